@@ -1,0 +1,35 @@
+# Imports the pinned llama.cpp build that scripts/llama.sh keeps in a per-machine cache outside git.
+# Its root is LLAMA_CPP_ROOT (default: what `scripts/llama.sh --print-root` prints). Nothing from
+# llama.cpp is copied into this tree; headers and shared libraries are used where they were built.
+if(NOT LLAMA_CPP_ROOT)
+  execute_process(COMMAND ${CMAKE_SOURCE_DIR}/scripts/llama.sh --print-root
+                  OUTPUT_VARIABLE _root OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "cannot locate the llama.cpp cache; run scripts/setup.sh first")
+  endif()
+  set(LLAMA_CPP_ROOT ${_root} CACHE PATH "llama.cpp cache folder (src/ and build/)")
+endif()
+set(LLAMA_CPP_SRC ${LLAMA_CPP_ROOT}/src)
+set(LLAMA_CPP_BIN ${LLAMA_CPP_ROOT}/build/bin)
+foreach(_f ${LLAMA_CPP_SRC}/include/llama.h ${LLAMA_CPP_BIN}/libllama.so ${LLAMA_CPP_BIN}/libggml.so)
+  if(NOT EXISTS ${_f})
+    message(FATAL_ERROR "${_f} is missing; run scripts/setup.sh to fetch and build llama.cpp")
+  endif()
+endforeach()
+
+function(_uma_import name lib)
+  add_library(${name} SHARED IMPORTED GLOBAL)
+  set_target_properties(${name} PROPERTIES IMPORTED_LOCATION ${LLAMA_CPP_BIN}/${lib})
+endfunction()
+_uma_import(uma_ggml_base libggml-base.so)
+_uma_import(uma_ggml_core libggml.so)
+_uma_import(uma_llama_lib libllama.so)
+
+add_library(llama_cpp INTERFACE)
+# SYSTEM: llama.cpp's headers are not ours to warn about.
+target_include_directories(llama_cpp SYSTEM INTERFACE ${LLAMA_CPP_SRC}/include ${LLAMA_CPP_SRC}/ggml/include)
+target_link_libraries(llama_cpp INTERFACE uma_llama_lib uma_ggml_core uma_ggml_base)
+add_library(llama::llama ALIAS llama_cpp)
+set(CMAKE_BUILD_RPATH ${LLAMA_CPP_BIN})
+# The tokenizer every generated model carries (uma-mkmodel reads it).
+set(UMA_VOCAB_GGUF ${LLAMA_CPP_SRC}/models/ggml-vocab-llama-spm.gguf CACHE FILEPATH "")

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Writes the models the tests use (idempotent: uma-mkmodel output is deterministic, so an existing
+# file of the right preset is kept). Env: UMA_MKMODEL (the binary), UMA_MODELS_DIR (output folder).
+set -euo pipefail
+mk=${UMA_MKMODEL:?}
+dir=${UMA_MODELS_DIR:?}
+mkdir -p "$dir"
+[ -s "$dir/oracle.gguf" ] || "$mk" --preset oracle --type f32 --seed 1 -o "$dir/oracle.gguf" >/dev/null
+[ -s "$dir/tiny-f16.gguf" ] || "$mk" --preset tiny --type f16 --seed 1 -o "$dir/tiny-f16.gguf" >/dev/null
+echo "test models ready in $dir"

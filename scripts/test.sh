@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# README command 2: set up, build, and pass the tests on a fresh machine.
+#   1. scripts/setup.sh: Debian packages + the pinned llama.cpp (cached per machine, built once)
+#   2. build/: the project (RelWithDebInfo, ccache) and its unit + end-to-end tests
+#   3. build-asan/: the project's own code again under AddressSanitizer + UBSan, same tests
+#      (llama.cpp stays uninstrumented; the RSS test is skipped there: ASan's quarantine keeps
+#      freed memory on purpose, and LeakSanitizer checks leaks instead)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+jobs=${UMA_JOBS:-$(nproc)}
+step() { printf '\n== %s\n' "$*"; }
+
+step "setup"
+scripts/setup.sh
+
+step "build (build/)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=ON >/dev/null
+cmake --build build -j "$jobs"
+
+step "tests (build/)"
+ctest --test-dir build -j "$jobs" --output-on-failure --timeout 600
+
+if [ "${UMA_SKIP_SANITIZERS:-0}" != "1" ]; then
+  step "build (build-asan/: AddressSanitizer + UBSan)"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DUMA_SANITIZE=ON -DUMA_BUILD_TESTS=ON >/dev/null
+  cmake --build build-asan -j "$jobs"
+  step "tests (build-asan/)"
+  UMA_SKIP_RSS=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 900
+fi
+step "all tests passed"

@@ -1,0 +1,50 @@
+// Status: the one error type inside UMA Serve.
+//
+// Contract: errors are values, never exceptions across layers. A Status is cheap to copy when ok
+// (no allocation) and carries an ErrorCode plus a human message otherwise. Wire protocols map an
+// ErrorCode to their own text or code in exactly one place (ipc/wire_errors.h).
+// Thread-safety: a Status is a plain value; share copies, not references.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace uma {
+
+enum class ErrorCode : std::uint8_t {
+  kOk = 0,
+  kInvalidArgument,   // a bad flag or parameter
+  kPromptTooLarge,    // prompt bytes over --max-prompt-bytes
+  kInvalidUtf8,       // input is not valid UTF-8
+  kContainsNul,       // input contains a NUL byte
+  kEmptyPrompt,       // nothing to complete
+  kTooManySessions,   // --max-sessions reached
+  kContextExceeded,   // prompt (+ room to generate) does not fit the context
+  kDecodeFailed,      // llama_decode failed
+  kShuttingDown,      // the daemon is stopping
+  kIo,                // socket or file error
+  kModelLoad,         // model or context could not be created
+  kInternal,          // a bug: an invariant did not hold
+};
+
+std::string_view error_code_name(ErrorCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return {}; }
+
+  bool ok() const { return code_ == ErrorCode::kOk; }
+  ErrorCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  std::string to_string() const;
+
+ private:
+  ErrorCode code_ = ErrorCode::kOk;
+  std::string message_;
+};
+
+}  // namespace uma

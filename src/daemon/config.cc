@@ -1,0 +1,83 @@
+#include "daemon/config.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <thread>
+
+namespace uma {
+
+Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_code) {
+  CLI::App app{"umad: keeps one GGUF model hot and serves many concurrent streams over a Unix socket"};
+  app.set_version_flag("--version", "umad 0.1.0");
+  app.get_formatter()->column_width(34);
+
+  RuntimeConfig& rt = out.runtime;
+  ServerConfig& srv = out.server;
+  SchedulerConfig& sc = out.scheduler;
+  int max_prompt_bytes = static_cast<int>(srv.max_prompt_bytes);
+  int max_tx_kib = static_cast<int>(srv.max_tx_bytes / 1024);
+  bool mlock = false;
+  bool mmap = true;
+
+  app.add_option("-m,--model", rt.model_path, "GGUF model file")->envname("UMA_MODEL")->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--n-ctx", rt.n_ctx, "KV cells shared by all sessions (unified KV)")->envname("UMA_N_CTX")
+      ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  app.add_option("--n-batch", rt.n_batch, "most tokens in one decode (caps the tick budget)")->envname("UMA_N_BATCH")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  app.add_option("-t,--threads", rt.n_threads, "compute threads (0: all hardware threads)")->envname("UMA_THREADS")
+      ->capture_default_str()->check(CLI::Range(0, 1024));
+  app.add_option("-s,--socket", srv.socket_path, "Unix socket path (created with mode 0600)")->envname("UMA_SOCK")
+      ->capture_default_str();
+  app.add_flag("--mmap,!--no-mmap", mmap, "memory-map the model file (default on)");
+  app.add_flag("--mlock,!--no-mlock", mlock, "lock the model in RAM (default off)");
+  app.add_option("--max-sessions", srv.max_sessions, "concurrent sessions (= KV sequences)")->envname("UMA_MAX_SESSIONS")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--max-connections", srv.max_connections, "open connections, sessions or not")
+      ->envname("UMA_MAX_CONNECTIONS")->capture_default_str()->check(CLI::Range(1, 65536));
+  app.add_option("--max-prompt-bytes", max_prompt_bytes, "largest prompt line in bytes")->envname("UMA_MAX_PROMPT_BYTES")
+      ->capture_default_str()->check(CLI::Range(1, 64 << 20));
+  app.add_option("--max-tokens", srv.max_tokens, "tokens generated per reply at most")->envname("UMA_MAX_TOKENS")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-tx-kib", max_tx_kib, "unsent reply bytes per session before a slow reader is dropped (KiB)")
+      ->envname("UMA_MAX_TX_KIB")->capture_default_str()->check(CLI::Range(4, 1 << 20));
+  app.add_option("--idle-timeout-sec", srv.idle_timeout_sec, "close idle connections after this long (0: never)")
+      ->envname("UMA_IDLE_TIMEOUT_SEC")->capture_default_str()->check(CLI::Range(0, 1 << 24));
+  app.add_option("--slo-ttft-ms", sc.slo_ttft_ms, "time-to-first-token target (ms)")->envname("UMA_SLO_TTFT_MS")
+      ->capture_default_str()->check(CLI::Range(1.0, 1e7));
+  app.add_option("--slo-tbt-ms", sc.slo_tbt_ms, "inter-token target (ms); the latency guard's deadline")
+      ->envname("UMA_SLO_TBT_MS")->capture_default_str()->check(CLI::Range(1.0, 1e7));
+  app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
+      ->envname("UMA_TICK_MS")->capture_default_str()->check(CLI::Range(1.0, 10000.0));
+  app.add_option("--temperature", srv.sampling.temperature, "sampling temperature (0: greedy)")
+      ->envname("UMA_TEMPERATURE")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  app.add_option("--seed", srv.sampling.seed, "sampling seed (with --temperature > 0)")->envname("UMA_SEED");
+  app.footer("Environment: UMA_DEBUG=1 turns on debug traces (tick composition, session states, I/O).\n"
+             "Protocol: one prompt line in; the reply streams back and ends with a newline. '/metrics' returns\n"
+             "one JSON line. See docs/PROTOCOL.md.");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    *exit_code = app.exit(e);
+    return e.get_exit_code() == 0 ? Status::Ok() : Status(ErrorCode::kInvalidArgument, e.what());
+  }
+  rt.use_mmap = mmap;
+  rt.use_mlock = mlock;
+  rt.n_seq_max = srv.max_sessions;
+  srv.max_prompt_bytes = static_cast<std::size_t>(max_prompt_bytes);
+  srv.max_tx_bytes = static_cast<std::size_t>(max_tx_kib) * 1024;
+  sc.max_tokens_cap = srv.max_tokens;
+  if (srv.socket_path.empty()) {
+    *exit_code = 2;
+    return Status(ErrorCode::kInvalidArgument, "--socket must not be empty");
+  }
+  if (rt.n_threads == 0) rt.n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const char* debug = std::getenv("UMA_DEBUG");
+  out.debug = debug != nullptr && std::string(debug) != "0" && std::string(debug) != "";
+  *exit_code = -1;  // keep running
+  return Status::Ok();
+}
+
+}  // namespace uma

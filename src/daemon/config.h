@@ -1,0 +1,26 @@
+// DaemonConfig: umad's flags and environment variables (seed 001), parsed and checked up front so a
+// bad value is a clear error at start, never a crash later.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "ipc/uds_server.h"
+#include "runtime/llama_runtime.h"
+#include "sched/scheduler.h"
+
+namespace uma {
+
+struct DaemonConfig {
+  RuntimeConfig runtime;
+  ServerConfig server;
+  SchedulerConfig scheduler;
+  bool debug = false;
+};
+
+// Parses argv (and UMA_* variables). Returns kOk with the config; for --help/--version sets
+// *exit_code = 0 with the text already printed; for bad input returns an error (already printed
+// by the parser or to be printed by the caller) with *exit_code != 0.
+Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_code);
+
+}  // namespace uma

@@ -1,0 +1,334 @@
+#include "ipc/uds_server.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+
+#include "ipc/line_decoder.h"
+#include "ipc/newline_wire.h"
+#include "ipc/socket_path.h"
+
+namespace uma {
+
+namespace asio = boost::asio;
+using stream_protocol = asio::local::stream_protocol;
+
+enum class ConnState : std::uint8_t { kIdle, kBusy, kClosing, kClosed };
+
+struct UdsServer::Conn {
+  Conn(asio::io_context& io, std::uint64_t conn_id, std::size_t max_line)
+      : id(conn_id), socket(io), rx(max_line), last_activity(Clock::now()) {}
+  std::uint64_t id;
+  stream_protocol::socket socket;
+  LineDecoder rx;
+  std::string tx_pending;   // queued, not yet handed to the kernel
+  std::string tx_inflight;  // owned by the async_write in progress
+  ConnState state = ConnState::kIdle;
+  RequestId request = 0;    // the request in flight while kBusy
+  bool reading = false;
+  bool writing = false;
+  bool peer_eof = false;    // client half-closed: serve what it sent, then close
+  bool has_slot = false;
+  bool reply_open = false;  // reply bytes sent without the closing '\n' yet
+  Clock::time_point last_activity;
+  std::array<char, 4096> rbuf{};
+};
+
+UdsServer::UdsServer(asio::io_context& io, ServerConfig config, ServerMetrics& metrics, Submit submit)
+    : io_(io), config_(std::move(config)), metrics_(metrics), submit_(std::move(submit)), acceptor_(io),
+      sweep_timer_(io), shutdown_timer_(io) {}
+
+UdsServer::~UdsServer() {
+  if (listening_) ::unlink(config_.socket_path.c_str());
+}
+
+Status UdsServer::listen() {
+  if (Status st = prepare_socket_path(config_.socket_path); !st.ok()) return st;
+  boost::system::error_code ec;
+  acceptor_.open(stream_protocol(), ec);
+  if (!ec) {
+    const mode_t old = ::umask(0177);  // the socket file is born 0600: no window where others can connect
+    acceptor_.bind(stream_protocol::endpoint(config_.socket_path), ec);
+    ::umask(old);
+  }
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Status(ErrorCode::kIo, "cannot listen on '" + config_.socket_path + "': " + ec.message());
+  ::chmod(config_.socket_path.c_str(), 0600);
+  listening_ = true;
+  return Status::Ok();
+}
+
+void UdsServer::start() {
+  accept_next();
+  sweep_idle();
+}
+
+void UdsServer::accept_next() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec, stream_protocol::socket socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || shutting_down_) return;
+      spdlog::warn("accept failed: {}", ec.message());
+    } else if (static_cast<std::int32_t>(conns_.size()) >= config_.max_connections) {
+      metrics_.connections_rejected_total++;
+      boost::system::error_code ignored;
+      socket.close(ignored);
+    } else {
+      auto c = std::make_shared<Conn>(io_, next_conn_id_++, config_.max_prompt_bytes);
+      c->socket = std::move(socket);
+      conns_.emplace(c->id, c);
+      metrics_.connections_accepted_total++;
+      metrics_.connections_open = static_cast<std::int64_t>(conns_.size());
+      spdlog::debug("conn {}: accepted", c->id);
+      arm_read(c);
+    }
+    if (!shutting_down_) accept_next();
+  });
+}
+
+void UdsServer::arm_read(const ConnPtr& c) {
+  // Backpressure on input: stop reading while parsed-but-unserved bytes exceed one prompt.
+  if (c->reading || c->peer_eof || c->state == ConnState::kClosed ||
+      c->rx.buffered() > config_.max_prompt_bytes + c->rbuf.size()) {
+    return;
+  }
+  c->reading = true;
+  c->socket.async_read_some(asio::buffer(c->rbuf), [this, c](const boost::system::error_code& ec, std::size_t n) {
+    c->reading = false;
+    on_read(c, ec, n);
+  });
+}
+
+void UdsServer::on_read(const ConnPtr& c, const boost::system::error_code& ec, std::size_t n) {
+  if (c->state == ConnState::kClosed) return;
+  if (ec == asio::error::eof) {
+    c->peer_eof = true;
+  } else if (ec) {
+    close(c, "read error");
+    return;
+  } else {
+    c->last_activity = Clock::now();
+    c->rx.feed(std::string_view(c->rbuf.data(), n));
+  }
+  serve_input(c);
+  arm_read(c);
+}
+
+void UdsServer::serve_input(const ConnPtr& c) {
+  while (c->state == ConnState::kIdle && !shutting_down_) {
+    std::optional<LineItem> item = c->rx.next();
+    if (!item) break;
+    if (item->error != ErrorCode::kOk) {
+      metrics_.count_error(item->error);
+      send_error(c, item->error);
+    } else if (item->line == "/metrics") {
+      send(c, metrics_.to_json() + "\n");
+      close_when_flushed(c);
+    } else {
+      start_request(c, std::move(item->line));
+    }
+  }
+  if (c->state == ConnState::kIdle && (c->peer_eof || shutting_down_)) close_when_flushed(c);
+}
+
+void UdsServer::start_request(const ConnPtr& c, std::string prompt) {
+  if (!c->has_slot) {
+    if (sessions_used_ >= config_.max_sessions) {
+      metrics_.count_error(ErrorCode::kTooManySessions);
+      send_error(c, ErrorCode::kTooManySessions);
+      close_when_flushed(c);
+      return;
+    }
+    c->has_slot = true;
+    ++sessions_used_;
+    metrics_.sessions_open = sessions_used_;
+  }
+  Request r;
+  r.id = next_request_id_++;
+  r.prompt = std::move(prompt);
+  r.max_tokens = config_.max_tokens;
+  r.sampling = config_.sampling;
+  r.received_at = Clock::now();
+  c->request = r.id;
+  c->state = ConnState::kBusy;
+  by_request_[r.id] = c;
+  metrics_.requests_total++;
+  spdlog::debug("conn {}: request {} ({} bytes)", c->id, r.id, r.prompt.size());
+  submit_(std::move(r));
+}
+
+void UdsServer::send(const ConnPtr& c, std::string_view bytes) {
+  if (c->state == ConnState::kClosed || bytes.empty()) return;
+  if (c->tx_pending.size() + c->tx_inflight.size() + bytes.size() > config_.max_tx_bytes) {
+    metrics_.tx_drops_total++;
+    spdlog::warn("conn {}: dropped, reader too slow ({} bytes pending)", c->id,
+                 c->tx_pending.size() + c->tx_inflight.size());
+    close(c, "tx cap");
+    return;
+  }
+  c->tx_pending.append(bytes);
+  arm_write(c);
+}
+
+void UdsServer::send_error(const ConnPtr& c, ErrorCode code) {
+  std::string line = c->reply_open ? "\n" : "";
+  line += "error: ";
+  line += newline_error_text(code);
+  line += '\n';
+  c->reply_open = false;
+  send(c, line);
+}
+
+void UdsServer::arm_write(const ConnPtr& c) {
+  if (c->writing || c->tx_pending.empty() || c->state == ConnState::kClosed) return;
+  c->tx_inflight.swap(c->tx_pending);
+  c->writing = true;
+  asio::async_write(c->socket, asio::buffer(c->tx_inflight), [this, c](const boost::system::error_code& ec, std::size_t) {
+    c->writing = false;
+    c->tx_inflight.clear();
+    if (c->state == ConnState::kClosed) return;
+    if (ec) {
+      close(c, "write error");
+      return;
+    }
+    c->last_activity = Clock::now();
+    if (!c->tx_pending.empty()) arm_write(c);
+    else if (c->state == ConnState::kClosing) close(c, "done");
+  });
+}
+
+void UdsServer::end_request(const ConnPtr& c) {
+  by_request_.erase(c->request);
+  c->request = 0;
+  c->reply_open = false;
+  if (c->state == ConnState::kBusy) c->state = ConnState::kIdle;
+  serve_input(c);
+  arm_read(c);
+}
+
+void UdsServer::close_when_flushed(const ConnPtr& c) {
+  if (c->state == ConnState::kClosed) return;
+  c->state = ConnState::kClosing;
+  if (!c->writing && c->tx_pending.empty()) close(c, "done");
+}
+
+void UdsServer::close(const ConnPtr& c, const char* why) {
+  if (c->state == ConnState::kClosed) return;
+  if (c->request != 0) {
+    // The client left (or was dropped) mid-request: cancel it so its KV is freed at the next tick.
+    submit_(CancelRequest{c->request});
+    by_request_.erase(c->request);
+    c->request = 0;
+    if (!shutting_down_) metrics_.disconnects_mid_stream_total++;
+  }
+  if (c->has_slot) {
+    --sessions_used_;
+    c->has_slot = false;
+    metrics_.sessions_open = sessions_used_;
+  }
+  c->state = ConnState::kClosed;
+  boost::system::error_code ignored;
+  c->socket.close(ignored);  // pending operations complete with operation_aborted; they see kClosed
+  conns_.erase(c->id);
+  metrics_.connections_open = static_cast<std::int64_t>(conns_.size());
+  spdlog::debug("conn {}: closed ({})", c->id, why);
+  maybe_done();
+}
+
+void UdsServer::deliver(std::vector<Event> events) {
+  asio::post(io_, [this, events = std::move(events)]() mutable { on_events(events); });
+}
+
+void UdsServer::on_events(std::vector<Event>& events) {
+  std::string escaped;
+  for (Event& ev : events) {
+    auto it = by_request_.find(ev.request_id);
+    if (it == by_request_.end()) continue;  // cancelled: nobody is waiting
+    ConnPtr c = it->second;
+    switch (ev.kind) {
+      case Event::Kind::kToken:
+        escaped.clear();
+        append_escaped(escaped, ev.text);
+        c->reply_open = true;
+        send(c, escaped);
+        break;
+      case Event::Kind::kDone:
+        c->reply_open = false;
+        send(c, "\n");
+        if (c->state != ConnState::kClosed) end_request(c);
+        break;
+      case Event::Kind::kError:
+        metrics_.count_error(ev.error.code());
+        send_error(c, ev.error.code());
+        if (c->state != ConnState::kClosed) end_request(c);
+        break;
+    }
+  }
+}
+
+void UdsServer::sweep_idle() {
+  if (config_.idle_timeout_sec > 0 && !shutting_down_) {
+    const auto limit = std::chrono::seconds(config_.idle_timeout_sec);
+    const Clock::time_point now = Clock::now();
+    std::vector<ConnPtr> idle;
+    for (auto& [id, c] : conns_) {
+      if (c->state == ConnState::kIdle && !c->writing && c->tx_pending.empty() && now - c->last_activity > limit) {
+        idle.push_back(c);
+      }
+    }
+    for (const ConnPtr& c : idle) {
+      metrics_.idle_timeouts_total++;
+      close(c, "idle timeout");
+    }
+  }
+  sweep_timer_.expires_after(std::chrono::seconds(1));
+  sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && !shutting_down_) sweep_idle();
+  });
+}
+
+void UdsServer::begin_shutdown() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  sweep_timer_.cancel();
+  std::vector<ConnPtr> all;
+  for (auto& [id, c] : conns_) all.push_back(c);
+  for (const ConnPtr& c : all) {
+    if (c->state == ConnState::kIdle) close_when_flushed(c);
+  }
+}
+
+void UdsServer::finish_shutdown(std::chrono::milliseconds deadline, std::function<void()> done) {
+  on_all_closed_ = std::move(done);
+  std::vector<ConnPtr> all;
+  for (auto& [id, c] : conns_) all.push_back(c);
+  for (const ConnPtr& c : all) close_when_flushed(c);
+  shutdown_timer_.expires_after(deadline);
+  shutdown_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    std::vector<ConnPtr> left;
+    for (auto& [id, c] : conns_) left.push_back(c);
+    for (const ConnPtr& c : left) close(c, "shutdown deadline");
+    maybe_done();
+  });
+  maybe_done();
+}
+
+void UdsServer::maybe_done() {
+  if (!on_all_closed_ || !conns_.empty()) return;
+  shutdown_timer_.cancel();
+  if (listening_) {
+    ::unlink(config_.socket_path.c_str());
+    listening_ = false;
+  }
+  auto done = std::move(on_all_closed_);
+  on_all_closed_ = nullptr;
+  done();
+}
+
+}  // namespace uma

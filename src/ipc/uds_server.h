@@ -1,0 +1,100 @@
+// UdsServer: the I/O side of umad for the newline protocol over a Unix domain socket.
+//
+// Threading: every method except deliver() runs on the I/O thread (the thread running the
+// io_context). deliver() is the compute thread's way in: it posts the events onto the loop.
+// Ownership: the server owns its connections; each in-flight async operation holds a shared_ptr
+// to its connection, so a connection closed inside a callback is freed only after the last
+// callback returns (never freed inside its own callback).
+//
+// Per connection (states: idle -> busy -> idle ... -> closing -> closed):
+// - reads are always armed (so a disconnect is seen at once) unless parsed-but-unserved input
+//   exceeds the cap; writes are armed only while TX bytes are pending;
+// - TX pending is capped (max_tx_bytes): a reader too slow to keep up is dropped and counted;
+// - a connection takes one of max_sessions session slots with its first prompt and keeps it until
+//   it closes; `/metrics` needs no slot.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "metrics/server_metrics.h"
+#include "sched/compute_thread.h"
+#include "sched/request.h"
+
+namespace uma {
+
+struct ServerConfig {
+  std::string socket_path = "/tmp/uma.sock";
+  std::size_t max_prompt_bytes = 64 * 1024;
+  std::int32_t max_tokens = 256;
+  std::int32_t max_sessions = 16;
+  std::int32_t max_connections = 256;
+  std::size_t max_tx_bytes = 1 << 20;
+  std::int32_t idle_timeout_sec = 600;  // 0: never
+  SamplingParams sampling;
+};
+
+class UdsServer final : public EventSink {
+ public:
+  using Submit = std::function<void(WorkItem)>;
+
+  UdsServer(boost::asio::io_context& io, ServerConfig config, ServerMetrics& metrics, Submit submit);
+  ~UdsServer() override;
+
+  Status listen();  // claims the path (see socket_path.h), binds with mode 0600, listens
+  void start();     // accept loop and idle sweep
+  // Shutdown, step 1: stop accepting and starting requests. Open requests end when the compute
+  // thread fails them (their error lines are then written).
+  void begin_shutdown();
+  // Shutdown, step 2 (after the compute thread stopped): flush and close every connection, remove
+  // the socket file, then call `done` (at the latest after `deadline`).
+  void finish_shutdown(std::chrono::milliseconds deadline, std::function<void()> done);
+
+  void deliver(std::vector<Event> events) override;
+
+ private:
+  struct Conn;
+  using ConnPtr = std::shared_ptr<Conn>;
+
+  void accept_next();
+  void arm_read(const ConnPtr& c);
+  void on_read(const ConnPtr& c, const boost::system::error_code& ec, std::size_t n);
+  void serve_input(const ConnPtr& c);
+  void start_request(const ConnPtr& c, std::string prompt);
+  void send(const ConnPtr& c, std::string_view bytes);
+  void send_error(const ConnPtr& c, ErrorCode code);
+  void arm_write(const ConnPtr& c);
+  void end_request(const ConnPtr& c);
+  void close_when_flushed(const ConnPtr& c);
+  void close(const ConnPtr& c, const char* why);
+  void on_events(std::vector<Event>& events);
+  void sweep_idle();
+  void maybe_done();
+
+  boost::asio::io_context& io_;
+  ServerConfig config_;
+  ServerMetrics& metrics_;
+  Submit submit_;
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  boost::asio::steady_timer sweep_timer_;
+  boost::asio::steady_timer shutdown_timer_;
+  std::unordered_map<std::uint64_t, ConnPtr> conns_;
+  std::unordered_map<RequestId, ConnPtr> by_request_;
+  std::uint64_t next_conn_id_ = 1;
+  RequestId next_request_id_ = 1;
+  std::int32_t sessions_used_ = 0;
+  bool listening_ = false;
+  bool shutting_down_ = false;
+  std::function<void()> on_all_closed_;
+};
+
+}  // namespace uma

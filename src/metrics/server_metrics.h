@@ -1,0 +1,80 @@
+// ServerMetrics: counters and gauges shared by the I/O and compute threads, rendered as one JSON line.
+//
+// Thread-safety: every scalar is an atomic written by exactly one thread (noted per field) and read
+// by any; the per-session table is replaced whole under a mutex by the compute thread. Rendering
+// never blocks the compute thread for longer than copying that small table.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace uma {
+
+struct SessionTiming {
+  std::uint64_t id = 0;
+  std::string state;
+  std::int32_t prompt_tokens = 0;
+  std::int32_t prefilled = 0;
+  std::int32_t generated = 0;
+  std::int32_t kv_tokens = 0;
+  double queue_ms = 0.0;   // received -> started prefill (or now, while queued)
+  double ttft_ms = -1.0;   // received -> first token; -1 before it
+  double tbt_ms_ewma = 0.0;
+  double tbt_ms_max = 0.0;
+};
+
+class ServerMetrics {
+ public:
+  static constexpr std::size_t kErrorKinds = static_cast<std::size_t>(ErrorCode::kInternal) + 1;
+
+  // Written by the compute thread.
+  std::atomic<std::uint64_t> tokens_generated_total{0};
+  std::atomic<std::uint64_t> prompt_tokens_total{0};
+  std::atomic<std::uint64_t> batch_calls_total{0};
+  std::atomic<std::uint64_t> requests_completed_total{0};
+  std::atomic<std::uint64_t> requests_cancelled_total{0};
+  std::atomic<std::uint64_t> prefill_skipped_ticks_total{0};  // latency guard fired
+  std::atomic<std::uint64_t> ttft_slo_miss_total{0};
+  std::atomic<std::uint64_t> tbt_slo_miss_total{0};
+  std::atomic<std::int64_t> last_batch_size{0};
+  std::atomic<std::int64_t> tick_budget{0};
+  std::atomic<double> decode_ms_last{0.0};
+  std::atomic<double> decode_ms_ewma{0.0};
+  std::atomic<double> ttft_ms_last{-1.0};
+  std::atomic<std::int64_t> active_sessions{0};   // prefill + decode
+  std::atomic<std::int64_t> queued_sessions{0};   // admitted, waiting for KV room
+  std::atomic<std::int64_t> kv_tokens_used{0};    // tokens held in KV across all sequences
+  std::atomic<std::int64_t> kv_sequences_used{0}; // sequences with any KV
+  std::atomic<std::int64_t> kv_cells_total{0};
+  std::atomic<std::int64_t> kv_cells_reserved{0};
+
+  // Written by the I/O thread.
+  std::atomic<std::uint64_t> connections_accepted_total{0};
+  std::atomic<std::uint64_t> connections_rejected_total{0};  // over the connection cap
+  std::atomic<std::uint64_t> requests_total{0};
+  std::atomic<std::uint64_t> tx_drops_total{0};              // reader too slow: dropped
+  std::atomic<std::uint64_t> disconnects_mid_stream_total{0};
+  std::atomic<std::uint64_t> idle_timeouts_total{0};
+  std::atomic<std::int64_t> connections_open{0};
+  std::atomic<std::int64_t> sessions_open{0};                // connections holding a session slot
+
+  // Either thread.
+  void count_error(ErrorCode code) { errors_[static_cast<std::size_t>(code)].fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t errors(ErrorCode code) const { return errors_[static_cast<std::size_t>(code)].load(); }
+
+  void publish_sessions(std::vector<SessionTiming> sessions);  // compute thread
+  std::string to_json() const;                                 // any thread; one line, no newline
+
+ private:
+  std::array<std::atomic<std::uint64_t>, kErrorKinds> errors_{};
+  mutable std::mutex sessions_mu_;
+  std::vector<SessionTiming> sessions_;  // guarded by sessions_mu_
+};
+
+}  // namespace uma

@@ -1,0 +1,57 @@
+// Decoder: what the scheduler needs from a model, and nothing more.
+//
+// The scheduler (sched/) drives generation through this interface so that batch building and
+// logits-row mapping can be tested against a fake, and so that sched/ never includes llama.h.
+// The real implementation is LlamaRuntime (runtime/llama_runtime.h).
+//
+// Contract:
+// - Single-threaded: every call comes from the compute thread that owns the decoder.
+// - Sequences are small integers in [0, n_seq_max()). start_sequence() must precede decode() entries
+//   for a sequence; end_sequence() frees its KV cells and sampler and may be called at any time.
+// - decode() submits one batch (one llama_decode). After it returns ok, sample(seq, i) is valid only
+//   for batch indices i whose entry asked for logits; indices refer to positions in that batch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/sampling.h"
+
+namespace uma {
+
+using Token = std::int32_t;
+
+struct BatchEntry {
+  Token token = 0;
+  std::int32_t pos = 0;   // position within its sequence
+  std::int32_t seq = 0;   // sequence id
+  bool logits = false;    // ask for this entry's logits row
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+
+  virtual std::int32_t n_batch() const = 0;    // most entries one decode() accepts
+  virtual std::int32_t n_ctx() const = 0;      // KV cells shared by all sequences
+  virtual std::int32_t n_seq_max() const = 0;  // distinct sequences
+
+  // Tokenizes user text (BOS added when the model wants it; control tokens not parsed).
+  virtual Status tokenize(std::string_view text, std::vector<Token>& out) const = 0;
+  // Bytes of a token's text; may be a fragment of a UTF-8 code point.
+  virtual std::string piece(Token token) const = 0;
+  virtual bool is_end_of_generation(Token token) const = 0;
+
+  virtual Status start_sequence(std::int32_t seq, const SamplingParams& params) = 0;
+  virtual void end_sequence(std::int32_t seq) = 0;
+  virtual Status decode(std::span<const BatchEntry> batch) = 0;
+  virtual Token sample(std::int32_t seq, std::int32_t batch_index) = 0;
+  // Tokens the KV cache holds for a sequence (0 when empty). For metrics and leak checks.
+  virtual std::int32_t kv_tokens(std::int32_t seq) const = 0;
+};
+
+}  // namespace uma

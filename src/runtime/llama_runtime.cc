@@ -1,0 +1,191 @@
+#include "runtime/llama_runtime.h"
+
+#include <llama.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+namespace uma {
+namespace {
+
+void log_from_llama(ggml_log_level level, const char* text, void*) {
+  std::string_view line(text);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line.empty()) return;
+  switch (level) {
+    case GGML_LOG_LEVEL_ERROR: spdlog::error("llama: {}", line); break;
+    case GGML_LOG_LEVEL_WARN: spdlog::warn("llama: {}", line); break;
+    default: spdlog::trace("llama: {}", line); break;
+  }
+}
+
+llama_sampler* make_sampler_chain(const SamplingParams& p, std::int32_t n_vocab) {
+  llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+  if (p.temperature <= 0.0f) {
+    llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+    return chain;
+  }
+  if (p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    llama_sampler_chain_add(chain, llama_sampler_init_penalties(n_vocab, p.penalty_last_n, p.repeat_penalty,
+                                                                 p.frequency_penalty, p.presence_penalty));
+  }
+  if (p.top_k > 0) llama_sampler_chain_add(chain, llama_sampler_init_top_k(p.top_k));
+  if (p.top_p < 1.0f) llama_sampler_chain_add(chain, llama_sampler_init_top_p(p.top_p, 1));
+  if (p.min_p > 0.0f) llama_sampler_chain_add(chain, llama_sampler_init_min_p(p.min_p, 1));
+  llama_sampler_chain_add(chain, llama_sampler_init_temp(p.temperature));
+  llama_sampler_chain_add(chain, llama_sampler_init_dist(p.seed));
+  return chain;
+}
+
+}  // namespace
+
+void init_llama_backend() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llama_log_set(log_from_llama, nullptr);
+    llama_backend_init();
+  });
+}
+
+std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, Status* status) {
+  init_llama_backend();
+  std::unique_ptr<LlamaRuntime> rt(new LlamaRuntime());
+
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = 0;
+  if (config.use_mmap) mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP;
+  else mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE;
+  rt->model_ = llama_model_load_from_file(config.model_path.c_str(), mp);
+  if (rt->model_ == nullptr) {
+    *status = Status(ErrorCode::kModelLoad, "cannot load model '" + config.model_path + "'");
+    return nullptr;
+  }
+  rt->vocab_ = llama_model_get_vocab(rt->model_);
+
+  llama_context_params cp = llama_context_default_params();
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cp.n_ctx = static_cast<uint32_t>(config.n_ctx);
+  cp.n_batch = static_cast<uint32_t>(config.n_batch);
+  cp.n_ubatch = static_cast<uint32_t>(config.n_batch);
+  cp.n_seq_max = static_cast<uint32_t>(config.n_seq_max);
+  cp.n_threads = config.n_threads > 0 ? config.n_threads : hw;
+  cp.n_threads_batch = cp.n_threads;
+  cp.kv_unified = true;  // one KV pool shared by every session (seed 002)
+  cp.no_perf = true;
+  rt->ctx_ = llama_init_from_model(rt->model_, cp);
+  if (rt->ctx_ == nullptr) {
+    *status = Status(ErrorCode::kModelLoad, "cannot create a context (n_ctx " + std::to_string(config.n_ctx) +
+                                                ", sequences " + std::to_string(config.n_seq_max) + ")");
+    return nullptr;
+  }
+  rt->n_ctx_ = static_cast<std::int32_t>(llama_n_ctx(rt->ctx_));
+  rt->n_batch_ = static_cast<std::int32_t>(llama_n_batch(rt->ctx_));
+  rt->n_seq_max_ = static_cast<std::int32_t>(llama_n_seq_max(rt->ctx_));
+  rt->samplers_.assign(static_cast<size_t>(rt->n_seq_max_), nullptr);
+  const auto nb = static_cast<size_t>(rt->n_batch_);
+  rt->batch_token_.resize(nb);
+  rt->batch_pos_.resize(nb);
+  rt->batch_nseq_.assign(nb, 1);
+  rt->batch_seq_.resize(nb);
+  rt->batch_seq_ptr_.resize(nb);
+  for (size_t i = 0; i < nb; ++i) rt->batch_seq_ptr_[i] = &rt->batch_seq_[i];
+  rt->batch_logits_.resize(nb);
+  *status = Status::Ok();
+  return rt;
+}
+
+LlamaRuntime::~LlamaRuntime() {
+  for (llama_sampler* s : samplers_) {
+    if (s != nullptr) llama_sampler_free(s);
+  }
+  if (ctx_ != nullptr) llama_free(ctx_);
+  if (model_ != nullptr) llama_model_free(model_);
+}
+
+Status LlamaRuntime::tokenize(std::string_view text, std::vector<Token>& out) const {
+  const bool add_bos = llama_vocab_get_add_bos(vocab_);
+  // A token is at least one byte, plus the BOS/EOS that add_special may add.
+  out.resize(text.size() + 2);
+  int32_t n = llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), out.data(),
+                             static_cast<int32_t>(out.size()), add_bos, /*parse_special=*/false);
+  if (n < 0) {
+    out.resize(static_cast<size_t>(-n));
+    n = llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), out.data(),
+                       static_cast<int32_t>(out.size()), add_bos, false);
+  }
+  if (n < 0) return Status(ErrorCode::kInternal, "tokenization failed");
+  out.resize(static_cast<size_t>(n));
+  return Status::Ok();
+}
+
+std::string LlamaRuntime::piece(Token token) const {
+  char buf[128];
+  int32_t n = llama_token_to_piece(vocab_, token, buf, sizeof buf, 0, /*special=*/false);
+  if (n >= 0) return std::string(buf, static_cast<size_t>(n));
+  std::string big(static_cast<size_t>(-n), '\0');
+  n = llama_token_to_piece(vocab_, token, big.data(), static_cast<int32_t>(big.size()), 0, false);
+  big.resize(static_cast<size_t>(std::max(0, n)));
+  return big;
+}
+
+bool LlamaRuntime::is_end_of_generation(Token token) const { return llama_vocab_is_eog(vocab_, token); }
+
+Status LlamaRuntime::start_sequence(std::int32_t seq, const SamplingParams& params) {
+  if (seq < 0 || seq >= n_seq_max_) return Status(ErrorCode::kInternal, "sequence id out of range");
+  end_sequence(seq);  // a sequence starts empty, whatever came before
+  samplers_[static_cast<size_t>(seq)] = make_sampler_chain(params, llama_vocab_n_tokens(vocab_));
+  return Status::Ok();
+}
+
+void LlamaRuntime::end_sequence(std::int32_t seq) {
+  if (seq < 0 || seq >= n_seq_max_) return;
+  llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
+  llama_sampler*& s = samplers_[static_cast<size_t>(seq)];
+  if (s != nullptr) llama_sampler_free(s);
+  s = nullptr;
+}
+
+Status LlamaRuntime::decode(std::span<const BatchEntry> batch) {
+  if (batch.empty()) return Status::Ok();
+  if (static_cast<std::int32_t>(batch.size()) > n_batch_) return Status(ErrorCode::kInternal, "batch over n_batch");
+  for (size_t i = 0; i < batch.size(); ++i) {
+    batch_token_[i] = batch[i].token;
+    batch_pos_[i] = batch[i].pos;
+    batch_seq_[i] = batch[i].seq;
+    batch_logits_[i] = batch[i].logits ? 1 : 0;
+  }
+  llama_batch b{};
+  b.n_tokens = static_cast<int32_t>(batch.size());
+  b.token = batch_token_.data();
+  b.pos = batch_pos_.data();
+  b.n_seq_id = batch_nseq_.data();
+  b.seq_id = batch_seq_ptr_.data();
+  b.logits = batch_logits_.data();
+  const int32_t rc = llama_decode(ctx_, b);
+  if (rc == 0) return Status::Ok();
+  if (rc == 1) return Status(ErrorCode::kContextExceeded, "no KV space for the batch");
+  return Status(ErrorCode::kDecodeFailed, "llama_decode returned " + std::to_string(rc));
+}
+
+Token LlamaRuntime::sample(std::int32_t seq, std::int32_t batch_index) {
+  return llama_sampler_sample(samplers_[static_cast<size_t>(seq)], ctx_, batch_index);
+}
+
+std::int32_t LlamaRuntime::kv_tokens(std::int32_t seq) const {
+  llama_memory_t mem = llama_get_memory(ctx_);
+  const llama_pos hi = llama_memory_seq_pos_max(mem, seq);
+  if (hi < 0) return 0;
+  return hi - llama_memory_seq_pos_min(mem, seq) + 1;
+}
+
+std::string LlamaRuntime::describe() const {
+  char desc[256];
+  llama_model_desc(model_, desc, sizeof desc);
+  return std::string(desc) + ", " + std::to_string(llama_model_n_params(model_) / 1000000) + "M params, n_ctx " +
+         std::to_string(n_ctx_) + " (unified KV), n_batch " + std::to_string(n_batch_) + ", sequences " +
+         std::to_string(n_seq_max_) + ", threads " + std::to_string(llama_n_threads(ctx_));
+}
+
+}  // namespace uma

@@ -1,0 +1,77 @@
+// LlamaRuntime: one llama.cpp model and one context, owned for the daemon's lifetime (RAII).
+//
+// The context uses a unified KV cache shared by n_seq_max sequences; each active request holds one
+// sequence id. Implements Decoder for the scheduler.
+// Thread-safety: none. Construct, use and destroy on the compute thread (llama contexts are not
+// thread-safe). The model's memory (mmap'd or read) is shared by every sequence.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/decoder.h"
+
+struct llama_model;
+struct llama_context;
+struct llama_vocab;
+struct llama_sampler;
+
+namespace uma {
+
+struct RuntimeConfig {
+  std::string model_path;
+  std::int32_t n_ctx = 4096;
+  std::int32_t n_batch = 512;
+  std::int32_t n_seq_max = 16;
+  std::int32_t n_threads = 0;  // 0: all hardware threads
+  bool use_mmap = true;
+  bool use_mlock = false;
+};
+
+// Routes llama.cpp's own log lines to spdlog (debug level unless they are warnings or errors).
+// Call once before loading anything. Idempotent.
+void init_llama_backend();
+
+class LlamaRuntime final : public Decoder {
+ public:
+  // Loads the model and creates the context; on failure returns nullptr and sets *status.
+  static std::unique_ptr<LlamaRuntime> open(const RuntimeConfig& config, Status* status);
+  ~LlamaRuntime() override;
+  LlamaRuntime(const LlamaRuntime&) = delete;
+  LlamaRuntime& operator=(const LlamaRuntime&) = delete;
+
+  std::int32_t n_batch() const override { return n_batch_; }
+  std::int32_t n_ctx() const override { return n_ctx_; }
+  std::int32_t n_seq_max() const override { return n_seq_max_; }
+  Status tokenize(std::string_view text, std::vector<Token>& out) const override;
+  std::string piece(Token token) const override;
+  bool is_end_of_generation(Token token) const override;
+  Status start_sequence(std::int32_t seq, const SamplingParams& params) override;
+  void end_sequence(std::int32_t seq) override;
+  Status decode(std::span<const BatchEntry> batch) override;
+  Token sample(std::int32_t seq, std::int32_t batch_index) override;
+  std::int32_t kv_tokens(std::int32_t seq) const override;
+
+  std::string describe() const;  // one line: model size, params, context shape
+
+ private:
+  LlamaRuntime() = default;
+
+  llama_model* model_ = nullptr;
+  llama_context* ctx_ = nullptr;
+  const llama_vocab* vocab_ = nullptr;
+  std::vector<Token> batch_token_;     // storage for the llama_batch views, reused every decode
+  std::vector<std::int32_t> batch_pos_;
+  std::vector<std::int32_t> batch_nseq_;
+  std::vector<std::int32_t> batch_seq_;
+  std::vector<std::int32_t*> batch_seq_ptr_;
+  std::vector<std::int8_t> batch_logits_;
+  std::vector<llama_sampler*> samplers_;  // by sequence id; nullptr when idle
+  std::int32_t n_batch_ = 0;
+  std::int32_t n_ctx_ = 0;
+  std::int32_t n_seq_max_ = 0;
+};
+
+}  // namespace uma

@@ -1,0 +1,39 @@
+// Batch building: turns a TickPlan into the entries of one decode and records, for every entry
+// that asks for logits, which session owns that row. This mapping is the only way the scheduler
+// reads logits, so a row can never be sampled for the wrong session.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/decoder.h"
+#include "sched/policy.h"
+#include "sched/session.h"
+
+namespace uma {
+
+struct LogitsRow {
+  Session* session = nullptr;
+  std::int32_t batch_index = 0;
+};
+
+struct PrefillChunk {
+  Session* session = nullptr;
+  std::int32_t length = 0;
+};
+
+struct BuiltBatch {
+  std::vector<BatchEntry> entries;
+  std::vector<LogitsRow> rows;          // in batch order
+  std::vector<Session*> decoded;        // sessions that fed back their last token
+  std::vector<PrefillChunk> prefilled;  // chunks of prompt fed this tick
+  void clear() { entries.clear(); rows.clear(); decoded.clear(); prefilled.clear(); }
+};
+
+// `order` holds the sessions the candidates were made from, index for index.
+// Decode entries come first, then each prefill chunk; a chunk asks for logits only on its last
+// token and only if it completes the prompt (intermediate chunks need no logits).
+void build_batch(const TickPlan& plan, std::span<Session* const> order, BuiltBatch& out);
+
+}  // namespace uma

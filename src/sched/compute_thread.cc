@@ -1,0 +1,67 @@
+#include "sched/compute_thread.h"
+
+#include <spdlog/spdlog.h>
+
+namespace uma {
+
+ComputeThread::ComputeThread(Scheduler& scheduler, EventSink& sink) : scheduler_(scheduler), sink_(sink) {}
+
+ComputeThread::~ComputeThread() {
+  request_stop();
+  join();
+}
+
+void ComputeThread::start(std::function<void()> on_stopped) {
+  on_stopped_ = std::move(on_stopped);
+  thread_ = std::thread([this] { run(); });
+}
+
+void ComputeThread::submit(WorkItem item) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back(std::move(item));
+  }
+  cv_.notify_one();
+}
+
+void ComputeThread::request_stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+}
+
+void ComputeThread::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void ComputeThread::run() {
+  std::deque<WorkItem> work;
+  std::vector<Event> events;
+  bool stopping = false;
+  while (!stopping) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || scheduler_.has_work(); });
+      work.swap(inbox_);
+      stopping = stop_;
+    }
+    for (WorkItem& item : work) {
+      if (auto* r = std::get_if<Request>(&item)) scheduler_.admit(std::move(*r), events);
+      else scheduler_.cancel(std::get<CancelRequest>(item).id);
+    }
+    work.clear();
+    if (stopping) scheduler_.fail_all(Status(ErrorCode::kShuttingDown, "server shutting down"), events);
+    else if (scheduler_.has_work()) scheduler_.tick(events);
+    scheduler_.publish_metrics();
+    if (!events.empty()) {
+      sink_.deliver(std::move(events));
+      events.clear();
+    }
+  }
+  spdlog::debug("compute thread stopped");
+  if (on_stopped_) on_stopped_();
+}
+
+}  // namespace uma

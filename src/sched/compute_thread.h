@@ -1,0 +1,55 @@
+// ComputeThread: the thread that owns the model context and the Scheduler.
+//
+// The I/O thread hands it WorkItems through submit() (a mutex-guarded queue plus a condition
+// variable: the wakeup toward compute). The compute thread hands Events back through an EventSink
+// once per tick (the sink posts them onto the I/O loop: the wakeup toward I/O).
+// Loop phases: drain inbox -> tick (one decode) -> publish metrics -> deliver events; it sleeps
+// only when no session is prefilling or decoding.
+// Thread-safety: submit() and request_stop() may be called from any thread; everything else runs
+// on the compute thread. request_stop() makes the loop fail every open request with
+// kShuttingDown, deliver those events, call on_stopped, and exit.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "sched/request.h"
+#include "sched/scheduler.h"
+
+namespace uma {
+
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  // Called on the compute thread; must not block on the I/O thread.
+  virtual void deliver(std::vector<Event> events) = 0;
+};
+
+class ComputeThread {
+ public:
+  ComputeThread(Scheduler& scheduler, EventSink& sink);
+  ~ComputeThread();  // joins
+
+  void start(std::function<void()> on_stopped);
+  void submit(WorkItem item);
+  void request_stop();
+  void join();
+
+ private:
+  void run();
+
+  Scheduler& scheduler_;
+  EventSink& sink_;
+  std::function<void()> on_stopped_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<WorkItem> inbox_;  // guarded by mu_
+  bool stop_ = false;           // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace uma

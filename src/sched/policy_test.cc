@@ -1,0 +1,59 @@
+#include "sched/policy.h"
+
+#include <gtest/gtest.h>
+
+namespace uma {
+namespace {
+
+Candidate decoding(bool overdue = false) { return {true, 0, overdue}; }
+Candidate prefilling(std::int32_t remaining) { return {false, remaining, false}; }
+
+TEST(Policy, EveryDecodingSessionGetsOneTokenThenPrefillFillsTheBudget) {
+  const std::vector<Candidate> c = {prefilling(100), decoding(), decoding(), prefilling(5)};
+  const TickPlan p = plan_tick(c, {/*budget=*/40, /*capacity=*/512, /*min_prefill=*/8, false});
+  EXPECT_EQ(p.decode, (std::vector<std::size_t>{1, 2}));
+  ASSERT_EQ(p.prefill.size(), 1u);  // 38 tokens left, all to the first in round-robin order
+  EXPECT_EQ(p.prefill[0], (std::pair<std::size_t, std::int32_t>{0, 38}));
+  EXPECT_FALSE(p.guard_fired);
+}
+
+TEST(Policy, ShortPromptsShareTheBudgetInOrder) {
+  const std::vector<Candidate> c = {prefilling(10), prefilling(10), prefilling(100)};
+  const TickPlan p = plan_tick(c, {32, 512, 8, false});
+  ASSERT_EQ(p.prefill.size(), 3u);
+  EXPECT_EQ(p.prefill[0].second, 10);
+  EXPECT_EQ(p.prefill[1].second, 10);
+  EXPECT_EQ(p.prefill[2].second, 12);
+}
+
+TEST(Policy, GuardSkipsPrefillButNeverTwiceRunning) {
+  const std::vector<Candidate> c = {decoding(/*overdue=*/true), prefilling(100)};
+  const TickPlan first = plan_tick(c, {64, 512, 8, /*guard_fired_last_tick=*/false});
+  EXPECT_TRUE(first.guard_fired);
+  EXPECT_EQ(first.decode.size(), 1u);
+  EXPECT_TRUE(first.prefill.empty());
+  const TickPlan second = plan_tick(c, {64, 512, 8, /*guard_fired_last_tick=*/true});
+  EXPECT_FALSE(second.guard_fired);
+  ASSERT_EQ(second.prefill.size(), 1u);
+  EXPECT_EQ(second.prefill[0].second, 63);
+}
+
+TEST(Policy, PrefillGetsItsMinimumWhenDecodeUsesTheBudget) {
+  std::vector<Candidate> c(20, decoding());
+  c.push_back(prefilling(1000));
+  const TickPlan p = plan_tick(c, {/*budget=*/16, 512, /*min_prefill=*/8, false});
+  EXPECT_EQ(p.decode.size(), 20u);
+  ASSERT_EQ(p.prefill.size(), 1u);
+  EXPECT_EQ(p.prefill[0].second, 8);
+}
+
+TEST(Policy, CapacityIsAHardLimit) {
+  std::vector<Candidate> c(10, decoding());
+  c.push_back(prefilling(1000));
+  const TickPlan p = plan_tick(c, {/*budget=*/64, /*capacity=*/8, 4, false});
+  EXPECT_EQ(p.decode.size(), 8u);
+  EXPECT_TRUE(p.prefill.empty());
+}
+
+}  // namespace
+}  // namespace uma

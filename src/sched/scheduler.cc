@@ -1,0 +1,278 @@
+#include "sched/scheduler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace uma {
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+bool is_active(const Session& s) { return s.state == SessionState::kPrefill || s.state == SessionState::kDecode; }
+bool is_terminal(const Session& s) {
+  return s.state == SessionState::kFinished || s.state == SessionState::kFailed || s.state == SessionState::kCancelled;
+}
+
+Event token_event(RequestId id, std::string text, Token token) {
+  Event e;
+  e.request_id = id;
+  e.text = std::move(text);
+  e.token_id = token;
+  return e;
+}
+
+Event error_event(RequestId id, Status status) {
+  Event e;
+  e.request_id = id;
+  e.kind = Event::Kind::kError;
+  e.error = std::move(status);
+  return e;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config)
+    : decoder_(decoder), metrics_(metrics), config_(config),
+      budget_(decoder.n_batch(), config.tick_target_ms, config.start_budget) {
+  for (std::int32_t s = decoder.n_seq_max() - 1; s >= 0; --s) free_seqs_.push_back(s);
+  metrics_.kv_cells_total = decoder.n_ctx();
+}
+
+Scheduler::~Scheduler() {
+  for (auto& s : sessions_) {
+    if (s->seq >= 0) decoder_.end_sequence(s->seq);
+  }
+}
+
+void Scheduler::admit(Request request, std::vector<Event>& out) {
+  auto s = std::make_unique<Session>();
+  s->id = request.id;
+  s->received_at = request.received_at;
+  s->sampling = request.sampling;
+  if (Status st = decoder_.tokenize(request.prompt, s->prompt); !st.ok()) {
+    metrics_.count_error(st.code());
+    out.push_back(error_event(request.id, st));
+    return;
+  }
+  const auto n_prompt = static_cast<std::int32_t>(s->prompt.size());
+  if (n_prompt == 0) {
+    metrics_.count_error(ErrorCode::kEmptyPrompt);
+    out.push_back(error_event(request.id, Status(ErrorCode::kEmptyPrompt, "prompt has no tokens")));
+    return;
+  }
+  if (n_prompt >= decoder_.n_ctx()) {
+    metrics_.count_error(ErrorCode::kContextExceeded);
+    out.push_back(error_event(request.id, Status(ErrorCode::kContextExceeded,
+        "prompt of " + std::to_string(n_prompt) + " tokens does not fit the context of " +
+        std::to_string(decoder_.n_ctx()))));
+    return;
+  }
+  // Generation stops at the context's end: a request never needs more KV than n_ctx.
+  s->max_tokens = std::min({request.max_tokens, config_.max_tokens_cap, decoder_.n_ctx() - n_prompt});
+  s->reserved_cells = n_prompt + s->max_tokens;
+  metrics_.prompt_tokens_total += static_cast<std::uint64_t>(n_prompt);
+  spdlog::debug("session {}: admitted, {} prompt tokens, max_tokens {}", s->id, n_prompt, s->max_tokens);
+  sessions_.push_back(std::move(s));
+  start_queued();
+}
+
+void Scheduler::start_queued() {
+  for (auto& s : sessions_) {
+    if (s->state != SessionState::kQueued) continue;
+    // FIFO: the oldest queued request goes first, so a large one is never overtaken forever.
+    if (free_seqs_.empty() || reserved_cells_ + s->reserved_cells > decoder_.n_ctx()) return;
+    const std::int32_t seq = free_seqs_.back();
+    if (Status st = decoder_.start_sequence(seq, s->sampling); !st.ok()) {
+      spdlog::error("session {}: cannot start sequence: {}", s->id, st.to_string());
+      return;
+    }
+    free_seqs_.pop_back();
+    s->seq = seq;
+    reserved_cells_ += s->reserved_cells;
+    s->started_at = Clock::now();
+    s->set_state(SessionState::kPrefill);
+  }
+}
+
+void Scheduler::cancel(RequestId id) {
+  for (auto& s : sessions_) {
+    if (s->id == id && !is_terminal(*s)) {
+      finish(*s, SessionState::kCancelled);
+      metrics_.requests_cancelled_total++;
+    }
+  }
+  reap();
+  start_queued();
+}
+
+void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
+  for (auto& s : sessions_) {
+    if (is_terminal(*s)) continue;
+    finish(*s, SessionState::kFailed);
+    out.push_back(error_event(s->id, why));
+  }
+  reap();
+}
+
+bool Scheduler::has_work() const {
+  return std::any_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return is_active(*s); });
+}
+
+void Scheduler::tick(std::vector<Event>& out) {
+  const Clock::time_point now = Clock::now();
+  order_.clear();
+  candidates_.clear();
+  const std::size_t n = sessions_.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    Session* s = sessions_[(rr_cursor_ + k) % n].get();
+    if (!is_active(*s)) continue;
+    const bool decoding = s->state == SessionState::kDecode;
+    const bool overdue = decoding && ms_between(s->last_emit_at, now) > config_.slo_tbt_ms;
+    order_.push_back(s);
+    candidates_.push_back({decoding, s->prompt_remaining(), overdue});
+  }
+  if (order_.empty()) return;
+  rr_cursor_ = n == 0 ? 0 : (rr_cursor_ + 1) % n;
+
+  PolicyInput in{budget_.target(), decoder_.n_batch(), config_.min_prefill, guard_fired_last_};
+  const TickPlan plan = plan_tick(candidates_, in);
+  guard_fired_last_ = plan.guard_fired;
+  if (plan.guard_fired) metrics_.prefill_skipped_ticks_total++;
+  build_batch(plan, order_, batch_);
+  if (batch_.entries.empty()) return;
+
+  const Clock::time_point t0 = Clock::now();
+  const Status st = decoder_.decode(batch_.entries);
+  const Clock::time_point t1 = Clock::now();
+  const double decode_ms = ms_between(t0, t1);
+  const auto n_tokens = static_cast<std::int32_t>(batch_.entries.size());
+  budget_.observe(decode_ms, n_tokens);
+  metrics_.batch_calls_total++;
+  metrics_.last_batch_size = n_tokens;
+  metrics_.decode_ms_last = decode_ms;
+  metrics_.decode_ms_ewma = budget_.decode_ms_ewma();
+  metrics_.tick_budget = budget_.target();
+  spdlog::debug("tick: {} decode, {} prefill chunks, {} tokens, {:.2f} ms{}", plan.decode.size(),
+                plan.prefill.size(), n_tokens, decode_ms, plan.guard_fired ? ", guard fired" : "");
+
+  if (!st.ok()) {
+    // The batch is lost as a whole: fail exactly the sessions that were in it.
+    spdlog::error("decode of {} tokens failed: {}", n_tokens, st.to_string());
+    for (Session* s : batch_.decoded) {
+      finish(*s, SessionState::kFailed);
+      out.push_back(error_event(s->id, Status(ErrorCode::kDecodeFailed, st.message())));
+      metrics_.count_error(ErrorCode::kDecodeFailed);
+    }
+    for (const PrefillChunk& c : batch_.prefilled) {
+      finish(*c.session, SessionState::kFailed);
+      out.push_back(error_event(c.session->id, Status(ErrorCode::kDecodeFailed, st.message())));
+      metrics_.count_error(ErrorCode::kDecodeFailed);
+    }
+    reap();
+    start_queued();
+    return;
+  }
+
+  for (Session* s : batch_.decoded) s->n_past += 1;
+  for (const PrefillChunk& c : batch_.prefilled) {
+    c.session->n_prefilled += c.length;
+    c.session->n_past = c.session->n_prefilled;
+  }
+  for (const LogitsRow& row : batch_.rows) {
+    Session& s = *row.session;
+    if (s.state == SessionState::kPrefill) s.set_state(SessionState::kDecode);
+    apply_token(s, decoder_.sample(s.seq, row.batch_index), t1, out);
+  }
+  reap();
+  start_queued();
+}
+
+void Scheduler::apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out) {
+  if (s.generated == 0) {
+    s.first_token_at = now;
+    const double ttft = ms_between(s.received_at, now);
+    metrics_.ttft_ms_last = ttft;
+    if (ttft > config_.slo_ttft_ms) metrics_.ttft_slo_miss_total++;
+  } else {
+    const double tbt = ms_between(s.last_emit_at, now);
+    s.tbt_ms_ewma = s.generated == 1 ? tbt : 0.2 * tbt + 0.8 * s.tbt_ms_ewma;
+    s.tbt_ms_max = std::max(s.tbt_ms_max, tbt);
+    if (tbt > config_.slo_tbt_ms) metrics_.tbt_slo_miss_total++;
+  }
+  s.last_emit_at = now;
+
+  Event done;
+  done.request_id = s.id;
+  done.kind = Event::Kind::kDone;
+  if (decoder_.is_end_of_generation(token)) {
+    done.reason = FinishReason::kStop;
+  } else {
+    s.generated += 1;
+    s.last_token = token;
+    metrics_.tokens_generated_total++;
+    std::string text = s.utf8.push(decoder_.piece(token));
+    if (!text.empty()) out.push_back(token_event(s.id, std::move(text), token));
+    if (s.generated < s.max_tokens) return;
+    done.reason = FinishReason::kLength;
+  }
+  if (std::string tail = s.utf8.finish(); !tail.empty()) out.push_back(token_event(s.id, std::move(tail), -1));
+  done.prompt_tokens = static_cast<std::int32_t>(s.prompt.size());
+  done.completion_tokens = s.generated;
+  out.push_back(std::move(done));
+  finish(s, SessionState::kFinished);
+  metrics_.requests_completed_total++;
+}
+
+void Scheduler::finish(Session& s, SessionState terminal) {
+  s.set_state(terminal);
+  if (s.seq >= 0) {
+    decoder_.end_sequence(s.seq);
+    free_seqs_.push_back(s.seq);
+    reserved_cells_ -= s.reserved_cells;
+    s.seq = -1;
+  }
+}
+
+void Scheduler::reap() {
+  std::erase_if(sessions_, [](const auto& s) { return is_terminal(*s); });
+}
+
+void Scheduler::publish_metrics() {
+  const Clock::time_point now = Clock::now();
+  std::int64_t active = 0, queued = 0;
+  std::vector<SessionTiming> table;
+  table.reserve(sessions_.size());
+  for (const auto& s : sessions_) {
+    if (is_active(*s)) ++active;
+    if (s->state == SessionState::kQueued) ++queued;
+    SessionTiming t;
+    t.id = s->id;
+    t.state = std::string(session_state_name(s->state));
+    t.prompt_tokens = static_cast<std::int32_t>(s->prompt.size());
+    t.prefilled = s->n_prefilled;
+    t.generated = s->generated;
+    t.kv_tokens = s->seq >= 0 ? decoder_.kv_tokens(s->seq) : 0;
+    t.queue_ms = ms_between(s->received_at, s->state == SessionState::kQueued ? now : s->started_at);
+    t.ttft_ms = s->generated > 0 ? ms_between(s->received_at, s->first_token_at) : -1.0;
+    t.tbt_ms_ewma = s->tbt_ms_ewma;
+    t.tbt_ms_max = s->tbt_ms_max;
+    table.push_back(std::move(t));
+  }
+  std::int64_t kv_tokens = 0, kv_seqs = 0;
+  for (std::int32_t seq = 0; seq < decoder_.n_seq_max(); ++seq) {
+    const std::int32_t k = decoder_.kv_tokens(seq);
+    kv_tokens += k;
+    kv_seqs += k > 0 ? 1 : 0;
+  }
+  metrics_.active_sessions = active;
+  metrics_.queued_sessions = queued;
+  metrics_.kv_tokens_used = kv_tokens;
+  metrics_.kv_sequences_used = kv_seqs;
+  metrics_.kv_cells_reserved = reserved_cells_;
+  metrics_.publish_sessions(std::move(table));
+}
+
+}  // namespace uma

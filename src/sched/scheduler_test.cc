@@ -1,0 +1,297 @@
+// Batch building, logits-row mapping and scheduling against a fake decoder whose "model" predicts
+// token + 1 (like the oracle model), and which checks every call the scheduler makes.
+#include "sched/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace uma {
+namespace {
+
+constexpr Token kEos = 2;
+
+class FakeDecoder final : public Decoder {
+ public:
+  FakeDecoder(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq)
+      : n_batch_(n_batch), n_ctx_(n_ctx), n_seq_(n_seq), kv_(static_cast<size_t>(n_seq)), live_(static_cast<size_t>(n_seq)) {}
+
+  std::int32_t n_batch() const override { return n_batch_; }
+  std::int32_t n_ctx() const override { return n_ctx_; }
+  std::int32_t n_seq_max() const override { return n_seq_; }
+  // One token per byte (offset 100) after a BOS of 1.
+  Status tokenize(std::string_view text, std::vector<Token>& out) const override {
+    out = {1};
+    for (unsigned char c : text) out.push_back(100 + c);
+    return Status::Ok();
+  }
+  std::string piece(Token t) const override { return "<" + std::to_string(t) + ">"; }
+  bool is_end_of_generation(Token t) const override { return t == kEos; }
+  Status start_sequence(std::int32_t seq, const SamplingParams&) override {
+    EXPECT_FALSE(live_[seq]) << "sequence " << seq << " started twice";
+    EXPECT_TRUE(kv_[seq].empty()) << "sequence " << seq << " starts with stale KV";
+    live_[seq] = true;
+    return Status::Ok();
+  }
+  void end_sequence(std::int32_t seq) override {
+    ++ended_;
+    live_[seq] = false;
+    kv_[seq].clear();
+  }
+  Status decode(std::span<const BatchEntry> batch) override {
+    ++decodes_;
+    EXPECT_LE(static_cast<std::int32_t>(batch.size()), n_batch_);
+    last_.assign(batch.begin(), batch.end());
+    sampled_.clear();
+    if (fail_next_) {
+      fail_next_ = false;
+      return Status(ErrorCode::kDecodeFailed, "injected");
+    }
+    for (const BatchEntry& e : batch) {
+      EXPECT_TRUE(live_[e.seq]) << "decode for a sequence that was not started";
+      EXPECT_EQ(e.pos, static_cast<std::int32_t>(kv_[e.seq].size())) << "positions must be contiguous";
+      kv_[e.seq].push_back(e.token);
+    }
+    max_batch_ = std::max(max_batch_, batch.size());
+    return Status::Ok();
+  }
+  Token sample(std::int32_t seq, std::int32_t i) override {
+    EXPECT_GE(i, 0);
+    EXPECT_LT(i, static_cast<std::int32_t>(last_.size()));
+    const BatchEntry& e = last_[static_cast<size_t>(i)];
+    EXPECT_TRUE(e.logits) << "sampled a row that did not ask for logits";
+    EXPECT_EQ(e.seq, seq) << "logits row belongs to another sequence";
+    EXPECT_TRUE(sampled_.insert(i).second) << "row sampled twice";
+    return e.token + 1 == eos_after_ ? kEos : e.token + 1;
+  }
+  std::int32_t kv_tokens(std::int32_t seq) const override { return static_cast<std::int32_t>(kv_[seq].size()); }
+
+  std::int32_t total_kv() const {
+    std::int32_t n = 0;
+    for (const auto& k : kv_) n += static_cast<std::int32_t>(k.size());
+    return n;
+  }
+
+  int decodes_ = 0;
+  int ended_ = 0;
+  size_t max_batch_ = 0;
+  bool fail_next_ = false;
+  Token eos_after_ = -1;  // when set, this token id is replaced by EOS
+  std::vector<BatchEntry> last_;
+
+ private:
+  std::int32_t n_batch_, n_ctx_, n_seq_;
+  std::vector<std::vector<Token>> kv_;
+  std::vector<bool> live_;
+  std::set<std::int32_t> sampled_;
+};
+
+struct Outcome {
+  std::string text;
+  int done = 0;
+  int errors = 0;
+  FinishReason reason = FinishReason::kStop;
+  ErrorCode error = ErrorCode::kOk;
+  std::int32_t completion_tokens = 0;
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void make(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq, SchedulerConfig cfg = {}) {
+    cfg.slo_tbt_ms = 1e9;  // wall time must not change plans in unit tests
+    decoder_ = std::make_unique<FakeDecoder>(n_batch, n_ctx, n_seq);
+    scheduler_ = std::make_unique<Scheduler>(*decoder_, metrics_, cfg);
+  }
+  void submit(RequestId id, std::string prompt, std::int32_t max_tokens) {
+    Request r;
+    r.id = id;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.received_at = Clock::now();
+    scheduler_->admit(std::move(r), events_);
+    collect();
+  }
+  void collect() {
+    for (Event& e : events_) {
+      Outcome& o = out_[e.request_id];
+      EXPECT_EQ(o.done + o.errors, 0) << "event after the end of request " << e.request_id;
+      if (e.kind == Event::Kind::kToken) o.text += e.text;
+      if (e.kind == Event::Kind::kDone) { ++o.done; o.reason = e.reason; o.completion_tokens = e.completion_tokens; }
+      if (e.kind == Event::Kind::kError) { ++o.errors; o.error = e.error.code(); }
+    }
+    events_.clear();
+  }
+  int run_until_idle(int limit = 10000) {
+    int ticks = 0;
+    while (scheduler_->has_work() && ticks < limit) {
+      scheduler_->tick(events_);
+      collect();
+      ++ticks;
+    }
+    return ticks;
+  }
+  static std::string expected(Token last, int n) {
+    std::string s;
+    for (int k = 1; k <= n; ++k) s += "<" + std::to_string(last + k) + ">";
+    return s;
+  }
+
+  ServerMetrics metrics_;
+  std::unique_ptr<FakeDecoder> decoder_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::vector<Event> events_;
+  std::map<RequestId, Outcome> out_;
+};
+
+TEST(BatchBuilder, MapsEveryLogitsRowToItsSession) {
+  Session a, b, c;
+  a.seq = 0; a.state = SessionState::kDecode; a.last_token = 50; a.n_past = 7;
+  b.seq = 1; b.state = SessionState::kPrefill; b.prompt = {1, 2, 3, 4, 5}; b.n_prefilled = 2;
+  c.seq = 2; c.state = SessionState::kPrefill; c.prompt = {1, 9, 9, 9, 9, 9, 9}; c.n_prefilled = 0;
+  Session* order[] = {&a, &b, &c};
+  TickPlan plan;
+  plan.decode = {0};
+  plan.prefill = {{1, 3}, {2, 4}};  // b completes its prompt, c does not
+  BuiltBatch out;
+  build_batch(plan, order, out);
+  ASSERT_EQ(out.entries.size(), 8u);
+  EXPECT_EQ(out.entries[0].token, 50);
+  EXPECT_EQ(out.entries[0].pos, 7);
+  EXPECT_TRUE(out.entries[0].logits);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(out.entries[1 + k].token, b.prompt[2 + k]);
+    EXPECT_EQ(out.entries[1 + k].pos, 2 + k);
+    EXPECT_EQ(out.entries[1 + k].seq, 1);
+    EXPECT_EQ(out.entries[1 + k].logits, k == 2);
+  }
+  for (int k = 0; k < 4; ++k) EXPECT_FALSE(out.entries[4 + k].logits) << "an unfinished chunk needs no logits";
+  ASSERT_EQ(out.rows.size(), 2u);
+  EXPECT_EQ(out.rows[0].session, &a);
+  EXPECT_EQ(out.rows[0].batch_index, 0);
+  EXPECT_EQ(out.rows[1].session, &b);
+  EXPECT_EQ(out.rows[1].batch_index, 3);
+}
+
+TEST_F(SchedulerTest, ConcurrentRequestsEachGetTheirOwnContinuation) {
+  make(/*n_batch=*/64, /*n_ctx=*/1024, /*n_seq=*/8);
+  submit(1, "abc", 5);
+  submit(2, "hello", 7);
+  submit(3, "z", 3);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'c', 5));
+  EXPECT_EQ(out_[2].text, expected(100 + 'o', 7));
+  EXPECT_EQ(out_[3].text, expected(100 + 'z', 3));
+  for (RequestId id : {1, 2, 3}) {
+    EXPECT_EQ(out_[id].done, 1);
+    EXPECT_EQ(out_[id].reason, FinishReason::kLength);
+  }
+  EXPECT_EQ(out_[2].completion_tokens, 7);
+  EXPECT_EQ(decoder_->total_kv(), 0) << "every sequence freed";
+  EXPECT_EQ(decoder_->ended_, 3);
+  EXPECT_EQ(metrics_.tokens_generated_total.load(), 15u);
+  EXPECT_EQ(metrics_.batch_calls_total.load(), static_cast<std::uint64_t>(decoder_->decodes_));
+}
+
+TEST_F(SchedulerTest, LongPromptIsChunkedWhileStreamsKeepDecoding) {
+  SchedulerConfig cfg;
+  cfg.start_budget = 16;
+  cfg.min_prefill = 16;
+  make(/*n_batch=*/16, 4096, 4, cfg);
+  submit(1, "s", 400);
+  scheduler_->tick(events_);  // prefill of request 1 completes; it is now decoding
+  collect();
+  submit(2, std::string(300, 'x'), 2);
+  int ticks_while_prefilling = 0;
+  while (out_[2].text.empty()) {
+    const size_t before = out_[1].text.size();
+    scheduler_->tick(events_);
+    collect();
+    EXPECT_GT(out_[1].text.size(), before) << "the running stream got no token in tick " << ticks_while_prefilling;
+    ++ticks_while_prefilling;
+  }
+  EXPECT_GE(ticks_while_prefilling, 300 / 16);
+  EXPECT_LE(decoder_->max_batch_, 16u);
+  run_until_idle();
+  EXPECT_EQ(out_[2].text, expected(100 + 'x', 2));
+  EXPECT_EQ(out_[1].text, expected(100 + 's', 400));
+}
+
+TEST_F(SchedulerTest, CancelFreesKvAndSilencesTheRequest) {
+  make(64, 1024, 4);
+  submit(1, "abc", 100);
+  submit(2, "def", 10);
+  for (int i = 0; i < 3; ++i) scheduler_->tick(events_);
+  collect();
+  EXPECT_GT(decoder_->kv_tokens(0) + decoder_->kv_tokens(1), 0);
+  scheduler_->cancel(1);
+  scheduler_->cancel(1);  // idempotent
+  run_until_idle();
+  EXPECT_EQ(out_[1].done + out_[1].errors, 0);
+  EXPECT_EQ(out_[2].text, expected(100 + 'f', 10));
+  EXPECT_EQ(decoder_->total_kv(), 0);
+  EXPECT_EQ(metrics_.requests_cancelled_total.load(), 1u);
+}
+
+TEST_F(SchedulerTest, RequestsWaitForKvRoomInsteadOfFailing) {
+  make(64, /*n_ctx=*/40, 4);
+  submit(1, "aaaa", 20);  // 5 prompt + 20 = 25 cells
+  submit(2, "bbbb", 20);  // would need 50 in all: waits
+  scheduler_->publish_metrics();
+  EXPECT_EQ(metrics_.queued_sessions.load(), 1);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'a', 20));
+  EXPECT_EQ(out_[2].text, expected(100 + 'b', 20));
+  EXPECT_EQ(decoder_->total_kv(), 0);
+}
+
+TEST_F(SchedulerTest, PromptBeyondContextIsATypedError) {
+  make(64, 16, 2);
+  submit(1, std::string(20, 'a'), 4);
+  EXPECT_EQ(out_[1].errors, 1);
+  EXPECT_EQ(out_[1].error, ErrorCode::kContextExceeded);
+  submit(2, "ab", 100);  // fits; generation is capped at the context's end
+  run_until_idle();
+  EXPECT_EQ(out_[2].completion_tokens, 16 - 3);
+}
+
+TEST_F(SchedulerTest, EndOfGenerationStopsWithoutEmittingIt) {
+  make(64, 1024, 2);
+  decoder_->eos_after_ = 100 + 'a' + 3;
+  submit(1, "a", 50);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'a', 2));
+  EXPECT_EQ(out_[1].reason, FinishReason::kStop);
+  EXPECT_EQ(out_[1].completion_tokens, 2);
+}
+
+TEST_F(SchedulerTest, DecodeFailureFailsTheBatchAndFreesKv) {
+  make(64, 1024, 4);
+  submit(1, "abc", 10);
+  submit(2, "de", 10);
+  decoder_->fail_next_ = true;
+  scheduler_->tick(events_);
+  collect();
+  EXPECT_EQ(out_[1].error, ErrorCode::kDecodeFailed);
+  EXPECT_EQ(out_[2].error, ErrorCode::kDecodeFailed);
+  EXPECT_FALSE(scheduler_->has_work());
+  EXPECT_EQ(decoder_->total_kv(), 0);
+  submit(3, "x", 2);  // the scheduler keeps serving
+  run_until_idle();
+  EXPECT_EQ(out_[3].text, expected(100 + 'x', 2));
+}
+
+TEST_F(SchedulerTest, ShutdownFailsEveryOpenRequest) {
+  make(64, 40, 4);
+  submit(1, "aaaa", 20);
+  submit(2, "bbbb", 20);  // queued
+  scheduler_->tick(events_);
+  scheduler_->fail_all(Status(ErrorCode::kShuttingDown, "bye"), events_);
+  collect();
+  EXPECT_EQ(out_[1].error, ErrorCode::kShuttingDown);
+  EXPECT_EQ(out_[2].error, ErrorCode::kShuttingDown);
+  EXPECT_EQ(decoder_->total_kv(), 0);
+}
+
+}  // namespace
+}  // namespace uma

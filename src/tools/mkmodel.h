@@ -1,0 +1,44 @@
+// Writing llama-architecture GGUF test models: seeded random weights of a realistic shape plus the
+// real SentencePiece tokenizer copied from llama.cpp's vocab-only GGUF. Random weights cost exactly
+// what trained weights of the same shape cost, so these measure speed faithfully.
+//
+// The `oracle` preset is built so that the greedy next token is always (last token + 1) mod
+// n_vocab, by a wide margin and whatever the batch: embeddings are random unit vectors, output
+// row j is the embedding of token j-1, norms are 1, and attn_output / ffn_down are zero, so the
+// residual stream carries the last token's embedding to the head unchanged.
+//
+// Deterministic: the same preset, type and seed give the same bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace uma {
+
+struct ModelShape {
+  std::string name;
+  std::int32_t n_embd = 0;
+  std::int32_t n_layer = 0;
+  std::int32_t n_head = 0;
+  std::int32_t n_head_kv = 0;
+  std::int32_t n_ff = 0;
+  bool oracle = false;
+};
+
+// Presets: tiny, small, 1b, oracle. Returns false for an unknown name.
+bool find_preset(const std::string& name, ModelShape* out);
+
+struct MkModelOptions {
+  ModelShape shape;
+  std::string type = "f32";   // f32 | f16 | q8_0 | q4_0
+  std::uint64_t seed = 1;
+  std::string vocab_path;     // llama.cpp models/ggml-vocab-llama-spm.gguf
+  std::string out_path;
+  std::int32_t threads = 0;   // for quantization; 0 = all
+};
+
+Status write_model(const MkModelOptions& options);
+
+}  // namespace uma

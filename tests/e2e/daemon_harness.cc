@@ -1,0 +1,215 @@
+#include "e2e/daemon_harness.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace uma::test {
+namespace {
+
+int connect_unix(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = TestClock::now() + timeout;
+  while (TestClock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -2;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string bin_path(const std::string& name) { return std::string(UMA_BIN_DIR) + "/" + name; }
+std::string model_path(const std::string& name) { return std::string(UMA_MODELS_DIR) + "/" + name; }
+
+std::string temp_dir() {
+  static const std::string dir = [] {
+    char tmpl[] = "/tmp/uma-e2e-XXXXXX";
+    return std::string(::mkdtemp(tmpl));
+  }();
+  return dir;
+}
+
+Daemon::Daemon(std::vector<std::string> args, const std::string& model) {
+  static std::atomic<int> counter{0};
+  const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  socket_ = temp_dir() + "/umad-" + tag + ".sock";
+  log_path_ = temp_dir() + "/umad-" + tag + ".log";
+  std::vector<std::string> argv = {bin_path("umad"), "--model", model_path(model), "--socket", socket_,
+                                   "--threads", "2"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_ = spawn(argv, log_path_);
+  const auto deadline = TestClock::now() + std::chrono::seconds(60);
+  while (TestClock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;  // exited early: started() stays false, log() tells why
+    }
+    // The daemon accepts only once the model is loaded; a served /metrics line proves it.
+    const int fd = connect_unix(socket_);
+    if (fd >= 0) {
+      ::close(fd);
+      Client probe(socket_);
+      if (probe.send("/metrics\n") && probe.read_line(std::chrono::seconds(30))) {
+        started_ = true;
+        return;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+Daemon::~Daemon() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+int Daemon::stop(std::chrono::seconds timeout) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  const int rc = wait_exit(pid_, timeout);
+  if (rc != -2) pid_ = -1;
+  return rc < 0 ? -1 : rc;
+}
+
+long Daemon::rss_kib() const {
+  std::ifstream f("/proc/" + std::to_string(pid_) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+std::string Daemon::log() const { return slurp(log_path_); }
+
+int run_command(const std::vector<std::string>& argv, std::string* output, int timeout_sec) {
+  const std::string out = temp_dir() + "/cmd-" + std::to_string(::getpid()) + ".out";
+  const pid_t pid = spawn(argv, out);
+  int rc = wait_exit(pid, std::chrono::seconds(timeout_sec));
+  if (rc == -2) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  if (output) *output = slurp(out);
+  return rc;
+}
+
+Client::Client(const std::string& socket_path) : fd_(connect_unix(socket_path)) {}
+Client::~Client() { close(); }
+
+void Client::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+bool Client::send(const std::string& bytes) {
+  for (size_t off = 0; off < bytes.size();) {
+    const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::string Client::read_some(std::chrono::milliseconds timeout) {
+  pollfd p{fd_, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return {};
+  char buf[65536];
+  const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+  if (n <= 0) return {};
+  bytes_received += static_cast<size_t>(n);
+  arrivals.emplace_back(TestClock::now(), bytes_received);
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::optional<std::string> Client::read_line(std::chrono::milliseconds timeout) {
+  const auto deadline = TestClock::now() + timeout;
+  while (true) {
+    const size_t nl = pending_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      return line;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TestClock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
+    char buf[65536];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return std::nullopt;
+    bytes_received += static_cast<size_t>(n);
+    arrivals.emplace_back(TestClock::now(), bytes_received);
+    pending_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+bool Client::wait_closed(std::chrono::milliseconds timeout) {
+  const auto deadline = TestClock::now() + timeout;
+  while (TestClock::now() < deadline) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 50) > 0) {
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n == 0) return true;
+      if (n < 0) return errno != EAGAIN;
+    }
+  }
+  return false;
+}
+
+std::string fetch_metrics(const std::string& socket_path) {
+  Client c(socket_path);
+  if (!c.connected() || !c.send("/metrics\n")) return {};
+  return c.read_line(std::chrono::seconds(10)).value_or("");
+}
+
+}  // namespace uma::test

@@ -1,0 +1,67 @@
+// Test harness: starts the real umad binary on a temporary socket and talks to it over plain
+// POSIX sockets, recording when each chunk of bytes arrived.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace uma::test {
+
+using TestClock = std::chrono::steady_clock;
+
+std::string bin_path(const std::string& name);     // build/bin/<name>
+std::string model_path(const std::string& name);   // build/models/<name>
+std::string temp_dir();                            // unique per process, created on first use
+
+class Daemon {
+ public:
+  // Starts umad with --socket <tmp> --threads 2 plus `args`; waits until the socket accepts.
+  explicit Daemon(std::vector<std::string> args, const std::string& model = "oracle.gguf");
+  ~Daemon();  // SIGKILL if still running
+  const std::string& socket() const { return socket_; }
+  pid_t pid() const { return pid_; }
+  bool started() const { return started_; }
+  // SIGTERM, then waits; returns the exit status (or -1 on timeout / abnormal end).
+  int stop(std::chrono::seconds timeout = std::chrono::seconds(20));
+  long rss_kib() const;  // VmRSS from /proc
+  std::string log() const;
+
+ private:
+  std::string socket_;
+  std::string log_path_;
+  pid_t pid_ = -1;
+  bool started_ = false;
+};
+
+// Runs a binary to completion; returns its exit status and output (stdout+stderr).
+int run_command(const std::vector<std::string>& argv, std::string* output, int timeout_sec = 60);
+
+class Client {
+ public:
+  explicit Client(const std::string& socket_path);
+  ~Client();
+  bool connected() const { return fd_ >= 0; }
+  bool send(const std::string& bytes);
+  // Reads until a '\n'; returns the line without it, or nullopt on timeout / EOF.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  // Reads whatever arrives within `timeout` (at least one byte unless it times out).
+  std::string read_some(std::chrono::milliseconds timeout);
+  bool wait_closed(std::chrono::milliseconds timeout);  // true once the server closed the socket
+  void close();
+  // Arrival time of every chunk read so far and the total bytes after it.
+  std::vector<std::pair<TestClock::time_point, size_t>> arrivals;
+  size_t bytes_received = 0;
+
+ private:
+  int fd_ = -1;
+  std::string pending_;
+};
+
+// Sends "/metrics" on a fresh connection and returns the JSON line.
+std::string fetch_metrics(const std::string& socket_path);
+
+}  // namespace uma::test

@@ -1,0 +1,209 @@
+// End-to-end: the real umad serving the oracle model, whose greedy continuation of any prompt is
+// known exactly (next token = last token + 1), so cross-talk, lost or duplicated tokens, and wrong
+// logits rows show up as wrong bytes.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <thread>
+
+#include "e2e/daemon_harness.h"
+#include "e2e/oracle.h"
+
+namespace uma::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+const Oracle& oracle() {
+  static const Oracle o(model_path("oracle.gguf"));
+  return o;
+}
+
+nlohmann::json metrics_of(const Daemon& d) { return nlohmann::json::parse(fetch_metrics(d.socket())); }
+
+// Polls the metrics until `pred` holds or `timeout` passes.
+template <typename Pred>
+nlohmann::json wait_metrics(const Daemon& d, Pred pred, std::chrono::seconds timeout = 10s) {
+  nlohmann::json m;
+  for (auto deadline = TestClock::now() + timeout; TestClock::now() < deadline; std::this_thread::sleep_for(20ms)) {
+    m = metrics_of(d);
+    if (pred(m)) break;
+  }
+  return m;
+}
+
+const std::vector<std::string> kWords = {"world", "apple", "river", "stone", "music", "garden", "yellow", "window",
+                                         "castle", "rabbit", "silver", "pencil", "forest", "candle", "bridge", "ocean"};
+
+TEST(UmadE2E, SingleClientGetsTheOracleContinuation) {
+  Daemon d({"--max-tokens", "24"});
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(d.socket());
+  ASSERT_TRUE(c.send("hello world\n"));
+  const auto line = c.read_line();
+  ASSERT_TRUE(line.has_value());
+  EXPECT_EQ(*line, oracle().expected_reply("hello world", 24));
+  const auto m = metrics_of(d);
+  EXPECT_EQ(m["tokens_generated_total"], 24);
+  EXPECT_EQ(m["requests_completed_total"], 1);
+  EXPECT_EQ(m["active_sessions"], 0);
+  EXPECT_EQ(m["kv_tokens_used"], 0);
+  for (const char* key : {"batch_calls_total", "last_batch_size", "decode_ms_last", "decode_ms_ewma", "ttft_ms_last"}) {
+    EXPECT_TRUE(m.contains(key)) << key;
+  }
+  EXPECT_EQ(d.stop(), 0) << d.log();
+}
+
+TEST(UmadE2E, SixteenConcurrentClientsEachGetExactlyTheirOwnContinuation) {
+  Daemon d({"--max-tokens", "48", "--max-sessions", "16"});
+  ASSERT_TRUE(d.started()) << d.log();
+  std::vector<std::unique_ptr<Client>> clients;
+  for (const std::string& w : kWords) {
+    clients.push_back(std::make_unique<Client>(d.socket()));
+    ASSERT_TRUE(clients.back()->send("the " + w + "\n"));
+  }
+  std::vector<std::string> got(kWords.size());
+  std::vector<std::thread> readers;
+  for (size_t i = 0; i < kWords.size(); ++i) {
+    readers.emplace_back([&, i] { got[i] = clients[i]->read_line().value_or("<timeout>"); });
+  }
+  for (auto& t : readers) t.join();
+  for (size_t i = 0; i < kWords.size(); ++i) {
+    EXPECT_EQ(got[i], oracle().expected_reply("the " + kWords[i], 48)) << "client " << i;
+  }
+  const auto m = metrics_of(d);
+  EXPECT_EQ(m["tokens_generated_total"], 16 * 48);
+  // Batching happened: far fewer decodes than tokens.
+  EXPECT_LT(m["batch_calls_total"].get<int>(), 16 * 48 / 2);
+  EXPECT_EQ(d.stop(), 0);
+}
+
+TEST(UmadE2E, RunningStreamsKeepReceivingTokensWhileALongPromptPrefills) {
+  Daemon d({"--max-tokens", "400", "--n-batch", "128", "--n-ctx", "8192"});
+  ASSERT_TRUE(d.started()) << d.log();
+  std::vector<std::unique_ptr<Client>> streams;
+  for (int i = 0; i < 3; ++i) {
+    streams.push_back(std::make_unique<Client>(d.socket()));
+    ASSERT_TRUE(streams.back()->send("the " + kWords[i] + "\n"));
+  }
+  for (auto& s : streams) ASSERT_FALSE(s->read_some(10s).empty());  // all three are streaming
+
+  const std::string long_prompt = Oracle::long_prompt(2000, "ocean");
+  ASSERT_GE(oracle().tokenize(long_prompt).size(), 2000u);
+  Client big(d.socket());
+  const auto sent_at = TestClock::now();
+  ASSERT_TRUE(big.send(long_prompt + "\n"));
+  std::vector<std::thread> readers;
+  std::vector<std::string> got(3);
+  for (int i = 0; i < 3; ++i) readers.emplace_back([&, i] { got[i] = streams[i]->read_line(60s).value_or("<timeout>"); });
+  const auto big_line = big.read_line(60s);
+  for (auto& t : readers) t.join();
+  ASSERT_TRUE(big_line.has_value());
+  EXPECT_EQ(*big_line, oracle().expected_reply(long_prompt, 400));
+  const auto first_big_byte = big.arrivals.front().first;
+
+  for (int i = 0; i < 3; ++i) {
+    // got[i] excludes the bytes read before the long prompt; compare the tail.
+    const std::string want = oracle().expected_reply("the " + kWords[i], 400);
+    ASSERT_GE(want.size(), got[i].size());
+    EXPECT_EQ(want.substr(want.size() - got[i].size()), got[i]) << "stream " << i;
+    int chunks_during_prefill = 0;
+    for (const auto& [t, n] : streams[i]->arrivals) chunks_during_prefill += (t > sent_at && t < first_big_byte);
+    // 2000 prompt tokens with at most 128 per decode take >= 16 ticks; each tick feeds every stream.
+    EXPECT_GE(chunks_during_prefill, 4) << "stream " << i << " stalled while the long prompt prefilled";
+  }
+  EXPECT_EQ(d.stop(), 0);
+}
+
+TEST(UmadE2E, SessionIsReusedForSeveralPrompts) {
+  Daemon d({"--max-tokens", "10"});
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(d.socket());
+  for (const std::string w : {"apple", "river", "stone"}) {
+    ASSERT_TRUE(c.send("a " + w + "\r\n"));  // CRLF is accepted too
+    EXPECT_EQ(c.read_line().value_or("<timeout>"), oracle().expected_reply("a " + w, 10));
+  }
+  // Two prompts in one write are served one after the other.
+  ASSERT_TRUE(c.send("one garden\none window\n"));
+  EXPECT_EQ(c.read_line().value_or(""), oracle().expected_reply("one garden", 10));
+  EXPECT_EQ(c.read_line().value_or(""), oracle().expected_reply("one window", 10));
+  EXPECT_EQ(metrics_of(d)["requests_completed_total"], 5);
+}
+
+TEST(UmadE2E, BadInputsGetTheirErrorLinesAndTheSessionSurvives) {
+  Daemon d({"--max-tokens", "8", "--max-prompt-bytes", "1024"});
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(d.socket());
+  ASSERT_TRUE(c.send(std::string(5000, 'x') + "\n"));
+  EXPECT_EQ(c.read_line(), "error: prompt too large");
+  ASSERT_TRUE(c.send("bad \xC3\x28 bytes\n"));
+  EXPECT_EQ(c.read_line(), "error: invalid utf-8");
+  ASSERT_TRUE(c.send(std::string("nul\0inside\n", 11)));
+  EXPECT_EQ(c.read_line(), "error: nul byte in prompt");
+  ASSERT_TRUE(c.send("\n"));
+  EXPECT_EQ(c.read_line(), "error: empty prompt");
+  ASSERT_TRUE(c.send("still works\n"));
+  EXPECT_EQ(c.read_line().value_or(""), oracle().expected_reply("still works", 8));
+  const auto m = metrics_of(d);
+  EXPECT_EQ(m["errors_total"]["prompt_too_large"], 1);
+  EXPECT_EQ(m["errors_total"]["invalid_utf8"], 1);
+  EXPECT_EQ(m["errors_total"]["contains_nul"], 1);
+}
+
+TEST(UmadE2E, DisconnectMidStreamFreesTheSessionAndItsKv) {
+  Daemon d({"--max-tokens", "3000", "--n-ctx", "8192"});
+  ASSERT_TRUE(d.started()) << d.log();
+  {
+    Client c(d.socket());
+    ASSERT_TRUE(c.send("hello world\n"));
+    ASSERT_FALSE(c.read_some(10s).empty());
+    const auto busy = metrics_of(d);
+    EXPECT_EQ(busy["active_sessions"], 1);
+    EXPECT_GT(busy["kv_tokens_used"].get<int>(), 0);
+  }  // closes mid-stream
+  const auto m = wait_metrics(d, [](const nlohmann::json& j) {
+    return j["active_sessions"] == 0 && j["kv_tokens_used"] == 0 && j["sessions_open"] == 0;
+  });
+  EXPECT_EQ(m["active_sessions"], 0);
+  EXPECT_EQ(m["kv_tokens_used"], 0);
+  EXPECT_EQ(m["kv_sequences_used"], 0);
+  EXPECT_EQ(m["kv_cells_reserved"], 0);
+  EXPECT_EQ(m["requests_cancelled_total"], 1);
+  EXPECT_EQ(m["disconnects_mid_stream_total"], 1);
+  EXPECT_LT(m["tokens_generated_total"].get<int>(), 3000) << "generation went on after the client left";
+}
+
+TEST(UmadE2E, SessionCapRejectsTheExtraClientWithAnErrorLine) {
+  Daemon d({"--max-tokens", "2000", "--max-sessions", "2", "--n-ctx", "8192"});
+  ASSERT_TRUE(d.started()) << d.log();
+  Client a(d.socket()), b(d.socket()), extra(d.socket());
+  ASSERT_TRUE(a.send("the apple\n"));
+  ASSERT_TRUE(b.send("the river\n"));
+  ASSERT_FALSE(a.read_some(10s).empty());
+  ASSERT_FALSE(b.read_some(10s).empty());
+  ASSERT_TRUE(extra.send("the stone\n"));
+  EXPECT_EQ(extra.read_line(), "error: too many sessions");
+  EXPECT_TRUE(extra.wait_closed(5s));
+  // Metrics need no session slot.
+  EXPECT_EQ(metrics_of(d)["sessions_open"], 2);
+}
+
+TEST(UmadE2E, SlowReaderIsDroppedAtTheTxCap) {
+  // A small socket buffer on the client side makes the server's TX queue fill quickly.
+  Daemon d({"--max-tokens", "6000", "--n-ctx", "8192", "--max-tx-kib", "4"});
+  ASSERT_TRUE(d.started()) << d.log();
+  Client slow(d.socket());
+  ASSERT_TRUE(slow.send("hello world\n"));  // and never read
+  const auto m = wait_metrics(d, [](const nlohmann::json& j) { return j["tx_drops_total"] == 1 && j["active_sessions"] == 0; }, 120s);
+  EXPECT_EQ(m["tx_drops_total"], 1);
+  EXPECT_EQ(m["active_sessions"], 0);
+  EXPECT_EQ(m["kv_tokens_used"], 0);
+  // Other clients are unaffected.
+  Client ok(d.socket());
+  ASSERT_TRUE(ok.send("the apple\n"));
+  EXPECT_TRUE(ok.read_some(10s).size() > 0);
+}
+
+}  // namespace
+}  // namespace uma::test
