@@ -55,13 +55,20 @@ unpack_source() {
 build() {
   local launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  if [ ! -f "$home/build/build.ninja" ]; then
+  # AMX is left out on purpose: on the VMs this project runs on, CPUs advertise AMX that the
+  # kernel does not grant (ggml's AMX kernels die with SIGILL/SIGSEGV), and explicit -mno-amx-*
+  # wins over -march=native whatever the order.
+  local noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  local args=(-G Ninja -Wno-dev -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=ON
+    "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx"
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+    -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_CCACHE=OFF "${launcher[@]}")
+  # Reconfigure when the configuration changes (the stamp holds the arguments used).
+  if [ ! -f "$home/build/build.ninja" ] || [ "$(cat "$home/build/.uma-config" 2>/dev/null)" != "${args[*]}" ]; then
     log "configuring llama.cpp in $home/build"
-    cmake -S "$home/src" -B "$home/build" -G Ninja -Wno-dev \
-      -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=ON \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
-      -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-      -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_CCACHE=OFF "${launcher[@]}" >/dev/null
+    cmake -S "$home/src" -B "$home/build" "${args[@]}" >/dev/null
+    printf '%s' "${args[*]}" >"$home/build/.uma-config"
   fi
   local jobs=${UMA_JOBS:-$(nproc)}
   log "building llama.cpp targets: llama llama-bench $* (-j$jobs)"

@@ -1,0 +1,58 @@
+// uma-mkmodel: deterministic output for every type, loadable by llama.cpp, and a working oracle.
+#include <gtest/gtest.h>
+#include <llama.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "e2e/daemon_harness.h"
+#include "e2e/oracle.h"
+
+namespace uma::test {
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+std::string make(const std::string& preset, const std::string& type, int seed) {
+  const std::string out = temp_dir() + "/" + preset + "-" + type + "-" + std::to_string(seed) + ".gguf";
+  std::string log;
+  EXPECT_EQ(run_command({bin_path("uma-mkmodel"), "--preset", preset, "--type", type, "--seed",
+                         std::to_string(seed), "-o", out, "--threads", "2"}, &log), 0) << log;
+  return out;
+}
+
+TEST(MkModel, SameSeedSameBytesForEveryType) {
+  for (const std::string type : {"f32", "f16", "q8_0", "q4_0"}) {
+    const std::string a = read_all(make("tiny", type, 7));
+    const std::string a2 = read_all(make("tiny", type, 7));
+    ASSERT_GT(a.size(), 1000000u) << type;
+    EXPECT_EQ(a, a2) << type << " is not deterministic";
+  }
+  EXPECT_NE(read_all(make("tiny", "f16", 7)), read_all(make("tiny", "f16", 8))) << "seed has no effect";
+  // Quantized files are smaller than f32, in the expected order.
+  EXPECT_LT(read_all(make("tiny", "q4_0", 7)).size(), read_all(make("tiny", "q8_0", 7)).size());
+  EXPECT_LT(read_all(make("tiny", "q8_0", 7)).size(), read_all(make("tiny", "f16", 7)).size());
+}
+
+TEST(MkModel, ModelsLoadWithTheRealTokenizerAndShape) {
+  llama_backend_init();
+  const std::string path = make("tiny", "q8_0", 3);
+  llama_model_params p = llama_model_default_params();
+  llama_model* m = llama_model_load_from_file(path.c_str(), p);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(llama_model_n_embd(m), 64);
+  EXPECT_EQ(llama_model_n_layer(m), 2);
+  EXPECT_EQ(llama_model_n_head(m), 4);
+  EXPECT_EQ(llama_model_n_head_kv(m), 2);
+  EXPECT_EQ(llama_vocab_n_tokens(llama_model_get_vocab(m)), 32000);
+  llama_model_free(m);
+  // "hello world" tokenizes as in llama.cpp's SentencePiece vocab (NOTES.md: 22172, 3186).
+  const Oracle o(model_path("oracle.gguf"));
+  EXPECT_EQ(o.tokenize("hello world"), (std::vector<std::int32_t>{1, 22172, 3186}));
+}
+
+}  // namespace
+}  // namespace uma::test
