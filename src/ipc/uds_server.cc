@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,6 +106,14 @@ void UdsServer::arm_read(const ConnPtr& c) {
 void UdsServer::on_read(const ConnPtr& c, const boost::system::error_code& ec, std::size_t n) {
   if (c->state == ConnState::kClosed) return;
   if (ec == asio::error::eof) {
+    // EOF is either a half-close (the client still wants its replies) or a full close. A Unix
+    // socket reports POLLHUP only for the latter: then cancel now, even mid-prefill, instead of
+    // finding out at the first failed write.
+    pollfd p{c->socket.native_handle(), 0, 0};
+    if (::poll(&p, 1, 0) == 1 && (p.revents & POLLHUP) != 0) {
+      close(c, "peer closed");
+      return;
+    }
     c->peer_eof = true;
   } else if (ec) {
     close(c, "read error");

@@ -150,6 +150,8 @@ void Client::close() {
   fd_ = -1;
 }
 
+void Client::shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+
 bool Client::send(const std::string& bytes) {
   for (size_t off = 0; off < bytes.size();) {
     const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);

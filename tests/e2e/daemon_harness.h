@@ -52,6 +52,7 @@ class Client {
   std::string read_some(std::chrono::milliseconds timeout);
   bool wait_closed(std::chrono::milliseconds timeout);  // true once the server closed the socket
   void close();
+  void shutdown_write();  // half-close: no more requests, replies still wanted
   // Arrival time of every chunk read so far and the total bytes after it.
   std::vector<std::pair<TestClock::time_point, size_t>> arrivals;
   size_t bytes_received = 0;

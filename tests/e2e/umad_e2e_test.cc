@@ -174,6 +174,31 @@ TEST(UmadE2E, DisconnectMidStreamFreesTheSessionAndItsKv) {
   EXPECT_LT(m["tokens_generated_total"].get<int>(), 3000) << "generation went on after the client left";
 }
 
+TEST(UmadE2E, DisconnectDuringPrefillCancelsBeforeTheFirstToken) {
+  Daemon d({"--max-tokens", "16", "--n-batch", "32", "--n-ctx", "8192"});
+  ASSERT_TRUE(d.started()) << d.log();
+  {
+    Client c(d.socket());
+    ASSERT_TRUE(c.send(Oracle::long_prompt(4000, "ocean") + "\n"));
+  }  // gone before its ~125 prefill ticks are done
+  const auto m = wait_metrics(d, [](const nlohmann::json& j) {
+    return j["requests_cancelled_total"] == 1 && j["active_sessions"] == 0 && j["kv_tokens_used"] == 0;
+  });
+  EXPECT_EQ(m["requests_cancelled_total"], 1);
+  EXPECT_EQ(m["tokens_generated_total"], 0) << "the prompt was prefilled to the end for nobody";
+  EXPECT_EQ(m["kv_tokens_used"], 0);
+}
+
+TEST(UmadE2E, HalfClosedClientStillGetsItsReply) {
+  Daemon d({"--max-tokens", "12"});
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(d.socket());
+  ASSERT_TRUE(c.send("hello world\n"));
+  c.shutdown_write();
+  EXPECT_EQ(c.read_line().value_or("<none>"), oracle().expected_reply("hello world", 12));
+  EXPECT_TRUE(c.wait_closed(5s));
+}
+
 TEST(UmadE2E, SessionCapRejectsTheExtraClientWithAnErrorLine) {
   Daemon d({"--max-tokens", "2000", "--max-sessions", "2", "--n-ctx", "8192"});
   ASSERT_TRUE(d.started()) << d.log();
