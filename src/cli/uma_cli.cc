@@ -3,7 +3,6 @@
 // Errors from the server go to stderr with exit code 1; connection problems exit 2.
 #include <CLI/CLI.hpp>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,19 +13,13 @@
 #include <string>
 
 #include "ipc/newline_wire.h"
+#include "ipc/unix_connect.h"
 
 namespace {
 
-int connect_unix(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    std::cerr << "uma-cli: cannot connect to " << path << ": " << std::strerror(errno) << "\n";
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
+int connect_or_report(const std::string& path) {
+  const int fd = uma::connect_unix(path);
+  if (fd < 0) std::cerr << "uma-cli: cannot connect to " << path << ": " << std::strerror(errno) << "\n";
   return fd;
 }
 
@@ -59,7 +52,7 @@ int main(int argc, char** argv) {
     std::cerr << "uma-cli: the newline protocol carries one line; join the prompt's lines first\n";
     return 2;
   }
-  const int fd = connect_unix(socket_path);
+  const int fd = connect_or_report(socket_path);
   if (fd < 0) return 2;
   if (!send_all(fd, (metrics ? "/metrics" : prompt) + "\n")) {
     std::cerr << "uma-cli: send failed\n";

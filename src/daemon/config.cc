@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <iostream>
 #include <thread>
 
 namespace uma {
@@ -70,6 +71,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   srv.max_tx_bytes = static_cast<std::size_t>(max_tx_kib) * 1024;
   sc.max_tokens_cap = srv.max_tokens;
   if (srv.socket_path.empty()) {
+    std::cerr << "umad: --socket must not be empty\n";
     *exit_code = 2;
     return Status(ErrorCode::kInvalidArgument, "--socket must not be empty");
   }

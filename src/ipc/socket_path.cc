@@ -1,6 +1,7 @@
 #include "ipc/socket_path.h"
 
-#include <sys/socket.h>
+#include "ipc/unix_connect.h"
+
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -12,14 +13,10 @@ namespace uma {
 namespace {
 
 bool someone_listens(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = connect_unix(path);
   if (fd < 0) return false;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   ::close(fd);
-  return ok;
+  return true;
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 #include "e2e/daemon_harness.h"
 
+#include "ipc/unix_connect.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,18 +17,6 @@
 
 namespace uma::test {
 namespace {
-
-int connect_unix(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path) {
   const pid_t pid = ::fork();
@@ -91,7 +80,7 @@ Daemon::Daemon(std::vector<std::string> args, const std::string& model) {
       return;  // exited early: started() stays false, log() tells why
     }
     // The daemon accepts only once the model is loaded; a served /metrics line proves it.
-    const int fd = connect_unix(socket_);
+    const int fd = uma::connect_unix(socket_);
     if (fd >= 0) {
       ::close(fd);
       Client probe(socket_);
@@ -142,7 +131,7 @@ int run_command(const std::vector<std::string>& argv, std::string* output, int t
   return rc;
 }
 
-Client::Client(const std::string& socket_path) : fd_(connect_unix(socket_path)) {}
+Client::Client(const std::string& socket_path) : fd_(uma::connect_unix(socket_path)) {}
 Client::~Client() { close(); }
 
 void Client::close() {
