@@ -16,6 +16,10 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kShuttingDown: return "shutting_down";
     case ErrorCode::kIo: return "io";
     case ErrorCode::kModelLoad: return "model_load";
+    case ErrorCode::kFrameTooLarge: return "frame_too_large";
+    case ErrorCode::kInvalidJson: return "invalid_json";
+    case ErrorCode::kBadRequest: return "bad_request";
+    case ErrorCode::kBusy: return "busy";
     case ErrorCode::kInternal: return "internal";
   }
   return "unknown";

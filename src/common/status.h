@@ -26,7 +26,11 @@ enum class ErrorCode : std::uint8_t {
   kShuttingDown,      // the daemon is stopping
   kIo,                // socket or file error
   kModelLoad,         // model or context could not be created
-  kInternal,          // a bug: an invariant did not hold
+  kFrameTooLarge,     // a protocol frame over --max-frame-bytes
+  kInvalidJson,       // a frame that is not JSON
+  kBadRequest,        // a request field missing or of the wrong type/range
+  kBusy,              // a second request while one is in flight
+  kInternal,          // a bug: an invariant did not hold (keep last: sizes tables)
 };
 
 std::string_view error_code_name(ErrorCode code);

@@ -13,7 +13,11 @@ std::string_view newline_error_text(ErrorCode code) {
     case ErrorCode::kDecodeFailed: return "decode failed";
     case ErrorCode::kShuttingDown: return "server shutting down";
     case ErrorCode::kInvalidArgument: return "invalid request";
+    case ErrorCode::kBadRequest: return "bad request";
+    case ErrorCode::kBusy: return "busy";
     case ErrorCode::kOk:
+    case ErrorCode::kFrameTooLarge:
+    case ErrorCode::kInvalidJson:
     case ErrorCode::kIo:
     case ErrorCode::kModelLoad:
     case ErrorCode::kInternal: break;

@@ -49,7 +49,7 @@ void ComputeThread::run() {
     }
     for (WorkItem& item : work) {
       if (auto* r = std::get_if<Request>(&item)) scheduler_.admit(std::move(*r), events);
-      else scheduler_.cancel(std::get<CancelRequest>(item).id);
+      else scheduler_.cancel(std::get<CancelRequest>(item).id, events);
     }
     work.clear();
     if (stopping) scheduler_.fail_all(Status(ErrorCode::kShuttingDown, "server shutting down"), events);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "common/status.h"
 #include "runtime/sampling.h"
@@ -19,7 +20,13 @@ struct Request {
   RequestId id = 0;
   std::string prompt;             // valid UTF-8, checked at the edge
   std::int32_t max_tokens = 0;    // tokens to generate at most
+  // true: max_tokens was asked for explicitly, so prompt + max_tokens beyond the context is an
+  // error (kContextExceeded); false: generation simply stops at the context's end.
+  bool strict_max_tokens = false;
   SamplingParams sampling;
+  std::vector<std::string> stop;  // generation ends before any of these; never emitted
+  double slo_ttft_ms = 0.0;       // 0: the daemon's default
+  double slo_tbt_ms = 0.0;        // 0: the daemon's default
   Clock::time_point received_at{};
 };
 
@@ -33,7 +40,7 @@ using WorkItem = std::variant<Request, CancelRequest>;
 enum class FinishReason : std::uint8_t { kStop, kLength, kCancelled };
 
 // Compute thread -> I/O thread. For one request: zero or more kToken, then exactly one kDone or
-// kError (none after a cancel, whose outcome nobody is waiting for).
+// kError (a cancelled request ends with kDone, reason kCancelled).
 struct Event {
   enum class Kind : std::uint8_t { kToken, kDone, kError };
   RequestId request_id = 0;
@@ -44,6 +51,9 @@ struct Event {
   Status error;                               // kError
   std::int32_t prompt_tokens = 0;             // kDone
   std::int32_t completion_tokens = 0;         // kDone
+  double queue_ms = 0.0;                      // kDone: received -> prefill started
+  double ttft_ms = -1.0;                      // kDone: received -> first token (-1: none)
+  double total_ms = 0.0;                      // kDone: received -> end
 };
 
 }  // namespace uma

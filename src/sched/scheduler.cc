@@ -70,8 +70,18 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
         std::to_string(decoder_.n_ctx()))));
     return;
   }
+  if (request.strict_max_tokens && n_prompt + request.max_tokens > decoder_.n_ctx()) {
+    metrics_.count_error(ErrorCode::kContextExceeded);
+    out.push_back(error_event(request.id, Status(ErrorCode::kContextExceeded,
+        "prompt of " + std::to_string(n_prompt) + " tokens + max_tokens " + std::to_string(request.max_tokens) +
+        " exceeds the context of " + std::to_string(decoder_.n_ctx()))));
+    return;
+  }
   // Generation stops at the context's end: a request never needs more KV than n_ctx.
   s->max_tokens = std::min({request.max_tokens, config_.max_tokens_cap, decoder_.n_ctx() - n_prompt});
+  s->stop = StopFilter(std::move(request.stop));
+  s->slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : config_.slo_ttft_ms;
+  s->slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
   s->reserved_cells = n_prompt + s->max_tokens;
   metrics_.prompt_tokens_total += static_cast<std::uint64_t>(n_prompt);
   spdlog::debug("session {}: admitted, {} prompt tokens, max_tokens {}", s->id, n_prompt, s->max_tokens);
@@ -97,10 +107,10 @@ void Scheduler::start_queued() {
   }
 }
 
-void Scheduler::cancel(RequestId id) {
+void Scheduler::cancel(RequestId id, std::vector<Event>& out) {
   for (auto& s : sessions_) {
     if (s->id == id && !is_terminal(*s)) {
-      finish(*s, SessionState::kCancelled);
+      complete(*s, FinishReason::kCancelled, out);
       metrics_.requests_cancelled_total++;
     }
   }
@@ -130,7 +140,7 @@ void Scheduler::tick(std::vector<Event>& out) {
     Session* s = sessions_[(rr_cursor_ + k) % n].get();
     if (!is_active(*s)) continue;
     const bool decoding = s->state == SessionState::kDecode;
-    const bool overdue = decoding && ms_between(s->last_emit_at, now) > config_.slo_tbt_ms;
+    const bool overdue = decoding && ms_between(s->last_emit_at, now) > s->slo_tbt_ms;
     order_.push_back(s);
     candidates_.push_back({decoding, s->prompt_remaining(), overdue});
   }
@@ -195,35 +205,62 @@ void Scheduler::apply_token(Session& s, Token token, Clock::time_point now, std:
     s.first_token_at = now;
     const double ttft = ms_between(s.received_at, now);
     metrics_.ttft_ms_last = ttft;
-    if (ttft > config_.slo_ttft_ms) metrics_.ttft_slo_miss_total++;
+    if (ttft > s.slo_ttft_ms) metrics_.ttft_slo_miss_total++;
   } else {
     const double tbt = ms_between(s.last_emit_at, now);
     s.tbt_ms_ewma = s.generated == 1 ? tbt : 0.2 * tbt + 0.8 * s.tbt_ms_ewma;
     s.tbt_ms_max = std::max(s.tbt_ms_max, tbt);
-    if (tbt > config_.slo_tbt_ms) metrics_.tbt_slo_miss_total++;
+    if (tbt > s.slo_tbt_ms) metrics_.tbt_slo_miss_total++;
   }
   s.last_emit_at = now;
 
+  if (decoder_.is_end_of_generation(token)) {
+    complete(s, FinishReason::kStop, out);
+    metrics_.requests_completed_total++;
+    return;
+  }
+  s.generated += 1;
+  s.last_token = token;
+  metrics_.tokens_generated_total++;
+  if (emit_text(s, s.utf8.push(decoder_.piece(token)), token, out)) {
+    complete(s, FinishReason::kStop, out, /*stop_matched=*/true);
+    metrics_.requests_completed_total++;
+  } else if (s.generated >= s.max_tokens) {
+    complete(s, FinishReason::kLength, out);
+    metrics_.requests_completed_total++;
+  }
+}
+
+bool Scheduler::emit_text(Session& s, std::string_view text, Token token, std::vector<Event>& out) {
+  if (text.empty()) return false;
+  bool matched = false;
+  std::string safe = s.stop.push(text, &matched);
+  if (!safe.empty()) out.push_back(token_event(s.id, std::move(safe), token));
+  return matched;
+}
+
+void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& out, bool stop_matched) {
+  if (!stop_matched) {
+    // A code point left incomplete, then whatever the stop filter held back, are text after all,
+    // unless the tail itself completes a stop string.
+    if (emit_text(s, s.utf8.finish(), -1, out)) {
+      if (reason != FinishReason::kCancelled) reason = FinishReason::kStop;
+    } else if (std::string held = s.stop.flush(); !held.empty()) {
+      out.push_back(token_event(s.id, std::move(held), -1));
+    }
+  }
+  const Clock::time_point now = Clock::now();
   Event done;
   done.request_id = s.id;
   done.kind = Event::Kind::kDone;
-  if (decoder_.is_end_of_generation(token)) {
-    done.reason = FinishReason::kStop;
-  } else {
-    s.generated += 1;
-    s.last_token = token;
-    metrics_.tokens_generated_total++;
-    std::string text = s.utf8.push(decoder_.piece(token));
-    if (!text.empty()) out.push_back(token_event(s.id, std::move(text), token));
-    if (s.generated < s.max_tokens) return;
-    done.reason = FinishReason::kLength;
-  }
-  if (std::string tail = s.utf8.finish(); !tail.empty()) out.push_back(token_event(s.id, std::move(tail), -1));
+  done.reason = reason;
   done.prompt_tokens = static_cast<std::int32_t>(s.prompt.size());
   done.completion_tokens = s.generated;
+  done.queue_ms = s.state == SessionState::kQueued ? ms_between(s.received_at, now) : ms_between(s.received_at, s.started_at);
+  done.ttft_ms = s.generated > 0 ? ms_between(s.received_at, s.first_token_at) : -1.0;
+  done.total_ms = ms_between(s.received_at, now);
   out.push_back(std::move(done));
-  finish(s, SessionState::kFinished);
-  metrics_.requests_completed_total++;
+  finish(s, reason == FinishReason::kCancelled ? SessionState::kCancelled : SessionState::kFinished);
 }
 
 void Scheduler::finish(Session& s, SessionState terminal) {

@@ -40,8 +40,8 @@ class Scheduler {
 
   // Tokenizes and queues a request, or appends an error event for it.
   void admit(Request request, std::vector<Event>& out);
-  // Ends a request at the token boundary; no event follows. Unknown ids are ignored.
-  void cancel(RequestId id);
+  // Ends a request at the token boundary with kDone(kCancelled). Unknown ids are ignored.
+  void cancel(RequestId id, std::vector<Event>& out);
   // Ends every request with `why` (shutdown).
   void fail_all(const Status& why, std::vector<Event>& out);
 
@@ -52,6 +52,10 @@ class Scheduler {
  private:
   void start_queued();
   void apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out);
+  // Emits text through the stop filter; returns true when a stop string ended the request.
+  bool emit_text(Session& s, std::string_view text, Token token, std::vector<Event>& out);
+  // Flushes held text (unless a stop matched), appends kDone and finishes the session.
+  void complete(Session& s, FinishReason reason, std::vector<Event>& out, bool stop_matched = false);
   void finish(Session& s, SessionState terminal);
   void reap();  // drops terminal sessions
 

@@ -26,7 +26,10 @@ class FakeDecoder final : public Decoder {
     for (unsigned char c : text) out.push_back(100 + c);
     return Status::Ok();
   }
-  std::string piece(Token t) const override { return "<" + std::to_string(t) + ">"; }
+  std::string piece(Token t) const override {
+    auto it = pieces_.find(t);
+    return it != pieces_.end() ? it->second : "<" + std::to_string(t) + ">";
+  }
   bool is_end_of_generation(Token t) const override { return t == kEos; }
   Status start_sequence(std::int32_t seq, const SamplingParams&) override {
     EXPECT_FALSE(live_[seq]) << "sequence " << seq << " started twice";
@@ -78,6 +81,7 @@ class FakeDecoder final : public Decoder {
   size_t max_batch_ = 0;
   bool fail_next_ = false;
   Token eos_after_ = -1;  // when set, this token id is replaced by EOS
+  std::map<Token, std::string> pieces_;  // overrides of piece()
   std::vector<BatchEntry> last_;
 
  private:
@@ -89,6 +93,7 @@ class FakeDecoder final : public Decoder {
 
 struct Outcome {
   std::string text;
+  std::vector<std::string> chunks;
   int done = 0;
   int errors = 0;
   FinishReason reason = FinishReason::kStop;
@@ -103,8 +108,11 @@ class SchedulerTest : public ::testing::Test {
     decoder_ = std::make_unique<FakeDecoder>(n_batch, n_ctx, n_seq);
     scheduler_ = std::make_unique<Scheduler>(*decoder_, metrics_, cfg);
   }
-  void submit(RequestId id, std::string prompt, std::int32_t max_tokens) {
+  void submit(RequestId id, std::string prompt, std::int32_t max_tokens, std::vector<std::string> stop = {},
+              bool strict = false) {
     Request r;
+    r.stop = std::move(stop);
+    r.strict_max_tokens = strict;
     r.id = id;
     r.prompt = std::move(prompt);
     r.max_tokens = max_tokens;
@@ -116,7 +124,10 @@ class SchedulerTest : public ::testing::Test {
     for (Event& e : events_) {
       Outcome& o = out_[e.request_id];
       EXPECT_EQ(o.done + o.errors, 0) << "event after the end of request " << e.request_id;
-      if (e.kind == Event::Kind::kToken) o.text += e.text;
+      if (e.kind == Event::Kind::kToken) {
+        o.text += e.text;
+        o.chunks.push_back(e.text);
+      }
       if (e.kind == Event::Kind::kDone) { ++o.done; o.reason = e.reason; o.completion_tokens = e.completion_tokens; }
       if (e.kind == Event::Kind::kError) { ++o.errors; o.error = e.error.code(); }
     }
@@ -224,10 +235,14 @@ TEST_F(SchedulerTest, CancelFreesKvAndSilencesTheRequest) {
   for (int i = 0; i < 3; ++i) scheduler_->tick(events_);
   collect();
   EXPECT_GT(decoder_->kv_tokens(0) + decoder_->kv_tokens(1), 0);
-  scheduler_->cancel(1);
-  scheduler_->cancel(1);  // idempotent
+  scheduler_->cancel(1, events_);
+  scheduler_->cancel(1, events_);  // idempotent
+  collect();
+  EXPECT_EQ(out_[1].done, 1);
+  EXPECT_EQ(out_[1].reason, FinishReason::kCancelled);
+  EXPECT_EQ(decoder_->kv_tokens(0) + decoder_->kv_tokens(1), decoder_->total_kv()) << "sanity";
   run_until_idle();
-  EXPECT_EQ(out_[1].done + out_[1].errors, 0);
+  EXPECT_EQ(out_[1].errors, 0);
   EXPECT_EQ(out_[2].text, expected(100 + 'f', 10));
   EXPECT_EQ(decoder_->total_kv(), 0);
   EXPECT_EQ(metrics_.requests_cancelled_total.load(), 1u);
@@ -263,6 +278,41 @@ TEST_F(SchedulerTest, EndOfGenerationStopsWithoutEmittingIt) {
   EXPECT_EQ(out_[1].text, expected(100 + 'a', 2));
   EXPECT_EQ(out_[1].reason, FinishReason::kStop);
   EXPECT_EQ(out_[1].completion_tokens, 2);
+}
+
+TEST_F(SchedulerTest, StopStringsMatchAcrossTokensAndAreNeverEmitted) {
+  make(64, 1024, 2);
+  // 'a' is token 197: the stream is <198><199><200>...; "8><19" spans the first two tokens.
+  submit(1, "a", 50, {"8><19"});
+  submit(2, "a", 3, {"zzz"});  // never matches: held-back text is released at the end
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, "<19");
+  EXPECT_EQ(out_[1].reason, FinishReason::kStop);
+  EXPECT_EQ(out_[1].completion_tokens, 2);
+  EXPECT_EQ(out_[2].text, expected(197, 3));
+  EXPECT_EQ(out_[2].reason, FinishReason::kLength);
+  EXPECT_EQ(decoder_->total_kv(), 0);
+}
+
+TEST_F(SchedulerTest, MultiByteCharactersSplitAcrossTokensAreNeverSplitInEvents) {
+  make(64, 1024, 2);
+  decoder_->pieces_ = {{198, "\xE2"}, {199, "\x82"}, {200, "\xAC"}, {201, "\xF0\x9F"}, {202, "\x98\x80"}, {203, "\xC3"}};
+  submit(1, "a", 6);  // ends on a lone lead byte: it becomes U+FFFD
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, "\xE2\x82\xAC\xF0\x9F\x98\x80\xEF\xBF\xBD");
+  ASSERT_EQ(out_[1].chunks.size(), 3u);
+  EXPECT_EQ(out_[1].chunks[0], "\xE2\x82\xAC");
+  EXPECT_EQ(out_[1].chunks[1], "\xF0\x9F\x98\x80");
+  EXPECT_EQ(out_[1].chunks[2], "\xEF\xBF\xBD");
+}
+
+TEST_F(SchedulerTest, ExplicitMaxTokensBeyondTheContextIsAnError) {
+  make(64, 32, 2);
+  submit(1, "abc", 40, {}, /*strict=*/true);
+  EXPECT_EQ(out_[1].error, ErrorCode::kContextExceeded);
+  submit(2, "abc", 28, {}, /*strict=*/true);  // 4 + 28 = 32 fits exactly
+  run_until_idle();
+  EXPECT_EQ(out_[2].completion_tokens, 28);
 }
 
 TEST_F(SchedulerTest, DecodeFailureFailsTheBatchAndFreesKv) {

@@ -14,6 +14,7 @@
 #include "common/utf8.h"
 #include "runtime/decoder.h"
 #include "sched/request.h"
+#include "sched/stop_filter.h"
 
 namespace uma {
 
@@ -34,7 +35,10 @@ struct Session {
   std::int32_t max_tokens = 0;
   std::int32_t reserved_cells = 0;  // KV cells promised at admission (prompt + max_tokens)
   SamplingParams sampling;
-  Utf8Stream utf8;
+  Utf8Stream utf8;                  // token bytes -> complete code points
+  StopFilter stop;                  // complete text -> text before any stop string
+  double slo_ttft_ms = 0.0;
+  double slo_tbt_ms = 0.0;
 
   Clock::time_point received_at{};
   Clock::time_point started_at{};      // left the queue
