@@ -1,46 +1,66 @@
-// uma-cli (newline protocol edition): sends one prompt and streams the reply to stdout.
-//   uma-cli "prompt"          uma-cli < prompt.txt          uma-cli metrics
-// Errors from the server go to stderr with exit code 1; connection problems exit 2.
+// uma-cli: umad's command-line client (framed JSON protocol).
+//   uma-cli "prompt"            stream the completion to stdout
+//   uma-cli < prompt.txt        prompt from stdin
+//   uma-cli metrics             print the metrics snapshot
+// Every request field has a flag; --json prints the raw events. Ctrl-C sends a cancel and exits
+// after the server's eos (a second Ctrl-C exits at once). Errors go to stderr: exit 1 for an
+// error event, 2 for usage or connection problems, 130 after a cancel.
 #include <CLI/CLI.hpp>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
+#include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <iterator>
 #include <string>
 
-#include "ipc/newline_wire.h"
-#include "ipc/unix_connect.h"
+#include "client/uma_client.h"
+#include "ipc/frame_codec.h"
 
 namespace {
 
-int connect_or_report(const std::string& path) {
-  const int fd = uma::connect_unix(path);
-  if (fd < 0) std::cerr << "uma-cli: cannot connect to " << path << ": " << std::strerror(errno) << "\n";
-  return fd;
-}
+// Set before the request goes out; the SIGINT handler only calls send(), which is signal-safe.
+int g_fd = -1;
+std::string g_cancel_frame;
+volatile std::sig_atomic_t g_cancelled = 0;
 
-bool send_all(int fd, const std::string& s) {
-  for (size_t off = 0; off < s.size();) {
-    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
+void on_sigint(int) {
+  if (g_cancelled) std::_Exit(130);
+  g_cancelled = 1;
+  if (g_fd >= 0) (void)::send(g_fd, g_cancel_frame.data(), g_cancel_frame.size(), MSG_NOSIGNAL);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"uma-cli: talk to umad over its Unix socket (newline protocol)"};
+  CLI::App app{"uma-cli: stream completions from umad over its Unix socket"};
+  uma::WireRequest req;
   std::string prompt;
   const char* env_sock = std::getenv("UMA_SOCK");
   std::string socket_path = env_sock ? env_sock : "/tmp/uma.sock";
+  int max_tokens = 0;
+  bool no_stream = false, raw_json = false;
+  double slo_ttft = 0, slo_tbt = 0;
+  req.id = "cli-" + std::to_string(::getpid());
+
   app.add_option("prompt", prompt, "prompt text, or 'metrics'; read from stdin when absent");
   app.add_option("-s,--socket", socket_path, "umad socket (env UMA_SOCK)")->capture_default_str();
+  app.add_option("--id", req.id, "request id")->capture_default_str();
+  app.add_option("-n,--max-tokens", max_tokens, "tokens to generate at most (default: the server's)");
+  app.add_option("--temperature", req.sampling.temperature, "0 = greedy");
+  app.add_option("--top-p", req.sampling.top_p);
+  app.add_option("--top-k", req.sampling.top_k);
+  app.add_option("--min-p", req.sampling.min_p);
+  app.add_option("--repeat-penalty", req.sampling.repeat_penalty);
+  app.add_option("--frequency-penalty", req.sampling.frequency_penalty);
+  app.add_option("--presence-penalty", req.sampling.presence_penalty);
+  app.add_option("--seed", req.sampling.seed);
+  app.add_option("--stop", req.stop, "stop string (repeatable)");
+  app.add_flag("--no-stream", no_stream, "one final event with the whole text");
+  app.add_option("--slo-ttft-ms", slo_ttft, "time-to-first-token target for this request");
+  app.add_option("--slo-tbt-ms", slo_tbt, "inter-token target for this request");
+  app.add_option("--metadata", req.metadata_json, "JSON object echoed back in eos");
+  app.add_flag("--json", raw_json, "print the raw events, one JSON object per line");
   CLI11_PARSE(app, argc, argv);
 
   const bool metrics = prompt == "metrics";
@@ -48,47 +68,49 @@ int main(int argc, char** argv) {
     prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     while (!prompt.empty() && (prompt.back() == '\n' || prompt.back() == '\r')) prompt.pop_back();
   }
-  if (prompt.find('\n') != std::string::npos) {
-    std::cerr << "uma-cli: the newline protocol carries one line; join the prompt's lines first\n";
+  uma::Status st;
+  std::unique_ptr<uma::UmaClient> client = uma::UmaClient::connect(socket_path, &st);
+  if (!client) {
+    std::cerr << "uma-cli: " << st.message() << "\n";
     return 2;
   }
-  const int fd = connect_or_report(socket_path);
-  if (fd < 0) return 2;
-  if (!send_all(fd, (metrics ? "/metrics" : prompt) + "\n")) {
-    std::cerr << "uma-cli: send failed\n";
+  if (metrics) {
+    st = client->send_metrics_request();
+  } else {
+    req.prompt = prompt;
+    if (max_tokens > 0) req.max_tokens = max_tokens;
+    req.stream = !no_stream;
+    req.slo_ttft_ms = slo_ttft;
+    req.slo_tbt_ms = slo_tbt;
+    uma::append_frame(g_cancel_frame, uma::encode_cancel(req.id));
+    g_fd = client->fd();
+    std::signal(SIGINT, on_sigint);
+    st = client->send_request(req);
+  }
+  if (!st.ok()) {
+    std::cerr << "uma-cli: " << st.message() << "\n";
     return 2;
   }
-  // Stream bytes as they come; a reply starting with "error: " is an error line.
-  std::string head;  // first bytes, held until we know whether this is an error line
-  std::string line_end;
-  bool decided = false, is_error = false, ended = false;
-  char buf[4096];
-  while (!ended) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    std::string chunk(buf, static_cast<size_t>(n));
-    const size_t nl = chunk.find('\n');
-    if (nl != std::string::npos) {
-      chunk.resize(nl);
-      ended = true;
+  uma::WireEvent ev;
+  while ((st = client->read_event(&ev)).ok()) {
+    if (raw_json || ev.kind == uma::WireEvent::Kind::kMetrics) std::cout << ev.raw << "\n" << std::flush;
+    switch (ev.kind) {
+      case uma::WireEvent::Kind::kToken:
+        if (!raw_json) std::cout << ev.text << std::flush;
+        break;
+      case uma::WireEvent::Kind::kEos:
+        if (!raw_json) std::cout << ev.text << "\n";
+        return ev.reason == "cancelled" ? 130 : 0;
+      case uma::WireEvent::Kind::kError:
+        if (!raw_json) std::cout << "\n";
+        std::cerr << "uma-cli: " << ev.code << ": " << ev.message << "\n";
+        return 1;
+      case uma::WireEvent::Kind::kMetrics:
+        return 0;
+      case uma::WireEvent::Kind::kUnknown:
+        break;
     }
-    if (!decided) {
-      head += chunk;
-      if (head.size() < 7 && !ended) continue;
-      decided = true;
-      is_error = head.rfind("error: ", 0) == 0;
-      chunk.swap(head);
-    }
-    if (is_error) std::cerr << chunk;
-    else if (metrics) std::cout << chunk;
-    else std::cout << uma::unescape_reply(chunk) << std::flush;
   }
-  if (!decided && !head.empty()) std::cout << uma::unescape_reply(head);
-  std::cout << "\n";
-  ::close(fd);
-  if (is_error) {
-    std::cerr << "\n";
-    return 1;
-  }
-  return ended ? 0 : 2;
+  std::cerr << "uma-cli: " << st.message() << "\n";
+  return 2;
 }

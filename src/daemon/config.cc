@@ -16,7 +16,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   RuntimeConfig& rt = out.runtime;
   ServerConfig& srv = out.server;
   SchedulerConfig& sc = out.scheduler;
-  int max_prompt_bytes = static_cast<int>(srv.max_prompt_bytes);
+  int max_prompt_bytes = static_cast<int>(srv.limits.max_prompt_bytes);
+  int max_frame_bytes = static_cast<int>(srv.limits.max_frame_bytes);
+  std::string protocol = "json";
   int max_tx_kib = static_cast<int>(srv.max_tx_bytes / 1024);
   bool mlock = false;
   bool mmap = true;
@@ -39,8 +41,13 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_MAX_CONNECTIONS")->capture_default_str()->check(CLI::Range(1, 65536));
   app.add_option("--max-prompt-bytes", max_prompt_bytes, "largest prompt line in bytes")->envname("UMA_MAX_PROMPT_BYTES")
       ->capture_default_str()->check(CLI::Range(1, 64 << 20));
-  app.add_option("--max-tokens", srv.max_tokens, "tokens generated per reply at most")->envname("UMA_MAX_TOKENS")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-tokens", srv.limits.default_max_tokens,
+                 "tokens generated per reply: the default, and the most a request may ask for")
+      ->envname("UMA_MAX_TOKENS")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--protocol", protocol, "wire protocol: json (length-prefixed frames) or newline")
+      ->envname("UMA_PROTOCOL")->capture_default_str()->check(CLI::IsMember({"json", "newline"}));
+  app.add_option("--max-frame-bytes", max_frame_bytes, "largest JSON frame accepted (checked from its header)")
+      ->envname("UMA_MAX_FRAME_BYTES")->capture_default_str()->check(CLI::Range(64, 256 << 20));
   app.add_option("--max-tx-kib", max_tx_kib, "unsent reply bytes per session before a slow reader is dropped (KiB)")
       ->envname("UMA_MAX_TX_KIB")->capture_default_str()->check(CLI::Range(4, 1 << 20));
   app.add_option("--idle-timeout-sec", srv.idle_timeout_sec, "close idle connections after this long (0: never)")
@@ -51,12 +58,14 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_SLO_TBT_MS")->capture_default_str()->check(CLI::Range(1.0, 1e7));
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
       ->envname("UMA_TICK_MS")->capture_default_str()->check(CLI::Range(1.0, 10000.0));
-  app.add_option("--temperature", srv.sampling.temperature, "sampling temperature (0: greedy)")
+  app.add_option("--temperature", srv.limits.sampling.temperature, "default sampling temperature (0: greedy)")
       ->envname("UMA_TEMPERATURE")->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  app.add_option("--seed", srv.sampling.seed, "sampling seed (with --temperature > 0)")->envname("UMA_SEED");
+  app.add_option("--seed", srv.limits.sampling.seed, "default sampling seed (with --temperature > 0)")
+      ->envname("UMA_SEED");
   app.footer("Environment: UMA_DEBUG=1 turns on debug traces (tick composition, session states, I/O).\n"
-             "Protocol: one prompt line in; the reply streams back and ends with a newline. '/metrics' returns\n"
-             "one JSON line. See docs/PROTOCOL.md.");
+             "Protocol: framed JSON by default (uint32_le length | JSON request; token/eos/error events back;\n"
+             "{\"type\":\"metrics\"} for metrics); --protocol newline: one prompt line in, one reply line out,\n"
+             "'/metrics' for metrics. See docs/PROTOCOL.md.");
 
   try {
     app.parse(argc, argv);
@@ -67,9 +76,12 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   rt.use_mmap = mmap;
   rt.use_mlock = mlock;
   rt.n_seq_max = srv.max_sessions;
-  srv.max_prompt_bytes = static_cast<std::size_t>(max_prompt_bytes);
+  srv.limits.max_prompt_bytes = static_cast<std::size_t>(max_prompt_bytes);
+  srv.limits.max_frame_bytes = static_cast<std::size_t>(max_frame_bytes);
+  srv.limits.max_tokens_cap = srv.limits.default_max_tokens;
+  srv.protocol = protocol == "newline" ? ProtocolKind::kNewline : ProtocolKind::kJson;
   srv.max_tx_bytes = static_cast<std::size_t>(max_tx_kib) * 1024;
-  sc.max_tokens_cap = srv.max_tokens;
+  sc.max_tokens_cap = srv.limits.default_max_tokens;
   if (srv.socket_path.empty()) {
     std::cerr << "umad: --socket must not be empty\n";
     *exit_code = 2;

@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
     boost::asio::post(io, [&] { server.finish_shutdown(std::chrono::seconds(2), [&] { io.stop(); }); });
   });
   server.start();
-  spdlog::info("listening on {} (max sessions {}, n_ctx {})", cfg.server.socket_path, cfg.server.max_sessions,
-               cfg.runtime.n_ctx);
+  spdlog::info("listening on {} ({} protocol, max sessions {}, n_ctx {})", cfg.server.socket_path,
+               cfg.server.protocol == ProtocolKind::kJson ? "json" : "newline", cfg.server.max_sessions, cfg.runtime.n_ctx);
   io.run();
   compute->join();
   spdlog::info("stopped: {} tokens generated, {} requests", metrics.tokens_generated_total.load(),

@@ -9,8 +9,6 @@
 
 #include <array>
 
-#include "ipc/line_decoder.h"
-#include "ipc/newline_wire.h"
 #include "ipc/socket_path.h"
 
 namespace uma {
@@ -21,11 +19,12 @@ using stream_protocol = asio::local::stream_protocol;
 enum class ConnState : std::uint8_t { kIdle, kBusy, kClosing, kClosed };
 
 struct UdsServer::Conn {
-  Conn(asio::io_context& io, std::uint64_t conn_id, std::size_t max_line)
-      : id(conn_id), socket(io), rx(max_line), last_activity(Clock::now()) {}
+  Conn(asio::io_context& io, std::uint64_t conn_id, std::unique_ptr<Protocol> p)
+      : id(conn_id), socket(io), proto(std::move(p)), last_activity(Clock::now()) {}
   std::uint64_t id;
   stream_protocol::socket socket;
-  LineDecoder rx;
+  std::unique_ptr<Protocol> proto;
+  ReplyState reply;         // the reply in flight while kBusy
   std::string tx_pending;   // queued, not yet handed to the kernel
   std::string tx_inflight;  // owned by the async_write in progress
   ConnState state = ConnState::kIdle;
@@ -34,7 +33,6 @@ struct UdsServer::Conn {
   bool writing = false;
   bool peer_eof = false;    // client half-closed: serve what it sent, then close
   bool has_slot = false;
-  bool reply_open = false;  // reply bytes sent without the closing '\n' yet
   Clock::time_point last_activity;
   std::array<char, 4096> rbuf{};
 };
@@ -78,7 +76,7 @@ void UdsServer::accept_next() {
       boost::system::error_code ignored;
       socket.close(ignored);
     } else {
-      auto c = std::make_shared<Conn>(io_, next_conn_id_++, config_.max_prompt_bytes);
+      auto c = std::make_shared<Conn>(io_, next_conn_id_++, make_protocol(config_.protocol, config_.limits));
       c->socket = std::move(socket);
       conns_.emplace(c->id, c);
       metrics_.connections_accepted_total++;
@@ -93,7 +91,7 @@ void UdsServer::accept_next() {
 void UdsServer::arm_read(const ConnPtr& c) {
   // Backpressure on input: stop reading while parsed-but-unserved bytes exceed one prompt.
   if (c->reading || c->peer_eof || c->state == ConnState::kClosed ||
-      c->rx.buffered() > config_.max_prompt_bytes + c->rbuf.size()) {
+      c->proto->buffered() > c->proto->max_buffered() + c->rbuf.size()) {
     return;
   }
   c->reading = true;
@@ -120,34 +118,53 @@ void UdsServer::on_read(const ConnPtr& c, const boost::system::error_code& ec, s
     return;
   } else {
     c->last_activity = Clock::now();
-    c->rx.feed(std::string_view(c->rbuf.data(), n));
+    c->proto->feed(std::string_view(c->rbuf.data(), n));
   }
   serve_input(c);
   arm_read(c);
 }
 
 void UdsServer::serve_input(const ConnPtr& c) {
-  while (c->state == ConnState::kIdle && !shutting_down_) {
-    std::optional<LineItem> item = c->rx.next();
-    if (!item) break;
-    if (item->error != ErrorCode::kOk) {
-      metrics_.count_error(item->error);
-      send_error(c, item->error);
-    } else if (item->line == "/metrics") {
-      send(c, metrics_.to_json() + "\n");
-      close_when_flushed(c);
-    } else {
-      start_request(c, std::move(item->line));
-    }
+  while (!shutting_down_ && (c->state == ConnState::kIdle || c->state == ConnState::kBusy)) {
+    std::optional<InputAction> action = c->proto->next(c->state == ConnState::kBusy);
+    if (!action) break;
+    handle(c, *action);
   }
   if (c->state == ConnState::kIdle && (c->peer_eof || shutting_down_)) close_when_flushed(c);
 }
 
-void UdsServer::start_request(const ConnPtr& c, std::string prompt) {
+void UdsServer::handle(const ConnPtr& c, InputAction& action) {
+  const bool busy = c->state == ConnState::kBusy;
+  if (auto* err = std::get_if<InputError>(&action)) {
+    metrics_.count_error(err->code);
+    send_error(c, err->code, err->message, err->client_id);
+    if (err->close) close_when_flushed(c);
+  } else if (auto* start = std::get_if<StartInput>(&action)) {
+    if (busy) {
+      metrics_.count_error(ErrorCode::kBusy);
+      send_error(c, ErrorCode::kBusy, "request '" + c->reply.client_id + "' is still in flight", start->client_id);
+    } else {
+      start_request(c, std::move(*start));
+    }
+  } else if (auto* cancel = std::get_if<CancelInput>(&action)) {
+    if (busy && cancel->client_id == c->reply.client_id) submit_(CancelRequest{c->request});
+  } else if (busy) {  // metrics while a request is in flight
+    metrics_.count_error(ErrorCode::kBusy);
+    send_error(c, ErrorCode::kBusy, "metrics need a connection of their own", "");
+  } else {
+    std::string out;
+    c->proto->encode_metrics(metrics_.to_json(), out);
+    send(c, out);
+    close_when_flushed(c);
+  }
+}
+
+void UdsServer::start_request(const ConnPtr& c, StartInput input) {
   if (!c->has_slot) {
     if (sessions_used_ >= config_.max_sessions) {
       metrics_.count_error(ErrorCode::kTooManySessions);
-      send_error(c, ErrorCode::kTooManySessions);
+      send_error(c, ErrorCode::kTooManySessions,
+                 "all " + std::to_string(config_.max_sessions) + " sessions are in use", input.client_id);
       close_when_flushed(c);
       return;
     }
@@ -155,12 +172,10 @@ void UdsServer::start_request(const ConnPtr& c, std::string prompt) {
     ++sessions_used_;
     metrics_.sessions_open = sessions_used_;
   }
-  Request r;
+  Request r = std::move(input.request);
   r.id = next_request_id_++;
-  r.prompt = std::move(prompt);
-  r.max_tokens = config_.max_tokens;
-  r.sampling = config_.sampling;
   r.received_at = Clock::now();
+  c->reply = ReplyState{std::move(input.client_id), input.stream, input.keep_alive, std::move(input.metadata_json), {}, false};
   c->request = r.id;
   c->state = ConnState::kBusy;
   by_request_[r.id] = c;
@@ -182,13 +197,10 @@ void UdsServer::send(const ConnPtr& c, std::string_view bytes) {
   arm_write(c);
 }
 
-void UdsServer::send_error(const ConnPtr& c, ErrorCode code) {
-  std::string line = c->reply_open ? "\n" : "";
-  line += "error: ";
-  line += newline_error_text(code);
-  line += '\n';
-  c->reply_open = false;
-  send(c, line);
+void UdsServer::send_error(const ConnPtr& c, ErrorCode code, std::string_view message, const std::string& client_id) {
+  std::string out;
+  c->proto->encode_error(&c->reply, client_id, code, message, out);
+  send(c, out);
 }
 
 void UdsServer::arm_write(const ConnPtr& c) {
@@ -209,11 +221,17 @@ void UdsServer::arm_write(const ConnPtr& c) {
   });
 }
 
-void UdsServer::end_request(const ConnPtr& c) {
+void UdsServer::finish_reply(const ConnPtr& c) {
+  if (c->state == ConnState::kClosed) return;
   by_request_.erase(c->request);
   c->request = 0;
-  c->reply_open = false;
+  const bool keep = c->reply.keep_alive;
+  c->reply = ReplyState{};
   if (c->state == ConnState::kBusy) c->state = ConnState::kIdle;
+  if (!keep) {
+    close_when_flushed(c);
+    return;
+  }
   serve_input(c);
   arm_read(c);
 }
@@ -252,27 +270,27 @@ void UdsServer::deliver(std::vector<Event> events) {
 }
 
 void UdsServer::on_events(std::vector<Event>& events) {
-  std::string escaped;
+  std::string out;
   for (Event& ev : events) {
     auto it = by_request_.find(ev.request_id);
-    if (it == by_request_.end()) continue;  // cancelled: nobody is waiting
+    if (it == by_request_.end()) continue;  // its connection is gone: nobody is waiting
     ConnPtr c = it->second;
+    out.clear();
     switch (ev.kind) {
       case Event::Kind::kToken:
-        escaped.clear();
-        append_escaped(escaped, ev.text);
-        c->reply_open = true;
-        send(c, escaped);
+        c->proto->encode_token(c->reply, ev, out);
+        send(c, out);
         break;
       case Event::Kind::kDone:
-        c->reply_open = false;
-        send(c, "\n");
-        if (c->state != ConnState::kClosed) end_request(c);
+        c->proto->encode_done(c->reply, ev, out);
+        send(c, out);
+        finish_reply(c);
         break;
       case Event::Kind::kError:
         metrics_.count_error(ev.error.code());
-        send_error(c, ev.error.code());
-        if (c->state != ConnState::kClosed) end_request(c);
+        c->proto->encode_error(&c->reply, c->reply.client_id, ev.error.code(), ev.error.message(), out);
+        send(c, out);
+        finish_reply(c);
         break;
     }
   }

@@ -1,4 +1,5 @@
-// UdsServer: the I/O side of umad for the newline protocol over a Unix domain socket.
+// UdsServer: the I/O side of umad over a Unix domain socket, for either wire protocol
+// (ipc/protocol.h: framed JSON by default, newline for debugging).
 //
 // Threading: every method except deliver() runs on the I/O thread (the thread running the
 // io_context). deliver() is the compute thread's way in: it posts the events onto the loop.
@@ -10,8 +11,10 @@
 // - reads are always armed (so a disconnect is seen at once) unless parsed-but-unserved input
 //   exceeds the cap; writes are armed only while TX bytes are pending;
 // - TX pending is capped (max_tx_bytes): a reader too slow to keep up is dropped and counted;
-// - a connection takes one of max_sessions session slots with its first prompt and keeps it until
-//   it closes; `/metrics` needs no slot.
+// - a connection takes one of max_sessions session slots with its first request and keeps it
+//   until it closes; a metrics request needs no slot;
+// - after a reply ends, the connection closes unless the request asked to keep it (JSON
+//   keep_alive; newline connections are always kept).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "ipc/protocol.h"
 #include "metrics/server_metrics.h"
 #include "sched/compute_thread.h"
 #include "sched/request.h"
@@ -34,13 +38,12 @@ namespace uma {
 
 struct ServerConfig {
   std::string socket_path = "/tmp/uma.sock";
-  std::size_t max_prompt_bytes = 64 * 1024;
-  std::int32_t max_tokens = 256;
+  ProtocolKind protocol = ProtocolKind::kJson;
+  ProtocolLimits limits;                // prompt/frame caps, default max_tokens and sampling
   std::int32_t max_sessions = 16;
   std::int32_t max_connections = 256;
   std::size_t max_tx_bytes = 1 << 20;
   std::int32_t idle_timeout_sec = 600;  // 0: never
-  SamplingParams sampling;
 };
 
 class UdsServer final : public EventSink {
@@ -69,11 +72,12 @@ class UdsServer final : public EventSink {
   void arm_read(const ConnPtr& c);
   void on_read(const ConnPtr& c, const boost::system::error_code& ec, std::size_t n);
   void serve_input(const ConnPtr& c);
-  void start_request(const ConnPtr& c, std::string prompt);
+  void handle(const ConnPtr& c, InputAction& action);
+  void start_request(const ConnPtr& c, StartInput input);
   void send(const ConnPtr& c, std::string_view bytes);
-  void send_error(const ConnPtr& c, ErrorCode code);
+  void send_error(const ConnPtr& c, ErrorCode code, std::string_view message, const std::string& client_id);
   void arm_write(const ConnPtr& c);
-  void end_request(const ConnPtr& c);
+  void finish_reply(const ConnPtr& c);
   void close_when_flushed(const ConnPtr& c);
   void close(const ConnPtr& c, const char* why);
   void on_events(std::vector<Event>& events);

@@ -1,5 +1,6 @@
 #include "e2e/daemon_harness.h"
 
+#include "client/uma_client.h"
 #include "ipc/unix_connect.h"
 
 #include <fcntl.h>
@@ -9,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -70,6 +72,9 @@ Daemon::Daemon(std::vector<std::string> args, const std::string& model) {
   log_path_ = temp_dir() + "/umad-" + tag + ".log";
   std::vector<std::string> argv = {bin_path("umad"), "--model", model_path(model), "--socket", socket_,
                                    "--threads", "2"};
+  // Tests that do not choose a protocol speak the newline one (these helpers are line-based).
+  if (std::find(args.begin(), args.end(), "--protocol") == args.end()) args.insert(args.begin(), {"--protocol", "newline"});
+  json_ = std::find(args.begin(), args.end(), "json") != args.end();
   argv.insert(argv.end(), args.begin(), args.end());
   pid_ = spawn(argv, log_path_);
   const auto deadline = TestClock::now() + std::chrono::seconds(60);
@@ -83,8 +88,7 @@ Daemon::Daemon(std::vector<std::string> args, const std::string& model) {
     const int fd = uma::connect_unix(socket_);
     if (fd >= 0) {
       ::close(fd);
-      Client probe(socket_);
-      if (probe.send("/metrics\n") && probe.read_line(std::chrono::seconds(30))) {
+      if (!(json_ ? fetch_metrics_json(socket_) : fetch_metrics(socket_)).empty()) {
         started_ = true;
         return;
       }
@@ -195,6 +199,14 @@ bool Client::wait_closed(std::chrono::milliseconds timeout) {
     }
   }
   return false;
+}
+
+std::string fetch_metrics_json(const std::string& socket_path) {
+  Status st;
+  auto c = UmaClient::connect(socket_path, &st);
+  WireEvent ev;
+  if (!c || !c->send_metrics_request().ok() || !c->read_event(&ev, 30000).ok()) return {};
+  return ev.kind == WireEvent::Kind::kMetrics ? ev.raw : std::string();
 }
 
 std::string fetch_metrics(const std::string& socket_path) {

@@ -35,6 +35,7 @@ class Daemon {
   std::string log_path_;
   pid_t pid_ = -1;
   bool started_ = false;
+  bool json_ = false;
 };
 
 // Runs a binary to completion; returns its exit status and output (stdout+stderr).
@@ -62,7 +63,9 @@ class Client {
   std::string pending_;
 };
 
-// Sends "/metrics" on a fresh connection and returns the JSON line.
+// Sends "/metrics" on a fresh connection and returns the JSON line (newline protocol).
 std::string fetch_metrics(const std::string& socket_path);
+// The same over the framed JSON protocol: the metrics event's JSON.
+std::string fetch_metrics_json(const std::string& socket_path);
 
 }  // namespace uma::test

@@ -1,0 +1,283 @@
+#include "ipc/json_messages.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "ipc/wire.h"
+
+namespace uma {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+Status bad(std::string_view field, std::string_view what) {
+  return Status(ErrorCode::kBadRequest, "field '" + std::string(field) + "' " + std::string(what));
+}
+
+const json* find(const json& obj, std::string_view key) {
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+Status get_number(const json& obj, std::string_view key, double lo, double hi, float* out) {
+  const json* v = find(obj, key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_number()) return bad(key, "must be a number");
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    return bad(key, "must be between " + json(lo).dump() + " and " + json(hi).dump());
+  }
+  *out = static_cast<float>(d);
+  return Status::Ok();
+}
+
+Status get_int(const json& obj, std::string_view key, std::int64_t lo, std::int64_t hi, std::int64_t* out, bool* present) {
+  const json* v = find(obj, key);
+  if (present) *present = v != nullptr;
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_number_integer()) return bad(key, "must be an integer");
+  const std::int64_t i = v->is_number_unsigned() && v->get<std::uint64_t>() > std::uint64_t(hi) ? hi + 1 : v->get<std::int64_t>();
+  if (i < lo || i > hi) return bad(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+  *out = i;
+  return Status::Ok();
+}
+
+Status get_bool(const json& obj, std::string_view key, bool* out) {
+  const json* v = find(obj, key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_boolean()) return bad(key, "must be true or false");
+  *out = v->get<bool>();
+  return Status::Ok();
+}
+
+Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r) {
+  const json* prompt = find(j, wire::kPrompt);
+  if (prompt == nullptr) return bad(wire::kPrompt, "is required");
+  if (!prompt->is_string()) return bad(wire::kPrompt, "must be a string");
+  r->prompt = prompt->get<std::string>();
+  if (r->prompt.size() > limits.max_prompt_bytes) {
+    return Status(ErrorCode::kPromptTooLarge, "prompt of " + std::to_string(r->prompt.size()) +
+                                                  " bytes is over the limit of " + std::to_string(limits.max_prompt_bytes));
+  }
+  if (r->prompt.empty()) return bad(wire::kPrompt, "must not be empty");
+  if (r->prompt.find('\0') != std::string::npos) return bad(wire::kPrompt, "must not contain NUL");
+
+  std::int64_t i = 0;
+  bool present = false;
+  Status st;
+  if (!(st = get_int(j, wire::kMaxTokens, 1, limits.max_tokens_cap, &i, &present)).ok()) return st;
+  if (present) r->max_tokens = static_cast<std::int32_t>(i);
+  SamplingParams& s = r->sampling;
+  if (!(st = get_number(j, wire::kTemperature, 0.0, 100.0, &s.temperature)).ok()) return st;
+  if (!(st = get_number(j, wire::kTopP, 0.0, 1.0, &s.top_p)).ok()) return st;
+  if (!(st = get_number(j, wire::kMinP, 0.0, 1.0, &s.min_p)).ok()) return st;
+  if (!(st = get_number(j, wire::kRepeatPenalty, 0.0, 10.0, &s.repeat_penalty)).ok()) return st;
+  if (!(st = get_number(j, wire::kFrequencyPenalty, -2.0, 2.0, &s.frequency_penalty)).ok()) return st;
+  if (!(st = get_number(j, wire::kPresencePenalty, -2.0, 2.0, &s.presence_penalty)).ok()) return st;
+  if (s.repeat_penalty == 0.0f) return bad(wire::kRepeatPenalty, "must be greater than 0");
+  i = s.top_k;
+  if (!(st = get_int(j, wire::kTopK, 0, 1 << 20, &i, nullptr)).ok()) return st;
+  s.top_k = static_cast<std::int32_t>(i);
+  i = s.seed;
+  if (!(st = get_int(j, wire::kSeed, 0, std::numeric_limits<std::uint32_t>::max(), &i, nullptr)).ok()) return st;
+  s.seed = static_cast<std::uint32_t>(i);
+  if (!(st = get_bool(j, wire::kStream, &r->stream)).ok()) return st;
+  if (!(st = get_bool(j, wire::kKeepAlive, &r->keep_alive)).ok()) return st;
+
+  if (const json* stop = find(j, wire::kStop)) {
+    if (!stop->is_array()) return bad(wire::kStop, "must be an array of strings");
+    if (stop->size() > wire::kMaxStopStrings) return bad(wire::kStop, "has more than 16 strings");
+    for (const json& e : *stop) {
+      if (!e.is_string() || e.get_ref<const std::string&>().empty()) return bad(wire::kStop, "must hold non-empty strings");
+      if (e.get_ref<const std::string&>().size() > wire::kMaxStopBytes) return bad(wire::kStop, "strings must be at most 256 bytes");
+      r->stop.push_back(e.get<std::string>());
+    }
+  }
+  if (const json* slo = find(j, wire::kSlo)) {
+    if (!slo->is_object()) return bad(wire::kSlo, "must be an object");
+    float ttft = 0, tbt = 0;
+    if (!(st = get_number(*slo, wire::kTargetTtftMs, 1.0, 1e7, &ttft)).ok()) return bad("slo.target_ttft_ms", "must be a number of ms >= 1");
+    if (!(st = get_number(*slo, wire::kTargetTbtMs, 1.0, 1e7, &tbt)).ok()) return bad("slo.target_tbt_ms", "must be a number of ms >= 1");
+    r->slo_ttft_ms = ttft;
+    r->slo_tbt_ms = tbt;
+  }
+  if (const json* meta = find(j, wire::kMetadata)) {
+    if (!meta->is_object()) return bad(wire::kMetadata, "must be an object");
+    r->metadata_json = meta->dump();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status parse_client_message(std::string_view payload, const RequestLimits& limits, ClientMessage* out, std::string* id) {
+  id->clear();
+  const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status(ErrorCode::kInvalidJson, "the frame is not valid JSON");
+  if (!j.is_object()) return Status(ErrorCode::kBadRequest, "a request must be a JSON object");
+  if (const json* v = find(j, wire::kId); v != nullptr && v->is_string()) *id = v->get<std::string>();
+
+  if (const json* type = find(j, wire::kType)) {
+    if (type->is_string() && type->get_ref<const std::string&>() == wire::kTypeMetrics) {
+      *out = WireMetricsRequest{};
+      return Status::Ok();
+    }
+    return bad(wire::kType, "must be \"metrics\" when present");
+  }
+  const json* idv = find(j, wire::kId);
+  if (idv == nullptr) return bad(wire::kId, "is required");
+  if (!idv->is_string()) return bad(wire::kId, "must be a string");
+  if (const json* ev = find(j, wire::kEvent)) {
+    if (ev->is_string() && ev->get_ref<const std::string&>() == wire::kEventCancel) {
+      *out = WireCancel{*id};
+      return Status::Ok();
+    }
+    return bad(wire::kEvent, "must be \"cancel\" when present");
+  }
+  WireRequest r;
+  r.id = *id;
+  if (Status st = parse_request(j, limits, &r); !st.ok()) return st;
+  *out = std::move(r);
+  return Status::Ok();
+}
+
+Status parse_event(std::string_view payload, WireEvent* e) {
+  const json j = json::parse(payload, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status(ErrorCode::kInvalidJson, "event is not a JSON object");
+  *e = WireEvent{};
+  e->raw.assign(payload);
+  const std::string ev = j.value(std::string(wire::kEvent), std::string());
+  e->id = j.contains("id") && j["id"].is_string() ? j["id"].get<std::string>() : "";
+  if (ev == wire::kEventToken) {
+    e->kind = WireEvent::Kind::kToken;
+    e->text = j.value("text", std::string());
+    e->token_id = j.value("token_id", -1);
+  } else if (ev == wire::kEventEos) {
+    e->kind = WireEvent::Kind::kEos;
+    e->reason = j.value("reason", std::string());
+    e->text = j.value("text", std::string());
+    if (j.contains("usage") && j["usage"].is_object()) {
+      e->prompt_tokens = j["usage"].value("prompt_tokens", 0);
+      e->completion_tokens = j["usage"].value("completion_tokens", 0);
+    }
+    if (j.contains("timings") && j["timings"].is_object()) {
+      e->queue_ms = j["timings"].value("queue_ms", 0.0);
+      e->ttft_ms = j["timings"].value("ttft_ms", -1.0);
+      e->total_ms = j["timings"].value("total_ms", 0.0);
+    }
+    if (j.contains("metadata")) e->metadata_json = j["metadata"].dump();
+  } else if (ev == wire::kEventError) {
+    e->kind = WireEvent::Kind::kError;
+    e->code = j.value("code", std::string());
+    e->message = j.value("message", std::string());
+  } else if (ev == wire::kEventMetrics) {
+    e->kind = WireEvent::Kind::kMetrics;
+  }
+  return Status::Ok();
+}
+
+std::string encode_request(const WireRequest& r) {
+  ojson j;
+  j["id"] = r.id;
+  j["prompt"] = r.prompt;
+  if (r.max_tokens) j["max_tokens"] = *r.max_tokens;
+  const SamplingParams d;
+  const SamplingParams& s = r.sampling;
+  if (s.temperature != d.temperature) j["temperature"] = s.temperature;
+  if (s.top_p != d.top_p) j["top_p"] = s.top_p;
+  if (s.top_k != d.top_k) j["top_k"] = s.top_k;
+  if (s.min_p != d.min_p) j["min_p"] = s.min_p;
+  if (s.repeat_penalty != d.repeat_penalty) j["repeat_penalty"] = s.repeat_penalty;
+  if (s.frequency_penalty != d.frequency_penalty) j["frequency_penalty"] = s.frequency_penalty;
+  if (s.presence_penalty != d.presence_penalty) j["presence_penalty"] = s.presence_penalty;
+  if (s.seed != d.seed) j["seed"] = s.seed;
+  if (!r.stop.empty()) j["stop"] = r.stop;
+  if (!r.stream) j["stream"] = false;
+  if (r.keep_alive) j["keep_alive"] = true;
+  if (r.slo_ttft_ms > 0 || r.slo_tbt_ms > 0) {
+    ojson slo = ojson::object();
+    if (r.slo_ttft_ms > 0) slo["target_ttft_ms"] = r.slo_ttft_ms;
+    if (r.slo_tbt_ms > 0) slo["target_tbt_ms"] = r.slo_tbt_ms;
+    j["slo"] = slo;
+  }
+  if (!r.metadata_json.empty()) j["metadata"] = ojson::parse(r.metadata_json, nullptr, false);
+  return j.dump();
+}
+
+std::string encode_cancel(std::string_view id) {
+  return ojson{{"event", wire::kEventCancel}, {"id", id}}.dump();
+}
+
+std::string encode_metrics_request() { return ojson{{"type", wire::kTypeMetrics}}.dump(); }
+
+std::string encode_token_event(std::string_view id, std::string_view text, std::int32_t token_id) {
+  ojson j;
+  j["id"] = id;
+  j["event"] = wire::kEventToken;
+  j["text"] = text;
+  j["token_id"] = token_id;
+  return j.dump();
+}
+
+std::string encode_eos_event(std::string_view id, const EosFields& f) {
+  ojson j;
+  j["id"] = id;
+  j["event"] = wire::kEventEos;
+  j["reason"] = f.reason;
+  if (f.full_text != nullptr) j["text"] = *f.full_text;
+  j["usage"] = {{"prompt_tokens", f.prompt_tokens}, {"completion_tokens", f.completion_tokens}};
+  j["timings"] = {{"queue_ms", f.queue_ms}, {"ttft_ms", f.ttft_ms}, {"total_ms", f.total_ms}};
+  if (!f.metadata_json.empty()) j["metadata"] = ojson::parse(f.metadata_json, nullptr, false);
+  return j.dump();
+}
+
+std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message) {
+  ojson j;
+  j["id"] = id;
+  j["event"] = wire::kEventError;
+  j["code"] = wire::error_code(code);
+  j["message"] = message;
+  return j.dump();
+}
+
+std::string encode_metrics_event(std::string_view snapshot_json) {
+  ojson j;
+  j["event"] = wire::kEventMetrics;
+  ojson snap = ojson::parse(snapshot_json, nullptr, false);
+  if (snap.is_object()) {
+    for (auto& [k, v] : snap.items()) j[k] = v;
+  }
+  return j.dump();
+}
+
+namespace wire {
+
+std::string_view error_code(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kFrameTooLarge: return "E_PROTO_FRAME_TOO_LARGE";
+    case ErrorCode::kInvalidJson: return "E_PROTO_INVALID_JSON";
+    case ErrorCode::kBadRequest:
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kInvalidUtf8:
+    case ErrorCode::kContainsNul:
+    case ErrorCode::kEmptyPrompt: return "E_PROTO_BAD_REQUEST";
+    case ErrorCode::kPromptTooLarge: return "E_LIMIT_PROMPT_TOO_LARGE";
+    case ErrorCode::kTooManySessions: return "E_LIMIT_SESSIONS";
+    case ErrorCode::kContextExceeded: return "E_LIMIT_CONTEXT";
+    case ErrorCode::kBusy: return "E_BUSY";
+    case ErrorCode::kDecodeFailed: return "E_RUNTIME_DECODE";
+    case ErrorCode::kShuttingDown: return "E_SHUTTING_DOWN";
+    case ErrorCode::kOk:
+    case ErrorCode::kIo:
+    case ErrorCode::kModelLoad:
+    case ErrorCode::kInternal: break;
+  }
+  return "E_INTERNAL";
+}
+
+}  // namespace wire
+}  // namespace uma

@@ -1,0 +1,80 @@
+// JSON at the protocol edge, turned into typed structs at once (and back). Used by the daemon
+// (parse requests, encode events) and by clients: uma-cli, the tests, the benchmark (encode
+// requests, parse events). Nothing outside ipc/, cli/ and tools sees JSON.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/sampling.h"
+
+namespace uma {
+
+struct WireRequest {
+  std::string id;
+  std::string prompt;
+  std::optional<std::int32_t> max_tokens;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool stream = true;
+  bool keep_alive = false;
+  double slo_ttft_ms = 0.0;   // 0: server default
+  double slo_tbt_ms = 0.0;
+  std::string metadata_json;  // the request's `metadata` object, serialized; empty when absent
+};
+struct WireCancel {
+  std::string id;
+};
+struct WireMetricsRequest {};
+using ClientMessage = std::variant<WireRequest, WireCancel, WireMetricsRequest>;
+
+struct RequestLimits {
+  std::size_t max_prompt_bytes = 64 * 1024;
+  std::int32_t max_tokens_cap = 4096;
+};
+
+// Parses one frame's payload. On error returns the code (kInvalidJson, kBadRequest naming the
+// field, kPromptTooLarge) and sets *id to the request's id when it could be read.
+Status parse_client_message(std::string_view payload, const RequestLimits& limits, ClientMessage* out,
+                            std::string* id);
+
+// A server event as a client sees it.
+struct WireEvent {
+  enum class Kind { kToken, kEos, kError, kMetrics, kUnknown };
+  Kind kind = Kind::kUnknown;
+  std::string id;
+  std::string text;            // token: the piece; eos: the whole text when stream was false
+  std::int32_t token_id = -1;
+  std::string reason;          // eos
+  std::int32_t prompt_tokens = 0;
+  std::int32_t completion_tokens = 0;
+  double queue_ms = 0.0, ttft_ms = -1.0, total_ms = 0.0;
+  std::string code, message;   // error
+  std::string metadata_json;   // eos: echoed metadata
+  std::string raw;             // the payload as received
+};
+Status parse_event(std::string_view payload, WireEvent* out);
+
+// Encoders (each returns one JSON payload, unframed).
+std::string encode_request(const WireRequest& r);
+std::string encode_cancel(std::string_view id);
+std::string encode_metrics_request();
+std::string encode_token_event(std::string_view id, std::string_view text, std::int32_t token_id);
+struct EosFields {
+  std::string_view reason;
+  std::int32_t prompt_tokens = 0, completion_tokens = 0;
+  double queue_ms = 0.0, ttft_ms = -1.0, total_ms = 0.0;
+  const std::string* full_text = nullptr;  // stream:false
+  std::string_view metadata_json;
+};
+std::string encode_eos_event(std::string_view id, const EosFields& f);
+std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message);
+// Wraps a metrics snapshot (a JSON object) as {"event":"metrics", ...its fields}.
+std::string encode_metrics_event(std::string_view snapshot_json);
+
+}  // namespace uma

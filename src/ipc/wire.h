@@ -1,0 +1,57 @@
+// The framed JSON protocol's vocabulary in one place: field names, event names, error codes and
+// defaults. docs/PROTOCOL.md is the prose spec of exactly these constants; change them together.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace uma::wire {
+
+// Frame: uint32 little-endian payload length, then that many bytes of UTF-8 JSON.
+inline constexpr std::size_t kHeaderBytes = 4;
+inline constexpr std::size_t kDefaultMaxFrameBytes = 1 << 20;
+
+// Request fields.
+inline constexpr std::string_view kId = "id";
+inline constexpr std::string_view kPrompt = "prompt";
+inline constexpr std::string_view kMaxTokens = "max_tokens";
+inline constexpr std::string_view kTemperature = "temperature";
+inline constexpr std::string_view kTopP = "top_p";
+inline constexpr std::string_view kTopK = "top_k";
+inline constexpr std::string_view kMinP = "min_p";
+inline constexpr std::string_view kRepeatPenalty = "repeat_penalty";
+inline constexpr std::string_view kFrequencyPenalty = "frequency_penalty";
+inline constexpr std::string_view kPresencePenalty = "presence_penalty";
+inline constexpr std::string_view kSeed = "seed";
+inline constexpr std::string_view kStop = "stop";
+inline constexpr std::string_view kStream = "stream";
+inline constexpr std::string_view kSlo = "slo";
+inline constexpr std::string_view kTargetTtftMs = "target_ttft_ms";
+inline constexpr std::string_view kTargetTbtMs = "target_tbt_ms";
+inline constexpr std::string_view kMetadata = "metadata";
+inline constexpr std::string_view kKeepAlive = "keep_alive";
+inline constexpr std::string_view kType = "type";        // {"type":"metrics"}
+inline constexpr std::string_view kEvent = "event";      // {"event":"cancel","id":...} and every reply
+inline constexpr std::size_t kMaxStopStrings = 16;
+inline constexpr std::size_t kMaxStopBytes = 256;
+
+// Event names.
+inline constexpr std::string_view kEventToken = "token";
+inline constexpr std::string_view kEventEos = "eos";
+inline constexpr std::string_view kEventError = "error";
+inline constexpr std::string_view kEventMetrics = "metrics";
+inline constexpr std::string_view kEventCancel = "cancel";
+inline constexpr std::string_view kTypeMetrics = "metrics";
+
+// eos reasons.
+inline constexpr std::string_view kReasonStop = "stop";
+inline constexpr std::string_view kReasonLength = "length";
+inline constexpr std::string_view kReasonCancelled = "cancelled";
+
+// The wire name of an internal error (the one mapping; newline texts are in newline_wire.h).
+std::string_view error_code(ErrorCode code);
+
+}  // namespace uma::wire
