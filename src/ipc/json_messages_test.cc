@@ -1,0 +1,147 @@
+#include "ipc/json_messages.h"
+
+#include <gtest/gtest.h>
+
+namespace uma {
+namespace {
+
+Status parse(const std::string& payload, ClientMessage* msg = nullptr, std::string* id = nullptr) {
+  ClientMessage m;
+  std::string i;
+  RequestLimits limits{/*max_prompt_bytes=*/100, /*max_tokens_cap=*/500};
+  Status st = parse_client_message(payload, limits, msg ? msg : &m, id ? id : &i);
+  return st;
+}
+
+TEST(JsonMessages, FullRequestParsesIntoTypedFieldsAndUnknownFieldsAreIgnored) {
+  ClientMessage msg;
+  std::string id;
+  const Status st = parse(R"({"id":"r1","prompt":"hello","max_tokens":7,"temperature":0.5,"top_p":0.9,
+      "top_k":40,"min_p":0.05,"repeat_penalty":1.1,"frequency_penalty":0.2,"presence_penalty":-0.3,"seed":42,
+      "stop":["\n\n","END"],"stream":false,"keep_alive":true,"slo":{"target_ttft_ms":100,"target_tbt_ms":50},
+      "metadata":{"tenant":"t1","n":[1,2]},"future_field":{"x":1}})", &msg, &id);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(id, "r1");
+  const auto& r = std::get<WireRequest>(msg);
+  EXPECT_EQ(r.prompt, "hello");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, -0.3f);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_FALSE(r.stream);
+  EXPECT_TRUE(r.keep_alive);
+  EXPECT_DOUBLE_EQ(r.slo_ttft_ms, 100);
+  EXPECT_DOUBLE_EQ(r.slo_tbt_ms, 50);
+  EXPECT_EQ(r.metadata_json, R"({"n":[1,2],"tenant":"t1"})");
+}
+
+TEST(JsonMessages, EncodeThenParseRoundTrips) {
+  WireRequest r;
+  r.id = "x";
+  r.prompt = "p \xC3\xA9";
+  r.max_tokens = 3;
+  r.stop = {"a"};
+  r.sampling.temperature = 0.25f;
+  r.metadata_json = R"({"k":"v"})";
+  ClientMessage msg;
+  ASSERT_TRUE(parse(encode_request(r), &msg).ok());
+  const auto& back = std::get<WireRequest>(msg);
+  EXPECT_EQ(back.prompt, r.prompt);
+  EXPECT_EQ(back.max_tokens, 3);
+  EXPECT_EQ(back.stop, r.stop);
+  EXPECT_FLOAT_EQ(back.sampling.temperature, 0.25f);
+  EXPECT_EQ(back.metadata_json, r.metadata_json);
+}
+
+TEST(JsonMessages, CancelAndMetrics) {
+  ClientMessage msg;
+  ASSERT_TRUE(parse(encode_cancel("abc"), &msg).ok());
+  EXPECT_EQ(std::get<WireCancel>(msg).id, "abc");
+  ASSERT_TRUE(parse(encode_metrics_request(), &msg).ok());
+  EXPECT_TRUE(std::holds_alternative<WireMetricsRequest>(msg));
+}
+
+TEST(JsonMessages, InvalidJsonIsItsOwnError) {
+  EXPECT_EQ(parse("{not json").code(), ErrorCode::kInvalidJson);
+  EXPECT_EQ(parse("").code(), ErrorCode::kInvalidJson);
+  EXPECT_EQ(parse("{\"id\":\"a\",\"prompt\":\"\xC3\x28\"}").code(), ErrorCode::kInvalidJson);  // bad UTF-8
+  EXPECT_EQ(parse("[1,2]").code(), ErrorCode::kBadRequest);
+}
+
+TEST(JsonMessages, EachBadFieldIsNamed) {
+  struct Case { const char* payload; const char* field; };
+  const Case cases[] = {
+      {R"({"prompt":"x"})", "id"},
+      {R"({"id":7,"prompt":"x"})", "id"},
+      {R"({"id":"a"})", "prompt"},
+      {R"({"id":"a","prompt":5})", "prompt"},
+      {R"({"id":"a","prompt":""})", "prompt"},
+      {R"({"id":"a","prompt":"x\u0000y"})", "prompt"},
+      {R"({"id":"a","prompt":"x","max_tokens":"9"})", "max_tokens"},
+      {R"({"id":"a","prompt":"x","max_tokens":0})", "max_tokens"},
+      {R"({"id":"a","prompt":"x","max_tokens":501})", "max_tokens"},
+      {R"({"id":"a","prompt":"x","max_tokens":2.5})", "max_tokens"},
+      {R"({"id":"a","prompt":"x","temperature":"hot"})", "temperature"},
+      {R"({"id":"a","prompt":"x","temperature":-1})", "temperature"},
+      {R"({"id":"a","prompt":"x","top_p":1.5})", "top_p"},
+      {R"({"id":"a","prompt":"x","top_k":-1})", "top_k"},
+      {R"({"id":"a","prompt":"x","min_p":true})", "min_p"},
+      {R"({"id":"a","prompt":"x","repeat_penalty":0})", "repeat_penalty"},
+      {R"({"id":"a","prompt":"x","frequency_penalty":3})", "frequency_penalty"},
+      {R"({"id":"a","prompt":"x","presence_penalty":"no"})", "presence_penalty"},
+      {R"({"id":"a","prompt":"x","seed":-1})", "seed"},
+      {R"({"id":"a","prompt":"x","seed":4294967296})", "seed"},
+      {R"({"id":"a","prompt":"x","stop":"END"})", "stop"},
+      {R"({"id":"a","prompt":"x","stop":[1]})", "stop"},
+      {R"({"id":"a","prompt":"x","stop":[""]})", "stop"},
+      {R"({"id":"a","prompt":"x","stream":"yes"})", "stream"},
+      {R"({"id":"a","prompt":"x","keep_alive":1})", "keep_alive"},
+      {R"({"id":"a","prompt":"x","slo":5})", "slo"},
+      {R"({"id":"a","prompt":"x","slo":{"target_ttft_ms":"soon"}})", "slo.target_ttft_ms"},
+      {R"({"id":"a","prompt":"x","metadata":[1]})", "metadata"},
+      {R"({"id":"a","event":"pause"})", "event"},
+      {R"({"type":"reboot"})", "type"},
+  };
+  for (const Case& c : cases) {
+    std::string id;
+    ClientMessage msg;
+    const Status st = parse(c.payload, &msg, &id);
+    EXPECT_EQ(st.code(), ErrorCode::kBadRequest) << c.payload;
+    EXPECT_NE(st.message().find(std::string("'") + c.field + "'"), std::string::npos) << c.payload << " -> " << st.message();
+  }
+}
+
+TEST(JsonMessages, PromptOverTheLimitIsALimitErrorWithTheId) {
+  std::string id;
+  ClientMessage msg;
+  const Status st = parse(R"({"id":"big","prompt":")" + std::string(101, 'x') + "\"}", &msg, &id);
+  EXPECT_EQ(st.code(), ErrorCode::kPromptTooLarge);
+  EXPECT_EQ(id, "big");
+}
+
+TEST(JsonMessages, EventsRoundTripThroughTheClientParser) {
+  WireEvent e;
+  ASSERT_TRUE(parse_event(encode_token_event("r", "t\"x\n", 12), &e).ok());
+  EXPECT_EQ(e.kind, WireEvent::Kind::kToken);
+  EXPECT_EQ(e.text, "t\"x\n");
+  EXPECT_EQ(e.token_id, 12);
+  std::string full = "all of it";
+  EosFields f{"length", 3, 4, 1.5, 20.0, 99.0, &full, R"({"a":1})"};
+  ASSERT_TRUE(parse_event(encode_eos_event("r", f), &e).ok());
+  EXPECT_EQ(e.kind, WireEvent::Kind::kEos);
+  EXPECT_EQ(e.reason, "length");
+  EXPECT_EQ(e.text, "all of it");
+  EXPECT_EQ(e.completion_tokens, 4);
+  EXPECT_DOUBLE_EQ(e.ttft_ms, 20.0);
+  EXPECT_EQ(e.metadata_json, R"({"a":1})");
+  ASSERT_TRUE(parse_event(encode_error_event("r", ErrorCode::kContextExceeded, "too long"), &e).ok());
+  EXPECT_EQ(e.code, "E_LIMIT_CONTEXT");
+  ASSERT_TRUE(parse_event(encode_metrics_event(R"({"x":1})"), &e).ok());
+  EXPECT_EQ(e.kind, WireEvent::Kind::kMetrics);
+}
+
+}  // namespace
+}  // namespace uma
