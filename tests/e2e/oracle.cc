@@ -29,22 +29,31 @@ std::vector<std::int32_t> Oracle::tokenize(const std::string& text) const {
   return out;
 }
 
-std::string Oracle::expected_reply(const std::string& prompt, int n) const {
+std::vector<std::string> Oracle::expected_pieces(const std::string& prompt, int n) const {
   const llama_vocab* vocab = llama_model_get_vocab(model_);
   const int n_vocab = llama_vocab_n_tokens(vocab);
   llama_token t = tokenize(prompt).back();
-  Utf8Stream utf8;
-  std::string text;
+  std::vector<std::string> pieces;
   for (int k = 0; k < n; ++k) {
     t = (t + 1) % n_vocab;
     if (llama_vocab_is_eog(vocab, t)) break;
     char buf[256];
     const int len = llama_token_to_piece(vocab, t, buf, sizeof buf, 0, false);
-    text += utf8.push(std::string_view(buf, static_cast<size_t>(len)));
+    pieces.emplace_back(buf, static_cast<size_t>(len));
   }
-  text += utf8.finish();
+  return pieces;
+}
+
+std::string Oracle::expected_text(const std::string& prompt, int n) const {
+  Utf8Stream utf8;
+  std::string text;
+  for (const std::string& p : expected_pieces(prompt, n)) text += utf8.push(p);
+  return text + utf8.finish();
+}
+
+std::string Oracle::expected_reply(const std::string& prompt, int n) const {
   std::string wire;
-  append_escaped(wire, text);
+  append_escaped(wire, expected_text(prompt, n));
   return wire;
 }
 

@@ -18,6 +18,9 @@ class Oracle {
   std::vector<std::int32_t> tokenize(const std::string& text) const;
   // The reply line (without '\n') umad must send for `prompt` when it generates n tokens.
   std::string expected_reply(const std::string& prompt, int n) const;
+  // The generated text itself (what the JSON protocol carries), and its token pieces.
+  std::string expected_text(const std::string& prompt, int n) const;
+  std::vector<std::string> expected_pieces(const std::string& prompt, int n) const;
   // A prompt of roughly n tokens: " word" repeated, ending in `last_word`.
   static std::string long_prompt(int n_words, const std::string& last_word);
 

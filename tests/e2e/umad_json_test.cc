@@ -1,0 +1,310 @@
+// End-to-end over the framed JSON protocol (the default), with the oracle model.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "client/uma_client.h"
+#include "e2e/daemon_harness.h"
+#include "e2e/oracle.h"
+#include "ipc/frame_codec.h"
+
+namespace uma::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+const Oracle& oracle() {
+  static const Oracle o(model_path("oracle.gguf"));
+  return o;
+}
+
+std::unique_ptr<UmaClient> connect(const Daemon& d) {
+  Status st;
+  auto c = UmaClient::connect(d.socket(), &st);
+  EXPECT_TRUE(c != nullptr) << st.to_string();
+  return c;
+}
+
+WireRequest request(const std::string& id, const std::string& prompt, int max_tokens) {
+  WireRequest r;
+  r.id = id;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+struct Reply {
+  std::string text;
+  int tokens = 0;
+  WireEvent end;  // the eos or error
+  bool closed_after = false;
+};
+
+Reply read_reply(UmaClient& c, bool check_close = true) {
+  Reply r;
+  WireEvent ev;
+  while (c.read_event(&ev, 30000).ok()) {
+    if (ev.kind == WireEvent::Kind::kToken) {
+      r.text += ev.text;
+      ++r.tokens;
+      continue;
+    }
+    r.end = ev;
+    break;
+  }
+  if (check_close) r.closed_after = !c.read_event(&ev, 5000).ok();
+  return r;
+}
+
+nlohmann::json metrics(const Daemon& d) { return nlohmann::json::parse(fetch_metrics_json(d.socket())); }
+
+const std::vector<std::string> kJson = {"--protocol", "json"};
+
+std::vector<std::string> args(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), kJson.begin(), kJson.end());
+  return extra;
+}
+
+TEST(UmadJson, StreamsTheOracleContinuationThenEosWithUsageTimingsAndMetadata) {
+  Daemon d(args({"--max-tokens", "64"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto c = connect(d);
+  WireRequest r = request("req-1", "hello world", 20);
+  r.metadata_json = R"({"tenant":"acme","trace":[1,2,3]})";
+  ASSERT_TRUE(c->send_request(r).ok());
+  const Reply reply = read_reply(*c);
+  EXPECT_EQ(reply.text, oracle().expected_text("hello world", 20));
+  EXPECT_EQ(reply.end.kind, WireEvent::Kind::kEos);
+  EXPECT_EQ(reply.end.id, "req-1");
+  EXPECT_EQ(reply.end.reason, "length");
+  EXPECT_EQ(reply.end.prompt_tokens, 3);
+  EXPECT_EQ(reply.end.completion_tokens, 20);
+  EXPECT_GE(reply.end.ttft_ms, 0.0);
+  EXPECT_GE(reply.end.total_ms, reply.end.ttft_ms);
+  EXPECT_EQ(nlohmann::json::parse(reply.end.metadata_json), nlohmann::json::parse(r.metadata_json));
+  EXPECT_TRUE(reply.closed_after) << "without keep_alive the server closes after eos";
+}
+
+TEST(UmadJson, KeepAliveServesSeveralRequestsAndStreamFalseSendsOneEvent) {
+  Daemon d(args({"--max-tokens", "64"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto c = connect(d);
+  WireRequest a = request("a", "the apple", 12);
+  a.keep_alive = true;
+  ASSERT_TRUE(c->send_request(a).ok());
+  EXPECT_EQ(read_reply(*c, false).text, oracle().expected_text("the apple", 12));
+  WireRequest b = request("b", "the river", 15);
+  b.keep_alive = true;
+  b.stream = false;
+  ASSERT_TRUE(c->send_request(b).ok());
+  const Reply rb = read_reply(*c, false);
+  EXPECT_EQ(rb.tokens, 0) << "stream:false sends no token events";
+  EXPECT_EQ(rb.end.kind, WireEvent::Kind::kEos);
+  EXPECT_EQ(rb.end.text, oracle().expected_text("the river", 15));
+  ASSERT_TRUE(c->send_request(request("c", "the stone", 5)).ok());  // no keep_alive: last one
+  const Reply rc = read_reply(*c);
+  EXPECT_EQ(rc.text, oracle().expected_text("the stone", 5));
+  EXPECT_TRUE(rc.closed_after);
+}
+
+TEST(UmadJson, ByteAtATimeFramesWork) {
+  Daemon d(args({}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto c = connect(d);
+  std::string frame;
+  append_frame(frame, encode_request(request("slow", "the music", 8)));
+  for (char ch : frame) {
+    ASSERT_TRUE(c->send_raw(std::string_view(&ch, 1)).ok());
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(read_reply(*c).text, oracle().expected_text("the music", 8));
+}
+
+TEST(UmadJson, TwoFramesInOneWriteTheSecondRequestIsBusy) {
+  Daemon d(args({"--max-tokens", "64"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto c = connect(d);
+  WireRequest first = request("first", "the garden", 30);
+  first.keep_alive = true;
+  std::string both;
+  append_frame(both, encode_request(first));
+  append_frame(both, encode_request(request("second", "the window", 5)));
+  ASSERT_TRUE(c->send_raw(both).ok());
+  std::string text;
+  bool busy_seen = false;
+  WireEvent ev;
+  while (c->read_event(&ev, 30000).ok()) {
+    if (ev.kind == WireEvent::Kind::kError) {
+      EXPECT_EQ(ev.id, "second");
+      EXPECT_EQ(ev.code, "E_BUSY");
+      busy_seen = true;
+    } else if (ev.kind == WireEvent::Kind::kToken) {
+      EXPECT_EQ(ev.id, "first");
+      text += ev.text;
+    } else if (ev.kind == WireEvent::Kind::kEos) {
+      EXPECT_EQ(ev.id, "first");
+      break;
+    }
+  }
+  EXPECT_TRUE(busy_seen);
+  EXPECT_EQ(text, oracle().expected_text("the garden", 30));
+}
+
+// Sends raw bytes on a fresh connection; returns the first event and whether the server closed.
+std::pair<WireEvent, bool> send_and_read(const Daemon& d, const std::string& bytes) {
+  auto c = connect(d);
+  EXPECT_TRUE(c->send_raw(bytes).ok());
+  WireEvent ev;
+  EXPECT_TRUE(c->read_event(&ev, 10000).ok());
+  WireEvent after;
+  const bool closed = !c->read_event(&after, 5000).ok();
+  return {ev, closed};
+}
+
+std::string framed(const std::string& payload) {
+  std::string f;
+  append_frame(f, payload);
+  return f;
+}
+
+TEST(UmadJson, ProtocolErrorsAreTypedEventsThenClose) {
+  Daemon d(args({"--max-frame-bytes", "4096", "--max-prompt-bytes", "1000", "--max-tokens", "300",
+                 "--n-ctx", "256"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  const char huge[4] = {0x00, 0x00, 0x10, 0x00};  // announces 1 MiB
+  auto [e1, c1] = send_and_read(d, std::string(huge, 4));
+  EXPECT_EQ(e1.code, "E_PROTO_FRAME_TOO_LARGE");
+  EXPECT_TRUE(c1);
+  auto [e2, c2] = send_and_read(d, framed("{\"id\": \"x\", prompt"));
+  EXPECT_EQ(e2.code, "E_PROTO_INVALID_JSON");
+  EXPECT_TRUE(c2);
+  auto [e3, c3] = send_and_read(d, framed(R"({"id":"t","prompt":"hi","temperature":"warm"})"));
+  EXPECT_EQ(e3.code, "E_PROTO_BAD_REQUEST");
+  EXPECT_EQ(e3.id, "t");
+  EXPECT_NE(e3.message.find("'temperature'"), std::string::npos) << e3.message;
+  EXPECT_TRUE(c3);
+  auto [e4, c4] = send_and_read(d, framed(R"({"id":"p","prompt":")" + std::string(1500, 'x') + "\"}"));
+  EXPECT_EQ(e4.code, "E_LIMIT_PROMPT_TOO_LARGE");
+  EXPECT_TRUE(c4);
+  auto [e5, c5] = send_and_read(d, framed(encode_request(request("ctx", Oracle::long_prompt(100, "x"), 200))));
+  EXPECT_EQ(e5.code, "E_LIMIT_CONTEXT");
+  EXPECT_EQ(e5.id, "ctx");
+  const auto m = metrics(d);
+  EXPECT_EQ(m["errors_total"]["frame_too_large"], 1);
+  EXPECT_EQ(m["errors_total"]["invalid_json"], 1);
+  EXPECT_EQ(m["errors_total"]["bad_request"], 1);
+  EXPECT_EQ(m["active_sessions"], 0);
+  EXPECT_EQ(m["kv_tokens_used"], 0);
+}
+
+TEST(UmadJson, CancelEndsTheStreamWithinTwoTicksAndFreesKv) {
+  Daemon d(args({"--max-tokens", "4000", "--n-ctx", "8192"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto c = connect(d);
+  ASSERT_TRUE(c->send_request(request("long", "hello world", 4000)).ok());
+  WireEvent ev;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->read_event(&ev, 10000).ok());
+  ASSERT_TRUE(c->send_cancel("long").ok());
+  const auto sent = TestClock::now();
+  int tokens_after_cancel = 0;
+  while (c->read_event(&ev, 10000).ok() && ev.kind == WireEvent::Kind::kToken) ++tokens_after_cancel;
+  const double ms = std::chrono::duration<double, std::milli>(TestClock::now() - sent).count();
+  EXPECT_EQ(ev.kind, WireEvent::Kind::kEos);
+  EXPECT_EQ(ev.reason, "cancelled");
+  EXPECT_LT(ev.completion_tokens, 4000);
+  // Tokens already in flight when the cancel arrived: at most the tick running then and one more.
+  EXPECT_LE(tokens_after_cancel, 2) << "cancel took " << ms << " ms";
+  const auto m = metrics(d);
+  EXPECT_EQ(m["kv_tokens_used"], 0);
+  EXPECT_EQ(m["active_sessions"], 0);
+  EXPECT_EQ(m["requests_cancelled_total"], 1);
+}
+
+TEST(UmadJson, StopStringSplitAcrossTokensEndsTheReplyAndIsNeverSent) {
+  Daemon d(args({"--max-tokens", "64"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  const std::vector<std::string> pieces = oracle().expected_pieces("hello world", 40);
+  // A stop string made of the end of token 10's text and the start of token 11's.
+  size_t k = 10;
+  while (k + 1 < pieces.size() && (pieces[k].size() < 2 || pieces[k + 1].size() < 2)) ++k;
+  ASSERT_LT(k + 1, pieces.size());
+  const std::string stop = pieces[k].substr(pieces[k].size() - 2) + pieces[k + 1].substr(0, 2);
+  std::string full;
+  for (const auto& p : pieces) full += p;
+  const std::string want = full.substr(0, full.find(stop));
+  auto c = connect(d);
+  WireRequest r = request("s", "hello world", 40);
+  r.stop = {stop, "never-appears-anywhere"};
+  ASSERT_TRUE(c->send_request(r).ok());
+  const Reply reply = read_reply(*c);
+  EXPECT_EQ(reply.text, want);
+  EXPECT_EQ(reply.text.find(stop), std::string::npos);
+  EXPECT_EQ(reply.end.reason, "stop");
+  EXPECT_EQ(reply.end.completion_tokens, static_cast<int>(k) + 2);
+}
+
+TEST(UmadJson, MetricsFrameThenClose) {
+  Daemon d(args({}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto c = connect(d);
+  ASSERT_TRUE(c->send_metrics_request().ok());
+  WireEvent ev;
+  ASSERT_TRUE(c->read_event(&ev, 10000).ok());
+  EXPECT_EQ(ev.kind, WireEvent::Kind::kMetrics);
+  const auto j = nlohmann::json::parse(ev.raw);
+  EXPECT_EQ(j["event"], "metrics");
+  EXPECT_TRUE(j.contains("tokens_generated_total"));
+  EXPECT_FALSE(c->read_event(&ev, 5000).ok()) << "closed after the metrics frame";
+}
+
+TEST(UmadJson, UmaCliEndToEnd) {
+  Daemon d(args({"--max-tokens", "64"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  std::string out;
+  EXPECT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "-n", "16", "hello world"}, &out), 0) << out;
+  EXPECT_EQ(out, oracle().expected_text("hello world", 16) + "\n");
+  EXPECT_EQ(run_command({"/bin/sh", "-c", "echo 'the apple' | " + bin_path("uma-cli") + " -s " + d.socket() +
+                                          " -n 8 --no-stream"}, &out), 0);
+  EXPECT_EQ(out, oracle().expected_text("the apple", 8) + "\n");
+  EXPECT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "--json", "-n", "3", "hello world"}, &out), 0);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 4) << out;  // 3 token events + eos
+  EXPECT_NE(out.find("\"event\":\"eos\""), std::string::npos);
+  EXPECT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "metrics"}, &out), 0);
+  EXPECT_NE(out.find("\"event\":\"metrics\""), std::string::npos);
+  EXPECT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "--temperature", "-1", "x"}, &out), 1);
+  EXPECT_NE(out.find("E_PROTO_BAD_REQUEST"), std::string::npos) << out;
+  EXPECT_EQ(run_command({bin_path("uma-cli"), "-s", temp_dir() + "/nobody.sock", "x"}, &out), 2);
+}
+
+TEST(UmadJson, CtrlCInUmaCliCancelsAndExitsAfterEos) {
+  Daemon d(args({"--max-tokens", "5000", "--n-ctx", "8192"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  const std::string out_path = temp_dir() + "/cli-ctrlc.out";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::execl(bin_path("uma-cli").c_str(), "uma-cli", "-s", d.socket().c_str(), "hello world", nullptr);
+    _exit(127);
+  }
+  // Wait until it streams, then interrupt it like a terminal would.
+  for (int i = 0; i < 500 && metrics(d)["tokens_generated_total"].get<int>() < 20; ++i) std::this_thread::sleep_for(10ms);
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const auto m = metrics(d);
+  EXPECT_EQ(m["requests_cancelled_total"], 1);
+  EXPECT_LT(m["tokens_generated_total"].get<int>(), 5000);
+  EXPECT_EQ(m["kv_tokens_used"], 0);
+}
+
+}  // namespace
+}  // namespace uma::test
