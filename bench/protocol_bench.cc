@@ -1,0 +1,99 @@
+// uma-protocol-bench: two figures for the framed JSON protocol.
+//   uma-protocol-bench framing            per-token cost of JSON framing vs the newline encoding
+//   uma-protocol-bench cancel SOCKET [N]  cancel latency against a running umad (JSON protocol):
+//                                         cancel frame sent -> eos(cancelled) received, p50/p99
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "client/uma_client.h"
+#include "ipc/frame_codec.h"
+#include "ipc/json_messages.h"
+#include "ipc/newline_wire.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+template <typename F>
+double ns_per_op(int n, F&& f) {
+  const auto t0 = Clock::now();
+  for (int i = 0; i < n; ++i) f(i);
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / n;
+}
+
+int framing() {
+  const std::vector<std::string> pieces = {" the", " quick", " brown", " fox", "\xE2\x80\x94", " jumps", "\n", " \"over\""};
+  const int n = 2'000'000;
+  std::string out;
+  size_t sink = 0;
+  const double json_ns = ns_per_op(n, [&](int i) {
+    out.clear();
+    uma::append_frame(out, uma::encode_token_event("req-123", pieces[i % pieces.size()], 1000 + i % 5000));
+    sink += out.size();
+  });
+  const double newline_ns = ns_per_op(n, [&](int i) {
+    out.clear();
+    uma::append_escaped(out, pieces[i % pieces.size()]);
+    sink += out.size();
+  });
+  std::string frame;
+  uma::append_frame(frame, uma::encode_token_event("req-123", " quick", 4321));
+  const std::string payload = frame.substr(4);
+  uma::WireEvent ev;
+  const double parse_ns = ns_per_op(n / 4, [&](int) { sink += uma::parse_event(payload, &ev).ok(); });
+  std::printf("server encode, JSON token frame: %.3f us/token (%zu bytes for \" quick\")\n", json_ns / 1000, frame.size());
+  std::printf("server encode, newline escape:   %.3f us/token\n", newline_ns / 1000);
+  std::printf("JSON framing cost over newline:  %.3f us/token\n", (json_ns - newline_ns) / 1000);
+  std::printf("client parse, JSON token frame:  %.3f us/token\n", parse_ns / 1000);
+  return sink == 0;  // keep the work observable
+}
+
+int cancel(const std::string& socket, int runs) {
+  std::vector<double> ms;
+  for (int r = 0; r < runs; ++r) {
+    uma::Status st;
+    auto c = uma::UmaClient::connect(socket, &st);
+    if (!c) {
+      std::fprintf(stderr, "%s\n", st.to_string().c_str());
+      return 2;
+    }
+    uma::WireRequest req;
+    req.id = "cancel-" + std::to_string(r);
+    req.prompt = "cancel latency probe number " + std::to_string(r);
+    if (!c->send_request(req).ok()) return 2;
+    uma::WireEvent ev;
+    for (int k = 0; k < 3; ++k) {
+      if (!c->read_event(&ev, 30000).ok() || ev.kind != uma::WireEvent::Kind::kToken) return 2;
+    }
+    const auto t0 = Clock::now();
+    if (!c->send_cancel(req.id).ok()) return 2;
+    while (c->read_event(&ev, 30000).ok() && ev.kind == uma::WireEvent::Kind::kToken) {
+    }
+    if (ev.kind != uma::WireEvent::Kind::kEos || ev.reason != "cancelled") {
+      std::fprintf(stderr, "run %d ended with %s\n", r, ev.raw.c_str());
+      return 1;
+    }
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::printf("cancel -> eos over %d runs: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", runs, percentile(ms, 0.5),
+              percentile(ms, 0.99), *std::max_element(ms.begin(), ms.end()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "framing") return framing();
+  if (mode == "cancel" && argc > 2) return cancel(argv[2], argc > 3 ? std::atoi(argv[3]) : 200);
+  std::fprintf(stderr, "usage: uma-protocol-bench framing | cancel SOCKET [RUNS]\n");
+  return 2;
+}
