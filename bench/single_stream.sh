@@ -2,7 +2,7 @@
 # Single-stream decode speed: umad against llama-bench tg, same model file, same threads, same run.
 #   bench/single_stream.sh [threads] [tokens] [repeats]
 # Prints llama-bench's tg t/s, umad's decode t/s (first token to last, over the socket, through the
-# whole serving path), and their ratio. Needs a build (scripts/demo.sh or scripts/test.sh).
+# whole serving path, framed JSON protocol), and their ratio. Needs a build (scripts/demo.sh or scripts/test.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -23,28 +23,31 @@ trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
 for _ in $(seq 600); do build/bin/uma-cli -s "$sock" metrics >/dev/null 2>&1 && break; sleep 0.1; done
 
 uma=$(python3 - "$sock" "$n" "$reps" <<'PY'
-import json, socket, sys, time
+import json, socket, struct, sys, time
 path, n, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def metrics():
-    s = socket.socket(socket.AF_UNIX); s.connect(path); s.sendall(b"/metrics\n")
+def frames(s):
     buf = b""
-    while not buf.endswith(b"\n"): buf += s.recv(65536)
-    s.close(); return json.loads(buf)
+    while True:
+        while len(buf) >= 4 and len(buf) >= 4 + struct.unpack("<I", buf[:4])[0]:
+            k = struct.unpack("<I", buf[:4])[0]
+            yield json.loads(buf[4:4 + k]); buf = buf[4 + k:]
+        chunk = s.recv(65536)
+        if not chunk: return
+        buf += chunk
+def send(s, obj):
+    b = json.dumps(obj).encode(); s.sendall(struct.pack("<I", len(b)) + b)
 rates = []
 for r in range(reps + 1):  # the first run warms up
-    before = metrics()["tokens_generated_total"]
     s = socket.socket(socket.AF_UNIX); s.connect(path)
-    s.sendall(b"The quick brown fox jumps over the lazy dog\n")
+    send(s, {"id": str(r), "prompt": "The quick brown fox jumps over the lazy dog", "max_tokens": n})
     first = last = None
-    buf = b""
-    while not buf.endswith(b"\n"):
-        chunk = s.recv(65536)
-        if not chunk: break
-        last = time.perf_counter()
-        if first is None: first = last
-        buf += chunk
+    for ev in frames(s):
+        if ev["event"] == "token":
+            last = time.perf_counter()
+            if first is None: first = last
+        else:
+            tokens = ev["usage"]["completion_tokens"]; break
     s.close()
-    tokens = metrics()["tokens_generated_total"] - before
     if r > 0 and tokens > 1: rates.append((tokens - 1) / (last - first))
 print(round(sum(rates) / len(rates), 1))
 PY

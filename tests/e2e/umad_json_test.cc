@@ -226,6 +226,26 @@ TEST(UmadJson, CancelEndsTheStreamWithinTwoTicksAndFreesKv) {
   EXPECT_EQ(m["requests_cancelled_total"], 1);
 }
 
+TEST(UmadJson, DisconnectMidStreamCancelsAndFreesKv) {
+  Daemon d(args({"--max-tokens", "4000", "--n-ctx", "8192"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  {
+    auto c = connect(d);
+    ASSERT_TRUE(c->send_request(request("gone", "hello world", 4000)).ok());
+    WireEvent ev;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(c->read_event(&ev, 10000).ok());
+  }  // closed mid-stream
+  nlohmann::json m;
+  for (int i = 0; i < 500; ++i, std::this_thread::sleep_for(10ms)) {
+    m = metrics(d);
+    if (m["requests_cancelled_total"] == 1 && m["kv_tokens_used"] == 0) break;
+  }
+  EXPECT_EQ(m["requests_cancelled_total"], 1);
+  EXPECT_EQ(m["kv_tokens_used"], 0);
+  EXPECT_EQ(m["active_sessions"], 0);
+  EXPECT_LT(m["tokens_generated_total"].get<int>(), 4000);
+}
+
 TEST(UmadJson, StopStringSplitAcrossTokensEndsTheReplyAndIsNeverSent) {
   Daemon d(args({"--max-tokens", "64"}));
   ASSERT_TRUE(d.started()) << d.log();
