@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "common/utf8.h"
+#include "e2e/daemon_harness.h"
 #include "ipc/newline_wire.h"
 
 namespace uma::test {
@@ -61,6 +62,11 @@ std::string Oracle::long_prompt(int n_words, const std::string& last_word) {
   std::string s;
   for (int i = 0; i < n_words; ++i) s += i == 0 ? "hello" : " hello";
   return s + " " + last_word;
+}
+
+const Oracle& oracle() {
+  static const Oracle o(model_path("oracle.gguf"));
+  return o;
 }
 
 }  // namespace uma::test

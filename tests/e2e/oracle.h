@@ -28,4 +28,7 @@ class Oracle {
   ::llama_model* model_ = nullptr;
 };
 
+// The test models' oracle, loaded once per test binary.
+const Oracle& oracle();
+
 }  // namespace uma::test

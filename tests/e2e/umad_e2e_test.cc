@@ -15,10 +15,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const Oracle& oracle() {
-  static const Oracle o(model_path("oracle.gguf"));
-  return o;
-}
 
 nlohmann::json metrics_of(const Daemon& d) { return nlohmann::json::parse(fetch_metrics(d.socket())); }
 

@@ -19,10 +19,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const Oracle& oracle() {
-  static const Oracle o(model_path("oracle.gguf"));
-  return o;
-}
 
 std::unique_ptr<UmaClient> connect(const Daemon& d) {
   Status st;
