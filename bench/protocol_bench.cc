@@ -1,10 +1,13 @@
 // uma-protocol-bench: two figures for the framed JSON protocol.
 //   uma-protocol-bench framing            per-token cost of JSON framing vs the newline encoding
-//   uma-protocol-bench cancel SOCKET [N]  cancel latency against a running umad (JSON protocol):
+//   uma-protocol-bench cancel SOCKET [N] [MAX_DELAY_MS]  cancel latency against a running umad:
 //                                         cancel frame sent -> eos(cancelled) received, p50/p99
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -56,8 +59,12 @@ int framing() {
   return sink == 0;  // keep the work observable
 }
 
-int cancel(const std::string& socket, int runs) {
+// The cancel goes out `delay_ms` (uniform in [0, max_delay_ms)) after the third token, so it lands
+// at a random point of a tick, not just as a token arrives.
+int cancel(const std::string& socket, int runs, double max_delay_ms) {
   std::vector<double> ms;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> delay(0.0, max_delay_ms);
   for (int r = 0; r < runs; ++r) {
     uma::Status st;
     auto c = uma::UmaClient::connect(socket, &st);
@@ -73,6 +80,7 @@ int cancel(const std::string& socket, int runs) {
     for (int k = 0; k < 3; ++k) {
       if (!c->read_event(&ev, 30000).ok() || ev.kind != uma::WireEvent::Kind::kToken) return 2;
     }
+    if (max_delay_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay(rng)));
     const auto t0 = Clock::now();
     if (!c->send_cancel(req.id).ok()) return 2;
     while (c->read_event(&ev, 30000).ok() && ev.kind == uma::WireEvent::Kind::kToken) {
@@ -83,7 +91,7 @@ int cancel(const std::string& socket, int runs) {
     }
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  std::printf("cancel -> eos over %d runs: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", runs, percentile(ms, 0.5),
+  std::printf("cancel (at a random 0-%.0f ms after a token) -> eos over %d runs: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", max_delay_ms, runs, percentile(ms, 0.5),
               percentile(ms, 0.99), *std::max_element(ms.begin(), ms.end()));
   return 0;
 }
@@ -93,7 +101,9 @@ int cancel(const std::string& socket, int runs) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "framing") return framing();
-  if (mode == "cancel" && argc > 2) return cancel(argv[2], argc > 3 ? std::atoi(argv[3]) : 200);
-  std::fprintf(stderr, "usage: uma-protocol-bench framing | cancel SOCKET [RUNS]\n");
+  if (mode == "cancel" && argc > 2) {
+    return cancel(argv[2], argc > 3 ? std::atoi(argv[3]) : 200, argc > 4 ? std::atof(argv[4]) : 0.0);
+  }
+  std::fprintf(stderr, "usage: uma-protocol-bench framing | cancel SOCKET [RUNS] [MAX_DELAY_MS]\n");
   return 2;
 }

@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   boost::asio::io_context io;
+  // Signals are caught from here on; one that arrives during the (possibly long) model load is
+  // queued and handled as soon as the loop runs, so the shutdown is always the graceful one.
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   ServerMetrics metrics;
   std::unique_ptr<ComputeThread> compute;
   UdsServer server(io, cfg.server, metrics, [&compute](WorkItem item) { compute->submit(std::move(item)); });
@@ -46,7 +49,6 @@ int main(int argc, char** argv) {
   Scheduler scheduler(*runtime, metrics, cfg.scheduler);
   compute = std::make_unique<ComputeThread>(scheduler, server);
 
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     spdlog::info("signal {}: shutting down", sig);

@@ -40,6 +40,17 @@ TEST(UmadLifecycle, SigtermEndsOpenStreamsWithAnErrorLineRemovesTheSocketAndExit
   EXPECT_FALSE(exists(d.socket())) << "socket file left behind";
 }
 
+TEST(UmadLifecycle, SigtermDuringStartupIsStillAGracefulShutdown) {
+  // The socket is claimed before the model loads; a signal from then on must not kill the daemon
+  // uncleanly (no stale socket file, exit 0).
+  const std::string path = temp_dir() + "/early.sock";
+  std::string out;
+  const std::string script = bin_path("umad") + " --model " + model_path("oracle.gguf") + " --socket " + path +
+                             " & pid=$!; while [ ! -S " + path + " ]; do sleep 0.001; done; kill -TERM $pid; wait $pid";
+  EXPECT_EQ(run_command({"/bin/sh", "-c", script}, &out), 0) << out;
+  EXPECT_FALSE(exists(path));
+}
+
 TEST(UmadLifecycle, RefusesToStartWhenAnotherDaemonServesThePath) {
   Daemon first({});
   ASSERT_TRUE(first.started()) << first.log();
