@@ -1,0 +1,31 @@
+// Where uma-bench sends requests: umad over its framed JSON protocol (uds:PATH), or any
+// OpenAI-compatible server over HTTP (/v1/completions with SSE streaming), so the same workload
+// drives umad and llama-server. Each run() opens its own connection: callable from many threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tools/bench/stats.h"
+
+namespace uma::bench {
+
+struct BenchRequest {
+  std::string id;
+  std::string prompt;
+  std::int32_t max_tokens = 64;
+  std::string klass = "interactive";
+};
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  virtual RequestRecord run(const BenchRequest& request) = 0;
+  virtual std::string describe() const = 0;
+};
+
+// "uds:/tmp/uma.sock" or "http://127.0.0.1:8080"; nullptr with *error set when unparseable.
+std::unique_ptr<Target> make_target(const std::string& spec, std::string* error);
+
+}  // namespace uma::bench

@@ -1,0 +1,250 @@
+// uma-bench: a serving benchmark for umad (framed JSON over UDS) and any OpenAI-compatible server
+// (HTTP + SSE), so the same workload measures both. See docs/BENCHMARKS.md.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "tools/bench/stats.h"
+#include "tools/bench/targets.h"
+#include "tools/bench/workload.h"
+
+namespace uma::bench {
+namespace {
+
+using MakeRequest = std::function<BenchRequest(int index)>;
+
+struct Progress {
+  std::atomic<int> started{0}, done{0}, errors{0};
+  std::atomic<bool> stop{false};
+};
+
+struct Limits {
+  int requests = 0;      // 0: no count limit
+  double duration_s = 0; // 0: no time limit
+  bool allows(int index, Clock::time_point start) const {
+    if (requests > 0 && index >= requests) return false;
+    if (duration_s > 0 && std::chrono::duration<double>(Clock::now() - start).count() >= duration_s) return false;
+    return requests > 0 || duration_s > 0;
+  }
+};
+
+void record(std::vector<RequestRecord>& out, std::mutex& mu, Progress& p, RequestRecord r) {
+  p.done++;
+  if (!r.ok) p.errors++;
+  std::lock_guard<std::mutex> lock(mu);
+  out.push_back(std::move(r));
+}
+
+// Closed loop: `concurrency` clients, each sending its next request when the last one ends.
+void run_closed(Target& t, const MakeRequest& make, int concurrency, const Limits& lim, Progress& p,
+                std::vector<RequestRecord>& out, std::mutex& mu) {
+  std::atomic<int> next{0};
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> workers;
+  for (int w = 0; w < concurrency; ++w) {
+    workers.emplace_back([&] {
+      for (int i = next++; lim.allows(i, start) && !p.stop; i = next++) {
+        p.started++;
+        record(out, mu, p, t.run(make(i)));
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+}
+
+// Open loop: arrivals at fixed mean `rate` per second (Poisson, or a fixed interval when
+// `poisson` is false), whatever the server's speed.
+void run_open(Target& t, const MakeRequest& make, double rate, bool poisson, std::uint64_t seed, const Limits& lim,
+              Progress& p, std::vector<RequestRecord>& out, std::mutex& mu) {
+  std::mt19937_64 rng(seed);
+  std::exponential_distribution<double> gap(rate);
+  const Clock::time_point start = Clock::now();
+  Clock::time_point at = start;
+  std::vector<std::thread> flights;
+  for (int i = 0; lim.allows(i, start) && !p.stop; ++i) {
+    std::this_thread::sleep_until(at);
+    if (!lim.allows(i, start)) break;
+    p.started++;
+    flights.emplace_back([&, req = make(i)] { record(out, mu, p, t.run(req)); });
+    at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(poisson ? gap(rng) : 1.0 / rate));
+  }
+  for (auto& f : flights) f.join();
+}
+
+nlohmann::ordered_json to_json(const Summary& s) {
+  return {{"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}, {"mean", s.mean}, {"n", s.n}};
+}
+
+nlohmann::ordered_json to_json(const std::string& label, const RunReport& r) {
+  nlohmann::ordered_json j;
+  j["label"] = label;
+  j["requests"] = r.requests;
+  j["ok"] = r.ok;
+  j["errors"] = r.errors;
+  j["duration_s"] = r.duration_s;
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["output_tokens"] = r.output_tokens;
+  j["output_tok_s"] = r.output_tok_s;
+  j["requests_s"] = r.requests_s;
+  j["slo_met"] = r.slo_met;
+  j["goodput_req_s"] = r.goodput_req_s;
+  j["ttft_ms"] = to_json(r.ttft_ms);
+  j["tpot_ms"] = to_json(r.tpot_ms);
+  j["itl_ms"] = to_json(r.itl_ms);
+  j["e2e_ms"] = to_json(r.e2e_ms);
+  return j;
+}
+
+void print_table(const std::vector<std::pair<std::string, RunReport>>& runs) {
+  std::printf("%-14s %5s %5s %9s %8s | %-27s | %-27s | %-27s\n", "run", "ok", "err", "out tok/s", "good/s",
+              "TTFT ms p50/p90/p99/max", "TPOT ms p50/p90/p99/max", "ITL ms p50/p90/p99/max");
+  for (const auto& [label, r] : runs) {
+    auto q = [](const Summary& s) {
+      char b[64];
+      std::snprintf(b, sizeof b, "%.0f/%.0f/%.0f/%.0f", s.p50, s.p90, s.p99, s.max);
+      return std::string(b);
+    };
+    std::size_t errs = 0;
+    for (const auto& [k, v] : r.errors) errs += v;
+    std::printf("%-14s %5zu %5zu %9.1f %8.2f | %-27s | %-27s | %-27s\n", label.c_str(), r.ok, errs, r.output_tok_s,
+                r.goodput_req_s, q(r.ttft_ms).c_str(), q(r.tpot_ms).c_str(), q(r.itl_ms).c_str());
+    for (const auto& [k, v] : r.errors) std::printf("  errors %s: %zu\n", k.c_str(), v);
+  }
+}
+
+std::vector<RequestRecord> only(const std::vector<RequestRecord>& all, const std::string& klass) {
+  std::vector<RequestRecord> out;
+  for (const auto& r : all) if (r.klass == klass) out.push_back(r);
+  return out;
+}
+
+}  // namespace
+}  // namespace uma::bench
+
+int main(int argc, char** argv) {
+  using namespace uma::bench;
+  CLI::App app{"uma-bench: serving benchmark for umad and OpenAI-compatible servers"};
+  std::string target_spec = "uds:/tmp/uma.sock", workload = "random";
+  int concurrency = 1, requests = 0, prompt_tokens = 128, output_tokens = 64, warmup = 1;
+  int prefix_tokens = 1000, suffix_tokens = 30, bg_prompt_tokens = 2000, bg_output_tokens = 16;
+  double rate = 0, duration = 0, bg_every_s = 2.0;
+  std::vector<int> sweep = {128, 512, 1024, 2048};
+  SloTargets slo;
+  std::uint64_t seed = 1;
+  bool as_json = false;
+  app.add_option("--target", target_spec, "uds:PATH (umad) or http://HOST:PORT (OpenAI /v1/completions)")->capture_default_str();
+  app.add_option("--workload", workload, "random | shared-prefix | mixed | sweep")->capture_default_str()
+      ->check(CLI::IsMember({"random", "shared-prefix", "mixed", "sweep"}));
+  app.add_option("-c,--concurrency", concurrency, "closed loop: concurrent streams (mixed: interactive streams)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--rate", rate, "open loop: Poisson arrivals per second (instead of --concurrency)")->check(CLI::Range(0.0, 1e6));
+  app.add_option("-n,--requests", requests, "requests to send (per sweep point)");
+  app.add_option("-d,--duration", duration, "seconds to run");
+  app.add_option("--prompt-tokens", prompt_tokens, "prompt length (random, mixed interactive)")->capture_default_str();
+  app.add_option("--output-tokens", output_tokens, "max_tokens per request")->capture_default_str();
+  app.add_option("--prefix-tokens", prefix_tokens, "shared-prefix: shared system prompt length")->capture_default_str();
+  app.add_option("--suffix-tokens", suffix_tokens, "shared-prefix: unique suffix length")->capture_default_str();
+  app.add_option("--background-prompt-tokens", bg_prompt_tokens, "mixed: long background prompt length")->capture_default_str();
+  app.add_option("--background-output-tokens", bg_output_tokens, "mixed: background max_tokens")->capture_default_str();
+  app.add_option("--background-every-s", bg_every_s, "mixed: one background prompt every this many seconds")->capture_default_str();
+  app.add_option("--sweep", sweep, "sweep: prompt lengths")->delimiter(',');
+  app.add_option("--slo-ttft-ms", slo.ttft_ms, "goodput: TTFT target (0: none)");
+  app.add_option("--slo-tpot-ms", slo.tpot_ms, "goodput: time-per-output-token target (0: none)");
+  app.add_option("--warmup", warmup, "requests sent first and not recorded")->capture_default_str();
+  app.add_option("--seed", seed, "prompt and arrival seed")->capture_default_str();
+  app.add_flag("--json", as_json, "print the report as JSON");
+  CLI11_PARSE(app, argc, argv);
+  if (requests <= 0 && duration <= 0) requests = workload == "sweep" ? 3 : 16;
+
+  std::string err;
+  std::unique_ptr<Target> target = make_target(target_spec, &err);
+  if (!target) {
+    std::cerr << "uma-bench: " << err << "\n";
+    return 2;
+  }
+  PromptMaker words(seed);
+  const std::string prefix = words.words(prefix_tokens);
+  auto interactive = [&](int len) {
+    return [&, len](int i) {
+      PromptMaker m(seed * 1000003 + static_cast<std::uint64_t>(i));
+      return BenchRequest{"r" + std::to_string(i), m.words(len), output_tokens, "interactive"};
+    };
+  };
+  MakeRequest make = interactive(prompt_tokens);
+  if (workload == "shared-prefix") {
+    make = [&](int i) {
+      PromptMaker m(seed * 1000003 + static_cast<std::uint64_t>(i));
+      return BenchRequest{"p" + std::to_string(i), prefix + " " + m.words(suffix_tokens), output_tokens, "interactive"};
+    };
+  }
+
+  Progress progress;
+  std::thread ticker([&] {
+    while (!progress.stop) {
+      std::fprintf(stderr, "\r[uma-bench] %s: started %d, done %d, errors %d   ", workload.c_str(), progress.started.load(),
+                   progress.done.load(), progress.errors.load());
+      for (int k = 0; k < 5 && !progress.stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::fprintf(stderr, "\n");
+  });
+  for (int i = 0; i < warmup; ++i) target->run(make(1000000 + i));
+
+  std::vector<RequestRecord> records;
+  std::mutex mu;
+  std::vector<std::pair<std::string, RunReport>> runs;
+  const Limits lim{requests, duration};
+  if (workload == "sweep") {
+    for (int len : sweep) {
+      std::vector<RequestRecord> point;
+      run_closed(*target, interactive(len), 1, Limits{requests, 0}, progress, point, mu);
+      runs.emplace_back("prompt=" + std::to_string(len), build_report(point, slo));
+    }
+  } else if (workload == "mixed") {
+    // Interactive streams run closed-loop while long background prompts arrive at a fixed interval.
+    std::thread background([&] {
+      MakeRequest bg = [&](int i) {
+        PromptMaker m(seed * 7919 + static_cast<std::uint64_t>(i));
+        return BenchRequest{"bg" + std::to_string(i), m.words(bg_prompt_tokens), bg_output_tokens, "background"};
+      };
+      // The first long prompt arrives once the streams are running.
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::min(1.0, bg_every_s)));
+      const double span = duration > 0 ? duration - 1.0 : 0;
+      run_open(*target, bg, 1.0 / bg_every_s, false, seed, Limits{0, std::max(span, bg_every_s)}, progress, records, mu);
+    });
+    run_closed(*target, make, concurrency, Limits{duration > 0 ? 0 : requests, duration}, progress, records, mu);
+    background.join();
+    runs.emplace_back("interactive", build_report(only(records, "interactive"), slo));
+    runs.emplace_back("background", build_report(only(records, "background"), slo));
+  } else if (rate > 0) {
+    run_open(*target, make, rate, true, seed, lim, progress, records, mu);
+    runs.emplace_back(workload, build_report(records, slo));
+  } else {
+    run_closed(*target, make, concurrency, lim, progress, records, mu);
+    runs.emplace_back(workload, build_report(records, slo));
+  }
+  progress.stop = true;
+  ticker.join();
+
+  if (as_json) {
+    nlohmann::ordered_json j;
+    j["target"] = target->describe();
+    j["workload"] = workload;
+    j["concurrency"] = concurrency;
+    j["rate"] = rate;
+    j["seed"] = seed;
+    j["slo"] = {{"ttft_ms", slo.ttft_ms}, {"tpot_ms", slo.tpot_ms}};
+    j["runs"] = nlohmann::ordered_json::array();
+    for (const auto& [label, r] : runs) j["runs"].push_back(to_json(label, r));
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("target: %s, workload: %s\n", target->describe().c_str(), workload.c_str());
+    print_table(runs);
+  }
+  return 0;
+}

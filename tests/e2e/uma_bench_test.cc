@@ -1,0 +1,65 @@
+// uma-bench smoke runs against the real umad: the JSON report parses and counts what was sent.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "e2e/daemon_harness.h"
+
+namespace uma::test {
+namespace {
+
+nlohmann::json bench(const Daemon& d, std::vector<std::string> args) {
+  std::vector<std::string> argv = {bin_path("uma-bench"), "--target", "uds:" + d.socket(), "--json"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string out;
+  EXPECT_EQ(run_command(argv, &out, 120), 0) << out;
+  const auto start = out.find('{');  // stderr's progress line comes first
+  EXPECT_NE(start, std::string::npos) << out;
+  return nlohmann::json::parse(out.substr(start));
+}
+
+TEST(UmaBench, ClosedLoopReportCountsEveryRequestAndToken) {
+  Daemon d({"--protocol", "json", "--max-tokens", "64"});
+  ASSERT_TRUE(d.started()) << d.log();
+  const auto j = bench(d, {"-c", "2", "-n", "6", "--prompt-tokens", "16", "--output-tokens", "8", "--slo-ttft-ms", "60000"});
+  ASSERT_EQ(j["runs"].size(), 1u);
+  const auto& r = j["runs"][0];
+  EXPECT_EQ(r["requests"], 6);
+  EXPECT_EQ(r["ok"], 6);
+  EXPECT_EQ(r["output_tokens"], 6 * 8);  // the oracle never emits end-of-generation here
+  EXPECT_GE(r["prompt_tokens"].get<int>(), 6 * 16);
+  EXPECT_EQ(r["ttft_ms"]["n"], 6);
+  EXPECT_EQ(r["itl_ms"]["n"], 6 * 7);
+  EXPECT_EQ(r["slo_met"], 6);
+  EXPECT_GT(r["output_tok_s"].get<double>(), 0);
+  EXPECT_TRUE(r["errors"].empty());
+}
+
+TEST(UmaBench, OpenLoopMixedAndSweepWorkloads) {
+  Daemon d({"--protocol", "json", "--max-tokens", "64", "--n-ctx", "8192"});
+  ASSERT_TRUE(d.started()) << d.log();
+  const auto open = bench(d, {"--rate", "20", "-n", "5", "--prompt-tokens", "8", "--output-tokens", "4"});
+  EXPECT_EQ(open["runs"][0]["ok"], 5);
+  const auto mixed = bench(d, {"--workload", "mixed", "-c", "2", "-d", "3", "--prompt-tokens", "8", "--output-tokens",
+                               "16", "--background-prompt-tokens", "300", "--background-every-s", "1"});
+  ASSERT_EQ(mixed["runs"].size(), 2u);
+  EXPECT_EQ(mixed["runs"][0]["label"], "interactive");
+  EXPECT_GT(mixed["runs"][0]["ok"].get<int>(), 0);
+  EXPECT_EQ(mixed["runs"][1]["label"], "background");
+  EXPECT_GE(mixed["runs"][1]["ok"].get<int>(), 1);
+  EXPECT_GE(mixed["runs"][1]["prompt_tokens"].get<int>(), 300);
+  const auto sweep = bench(d, {"--workload", "sweep", "--sweep", "32,256", "-n", "2", "--output-tokens", "4"});
+  ASSERT_EQ(sweep["runs"].size(), 2u);
+  EXPECT_EQ(sweep["runs"][1]["label"], "prompt=256");
+  EXPECT_EQ(sweep["runs"][1]["ok"], 2);
+}
+
+TEST(UmaBench, ErrorsAreCountedByKind) {
+  Daemon d({"--protocol", "json", "--max-tokens", "4"});  // asking for 8 is a bad request
+  ASSERT_TRUE(d.started()) << d.log();
+  const auto j = bench(d, {"-n", "3", "--output-tokens", "8", "--warmup", "0"});
+  EXPECT_EQ(j["runs"][0]["ok"], 0);
+  EXPECT_EQ(j["runs"][0]["errors"]["E_PROTO_BAD_REQUEST"], 3);
+}
+
+}  // namespace
+}  // namespace uma::test
