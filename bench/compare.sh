@@ -32,7 +32,7 @@ log "physical references: llama-bench, llama-batched-bench ($model, $threads thr
 if [ "$quick" = 1 ]; then
   conc=(1 4); n_of() { echo $(( $1 < 2 ? 2 : $1 )); }; mixed_d=8; prefix_n=4
 else
-  conc=(1 4 8 16); n_of() { echo $(( $1 * 2 < 4 ? 4 : $1 * 2 )); }; mixed_d=30; prefix_n=16
+  conc=(1 4 8 16); n_of() { echo $(( $1 * 2 < 4 ? 4 : $1 * 2 )); }; mixed_d=30; prefix_n=8
 fi
 run_workloads() {  # $1 = name, $2 = target
   local name=$1 target=$2

@@ -28,6 +28,7 @@ struct RuntimeConfig {
   std::int32_t n_threads = 0;  // 0: all hardware threads
   bool use_mmap = true;
   bool use_mlock = false;
+  std::string flash_attn = "auto";  // on | off | auto (llama.cpp's choice)
 };
 
 // Routes llama.cpp's own log lines to spdlog (debug level unless they are warnings or errors).

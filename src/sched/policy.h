@@ -33,7 +33,8 @@ struct TickPlan {
 
 // v1 (seed 000): (1) one token for every decoding session; (2) if a stream is overdue, skip
 // prefill this tick (never two ticks running, so prefill cannot starve); (3) otherwise spend what
-// is left of the budget on prefill chunks, round-robin.
+// is left of the budget on prefill chunks, round-robin; with nobody decoding, the budget is the
+// whole capacity (the ~30 ms target exists to protect running streams, and there are none).
 TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in);
 
 }  // namespace uma

@@ -17,9 +17,17 @@ TEST(Policy, EveryDecodingSessionGetsOneTokenThenPrefillFillsTheBudget) {
   EXPECT_FALSE(p.guard_fired);
 }
 
+TEST(Policy, WithNobodyDecodingPrefillUsesTheWholeCapacity) {
+  const std::vector<Candidate> c = {prefilling(300), prefilling(300)};
+  const TickPlan p = plan_tick(c, {/*budget=*/32, /*capacity=*/512, 8, false});
+  ASSERT_EQ(p.prefill.size(), 2u);
+  EXPECT_EQ(p.prefill[0].second, 300);
+  EXPECT_EQ(p.prefill[1].second, 212);
+}
+
 TEST(Policy, ShortPromptsShareTheBudgetInOrder) {
-  const std::vector<Candidate> c = {prefilling(10), prefilling(10), prefilling(100)};
-  const TickPlan p = plan_tick(c, {32, 512, 8, false});
+  const std::vector<Candidate> c = {prefilling(10), prefilling(10), prefilling(100), decoding()};
+  const TickPlan p = plan_tick(c, {33, 512, 8, false});
   ASSERT_EQ(p.prefill.size(), 3u);
   EXPECT_EQ(p.prefill[0].second, 10);
   EXPECT_EQ(p.prefill[1].second, 10);

@@ -93,7 +93,8 @@ class HttpTarget final : public Target {
         parser.get().body().data = chunk;
         parser.get().body().size = sizeof chunk;
         boost::system::error_code ec;
-        http::read(sock, buf, parser, ec);
+        // read_some, not read: read() would wait to fill the buffer, stamping tokens in bursts.
+        http::read_some(sock, buf, parser, ec);
         if (ec == http::error::need_buffer) ec = {};
         if (ec) return fail(rec, "http_read");
         sse.append(chunk, sizeof chunk - parser.get().body().size);

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "tools/bench/stats.h"
 #include "tools/bench/targets.h"
 #include "tools/bench/workload.h"
@@ -185,13 +187,17 @@ int main(int argc, char** argv) {
   }
 
   Progress progress;
+  // Progress on stderr: rewritten in place on a terminal, one line every 5 s otherwise (logs).
+  const bool tty = ::isatty(2) != 0;
   std::thread ticker([&] {
-    while (!progress.stop) {
-      std::fprintf(stderr, "\r[uma-bench] %s: started %d, done %d, errors %d   ", workload.c_str(), progress.started.load(),
-                   progress.done.load(), progress.errors.load());
-      for (int k = 0; k < 5 && !progress.stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int tick = 0; !progress.stop; ++tick) {
+      if (tty || tick % 50 == 0) {
+        std::fprintf(stderr, "%s[uma-bench] %s: started %d, done %d, errors %d%s", tty ? "\r" : "", workload.c_str(),
+                     progress.started.load(), progress.done.load(), progress.errors.load(), tty ? "   " : "\n");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    std::fprintf(stderr, "\n");
+    if (tty) std::fprintf(stderr, "\n");
   });
   for (int i = 0; i < warmup; ++i) target->run(make(1000000 + i));
 
