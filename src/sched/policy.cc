@@ -19,8 +19,8 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
   if (plan.guard_fired) return plan;
 
   // With no stream decoding there is no cadence to protect: prefill at full capacity.
-  const std::int32_t budget = plan.decode.empty() ? in.capacity : in.budget;
-  std::int32_t left = std::min(std::max(budget - used, in.min_prefill), in.capacity - used);
+  const std::int32_t budget = plan.decode.empty() ? in.capacity : std::max(in.budget, in.min_prefill);
+  std::int32_t left = std::min(budget, in.capacity - used);
   for (std::size_t i = 0; i < sessions.size() && left > 0; ++i) {
     if (sessions[i].decoding || sessions[i].prompt_remaining <= 0) continue;
     const std::int32_t chunk = std::min(left, sessions[i].prompt_remaining);

@@ -19,7 +19,7 @@ struct Candidate {
 };
 
 struct PolicyInput {
-  std::int32_t budget = 0;       // soft target for tokens this tick (adapted to ~30 ms)
+  std::int32_t budget = 0;       // prefill tokens this tick may carry next to decode (TickBudget)
   std::int32_t capacity = 0;     // hard limit: llama's n_batch
   std::int32_t min_prefill = 0;  // prefill tokens granted even when decode used the budget
   bool guard_fired_last_tick = false;
@@ -32,9 +32,9 @@ struct TickPlan {
 };
 
 // v1 (seed 000): (1) one token for every decoding session; (2) if a stream is overdue, skip
-// prefill this tick (never two ticks running, so prefill cannot starve); (3) otherwise spend what
-// is left of the budget on prefill chunks, round-robin; with nobody decoding, the budget is the
-// whole capacity (the ~30 ms target exists to protect running streams, and there are none).
+// prefill this tick (never two ticks running, so prefill cannot starve); (3) otherwise spend the
+// prefill budget (at least min_prefill) on prefill chunks, round-robin; with nobody decoding, the
+// budget is the whole capacity (the budget exists to protect running streams, and there are none).
 TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in);
 
 }  // namespace uma

@@ -147,7 +147,7 @@ void Scheduler::tick(std::vector<Event>& out) {
   if (order_.empty()) return;
   rr_cursor_ = n == 0 ? 0 : (rr_cursor_ + 1) % n;
 
-  PolicyInput in{budget_.target(), decoder_.n_batch(), config_.min_prefill, guard_fired_last_};
+  PolicyInput in{budget_.prefill_budget(), decoder_.n_batch(), config_.min_prefill, guard_fired_last_};
   const TickPlan plan = plan_tick(candidates_, in);
   guard_fired_last_ = plan.guard_fired;
   if (plan.guard_fired) metrics_.prefill_skipped_ticks_total++;
@@ -159,12 +159,13 @@ void Scheduler::tick(std::vector<Event>& out) {
   const Clock::time_point t1 = Clock::now();
   const double decode_ms = ms_between(t0, t1);
   const auto n_tokens = static_cast<std::int32_t>(batch_.entries.size());
-  budget_.observe(decode_ms, n_tokens);
+  budget_.observe(decode_ms, static_cast<std::int32_t>(batch_.decoded.size()),
+                  n_tokens - static_cast<std::int32_t>(batch_.decoded.size()));
   metrics_.batch_calls_total++;
   metrics_.last_batch_size = n_tokens;
   metrics_.decode_ms_last = decode_ms;
   metrics_.decode_ms_ewma = budget_.decode_ms_ewma();
-  metrics_.tick_budget = budget_.target();
+  metrics_.tick_budget = budget_.prefill_budget();
   spdlog::debug("tick: {} decode, {} prefill chunks, {} tokens, {:.2f} ms{}", plan.decode.size(),
                 plan.prefill.size(), n_tokens, decode_ms, plan.guard_fired ? ", guard fired" : "");
 

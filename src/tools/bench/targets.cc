@@ -100,7 +100,7 @@ class HttpTarget final : public Target {
         sse.append(chunk, sizeof chunk - parser.get().body().size);
         if (consume_events(sse, rec)) break;
       }
-      if (!rec.ok) return fail(rec, "no_done");
+      if (!rec.ok) return fail(rec, rec.error.empty() ? "no_done" : rec.error);
       rec.done = Clock::now();
       if (rec.completion_tokens == 0) rec.completion_tokens = static_cast<std::int32_t>(rec.tokens.size());
       return rec;
@@ -125,6 +125,10 @@ class HttpTarget final : public Target {
       }
       const nlohmann::json j = nlohmann::json::parse(data, nullptr, false);
       if (j.is_discarded()) continue;
+      if (j.contains("error")) {  // an error event inside the stream
+        rec.error = "server_error";
+        return true;
+      }
       if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
         const auto& c = j["choices"][0];
         if (c.contains("text") && c["text"].is_string() && !c["text"].get_ref<const std::string&>().empty()) {
