@@ -37,13 +37,14 @@ fi
 run_workloads() {  # $1 = name, $2 = target
   local name=$1 target=$2
   for c in "${conc[@]}"; do
-    build/bin/uma-bench --target "$target" --json --workload random -c "$c" -n "$(n_of "$c")" \
+    # A seed per run: llama-server's RAM prompt cache would otherwise replay earlier runs' prompts.
+    build/bin/uma-bench --target "$target" --json --workload random -c "$c" -n "$(n_of "$c")" --seed "$((100 + c))" \
       --prompt-tokens 128 --output-tokens 64 >"$out/$name-c$c.json"
   done
-  build/bin/uma-bench --target "$target" --json --workload mixed -c 8 -d "$mixed_d" --prompt-tokens 32 \
+  build/bin/uma-bench --target "$target" --json --workload mixed -c 8 -d "$mixed_d" --seed 7 --prompt-tokens 32 \
     --output-tokens 64 --background-prompt-tokens 2000 --background-output-tokens 8 --background-every-s 10 \
     >"$out/$name-mixed.json"
-  build/bin/uma-bench --target "$target" --json --workload shared-prefix -c 8 -n "$prefix_n" --prefix-tokens 1000 \
+  build/bin/uma-bench --target "$target" --json --workload shared-prefix -c 8 -n "$prefix_n" --seed 9 --prefix-tokens 1000 \
     --suffix-tokens 30 --output-tokens 32 >"$out/$name-prefix.json"
 }
 

@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
     }
     if (tty) std::fprintf(stderr, "\n");
   });
-  for (int i = 0; i < warmup; ++i) target->run(make(1000000 + i));
+  for (int i = 0; i < warmup; ++i) target->run(make(1000000 + i));  // prompts differ per --seed
 
   std::vector<RequestRecord> records;
   std::mutex mu;
