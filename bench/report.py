@@ -83,7 +83,7 @@ plot '{out}/throughput.dat' u 1:2 w lp lw 2 t 'umad', '' u 1:3 w lp lw 2 t 'llam
 set output '{out}/latency.png'
 set title 'TTFT and inter-token latency (ms, lower is better)'
 set style data histograms; set style fill solid 0.8; set boxwidth 0.9; set xtics rotate by -20
-set logscale y; set ylabel 'ms'; set key left top
+unset xlabel; set logscale y; set ylabel 'ms'; set key outside right top
 plot '{out}/latency.dat' u 2:xtic(1) t 'umad', '' u 3 t 'llama-server'
 """
     subprocess.run(["gnuplot"], input=script.encode(), check=True)
