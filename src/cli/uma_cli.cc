@@ -1,7 +1,7 @@
 // uma-cli: umad's command-line client (framed JSON protocol).
 //   uma-cli "prompt"            stream the completion to stdout
 //   uma-cli < prompt.txt        prompt from stdin
-//   uma-cli metrics             print the metrics snapshot
+//   uma-cli metrics             print the metrics snapshot (--prometheus: text exposition)
 // Every request field has a flag; --json prints the raw events. Ctrl-C sends a cancel and exits
 // after the server's eos (a second Ctrl-C exits at once). Errors go to stderr: exit 1 for an
 // error event, 2 for usage or connection problems, 130 after a cancel.
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   const char* env_sock = std::getenv("UMA_SOCK");
   std::string socket_path = env_sock ? env_sock : "/tmp/uma.sock";
   int max_tokens = 0;
-  bool no_stream = false, raw_json = false;
+  bool no_stream = false, raw_json = false, prometheus = false;
   double slo_ttft = 0, slo_tbt = 0;
   req.id = "cli-" + std::to_string(::getpid());
 
@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   app.add_option("--slo-tbt-ms", slo_tbt, "inter-token target for this request");
   app.add_option("--metadata", req.metadata_json, "JSON object echoed back in eos");
   app.add_flag("--json", raw_json, "print the raw events, one JSON object per line");
+  app.add_flag("--prometheus", prometheus, "with 'metrics': Prometheus text exposition instead of JSON");
   CLI11_PARSE(app, argc, argv);
 
   const bool metrics = prompt == "metrics";
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (metrics) {
-    st = client->send_metrics_request();
+    st = client->send_metrics_request(prometheus);
   } else {
     req.prompt = prompt;
     if (max_tokens > 0) req.max_tokens = max_tokens;
@@ -93,6 +94,10 @@ int main(int argc, char** argv) {
   }
   uma::WireEvent ev;
   while ((st = client->read_event(&ev)).ok()) {
+    if (ev.kind == uma::WireEvent::Kind::kMetrics && prometheus && !raw_json) {
+      std::cout << ev.text << std::flush;
+      return 0;
+    }
     if (raw_json || ev.kind == uma::WireEvent::Kind::kMetrics) std::cout << ev.raw << "\n" << std::flush;
     switch (ev.kind) {
       case uma::WireEvent::Kind::kToken:

@@ -50,9 +50,9 @@ Status UmaClient::send_cancel(const std::string& id) {
   return write_all(frame);
 }
 
-Status UmaClient::send_metrics_request() {
+Status UmaClient::send_metrics_request(bool prometheus) {
   std::string frame;
-  append_frame(frame, encode_metrics_request());
+  append_frame(frame, encode_metrics_request(prometheus));
   return write_all(frame);
 }
 

@@ -21,7 +21,7 @@ class UmaClient {
 
   Status send_request(const WireRequest& request);
   Status send_cancel(const std::string& id);
-  Status send_metrics_request();
+  Status send_metrics_request(bool prometheus = false);
   Status send_raw(std::string_view bytes);  // already framed bytes (tests)
   // Waits for the next event; timeout_ms < 0 waits forever. kIo on EOF, error or timeout.
   Status read_event(WireEvent* event, int timeout_ms = -1);

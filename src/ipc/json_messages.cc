@@ -123,7 +123,14 @@ Status parse_client_message(std::string_view payload, const RequestLimits& limit
 
   if (const json* type = find(j, wire::kType)) {
     if (type->is_string() && type->get_ref<const std::string&>() == wire::kTypeMetrics) {
-      *out = WireMetricsRequest{};
+      WireMetricsRequest m;
+      if (const json* fmt = find(j, wire::kFormat)) {
+        if (!fmt->is_string() || (*fmt != "json" && *fmt != "prometheus")) {
+          return bad(wire::kFormat, "must be \"json\" or \"prometheus\"");
+        }
+        m.prometheus = *fmt == "prometheus";
+      }
+      *out = m;
       return Status::Ok();
     }
     return bad(wire::kType, "must be \"metrics\" when present");
@@ -176,6 +183,7 @@ Status parse_event(std::string_view payload, WireEvent* e) {
     e->message = j.value("message", std::string());
   } else if (ev == wire::kEventMetrics) {
     e->kind = WireEvent::Kind::kMetrics;
+    e->text = j.value("text", std::string());
   }
   return Status::Ok();
 }
@@ -212,7 +220,15 @@ std::string encode_cancel(std::string_view id) {
   return ojson{{"event", wire::kEventCancel}, {"id", id}}.dump();
 }
 
-std::string encode_metrics_request() { return ojson{{"type", wire::kTypeMetrics}}.dump(); }
+std::string encode_metrics_request(bool prometheus) {
+  ojson j{{"type", wire::kTypeMetrics}};
+  if (prometheus) j["format"] = "prometheus";
+  return j.dump();
+}
+
+std::string encode_metrics_text_event(std::string_view text) {
+  return ojson{{"event", wire::kEventMetrics}, {"format", "prometheus"}, {"text", text}}.dump();
+}
 
 std::string encode_token_event(std::string_view id, std::string_view text, std::int32_t token_id) {
   ojson j;

@@ -30,7 +30,9 @@ struct WireRequest {
 struct WireCancel {
   std::string id;
 };
-struct WireMetricsRequest {};
+struct WireMetricsRequest {
+  bool prometheus = false;  // "format": "prometheus" (text exposition) instead of JSON fields
+};
 using ClientMessage = std::variant<WireRequest, WireCancel, WireMetricsRequest>;
 
 struct RequestLimits {
@@ -63,7 +65,7 @@ Status parse_event(std::string_view payload, WireEvent* out);
 // Encoders (each returns one JSON payload, unframed).
 std::string encode_request(const WireRequest& r);
 std::string encode_cancel(std::string_view id);
-std::string encode_metrics_request();
+std::string encode_metrics_request(bool prometheus = false);
 std::string encode_token_event(std::string_view id, std::string_view text, std::int32_t token_id);
 struct EosFields {
   std::string_view reason;
@@ -76,5 +78,7 @@ std::string encode_eos_event(std::string_view id, const EosFields& f);
 std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message);
 // Wraps a metrics snapshot (a JSON object) as {"event":"metrics", ...its fields}.
 std::string encode_metrics_event(std::string_view snapshot_json);
+// Prometheus text as {"event":"metrics","format":"prometheus","text":...}.
+std::string encode_metrics_text_event(std::string_view text);
 
 }  // namespace uma

@@ -28,7 +28,9 @@ struct StartInput {         // a new request (the server assigns id and received
 struct CancelInput {
   std::string client_id;
 };
-struct MetricsInput {};
+struct MetricsInput {
+  bool prometheus = false;
+};
 struct InputError {
   ErrorCode code = ErrorCode::kInternal;
   std::string message;
@@ -69,7 +71,8 @@ class Protocol {
   virtual void encode_done(ReplyState& reply, const Event& ev, std::string& out) = 0;
   virtual void encode_error(ReplyState* reply, const std::string& client_id, ErrorCode code,
                             std::string_view message, std::string& out) = 0;
-  virtual void encode_metrics(const std::string& snapshot_json, std::string& out) = 0;
+  // `body`: the JSON snapshot, or Prometheus text when `prometheus`.
+  virtual void encode_metrics(const std::string& body, bool prometheus, std::string& out) = 0;
 };
 
 enum class ProtocolKind { kJson, kNewline };

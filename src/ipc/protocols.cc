@@ -34,7 +34,8 @@ class NewlineProtocol final : public Protocol {
     if (item->error != ErrorCode::kOk) {
       return InputError{item->error, std::string(newline_error_text(item->error)), {}, false};
     }
-    if (item->line == "/metrics") return MetricsInput{};
+    if (item->line == "/metrics") return MetricsInput{false};
+    if (item->line == "/metrics/prometheus") return MetricsInput{true};
     StartInput s;
     s.request.prompt = std::move(item->line);
     s.request.max_tokens = limits_.default_max_tokens;
@@ -57,9 +58,9 @@ class NewlineProtocol final : public Protocol {
     out += newline_error_text(code);
     out += '\n';
   }
-  void encode_metrics(const std::string& snapshot_json, std::string& out) override {
-    out += snapshot_json;
-    out += '\n';
+  void encode_metrics(const std::string& body, bool prometheus, std::string& out) override {
+    out += body;
+    if (!prometheus) out += '\n';  // Prometheus text already ends each line
   }
 
  private:
@@ -88,7 +89,7 @@ class JsonProtocol final : public Protocol {
     std::string id;
     const Status st = parse_client_message(frame->payload, request_limits_, &msg, &id);
     if (!st.ok()) return InputError{st.code(), st.message(), id, true};
-    if (std::holds_alternative<WireMetricsRequest>(msg)) return MetricsInput{};
+    if (auto* m = std::get_if<WireMetricsRequest>(&msg)) return MetricsInput{m->prometheus};
     if (auto* c = std::get_if<WireCancel>(&msg)) return CancelInput{std::move(c->id)};
     WireRequest& w = std::get<WireRequest>(msg);
     StartInput s;
@@ -129,8 +130,8 @@ class JsonProtocol final : public Protocol {
                     std::string& out) override {
     append_frame(out, encode_error_event(client_id, code, message));
   }
-  void encode_metrics(const std::string& snapshot_json, std::string& out) override {
-    append_frame(out, encode_metrics_event(snapshot_json));
+  void encode_metrics(const std::string& body, bool prometheus, std::string& out) override {
+    append_frame(out, prometheus ? encode_metrics_text_event(body) : encode_metrics_event(body));
   }
 
  private:

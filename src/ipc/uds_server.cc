@@ -152,8 +152,9 @@ void UdsServer::handle(const ConnPtr& c, InputAction& action) {
     metrics_.count_error(ErrorCode::kBusy);
     send_error(c, ErrorCode::kBusy, "metrics need a connection of their own", "");
   } else {
+    const bool prom = std::get<MetricsInput>(action).prometheus;
     std::string out;
-    c->proto->encode_metrics(metrics_.to_json(), out);
+    c->proto->encode_metrics(prom ? metrics_.to_prometheus() : metrics_.to_json(), prom, out);
     send(c, out);
     close_when_flushed(c);
   }

@@ -34,6 +34,7 @@ inline constexpr std::string_view kTargetTbtMs = "target_tbt_ms";
 inline constexpr std::string_view kMetadata = "metadata";
 inline constexpr std::string_view kKeepAlive = "keep_alive";
 inline constexpr std::string_view kType = "type";        // {"type":"metrics"}
+inline constexpr std::string_view kFormat = "format";    // {"type":"metrics","format":"prometheus"}
 inline constexpr std::string_view kEvent = "event";      // {"event":"cancel","id":...} and every reply
 inline constexpr std::size_t kMaxStopStrings = 16;
 inline constexpr std::size_t kMaxStopBytes = 256;

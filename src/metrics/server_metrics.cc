@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+
 namespace uma {
 
 void ServerMetrics::publish_sessions(std::vector<SessionTiming> sessions) {
@@ -38,6 +40,18 @@ std::string ServerMetrics::to_json() const {
   j["tx_drops_total"] = tx_drops_total.load();
   j["disconnects_mid_stream_total"] = disconnects_mid_stream_total.load();
   j["idle_timeouts_total"] = idle_timeouts_total.load();
+  auto summary = [](const Histogram& h) {
+    const Histogram::Snapshot s = h.snapshot();
+    return nlohmann::ordered_json{{"count", s.count}, {"sum", s.sum}, {"p50", Histogram::quantile(s, 0.5)},
+                                  {"p90", Histogram::quantile(s, 0.9)}, {"p99", Histogram::quantile(s, 0.99)}};
+  };
+  auto& hist = j["histograms"] = nlohmann::ordered_json::object();
+  hist["ttft_ms"] = summary(ttft_ms);
+  hist["inter_token_ms"] = summary(inter_token_ms);
+  hist["queue_ms"] = summary(queue_ms);
+  hist["decode_ms"] = summary(decode_ms);
+  hist["batch_tokens"] = summary(batch_tokens);
+  hist["prefill_chunk"] = summary(prefill_chunk);
   auto& errors = j["errors_total"] = nlohmann::ordered_json::object();
   for (std::size_t i = 1; i < kErrorKinds; ++i) {
     const auto code = static_cast<ErrorCode>(i);
@@ -54,6 +68,77 @@ std::string ServerMetrics::to_json() const {
     }
   }
   return j.dump();
+}
+
+namespace {
+
+void prom_header(std::string& out, const char* name, const char* type, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+template <typename T>
+void prom_value(std::string& out, const char* name, const char* type, const char* help, T value) {
+  prom_header(out, name, type, help);
+  out += name;
+  out += ' ';
+  out += std::to_string(value);
+  out += '\n';
+}
+
+// `scale` turns the histogram's unit into the exposed one (ms -> s: 0.001).
+void prom_histogram(std::string& out, const char* name, const char* help, const Histogram& h, double scale) {
+  prom_header(out, name, "histogram", help);
+  const Histogram::Snapshot s = h.snapshot();
+  char line[256];
+  for (std::size_t i = 0; i < s.bounds.size(); ++i) {
+    std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name, s.bounds[i] * scale,
+                  static_cast<unsigned long long>(s.cumulative[i]));
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+                static_cast<unsigned long long>(s.count), name, s.sum * scale, name,
+                static_cast<unsigned long long>(s.count));
+  out += line;
+}
+
+}  // namespace
+
+std::string ServerMetrics::to_prometheus() const {
+  // Names follow vLLM's (vllm:time_to_first_token_seconds, ...) under the uma: prefix.
+  std::string out;
+  prom_histogram(out, "uma:time_to_first_token_seconds", "Request received to first token.", ttft_ms, 0.001);
+  prom_histogram(out, "uma:inter_token_latency_seconds", "Gap between consecutive tokens of a stream.", inter_token_ms, 0.001);
+  prom_histogram(out, "uma:request_queue_time_seconds", "Request received to prefill start.", queue_ms, 0.001);
+  prom_histogram(out, "uma:decode_duration_seconds", "Duration of one llama_decode (one tick).", decode_ms, 0.001);
+  prom_histogram(out, "uma:batch_tokens", "Tokens in one decode.", batch_tokens, 1.0);
+  prom_histogram(out, "uma:prefill_chunk_tokens", "Prompt tokens of one prefill chunk.", prefill_chunk, 1.0);
+  prom_value(out, "uma:generation_tokens_total", "counter", "Tokens generated.", tokens_generated_total.load());
+  prom_value(out, "uma:prompt_tokens_total", "counter", "Prompt tokens admitted.", prompt_tokens_total.load());
+  prom_value(out, "uma:decode_calls_total", "counter", "llama_decode calls.", batch_calls_total.load());
+  prom_value(out, "uma:requests_total", "counter", "Requests received.", requests_total.load());
+  prom_value(out, "uma:request_success_total", "counter", "Requests finished (stop or length).", requests_completed_total.load());
+  prom_value(out, "uma:requests_cancelled_total", "counter", "Requests cancelled or abandoned.", requests_cancelled_total.load());
+  prom_value(out, "uma:tx_drops_total", "counter", "Connections dropped for reading too slowly.", tx_drops_total.load());
+  prom_value(out, "uma:num_requests_running", "gauge", "Requests prefilling or decoding.", active_sessions.load());
+  prom_value(out, "uma:num_requests_waiting", "gauge", "Requests waiting for KV room.", queued_sessions.load());
+  prom_value(out, "uma:kv_cache_tokens_used", "gauge", "Tokens held in the KV cache.", kv_tokens_used.load());
+  prom_value(out, "uma:kv_cache_cells_total", "gauge", "KV cells (n_ctx).", kv_cells_total.load());
+  prom_value(out, "uma:connections_open", "gauge", "Open client connections.", connections_open.load());
+  prom_header(out, "uma:errors_total", "counter", "Errors by kind.");
+  for (std::size_t i = 1; i < kErrorKinds; ++i) {
+    out += "uma:errors_total{kind=\"";
+    out += error_code_name(static_cast<ErrorCode>(i));
+    out += "\"} " + std::to_string(errors_[i].load()) + "\n";
+  }
+  return out;
 }
 
 }  // namespace uma

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "metrics/histogram.h"
 
 namespace uma {
 
@@ -64,12 +65,21 @@ class ServerMetrics {
   std::atomic<std::int64_t> connections_open{0};
   std::atomic<std::int64_t> sessions_open{0};                // connections holding a session slot
 
+  // Distributions (observed by the compute thread; milliseconds or tokens).
+  Histogram ttft_ms{latency_ms_bounds()};
+  Histogram inter_token_ms{latency_ms_bounds()};
+  Histogram queue_ms{latency_ms_bounds()};
+  Histogram decode_ms{latency_ms_bounds()};
+  Histogram batch_tokens{token_count_bounds()};
+  Histogram prefill_chunk{token_count_bounds()};
+
   // Either thread.
   void count_error(ErrorCode code) { errors_[static_cast<std::size_t>(code)].fetch_add(1, std::memory_order_relaxed); }
   std::uint64_t errors(ErrorCode code) const { return errors_[static_cast<std::size_t>(code)].load(); }
 
   void publish_sessions(std::vector<SessionTiming> sessions);  // compute thread
   std::string to_json() const;                                 // any thread; one line, no newline
+  std::string to_prometheus() const;                           // any thread; text exposition 0.0.4
 
  private:
   std::array<std::atomic<std::uint64_t>, kErrorKinds> errors_{};

@@ -103,6 +103,7 @@ void Scheduler::start_queued() {
     s->seq = seq;
     reserved_cells_ += s->reserved_cells;
     s->started_at = Clock::now();
+    metrics_.queue_ms.observe(ms_between(s->received_at, s->started_at));
     s->set_state(SessionState::kPrefill);
   }
 }
@@ -164,6 +165,9 @@ void Scheduler::tick(std::vector<Event>& out) {
   metrics_.batch_calls_total++;
   metrics_.last_batch_size = n_tokens;
   metrics_.decode_ms_last = decode_ms;
+  metrics_.decode_ms.observe(decode_ms);
+  metrics_.batch_tokens.observe(n_tokens);
+  for (const PrefillChunk& c : batch_.prefilled) metrics_.prefill_chunk.observe(c.length);
   metrics_.decode_ms_ewma = budget_.decode_ms_ewma();
   metrics_.tick_budget = budget_.prefill_budget();
   spdlog::debug("tick: {} decode, {} prefill chunks, {} tokens, {:.2f} ms{}", plan.decode.size(),
@@ -206,11 +210,13 @@ void Scheduler::apply_token(Session& s, Token token, Clock::time_point now, std:
     s.first_token_at = now;
     const double ttft = ms_between(s.received_at, now);
     metrics_.ttft_ms_last = ttft;
+    metrics_.ttft_ms.observe(ttft);
     if (ttft > s.slo_ttft_ms) metrics_.ttft_slo_miss_total++;
   } else {
     const double tbt = ms_between(s.last_emit_at, now);
     s.tbt_ms_ewma = s.generated == 1 ? tbt : 0.2 * tbt + 0.8 * s.tbt_ms_ewma;
     s.tbt_ms_max = std::max(s.tbt_ms_max, tbt);
+    metrics_.inter_token_ms.observe(tbt);
     if (tbt > s.slo_tbt_ms) metrics_.tbt_slo_miss_total++;
   }
   s.last_emit_at = now;

@@ -279,6 +279,28 @@ TEST(UmadJson, MetricsFrameThenClose) {
   EXPECT_FALSE(c->read_event(&ev, 5000).ok()) << "closed after the metrics frame";
 }
 
+TEST(UmadJson, HistogramsInTheJsonSnapshotAndPrometheusText) {
+  Daemon d(args({"--max-tokens", "64"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  for (int i = 0; i < 3; ++i) {
+    auto c = connect(d);
+    ASSERT_TRUE(c->send_request(request("h" + std::to_string(i), "the candle", 8)).ok());
+    ASSERT_EQ(read_reply(*c).end.kind, WireEvent::Kind::kEos);
+  }
+  const auto m = metrics(d);
+  EXPECT_EQ(m["histograms"]["ttft_ms"]["count"], 3);
+  EXPECT_EQ(m["histograms"]["inter_token_ms"]["count"], 3 * 7);
+  EXPECT_EQ(m["histograms"]["queue_ms"]["count"], 3);
+  EXPECT_EQ(m["histograms"]["decode_ms"]["count"], m["batch_calls_total"]);
+  std::string out;
+  ASSERT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "metrics", "--prometheus"}, &out), 0) << out;
+  EXPECT_NE(out.find("# TYPE uma:time_to_first_token_seconds histogram"), std::string::npos) << out;
+  EXPECT_NE(out.find("uma:time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("uma:inter_token_latency_seconds_count 21\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("uma:generation_tokens_total 24\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("uma:errors_total{kind=\"busy\"} 0\n"), std::string::npos) << out;
+}
+
 TEST(UmadJson, UmaCliEndToEnd) {
   Daemon d(args({"--max-tokens", "64"}));
   ASSERT_TRUE(d.started()) << d.log();
