@@ -20,6 +20,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kInvalidJson: return "invalid_json";
     case ErrorCode::kBadRequest: return "bad_request";
     case ErrorCode::kBusy: return "busy";
+    case ErrorCode::kOverloaded: return "overloaded";
     case ErrorCode::kInternal: return "internal";
   }
   return "unknown";

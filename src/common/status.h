@@ -30,6 +30,7 @@ enum class ErrorCode : std::uint8_t {
   kInvalidJson,       // a frame that is not JSON
   kBadRequest,        // a request field missing or of the wrong type/range
   kBusy,              // a second request while one is in flight
+  kOverloaded,        // the waiting queue is full, or a request waited too long for room
   kInternal,          // a bug: an invariant did not hold (keep last: sizes tables)
 };
 

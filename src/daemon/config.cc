@@ -58,6 +58,10 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->capture_default_str()->check(CLI::Range(1.0, 1e7));
   app.add_option("--slo-tbt-ms", sc.slo_tbt_ms, "inter-token target (ms); the latency guard's deadline")
       ->envname("UMA_SLO_TBT_MS")->capture_default_str()->check(CLI::Range(1.0, 1e7));
+  app.add_option("--max-queue", sc.max_queue, "requests waiting for KV room at most; more get E_OVERLOADED")
+      ->envname("UMA_MAX_QUEUE")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("--max-queue-ms", sc.max_queue_ms, "a request waiting longer for room gets E_OVERLOADED")
+      ->envname("UMA_MAX_QUEUE_MS")->capture_default_str()->check(CLI::Range(1.0, 1e9));
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
       ->envname("UMA_TICK_MS")->capture_default_str()->check(CLI::Range(1.0, 10000.0));
   app.add_option("--temperature", srv.limits.sampling.temperature, "default sampling temperature (0: greedy)")

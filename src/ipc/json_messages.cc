@@ -285,6 +285,7 @@ std::string_view error_code(ErrorCode code) {
     case ErrorCode::kTooManySessions: return "E_LIMIT_SESSIONS";
     case ErrorCode::kContextExceeded: return "E_LIMIT_CONTEXT";
     case ErrorCode::kBusy: return "E_BUSY";
+    case ErrorCode::kOverloaded: return "E_OVERLOADED";
     case ErrorCode::kDecodeFailed: return "E_RUNTIME_DECODE";
     case ErrorCode::kShuttingDown: return "E_SHUTTING_DOWN";
     case ErrorCode::kOk:

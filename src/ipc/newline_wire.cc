@@ -15,6 +15,7 @@ std::string_view newline_error_text(ErrorCode code) {
     case ErrorCode::kInvalidArgument: return "invalid request";
     case ErrorCode::kBadRequest: return "bad request";
     case ErrorCode::kBusy: return "busy";
+    case ErrorCode::kOverloaded: return "server overloaded";
     case ErrorCode::kOk:
     case ErrorCode::kFrameTooLarge:
     case ErrorCode::kInvalidJson:

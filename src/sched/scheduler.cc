@@ -78,6 +78,17 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
     return;
   }
   // Generation stops at the context's end: a request never needs more KV than n_ctx.
+  const auto queued = std::count_if(sessions_.begin(), sessions_.end(),
+                                    [](const auto& x) { return x->state == SessionState::kQueued; });
+  const std::int32_t need = n_prompt + std::min({request.max_tokens, config_.max_tokens_cap, decoder_.n_ctx() - n_prompt});
+  const bool must_wait = queued > 0 || free_seqs_.empty() || reserved_cells_ + need > decoder_.n_ctx();
+  if (must_wait && queued >= config_.max_queue) {
+    // Admission control: never queue without bound; say so at once.
+    metrics_.count_error(ErrorCode::kOverloaded);
+    out.push_back(error_event(request.id, Status(ErrorCode::kOverloaded,
+        std::to_string(queued) + " requests are already waiting for room")));
+    return;
+  }
   s->max_tokens = std::min({request.max_tokens, config_.max_tokens_cap, decoder_.n_ctx() - n_prompt});
   s->stop = StopFilter(std::move(request.stop));
   s->slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : config_.slo_ttft_ms;
@@ -108,6 +119,20 @@ void Scheduler::start_queued() {
   }
 }
 
+void Scheduler::expire_queued(std::vector<Event>& out) {
+  const Clock::time_point now = Clock::now();
+  bool any = false;
+  for (auto& s : sessions_) {
+    if (s->state != SessionState::kQueued || ms_between(s->received_at, now) <= config_.max_queue_ms) continue;
+    finish(*s, SessionState::kFailed);
+    metrics_.count_error(ErrorCode::kOverloaded);
+    out.push_back(error_event(s->id, Status(ErrorCode::kOverloaded, "waited over " +
+        std::to_string(static_cast<long>(config_.max_queue_ms)) + " ms for room")));
+    any = true;
+  }
+  if (any) reap();
+}
+
 void Scheduler::cancel(RequestId id, std::vector<Event>& out) {
   for (auto& s : sessions_) {
     if (s->id == id && !is_terminal(*s)) {
@@ -133,6 +158,7 @@ bool Scheduler::has_work() const {
 }
 
 void Scheduler::tick(std::vector<Event>& out) {
+  expire_queued(out);
   const Clock::time_point now = Clock::now();
   order_.clear();
   candidates_.clear();

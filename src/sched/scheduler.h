@@ -26,6 +26,8 @@ namespace uma {
 
 struct SchedulerConfig {
   std::int32_t max_tokens_cap = 4096;  // upper bound on any request's max_tokens
+  std::int32_t max_queue = 64;         // requests waiting for KV room; more are rejected (kOverloaded)
+  double max_queue_ms = 30000.0;       // a request waiting longer is rejected (kOverloaded)
   double slo_ttft_ms = 150.0;
   double slo_tbt_ms = 80.0;
   double tick_target_ms = 30.0;
@@ -51,6 +53,7 @@ class Scheduler {
 
  private:
   void start_queued();
+  void expire_queued(std::vector<Event>& out);  // rejects requests that waited past max_queue_ms
   void apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out);
   // Emits text through the stop filter; returns true when a stop string ended the request.
   bool emit_text(Session& s, std::string_view text, Token token, std::vector<Event>& out);

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <set>
+#include <thread>
 
 namespace uma {
 namespace {
@@ -257,6 +258,36 @@ TEST_F(SchedulerTest, RequestsWaitForKvRoomInsteadOfFailing) {
   run_until_idle();
   EXPECT_EQ(out_[1].text, expected(100 + 'a', 20));
   EXPECT_EQ(out_[2].text, expected(100 + 'b', 20));
+  EXPECT_EQ(decoder_->total_kv(), 0);
+}
+
+TEST_F(SchedulerTest, AdmissionRejectsAtOnceWhenTheWaitingQueueIsFull) {
+  SchedulerConfig cfg;
+  cfg.max_queue = 1;
+  make(64, /*n_ctx=*/40, 4, cfg);
+  submit(1, "aaaa", 20);  // runs (25 cells)
+  submit(2, "bbbb", 20);  // waits: the queue now holds 1
+  submit(3, "cccc", 20);  // over the queue cap
+  EXPECT_EQ(out_[3].error, ErrorCode::kOverloaded);
+  EXPECT_EQ(out_[2].errors, 0);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'a', 20));
+  EXPECT_EQ(out_[2].text, expected(100 + 'b', 20));
+  EXPECT_EQ(metrics_.errors(ErrorCode::kOverloaded), 1u);
+}
+
+TEST_F(SchedulerTest, RequestsWaitingPastTheAgeLimitAreRejected) {
+  SchedulerConfig cfg;
+  cfg.max_queue_ms = 5;
+  make(64, /*n_ctx=*/40, 4, cfg);
+  submit(1, "aaaa", 20);
+  submit(2, "bbbb", 20);  // waits for room
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  scheduler_->tick(events_);
+  collect();
+  EXPECT_EQ(out_[2].error, ErrorCode::kOverloaded);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'a', 20)) << "the running request is unaffected";
   EXPECT_EQ(decoder_->total_kv(), 0);
 }
 

@@ -242,6 +242,26 @@ TEST(UmadJson, DisconnectMidStreamCancelsAndFreesKv) {
   EXPECT_LT(m["tokens_generated_total"].get<int>(), 4000);
 }
 
+TEST(UmadJson, OverloadIsRejectedAtOnceWithATypedError) {
+  // Room for one 3000-token reply at a time and no waiting queue: the second request is refused.
+  Daemon d(args({"--max-tokens", "3000", "--n-ctx", "4096", "--max-queue", "0"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto a = connect(d);
+  ASSERT_TRUE(a->send_request(request("a", "hello world", 3000)).ok());
+  WireEvent ev;
+  ASSERT_TRUE(a->read_event(&ev, 10000).ok());  // a is running
+  auto b = connect(d);
+  ASSERT_TRUE(b->send_request(request("b", "hello world", 3000)).ok());
+  ASSERT_TRUE(b->read_event(&ev, 10000).ok());
+  EXPECT_EQ(ev.kind, WireEvent::Kind::kError);
+  EXPECT_EQ(ev.code, "E_OVERLOADED");
+  ASSERT_TRUE(a->send_cancel("a").ok());
+  EXPECT_EQ(read_reply(*a).end.reason, "cancelled");
+  auto c = connect(d);  // room again once a is done
+  ASSERT_TRUE(c->send_request(request("c", "hello world", 10)).ok());
+  EXPECT_EQ(read_reply(*c).text, oracle().expected_text("hello world", 10));
+}
+
 TEST(UmadJson, StopStringSplitAcrossTokensEndsTheReplyAndIsNeverSent) {
   Daemon d(args({"--max-tokens", "64"}));
   ASSERT_TRUE(d.started()) << d.log();
