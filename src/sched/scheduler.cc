@@ -80,7 +80,9 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   // Generation stops at the context's end: a request never needs more KV than n_ctx.
   const auto queued = std::count_if(sessions_.begin(), sessions_.end(),
                                     [](const auto& x) { return x->state == SessionState::kQueued; });
-  const std::int32_t need = n_prompt + std::min({request.max_tokens, config_.max_tokens_cap, decoder_.n_ctx() - n_prompt});
+  // Generation stops at the context's end: a request never needs more KV than n_ctx.
+  const std::int32_t max_tokens = std::min({request.max_tokens, config_.max_tokens_cap, decoder_.n_ctx() - n_prompt});
+  const std::int32_t need = n_prompt + max_tokens;
   const bool must_wait = queued > 0 || free_seqs_.empty() || reserved_cells_ + need > decoder_.n_ctx();
   if (must_wait && queued >= config_.max_queue) {
     // Admission control: never queue without bound; say so at once.
@@ -89,11 +91,11 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
         std::to_string(queued) + " requests are already waiting for room")));
     return;
   }
-  s->max_tokens = std::min({request.max_tokens, config_.max_tokens_cap, decoder_.n_ctx() - n_prompt});
+  s->max_tokens = max_tokens;
   s->stop = StopFilter(std::move(request.stop));
   s->slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : config_.slo_ttft_ms;
   s->slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
-  s->reserved_cells = n_prompt + s->max_tokens;
+  s->reserved_cells = need;
   metrics_.prompt_tokens_total += static_cast<std::uint64_t>(n_prompt);
   spdlog::debug("session {}: admitted, {} prompt tokens, max_tokens {}", s->id, n_prompt, s->max_tokens);
   sessions_.push_back(std::move(s));
