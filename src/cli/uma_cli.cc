@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
   app.add_option("--slo-ttft-ms", slo_ttft, "time-to-first-token target for this request");
   app.add_option("--slo-tbt-ms", slo_tbt, "inter-token target for this request");
   app.add_option("--metadata", req.metadata_json, "JSON object echoed back in eos");
+  app.add_flag("--background", req.background, "request class background (default interactive): served after "
+               "interactive work and may be paused for it");
+  app.add_option("--tenant", req.tenant, "metadata.tenant: the key of the daemon's per-tenant cap");
   app.add_flag("--json", raw_json, "print the raw events, one JSON object per line");
   app.add_flag("--prometheus", prometheus, "with 'metrics': Prometheus text exposition instead of JSON");
   CLI11_PARSE(app, argc, argv);

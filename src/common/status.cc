@@ -21,6 +21,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kBadRequest: return "bad_request";
     case ErrorCode::kBusy: return "busy";
     case ErrorCode::kOverloaded: return "overloaded";
+    case ErrorCode::kKvExhausted: return "kv_exhausted";
     case ErrorCode::kInternal: return "internal";
   }
   return "unknown";

@@ -31,6 +31,7 @@ enum class ErrorCode : std::uint8_t {
   kBadRequest,        // a request field missing or of the wrong type/range
   kBusy,              // a second request while one is in flight
   kOverloaded,        // the waiting queue is full, or a request waited too long for room
+  kKvExhausted,       // no KV cells for a batch; the scheduler recovers (never sent to a client)
   kInternal,          // a bug: an invariant did not hold (keep last: sizes tables)
 };
 

@@ -21,6 +21,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   std::string protocol = "json";
   int max_tx_kib = static_cast<int>(srv.max_tx_bytes / 1024);
   bool mlock = false;
+  std::string preempt = "auto";
+  int preempt_host_mb = static_cast<int>(sc.park_host_bytes >> 20);
   bool mmap = true;
 
   app.add_option("-m,--model", rt.model_path, "GGUF model file")->envname("UMA_MODEL")->required()
@@ -62,6 +64,18 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_MAX_QUEUE")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("--max-queue-ms", sc.max_queue_ms, "a request waiting longer for room gets E_OVERLOADED")
       ->envname("UMA_MAX_QUEUE_MS")->capture_default_str()->check(CLI::Range(1.0, 1e9));
+  app.add_option("--background-max-wait-ms", sc.background_max_wait_ms,
+                 "background requests: default TTFT target, and most time paused in all; past either they "
+                 "rank as interactive")
+      ->envname("UMA_BACKGROUND_MAX_WAIT_MS")->capture_default_str()->check(CLI::Range(1.0, 1e9));
+  app.add_option("--tenant-max-requests", sc.tenant_max_requests,
+                 "requests in flight per metadata.tenant (0: no cap); more get E_OVERLOADED")
+      ->envname("UMA_TENANT_MAX_REQUESTS")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("--preempt", preempt, "pausing background sessions for interactive ones: auto (save KV to host "
+                 "memory or recompute, whichever is cheaper), save, recompute, off")
+      ->envname("UMA_PREEMPT")->capture_default_str()->check(CLI::IsMember({"auto", "save", "recompute", "off"}));
+  app.add_option("--preempt-host-mb", preempt_host_mb, "host memory for the saved KV of paused sessions (MiB)")
+      ->envname("UMA_PREEMPT_HOST_MB")->capture_default_str()->check(CLI::Range(0, 1 << 24));
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
       ->envname("UMA_TICK_MS")->capture_default_str()->check(CLI::Range(1.0, 10000.0));
   app.add_option("--temperature", srv.limits.sampling.temperature, "default sampling temperature (0: greedy)")
@@ -88,6 +102,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   srv.protocol = protocol == "newline" ? ProtocolKind::kNewline : ProtocolKind::kJson;
   srv.max_tx_bytes = static_cast<std::size_t>(max_tx_kib) * 1024;
   sc.max_tokens_cap = srv.limits.default_max_tokens;
+  sc.preemption = preempt != "off";
+  sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
+  sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
   if (srv.socket_path.empty()) {
     std::cerr << "umad: --socket must not be empty\n";
     *exit_code = 2;

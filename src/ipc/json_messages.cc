@@ -105,8 +105,19 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
     r->slo_ttft_ms = ttft;
     r->slo_tbt_ms = tbt;
   }
+  if (const json* prio = find(j, wire::kPriority)) {
+    const bool known = prio->is_string() && (*prio == wire::kPriorityInteractive || *prio == wire::kPriorityBackground);
+    if (!known) return bad(wire::kPriority, "must be \"interactive\" or \"background\"");
+    r->background = *prio == wire::kPriorityBackground;
+  }
   if (const json* meta = find(j, wire::kMetadata)) {
     if (!meta->is_object()) return bad(wire::kMetadata, "must be an object");
+    if (const json* tenant = find(*meta, wire::kTenant)) {
+      if (!tenant->is_string() || tenant->get_ref<const std::string&>().size() > wire::kMaxTenantBytes) {
+        return bad("metadata.tenant", "must be a string of at most 256 bytes");
+      }
+      r->tenant = tenant->get<std::string>();
+    }
     r->metadata_json = meta->dump();
   }
   return Status::Ok();
@@ -212,7 +223,9 @@ std::string encode_request(const WireRequest& r) {
     if (r.slo_tbt_ms > 0) slo["target_tbt_ms"] = r.slo_tbt_ms;
     j["slo"] = slo;
   }
+  if (r.background) j["priority"] = wire::kPriorityBackground;
   if (!r.metadata_json.empty()) j["metadata"] = ojson::parse(r.metadata_json, nullptr, false);
+  if (!r.tenant.empty()) j["metadata"]["tenant"] = r.tenant;
   return j.dump();
 }
 
@@ -286,7 +299,8 @@ std::string_view error_code(ErrorCode code) {
     case ErrorCode::kContextExceeded: return "E_LIMIT_CONTEXT";
     case ErrorCode::kBusy: return "E_BUSY";
     case ErrorCode::kOverloaded: return "E_OVERLOADED";
-    case ErrorCode::kDecodeFailed: return "E_RUNTIME_DECODE";
+    case ErrorCode::kDecodeFailed:
+    case ErrorCode::kKvExhausted: return "E_RUNTIME_DECODE";
     case ErrorCode::kShuttingDown: return "E_SHUTTING_DOWN";
     case ErrorCode::kOk:
     case ErrorCode::kIo:

@@ -25,6 +25,8 @@ struct WireRequest {
   bool keep_alive = false;
   double slo_ttft_ms = 0.0;   // 0: server default
   double slo_tbt_ms = 0.0;
+  bool background = false;    // "priority": "background" (default "interactive")
+  std::string tenant;         // metadata.tenant when it is a string
   std::string metadata_json;  // the request's `metadata` object, serialized; empty when absent
 };
 struct WireCancel {

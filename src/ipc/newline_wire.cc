@@ -10,7 +10,8 @@ std::string_view newline_error_text(ErrorCode code) {
     case ErrorCode::kEmptyPrompt: return "empty prompt";
     case ErrorCode::kTooManySessions: return "too many sessions";
     case ErrorCode::kContextExceeded: return "prompt too long for context";
-    case ErrorCode::kDecodeFailed: return "decode failed";
+    case ErrorCode::kDecodeFailed:
+    case ErrorCode::kKvExhausted: return "decode failed";
     case ErrorCode::kShuttingDown: return "server shutting down";
     case ErrorCode::kInvalidArgument: return "invalid request";
     case ErrorCode::kBadRequest: return "bad request";

@@ -104,6 +104,8 @@ class JsonProtocol final : public Protocol {
     s.request.stop = std::move(w.stop);
     s.request.slo_ttft_ms = w.slo_ttft_ms;
     s.request.slo_tbt_ms = w.slo_tbt_ms;
+    s.request.priority = w.background ? Priority::kBackground : Priority::kInteractive;
+    s.request.tenant = std::move(w.tenant);
     return s;
   }
 

@@ -164,6 +164,7 @@ void UdsServer::start_request(const ConnPtr& c, StartInput input) {
   if (!c->has_slot) {
     if (sessions_used_ >= config_.max_sessions) {
       metrics_.count_error(ErrorCode::kTooManySessions);
+      metrics_.count_rejected(RejectReason::kSessionCap);
       send_error(c, ErrorCode::kTooManySessions,
                  "all " + std::to_string(config_.max_sessions) + " sessions are in use", input.client_id);
       close_when_flushed(c);

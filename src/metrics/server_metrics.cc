@@ -6,6 +6,21 @@
 
 namespace uma {
 
+std::string_view reject_reason_name(RejectReason r) {
+  switch (r) {
+    case RejectReason::kQueueFull: return "queue_full";
+    case RejectReason::kQueueTimeout: return "queue_timeout";
+    case RejectReason::kTenantCap: return "tenant_cap";
+    case RejectReason::kSessionCap: return "session_cap";
+    case RejectReason::kContext: return "context";
+  }
+  return "?";
+}
+
+namespace {
+constexpr std::array<const char*, kGaugeStates> kGaugeStateNames = {"queued", "prefill", "decode", "paused"};
+}  // namespace
+
 void ServerMetrics::publish_sessions(std::vector<SessionTiming> sessions) {
   std::lock_guard<std::mutex> lock(sessions_mu_);
   sessions_.swap(sessions);
@@ -28,6 +43,19 @@ std::string ServerMetrics::to_json() const {
   j["kv_cells_total"] = kv_cells_total.load();
   j["kv_cells_reserved"] = kv_cells_reserved.load();
   j["requests_total"] = requests_total.load();
+  j["requests_admitted_total"] = requests_admitted_total.load();
+  auto& rejected = j["rejected_total"] = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < kRejectReasons; ++i) {
+    rejected[std::string(reject_reason_name(static_cast<RejectReason>(i)))] = rejected_[i].load();
+  }
+  auto& states = j["sessions_by_state"] = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < kGaugeStates; ++i) states[kGaugeStateNames[i]] = sessions_by_state[i].load();
+  j["preempted_saved_total"] = preempted_saved_total.load();
+  j["preempted_recomputed_total"] = preempted_recomputed_total.load();
+  j["resumed_total"] = resumed_total.load();
+  j["kv_restore_fallbacks_total"] = kv_restore_fallbacks_total.load();
+  j["kv_exhausted_total"] = kv_exhausted_total.load();
+  j["parked_bytes"] = parked_bytes.load();
   j["requests_completed_total"] = requests_completed_total.load();
   j["requests_cancelled_total"] = requests_cancelled_total.load();
   j["prefill_skipped_ticks_total"] = prefill_skipped_ticks_total.load();
@@ -61,7 +89,8 @@ std::string ServerMetrics::to_json() const {
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
     for (const SessionTiming& s : sessions_) {
-      list.push_back({{"id", s.id}, {"state", s.state}, {"prompt_tokens", s.prompt_tokens},
+      list.push_back({{"id", s.id}, {"state", s.state}, {"priority", s.background ? "background" : "interactive"},
+                      {"preemptions", s.preemptions}, {"prompt_tokens", s.prompt_tokens},
                       {"prefilled", s.prefilled}, {"generated", s.generated}, {"kv_tokens", s.kv_tokens},
                       {"queue_ms", s.queue_ms}, {"ttft_ms", s.ttft_ms}, {"tbt_ms_ewma", s.tbt_ms_ewma},
                       {"tbt_ms_max", s.tbt_ms_max}});
@@ -91,6 +120,16 @@ void prom_value(std::string& out, const char* name, const char* type, const char
   out += ' ';
   out += std::to_string(value);
   out += '\n';
+}
+
+// One sample of a labelled family: name{key="value"} n
+void prom_sample(std::string& out, const char* name, const char* key, std::string_view label, std::uint64_t value) {
+  out += name;
+  out += '{';
+  out += key;
+  out += "=\"";
+  out += label;
+  out += "\"} " + std::to_string(value) + "\n";
 }
 
 // `scale` turns the histogram's unit into the exposed one (ms -> s: 0.001).
@@ -127,16 +166,30 @@ std::string ServerMetrics::to_prometheus() const {
   prom_value(out, "uma:request_success_total", "counter", "Requests finished (stop or length).", requests_completed_total.load());
   prom_value(out, "uma:requests_cancelled_total", "counter", "Requests cancelled or abandoned.", requests_cancelled_total.load());
   prom_value(out, "uma:tx_drops_total", "counter", "Connections dropped for reading too slowly.", tx_drops_total.load());
+  prom_value(out, "uma:requests_admitted_total", "counter", "Requests admitted by the scheduler.", requests_admitted_total.load());
+  prom_header(out, "uma:requests_rejected_total", "counter", "Requests turned away by admission control, by reason.");
+  for (std::size_t i = 0; i < kRejectReasons; ++i) {
+    prom_sample(out, "uma:requests_rejected_total", "reason", reject_reason_name(static_cast<RejectReason>(i)), rejected_[i].load());
+  }
+  prom_header(out, "uma:preemptions_total", "counter", "Sessions paused for other work, by what happened to their KV.");
+  prom_sample(out, "uma:preemptions_total", "kv", "saved", preempted_saved_total.load());
+  prom_sample(out, "uma:preemptions_total", "kv", "dropped", preempted_recomputed_total.load());
+  prom_value(out, "uma:resumptions_total", "counter", "Paused sessions resumed.", resumed_total.load());
+  prom_value(out, "uma:kv_exhausted_total", "counter", "Decodes that found no KV cells (recovered by pausing).", kv_exhausted_total.load());
   prom_value(out, "uma:num_requests_running", "gauge", "Requests prefilling or decoding.", active_sessions.load());
+  prom_header(out, "uma:num_requests", "gauge", "Requests by scheduler state.");
+  for (std::size_t i = 0; i < kGaugeStates; ++i) {
+    prom_sample(out, "uma:num_requests", "state", kGaugeStateNames[i], static_cast<std::uint64_t>(sessions_by_state[i].load()));
+  }
+  prom_value(out, "uma:parked_kv_bytes", "gauge", "Host memory held by the KV of paused sessions.", parked_bytes.load());
   prom_value(out, "uma:num_requests_waiting", "gauge", "Requests waiting for KV room.", queued_sessions.load());
   prom_value(out, "uma:kv_cache_tokens_used", "gauge", "Tokens held in the KV cache.", kv_tokens_used.load());
   prom_value(out, "uma:kv_cache_cells_total", "gauge", "KV cells (n_ctx).", kv_cells_total.load());
+  prom_value(out, "uma:kv_cache_cells_reserved", "gauge", "KV cells promised to running requests.", kv_cells_reserved.load());
   prom_value(out, "uma:connections_open", "gauge", "Open client connections.", connections_open.load());
   prom_header(out, "uma:errors_total", "counter", "Errors by kind.");
   for (std::size_t i = 1; i < kErrorKinds; ++i) {
-    out += "uma:errors_total{kind=\"";
-    out += error_code_name(static_cast<ErrorCode>(i));
-    out += "\"} " + std::to_string(errors_[i].load()) + "\n";
+    prom_sample(out, "uma:errors_total", "kind", error_code_name(static_cast<ErrorCode>(i)), errors_[i].load());
   }
   return out;
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -17,9 +18,20 @@
 
 namespace uma {
 
+// Why admission control turned a request away (counted as rejected_total{reason}).
+enum class RejectReason : std::uint8_t { kQueueFull, kQueueTimeout, kTenantCap, kSessionCap, kContext };
+inline constexpr std::size_t kRejectReasons = 5;
+std::string_view reject_reason_name(RejectReason r);
+
+// Sessions by scheduler state, as the sessions{state} gauge shows them.
+enum class GaugeState : std::uint8_t { kQueued, kPrefill, kDecode, kPaused };
+inline constexpr std::size_t kGaugeStates = 4;
+
 struct SessionTiming {
   std::uint64_t id = 0;
   std::string state;
+  bool background = false;
+  std::int32_t preemptions = 0;
   std::int32_t prompt_tokens = 0;
   std::int32_t prefilled = 0;
   std::int32_t generated = 0;
@@ -54,6 +66,14 @@ class ServerMetrics {
   std::atomic<std::int64_t> kv_sequences_used{0}; // sequences with any KV
   std::atomic<std::int64_t> kv_cells_total{0};
   std::atomic<std::int64_t> kv_cells_reserved{0};
+  std::atomic<std::uint64_t> requests_admitted_total{0};
+  std::atomic<std::uint64_t> preempted_saved_total{0};       // paused, KV copied to host memory
+  std::atomic<std::uint64_t> preempted_recomputed_total{0};  // paused, KV dropped
+  std::atomic<std::uint64_t> resumed_total{0};
+  std::atomic<std::uint64_t> kv_restore_fallbacks_total{0};  // saved KV did not fit back: recomputed
+  std::atomic<std::uint64_t> kv_exhausted_total{0};          // a decode found no KV cells (recovered)
+  std::atomic<std::int64_t> parked_bytes{0};                 // host memory held by saved KV
+  std::array<std::atomic<std::int64_t>, kGaugeStates> sessions_by_state{};
 
   // Written by the I/O thread.
   std::atomic<std::uint64_t> connections_accepted_total{0};
@@ -74,6 +94,8 @@ class ServerMetrics {
   Histogram prefill_chunk{token_count_bounds()};
 
   // Either thread.
+  void count_rejected(RejectReason r) { rejected_[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t rejected(RejectReason r) const { return rejected_[static_cast<std::size_t>(r)].load(); }
   void count_error(ErrorCode code) { errors_[static_cast<std::size_t>(code)].fetch_add(1, std::memory_order_relaxed); }
   std::uint64_t errors(ErrorCode code) const { return errors_[static_cast<std::size_t>(code)].load(); }
 
@@ -83,6 +105,7 @@ class ServerMetrics {
 
  private:
   std::array<std::atomic<std::uint64_t>, kErrorKinds> errors_{};
+  std::array<std::atomic<std::uint64_t>, kRejectReasons> rejected_{};
   mutable std::mutex sessions_mu_;
   std::vector<SessionTiming> sessions_;  // guarded by sessions_mu_
 };

@@ -10,9 +10,14 @@
 //   for a sequence; end_sequence() frees its KV cells and sampler and may be called at any time.
 // - decode() submits one batch (one llama_decode). After it returns ok, sample(seq, i) is valid only
 //   for batch indices i whose entry asked for logits; indices refer to positions in that batch.
+//   kKvExhausted means no KV cells were found for the batch and nothing changed (retry smaller).
+// - park_sequence() takes a sequence out (preemption): its sampler, with all its state, moves into
+//   the ParkedSequence, its KV cells are copied out when asked and then freed. unpark_sequence()
+//   puts both back under any free sequence id.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +35,13 @@ struct BatchEntry {
   std::int32_t pos = 0;   // position within its sequence
   std::int32_t seq = 0;   // sequence id
   bool logits = false;    // ask for this entry's logits row
+};
+
+// A sequence taken off the KV cache. Move-only in practice; the scheduler treats it as opaque.
+struct ParkedSequence {
+  std::vector<std::uint8_t> kv;   // the sequence's KV cells; empty: dropped, to be recomputed
+  std::shared_ptr<void> sampler;  // the sampler chain (RNG, penalty history), freed by its deleter
+  std::size_t bytes() const { return kv.size(); }
 };
 
 class Decoder {
@@ -50,6 +62,15 @@ class Decoder {
   virtual void end_sequence(std::int32_t seq) = 0;
   virtual Status decode(std::span<const BatchEntry> batch) = 0;
   virtual Token sample(std::int32_t seq, std::int32_t batch_index) = 0;
+  // Bytes park_sequence(seq, true) would copy out.
+  virtual std::size_t kv_state_bytes(std::int32_t seq) const = 0;
+  // Frees `seq` (KV cells and id); keeps its sampler, and its KV bytes when save_kv. On error the
+  // sequence is untouched.
+  virtual Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) = 0;
+  // Restores a parked sampler under `seq` (which must be free), then its saved KV if any. When the
+  // KV cannot be restored the sampler is still in place, the sequence is empty and the result is
+  // an error: recompute instead.
+  virtual Status unpark_sequence(std::int32_t seq, ParkedSequence& from) = 0;
   // Tokens the KV cache holds for a sequence (0 when empty). For metrics and leak checks.
   virtual std::int32_t kv_tokens(std::int32_t seq) const = 0;
 };

@@ -168,12 +168,66 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> batch) {
   b.logits = batch_logits_.data();
   const int32_t rc = llama_decode(ctx_, b);
   if (rc == 0) return Status::Ok();
-  if (rc == 1) return Status(ErrorCode::kContextExceeded, "no KV space for the batch");
+  if (rc == 1) return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
   return Status(ErrorCode::kDecodeFailed, "llama_decode returned " + std::to_string(rc));
 }
 
 Token LlamaRuntime::sample(std::int32_t seq, std::int32_t batch_index) {
   return llama_sampler_sample(samplers_[static_cast<size_t>(seq)], ctx_, batch_index);
+}
+
+std::span<const float> LlamaRuntime::logits(std::int32_t batch_index) {
+  const float* row = llama_get_logits_ith(ctx_, batch_index);
+  if (row == nullptr) return {};
+  return {row, static_cast<size_t>(llama_vocab_n_tokens(vocab_))};
+}
+
+std::size_t LlamaRuntime::kv_state_bytes(std::int32_t seq) const {
+  return llama_state_seq_get_size(ctx_, seq);
+}
+
+namespace {
+void free_parked_sampler(void* p) { llama_sampler_free(static_cast<llama_sampler*>(p)); }
+void keep_unparked_sampler(void*) {}
+}  // namespace
+
+Status LlamaRuntime::park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) {
+  if (seq < 0 || seq >= n_seq_max_ || samplers_[static_cast<size_t>(seq)] == nullptr) {
+    return Status(ErrorCode::kInternal, "park of a sequence that is not live");
+  }
+  out.kv.clear();
+  if (save_kv) {
+    out.kv.resize(llama_state_seq_get_size(ctx_, seq));
+    const size_t n = llama_state_seq_get_data(ctx_, out.kv.data(), out.kv.size(), seq);
+    if (n == 0 && !out.kv.empty()) {
+      out.kv.clear();
+      return Status(ErrorCode::kInternal, "cannot copy the sequence's KV");
+    }
+    out.kv.resize(n);
+  }
+  llama_sampler*& s = samplers_[static_cast<size_t>(seq)];
+  out.sampler = std::shared_ptr<void>(s, &free_parked_sampler);
+  s = nullptr;
+  llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
+  return Status::Ok();
+}
+
+Status LlamaRuntime::unpark_sequence(std::int32_t seq, ParkedSequence& from) {
+  if (seq < 0 || seq >= n_seq_max_ || from.sampler == nullptr) return Status(ErrorCode::kInternal, "bad unpark");
+  end_sequence(seq);
+  // Take the chain back: disarm the deleter, then drop the owner.
+  samplers_[static_cast<size_t>(seq)] = static_cast<llama_sampler*>(from.sampler.get());
+  *std::get_deleter<void (*)(void*)>(from.sampler) = &keep_unparked_sampler;
+  from.sampler.reset();
+  if (from.kv.empty()) return Status::Ok();
+  const size_t n = llama_state_seq_set_data(ctx_, from.kv.data(), from.kv.size(), seq);
+  from.kv.clear();
+  from.kv.shrink_to_fit();
+  if (n == 0) {
+    llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
+    return Status(ErrorCode::kKvExhausted, "cannot restore the sequence's KV");
+  }
+  return Status::Ok();
 }
 
 std::int32_t LlamaRuntime::kv_tokens(std::int32_t seq) const {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,12 @@ class LlamaRuntime final : public Decoder {
   void end_sequence(std::int32_t seq) override;
   Status decode(std::span<const BatchEntry> batch) override;
   Token sample(std::int32_t seq, std::int32_t batch_index) override;
+  // The logits row of a batch entry that asked for it (n_vocab floats), valid until the next decode.
+  // For tests that compare the model's output across KV manipulations.
+  std::span<const float> logits(std::int32_t batch_index);
+  std::size_t kv_state_bytes(std::int32_t seq) const override;
+  Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override;
+  Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override;
   std::int32_t kv_tokens(std::int32_t seq) const override;
 
   std::string describe() const;  // one line: model size, params, context shape

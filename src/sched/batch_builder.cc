@@ -7,17 +7,17 @@ void build_batch(const TickPlan& plan, std::span<Session* const> order, BuiltBat
   for (std::size_t i : plan.decode) {
     Session* s = order[i];
     out.rows.push_back({s, static_cast<std::int32_t>(out.entries.size())});
-    out.entries.push_back({s->last_token, s->n_past, s->seq, true});
+    out.entries.push_back({s->last_token(), s->n_past, s->seq, true});
     out.decoded.push_back(s);
   }
   for (const auto& [i, length] : plan.prefill) {
     Session* s = order[i];
-    const bool completes = s->n_prefilled + length == static_cast<std::int32_t>(s->prompt.size());
+    const bool completes = length == s->prompt_remaining();
     for (std::int32_t k = 0; k < length; ++k) {
       const std::int32_t p = s->n_prefilled + k;
       const bool want_logits = completes && k == length - 1;
       if (want_logits) out.rows.push_back({s, static_cast<std::int32_t>(out.entries.size())});
-      out.entries.push_back({s->prompt[static_cast<std::size_t>(p)], p, s->seq, want_logits});
+      out.entries.push_back({s->tokens[static_cast<std::size_t>(p)], p, s->seq, want_logits});
     }
     out.prefilled.push_back({s, length});
   }

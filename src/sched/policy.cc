@@ -1,33 +1,86 @@
 #include "sched/policy.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace uma {
 
 TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
   TickPlan plan;
+  // Stable sorts keep round-robin order among equals.
+  std::vector<std::size_t> decoders, prefillers;
+  for (std::size_t i = 0; i < sessions.size(); ++i) {
+    if (sessions[i].decoding) decoders.push_back(i);
+    else if (sessions[i].prompt_remaining > 0) prefillers.push_back(i);
+  }
+  std::stable_sort(decoders.begin(), decoders.end(),
+                   [&](std::size_t a, std::size_t b) { return sessions[a].rank < sessions[b].rank; });
+  std::stable_sort(prefillers.begin(), prefillers.end(), [&](std::size_t a, std::size_t b) {
+    const Candidate& x = sessions[a];
+    const Candidate& y = sessions[b];
+    return x.rank != y.rank ? x.rank < y.rank : x.slack_ms < y.slack_ms;
+  });
+
   std::int32_t used = 0;
   bool overdue = false;
-  for (std::size_t i = 0; i < sessions.size(); ++i) {
-    if (!sessions[i].decoding || used >= in.capacity) continue;
+  for (std::size_t i : decoders) {
+    if (used >= in.capacity) break;
     plan.decode.push_back(i);
     ++used;
+    if (sessions[i].overdue && !overdue) plan.guard_for = i;
     overdue = overdue || sessions[i].overdue;
   }
+  std::sort(plan.decode.begin(), plan.decode.end());  // batch order stays round-robin order
 
   plan.guard_fired = overdue && !in.guard_fired_last_tick;
   if (plan.guard_fired) return plan;
 
-  // With no stream decoding there is no cadence to protect: prefill at full capacity.
   const std::int32_t budget = plan.decode.empty() ? in.capacity : std::max(in.budget, in.min_prefill);
   std::int32_t left = std::min(budget, in.capacity - used);
-  for (std::size_t i = 0; i < sessions.size() && left > 0; ++i) {
-    if (sessions[i].decoding || sessions[i].prompt_remaining <= 0) continue;
+  for (std::size_t i : prefillers) {
+    if (left <= 0) break;
     const std::int32_t chunk = std::min(left, sessions[i].prompt_remaining);
     plan.prefill.emplace_back(i, chunk);
     left -= chunk;
   }
   return plan;
+}
+
+bool waiting_before(const Waiting& a, const Waiting& b) {
+  if (a.rank != b.rank) return a.rank < b.rank;
+  return a.waited_ms > b.waited_ms;
+}
+
+std::vector<std::size_t> choose_victims(std::span<const VictimCandidate> running, std::int32_t seqs_needed,
+                                        std::int32_t cells_needed) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < running.size(); ++i) {
+    if (running[i].preemptible) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return running[a].running_ms < running[b].running_ms; });
+  std::vector<std::size_t> chosen;
+  for (std::size_t i : order) {
+    if (seqs_needed <= 0 && cells_needed <= 0) break;
+    chosen.push_back(i);
+    seqs_needed -= 1;
+    cells_needed -= running[i].reserved_cells;
+  }
+  if (seqs_needed > 0 || cells_needed > 0) chosen.clear();
+  return chosen;
+}
+
+ParkMode choose_park_mode(const ParkCost& cost, ParkPreference pref) {
+  const bool fits = cost.kv_bytes <= cost.host_bytes_free;
+  if (pref == ParkPreference::kRecompute || !fits || cost.kv_tokens == 0) return ParkMode::kRecompute;
+  if (pref == ParkPreference::kSave) return ParkMode::kSave;
+  // Copying host memory runs at several GB/s; 1 ms per MB out and back is a safe overestimate.
+  constexpr double kCopyMsPerMb = 1.0;
+  const double save_ms = kCopyMsPerMb * static_cast<double>(cost.kv_bytes) / 1e6;
+  // Until prefill has been measured, assume it is not cheaper than copying.
+  const double per_token = cost.ms_per_prefill_token > 0 ? cost.ms_per_prefill_token : 1.0;
+  const double recompute_ms = per_token * cost.kv_tokens;
+  return save_ms <= recompute_ms ? ParkMode::kSave : ParkMode::kRecompute;
 }
 
 }  // namespace uma

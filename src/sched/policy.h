@@ -1,5 +1,9 @@
-// The batching policy: who decodes and who prefills how much in one tick. A pure function of the
-// sessions' states, so it can be read in a minute and tested without a model.
+// The scheduling policy: pure functions of the sessions' states, so each can be read in a minute
+// and tested without a model. The Scheduler gathers the inputs and carries out the choices.
+//   plan_tick        who decodes and who prefills how much in one tick
+//   waiting_before   in which order waiting requests get KV room
+//   choose_victims   which background sessions to pause so an interactive request can start
+//   choose_park_mode whether a paused session's KV is saved to host memory or dropped
 #pragma once
 
 #include <cstddef>
@@ -10,12 +14,18 @@
 
 namespace uma {
 
-// One active session as the policy sees it. Candidates come in round-robin order (the scheduler
-// rotates the starting point every tick), so "first come" here means "its turn".
+// Urgency class. Interactive work is kUrgent; background work is kRelaxed until it has waited its
+// bound (--background-max-wait-ms), then kUrgent too, so it cannot starve.
+enum class Rank : std::uint8_t { kUrgent = 0, kRelaxed = 1 };
+
+// One active session as plan_tick sees it. Candidates come in round-robin order (the scheduler
+// rotates the starting point every tick), so among equals "first" means "its turn".
 struct Candidate {
   bool decoding = false;              // has a sampled token waiting to be fed back
-  std::int32_t prompt_remaining = 0;  // prompt tokens not yet in KV (prefill sessions)
+  std::int32_t prompt_remaining = 0;  // tokens not yet in KV (prefill sessions)
   bool overdue = false;               // decoding and past its inter-token deadline
+  Rank rank = Rank::kUrgent;
+  double slack_ms = 0.0;              // prefill: time left to its TTFT target after its remaining prefill
 };
 
 struct PolicyInput {
@@ -28,13 +38,50 @@ struct PolicyInput {
 struct TickPlan {
   std::vector<std::size_t> decode;                           // candidate indices, 1 token each
   std::vector<std::pair<std::size_t, std::int32_t>> prefill;  // candidate index, chunk length
-  bool guard_fired = false;  // prefill skipped to protect overdue streams
+  bool guard_fired = false;          // prefill skipped to protect overdue streams
+  std::size_t guard_for = 0;         // when it fired: the first overdue candidate
 };
 
-// v1 (seed 000): (1) one token for every decoding session; (2) if a stream is overdue, skip
-// prefill this tick (never two ticks running, so prefill cannot starve); (3) otherwise spend the
-// prefill budget (at least min_prefill) on prefill chunks, round-robin; with nobody decoding, the
-// budget is the whole capacity (the budget exists to protect running streams, and there are none).
+// (1) One token for every decoding session (urgent ones first if capacity runs out).
+// (2) If a stream is overdue, skip prefill this tick (never two ticks running, so prefill cannot
+//     starve).
+// (3) Otherwise spend the prefill budget (at least min_prefill) on prefill chunks: urgent before
+//     relaxed, least slack first (deadline order), round-robin among equals. With nobody decoding,
+//     the budget is the whole capacity: it exists to protect running streams, and there are none.
 TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in);
+
+// A request waiting for KV room (queued, or paused by preemption).
+struct Waiting {
+  Rank rank = Rank::kUrgent;
+  double waited_ms = 0.0;  // since it arrived (queued) or in total while paused
+};
+// Strict weak order: urgent first, then the longest wait (FIFO within a class). The head of this
+// order starts first and blocks those behind it, so a large request is never overtaken forever.
+bool waiting_before(const Waiting& a, const Waiting& b);
+
+// A running background session that could be paused.
+struct VictimCandidate {
+  std::int32_t reserved_cells = 0;  // KV cells it gives back when paused
+  double running_ms = 0.0;          // since it last started or resumed
+  bool preemptible = true;          // false once it has been paused for its whole allowance
+};
+// Pauses the fewest, most recently started sessions (least work behind them) until `seqs_needed`
+// sequence ids and `cells_needed` KV cells are free. Returns indices into `running`, or nothing
+// when even all of them would not make room (then nobody is paused).
+std::vector<std::size_t> choose_victims(std::span<const VictimCandidate> running, std::int32_t seqs_needed,
+                                        std::int32_t cells_needed);
+
+enum class ParkMode : std::uint8_t { kSave, kRecompute };
+enum class ParkPreference : std::uint8_t { kAuto, kSave, kRecompute };
+struct ParkCost {
+  std::int32_t kv_tokens = 0;           // tokens in the session's KV
+  std::size_t kv_bytes = 0;             // what saving copies out (and back)
+  std::size_t host_bytes_free = 0;      // room left under --preempt-host-mb
+  double ms_per_prefill_token = 0.0;    // measured (TickBudget); 0 until known
+};
+// Saves when it fits the host cap and copying out and back is cheaper than prefilling the tokens
+// again; recomputes otherwise. A forced preference is honoured except that kSave over the host cap
+// recomputes.
+ParkMode choose_park_mode(const ParkCost& cost, ParkPreference pref);
 
 }  // namespace uma

@@ -3,11 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace uma {
 namespace {
 
-Candidate decoding(bool overdue = false) { return {true, 0, overdue}; }
-Candidate prefilling(std::int32_t remaining) { return {false, remaining, false}; }
+Candidate decoding(bool overdue = false, Rank rank = Rank::kUrgent) { return {true, 0, overdue, rank, 0.0}; }
+Candidate prefilling(std::int32_t remaining, Rank rank = Rank::kUrgent, double slack_ms = 0.0) {
+  return {false, remaining, false, rank, slack_ms};
+}
 
 TEST(Policy, EveryDecodingSessionGetsOneTokenThenPrefillFillsTheBudget) {
   const std::vector<Candidate> c = {prefilling(100), decoding(), decoding(), prefilling(5)};
@@ -62,6 +66,63 @@ TEST(Policy, CapacityIsAHardLimit) {
   const TickPlan p = plan_tick(c, {/*budget=*/64, /*capacity=*/8, 4, false});
   EXPECT_EQ(p.decode.size(), 8u);
   EXPECT_TRUE(p.prefill.empty());
+}
+
+TEST(Policy, PrefillGoesToUrgentWorkFirstThenLeastSlack) {
+  const std::vector<Candidate> c = {prefilling(100, Rank::kRelaxed, -500.0), prefilling(30, Rank::kUrgent, 90.0),
+                                    decoding(), prefilling(30, Rank::kUrgent, 20.0)};
+  const TickPlan p = plan_tick(c, {/*budget=*/40, 512, 8, false});
+  ASSERT_EQ(p.prefill.size(), 2u);
+  EXPECT_EQ(p.prefill[0], (std::pair<std::size_t, std::int32_t>{3, 30})) << "least slack first";
+  EXPECT_EQ(p.prefill[1], (std::pair<std::size_t, std::int32_t>{1, 10}));
+  const TickPlan roomy = plan_tick(c, {/*budget=*/100, 512, 8, false});
+  ASSERT_EQ(roomy.prefill.size(), 3u);
+  EXPECT_EQ(roomy.prefill[2], (std::pair<std::size_t, std::int32_t>{0, 40})) << "background takes what is left";
+}
+
+TEST(Policy, UrgentStreamsDecodeFirstWhenCapacityRunsOut) {
+  const std::vector<Candidate> c = {decoding(false, Rank::kRelaxed), decoding(), decoding(false, Rank::kRelaxed), decoding()};
+  const TickPlan p = plan_tick(c, {0, /*capacity=*/3, 0, false});
+  EXPECT_EQ(p.decode, (std::vector<std::size_t>{0, 1, 3})) << "both urgent, then the first relaxed; batch order kept";
+}
+
+TEST(Policy, GuardNamesTheOverdueStream) {
+  const std::vector<Candidate> c = {decoding(), decoding(/*overdue=*/true), prefilling(10)};
+  const TickPlan p = plan_tick(c, {64, 512, 8, false});
+  EXPECT_TRUE(p.guard_fired);
+  EXPECT_EQ(p.guard_for, 1u);
+}
+
+TEST(Policy, WaitingOrderIsUrgentFirstThenOldest) {
+  const Waiting old_bg{Rank::kRelaxed, 5000}, new_bg{Rank::kRelaxed, 10}, new_fg{Rank::kUrgent, 1}, old_fg{Rank::kUrgent, 900};
+  std::vector<Waiting> w = {new_bg, old_bg, new_fg, old_fg};
+  std::stable_sort(w.begin(), w.end(), waiting_before);
+  EXPECT_EQ(w[0].waited_ms, 900);
+  EXPECT_EQ(w[1].waited_ms, 1);
+  EXPECT_EQ(w[2].waited_ms, 5000);
+  EXPECT_EQ(w[3].waited_ms, 10);
+}
+
+TEST(Policy, VictimsAreTheFewestMostRecentlyStartedPreemptibleSessions) {
+  const std::vector<VictimCandidate> running = {
+      {/*cells=*/100, /*running_ms=*/9000, true}, {50, 20, true}, {80, 10, /*preemptible=*/false}, {30, 500, true}};
+  EXPECT_EQ(choose_victims(running, 0, 40), (std::vector<std::size_t>{1})) << "one session is enough";
+  EXPECT_EQ(choose_victims(running, 0, 60), (std::vector<std::size_t>{1, 3}));
+  EXPECT_EQ(choose_victims(running, 1, 0), (std::vector<std::size_t>{1})) << "a sequence id is needed";
+  EXPECT_TRUE(choose_victims(running, 0, 181).empty()) << "all preemptible ones hold 180: pause nobody";
+  EXPECT_TRUE(choose_victims(running, 0, 0).empty()) << "room already";
+}
+
+TEST(Policy, ParkModeSavesWhenCopyingIsCheaperAndItFits) {
+  ParkCost c{/*kv_tokens=*/1000, /*kv_bytes=*/23'000'000, /*host_free=*/1u << 30, /*ms_per_token=*/2.0};
+  EXPECT_EQ(choose_park_mode(c, ParkPreference::kAuto), ParkMode::kSave) << "23 ms of copying vs 2 s of prefill";
+  c.ms_per_prefill_token = 0.001;
+  EXPECT_EQ(choose_park_mode(c, ParkPreference::kAuto), ParkMode::kRecompute) << "1 ms of prefill";
+  EXPECT_EQ(choose_park_mode(c, ParkPreference::kSave), ParkMode::kSave);
+  c.host_bytes_free = 1000;
+  EXPECT_EQ(choose_park_mode(c, ParkPreference::kSave), ParkMode::kRecompute) << "over the host cap";
+  c = {0, 0, 1u << 30, 2.0};
+  EXPECT_EQ(choose_park_mode(c, ParkPreference::kSave), ParkMode::kRecompute) << "nothing to save";
 }
 
 TEST(TickBudget, KeepsTheTickNearTwiceTheDecodeOnlyTick) {

@@ -16,8 +16,18 @@ namespace uma {
 using Clock = std::chrono::steady_clock;
 using RequestId = std::uint64_t;  // unique for the daemon's lifetime, assigned by the I/O thread
 
+inline double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Request classes (seed 000): interactive streams are served first; background work fills what
+// is left, may be paused (preempted) for interactive work, and is never starved past a bound.
+enum class Priority : std::uint8_t { kInteractive, kBackground };
+
 struct Request {
   RequestId id = 0;
+  Priority priority = Priority::kInteractive;
+  std::string tenant;             // metadata.tenant; empty: none (no per-tenant cap applies)
   std::string prompt;             // valid UTF-8, checked at the edge
   std::int32_t max_tokens = 0;    // tokens to generate at most
   // true: max_tokens was asked for explicitly, so prompt + max_tokens beyond the context is an

@@ -3,18 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 
 namespace uma {
 namespace {
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-bool is_active(const Session& s) { return s.state == SessionState::kPrefill || s.state == SessionState::kDecode; }
-bool is_terminal(const Session& s) {
-  return s.state == SessionState::kFinished || s.state == SessionState::kFailed || s.state == SessionState::kCancelled;
-}
 
 Event token_event(RequestId id, std::string text, Token token) {
   Event e;
@@ -52,32 +44,34 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   s->id = request.id;
   s->received_at = request.received_at;
   s->sampling = request.sampling;
-  if (Status st = decoder_.tokenize(request.prompt, s->prompt); !st.ok()) {
-    metrics_.count_error(st.code());
-    out.push_back(error_event(request.id, st));
-    return;
-  }
-  const auto n_prompt = static_cast<std::int32_t>(s->prompt.size());
-  if (n_prompt == 0) {
-    metrics_.count_error(ErrorCode::kEmptyPrompt);
-    out.push_back(error_event(request.id, Status(ErrorCode::kEmptyPrompt, "prompt has no tokens")));
-    return;
-  }
+  s->priority = request.priority;
+  s->tenant = std::move(request.tenant);
+  auto reject = [&](ErrorCode code, std::string message) {
+    metrics_.count_error(code);
+    out.push_back(error_event(request.id, Status(code, std::move(message))));
+  };
+  if (Status st = decoder_.tokenize(request.prompt, s->tokens); !st.ok()) return reject(st.code(), st.message());
+  const auto n_prompt = static_cast<std::int32_t>(s->tokens.size());
+  if (n_prompt == 0) return reject(ErrorCode::kEmptyPrompt, "prompt has no tokens");
   if (n_prompt >= decoder_.n_ctx()) {
-    metrics_.count_error(ErrorCode::kContextExceeded);
-    out.push_back(error_event(request.id, Status(ErrorCode::kContextExceeded,
-        "prompt of " + std::to_string(n_prompt) + " tokens does not fit the context of " +
-        std::to_string(decoder_.n_ctx()))));
-    return;
+    metrics_.count_rejected(RejectReason::kContext);
+    return reject(ErrorCode::kContextExceeded, "prompt of " + std::to_string(n_prompt) +
+                                                   " tokens does not fit the context of " + std::to_string(decoder_.n_ctx()));
   }
   if (request.strict_max_tokens && n_prompt + request.max_tokens > decoder_.n_ctx()) {
-    metrics_.count_error(ErrorCode::kContextExceeded);
-    out.push_back(error_event(request.id, Status(ErrorCode::kContextExceeded,
-        "prompt of " + std::to_string(n_prompt) + " tokens + max_tokens " + std::to_string(request.max_tokens) +
-        " exceeds the context of " + std::to_string(decoder_.n_ctx()))));
-    return;
+    metrics_.count_rejected(RejectReason::kContext);
+    return reject(ErrorCode::kContextExceeded,
+                  "prompt of " + std::to_string(n_prompt) + " tokens + max_tokens " + std::to_string(request.max_tokens) +
+                      " exceeds the context of " + std::to_string(decoder_.n_ctx()));
   }
-  // Generation stops at the context's end: a request never needs more KV than n_ctx.
+  if (config_.tenant_max_requests > 0 && !s->tenant.empty()) {
+    const auto held = std::count_if(sessions_.begin(), sessions_.end(), [&](const auto& x) { return x->tenant == s->tenant; });
+    if (held >= config_.tenant_max_requests) {
+      metrics_.count_rejected(RejectReason::kTenantCap);
+      return reject(ErrorCode::kOverloaded, "tenant '" + s->tenant + "' already has " + std::to_string(held) +
+                                                " requests in flight (cap " + std::to_string(config_.tenant_max_requests) + ")");
+    }
+  }
   const auto queued = std::count_if(sessions_.begin(), sessions_.end(),
                                     [](const auto& x) { return x->state == SessionState::kQueued; });
   // Generation stops at the context's end: a request never needs more KV than n_ctx.
@@ -86,39 +80,22 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   const bool must_wait = queued > 0 || free_seqs_.empty() || reserved_cells_ + need > decoder_.n_ctx();
   if (must_wait && queued >= config_.max_queue) {
     // Admission control: never queue without bound; say so at once.
-    metrics_.count_error(ErrorCode::kOverloaded);
-    out.push_back(error_event(request.id, Status(ErrorCode::kOverloaded,
-        std::to_string(queued) + " requests are already waiting for room")));
-    return;
+    metrics_.count_rejected(RejectReason::kQueueFull);
+    return reject(ErrorCode::kOverloaded, std::to_string(queued) + " requests are already waiting for room");
   }
+  s->n_prompt = n_prompt;
   s->max_tokens = max_tokens;
   s->stop = StopFilter(std::move(request.stop));
-  s->slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : config_.slo_ttft_ms;
+  const double ttft_default = s->background() ? config_.background_max_wait_ms : config_.slo_ttft_ms;
+  s->slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : ttft_default;
   s->slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
   s->reserved_cells = need;
   metrics_.prompt_tokens_total += static_cast<std::uint64_t>(n_prompt);
-  spdlog::debug("session {}: admitted, {} prompt tokens, max_tokens {}", s->id, n_prompt, s->max_tokens);
+  metrics_.requests_admitted_total++;
+  spdlog::debug("session {}: admitted ({}), {} prompt tokens, max_tokens {}", s->id,
+                s->background() ? "background" : "interactive", n_prompt, s->max_tokens);
   sessions_.push_back(std::move(s));
-  start_queued();
-}
-
-void Scheduler::start_queued() {
-  for (auto& s : sessions_) {
-    if (s->state != SessionState::kQueued) continue;
-    // FIFO: the oldest queued request goes first, so a large one is never overtaken forever.
-    if (free_seqs_.empty() || reserved_cells_ + s->reserved_cells > decoder_.n_ctx()) return;
-    const std::int32_t seq = free_seqs_.back();
-    if (Status st = decoder_.start_sequence(seq, s->sampling); !st.ok()) {
-      spdlog::error("session {}: cannot start sequence: {}", s->id, st.to_string());
-      return;
-    }
-    free_seqs_.pop_back();
-    s->seq = seq;
-    reserved_cells_ += s->reserved_cells;
-    s->started_at = Clock::now();
-    metrics_.queue_ms.observe(ms_between(s->received_at, s->started_at));
-    s->set_state(SessionState::kPrefill);
-  }
+  start_waiting();
 }
 
 void Scheduler::expire_queued(std::vector<Event>& out) {
@@ -128,6 +105,7 @@ void Scheduler::expire_queued(std::vector<Event>& out) {
     if (s->state != SessionState::kQueued || ms_between(s->received_at, now) <= config_.max_queue_ms) continue;
     finish(*s, SessionState::kFailed);
     metrics_.count_error(ErrorCode::kOverloaded);
+    metrics_.count_rejected(RejectReason::kQueueTimeout);
     out.push_back(error_event(s->id, Status(ErrorCode::kOverloaded, "waited over " +
         std::to_string(static_cast<long>(config_.max_queue_ms)) + " ms for room")));
     any = true;
@@ -143,7 +121,7 @@ void Scheduler::cancel(RequestId id, std::vector<Event>& out) {
     }
   }
   reap();
-  start_queued();
+  start_waiting();
 }
 
 void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
@@ -161,20 +139,27 @@ bool Scheduler::has_work() const {
 
 void Scheduler::tick(std::vector<Event>& out) {
   expire_queued(out);
+  start_waiting();
   const Clock::time_point now = Clock::now();
   order_.clear();
   candidates_.clear();
   const std::size_t n = sessions_.size();
+  const double ms_per_token = budget_.ms_per_prefill_token();
   for (std::size_t k = 0; k < n; ++k) {
     Session* s = sessions_[(rr_cursor_ + k) % n].get();
     if (!is_active(*s)) continue;
-    const bool decoding = s->state == SessionState::kDecode;
-    const bool overdue = decoding && ms_between(s->last_emit_at, now) > s->slo_tbt_ms;
+    Candidate c;
+    c.decoding = s->state == SessionState::kDecode;
+    c.prompt_remaining = c.decoding ? 0 : s->prompt_remaining();
+    c.rank = rank_of(*s, now);
+    // Only interactive streams hold prefill back; background ones take the gap.
+    c.overdue = c.decoding && !s->background() && ms_between(s->last_emit_at, now) > s->slo_tbt_ms;
+    c.slack_ms = s->slo_ttft_ms - ms_between(s->received_at, now) - c.prompt_remaining * ms_per_token;
     order_.push_back(s);
-    candidates_.push_back({decoding, s->prompt_remaining(), overdue});
+    candidates_.push_back(c);
   }
   if (order_.empty()) return;
-  rr_cursor_ = n == 0 ? 0 : (rr_cursor_ + 1) % n;
+  rr_cursor_ = (rr_cursor_ + 1) % n;
 
   PolicyInput in{budget_.prefill_budget(), decoder_.n_batch(), config_.min_prefill, guard_fired_last_};
   const TickPlan plan = plan_tick(candidates_, in);
@@ -187,7 +172,24 @@ void Scheduler::tick(std::vector<Event>& out) {
   const Status st = decoder_.decode(batch_.entries);
   const Clock::time_point t1 = Clock::now();
   const double decode_ms = ms_between(t0, t1);
+  ++tick_no_;
+  if (spdlog::should_log(spdlog::level::debug)) trace_tick(plan, in.budget, decode_ms, st);
+  if (st.code() == ErrorCode::kKvExhausted && recover_kv_exhausted()) return;  // retried next tick
   const auto n_tokens = static_cast<std::int32_t>(batch_.entries.size());
+  if (!st.ok()) {
+    // The batch is lost as a whole: fail exactly the sessions that were in it.
+    spdlog::error("decode of {} tokens failed: {}", n_tokens, st.to_string());
+    auto fail = [&](Session& s) {
+      finish(s, SessionState::kFailed);
+      out.push_back(error_event(s.id, Status(ErrorCode::kDecodeFailed, st.message())));
+      metrics_.count_error(ErrorCode::kDecodeFailed);
+    };
+    for (Session* s : batch_.decoded) fail(*s);
+    for (const PrefillChunk& c : batch_.prefilled) fail(*c.session);
+    reap();
+    start_waiting();
+    return;
+  }
   budget_.observe(decode_ms, static_cast<std::int32_t>(batch_.decoded.size()),
                   n_tokens - static_cast<std::int32_t>(batch_.decoded.size()));
   metrics_.batch_calls_total++;
@@ -198,26 +200,6 @@ void Scheduler::tick(std::vector<Event>& out) {
   for (const PrefillChunk& c : batch_.prefilled) metrics_.prefill_chunk.observe(c.length);
   metrics_.decode_ms_ewma = budget_.decode_ms_ewma();
   metrics_.tick_budget = budget_.prefill_budget();
-  spdlog::debug("tick: {} decode, {} prefill chunks, {} tokens, {:.2f} ms{}", plan.decode.size(),
-                plan.prefill.size(), n_tokens, decode_ms, plan.guard_fired ? ", guard fired" : "");
-
-  if (!st.ok()) {
-    // The batch is lost as a whole: fail exactly the sessions that were in it.
-    spdlog::error("decode of {} tokens failed: {}", n_tokens, st.to_string());
-    for (Session* s : batch_.decoded) {
-      finish(*s, SessionState::kFailed);
-      out.push_back(error_event(s->id, Status(ErrorCode::kDecodeFailed, st.message())));
-      metrics_.count_error(ErrorCode::kDecodeFailed);
-    }
-    for (const PrefillChunk& c : batch_.prefilled) {
-      finish(*c.session, SessionState::kFailed);
-      out.push_back(error_event(c.session->id, Status(ErrorCode::kDecodeFailed, st.message())));
-      metrics_.count_error(ErrorCode::kDecodeFailed);
-    }
-    reap();
-    start_queued();
-    return;
-  }
 
   for (Session* s : batch_.decoded) s->n_past += 1;
   for (const PrefillChunk& c : batch_.prefilled) {
@@ -230,7 +212,27 @@ void Scheduler::tick(std::vector<Event>& out) {
     apply_token(s, decoder_.sample(s.seq, row.batch_index), t1, out);
   }
   reap();
-  start_queued();
+  start_waiting();
+}
+
+void Scheduler::trace_tick(const TickPlan& plan, std::int32_t budget, double decode_ms, const Status& st) const {
+  std::string line = fmt::format("tick {}: {:.1f} ms, budget {}, decode [", tick_no_, decode_ms, budget);
+  for (std::size_t k = 0; k < plan.decode.size(); ++k) {
+    line += fmt::format("{}{}", k ? " " : "", order_[plan.decode[k]]->id);
+  }
+  line += "], prefill [";
+  for (std::size_t k = 0; k < plan.prefill.size(); ++k) {
+    const Session& s = *order_[plan.prefill[k].first];
+    line += fmt::format("{}{}:{}/{}", k ? " " : "", s.id, plan.prefill[k].second, s.prompt_remaining());
+  }
+  line += "]";
+  if (plan.guard_fired) {
+    const Session& late = *order_[plan.guard_for];
+    line += fmt::format(", guard: {} waited {:.0f} ms > {:.0f} ms", late.id,
+                        ms_between(late.last_emit_at, Clock::now()) - decode_ms, late.slo_tbt_ms);
+  }
+  if (!st.ok()) line += ", " + st.to_string();
+  spdlog::debug("{}", line);
 }
 
 void Scheduler::apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out) {
@@ -255,7 +257,7 @@ void Scheduler::apply_token(Session& s, Token token, Clock::time_point now, std:
     return;
   }
   s.generated += 1;
-  s.last_token = token;
+  s.tokens.push_back(token);
   metrics_.tokens_generated_total++;
   if (emit_text(s, s.utf8.push(decoder_.piece(token)), token, out)) {
     complete(s, FinishReason::kStop, out, /*stop_matched=*/true);
@@ -289,9 +291,9 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
   done.request_id = s.id;
   done.kind = Event::Kind::kDone;
   done.reason = reason;
-  done.prompt_tokens = static_cast<std::int32_t>(s.prompt.size());
+  done.prompt_tokens = s.n_prompt;
   done.completion_tokens = s.generated;
-  done.queue_ms = s.state == SessionState::kQueued ? ms_between(s.received_at, now) : ms_between(s.received_at, s.started_at);
+  done.queue_ms = ms_between(s.received_at, s.state == SessionState::kQueued ? now : s.started_at);
   done.ttft_ms = s.generated > 0 ? ms_between(s.received_at, s.first_token_at) : -1.0;
   done.total_ms = ms_between(s.received_at, now);
   out.push_back(std::move(done));
@@ -299,6 +301,10 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
 }
 
 void Scheduler::finish(Session& s, SessionState terminal) {
+  if (s.state == SessionState::kPaused) {
+    parked_bytes_ -= s.parked.bytes();
+    s.parked = {};  // frees the parked sampler
+  }
   s.set_state(terminal);
   if (s.seq >= 0) {
     decoder_.end_sequence(s.seq);
@@ -314,17 +320,24 @@ void Scheduler::reap() {
 
 void Scheduler::publish_metrics() {
   const Clock::time_point now = Clock::now();
-  std::int64_t active = 0, queued = 0;
+  std::array<std::int64_t, kGaugeStates> by_state{};
   std::vector<SessionTiming> table;
   table.reserve(sessions_.size());
   for (const auto& s : sessions_) {
-    if (is_active(*s)) ++active;
-    if (s->state == SessionState::kQueued) ++queued;
+    switch (s->state) {
+      case SessionState::kQueued: by_state[static_cast<std::size_t>(GaugeState::kQueued)]++; break;
+      case SessionState::kPrefill: by_state[static_cast<std::size_t>(GaugeState::kPrefill)]++; break;
+      case SessionState::kDecode: by_state[static_cast<std::size_t>(GaugeState::kDecode)]++; break;
+      case SessionState::kPaused: by_state[static_cast<std::size_t>(GaugeState::kPaused)]++; break;
+      default: break;
+    }
     SessionTiming t;
     t.id = s->id;
     t.state = std::string(session_state_name(s->state));
-    t.prompt_tokens = static_cast<std::int32_t>(s->prompt.size());
-    t.prefilled = s->n_prefilled;
+    t.background = s->background();
+    t.preemptions = s->preemptions;
+    t.prompt_tokens = s->n_prompt;
+    t.prefilled = std::min(s->n_prefilled, s->n_prompt);
     t.generated = s->generated;
     t.kv_tokens = s->seq >= 0 ? decoder_.kv_tokens(s->seq) : 0;
     t.queue_ms = ms_between(s->received_at, s->state == SessionState::kQueued ? now : s->started_at);
@@ -339,11 +352,15 @@ void Scheduler::publish_metrics() {
     kv_tokens += k;
     kv_seqs += k > 0 ? 1 : 0;
   }
-  metrics_.active_sessions = active;
-  metrics_.queued_sessions = queued;
+  for (std::size_t i = 0; i < kGaugeStates; ++i) metrics_.sessions_by_state[i] = by_state[i];
+  metrics_.active_sessions = by_state[static_cast<std::size_t>(GaugeState::kPrefill)] +
+                             by_state[static_cast<std::size_t>(GaugeState::kDecode)];
+  metrics_.queued_sessions = by_state[static_cast<std::size_t>(GaugeState::kQueued)] +
+                             by_state[static_cast<std::size_t>(GaugeState::kPaused)];
   metrics_.kv_tokens_used = kv_tokens;
   metrics_.kv_sequences_used = kv_seqs;
   metrics_.kv_cells_reserved = reserved_cells_;
+  metrics_.parked_bytes = static_cast<std::int64_t>(parked_bytes_);
   metrics_.publish_sessions(std::move(table));
 }
 

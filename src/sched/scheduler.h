@@ -6,8 +6,13 @@
 //
 // KV accounting: a request is started only when a sequence id is free and its worst case
 // (prompt + max_tokens) fits the cells not yet promised to others, so a decode never runs out of
-// KV; others wait in FIFO order (kQueued). Every sequence is freed exactly once, whatever ends
-// the session (finish, error, cancel, shutdown).
+// KV. Others wait (kQueued), urgent before relaxed, oldest first (policy.h: waiting_before).
+// Preemption: when an interactive request at the head of the wait cannot start, background
+// sessions are paused at a token boundary (kPaused: KV saved to host memory or dropped, as
+// choose_park_mode says) and resume, exactly where they were, when room comes back. Should a
+// decode still find no KV cells, one session of the batch is paused the same way and the tick is
+// retried; no client sees that. Every sequence is freed exactly once, whatever ends the session
+// (finish, error, cancel, shutdown). The room logic lives in scheduler_room.cc.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +23,7 @@
 #include "metrics/server_metrics.h"
 #include "runtime/decoder.h"
 #include "sched/batch_builder.h"
+#include "sched/policy.h"
 #include "sched/request.h"
 #include "sched/session.h"
 #include "sched/tick_budget.h"
@@ -33,6 +39,13 @@ struct SchedulerConfig {
   double tick_target_ms = 30.0;
   std::int32_t start_budget = 64;
   std::int32_t min_prefill = 16;
+  // Background requests: their default TTFT target, and the most time one spends paused in all;
+  // past either it ranks as urgent and is no longer paused (no starvation).
+  double background_max_wait_ms = 10000.0;
+  std::int32_t tenant_max_requests = 0;  // per metadata.tenant, active + waiting; 0: no cap
+  bool preemption = true;
+  ParkPreference park = ParkPreference::kAuto;
+  std::size_t park_host_bytes = std::size_t{1} << 30;  // host memory for saved KV
 };
 
 class Scheduler {
@@ -52,7 +65,14 @@ class Scheduler {
   void publish_metrics();                // refresh gauges and the per-session table
 
  private:
-  void start_queued();
+  // scheduler_room.cc: who holds KV.
+  Rank rank_of(const Session& s, Clock::time_point now) const;
+  void start_waiting();                          // starts or resumes in waiting order, preempting for urgent heads
+  bool fits(const Session& s) const;             // a sequence id and its reservation are free
+  void take_room(Session& s);                    // kQueued -> kPrefill, or resumes a kPaused session
+  bool preempt_for(const Session& head, Clock::time_point now);
+  void pause(Session& s, Clock::time_point now);
+  bool recover_kv_exhausted();                   // pauses one session of the failed batch
   void expire_queued(std::vector<Event>& out);  // rejects requests that waited past max_queue_ms
   void apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out);
   // Emits text through the stop filter; returns true when a stop string ended the request.
@@ -61,6 +81,7 @@ class Scheduler {
   void complete(Session& s, FinishReason reason, std::vector<Event>& out, bool stop_matched = false);
   void finish(Session& s, SessionState terminal);
   void reap();  // drops terminal sessions
+  void trace_tick(const TickPlan& plan, std::int32_t budget, double decode_ms, const Status& st) const;
 
   Decoder& decoder_;
   ServerMetrics& metrics_;
@@ -69,11 +90,13 @@ class Scheduler {
   std::vector<std::unique_ptr<Session>> sessions_;  // admission order
   std::vector<std::int32_t> free_seqs_;
   std::int32_t reserved_cells_ = 0;
+  std::size_t parked_bytes_ = 0;      // saved KV of paused sessions
   std::size_t rr_cursor_ = 0;
   bool guard_fired_last_ = false;
   BuiltBatch batch_;                  // reused every tick
   std::vector<Candidate> candidates_; // reused every tick
   std::vector<Session*> order_;       // reused every tick
+  std::uint64_t tick_no_ = 0;
 };
 
 }  // namespace uma

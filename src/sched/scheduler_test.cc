@@ -4,163 +4,20 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
-#include <set>
 #include <thread>
+
+#include "sched/scheduler_test_support.h"
 
 namespace uma {
 namespace {
 
-constexpr Token kEos = 2;
-
-class FakeDecoder final : public Decoder {
- public:
-  FakeDecoder(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq)
-      : n_batch_(n_batch), n_ctx_(n_ctx), n_seq_(n_seq), kv_(static_cast<size_t>(n_seq)), live_(static_cast<size_t>(n_seq)) {}
-
-  std::int32_t n_batch() const override { return n_batch_; }
-  std::int32_t n_ctx() const override { return n_ctx_; }
-  std::int32_t n_seq_max() const override { return n_seq_; }
-  // One token per byte (offset 100) after a BOS of 1.
-  Status tokenize(std::string_view text, std::vector<Token>& out) const override {
-    out = {1};
-    for (unsigned char c : text) out.push_back(100 + c);
-    return Status::Ok();
-  }
-  std::string piece(Token t) const override {
-    auto it = pieces_.find(t);
-    return it != pieces_.end() ? it->second : "<" + std::to_string(t) + ">";
-  }
-  bool is_end_of_generation(Token t) const override { return t == kEos; }
-  Status start_sequence(std::int32_t seq, const SamplingParams&) override {
-    EXPECT_FALSE(live_[seq]) << "sequence " << seq << " started twice";
-    EXPECT_TRUE(kv_[seq].empty()) << "sequence " << seq << " starts with stale KV";
-    live_[seq] = true;
-    return Status::Ok();
-  }
-  void end_sequence(std::int32_t seq) override {
-    ++ended_;
-    live_[seq] = false;
-    kv_[seq].clear();
-  }
-  Status decode(std::span<const BatchEntry> batch) override {
-    ++decodes_;
-    EXPECT_LE(static_cast<std::int32_t>(batch.size()), n_batch_);
-    last_.assign(batch.begin(), batch.end());
-    sampled_.clear();
-    if (fail_next_) {
-      fail_next_ = false;
-      return Status(ErrorCode::kDecodeFailed, "injected");
-    }
-    for (const BatchEntry& e : batch) {
-      EXPECT_TRUE(live_[e.seq]) << "decode for a sequence that was not started";
-      EXPECT_EQ(e.pos, static_cast<std::int32_t>(kv_[e.seq].size())) << "positions must be contiguous";
-      kv_[e.seq].push_back(e.token);
-    }
-    max_batch_ = std::max(max_batch_, batch.size());
-    return Status::Ok();
-  }
-  Token sample(std::int32_t seq, std::int32_t i) override {
-    EXPECT_GE(i, 0);
-    EXPECT_LT(i, static_cast<std::int32_t>(last_.size()));
-    const BatchEntry& e = last_[static_cast<size_t>(i)];
-    EXPECT_TRUE(e.logits) << "sampled a row that did not ask for logits";
-    EXPECT_EQ(e.seq, seq) << "logits row belongs to another sequence";
-    EXPECT_TRUE(sampled_.insert(i).second) << "row sampled twice";
-    return e.token + 1 == eos_after_ ? kEos : e.token + 1;
-  }
-  std::int32_t kv_tokens(std::int32_t seq) const override { return static_cast<std::int32_t>(kv_[seq].size()); }
-
-  std::int32_t total_kv() const {
-    std::int32_t n = 0;
-    for (const auto& k : kv_) n += static_cast<std::int32_t>(k.size());
-    return n;
-  }
-
-  int decodes_ = 0;
-  int ended_ = 0;
-  size_t max_batch_ = 0;
-  bool fail_next_ = false;
-  Token eos_after_ = -1;  // when set, this token id is replaced by EOS
-  std::map<Token, std::string> pieces_;  // overrides of piece()
-  std::vector<BatchEntry> last_;
-
- private:
-  std::int32_t n_batch_, n_ctx_, n_seq_;
-  std::vector<std::vector<Token>> kv_;
-  std::vector<bool> live_;
-  std::set<std::int32_t> sampled_;
-};
-
-struct Outcome {
-  std::string text;
-  std::vector<std::string> chunks;
-  int done = 0;
-  int errors = 0;
-  FinishReason reason = FinishReason::kStop;
-  ErrorCode error = ErrorCode::kOk;
-  std::int32_t completion_tokens = 0;
-};
-
-class SchedulerTest : public ::testing::Test {
- protected:
-  void make(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq, SchedulerConfig cfg = {}) {
-    cfg.slo_tbt_ms = 1e9;  // wall time must not change plans in unit tests
-    decoder_ = std::make_unique<FakeDecoder>(n_batch, n_ctx, n_seq);
-    scheduler_ = std::make_unique<Scheduler>(*decoder_, metrics_, cfg);
-  }
-  void submit(RequestId id, std::string prompt, std::int32_t max_tokens, std::vector<std::string> stop = {},
-              bool strict = false) {
-    Request r;
-    r.stop = std::move(stop);
-    r.strict_max_tokens = strict;
-    r.id = id;
-    r.prompt = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.received_at = Clock::now();
-    scheduler_->admit(std::move(r), events_);
-    collect();
-  }
-  void collect() {
-    for (Event& e : events_) {
-      Outcome& o = out_[e.request_id];
-      EXPECT_EQ(o.done + o.errors, 0) << "event after the end of request " << e.request_id;
-      if (e.kind == Event::Kind::kToken) {
-        o.text += e.text;
-        o.chunks.push_back(e.text);
-      }
-      if (e.kind == Event::Kind::kDone) { ++o.done; o.reason = e.reason; o.completion_tokens = e.completion_tokens; }
-      if (e.kind == Event::Kind::kError) { ++o.errors; o.error = e.error.code(); }
-    }
-    events_.clear();
-  }
-  int run_until_idle(int limit = 10000) {
-    int ticks = 0;
-    while (scheduler_->has_work() && ticks < limit) {
-      scheduler_->tick(events_);
-      collect();
-      ++ticks;
-    }
-    return ticks;
-  }
-  static std::string expected(Token last, int n) {
-    std::string s;
-    for (int k = 1; k <= n; ++k) s += "<" + std::to_string(last + k) + ">";
-    return s;
-  }
-
-  ServerMetrics metrics_;
-  std::unique_ptr<FakeDecoder> decoder_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::vector<Event> events_;
-  std::map<RequestId, Outcome> out_;
-};
+using testing_support::SchedulerTest;
 
 TEST(BatchBuilder, MapsEveryLogitsRowToItsSession) {
   Session a, b, c;
-  a.seq = 0; a.state = SessionState::kDecode; a.last_token = 50; a.n_past = 7;
-  b.seq = 1; b.state = SessionState::kPrefill; b.prompt = {1, 2, 3, 4, 5}; b.n_prefilled = 2;
-  c.seq = 2; c.state = SessionState::kPrefill; c.prompt = {1, 9, 9, 9, 9, 9, 9}; c.n_prefilled = 0;
+  a.seq = 0; a.state = SessionState::kDecode; a.tokens = {1, 2, 3, 4, 5, 6, 7, 50}; a.n_past = 7;
+  b.seq = 1; b.state = SessionState::kPrefill; b.tokens = {1, 2, 3, 4, 5}; b.n_prefilled = 2;
+  c.seq = 2; c.state = SessionState::kPrefill; c.tokens = {1, 9, 9, 9, 9, 9, 9}; c.n_prefilled = 0;
   Session* order[] = {&a, &b, &c};
   TickPlan plan;
   plan.decode = {0};
@@ -172,7 +29,7 @@ TEST(BatchBuilder, MapsEveryLogitsRowToItsSession) {
   EXPECT_EQ(out.entries[0].pos, 7);
   EXPECT_TRUE(out.entries[0].logits);
   for (int k = 0; k < 3; ++k) {
-    EXPECT_EQ(out.entries[1 + k].token, b.prompt[2 + k]);
+    EXPECT_EQ(out.entries[1 + k].token, b.tokens[2 + k]);
     EXPECT_EQ(out.entries[1 + k].pos, 2 + k);
     EXPECT_EQ(out.entries[1 + k].seq, 1);
     EXPECT_EQ(out.entries[1 + k].logits, k == 2);

@@ -12,6 +12,7 @@ std::string_view session_state_name(SessionState s) {
     case SessionState::kQueued: return "queued";
     case SessionState::kPrefill: return "prefill";
     case SessionState::kDecode: return "decode";
+    case SessionState::kPaused: return "paused";
     case SessionState::kFinished: return "finished";
     case SessionState::kFailed: return "failed";
     case SessionState::kCancelled: return "cancelled";
@@ -24,8 +25,9 @@ bool is_legal_transition(SessionState from, SessionState to) {
   const bool ends = to == S::kFailed || to == S::kCancelled;
   switch (from) {
     case S::kQueued: return to == S::kPrefill || ends;
-    case S::kPrefill: return to == S::kDecode || to == S::kFinished || ends;
-    case S::kDecode: return to == S::kFinished || ends;
+    case S::kPrefill: return to == S::kDecode || to == S::kPaused || to == S::kFinished || ends;
+    case S::kDecode: return to == S::kPaused || to == S::kFinished || ends;
+    case S::kPaused: return to == S::kPrefill || to == S::kDecode || ends;
     default: return false;
   }
 }

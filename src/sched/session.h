@@ -2,12 +2,18 @@
 //
 // State machine (memcached conn_states style; one setter checks every transition):
 //   kQueued  -> kPrefill | kFailed | kCancelled      waiting for a sequence id and KV room
-//   kPrefill -> kDecode | kFinished | kFailed | kCancelled
-//   kDecode  -> kFinished | kFailed | kCancelled
+//   kPrefill -> kDecode | kPaused | kFinished | kFailed | kCancelled
+//   kDecode  -> kPaused | kFinished | kFailed | kCancelled
+//   kPaused  -> kPrefill | kDecode | kFailed | kCancelled
+//                                 preempted: no sequence id, no KV reservation; KV saved in `parked`
+//                                 (resumes in its old state) or dropped (resumes in kPrefill and
+//                                 recomputes every token it had)
 // kFinished / kFailed / kCancelled are terminal; the scheduler then frees the sequence exactly once.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -18,7 +24,8 @@
 
 namespace uma {
 
-enum class SessionState : std::uint8_t { kQueued, kPrefill, kDecode, kFinished, kFailed, kCancelled };
+enum class SessionState : std::uint8_t { kQueued, kPrefill, kDecode, kPaused, kFinished, kFailed, kCancelled };
+inline constexpr std::size_t kSessionStates = 7;
 
 std::string_view session_state_name(SessionState s);
 bool is_legal_transition(SessionState from, SessionState to);
@@ -27,10 +34,14 @@ struct Session {
   RequestId id = 0;
   SessionState state = SessionState::kQueued;
   std::int32_t seq = -1;            // KV sequence id while holding one
-  std::vector<Token> prompt;
-  std::int32_t n_prefilled = 0;     // prompt tokens already in KV
+  Priority priority = Priority::kInteractive;
+  std::string tenant;
+  // The prompt, then every sampled token. While decoding, the last one is not yet in KV; a
+  // prefill (first, or after a dropped-KV pause) feeds tokens[n_prefilled..] in chunks.
+  std::vector<Token> tokens;
+  std::int32_t n_prompt = 0;
+  std::int32_t n_prefilled = 0;     // tokens fed by prefill
   std::int32_t n_past = 0;          // next position in the sequence
-  Token last_token = -1;            // sampled, not yet fed back
   std::int32_t generated = 0;
   std::int32_t max_tokens = 0;
   std::int32_t reserved_cells = 0;  // KV cells promised at admission (prompt + max_tokens)
@@ -47,9 +58,24 @@ struct Session {
   double tbt_ms_ewma = 0.0;
   double tbt_ms_max = 0.0;
 
-  std::int32_t prompt_remaining() const { return static_cast<std::int32_t>(prompt.size()) - n_prefilled; }
+  // Preemption.
+  ParkedSequence parked;               // while kPaused: sampler, and the KV when it was saved
+  SessionState paused_from = SessionState::kQueued;
+  Clock::time_point paused_at{};
+  double paused_ms_total = 0.0;        // over every pause so far
+  std::int32_t preemptions = 0;
+
+  Token last_token() const { return tokens.back(); }
+  std::int32_t prompt_remaining() const { return static_cast<std::int32_t>(tokens.size()) - n_prefilled; }
+  bool background() const { return priority == Priority::kBackground; }
   // Asserts the transition is legal; traces it under UMA_DEBUG.
   void set_state(SessionState next);
 };
+
+inline bool is_active(const Session& s) { return s.state == SessionState::kPrefill || s.state == SessionState::kDecode; }
+inline bool is_waiting(const Session& s) { return s.state == SessionState::kQueued || s.state == SessionState::kPaused; }
+inline bool is_terminal(const Session& s) {
+  return s.state == SessionState::kFinished || s.state == SessionState::kFailed || s.state == SessionState::kCancelled;
+}
 
 }  // namespace uma

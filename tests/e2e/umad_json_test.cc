@@ -11,6 +11,7 @@
 
 #include "client/uma_client.h"
 #include "e2e/daemon_harness.h"
+#include "e2e/json_helpers.h"
 #include "e2e/oracle.h"
 #include "ipc/frame_codec.h"
 
@@ -18,54 +19,6 @@ namespace uma::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-
-std::unique_ptr<UmaClient> connect(const Daemon& d) {
-  Status st;
-  auto c = UmaClient::connect(d.socket(), &st);
-  EXPECT_TRUE(c != nullptr) << st.to_string();
-  return c;
-}
-
-WireRequest request(const std::string& id, const std::string& prompt, int max_tokens) {
-  WireRequest r;
-  r.id = id;
-  r.prompt = prompt;
-  r.max_tokens = max_tokens;
-  return r;
-}
-
-struct Reply {
-  std::string text;
-  int tokens = 0;
-  WireEvent end;  // the eos or error
-  bool closed_after = false;
-};
-
-Reply read_reply(UmaClient& c, bool check_close = true) {
-  Reply r;
-  WireEvent ev;
-  while (c.read_event(&ev, 30000).ok()) {
-    if (ev.kind == WireEvent::Kind::kToken) {
-      r.text += ev.text;
-      ++r.tokens;
-      continue;
-    }
-    r.end = ev;
-    break;
-  }
-  if (check_close) r.closed_after = !c.read_event(&ev, 5000).ok();
-  return r;
-}
-
-nlohmann::json metrics(const Daemon& d) { return nlohmann::json::parse(fetch_metrics_json(d.socket())); }
-
-const std::vector<std::string> kJson = {"--protocol", "json"};
-
-std::vector<std::string> args(std::vector<std::string> extra) {
-  extra.insert(extra.begin(), kJson.begin(), kJson.end());
-  return extra;
-}
 
 TEST(UmadJson, StreamsTheOracleContinuationThenEosWithUsageTimingsAndMetadata) {
   Daemon d(args({"--max-tokens", "64"}));

@@ -1,0 +1,45 @@
+#include "e2e/json_helpers.h"
+
+#include <gtest/gtest.h>
+
+namespace uma::test {
+
+std::unique_ptr<UmaClient> connect(const Daemon& d) {
+  Status st;
+  auto c = UmaClient::connect(d.socket(), &st);
+  EXPECT_TRUE(c != nullptr) << st.to_string();
+  return c;
+}
+
+WireRequest request(const std::string& id, const std::string& prompt, int max_tokens) {
+  WireRequest r;
+  r.id = id;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+Reply read_reply(UmaClient& c, bool check_close) {
+  Reply r;
+  WireEvent ev;
+  while (c.read_event(&ev, 30000).ok()) {
+    if (ev.kind == WireEvent::Kind::kToken) {
+      r.text += ev.text;
+      ++r.tokens;
+      continue;
+    }
+    r.end = ev;
+    break;
+  }
+  if (check_close) r.closed_after = !c.read_event(&ev, 5000).ok();
+  return r;
+}
+
+nlohmann::json metrics(const Daemon& d) { return nlohmann::json::parse(fetch_metrics_json(d.socket())); }
+
+std::vector<std::string> args(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), {"--protocol", "json"});
+  return extra;
+}
+
+}  // namespace uma::test

@@ -1,0 +1,31 @@
+// Helpers for end-to-end tests over the framed JSON protocol (umad_json_test, umad_sched_test).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/uma_client.h"
+#include "e2e/daemon_harness.h"
+
+namespace uma::test {
+
+std::unique_ptr<UmaClient> connect(const Daemon& d);
+WireRequest request(const std::string& id, const std::string& prompt, int max_tokens);
+
+struct Reply {
+  std::string text;
+  int tokens = 0;
+  WireEvent end;  // the eos or error
+  bool closed_after = false;
+};
+// Reads token events up to the eos or error (30 s at most per event); then, when check_close,
+// whether the server closed the connection.
+Reply read_reply(UmaClient& c, bool check_close = true);
+nlohmann::json metrics(const Daemon& d);
+// Daemon arguments with --protocol json in front.
+std::vector<std::string> args(std::vector<std::string> extra);
+
+}  // namespace uma::test

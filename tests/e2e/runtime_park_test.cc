@@ -1,0 +1,121 @@
+// LlamaRuntime's park/unpark on an ordinary random model (attention matters here, unlike with the
+// oracle): a sequence saved to host memory and restored under another sequence id, after the cache
+// was reshuffled by other work, gives the same next-token logits as one never parked; its sampler
+// (RNG state included) comes back with it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/llama_runtime.h"
+
+namespace uma::test {
+namespace {
+
+std::unique_ptr<LlamaRuntime> open_tiny() {
+  init_llama_backend();
+  RuntimeConfig cfg;
+  cfg.model_path = std::string(UMA_MODELS_DIR) + "/tiny-f16.gguf";
+  cfg.n_ctx = 512;
+  cfg.n_batch = 128;
+  cfg.n_seq_max = 4;
+  cfg.n_threads = 2;
+  Status st;
+  auto rt = LlamaRuntime::open(cfg, &st);
+  EXPECT_TRUE(rt != nullptr) << st.to_string();
+  return rt;
+}
+
+std::vector<Token> prompt_tokens(int n, int salt) {
+  std::vector<Token> t;
+  for (int i = 0; i < n; ++i) t.push_back(1000 + (i * 37 + salt * 101) % 20000);
+  return t;
+}
+
+// Feeds `tokens` at positions [from, from + size) of `seq`; logits for the last one.
+void feed(LlamaRuntime& rt, std::int32_t seq, const std::vector<Token>& tokens, std::int32_t from = 0) {
+  std::vector<BatchEntry> b;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    b.push_back({tokens[i], from + static_cast<std::int32_t>(i), seq, i + 1 == tokens.size()});
+  }
+  ASSERT_TRUE(rt.decode(b).ok());
+}
+
+std::vector<float> last_logits(LlamaRuntime& rt, std::size_t batch_size) {
+  auto row = rt.logits(static_cast<std::int32_t>(batch_size - 1));
+  return {row.begin(), row.end()};
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  float scale = 0;
+  for (float x : a) scale = std::max(scale, std::fabs(x));
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-3f * scale) << "logit " << i;
+  EXPECT_EQ(std::max_element(a.begin(), a.end()) - a.begin(), std::max_element(b.begin(), b.end()) - b.begin());
+}
+
+TEST(RuntimePark, SavedKvRestoredUnderAnotherSequenceGivesTheSameLogits) {
+  auto rt = open_tiny();
+  ASSERT_TRUE(rt);
+  SamplingParams greedy;
+  const std::vector<Token> p = prompt_tokens(60, 1);
+  for (std::size_t split : {1u, 31u, 32u, 59u}) {  // also the case of one token of KV
+    const std::vector<Token> head(p.begin(), p.begin() + static_cast<long>(split));
+    const std::vector<Token> tail(p.begin() + static_cast<long>(split), p.end());
+    // Reference: never parked.
+    ASSERT_TRUE(rt->start_sequence(0, greedy).ok());
+    feed(*rt, 0, head);
+    feed(*rt, 0, tail, static_cast<std::int32_t>(split));
+    const std::vector<float> want = last_logits(*rt, tail.size());
+    rt->end_sequence(0);
+
+    ASSERT_TRUE(rt->start_sequence(1, greedy).ok());
+    feed(*rt, 1, head);
+    ParkedSequence parked;
+    ASSERT_TRUE(rt->park_sequence(1, /*save_kv=*/true, parked).ok());
+    EXPECT_GT(parked.bytes(), 0u);
+    EXPECT_EQ(rt->kv_tokens(1), 0) << "parking frees the cells";
+    ASSERT_TRUE(rt->start_sequence(2, greedy).ok());  // other work takes the freed cells
+    feed(*rt, 2, prompt_tokens(40, 2));
+    ASSERT_TRUE(rt->unpark_sequence(3, parked).ok());
+    EXPECT_EQ(rt->kv_tokens(3), static_cast<std::int32_t>(split));
+    feed(*rt, 3, tail, static_cast<std::int32_t>(split));
+    expect_close(want, last_logits(*rt, tail.size()));
+    rt->end_sequence(2);
+    rt->end_sequence(3);
+  }
+}
+
+TEST(RuntimePark, TheSamplerComesBackWithItsRandomState) {
+  auto rt = open_tiny();
+  ASSERT_TRUE(rt);
+  SamplingParams hot;
+  hot.temperature = 1.5f;
+  hot.seed = 7;
+  const std::vector<Token> p = prompt_tokens(20, 3);
+  auto run = [&](bool park_midway) {
+    std::vector<Token> out;
+    std::int32_t seq = 0;
+    EXPECT_TRUE(rt->start_sequence(seq, hot).ok());
+    feed(*rt, seq, p);
+    Token t = rt->sample(seq, static_cast<std::int32_t>(p.size() - 1));
+    for (int i = 0; i < 12; ++i) {
+      out.push_back(t);
+      if (park_midway && i == 5) {
+        ParkedSequence parked;
+        EXPECT_TRUE(rt->park_sequence(seq, true, parked).ok());
+        seq = 2;
+        EXPECT_TRUE(rt->unpark_sequence(seq, parked).ok());
+      }
+      feed(*rt, seq, {t}, static_cast<std::int32_t>(p.size()) + i);
+      t = rt->sample(seq, 0);
+    }
+    rt->end_sequence(seq);
+    return out;
+  };
+  const std::vector<Token> straight = run(false);
+  EXPECT_EQ(run(true), straight);
+}
+
+}  // namespace
+}  // namespace uma::test

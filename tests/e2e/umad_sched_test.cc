@@ -1,0 +1,126 @@
+// End-to-end scheduling with the oracle model over the JSON protocol: request classes, preemption
+// (a paused and resumed stream is exactly the stream never paused), per-tenant caps, and the
+// metrics that show it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "e2e/json_helpers.h"
+#include "e2e/oracle.h"
+
+namespace uma::test {
+namespace {
+
+// n_ctx 1536: a background reply of 1200 tokens and an interactive one of 600 cannot both hold
+// their KV, so the interactive one pauses the background one.
+void preempt_and_resume(const std::string& mode, const std::string& metric) {
+  Daemon d(args({"--max-tokens", "1200", "--n-ctx", "1536", "--preempt", mode}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto bg = connect(d);
+  WireRequest r = request("bg", "the river", 1200);
+  r.background = true;
+  ASSERT_TRUE(bg->send_request(r).ok());
+  WireEvent ev;
+  std::string bg_text;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(bg->read_event(&ev, 10000).ok());
+    bg_text += ev.text;
+  }
+  auto fg = connect(d);
+  ASSERT_TRUE(fg->send_request(request("fg", "hello world", 600)).ok());
+  const Reply fg_reply = read_reply(*fg);
+  EXPECT_EQ(fg_reply.text, oracle().expected_text("hello world", 600));
+  EXPECT_EQ(fg_reply.end.reason, "length");
+  const Reply bg_rest = read_reply(*bg);
+  EXPECT_EQ(bg_text + bg_rest.text, oracle().expected_text("the river", 1200)) << "paused and resumed exactly";
+  EXPECT_EQ(bg_rest.end.completion_tokens, 1200);
+  const auto m = metrics(d);
+  EXPECT_EQ(m[metric], 1) << m.dump();
+  EXPECT_EQ(m["resumed_total"], 1);
+  EXPECT_EQ(m["kv_tokens_used"], 0);
+  EXPECT_EQ(m["parked_bytes"], 0);
+}
+
+TEST(UmadSched, BackgroundPausedWithSavedKvResumesExactly) {
+  preempt_and_resume("save", "preempted_saved_total");
+}
+
+TEST(UmadSched, BackgroundPausedWithDroppedKvRecomputesExactly) {
+  preempt_and_resume("recompute", "preempted_recomputed_total");
+}
+
+TEST(UmadSched, TenantCapRejectsTheExtraRequestWithATypedError) {
+  Daemon d(args({"--max-tokens", "4000", "--n-ctx", "8192", "--tenant-max-requests", "1"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto a = connect(d);
+  WireRequest r = request("a", "hello world", 4000);
+  r.tenant = "acme";
+  ASSERT_TRUE(a->send_request(r).ok());
+  WireEvent ev;
+  ASSERT_TRUE(a->read_event(&ev, 10000).ok());
+  auto b = connect(d);
+  r.id = "b";
+  ASSERT_TRUE(b->send_request(r).ok());
+  ASSERT_TRUE(b->read_event(&ev, 10000).ok());
+  EXPECT_EQ(ev.kind, WireEvent::Kind::kError);
+  EXPECT_EQ(ev.code, "E_OVERLOADED");
+  EXPECT_NE(ev.message.find("acme"), std::string::npos) << ev.message;
+  auto c = connect(d);  // another tenant is not affected
+  WireRequest other = request("c", "the river", 5);
+  other.tenant = "globex";
+  ASSERT_TRUE(c->send_request(other).ok());
+  EXPECT_EQ(read_reply(*c).text, oracle().expected_text("the river", 5));
+  ASSERT_TRUE(a->send_cancel("a").ok());
+  read_reply(*a);
+  const auto m = metrics(d);
+  EXPECT_EQ(m["rejected_total"]["tenant_cap"], 1);
+  EXPECT_EQ(m["requests_admitted_total"], 2);
+}
+
+TEST(UmadSched, BackgroundWorkIsNotStarvedByAStreamOfInteractiveWork) {
+  // Room for one reply at a time; two interactive clients keep one request running and one
+  // waiting. The background request, past its wait bound (300 ms), ranks as urgent, and being the
+  // oldest, gets the next turn. Without the bound it would wait until the interactive load stops.
+  Daemon d(args({"--max-tokens", "300", "--n-ctx", "512", "--background-max-wait-ms", "300"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  std::atomic<bool> stop{false};
+  auto interactive_load = [&](const std::string& name) {
+    for (int i = 0; !stop; ++i) {
+      auto c = connect(d);
+      if (!c || !c->send_request(request(name + std::to_string(i), "hello world", 300)).ok()) return;
+      read_reply(*c);
+    }
+  };
+  std::thread a(interactive_load, "a"), b(interactive_load, "b");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto bg = connect(d);
+  WireRequest r = request("bg", "the river", 250);  // 253 + 303 cells > 512
+  r.background = true;
+  ASSERT_TRUE(bg->send_request(r).ok());
+  const Reply reply = read_reply(*bg);
+  stop = true;
+  a.join();
+  b.join();
+  EXPECT_EQ(reply.text, oracle().expected_text("the river", 250));
+  EXPECT_EQ(reply.end.reason, "length");
+  EXPECT_LT(reply.end.queue_ms, 20000) << "bounded wait";
+}
+
+TEST(UmadSched, SessionsByStateAndAdmissionCountersInPrometheus) {
+  Daemon d(args({"--max-tokens", "64"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto c = connect(d);
+  ASSERT_TRUE(c->send_request(request("x", "hello world", 8)).ok());
+  read_reply(*c);
+  std::string text;
+  ASSERT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "metrics", "--prometheus"}, &text), 0) << text;
+  for (const char* line : {"uma:requests_admitted_total 1\n", "uma:num_requests{state=\"paused\"} 0\n",
+                           "uma:requests_rejected_total{reason=\"queue_full\"} 0\n",
+                           "uma:preemptions_total{kv=\"saved\"} 0\n", "uma:kv_cache_cells_total "}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " missing in\n" << text;
+  }
+}
+
+}  // namespace
+}  // namespace uma::test
