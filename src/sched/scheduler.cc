@@ -218,12 +218,14 @@ void Scheduler::tick(std::vector<Event>& out) {
 void Scheduler::trace_tick(const TickPlan& plan, std::int32_t budget, double decode_ms, const Status& st) const {
   std::string line = fmt::format("tick {}: {:.1f} ms, budget {}, decode [", tick_no_, decode_ms, budget);
   for (std::size_t k = 0; k < plan.decode.size(); ++k) {
-    line += fmt::format("{}{}", k ? " " : "", order_[plan.decode[k]]->id);
+    const Session& s = *order_[plan.decode[k]];
+    line += fmt::format("{}{}{}", k ? " " : "", s.id, s.background() ? "b" : "");
   }
   line += "], prefill [";
   for (std::size_t k = 0; k < plan.prefill.size(); ++k) {
     const Session& s = *order_[plan.prefill[k].first];
-    line += fmt::format("{}{}:{}/{}", k ? " " : "", s.id, plan.prefill[k].second, s.prompt_remaining());
+    line += fmt::format("{}{}{}:{}/{}", k ? " " : "", s.id, s.background() ? "b" : "", plan.prefill[k].second,
+                        s.prompt_remaining());
   }
   line += "]";
   if (plan.guard_fired) {

@@ -35,6 +35,21 @@ Summary summarize(std::vector<double> values) {
   return s;
 }
 
+ItlSplit split_itl_by_prefill(const std::vector<RequestRecord>& streams, const std::vector<RequestRecord>& long_prompts) {
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> windows;
+  for (const RequestRecord& r : long_prompts) windows.emplace_back(r.sent, r.tokens.empty() ? r.done : r.tokens.front());
+  std::vector<double> steady, during;
+  for (const RequestRecord& r : streams) {
+    for (std::size_t k = 1; k < r.tokens.size(); ++k) {
+      const Clock::time_point a = r.tokens[k - 1], b = r.tokens[k];
+      const bool overlaps = std::any_of(windows.begin(), windows.end(),
+                                        [&](const auto& w) { return b > w.first && a < w.second; });
+      (overlaps ? during : steady).push_back(ms(a, b));
+    }
+  }
+  return {summarize(std::move(steady)), summarize(std::move(during))};
+}
+
 bool meets_slo(const RequestRecord& r, const SloTargets& slo) {
   if (!r.ok || r.tokens.empty()) return false;
   if (slo.ttft_ms > 0 && ttft(r) > slo.ttft_ms) return false;

@@ -52,6 +52,14 @@ struct RunReport {
 // ITL: every gap between consecutive tokens of a request. Duration: first sent -> last done.
 RunReport build_report(const std::vector<RequestRecord>& records, const SloTargets& slo);
 
+// Mixed workloads: every inter-token gap of `streams`, split by whether it overlaps the prefill
+// of a long prompt (from its send to its first token, or to its end when none came). "Steady"
+// gaps overlap none: the streams' cadence with nothing arriving.
+struct ItlSplit {
+  Summary steady_ms, during_prefill_ms;
+};
+ItlSplit split_itl_by_prefill(const std::vector<RequestRecord>& streams, const std::vector<RequestRecord>& long_prompts);
+
 // Does one successful request meet the targets?
 bool meets_slo(const RequestRecord& r, const SloTargets& slo);
 

@@ -68,5 +68,22 @@ TEST(BenchStats, ReportDerivesTtftTpotItlThroughputAndGoodput) {
   EXPECT_EQ(build_report(recs, SloTargets{}).slo_met, 2u) << "no targets: every ok request counts";
 }
 
+TEST(Stats, InterTokenGapsSplitByOverlapWithLongPromptPrefill) {
+  const Clock::time_point t0{};
+  auto at = [&](int ms) { return t0 + std::chrono::milliseconds(ms); };
+  RequestRecord stream;
+  stream.ok = true;
+  stream.tokens = {at(0), at(10), at(20), at(120), at(130), at(140)};  // the 100 ms gap spans the prefill
+  RequestRecord long_prompt;
+  long_prompt.ok = true;
+  long_prompt.sent = at(50);
+  long_prompt.tokens = {at(125)};  // prefill window [50, 125]
+  const ItlSplit s = split_itl_by_prefill({stream}, {long_prompt});
+  EXPECT_EQ(s.steady_ms.n, 3u);  // 0-10, 10-20, 130-140
+  EXPECT_DOUBLE_EQ(s.steady_ms.max, 10);
+  EXPECT_EQ(s.during_prefill_ms.n, 2u);  // 20-120 and 120-130 overlap [50, 125]
+  EXPECT_DOUBLE_EQ(s.during_prefill_ms.max, 100);
+}
+
 }  // namespace
 }  // namespace uma::bench

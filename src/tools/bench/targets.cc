@@ -30,6 +30,7 @@ class UdsTarget final : public Target {
     w.id = req.id;
     w.prompt = req.prompt;
     w.max_tokens = req.max_tokens;
+    w.background = req.klass == "background";  // umad's request class; HTTP targets have none
     if (!c->send_request(w).ok()) return fail(rec, "send");
     WireEvent ev;
     while ((st = c->read_event(&ev, 600000)).ok()) {

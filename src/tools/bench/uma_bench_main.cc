@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -204,6 +205,7 @@ int main(int argc, char** argv) {
   std::vector<RequestRecord> records;
   std::mutex mu;
   std::vector<std::pair<std::string, RunReport>> runs;
+  std::optional<ItlSplit> split;  // mixed only
   const Limits lim{requests, duration};
   if (workload == "sweep") {
     for (int len : sweep) {
@@ -225,8 +227,11 @@ int main(int argc, char** argv) {
     });
     run_closed(*target, make, concurrency, Limits{duration > 0 ? 0 : requests, duration}, progress, records, mu);
     background.join();
-    runs.emplace_back("interactive", build_report(only(records, "interactive"), slo));
-    runs.emplace_back("background", build_report(only(records, "background"), slo));
+    const std::vector<RequestRecord> streams = only(records, "interactive");
+    const std::vector<RequestRecord> long_prompts = only(records, "background");
+    runs.emplace_back("interactive", build_report(streams, slo));
+    runs.emplace_back("background", build_report(long_prompts, slo));
+    split = split_itl_by_prefill(streams, long_prompts);
   } else if (rate > 0) {
     run_open(*target, make, rate, true, seed, lim, progress, records, mu);
     runs.emplace_back(workload, build_report(records, slo));
@@ -247,10 +252,21 @@ int main(int argc, char** argv) {
     j["slo"] = {{"ttft_ms", slo.ttft_ms}, {"tpot_ms", slo.tpot_ms}};
     j["runs"] = nlohmann::ordered_json::array();
     for (const auto& [label, r] : runs) j["runs"].push_back(to_json(label, r));
+    if (split) {
+      j["interactive_itl_split"] = {{"steady_ms", to_json(split->steady_ms)},
+                                    {"during_prefill_ms", to_json(split->during_prefill_ms)}};
+    }
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("target: %s, workload: %s\n", target->describe().c_str(), workload.c_str());
     print_table(runs);
+    if (split) {
+      const Summary& st = split->steady_ms;
+      const Summary& du = split->during_prefill_ms;
+      std::printf("interactive ITL ms, steady: p50 %.0f p99 %.0f max %.0f (n %zu); during long-prompt prefill: p50 %.0f "
+                  "p99 %.0f max %.0f (n %zu); max / steady p50 = %.2f\n", st.p50, st.p99, st.max, st.n, du.p50, du.p99,
+                  du.max, du.n, st.p50 > 0 ? du.max / st.p50 : 0.0);
+    }
   }
   return 0;
 }
