@@ -36,7 +36,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("-s,--socket", srv.socket_path, "Unix socket path (created with mode 0600)")->envname("UMA_SOCK")
       ->capture_default_str();
   app.add_flag("--mmap,!--no-mmap", mmap, "memory-map the model file (default on)");
-  app.add_option("--flash-attn", rt.flash_attn, "flash attention: on, off or auto (llama.cpp decides)")
+  app.add_option("--flash-attn", rt.flash_attn, "flash attention: on, off or auto (off on CPU-only builds, else llama.cpp decides)")
       ->envname("UMA_FLASH_ATTN")->capture_default_str()->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_flag("--mlock,!--no-mlock", mlock, "lock the model in RAM (default off)");
   app.add_option("--max-sessions", srv.max_sessions, "concurrent sessions (= KV sequences)")->envname("UMA_MAX_SESSIONS")

@@ -73,9 +73,13 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   cp.n_threads = config.n_threads > 0 ? config.n_threads : hw;
   cp.n_threads_batch = cp.n_threads;
   cp.kv_unified = true;  // one KV pool shared by every session (seed 002)
-  cp.flash_attn_type = config.flash_attn == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                       : config.flash_attn == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
-                                                    : LLAMA_FLASH_ATTN_TYPE_AUTO;
+  // auto: llama.cpp's choice where a GPU runs the model; off on CPU-only builds, where its flash
+  // attention kernel is several times slower for small batches over a deep KV cache (measured:
+  // docs/BENCHMARKS.md, "Flash attention"), which is exactly a serving tick.
+  const bool cpu_only = !llama_supports_gpu_offload();
+  cp.flash_attn_type = config.flash_attn == "on"                   ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                       : config.flash_attn == "off" || cpu_only ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                                                   : LLAMA_FLASH_ATTN_TYPE_AUTO;
   cp.no_perf = true;
   rt->ctx_ = llama_init_from_model(rt->model_, cp);
   if (rt->ctx_ == nullptr) {

@@ -127,14 +127,14 @@ TEST(Policy, ParkModeSavesWhenCopyingIsCheaperAndItFits) {
 
 TEST(TickBudget, KeepsTheTickNearTwiceTheDecodeOnlyTick) {
   TickBudget b(/*n_batch=*/512, /*target_ms=*/30, /*start=*/64);
-  EXPECT_EQ(b.prefill_budget(), 64) << "conservative until measured";
+  EXPECT_EQ(b.prefill_budget(16), 64) << "conservative until measured";
   for (int i = 0; i < 50; ++i) {
     b.observe(100.0, /*n_decode=*/16, /*n_prefill=*/0);      // decode-only ticks: 100 ms
     b.observe(100.0 + 2.0 * 40, /*n_decode=*/16, 40);        // prefill costs 2 ms per token
   }
-  EXPECT_NEAR(b.base_ms(), 100.0, 1e-6);
+  EXPECT_NEAR(b.base_ms(16), 100.0, 1e-6);
   EXPECT_NEAR(b.ms_per_prefill_token(), 2.0, 1e-6);
-  EXPECT_EQ(b.prefill_budget(), 50);  // (2 * 100 - 100) / 2
+  EXPECT_EQ(b.prefill_budget(16), 50);  // (2 * 100 - 100) / 2
 }
 
 TEST(TickBudget, FastDecodeUsesTheTickTargetAndClampsToTheBatch) {
@@ -143,13 +143,29 @@ TEST(TickBudget, FastDecodeUsesTheTickTargetAndClampsToTheBatch) {
     b.observe(5.0, 1, 0);
     b.observe(5.0 + 0.01 * 100, 1, 100);  // 0.01 ms per prefill token
   }
-  EXPECT_EQ(b.prefill_budget(), 256) << "(30 - 5) / 0.01 is beyond n_batch";
+  EXPECT_EQ(b.prefill_budget(1), 256) << "(30 - 5) / 0.01 is beyond n_batch";
   TickBudget slow(512, 30, 64);
   for (int i = 0; i < 50; ++i) {
     slow.observe(10.0, 1, 0);
     slow.observe(10.0 + 5.0 * 16, 1, 16);  // 5 ms per prefill token
   }
-  EXPECT_EQ(slow.prefill_budget(), 16) << "(30 - 10) / 5 = 4, raised to the floor";
+  EXPECT_EQ(slow.prefill_budget(1), 16) << "(30 - 10) / 5 = 4, raised to the floor";
+}
+
+TEST(TickBudget, TheDecodeOnlyTickIsLearnedPerStreamCount) {
+  TickBudget b(/*n_batch=*/512, /*target_ms=*/10, /*start=*/64);
+  for (int i = 0; i < 50; ++i) {
+    b.observe(16.0, /*n_decode=*/1, 0);
+    b.observe(72.0, /*n_decode=*/8, 0);
+  }
+  EXPECT_NEAR(b.base_ms(1), 16.0, 1e-6);
+  EXPECT_NEAR(b.base_ms(8), 72.0, 1e-6);
+  EXPECT_NEAR(b.base_ms(4), 64.0, 1e-6) << "not seen: 1 stream's tick scaled by 4";
+  EXPECT_NEAR(b.base_ms(12), 108.0, 1e-6) << "not seen: 8 streams' tick scaled by 12/8";
+  for (int i = 0; i < 50; ++i) b.observe(72.0 + 2.0 * 20, /*n_decode=*/8, 20);  // 2 ms per prefill token at 8 streams
+  EXPECT_NEAR(b.ms_per_prefill_token(), 2.0, 1e-6);
+  EXPECT_EQ(b.prefill_budget(8), 36) << "(2 * 72 - 72) / 2";
+  EXPECT_EQ(b.prefill_budget(1), 16) << "(max(32, 10) - 16) / 2 = 8, raised to the floor";
 }
 
 }  // namespace

@@ -161,7 +161,9 @@ void Scheduler::tick(std::vector<Event>& out) {
   if (order_.empty()) return;
   rr_cursor_ = (rr_cursor_ + 1) % n;
 
-  PolicyInput in{budget_.prefill_budget(), decoder_.n_batch(), config_.min_prefill, guard_fired_last_};
+  const auto n_decoding = static_cast<std::int32_t>(
+      std::count_if(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.decoding; }));
+  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), config_.min_prefill, guard_fired_last_};
   const TickPlan plan = plan_tick(candidates_, in);
   guard_fired_last_ = plan.guard_fired;
   if (plan.guard_fired) metrics_.prefill_skipped_ticks_total++;
@@ -199,7 +201,7 @@ void Scheduler::tick(std::vector<Event>& out) {
   metrics_.batch_tokens.observe(n_tokens);
   for (const PrefillChunk& c : batch_.prefilled) metrics_.prefill_chunk.observe(c.length);
   metrics_.decode_ms_ewma = budget_.decode_ms_ewma();
-  metrics_.tick_budget = budget_.prefill_budget();
+  metrics_.tick_budget = in.budget;
 
   for (Session* s : batch_.decoded) s->n_past += 1;
   for (const PrefillChunk& c : batch_.prefilled) {
