@@ -3,8 +3,9 @@
 # on the same model file, threads and context. Reports each server's interactive inter-token gaps,
 # steady (no long prompt in prefill) and during a long prompt's prefill, and their ratio.
 #   bench/mixed.sh [OUT_DIR]      (default build/bench-mixed)
+# The first long prompt arrives after 8 s of steady streaming; then one every UMA_MIXED_EVERY s.
 # Env: UMA_BENCH_THREADS (2), UMA_BENCH_CTX (16384), UMA_BENCH_MODEL (small preset, Q8_0),
-#      UMA_MIXED_SECONDS (40), UMA_MIXED_STREAMS (8), UMA_MIXED_LONG (2000 tokens), UMA_MIXED_EVERY (10 s),
+#      UMA_MIXED_SECONDS (40), UMA_MIXED_STREAMS (8), UMA_MIXED_LONG (2000 tokens), UMA_MIXED_EVERY (15 s),
 #      UMA_UMAD_ARGS (extra umad flags).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,7 +16,7 @@ ctx=${UMA_BENCH_CTX:-16384}
 secs=${UMA_MIXED_SECONDS:-40}
 streams=${UMA_MIXED_STREAMS:-8}
 long=${UMA_MIXED_LONG:-2000}
-every=${UMA_MIXED_EVERY:-10}
+every=${UMA_MIXED_EVERY:-15}
 mkdir -p "$out"
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -28,7 +29,7 @@ model=${UMA_BENCH_MODEL:-build/models/small-q8_0.gguf}
 
 mixed() {  # $1 = name, $2 = target
   build/bin/uma-bench --target "$2" --json --workload mixed -c "$streams" -d "$secs" --seed 7 --prompt-tokens 32 \
-    --output-tokens 64 --background-prompt-tokens "$long" --background-output-tokens 8 --background-every-s "$every" \
+    --output-tokens 64 --background-prompt-tokens "$long" --background-output-tokens 8 --background-every-s "$every" --background-start-s 8 \
     >"$out/$1.json"
 }
 wait_ready() {

@@ -76,6 +76,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_PREEMPT")->capture_default_str()->check(CLI::IsMember({"auto", "save", "recompute", "off"}));
   app.add_option("--preempt-host-mb", preempt_host_mb, "host memory for the saved KV of paused sessions (MiB)")
       ->envname("UMA_PREEMPT_HOST_MB")->capture_default_str()->check(CLI::Range(0, 1 << 24));
+  app.add_option("--min-prefill", sc.min_prefill, "prompt tokens every tick may prefill next to running streams "
+                 "(smaller: steadier streams, slower long prompts)")
+      ->envname("UMA_MIN_PREFILL")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
       ->envname("UMA_TICK_MS")->capture_default_str()->check(CLI::Range(1.0, 10000.0));
   app.add_option("--temperature", srv.limits.sampling.temperature, "default sampling temperature (0: greedy)")

@@ -37,9 +37,13 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
 
   const std::int32_t budget = plan.decode.empty() ? in.capacity : std::max(in.budget, in.min_prefill);
   std::int32_t left = std::min(budget, in.capacity - used);
+  std::int32_t background_left = plan.decode.empty() && in.background_idle_cap > 0 ? in.background_idle_cap : left;
   for (std::size_t i : prefillers) {
     if (left <= 0) break;
-    const std::int32_t chunk = std::min(left, sessions[i].prompt_remaining);
+    const bool bg = sessions[i].background;
+    const std::int32_t chunk = std::min({left, sessions[i].prompt_remaining, bg ? background_left : left});
+    if (chunk <= 0) continue;
+    if (bg) background_left -= chunk;
     plan.prefill.emplace_back(i, chunk);
     left -= chunk;
   }

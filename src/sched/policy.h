@@ -26,6 +26,7 @@ struct Candidate {
   bool overdue = false;               // decoding and past its inter-token deadline
   Rank rank = Rank::kUrgent;
   double slack_ms = 0.0;              // prefill: time left to its TTFT target after its remaining prefill
+  bool background = false;            // request class (rank may be urgent once it waited its bound)
 };
 
 struct PolicyInput {
@@ -33,6 +34,9 @@ struct PolicyInput {
   std::int32_t capacity = 0;     // hard limit: llama's n_batch
   std::int32_t min_prefill = 0;  // prefill tokens granted even when decode used the budget
   bool guard_fired_last_tick = false;
+  // With nobody decoding: the most background prefill one tick may carry, so that an interactive
+  // request arriving meanwhile waits one short tick, not a whole batch (0: capacity).
+  std::int32_t background_idle_cap = 0;
 };
 
 struct TickPlan {
@@ -47,7 +51,8 @@ struct TickPlan {
 //     starve).
 // (3) Otherwise spend the prefill budget (at least min_prefill) on prefill chunks: urgent before
 //     relaxed, least slack first (deadline order), round-robin among equals. With nobody decoding,
-//     the budget is the whole capacity: it exists to protect running streams, and there are none.
+//     the budget is the whole capacity: it exists to protect running streams, and there are none;
+//     background work then still takes at most background_idle_cap, to keep arrivals' TTFT short.
 TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in);
 
 // A request waiting for KV room (queued, or paused by preemption).

@@ -80,6 +80,22 @@ TEST(Policy, PrefillGoesToUrgentWorkFirstThenLeastSlack) {
   EXPECT_EQ(roomy.prefill[2], (std::pair<std::size_t, std::int32_t>{0, 40})) << "background takes what is left";
 }
 
+TEST(Policy, WithNobodyDecodingBackgroundPrefillIsCappedSoArrivalsWaitLittle) {
+  Candidate bg = prefilling(2000, Rank::kRelaxed);
+  bg.background = true;
+  const std::vector<Candidate> c = {bg, prefilling(30, Rank::kUrgent)};
+  PolicyInput in{32, 512, 8, false};
+  in.background_idle_cap = 64;
+  const TickPlan p = plan_tick(c, in);
+  ASSERT_EQ(p.prefill.size(), 2u);
+  EXPECT_EQ(p.prefill[0], (std::pair<std::size_t, std::int32_t>{1, 30})) << "interactive: all of it";
+  EXPECT_EQ(p.prefill[1], (std::pair<std::size_t, std::int32_t>{0, 64})) << "background: up to the cap";
+  bg.rank = Rank::kUrgent;  // waited past its bound: first in line, but still capped
+  EXPECT_EQ(plan_tick(std::vector<Candidate>{bg}, in).prefill[0].second, 64);
+  const std::vector<Candidate> alone = {prefilling(2000, Rank::kUrgent)};
+  EXPECT_EQ(plan_tick(alone, in).prefill[0].second, 512) << "interactive work is not capped";
+}
+
 TEST(Policy, UrgentStreamsDecodeFirstWhenCapacityRunsOut) {
   const std::vector<Candidate> c = {decoding(false, Rank::kRelaxed), decoding(), decoding(false, Rank::kRelaxed), decoding()};
   const TickPlan p = plan_tick(c, {0, /*capacity=*/3, 0, false});
@@ -125,31 +141,57 @@ TEST(Policy, ParkModeSavesWhenCopyingIsCheaperAndItFits) {
   EXPECT_EQ(choose_park_mode(c, ParkPreference::kSave), ParkMode::kRecompute) << "nothing to save";
 }
 
-TEST(TickBudget, KeepsTheTickNearTwiceTheDecodeOnlyTick) {
-  TickBudget b(/*n_batch=*/512, /*target_ms=*/30, /*start=*/64);
-  EXPECT_EQ(b.prefill_budget(16), 64) << "conservative until measured";
-  for (int i = 0; i < 50; ++i) {
-    b.observe(100.0, /*n_decode=*/16, /*n_prefill=*/0);      // decode-only ticks: 100 ms
-    b.observe(100.0 + 2.0 * 40, /*n_decode=*/16, 40);        // prefill costs 2 ms per token
+// Closed loop: a tick costs base + per_token * (the prefill the budget allowed), like a model would.
+double run_ticks(TickBudget& b, int n, std::int32_t streams, double base, double per_token) {
+  double tick = 0;
+  for (int i = 0; i < n; ++i) {
+    tick = base + per_token * b.prefill_budget(streams);
+    b.observe(tick, streams, b.prefill_budget(streams), /*prefill_pending=*/true);
   }
-  EXPECT_NEAR(b.base_ms(16), 100.0, 1e-6);
-  EXPECT_NEAR(b.ms_per_prefill_token(), 2.0, 1e-6);
-  EXPECT_EQ(b.prefill_budget(16), 50);  // (2 * 100 - 100) / 2
+  return tick;
 }
 
-TEST(TickBudget, FastDecodeUsesTheTickTargetAndClampsToTheBatch) {
+TEST(TickBudget, SteersPrefillTicksToTwiceTheDecodeOnlyTick) {
+  TickBudget b(/*n_batch=*/512, /*target_ms=*/30, /*start=*/64);
+  EXPECT_EQ(b.prefill_budget(16), 64) << "conservative until measured";
+  for (int i = 0; i < 20; ++i) b.observe(100.0, /*n_decode=*/16, /*n_prefill=*/0);  // steady: 100 ms
+  EXPECT_NEAR(b.base_ms(16), 100.0, 1e-6);
+  const double tick = run_ticks(b, 60, 16, 100.0, 2.0);  // prefill costs 2 ms per token
+  EXPECT_NEAR(tick, 200.0, 10.0);
+  EXPECT_NEAR(b.prefill_budget(16), 50, 5);  // (2 * 100 - 100) / 2
+  EXPECT_NEAR(b.ms_per_prefill_token(), 2.0, 0.01);
+  // The KV grows deeper: every token now costs 4 ms; the budget follows.
+  run_ticks(b, 60, 16, 100.0, 4.0);
+  EXPECT_NEAR(b.prefill_budget(16), 25, 3);
+  // Deeper still: decode alone takes 190 ms; prefill shrinks to the floor instead of growing ticks.
+  run_ticks(b, 60, 16, 190.0, 4.0);
+  EXPECT_EQ(b.prefill_budget(16), 8);
+}
+
+TEST(TickBudget, GrowsToTheBatchWhenTicksAreCheapAndNeverLearnsBaseFromGuardTicks) {
   TickBudget b(/*n_batch=*/256, /*target_ms=*/30, /*start=*/64);
-  for (int i = 0; i < 50; ++i) {
-    b.observe(5.0, 1, 0);
-    b.observe(5.0 + 0.01 * 100, 1, 100);  // 0.01 ms per prefill token
-  }
+  for (int i = 0; i < 20; ++i) b.observe(5.0, 1, 0);
+  run_ticks(b, 40, 1, 5.0, 0.01);
   EXPECT_EQ(b.prefill_budget(1), 256) << "(30 - 5) / 0.01 is beyond n_batch";
-  TickBudget slow(512, 30, 64);
-  for (int i = 0; i < 50; ++i) {
-    slow.observe(10.0, 1, 0);
-    slow.observe(10.0 + 5.0 * 16, 1, 16);  // 5 ms per prefill token
-  }
-  EXPECT_EQ(slow.prefill_budget(1), 16) << "(30 - 10) / 5 = 4, raised to the floor";
+  for (int i = 0; i < 20; ++i) b.observe(50.0, 1, 0, /*prefill_pending=*/true);  // guard ticks at depth
+  EXPECT_NEAR(b.base_ms(1), 5.0, 1e-6) << "the steady cadence is what the target keeps";
+}
+
+TEST(TickBudget, ATickShortOfPrefillWorkDoesNotGrowTheBudget) {
+  TickBudget b(512, 30, 64);
+  for (int i = 0; i < 20; ++i) b.observe(10.0, 4, 0);
+  for (int i = 0; i < 20; ++i) b.observe(12.0, 4, /*n_prefill=*/3, true);  // only 3 tokens were waiting
+  EXPECT_EQ(b.prefill_budget(4), 64);
+  for (int i = 0; i < 5; ++i) b.observe(80.0, 4, 3, true);  // but a slow one shrinks it
+  EXPECT_LT(b.prefill_budget(4), 64);
+}
+
+TEST(TickBudget, TheCostModelCapsTheControllersFirstStep) {
+  TickBudget b(/*n_batch=*/512, /*target_ms=*/10, /*start=*/64);
+  for (int i = 0; i < 20; ++i) b.observe(50.0, 8, 0);             // steady: 50 ms with 8 streams
+  for (int i = 0; i < 20; ++i) b.observe(1000.0, 0, 250);         // prefill alone: 4 ms per token
+  EXPECT_EQ(b.prefill_budget(8), 12) << "(100 - 50) / 4, not the controller's untested 64";
+  EXPECT_EQ(b.tokens_in(150), 37);
 }
 
 TEST(TickBudget, TheDecodeOnlyTickIsLearnedPerStreamCount) {
@@ -162,10 +204,8 @@ TEST(TickBudget, TheDecodeOnlyTickIsLearnedPerStreamCount) {
   EXPECT_NEAR(b.base_ms(8), 72.0, 1e-6);
   EXPECT_NEAR(b.base_ms(4), 64.0, 1e-6) << "not seen: 1 stream's tick scaled by 4";
   EXPECT_NEAR(b.base_ms(12), 108.0, 1e-6) << "not seen: 8 streams' tick scaled by 12/8";
-  for (int i = 0; i < 50; ++i) b.observe(72.0 + 2.0 * 20, /*n_decode=*/8, 20);  // 2 ms per prefill token at 8 streams
-  EXPECT_NEAR(b.ms_per_prefill_token(), 2.0, 1e-6);
-  EXPECT_EQ(b.prefill_budget(8), 36) << "(2 * 72 - 72) / 2";
-  EXPECT_EQ(b.prefill_budget(1), 16) << "(max(32, 10) - 16) / 2 = 8, raised to the floor";
+  EXPECT_NEAR(b.target_ms(8), 144.0, 1e-6);
+  EXPECT_NEAR(b.target_ms(1), 32.0, 1e-6);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ Event error_event(RequestId id, Status status) {
 
 Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config)
     : decoder_(decoder), metrics_(metrics), config_(config),
-      budget_(decoder.n_batch(), config.tick_target_ms, config.start_budget) {
+      budget_(decoder.n_batch(), config.tick_target_ms, config.start_budget, config.min_prefill) {
   for (std::int32_t s = decoder.n_seq_max() - 1; s >= 0; --s) free_seqs_.push_back(s);
   metrics_.kv_cells_total = decoder.n_ctx();
 }
@@ -152,6 +152,7 @@ void Scheduler::tick(std::vector<Event>& out) {
     c.decoding = s->state == SessionState::kDecode;
     c.prompt_remaining = c.decoding ? 0 : s->prompt_remaining();
     c.rank = rank_of(*s, now);
+    c.background = s->background();
     // Only interactive streams hold prefill back; background ones take the gap.
     c.overdue = c.decoding && !s->background() && ms_between(s->last_emit_at, now) > s->slo_tbt_ms;
     c.slack_ms = s->slo_ttft_ms - ms_between(s->received_at, now) - c.prompt_remaining * ms_per_token;
@@ -163,7 +164,8 @@ void Scheduler::tick(std::vector<Event>& out) {
 
   const auto n_decoding = static_cast<std::int32_t>(
       std::count_if(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.decoding; }));
-  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), config_.min_prefill, guard_fired_last_};
+  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), config_.min_prefill, guard_fired_last_,
+                 budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
   const TickPlan plan = plan_tick(candidates_, in);
   guard_fired_last_ = plan.guard_fired;
   if (plan.guard_fired) metrics_.prefill_skipped_ticks_total++;
@@ -192,8 +194,10 @@ void Scheduler::tick(std::vector<Event>& out) {
     start_waiting();
     return;
   }
+  const bool prefill_pending = std::any_of(candidates_.begin(), candidates_.end(),
+                                           [](const Candidate& c) { return c.prompt_remaining > 0; });
   budget_.observe(decode_ms, static_cast<std::int32_t>(batch_.decoded.size()),
-                  n_tokens - static_cast<std::int32_t>(batch_.decoded.size()));
+                  n_tokens - static_cast<std::int32_t>(batch_.decoded.size()), prefill_pending);
   metrics_.batch_calls_total++;
   metrics_.last_batch_size = n_tokens;
   metrics_.decode_ms_last = decode_ms;

@@ -38,7 +38,7 @@ struct SchedulerConfig {
   double slo_tbt_ms = 80.0;
   double tick_target_ms = 30.0;
   std::int32_t start_budget = 64;
-  std::int32_t min_prefill = 16;
+  std::int32_t min_prefill = 8;
   // Background requests: their default TTFT target, and the most time one spends paused in all;
   // past either it ranks as urgent and is no longer paused (no starvation).
   double background_max_wait_ms = 10000.0;

@@ -1,16 +1,19 @@
 // TickBudget: how many prompt tokens one tick may prefill next to its decode tokens.
 //
 // Every decoding stream gets one token per tick, so a tick's duration is every stream's
-// inter-token gap. The budget keeps that gap near twice the decode-only tick (and at least
-// target_ms), using a two-part cost model learned online:
-//   tick_ms ~= base_ms(n) (a tick of n decode tokens only) + prefill_tokens * ms_per_prefill_token
-//   budget   = (max(2 * base_ms(n), target_ms) - base_ms(n)) / ms_per_prefill_token
-// base_ms is learned per number of decoding streams n (a long prefill can run for many seconds
-// with no decode-only tick; a base learned with fewer streams would then be far too small); for
-// an n not seen yet, the nearest smaller n's base scaled by the stream count.
-// clamped to [floor, n_batch]. Both parts are EWMAs; until they are measured the budget is
-// `start` (seed 000, "Tuning guidance": start conservative, let it grow). With nobody decoding
-// the policy ignores the budget and prefills at full capacity.
+// inter-token gap. The goal: a tick that carries prefill lasts at most
+//   target(n) = max(2 * base_ms(n), target_ms)
+// where base_ms(n) is the decode-only tick with n streams, learned per n (a long prefill can
+// run for many seconds without a decode-only tick; a base learned with fewer streams would be far
+// too small; an n not seen yet takes the nearest smaller n's base scaled by the stream count).
+//
+// A cost model alone misses what changes under it (a deep KV makes both decode and prefill dearer
+// as a long prompt goes in), so the budget is a feedback controller on the measured ticks: after a
+// tick with decode and prefill, budget *= target / tick_ms, down by at most a third per tick, up
+// by at most 10% and only with 20% headroom, within [floor, n_batch]. It starts at `start` (seed 000: start conservative, let it grow).
+// ms_per_prefill_token is also kept (EWMA of a tick's time over its decode-only base, per prefill
+// token) for estimates elsewhere: TTFT slack and the cost of recomputing a paused session.
+// With nobody decoding the policy ignores the budget and prefills at full capacity.
 // Not thread-safe; owned by the scheduler.
 #pragma once
 
@@ -25,23 +28,34 @@ class TickBudget {
  public:
   static constexpr std::int32_t kMinSample = 16;  // prefill tokens needed to measure their cost
 
-  TickBudget(std::int32_t n_batch, double target_ms, std::int32_t start, std::int32_t floor = 16)
-      : n_batch_(n_batch), target_ms_(target_ms), floor_(std::min(floor, n_batch)), start_(std::clamp(start, floor_, n_batch)) {}
+  TickBudget(std::int32_t n_batch, double target_ms, std::int32_t start, std::int32_t floor = 8)
+      : n_batch_(n_batch), target_ms_(target_ms), floor_(std::min(floor, n_batch)),
+        budget_(std::clamp(start, floor_, n_batch)) {}
 
+  // The controller's budget, but never more than the cost model predicts fits the target with n
+  // streams decoding: the controller corrects the model's drift, the model keeps the controller's
+  // first step (after a quiet spell, or when streams come and go) from overshooting.
   std::int32_t prefill_budget(std::int32_t n_decode) const {
-    if (ms_per_prefill_token_ <= 0.0) return start_;
-    const double base = base_ms(n_decode);
-    const double allowed = std::max(2.0 * base, target_ms_);
-    const double want = (allowed - base) / ms_per_prefill_token_;
-    return static_cast<std::int32_t>(std::clamp(want, double(floor_), double(n_batch_)));
+    double b = budget_;
+    if (ms_per_prefill_token_ > 0 && n_decode > 0) {
+      b = std::min(b, (target_ms(n_decode) - base_ms(n_decode)) / ms_per_prefill_token_);
+    }
+    return static_cast<std::int32_t>(std::clamp(b, double(floor_), double(n_batch_)));
   }
+  // Prefill tokens that take about `ms` (the whole batch until the cost is measured).
+  std::int32_t tokens_in(double ms) const {
+    if (ms_per_prefill_token_ <= 0) return n_batch_;
+    return static_cast<std::int32_t>(std::clamp(ms / ms_per_prefill_token_, double(floor_), double(n_batch_)));
+  }
+  // The longest a tick with n decoding streams should take.
+  double target_ms(std::int32_t n_decode) const { return std::max(2.0 * base_ms(n_decode), target_ms_); }
   double decode_ms_ewma() const { return decode_ms_ewma_; }
   // The decode-only tick with n streams (0 until any decode-only tick was seen).
   double base_ms(std::int32_t n) const {
     if (n <= 0) return 0.0;
     const auto k = static_cast<std::size_t>(n);
     if (k < base_by_n_.size() && base_by_n_[k] > 0) return base_by_n_[k];
-    for (std::size_t m = std::min(k, base_by_n_.size()) ; m-- > 1;) {
+    for (std::size_t m = std::min(k, base_by_n_.size()); m-- > 1;) {
       if (base_by_n_[m] > 0) return base_by_n_[m] * double(k) / double(m);
     }
     for (std::size_t m = k + 1; m < base_by_n_.size(); ++m) {
@@ -51,16 +65,29 @@ class TickBudget {
   }
   double ms_per_prefill_token() const { return ms_per_prefill_token_; }
 
-  void observe(double decode_ms, std::int32_t n_decode, std::int32_t n_prefill) {
-    decode_ms_ewma_ = ewma(decode_ms_ewma_, decode_ms);
+  // prefill_pending: some prompt was waiting to be prefilled (a decode-only tick then is the
+  // latency guard's, at whatever depth the arriving prompt has reached, not the steady cadence).
+  void observe(double tick_ms, std::int32_t n_decode, std::int32_t n_prefill, bool prefill_pending = false) {
+    decode_ms_ewma_ = ewma(decode_ms_ewma_, tick_ms);
     if (n_prefill == 0 && n_decode > 0) {
+      if (prefill_pending) return;
       const auto k = static_cast<std::size_t>(n_decode);
       if (base_by_n_.size() <= k) base_by_n_.resize(k + 1, 0.0);
-      base_by_n_[k] = ewma(base_by_n_[k], decode_ms);
-    } else if (n_prefill >= kMinSample) {
-      const double prefill_part = n_decode > 0 ? std::max(decode_ms - base_ms(n_decode), 0.1 * decode_ms) : decode_ms;
+      base_by_n_[k] = ewma(base_by_n_[k], tick_ms);
+      return;
+    }
+    if (n_prefill >= kMinSample) {
+      const double prefill_part = n_decode > 0 ? std::max(tick_ms - base_ms(n_decode), 0.1 * tick_ms) : tick_ms;
       ms_per_prefill_token_ = ewma(ms_per_prefill_token_, prefill_part / n_prefill);
     }
+    if (n_decode == 0 || tick_ms <= 0) return;
+    // Down fast, up slowly and only with clear headroom: an overshoot is a stall every stream sees.
+    const double ratio = target_ms(n_decode) / tick_ms;
+    double step = 1.0;
+    if (ratio < 1.0) step = std::max(ratio, 0.67);
+    else if (ratio > 1.2 && n_prefill + 1 >= static_cast<std::int32_t>(budget_)) step = std::min(ratio, 1.1);
+    // (a tick that had less prefill work than its budget says nothing about a larger budget)
+    budget_ = std::clamp(budget_ * step, double(floor_), double(n_batch_));
   }
 
  private:
@@ -69,7 +96,7 @@ class TickBudget {
   std::int32_t n_batch_;
   double target_ms_;
   std::int32_t floor_;
-  std::int32_t start_;
+  double budget_;
   double decode_ms_ewma_ = 0.0;
   std::vector<double> base_by_n_;  // index: decoding streams
   double ms_per_prefill_token_ = 0.0;

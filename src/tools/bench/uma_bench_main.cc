@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   std::string target_spec = "uds:/tmp/uma.sock", workload = "random";
   int concurrency = 1, requests = 0, prompt_tokens = 128, output_tokens = 64, warmup = 1;
   int prefix_tokens = 1000, suffix_tokens = 30, bg_prompt_tokens = 2000, bg_output_tokens = 16;
-  double rate = 0, duration = 0, bg_every_s = 2.0;
+  double rate = 0, duration = 0, bg_every_s = 2.0, bg_start_s = -1;
   std::vector<int> sweep = {128, 512, 1024, 2048};
   SloTargets slo;
   std::uint64_t seed = 1;
@@ -156,6 +156,8 @@ int main(int argc, char** argv) {
   app.add_option("--background-prompt-tokens", bg_prompt_tokens, "mixed: long background prompt length")->capture_default_str();
   app.add_option("--background-output-tokens", bg_output_tokens, "mixed: background max_tokens")->capture_default_str();
   app.add_option("--background-every-s", bg_every_s, "mixed: one background prompt every this many seconds")->capture_default_str();
+  app.add_option("--background-start-s", bg_start_s, "mixed: first background prompt after this many seconds "
+                 "(default: min(1, every))");
   app.add_option("--sweep", sweep, "sweep: prompt lengths")->delimiter(',');
   app.add_option("--slo-ttft-ms", slo.ttft_ms, "goodput: TTFT target (0: none)");
   app.add_option("--slo-tpot-ms", slo.tpot_ms, "goodput: time-per-output-token target (0: none)");
@@ -220,9 +222,11 @@ int main(int argc, char** argv) {
         PromptMaker m(seed * 7919 + static_cast<std::uint64_t>(i));
         return BenchRequest{"bg" + std::to_string(i), m.words(bg_prompt_tokens), bg_output_tokens, "background"};
       };
-      // The first long prompt arrives once the streams are running.
-      std::this_thread::sleep_for(std::chrono::duration<double>(std::min(1.0, bg_every_s)));
-      const double span = duration > 0 ? duration - 1.0 : 0;
+      // The first long prompt arrives once the streams are running (and, with --background-start-s,
+      // have shown their steady cadence for a while).
+      const double start_s = bg_start_s >= 0 ? bg_start_s : std::min(1.0, bg_every_s);
+      std::this_thread::sleep_for(std::chrono::duration<double>(start_s));
+      const double span = duration > 0 ? duration - start_s : 0;
       run_open(*target, bg, 1.0 / bg_every_s, false, seed, Limits{0, std::max(span, bg_every_s)}, progress, records, mu);
     });
     run_closed(*target, make, concurrency, Limits{duration > 0 ? 0 : requests, duration}, progress, records, mu);
