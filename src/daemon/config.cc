@@ -22,6 +22,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   int max_tx_kib = static_cast<int>(srv.max_tx_bytes / 1024);
   bool mlock = false;
   std::string preempt = "auto";
+  bool prefix_cache = true;
+  int prefix_cache_mb = static_cast<int>(sc.prefix.host_bytes >> 20);
+  std::string prefix_hash = "fnv";
   int preempt_host_mb = static_cast<int>(sc.park_host_bytes >> 20);
   bool mmap = true;
 
@@ -79,6 +82,14 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--min-prefill", sc.min_prefill, "prompt tokens every tick may prefill next to running streams "
                  "(smaller: steadier streams, slower long prompts)")
       ->envname("UMA_MIN_PREFILL")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  app.add_flag("--prefix-cache,!--no-prefix-cache", prefix_cache,
+               "reuse the KV of earlier prompts' shared prefixes (default on)")->envname("UMA_PREFIX_CACHE");
+  app.add_option("--prefix-cache-seqs", sc.prefix.max_kept, "finished sequences kept in the KV cache for reuse")
+      ->envname("UMA_PREFIX_CACHE_SEQS")->capture_default_str()->check(CLI::Range(0, 128));
+  app.add_option("--prefix-cache-mb", prefix_cache_mb, "host memory for prefix snapshots evicted from the KV cache (MiB)")
+      ->envname("UMA_PREFIX_CACHE_MB")->capture_default_str()->check(CLI::Range(0, 1 << 24));
+  // Tests only: a hash under which every block collides, to prove hits are confirmed by tokens.
+  app.add_option("--prefix-hash", prefix_hash)->group("")->check(CLI::IsMember({"fnv", "weak"}));
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
       ->envname("UMA_TICK_MS")->capture_default_str()->check(CLI::Range(1.0, 10000.0));
   app.add_option("--temperature", srv.limits.sampling.temperature, "default sampling temperature (0: greedy)")
@@ -98,7 +109,13 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   }
   rt.use_mmap = mmap;
   rt.use_mlock = mlock;
-  rt.n_seq_max = srv.max_sessions;
+  sc.prefix.enabled = prefix_cache;
+  sc.prefix.host_bytes = static_cast<std::size_t>(prefix_cache_mb) << 20;
+  if (prefix_hash == "weak") sc.prefix.hash = [](std::uint64_t, std::span<const Token>) -> std::uint64_t { return 42; };
+  // Kept prefix sequences take ids beyond the sessions' (llama.cpp allows 256 in all).
+  if (!prefix_cache) sc.prefix.max_kept = 0;
+  sc.prefix.max_kept = std::min(sc.prefix.max_kept, 256 - srv.max_sessions);
+  rt.n_seq_max = srv.max_sessions + sc.prefix.max_kept;
   srv.limits.max_prompt_bytes = static_cast<std::size_t>(max_prompt_bytes);
   srv.limits.max_frame_bytes = static_cast<std::size_t>(max_frame_bytes);
   srv.limits.max_tokens_cap = srv.limits.default_max_tokens;

@@ -56,6 +56,13 @@ std::string ServerMetrics::to_json() const {
   j["kv_restore_fallbacks_total"] = kv_restore_fallbacks_total.load();
   j["kv_exhausted_total"] = kv_exhausted_total.load();
   j["parked_bytes"] = parked_bytes.load();
+  const auto looked_up = prefix_lookup_tokens_total.load();
+  j["prefix_cache"] = {{"lookups_total", prefix_lookups_total.load()}, {"hits_total", prefix_hits_total.load()},
+                       {"lookup_tokens_total", looked_up}, {"reused_tokens_total", prefix_reused_tokens_total.load()},
+                       {"hit_ratio_tokens", looked_up ? double(prefix_reused_tokens_total.load()) / double(looked_up) : 0.0},
+                       {"evictions_total", prefix_evictions_total.load()}, {"kept_sequences", prefix_kept_sequences.load()},
+                       {"kept_cells", prefix_kept_cells.load()}, {"host_snapshots", prefix_host_snapshots.load()},
+                       {"host_bytes", prefix_host_bytes.load()}};
   j["requests_completed_total"] = requests_completed_total.load();
   j["requests_cancelled_total"] = requests_cancelled_total.load();
   j["prefill_skipped_ticks_total"] = prefill_skipped_ticks_total.load();
@@ -181,6 +188,14 @@ std::string ServerMetrics::to_prometheus() const {
   for (std::size_t i = 0; i < kGaugeStates; ++i) {
     prom_sample(out, "uma:num_requests", "state", kGaugeStateNames[i], static_cast<std::uint64_t>(sessions_by_state[i].load()));
   }
+  prom_value(out, "uma:prefix_cache_queries_total", "counter", "Prefix cache lookups.", prefix_lookups_total.load());
+  prom_value(out, "uma:prefix_cache_hits_total", "counter", "Prefix cache lookups that reused KV.", prefix_hits_total.load());
+  prom_value(out, "uma:prefix_cache_query_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.", prefix_lookup_tokens_total.load());
+  prom_value(out, "uma:prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from cached KV.", prefix_reused_tokens_total.load());
+  prom_value(out, "uma:prefix_cache_evictions_total", "counter", "Kept sequences evicted from the KV cache.", prefix_evictions_total.load());
+  prom_value(out, "uma:prefix_cache_kept_sequences", "gauge", "Finished sequences kept in the KV cache.", prefix_kept_sequences.load());
+  prom_value(out, "uma:prefix_cache_kept_cells", "gauge", "KV cells held by kept sequences (estimate).", prefix_kept_cells.load());
+  prom_value(out, "uma:prefix_cache_host_bytes", "gauge", "Host memory held by prefix snapshots.", prefix_host_bytes.load());
   prom_value(out, "uma:parked_kv_bytes", "gauge", "Host memory held by the KV of paused sessions.", parked_bytes.load());
   prom_value(out, "uma:num_requests_waiting", "gauge", "Requests waiting for KV room.", queued_sessions.load());
   prom_value(out, "uma:kv_cache_tokens_used", "gauge", "Tokens held in the KV cache.", kv_tokens_used.load());

@@ -74,6 +74,16 @@ class ServerMetrics {
   std::atomic<std::uint64_t> kv_exhausted_total{0};          // a decode found no KV cells (recovered)
   std::atomic<std::int64_t> parked_bytes{0};                 // host memory held by saved KV
   std::array<std::atomic<std::int64_t>, kGaugeStates> sessions_by_state{};
+  // Prefix cache.
+  std::atomic<std::uint64_t> prefix_lookups_total{0};
+  std::atomic<std::uint64_t> prefix_hits_total{0};
+  std::atomic<std::uint64_t> prefix_lookup_tokens_total{0};  // prompt tokens looked up
+  std::atomic<std::uint64_t> prefix_reused_tokens_total{0};  // of those, served from cached KV
+  std::atomic<std::uint64_t> prefix_evictions_total{0};
+  std::atomic<std::int64_t> prefix_kept_sequences{0};       // finished sequences kept in the KV cache
+  std::atomic<std::int64_t> prefix_host_snapshots{0};
+  std::atomic<std::int64_t> prefix_kept_cells{0};
+  std::atomic<std::int64_t> prefix_host_bytes{0};
 
   // Written by the I/O thread.
   std::atomic<std::uint64_t> connections_accepted_total{0};

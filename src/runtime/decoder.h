@@ -62,6 +62,14 @@ class Decoder {
   virtual void end_sequence(std::int32_t seq) = 0;
   virtual Status decode(std::span<const BatchEntry> batch) = 0;
   virtual Token sample(std::int32_t seq, std::int32_t batch_index) = 0;
+  // Makes positions [0, n) of `src` also part of `dst` (empty): the cells are shared, not copied.
+  virtual void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) = 0;
+  // Frees a sequence's sampler but keeps its KV (a finished sequence kept for prefix reuse).
+  virtual void drop_sampler(std::int32_t seq) = 0;
+  // A sequence's KV cells as bytes (host snapshot), and back into an empty sequence. A restore
+  // that finds no room leaves the sequence empty and returns kKvExhausted.
+  virtual Status save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const = 0;
+  virtual Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) = 0;
   // Bytes park_sequence(seq, true) would copy out.
   virtual std::size_t kv_state_bytes(std::int32_t seq) const = 0;
   // Frees `seq` (KV cells and id); keeps its sampler, and its KV bytes when save_kv. On error the

@@ -195,19 +195,44 @@ void free_parked_sampler(void* p) { llama_sampler_free(static_cast<llama_sampler
 void keep_unparked_sampler(void*) {}
 }  // namespace
 
-Status LlamaRuntime::park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) {
+void LlamaRuntime::share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) {
+  llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, 0, n);
+}
+
+void LlamaRuntime::drop_sampler(std::int32_t seq) {
+  if (seq < 0 || seq >= n_seq_max_) return;
+  llama_sampler*& s = samplers_[static_cast<size_t>(seq)];
+  if (s != nullptr) llama_sampler_free(s);
+  s = nullptr;
+}
+
+Status LlamaRuntime::save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const {
+  out.resize(llama_state_seq_get_size(ctx_, seq));
+  const size_t n = llama_state_seq_get_data(ctx_, out.data(), out.size(), seq);
+  if (n == 0 && !out.empty()) {
+    out.clear();
+    return Status(ErrorCode::kInternal, "cannot copy the sequence's KV");
+  }
+  out.resize(n);
+  return Status::Ok();
+}
+
+Status LlamaRuntime::restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) {
+  if (bytes.empty()) return Status::Ok();
+  if (llama_state_seq_set_data(ctx_, bytes.data(), bytes.size(), seq) == 0) {
+    llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
+    return Status(ErrorCode::kKvExhausted, "cannot restore the sequence's KV");
+  }
+  return Status::Ok();
+}
+
+Status LlamaRuntime::park_sequence(std::int32_t seq, bool save_kv_bytes, ParkedSequence& out) {
   if (seq < 0 || seq >= n_seq_max_ || samplers_[static_cast<size_t>(seq)] == nullptr) {
     return Status(ErrorCode::kInternal, "park of a sequence that is not live");
   }
   out.kv.clear();
-  if (save_kv) {
-    out.kv.resize(llama_state_seq_get_size(ctx_, seq));
-    const size_t n = llama_state_seq_get_data(ctx_, out.kv.data(), out.kv.size(), seq);
-    if (n == 0 && !out.kv.empty()) {
-      out.kv.clear();
-      return Status(ErrorCode::kInternal, "cannot copy the sequence's KV");
-    }
-    out.kv.resize(n);
+  if (save_kv_bytes) {
+    if (Status st = save_kv(seq, out.kv); !st.ok()) return st;
   }
   llama_sampler*& s = samplers_[static_cast<size_t>(seq)];
   out.sampler = std::shared_ptr<void>(s, &free_parked_sampler);
@@ -223,15 +248,10 @@ Status LlamaRuntime::unpark_sequence(std::int32_t seq, ParkedSequence& from) {
   samplers_[static_cast<size_t>(seq)] = static_cast<llama_sampler*>(from.sampler.get());
   *std::get_deleter<void (*)(void*)>(from.sampler) = &keep_unparked_sampler;
   from.sampler.reset();
-  if (from.kv.empty()) return Status::Ok();
-  const size_t n = llama_state_seq_set_data(ctx_, from.kv.data(), from.kv.size(), seq);
+  const Status st = restore_kv(seq, from.kv);
   from.kv.clear();
   from.kv.shrink_to_fit();
-  if (n == 0) {
-    llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
-    return Status(ErrorCode::kKvExhausted, "cannot restore the sequence's KV");
-  }
-  return Status::Ok();
+  return st;
 }
 
 std::int32_t LlamaRuntime::kv_tokens(std::int32_t seq) const {

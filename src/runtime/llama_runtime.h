@@ -58,6 +58,10 @@ class LlamaRuntime final : public Decoder {
   // For tests that compare the model's output across KV manipulations.
   std::span<const float> logits(std::int32_t batch_index);
   std::size_t kv_state_bytes(std::int32_t seq) const override;
+  void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) override;
+  void drop_sampler(std::int32_t seq) override;
+  Status save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const override;
+  Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) override;
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override;
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override;
   std::int32_t kv_tokens(std::int32_t seq) const override;

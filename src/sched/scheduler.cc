@@ -28,7 +28,8 @@ Event error_event(RequestId id, Status status) {
 
 Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config)
     : decoder_(decoder), metrics_(metrics), config_(config),
-      budget_(decoder.n_batch(), config.tick_target_ms, config.start_budget, config.min_prefill) {
+      budget_(decoder.n_batch(), config.tick_target_ms, config.start_budget, config.min_prefill),
+      cache_(decoder, metrics, config.prefix) {
   for (std::int32_t s = decoder.n_seq_max() - 1; s >= 0; --s) free_seqs_.push_back(s);
   metrics_.kv_cells_total = decoder.n_ctx();
 }
@@ -37,6 +38,7 @@ Scheduler::~Scheduler() {
   for (auto& s : sessions_) {
     if (s->seq >= 0) decoder_.end_sequence(s->seq);
   }
+  cache_.clear(free_seqs_);
 }
 
 void Scheduler::admit(Request request, std::vector<Event>& out) {
@@ -131,6 +133,7 @@ void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
     out.push_back(error_event(s->id, why));
   }
   reap();
+  cache_.clear(free_seqs_);
 }
 
 bool Scheduler::has_work() const {
@@ -140,6 +143,7 @@ bool Scheduler::has_work() const {
 void Scheduler::tick(std::vector<Event>& out) {
   expire_queued(out);
   start_waiting();
+  resolve_followers();
   const Clock::time_point now = Clock::now();
   order_.clear();
   candidates_.clear();
@@ -150,7 +154,8 @@ void Scheduler::tick(std::vector<Event>& out) {
     if (!is_active(*s)) continue;
     Candidate c;
     c.decoding = s->state == SessionState::kDecode;
-    c.prompt_remaining = c.decoding ? 0 : s->prompt_remaining();
+    // A follower has nothing to prefill until its leader has prefilled the shared prefix.
+    c.prompt_remaining = c.decoding || s->follow != 0 ? 0 : s->prompt_remaining();
     c.rank = rank_of(*s, now);
     c.background = s->background();
     // Only interactive streams hold prefill back; background ones take the gap.
@@ -314,9 +319,16 @@ void Scheduler::finish(Session& s, SessionState terminal) {
     s.parked = {};  // frees the parked sampler
   }
   s.set_state(terminal);
+  cache_.remove_live(s.id);
   if (s.seq >= 0) {
-    decoder_.end_sequence(s.seq);
-    free_seqs_.push_back(s.seq);
+    // A sequence that ended well keeps its KV for later prompts with the same prefix.
+    const bool kept = terminal != SessionState::kFailed &&
+                      cache_.keep(s.seq, std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_past)),
+                                  s.shared_prefix, free_seqs_);
+    if (!kept) {
+      decoder_.end_sequence(s.seq);
+      free_seqs_.push_back(s.seq);
+    }
     reserved_cells_ -= s.reserved_cells;
     s.seq = -1;
   }
@@ -356,6 +368,7 @@ void Scheduler::publish_metrics() {
   }
   std::int64_t kv_tokens = 0, kv_seqs = 0;
   for (std::int32_t seq = 0; seq < decoder_.n_seq_max(); ++seq) {
+    if (cache_.holds(seq)) continue;  // kept prefixes are reported by the cache
     const std::int32_t k = decoder_.kv_tokens(seq);
     kv_tokens += k;
     kv_seqs += k > 0 ? 1 : 0;

@@ -24,6 +24,7 @@
 #include "runtime/decoder.h"
 #include "sched/batch_builder.h"
 #include "sched/policy.h"
+#include "sched/prefix_cache.h"
 #include "sched/request.h"
 #include "sched/session.h"
 #include "sched/tick_budget.h"
@@ -46,6 +47,7 @@ struct SchedulerConfig {
   bool preemption = true;
   ParkPreference park = ParkPreference::kAuto;
   std::size_t park_host_bytes = std::size_t{1} << 30;  // host memory for saved KV
+  PrefixCacheConfig prefix;  // its kept sequences use ids beyond the sessions' (n_seq_max covers both)
 };
 
 class Scheduler {
@@ -72,7 +74,11 @@ class Scheduler {
   void take_room(Session& s);                    // kQueued -> kPrefill, or resumes a kPaused session
   bool preempt_for(const Session& head, Clock::time_point now);
   void pause(Session& s, Clock::time_point now);
-  bool recover_kv_exhausted();                   // pauses one session of the failed batch
+  bool recover_kv_exhausted();                   // evicts kept prefixes, else pauses one session of the batch
+  // Prefix cache (scheduler_room.cc): reuse at start, followers catching up, keeping at the end.
+  void reuse_prefix(Session& s);
+  void resolve_followers();
+  Session* find_session(RequestId id);
   void expire_queued(std::vector<Event>& out);  // rejects requests that waited past max_queue_ms
   void apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out);
   // Emits text through the stop filter; returns true when a stop string ended the request.
@@ -87,6 +93,7 @@ class Scheduler {
   ServerMetrics& metrics_;
   SchedulerConfig config_;
   TickBudget budget_;
+  PrefixCache cache_;
   std::vector<std::unique_ptr<Session>> sessions_;  // admission order
   std::vector<std::int32_t> free_seqs_;
   std::int32_t reserved_cells_ = 0;

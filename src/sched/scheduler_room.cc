@@ -21,7 +21,7 @@ Rank Scheduler::rank_of(const Session& s, Clock::time_point now) const {
 }
 
 bool Scheduler::fits(const Session& s) const {
-  return !free_seqs_.empty() && reserved_cells_ + s.reserved_cells <= decoder_.n_ctx();
+  return !free_seqs_.empty() && reserved_cells_ + s.reserved_cells + cache_.cells() <= decoder_.n_ctx();
 }
 
 void Scheduler::start_waiting() {
@@ -33,6 +33,10 @@ void Scheduler::start_waiting() {
   std::stable_sort(waiting.begin(), waiting.end(),
                    [](const auto& a, const auto& b) { return waiting_before(a.first, b.first); });
   for (const auto& [w, s] : waiting) {
+    // Kept prefixes give their cells back before anyone waits or is paused for room.
+    if (!fits(*s) && cache_.cells() > 0 && !free_seqs_.empty()) {
+      cache_.evict(reserved_cells_ + s->reserved_cells + cache_.cells() - decoder_.n_ctx(), free_seqs_);
+    }
     if (!fits(*s) && !(s->priority == Priority::kInteractive && preempt_for(*s, now))) return;  // head of line waits
     take_room(*s);
   }
@@ -45,9 +49,14 @@ void Scheduler::take_room(Session& s) {
       spdlog::error("session {}: cannot start sequence: {}", s.id, st.to_string());
       return;
     }
+    free_seqs_.pop_back();
+    s.seq = seq;
+    reserved_cells_ += s.reserved_cells;
     s.started_at = Clock::now();
     metrics_.queue_ms.observe(ms_between(s.received_at, s.started_at));
     s.set_state(SessionState::kPrefill);
+    reuse_prefix(s);
+    return;
   } else {
     const Clock::time_point now = Clock::now();
     const std::size_t bytes = s.parked.bytes();
@@ -64,6 +73,7 @@ void Scheduler::take_room(Session& s) {
       s.n_prefilled = 0;
       s.n_past = 0;
     }
+    s.shared_prefix = 0;  // restored or recomputed cells are its own
     s.paused_ms_total += ms_between(s.paused_at, now);
     s.set_state(saved && st.ok() ? s.paused_from : SessionState::kPrefill);
     metrics_.resumed_total++;
@@ -111,6 +121,7 @@ void Scheduler::pause(Session& s, Clock::time_point now) {
   if (!save) {
     s.n_prefilled = 0;
     s.n_past = 0;
+    s.shared_prefix = 0;
   }
   parked_bytes_ += s.parked.bytes();
   (save ? metrics_.preempted_saved_total : metrics_.preempted_recomputed_total)++;
@@ -124,6 +135,12 @@ void Scheduler::pause(Session& s, Clock::time_point now) {
 }
 
 bool Scheduler::recover_kv_exhausted() {
+  // Kept prefixes are counted by estimate; they give their cells back first.
+  if (cache_.cells() > 0 && cache_.evict(static_cast<std::int32_t>(batch_.entries.size()), free_seqs_) > 0) {
+    spdlog::warn("decode found no KV cells; evicted kept prefixes and retrying");
+    metrics_.kv_exhausted_total++;
+    return true;
+  }
   // Reservations make this rare (it needs cells the cache cannot place); pause the background
   // session, else the session, that started last, and let the next tick retry without it.
   std::vector<Session*> in_batch(batch_.decoded.begin(), batch_.decoded.end());
@@ -138,6 +155,61 @@ bool Scheduler::recover_kv_exhausted() {
   metrics_.kv_exhausted_total++;
   pause(*victim, Clock::now());
   return victim->state == SessionState::kPaused;
+}
+
+Session* Scheduler::find_session(RequestId id) {
+  for (auto& s : sessions_) {
+    if (s->id == id) return s.get();
+  }
+  return nullptr;
+}
+
+void Scheduler::reuse_prefix(Session& s) {
+  if (!cache_.enabled()) return;
+  const std::span<const Token> prompt = std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_prompt));
+  const auto live_ok = [&](RequestId id) {
+    const Session* leader = id == s.id ? nullptr : find_session(id);
+    return leader != nullptr && is_active(*leader) && leader->seq >= 0;
+  };
+  const std::int32_t cells_free = decoder_.n_ctx() - reserved_cells_ - cache_.cells();
+  // At least the last prompt token is evaluated, so the first token has logits.
+  const PrefixCache::Hit hit = cache_.lookup(prompt, s.n_prompt - 1, live_ok, free_seqs_, cells_free);
+  std::int32_t reused = 0;
+  if (hit.kind == PrefixCache::Hit::Kind::kKept) {
+    decoder_.share_prefix(hit.seq, s.seq, hit.length);
+    reused = hit.length;
+  } else if (hit.kind == PrefixCache::Hit::Kind::kLive) {
+    Session& leader = *find_session(hit.leader);
+    if (leader.n_prefilled >= hit.length && leader.follow == 0) {
+      decoder_.share_prefix(leader.seq, s.seq, hit.length);
+      reused = hit.length;
+    } else {
+      s.follow = leader.id;
+      s.follow_len = hit.length;
+      spdlog::debug("session {}: follows session {} for {} prompt tokens", s.id, leader.id, hit.length);
+    }
+  }
+  s.n_prefilled = s.n_past = s.shared_prefix = reused;
+  if (s.follow == 0) cache_.count(s.n_prompt, reused);
+  cache_.add_live(s.id, prompt);
+}
+
+void Scheduler::resolve_followers() {
+  for (auto& sp : sessions_) {
+    Session& s = *sp;
+    if (s.follow == 0 || s.state != SessionState::kPrefill) continue;
+    const Session* leader = find_session(s.follow);
+    const bool alive = leader != nullptr && is_active(*leader) && leader->seq >= 0;
+    if (alive && (leader->n_prefilled < s.follow_len || leader->follow != 0)) continue;  // not there yet
+    std::int32_t reused = 0;
+    if (alive) {
+      decoder_.share_prefix(leader->seq, s.seq, s.follow_len);
+      reused = s.follow_len;
+    }
+    s.n_prefilled = s.n_past = s.shared_prefix = reused;  // a leader gone (cancelled, paused): prefill it all
+    s.follow = 0;
+    cache_.count(s.n_prompt, reused);
+  }
 }
 
 }  // namespace uma

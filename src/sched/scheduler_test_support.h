@@ -45,6 +45,24 @@ class FakeDecoder final : public Decoder {
     return Status::Ok();
   }
   std::size_t kv_state_bytes(std::int32_t seq) const override { return kv_[seq].size() * sizeof(Token); }
+  void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) override {
+    EXPECT_LE(n, static_cast<std::int32_t>(kv_[src].size())) << "sharing cells the source does not have";
+    EXPECT_TRUE(kv_[dst].empty());
+    kv_[dst].assign(kv_[src].begin(), kv_[src].begin() + n);
+    shared_tokens_ += n;
+  }
+  void drop_sampler(std::int32_t seq) override { live_[seq] = false; }
+  Status save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const override {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(kv_[seq].data());
+    out.assign(p, p + kv_[seq].size() * sizeof(Token));
+    return Status::Ok();
+  }
+  Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) override {
+    if (fail_restore_) return Status(ErrorCode::kKvExhausted, "injected");
+    kv_[seq].resize(bytes.size() / sizeof(Token));
+    std::copy(bytes.begin(), bytes.end(), reinterpret_cast<std::uint8_t*>(kv_[seq].data()));
+    return Status::Ok();
+  }
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override {
     EXPECT_TRUE(live_[seq]) << "park of a sequence that is not live";
     ++parks_;
@@ -121,6 +139,7 @@ class FakeDecoder final : public Decoder {
   bool kv_full_next_ = false;  // next decode finds no KV cells (and changes nothing)
   bool fail_restore_ = false;  // saved KV does not fit back
   int parks_ = 0;
+  std::int32_t shared_tokens_ = 0;  // cells shared by share_prefix
   int samplers_made_ = 0;
   std::map<std::int32_t, int> sampler_;  // which sampler chain a sequence holds
   Token eos_after_ = -1;  // when set, this token id is replaced by EOS

@@ -58,6 +58,12 @@ struct Session {
   double tbt_ms_ewma = 0.0;
   double tbt_ms_max = 0.0;
 
+  // Prefix cache: waiting for a running session (the leader) to prefill the prompt prefix this one
+  // shares, to copy its cells rather than compute them again.
+  RequestId follow = 0;             // 0: not following
+  std::int32_t follow_len = 0;
+  std::int32_t shared_prefix = 0;   // prompt tokens whose cells were shared from another sequence
+
   // Preemption.
   ParkedSequence parked;               // while kPaused: sampler, and the KV when it was saved
   SessionState paused_from = SessionState::kQueued;

@@ -86,6 +86,42 @@ TEST(RuntimePark, SavedKvRestoredUnderAnotherSequenceGivesTheSameLogits) {
   }
 }
 
+// Issue 6: the prefix cache's two ways of reusing KV — cells shared from another sequence
+// (llama_memory_seq_cp) and a host snapshot restored — then the suffix prefilled, give the logits
+// of a full prefill (relative 1e-3, same argmax), for splits on and off the index's 32-token blocks.
+TEST(RuntimePrefix, SharedOrRestoredPrefixPlusSuffixMatchesAFullPrefill) {
+  auto rt = open_tiny();
+  ASSERT_TRUE(rt);
+  SamplingParams greedy;
+  const std::vector<Token> p = prompt_tokens(100, 5);
+  ASSERT_TRUE(rt->start_sequence(0, greedy).ok());
+  feed(*rt, 0, p);
+  const std::vector<float> want = last_logits(*rt, p.size());
+  for (std::int32_t split : {1, 31, 32, 33, 64, 99}) {
+    const std::vector<Token> tail(p.begin() + split, p.end());
+    // Shared cells: seq 0 holds the whole prompt; seq 1 takes its first `split` positions.
+    ASSERT_TRUE(rt->start_sequence(1, greedy).ok());
+    rt->share_prefix(0, 1, split);
+    EXPECT_EQ(rt->kv_tokens(1), split);
+    feed(*rt, 1, tail, split);
+    expect_close(want, last_logits(*rt, tail.size()));
+    rt->end_sequence(1);
+    EXPECT_EQ(rt->kv_tokens(0), 100) << "the source keeps its cells";
+    // Host snapshot of a sequence holding only the prefix, restored elsewhere.
+    ASSERT_TRUE(rt->start_sequence(2, greedy).ok());
+    rt->share_prefix(0, 2, split);
+    std::vector<std::uint8_t> snapshot;
+    ASSERT_TRUE(rt->save_kv(2, snapshot).ok());
+    rt->end_sequence(2);
+    ASSERT_TRUE(rt->start_sequence(3, greedy).ok());
+    ASSERT_TRUE(rt->restore_kv(3, snapshot).ok());
+    feed(*rt, 3, tail, split);
+    expect_close(want, last_logits(*rt, tail.size()));
+    rt->end_sequence(3);
+  }
+  rt->end_sequence(0);
+}
+
 TEST(RuntimePark, TheSamplerComesBackWithItsRandomState) {
   auto rt = open_tiny();
   ASSERT_TRUE(rt);

@@ -1,0 +1,197 @@
+#include "sched/prefix_cache.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace uma {
+
+PrefixCache::PrefixCache(Decoder& decoder, ServerMetrics& metrics, const PrefixCacheConfig& config)
+    : decoder_(decoder), metrics_(metrics), config_(config), index_(config.block, config.hash) {}
+
+void PrefixCache::add_live(RequestId id, std::span<const Token> prompt) {
+  if (config_.enabled) index_.insert(id | kLiveBit, prompt);
+}
+
+void PrefixCache::remove_live(RequestId id) { index_.erase(id | kLiveBit); }
+
+PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t max_length,
+                                     const std::function<bool(RequestId)>& live_ok, std::vector<std::int32_t>& free_seqs,
+                                     std::int32_t cells_free) {
+  if (!config_.enabled) return {};
+  ++clock_;
+  const auto usable = [&](std::uint64_t id) { return (id & kLiveBit) ? live_ok(id & ~kLiveBit) : true; };
+  // Among equally long matches, cells already in the KV cache need neither waiting nor a restore.
+  const auto in_kv = [&](std::uint64_t id) { return !(id & kLiveBit) && kept_.at(id).seq >= 0; };
+  const PrefixIndex::Match m = index_.find(prompt, max_length, usable, in_kv);
+  if (m.length == 0) return {};
+  if (m.id & kLiveBit) return {Hit::Kind::kLive, m.id & ~kLiveBit, -1, m.length};
+  Kept& k = kept_.at(m.id);
+  k.last_used = clock_;
+  if (k.seq < 0) {
+    // A host snapshot: bring it back into the KV cache (all of it: a snapshot restores whole).
+    const auto n = static_cast<std::int32_t>(index_.tokens(m.id).size());
+    std::int32_t in_kv_count = 0;
+    for (const auto& [id, e] : kept_) in_kv_count += e.seq >= 0 ? 1 : 0;
+    if (in_kv_count >= config_.max_kept) {
+      if (const std::uint64_t v = victim(); v != 0) evict_one(v, free_seqs);
+    }
+    if (free_seqs.empty() || n > cells_free) return {};
+    const std::int32_t seq = free_seqs.back();
+    if (Status st = decoder_.restore_kv(seq, k.snapshot); !st.ok()) {
+      spdlog::warn("prefix cache: snapshot of {} tokens did not fit back: {}", n, st.message());
+      return {};
+    }
+    free_seqs.pop_back();
+    drop_host(m.id);
+    k.seq = seq;
+    k.cells = n;
+    cells_ += n;
+    publish();
+  }
+  return {Hit::Kind::kKept, 0, k.seq, m.length};
+}
+
+void PrefixCache::count(std::int32_t prompt_tokens, std::int32_t reused) {
+  if (!config_.enabled) return;
+  metrics_.prefix_lookups_total++;
+  metrics_.prefix_lookup_tokens_total += static_cast<std::uint64_t>(prompt_tokens);
+  if (reused > 0) {
+    metrics_.prefix_hits_total++;
+    metrics_.prefix_reused_tokens_total += static_cast<std::uint64_t>(reused);
+  }
+}
+
+bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared,
+                       std::vector<std::int32_t>& free_seqs) {
+  const auto n = static_cast<std::int32_t>(kv_tokens.size());
+  if (!config_.enabled || config_.max_kept <= 0 || n < config_.block) return false;
+  const auto kept_in_kv = [&](std::uint64_t id) { return !(id & kLiveBit) && kept_.at(id).seq >= 0; };
+  const PrefixIndex::Match same = index_.find(kv_tokens, n, kept_in_kv);
+  if (same.length == n) {  // an entry already holds all of these tokens
+    kept_.at(same.id).last_used = ++clock_;
+    return false;
+  }
+  std::int32_t in_kv_count = 0;
+  for (const auto& [id, e] : kept_) in_kv_count += e.seq >= 0 ? 1 : 0;
+  while (in_kv_count >= config_.max_kept) {
+    const std::uint64_t v = victim();
+    if (v == 0) return false;
+    evict_one(v, free_seqs);
+    --in_kv_count;
+  }
+  decoder_.drop_sampler(seq);
+  const std::uint64_t id = next_id_++;
+  index_.insert(id, kv_tokens);
+  // Cells shared from another sequence are counted there.
+  const std::int32_t own = n - std::min(shared, n);
+  kept_[id] = Kept{seq, own, {}, ++clock_};
+  cells_ += own;
+  publish();
+  return true;
+}
+
+std::uint64_t PrefixCache::victim() const {
+  std::uint64_t best = 0;
+  bool best_leaf = false;
+  std::uint64_t best_used = 0;
+  for (const auto& [id, e] : kept_) {
+    if (e.seq < 0) continue;
+    // A leaf: no other kept entry extends its tokens (an inner entry's cells are shared by those).
+    const std::span<const Token> mine = index_.tokens(id);
+    bool leaf = true;
+    for (const auto& [other, o] : kept_) {
+      if (other == id || o.seq < 0) continue;
+      const std::span<const Token> theirs = index_.tokens(other);
+      if (theirs.size() > mine.size() && std::equal(mine.begin(), mine.end(), theirs.begin())) {
+        leaf = false;
+        break;
+      }
+    }
+    if (best == 0 || (leaf && !best_leaf) || (leaf == best_leaf && e.last_used < best_used)) {
+      best = id;
+      best_leaf = leaf;
+      best_used = e.last_used;
+    }
+  }
+  return best;
+}
+
+void PrefixCache::evict_one(std::uint64_t id, std::vector<std::int32_t>& free_seqs) {
+  Kept& k = kept_.at(id);
+  metrics_.prefix_evictions_total++;
+  const std::size_t bytes = decoder_.kv_state_bytes(k.seq);
+  bool saved = false;
+  if (bytes <= config_.host_bytes) {
+    // Make room among the host snapshots, least recently used first.
+    while (host_bytes_ + bytes > config_.host_bytes) {
+      std::uint64_t oldest = 0;
+      for (const auto& [hid, h] : kept_) {
+        if (h.seq < 0 && (oldest == 0 || h.last_used < kept_.at(oldest).last_used)) oldest = hid;
+      }
+      if (oldest == 0) break;
+      drop_host(oldest);
+      index_.erase(oldest);
+      kept_.erase(oldest);
+    }
+    saved = host_bytes_ + bytes <= config_.host_bytes && decoder_.save_kv(k.seq, k.snapshot).ok();
+  }
+  decoder_.end_sequence(k.seq);
+  free_seqs.push_back(k.seq);
+  cells_ -= k.cells;
+  k.seq = -1;
+  k.cells = 0;
+  if (saved) {
+    host_bytes_ += k.snapshot.size();
+  } else {
+    index_.erase(id);
+    kept_.erase(id);
+  }
+  publish();
+}
+
+std::int32_t PrefixCache::evict(std::int32_t cells_needed, std::vector<std::int32_t>& free_seqs) {
+  std::int32_t released = 0;
+  while (released < cells_needed) {
+    const std::uint64_t v = victim();
+    if (v == 0) break;
+    released += kept_.at(v).cells;
+    evict_one(v, free_seqs);
+  }
+  return released;
+}
+
+void PrefixCache::drop_host(std::uint64_t id) {
+  Kept& k = kept_.at(id);
+  host_bytes_ -= k.snapshot.size();
+  k.snapshot.clear();
+  k.snapshot.shrink_to_fit();
+}
+
+bool PrefixCache::holds(std::int32_t seq) const {
+  return std::any_of(kept_.begin(), kept_.end(), [seq](const auto& kv) { return kv.second.seq == seq; });
+}
+
+void PrefixCache::clear(std::vector<std::int32_t>& free_seqs) {
+  for (auto& [id, k] : kept_) {
+    if (k.seq >= 0) {
+      decoder_.end_sequence(k.seq);
+      free_seqs.push_back(k.seq);
+    }
+  }
+  kept_.clear();
+  cells_ = 0;
+  host_bytes_ = 0;
+  publish();
+}
+
+void PrefixCache::publish() {
+  std::int64_t in_kv = 0, on_host = 0;
+  for (const auto& [id, k] : kept_) (k.seq >= 0 ? in_kv : on_host)++;
+  metrics_.prefix_kept_sequences = in_kv;
+  metrics_.prefix_host_snapshots = on_host;
+  metrics_.prefix_kept_cells = cells_;
+  metrics_.prefix_host_bytes = static_cast<std::int64_t>(host_bytes_);
+}
+
+}  // namespace uma

@@ -1,0 +1,101 @@
+// PrefixCache: KV of earlier prompts kept for reuse by later requests with the same prefix.
+//
+// Sources, all found through one PrefixIndex (block hashes, confirmed token by token):
+// - live sessions: a request may copy (share) the cells of a running session's prompt prefix,
+//   waiting for that session to prefill it if need be;
+// - kept sequences: a finished session's sequence stays in the KV cache, without a sampler, as an
+//   entry (its cells are shared with `llama_memory_seq_cp`, never copied);
+// - host snapshots: under KV pressure a kept sequence is evicted to host memory
+//   (`llama_state_seq_get_data`, up to host_bytes) and brought back on a hit.
+// Eviction is LRU, leaves first (an entry whose tokens are a prefix of another's goes last).
+// Cell accounting is an estimate (an entry counts the cells it did not get shared from another
+// sequence, which may outlive that one); the scheduler's recovery from a decode that finds no cells evicts entries first, so an
+// estimate that runs short never reaches a client.
+// Not thread-safe; owned by the Scheduler, which also owns the sequence ids an entry holds.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "metrics/server_metrics.h"
+#include "runtime/decoder.h"
+#include "sched/prefix_index.h"
+#include "sched/request.h"
+
+namespace uma {
+
+struct PrefixCacheConfig {
+  bool enabled = false;                               // umad turns it on (--prefix-cache, the default)
+  std::int32_t max_kept = 16;                         // sequences kept in the KV cache
+  std::size_t host_bytes = std::size_t{256} << 20;    // host snapshots, at most
+  std::int32_t block = 32;                            // index block, tokens
+  PrefixIndex::Hash hash = &PrefixIndex::default_hash;  // tests inject a weak one
+};
+
+class PrefixCache {
+ public:
+  PrefixCache(Decoder& decoder, ServerMetrics& metrics, const PrefixCacheConfig& config);
+
+  bool enabled() const { return config_.enabled; }
+
+  // A running session's prompt is a source while it runs.
+  void add_live(RequestId id, std::span<const Token> prompt);
+  void remove_live(RequestId id);
+
+  struct Hit {
+    enum class Kind : std::uint8_t { kNone, kLive, kKept } kind = Kind::kNone;
+    RequestId leader = 0;     // kLive
+    std::int32_t seq = -1;    // kKept: the sequence to share cells from
+    std::int32_t length = 0;  // tokens reusable
+  };
+  // The longest reusable prefix of `prompt`, at most max_length tokens. `live_ok(id)` says whether
+  // a live session may lead (it is prefilling or decoding). A host snapshot hit is restored into
+  // one of `free_seqs` first (and becomes a kept entry), when room allows.
+  Hit lookup(std::span<const Token> prompt, std::int32_t max_length, const std::function<bool(RequestId)>& live_ok,
+             std::vector<std::int32_t>& free_seqs, std::int32_t cells_free);
+  // Counts a lookup's outcome (tokens reused out of prompt_tokens).
+  void count(std::int32_t prompt_tokens, std::int32_t reused);
+
+  // A finished session's sequence holding `kv_tokens` at positions 0.., the first `shared` of them
+  // in cells shared from another sequence: kept (the cache takes the sequence id; returns true) or
+  // not (the caller frees it). May evict to stay within max_kept.
+  bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, std::vector<std::int32_t>& free_seqs);
+  // KV cells the kept entries hold (estimate, see above).
+  std::int32_t cells() const { return cells_; }
+  // Evicts kept entries until `cells_needed` cells are released or none is left; their sequence
+  // ids go back to free_seqs. Returns the cells released.
+  std::int32_t evict(std::int32_t cells_needed, std::vector<std::int32_t>& free_seqs);
+  bool holds(std::int32_t seq) const;
+  // Frees every kept sequence (shutdown).
+  void clear(std::vector<std::int32_t>& free_seqs);
+
+ private:
+  struct Kept {
+    std::int32_t seq = -1;        // >= 0: in the KV cache; -1: host snapshot in `snapshot`
+    std::int32_t cells = 0;       // cells counted for it while in the KV cache
+    std::vector<std::uint8_t> snapshot;
+    std::uint64_t last_used = 0;
+  };
+  static constexpr std::uint64_t kLiveBit = std::uint64_t{1} << 63;
+
+  void evict_one(std::uint64_t id, std::vector<std::int32_t>& free_seqs);
+  std::uint64_t victim() const;  // LRU kept-in-KV entry, leaves first; 0: none
+  void drop_host(std::uint64_t id);
+  void publish();
+
+  Decoder& decoder_;
+  ServerMetrics& metrics_;
+  PrefixCacheConfig config_;
+  PrefixIndex index_;
+  std::map<std::uint64_t, Kept> kept_;  // by entry id (no kLiveBit)
+  std::uint64_t next_id_ = 1;
+  std::uint64_t clock_ = 0;
+  std::int32_t cells_ = 0;
+  std::size_t host_bytes_ = 0;
+};
+
+}  // namespace uma

@@ -1,0 +1,80 @@
+#include "sched/prefix_index.h"
+
+#include <algorithm>
+
+namespace uma {
+
+std::uint64_t PrefixIndex::default_hash(std::uint64_t chain, std::span<const Token> block) {
+  // FNV-1a over the chain value and the block's token ids, then a 64-bit finalizer (splitmix64).
+  std::uint64_t h = 1469598103934665603ull ^ chain;
+  for (Token t : block) {
+    h ^= static_cast<std::uint32_t>(t);
+    h *= 1099511628211ull;
+  }
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+void PrefixIndex::insert(EntryId id, std::span<const Token> tokens) {
+  erase(id);
+  std::vector<Token>& stored = entries_[id];
+  stored.assign(tokens.begin(), tokens.end());
+  std::uint64_t chain = 0;
+  const auto n = static_cast<std::int32_t>(stored.size());
+  for (std::int32_t at = 0; at + block_ <= n; at += block_) {
+    chain = hash_(chain, std::span<const Token>(stored).subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(block_)));
+    by_hash_.emplace(chain, id);
+  }
+}
+
+void PrefixIndex::erase(EntryId id) {
+  if (entries_.erase(id) == 0) return;
+  std::erase_if(by_hash_, [id](const auto& kv) { return kv.second == id; });
+}
+
+std::span<const Token> PrefixIndex::tokens(EntryId id) const {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return {};
+  return it->second;
+}
+
+PrefixIndex::Match PrefixIndex::find(std::span<const Token> prompt, std::int32_t max_length,
+                                     const std::function<bool(EntryId)>& usable,
+                                     const std::function<bool(EntryId)>& prefer) const {
+  const auto limit = std::min<std::int32_t>(max_length, static_cast<std::int32_t>(prompt.size()));
+  // Chained hashes of the prompt's whole blocks, then the deepest block some entry shares.
+  std::vector<std::uint64_t> chain;
+  std::uint64_t h = 0;
+  for (std::int32_t at = 0; at + block_ <= limit; at += block_) {
+    h = hash_(h, prompt.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(block_)));
+    chain.push_back(h);
+  }
+  Match best;
+  bool best_preferred = false;
+  for (std::size_t blocks = chain.size(); blocks > 0; --blocks) {
+    const auto [lo, hi] = by_hash_.equal_range(chain[blocks - 1]);
+    for (auto it = lo; it != hi; ++it) {
+      const EntryId id = it->second;
+      if (!usable(id)) continue;
+      const std::vector<Token>& t = entries_.at(id);
+      // Confirm: a colliding hash must never count as a match.
+      const auto whole = static_cast<std::int32_t>(blocks) * block_;
+      if (!std::equal(prompt.begin(), prompt.begin() + whole, t.begin())) continue;
+      std::int32_t n = whole;
+      const auto stop = std::min<std::int32_t>(limit, static_cast<std::int32_t>(t.size()));
+      while (n < stop && t[static_cast<std::size_t>(n)] == prompt[static_cast<std::size_t>(n)]) ++n;
+      const bool preferred = prefer && prefer(id);
+      if (n > best.length || (n == best.length && preferred && !best_preferred)) {
+        best = {id, n};
+        best_preferred = preferred;
+      }
+    }
+    if (best.length > 0) break;  // deeper blocks were tried first; shallower ones cannot beat this
+  }
+  return best;
+}
+
+}  // namespace uma

@@ -1,0 +1,120 @@
+// The prefix cache in the scheduler, against the fake decoder (next token = last + 1; KV positions
+// checked): reuse of kept sequences, followers of a running prompt, eviction to host and back,
+// and a colliding hash that must never serve another prompt's KV.
+#include <gtest/gtest.h>
+
+#include "sched/scheduler_test_support.h"
+
+namespace uma {
+namespace {
+
+using testing_support::SchedulerTest;
+
+const std::string kShared(80, 'x');  // 81 tokens with the BOS
+
+SchedulerConfig cache_config(std::int32_t kept = 4) {
+  SchedulerConfig cfg;
+  cfg.prefix.enabled = true;
+  cfg.prefix.block = 16;
+  cfg.prefix.max_kept = kept;
+  return cfg;
+}
+
+TEST_F(SchedulerTest, AFinishedSequenceIsKeptAndItsPrefixReused) {
+  make(64, 4096, /*n_seq=*/8, cache_config());
+  submit(1, kShared + "aaaa", 4);
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
+  submit(2, kShared + "bbbb", 4);
+  run_until_idle();
+  EXPECT_EQ(out_[2].text, expected(100 + 'b', 4));
+  EXPECT_EQ(decoder_->shared_tokens_, 81);
+  EXPECT_EQ(metrics_.prefix_hits_total.load(), 1u);
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 81u);
+  EXPECT_EQ(metrics_.prefix_lookups_total.load(), 2u);
+}
+
+TEST_F(SchedulerTest, AtLeastTheLastPromptTokenIsEvaluated) {
+  make(64, 4096, 8, cache_config());
+  submit(1, kShared, 4);
+  run_until_idle();
+  submit(2, kShared, 4);  // the same prompt: all but its last token come from the cache
+  run_until_idle();
+  EXPECT_EQ(out_[2].text, expected(100 + 'x', 4));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 80u);
+}
+
+TEST_F(SchedulerTest, ConcurrentRequestsFollowTheFirstOnesPrefill) {
+  SchedulerConfig cfg = cache_config();
+  make(/*n_batch=*/16, 4096, 8, cfg);  // the first prompt takes several ticks
+  submit(1, kShared + "aaaaaaaa", 4);
+  submit(2, kShared + "bbbbbbbb", 4);
+  submit(3, kShared + "cccccccc", 4);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'a', 4));
+  EXPECT_EQ(out_[2].text, expected(100 + 'b', 4));
+  EXPECT_EQ(out_[3].text, expected(100 + 'c', 4));
+  EXPECT_EQ(metrics_.prefix_hits_total.load(), 2u);
+  EXPECT_EQ(decoder_->shared_tokens_, 2 * 81);
+}
+
+TEST_F(SchedulerTest, AFollowerWhoseLeaderIsCancelledPrefillsItself) {
+  make(/*n_batch=*/16, 4096, 8, cache_config());
+  submit(1, kShared + "aaaaaaaa", 40);
+  submit(2, kShared + "bbbbbbbb", 4);
+  scheduler_->tick(events_);
+  scheduler_->cancel(1, events_);
+  collect();
+  run_until_idle();
+  EXPECT_EQ(out_[2].text, expected(100 + 'b', 4));
+  EXPECT_EQ(decoder_->total_kv() - metrics_.prefix_kept_cells.load(), 0) << "only kept sequences hold KV";
+}
+
+TEST_F(SchedulerTest, KeptSequencesGiveTheirCellsBackAndComeBackFromHostMemory) {
+  // n_ctx 400: request 1 leaves 88 kept cells; request 2 needs 330 and evicts them to host.
+  make(64, /*n_ctx=*/400, 8, cache_config());
+  submit(1, kShared + "aaaa", 4);
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_kept_cells.load(), 88);
+  submit(2, std::string(30, 'q'), 299);  // 31 + 299 = 330 cells
+  run_until_idle();
+  EXPECT_EQ(out_[2].completion_tokens, 299);
+  EXPECT_EQ(metrics_.prefix_evictions_total.load(), 1u);
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1) << "evicted to host memory";
+  submit(3, kShared + "cccc", 4);  // evicts request 2's sequence; restores 1's snapshot, then shares
+  run_until_idle();
+  EXPECT_EQ(out_[3].text, expected(100 + 'c', 4));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 81u);
+}
+
+TEST_F(SchedulerTest, ACollidingHashNeverServesAnotherPromptsKv) {
+  SchedulerConfig cfg = cache_config();
+  cfg.prefix.hash = [](std::uint64_t, std::span<const Token>) -> std::uint64_t { return 7; };
+  make(64, 4096, 8, cfg);
+  submit(1, std::string(80, 'x') + "aaaa", 4);
+  run_until_idle();
+  submit(2, std::string(80, 'y') + "aaaa", 4);  // every block "matches" by hash, no token does
+  run_until_idle();
+  EXPECT_EQ(out_[2].text, expected(100 + 'a', 4));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 0u);
+  EXPECT_EQ(decoder_->shared_tokens_, 0);
+  submit(3, std::string(80, 'x') + "bbbb", 4);  // a real match still works
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 81u);
+}
+
+TEST_F(SchedulerTest, PrefixCacheOffNeverShares) {
+  SchedulerConfig cfg = cache_config();
+  cfg.prefix.enabled = false;
+  make(64, 4096, 8, cfg);
+  submit(1, kShared + "aaaa", 4);
+  run_until_idle();
+  submit(2, kShared + "bbbb", 4);
+  run_until_idle();
+  EXPECT_EQ(decoder_->shared_tokens_, 0);
+  EXPECT_EQ(decoder_->total_kv(), 0);
+  EXPECT_EQ(metrics_.prefix_lookups_total.load(), 0u);
+}
+
+}  // namespace
+}  // namespace uma
