@@ -4,58 +4,34 @@
 # on the same model file, threads and context. uma-bench's one warm-up request (same prefix) runs
 # first on each server, so every cache starts as a user's would after the first request.
 #   bench/prefix.sh [OUT_DIR]      (default build/bench-prefix)
-# Env: UMA_BENCH_THREADS (2), UMA_BENCH_CTX (16384), UMA_BENCH_MODEL (small preset, Q8_0),
-#      UMA_PREFIX_REQUESTS (16).
+# Env: bench/lib.sh's, and UMA_PREFIX_REQUESTS (16).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 out=${1:-build/bench-prefix}
-threads=${UMA_BENCH_THREADS:-2}
-ctx=${UMA_BENCH_CTX:-16384}
 n=${UMA_PREFIX_REQUESTS:-16}
 mkdir -p "$out"
-log() { printf '\n== %s\n' "$*" >&2; }
-
-scripts/setup.sh llama-server >/dev/null
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "$(nproc)" --target umad uma-bench uma-mkmodel uma-cli >/dev/null
-L=$(scripts/llama.sh --print-root)/build/bin
-model=${UMA_BENCH_MODEL:-build/models/small-q8_0.gguf}
-[ -s "$model" ] || build/bin/uma-mkmodel --preset small --type q8_0 --seed 1 -o "$model" >/dev/null
+bench_setup llama-server
 
 prefix_run() {  # $1 = name, $2 = target
   build/bin/uma-bench --target "$2" --json --workload shared-prefix -c 8 -n "$n" --seed 9 --prefix-tokens 1000 \
     --suffix-tokens 30 --output-tokens 32 >"$out/$1.json"
 }
-wait_ready() {
-  for _ in $(seq 600); do eval "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  echo "server did not come up" >&2; return 1
-}
-umad_run() {  # $1 = name, $2.. = extra flags
+umad_run() {  # $1 = name, then extra umad flags
   local name=$1; shift
-  log "umad ($name): --threads $threads --n-ctx $ctx --max-sessions 16 $*"
-  local sock="$out/umad.sock"
-  build/bin/umad --model "$model" --socket "$sock" --threads "$threads" --n-ctx "$ctx" --max-sessions 16 \
-    --max-tokens 512 "$@" 2>"$out/$name.log" &
-  pid=$!
-  wait_ready "build/bin/uma-cli -s $sock metrics"
-  prefix_run "$name" "uds:$sock"
-  build/bin/uma-cli -s "$sock" metrics >"$out/$name-metrics.json"
-  kill -TERM $pid; wait $pid || true
+  start_umad "$out/umad.sock" "$out/$name.log" "$@"
+  prefix_run "$name" "uds:$out/umad.sock"
+  build/bin/uma-cli -s "$out/umad.sock" metrics >"$out/$name-metrics.json"
+  stop_server
 }
-trap 'kill ${pid:-0} 2>/dev/null || true' EXIT
 umad_run umad-cache
 umad_run umad-nocache --no-prefix-cache
 
-log "llama-server: -t $threads -c $ctx -np 16 --kv-unified"
-port=${UMA_BENCH_PORT:-18080}
-"$L/llama-server" -m "$model" -t "$threads" -c "$ctx" -np 16 -kvu --host 127.0.0.1 --port "$port" --no-webui \
-  >"$out/llama-server.log" 2>&1 &
-pid=$!
-wait_ready "python3 -c 'import urllib.request,sys; sys.exit(urllib.request.urlopen(\"http://127.0.0.1:$port/health\").status != 200)'"
+start_llama_server "$out/llama-server.log"
 prefix_run llama-server "http://127.0.0.1:$port"
-kill -TERM $pid; wait $pid || true
-trap - EXIT
+stop_server
 
 python3 - "$out" <<'PY'
 import json, sys

@@ -15,10 +15,16 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
   }
   std::stable_sort(decoders.begin(), decoders.end(),
                    [&](std::size_t a, std::size_t b) { return sessions[a].rank < sessions[b].rank; });
+  // Within a rank: prompts that can still meet their TTFT target, least slack first (earliest
+  // deadline); then those that cannot any more, shortest remaining first (their lateness is
+  // sunk; finishing the short ones first keeps the most requests' TTFT low).
   std::stable_sort(prefillers.begin(), prefillers.end(), [&](std::size_t a, std::size_t b) {
     const Candidate& x = sessions[a];
     const Candidate& y = sessions[b];
-    return x.rank != y.rank ? x.rank < y.rank : x.slack_ms < y.slack_ms;
+    if (x.rank != y.rank) return x.rank < y.rank;
+    const bool x_late = x.slack_ms < 0, y_late = y.slack_ms < 0;
+    if (x_late != y_late) return !x_late;
+    return x_late ? x.prompt_remaining < y.prompt_remaining : x.slack_ms < y.slack_ms;
   });
 
   std::int32_t used = 0;

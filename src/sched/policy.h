@@ -50,7 +50,8 @@ struct TickPlan {
 // (2) If a stream is overdue, skip prefill this tick (never two ticks running, so prefill cannot
 //     starve).
 // (3) Otherwise spend the prefill budget (at least min_prefill) on prefill chunks: urgent before
-//     relaxed, least slack first (deadline order), round-robin among equals. With nobody decoding,
+//     relaxed; least slack first (deadline order) among prompts that can still meet their TTFT
+//     target, then shortest remaining first among those that cannot; round-robin among equals. With nobody decoding,
 //     the budget is the whole capacity: it exists to protect running streams, and there are none;
 //     background work then still takes at most background_idle_cap, to keep arrivals' TTFT short.
 TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in);

@@ -80,6 +80,16 @@ TEST(Policy, PrefillGoesToUrgentWorkFirstThenLeastSlack) {
   EXPECT_EQ(roomy.prefill[2], (std::pair<std::size_t, std::int32_t>{0, 40})) << "background takes what is left";
 }
 
+TEST(Policy, PromptsPastTheirTtftTargetGoShortestFirstAfterThoseStillInTime) {
+  const std::vector<Candidate> c = {prefilling(900, Rank::kUrgent, -2000.0), prefilling(40, Rank::kUrgent, -100.0),
+                                    prefilling(20, Rank::kUrgent, 50.0), decoding()};
+  const TickPlan p = plan_tick(c, {/*budget=*/100, 512, 8, false});
+  ASSERT_EQ(p.prefill.size(), 3u);
+  EXPECT_EQ(p.prefill[0].first, 2u) << "can still make it";
+  EXPECT_EQ(p.prefill[1].first, 1u) << "late, but short";
+  EXPECT_EQ(p.prefill[2], (std::pair<std::size_t, std::int32_t>{0, 40}));
+}
+
 TEST(Policy, WithNobodyDecodingBackgroundPrefillIsCappedSoArrivalsWaitLittle) {
   Candidate bg = prefilling(2000, Rank::kRelaxed);
   bg.background = true;

@@ -156,11 +156,19 @@ TEST_F(SchedulerTest, BackgroundPastItsWaitBoundIsServedLikeInteractive) {
   scheduler_->tick(events_);
   submit_background(1, std::string(20, 'b'), 4);
   std::this_thread::sleep_for(std::chrono::milliseconds(10));  // its TTFT bound has passed
-  submit(2, std::string(40, 'i'), 4);
+  Request late;  // an interactive prompt already past its own (1 ms) TTFT target
+  late.id = 2;
+  late.prompt = std::string(40, 'i');
+  late.max_tokens = 4;
+  late.slo_ttft_ms = 1;
+  submit(std::move(late));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
   scheduler_->tick(events_);
   collect();
   ASSERT_EQ(decoder_->last_.size(), 17u);
-  EXPECT_EQ(decoder_->last_[2].token, 100 + 'b') << "the starving background prompt went first (least slack)";
+  // Both are urgent and late: the shorter goes first. Without its bound, the background prompt
+  // would rank below every interactive one.
+  EXPECT_EQ(decoder_->last_[2].token, 100 + 'b') << "the starving background prompt went first";
 }
 
 TEST_F(SchedulerTest, DecodeWithoutKvCellsPausesOneSessionAndNobodySeesAnError) {
