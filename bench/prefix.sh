@@ -4,7 +4,7 @@
 # on the same model file, threads and context. uma-bench's one warm-up request (same prefix) runs
 # first on each server, so every cache starts as a user's would after the first request.
 #   bench/prefix.sh [OUT_DIR]      (default build/bench-prefix)
-# Env: bench/lib.sh's, and UMA_PREFIX_REQUESTS (16).
+# Env: bench/lib.sh's, UMA_PREFIX_REQUESTS (16), UMA_PREFIX_WARMUP (1; 0: every cache starts cold).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -12,12 +12,13 @@ cd "$root"
 source bench/lib.sh
 out=${1:-build/bench-prefix}
 n=${UMA_PREFIX_REQUESTS:-16}
+warmup=${UMA_PREFIX_WARMUP:-1}
 mkdir -p "$out"
 bench_setup llama-server
 
 prefix_run() {  # $1 = name, $2 = target
   build/bin/uma-bench --target "$2" --json --workload shared-prefix -c 8 -n "$n" --seed 9 --prefix-tokens 1000 \
-    --suffix-tokens 30 --output-tokens 32 >"$out/$1.json"
+    --suffix-tokens 30 --output-tokens 32 --warmup "$warmup" >"$out/$1.json"
 }
 umad_run() {  # $1 = name, then extra umad flags
   local name=$1; shift
