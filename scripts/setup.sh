@@ -21,3 +21,4 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 "$root/scripts/llama.sh" "$@"
+"$root/scripts/npm_deps.sh"

@@ -10,6 +10,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 jobs=${UMA_JOBS:-$(nproc)}
+# ccache hits across checkouts (a fresh clone elsewhere reuses this machine's cache).
+export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
 step() { printf '\n== %s\n' "$*"; }
 
 step "setup"

@@ -25,6 +25,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   bool prefix_cache = true;
   int prefix_cache_mb = static_cast<int>(sc.prefix.host_bytes >> 20);
   std::string prefix_hash = "fnv";
+  std::string http_listen;
+  int http_max_body_kib = static_cast<int>(out.http.max_body_bytes / 1024);
   int preempt_host_mb = static_cast<int>(sc.park_host_bytes >> 20);
   bool mmap = true;
 
@@ -90,6 +92,15 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_PREFIX_CACHE_MB")->capture_default_str()->check(CLI::Range(0, 1 << 24));
   // Tests only: a hash under which every block collides, to prove hits are confirmed by tokens.
   app.add_option("--prefix-hash", prefix_hash)->group("")->check(CLI::IsMember({"fnv", "weak"}));
+  app.add_option("--http", http_listen, "serve the OpenAI-compatible HTTP API on HOST:PORT (or PORT: loopback); "
+                 "off unless given")->envname("UMA_HTTP");
+  app.add_option("--http-timeout-sec", out.http.timeout_sec, "a request must arrive whole within this; idle "
+                 "keep-alive connections close after it")
+      ->envname("UMA_HTTP_TIMEOUT_SEC")->capture_default_str()->check(CLI::Range(1, 3600));
+  app.add_option("--http-max-body-kib", http_max_body_kib, "largest HTTP request body (KiB); more is 413")
+      ->envname("UMA_HTTP_MAX_BODY_KIB")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--chat-template", out.chat_template, "chat template for /v1/chat/completions: a template or a "
+                 "llama.cpp name (chatml, llama3, ...); default: the model's")->envname("UMA_CHAT_TEMPLATE");
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
       ->envname("UMA_TICK_MS")->capture_default_str()->check(CLI::Range(1.0, 10000.0));
   app.add_option("--temperature", srv.limits.sampling.temperature, "default sampling temperature (0: greedy)")
@@ -116,6 +127,20 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   if (!prefix_cache) sc.prefix.max_kept = 0;
   sc.prefix.max_kept = std::min(sc.prefix.max_kept, 256 - srv.max_sessions);
   rt.n_seq_max = srv.max_sessions + sc.prefix.max_kept;
+  if (!http_listen.empty()) {
+    out.http_enabled = true;
+    const auto colon = http_listen.rfind(':');
+    const std::string port = colon == std::string::npos ? http_listen : http_listen.substr(colon + 1);
+    if (colon != std::string::npos && colon > 0) out.http.host = http_listen.substr(0, colon);
+    char* end = nullptr;
+    const long p = std::strtol(port.c_str(), &end, 10);
+    if (port.empty() || *end != '\0' || p < 0 || p > 65535) {
+      std::cerr << "umad: --http wants HOST:PORT or PORT, got '" << http_listen << "'\n";
+      *exit_code = 2;
+      return Status(ErrorCode::kInvalidArgument, "bad --http");
+    }
+    out.http.port = static_cast<std::uint16_t>(p);
+  }
   srv.limits.max_prompt_bytes = static_cast<std::size_t>(max_prompt_bytes);
   srv.limits.max_frame_bytes = static_cast<std::size_t>(max_frame_bytes);
   srv.limits.max_tokens_cap = srv.limits.default_max_tokens;
@@ -125,6 +150,12 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   sc.preemption = preempt != "off";
   sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
+  out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;
+  out.http.max_sessions = srv.max_sessions;
+  out.http.limits.max_prompt_bytes = srv.limits.max_prompt_bytes;
+  out.http.limits.max_tokens_cap = srv.limits.max_tokens_cap;
+  out.http.default_sampling = srv.limits.sampling;
+  out.http.default_max_tokens = srv.limits.default_max_tokens;
   if (srv.socket_path.empty()) {
     std::cerr << "umad: --socket must not be empty\n";
     *exit_code = 2;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "http/http_server.h"
 #include "ipc/uds_server.h"
 #include "runtime/llama_runtime.h"
 #include "sched/scheduler.h"
@@ -15,6 +16,9 @@ struct DaemonConfig {
   RuntimeConfig runtime;
   ServerConfig server;
   SchedulerConfig scheduler;
+  bool http_enabled = false;  // --http given
+  HttpConfig http;
+  std::string chat_template;  // --chat-template: overrides the model's
   bool debug = false;
 };
 

@@ -1,20 +1,52 @@
-// umad: wires the layers together. The main thread runs the I/O loop (UdsServer); a second thread
-// owns the model and runs the scheduler (ComputeThread). SIGINT/SIGTERM: stop accepting, end open
-// streams with an error line, free KV, remove the socket file, exit 0.
+// umad: wires the layers together. The main thread runs the I/O loop (UdsServer, and HttpServer
+// with --http); a second thread owns the model and runs the scheduler (ComputeThread), whose events
+// an EventRouter hands to the server that owns each request. SIGINT/SIGTERM: stop accepting, end
+// open streams with an error, free KV, remove the socket file, exit 0.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/executor_work_guard.hpp>
+
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <thread>
 
 #include "daemon/config.h"
+#include "http/http_server.h"
 #include "ipc/uds_server.h"
 #include "runtime/llama_runtime.h"
 #include "sched/compute_thread.h"
 #include "sched/scheduler.h"
+
+namespace {
+
+// Request ids of the two servers are disjoint (HttpServer's start at kFirstId).
+class EventRouter final : public uma::EventSink {
+ public:
+  EventRouter(uma::EventSink& uds, uma::EventSink* http) : uds_(uds), http_(http) {}
+  void deliver(std::vector<uma::Event> events) override {
+    if (http_ == nullptr) return uds_.deliver(std::move(events));
+    std::vector<uma::Event> to_http;
+    std::erase_if(events, [&](uma::Event& e) {
+      if (e.request_id < uma::HttpServer::kFirstId) return false;
+      to_http.push_back(std::move(e));
+      return true;
+    });
+    if (!events.empty()) uds_.deliver(std::move(events));
+    if (!to_http.empty()) http_->deliver(std::move(to_http));
+  }
+
+ private:
+  uma::EventSink& uds_;
+  uma::EventSink* http_;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace uma;
@@ -34,30 +66,73 @@ int main(int argc, char** argv) {
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   ServerMetrics metrics;
   std::unique_ptr<ComputeThread> compute;
-  UdsServer server(io, cfg.server, metrics, [&compute](WorkItem item) { compute->submit(std::move(item)); });
+  const auto submit = [&compute](WorkItem item) { compute->submit(std::move(item)); };
+  UdsServer server(io, cfg.server, metrics, submit);
   // Claim the socket before the (slow) model load, so a second daemon fails fast.
   if (st = server.listen(); !st.ok()) {
     spdlog::error("{}", st.to_string());
     return 1;
   }
-  std::unique_ptr<LlamaRuntime> runtime = LlamaRuntime::open(cfg.runtime, &st);
+  std::unique_ptr<HttpServer> http;
+  if (cfg.http_enabled) {
+    http = std::make_unique<HttpServer>(io, cfg.http, metrics, submit);
+    if (st = http->listen(); !st.ok()) {
+      spdlog::error("{}", st.to_string());
+      return 1;
+    }
+    http->start();
+    spdlog::info("http listening on {}:{}", cfg.http.host, http->port());
+  }
+  std::unique_ptr<LlamaRuntime> runtime;
+  {
+    // With HTTP, the loop runs during the load so /health can say 503 (nothing else is served).
+    std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guard;
+    std::thread loading_loop;
+    if (http) {
+      guard.emplace(io.get_executor());
+      loading_loop = std::thread([&io] { io.run(); });
+    }
+    runtime = LlamaRuntime::open(cfg.runtime, &st);
+    if (http) {
+      guard.reset();
+      io.stop();
+      loading_loop.join();
+      io.restart();
+    }
+  }
   if (!runtime) {
     spdlog::error("{}", st.to_string());
     return 1;
   }
   spdlog::info("model: {}", runtime->describe());
   Scheduler scheduler(*runtime, metrics, cfg.scheduler);
-  compute = std::make_unique<ComputeThread>(scheduler, server);
+  EventRouter router(server, http.get());
+  compute = std::make_unique<ComputeThread>(scheduler, router);
+  if (http) {
+    const LlamaRuntime* rt = runtime.get();
+    http->set_ready(std::filesystem::path(cfg.runtime.model_path).filename().string(),
+                    [rt, tmpl = cfg.chat_template](const std::vector<openai::ChatMessage>& msgs, std::string* out) {
+                      std::vector<std::pair<std::string, std::string>> m;
+                      for (const auto& x : msgs) m.emplace_back(x.role, x.content);
+                      return rt->chat_prompt(m, tmpl, out);
+                    });
+  }
 
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     spdlog::info("signal {}: shutting down", sig);
     server.begin_shutdown();
+    if (http) http->begin_shutdown();
     compute->request_stop();
   });
   compute->start([&] {
     // Runs on the compute thread after its last events were delivered; hop to the I/O thread.
-    boost::asio::post(io, [&] { server.finish_shutdown(std::chrono::seconds(2), [&] { io.stop(); }); });
+    boost::asio::post(io, [&] {
+      server.finish_shutdown(std::chrono::seconds(2), [&] {
+        if (http) http->finish_shutdown();
+        io.stop();
+      });
+    });
   });
   server.start();
   spdlog::info("listening on {} ({} protocol, max sessions {}, n_ctx {})", cfg.server.socket_path,

@@ -52,8 +52,9 @@ class Decoder {
   virtual std::int32_t n_ctx() const = 0;      // KV cells shared by all sequences
   virtual std::int32_t n_seq_max() const = 0;  // distinct sequences
 
-  // Tokenizes user text (BOS added when the model wants it; control tokens not parsed).
-  virtual Status tokenize(std::string_view text, std::vector<Token>& out) const = 0;
+  // Tokenizes text (BOS added when the model wants it). Control tokens written as text are parsed
+  // only when parse_special (a rendered chat template); never in user text.
+  virtual Status tokenize(std::string_view text, std::vector<Token>& out, bool parse_special = false) const = 0;
   // Bytes of a token's text; may be a fragment of a UTF-8 code point.
   virtual std::string piece(Token token) const = 0;
   virtual bool is_end_of_generation(Token token) const = 0;

@@ -111,19 +111,42 @@ LlamaRuntime::~LlamaRuntime() {
   if (model_ != nullptr) llama_model_free(model_);
 }
 
-Status LlamaRuntime::tokenize(std::string_view text, std::vector<Token>& out) const {
+Status LlamaRuntime::tokenize(std::string_view text, std::vector<Token>& out, bool parse_special) const {
   const bool add_bos = llama_vocab_get_add_bos(vocab_);
   // A token is at least one byte, plus the BOS/EOS that add_special may add.
   out.resize(text.size() + 2);
   int32_t n = llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), out.data(),
-                             static_cast<int32_t>(out.size()), add_bos, /*parse_special=*/false);
+                             static_cast<int32_t>(out.size()), add_bos, parse_special);
   if (n < 0) {
     out.resize(static_cast<size_t>(-n));
     n = llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), out.data(),
-                       static_cast<int32_t>(out.size()), add_bos, false);
+                       static_cast<int32_t>(out.size()), add_bos, parse_special);
   }
   if (n < 0) return Status(ErrorCode::kInternal, "tokenization failed");
   out.resize(static_cast<size_t>(n));
+  return Status::Ok();
+}
+
+Status LlamaRuntime::chat_prompt(const std::vector<std::pair<std::string, std::string>>& messages,
+                                 const std::string& override_template, std::string* out) const {
+  const char* tmpl = override_template.empty() ? llama_model_chat_template(model_, nullptr) : override_template.c_str();
+  if (tmpl == nullptr) {
+    return Status(ErrorCode::kBadRequest, "the model has no chat template; start umad with --chat-template "
+                                          "(a Jinja-like template or a llama.cpp name such as chatml)");
+  }
+  std::vector<llama_chat_message> msgs;
+  msgs.reserve(messages.size());
+  for (const auto& [role, content] : messages) msgs.push_back({role.c_str(), content.c_str()});
+  std::string buf(4096, '\0');
+  int32_t n = llama_chat_apply_template(tmpl, msgs.data(), msgs.size(), /*add_ass=*/true, buf.data(),
+                                        static_cast<int32_t>(buf.size()));
+  if (n > static_cast<int32_t>(buf.size())) {
+    buf.resize(static_cast<size_t>(n));
+    n = llama_chat_apply_template(tmpl, msgs.data(), msgs.size(), true, buf.data(), static_cast<int32_t>(buf.size()));
+  }
+  if (n < 0) return Status(ErrorCode::kBadRequest, "the chat template is not supported by llama.cpp");
+  buf.resize(static_cast<size_t>(n));
+  *out = std::move(buf);
   return Status::Ok();
 }
 

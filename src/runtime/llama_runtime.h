@@ -47,7 +47,11 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_batch() const override { return n_batch_; }
   std::int32_t n_ctx() const override { return n_ctx_; }
   std::int32_t n_seq_max() const override { return n_seq_max_; }
-  Status tokenize(std::string_view text, std::vector<Token>& out) const override;
+  Status tokenize(std::string_view text, std::vector<Token>& out, bool parse_special = false) const override;
+  // Renders (role, content) messages with --chat-template (a template or a llama.cpp template name)
+  // or else the model's own template, ending with the assistant's turn; kBadRequest when neither.
+  Status chat_prompt(const std::vector<std::pair<std::string, std::string>>& messages, const std::string& override_template,
+                     std::string* out) const;
   std::string piece(Token token) const override;
   bool is_end_of_generation(Token token) const override;
   Status start_sequence(std::int32_t seq, const SamplingParams& params) override;

@@ -35,6 +35,7 @@ struct Request {
   bool strict_max_tokens = false;
   SamplingParams sampling;
   std::vector<std::string> stop;  // generation ends before any of these; never emitted
+  bool parse_special = false;     // the prompt holds control tokens as text (a chat template's)
   double slo_ttft_ms = 0.0;       // 0: the daemon's default
   double slo_tbt_ms = 0.0;        // 0: the daemon's default
   Clock::time_point received_at{};

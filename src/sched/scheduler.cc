@@ -52,7 +52,9 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
     metrics_.count_error(code);
     out.push_back(error_event(request.id, Status(code, std::move(message))));
   };
-  if (Status st = decoder_.tokenize(request.prompt, s->tokens); !st.ok()) return reject(st.code(), st.message());
+  if (Status st = decoder_.tokenize(request.prompt, s->tokens, request.parse_special); !st.ok()) {
+    return reject(st.code(), st.message());
+  }
   const auto n_prompt = static_cast<std::int32_t>(s->tokens.size());
   if (n_prompt == 0) return reject(ErrorCode::kEmptyPrompt, "prompt has no tokens");
   if (n_prompt >= decoder_.n_ctx()) {

@@ -27,7 +27,7 @@ class FakeDecoder final : public Decoder {
   std::int32_t n_ctx() const override { return n_ctx_; }
   std::int32_t n_seq_max() const override { return n_seq_; }
   // One token per byte (offset 100) after a BOS of 1.
-  Status tokenize(std::string_view text, std::vector<Token>& out) const override {
+  Status tokenize(std::string_view text, std::vector<Token>& out, bool = false) const override {
     out = {1};
     for (unsigned char c : text) out.push_back(100 + c);
     return Status::Ok();

@@ -1,0 +1,378 @@
+#include "http/http_server.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <optional>
+
+namespace uma {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+struct HttpServer::Conn {
+  explicit Conn(tcp::socket s) : stream(std::move(s)) {}
+  std::uint64_t id = 0;
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::optional<http::request_parser<http::string_body>> parser;
+  bool keep_alive = true;
+  bool closed = false;
+  // Writes: bytes queued while one async_write is in flight.
+  std::string pending, inflight;
+  bool writing = false;
+  bool close_after_write = false;
+  bool read_after_write = false;
+  // The completion being served.
+  RequestId request = 0;
+  openai::CompletionRequest req;
+  std::string completion_id, text;
+  std::int64_t created = 0;
+  bool first_chunk = true;
+  bool headers_sent = false;
+  bool watching = false;
+};
+
+namespace {
+
+std::string_view reason_phrase(unsigned status) {
+  return http::obsolete_reason(static_cast<http::status>(status));
+}
+
+const char* finish_reason(FinishReason r) { return r == FinishReason::kLength ? "length" : "stop"; }
+
+std::string chunked(std::string_view data) {  // one HTTP/1.1 chunk
+  char size[24];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  std::string out(size, static_cast<std::size_t>(n));
+  out.append(data);
+  out += "\r\n";
+  return out;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& metrics, Submit submit)
+    : io_(io), config_(std::move(config)), metrics_(metrics), submit_(std::move(submit)), acceptor_(io) {}
+
+HttpServer::~HttpServer() = default;
+
+Status HttpServer::listen() {
+  boost::system::error_code ec;
+  const auto addr = asio::ip::make_address(config_.host, ec);
+  if (ec) return Status(ErrorCode::kInvalidArgument, "--http: bad address '" + config_.host + "'");
+  const tcp::endpoint ep(addr, config_.port);
+  if (acceptor_.open(ep.protocol(), ec); ec) return Status(ErrorCode::kIo, "http socket: " + ec.message());
+  acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (acceptor_.bind(ep, ec); ec) {
+    return Status(ErrorCode::kIo, "cannot bind " + config_.host + ":" + std::to_string(config_.port) + ": " + ec.message());
+  }
+  if (acceptor_.listen(asio::socket_base::max_listen_connections, ec); ec) return Status(ErrorCode::kIo, ec.message());
+  return Status::Ok();
+}
+
+std::uint16_t HttpServer::port() const {
+  boost::system::error_code ec;
+  return acceptor_.local_endpoint(ec).port();
+}
+
+void HttpServer::start() { accept_next(); }
+
+void HttpServer::set_ready(std::string model_id, ChatTemplate chat_template) {
+  model_id_ = std::move(model_id);
+  chat_template_ = std::move(chat_template);
+  ready_ = true;
+}
+
+void HttpServer::accept_next() {
+  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    if (ec) return;  // closed: shutting down
+    auto c = std::make_shared<Conn>(std::move(socket));
+    c->id = next_conn_id_++;
+    conns_[c->id] = c;
+    metrics_.connections_accepted_total++;
+    read_request(c);
+    if (!shutting_down_) accept_next();
+  });
+}
+
+void HttpServer::read_request(const ConnPtr& c) {
+  if (c->closed) return;
+  c->parser.emplace();
+  c->parser->body_limit(config_.max_body_bytes);
+  c->parser->header_limit(16 * 1024);
+  c->stream.expires_after(std::chrono::seconds(config_.timeout_sec));  // slow or idle clients
+  http::async_read(c->stream, c->buffer, *c->parser, [this, c](beast::error_code ec, std::size_t) {
+    if (c->closed) return;
+    if (ec == http::error::body_limit) {
+      c->keep_alive = false;
+      return respond_error(c, ErrorCode::kPromptTooLarge,
+                           "request body over the limit of " + std::to_string(config_.max_body_bytes) + " bytes");
+    }
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::connection_reset ||
+        ec == asio::error::eof) {
+      return close(c);
+    }
+    if (ec) {
+      c->keep_alive = false;
+      return respond_error(c, ErrorCode::kBadRequest, "malformed HTTP request: " + ec.message());
+    }
+    on_request(c);
+  });
+}
+
+void HttpServer::on_request(const ConnPtr& c) {
+  const auto& req = c->parser->get();
+  c->keep_alive = req.keep_alive();
+  c->stream.expires_never();
+  std::string target(req.target());
+  if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
+  const auto method = req.method();
+  if (target == "/health" && method == http::verb::get) {
+    if (!ready_ || shutting_down_) return respond_error(c, ErrorCode::kShuttingDown, ready_ ? "shutting down" : "loading the model");
+    return respond(c, 200, "application/json", R"({"status":"ok"})");
+  }
+  if (target == "/v1/models" && method == http::verb::get) {
+    return respond(c, 200, "application/json", openai::models(model_id_, 0));
+  }
+  if (target == "/metrics" && method == http::verb::get) {
+    return respond(c, 200, "text/plain; version=0.0.4", metrics_.to_prometheus());
+  }
+  if ((target == "/v1/completions" || target == "/v1/chat/completions") && method == http::verb::post) {
+    return start_completion(c, target == "/v1/chat/completions");
+  }
+  const bool known = target == "/health" || target == "/v1/models" || target == "/metrics" ||
+                     target == "/v1/completions" || target == "/v1/chat/completions";
+  respond(c, known ? 405 : 404, "application/json",
+          openai::error_body(ErrorCode::kBadRequest, known ? "method not allowed" : "no such endpoint: " + target));
+}
+
+void HttpServer::start_completion(const ConnPtr& c, bool chat) {
+  if (!ready_ || shutting_down_) {
+    return respond_error(c, ErrorCode::kShuttingDown, ready_ ? "shutting down" : "loading the model");
+  }
+  metrics_.requests_total++;
+  openai::CompletionRequest r;
+  if (Status st = openai::parse_request(c->parser->get().body(), chat, config_.limits, config_.default_sampling, &r);
+      !st.ok()) {
+    metrics_.count_error(st.code());
+    return respond_error(c, st.code(), st.message());
+  }
+  Request q;
+  if (chat) {
+    if (!chat_template_) return respond_error(c, ErrorCode::kBadRequest, "chat is not available");
+    if (Status st = chat_template_(r.messages, &q.prompt); !st.ok()) {
+      metrics_.count_error(st.code());
+      return respond_error(c, st.code(), st.message());
+    }
+    q.parse_special = true;  // the template's control tokens
+  } else {
+    q.prompt = r.prompt;
+  }
+  if (in_flight_ >= config_.max_sessions) {
+    metrics_.count_error(ErrorCode::kTooManySessions);
+    metrics_.count_rejected(RejectReason::kSessionCap);
+    return respond_error(c, ErrorCode::kTooManySessions, "all " + std::to_string(config_.max_sessions) + " sessions are in use");
+  }
+  q.id = next_request_id_++;
+  q.received_at = Clock::now();
+  q.max_tokens = r.max_tokens.value_or(config_.default_max_tokens);
+  q.strict_max_tokens = r.max_tokens.has_value();
+  q.sampling = r.sampling;
+  q.stop = r.stop;
+  q.tenant = r.user;
+  c->request = q.id;
+  c->req = std::move(r);
+  c->completion_id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(q.id - kFirstId);
+  c->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  c->text.clear();
+  c->first_chunk = true;
+  c->headers_sent = false;
+  by_request_[q.id] = c;
+  ++in_flight_;
+  metrics_.sessions_open = in_flight_;
+  if (c->req.stream) {
+    c->headers_sent = true;
+    send(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            "Transfer-Encoding: chunked\r\nConnection: " + std::string(c->keep_alive ? "keep-alive" : "close") + "\r\n\r\n");
+  }
+  submit_(std::move(q));
+  watch_disconnect(c);
+}
+
+void HttpServer::watch_disconnect(const ConnPtr& c) {
+  // A read stays armed while the completion runs: EOF or an error means the client left.
+  if (c->watching || c->closed) return;
+  c->watching = true;
+  c->stream.async_read_some(c->buffer.prepare(4096), [this, c](beast::error_code ec, std::size_t n) {
+    c->watching = false;
+    if (c->closed) return;
+    if (!ec) c->buffer.commit(n);  // a pipelined request: parsed after this one
+    if (c->request == 0) {
+      // The completion has ended and its reply is written: on to the next request (this read
+      // was cancelled for it, or brought its first bytes).
+      if (c->read_after_write && (!ec || ec == asio::error::operation_aborted)) {
+        c->read_after_write = false;
+        return read_request(c);
+      }
+      if (!ec || ec == asio::error::operation_aborted) return;
+    } else if (!ec) {
+      if (c->buffer.size() < config_.max_body_bytes) watch_disconnect(c);
+      return;
+    }
+    if (c->request != 0) {
+      metrics_.disconnects_mid_stream_total++;
+      submit_(CancelRequest{c->request});
+    }
+    close(c);
+  });
+}
+
+void HttpServer::deliver(std::vector<Event> events) {
+  asio::post(io_, [this, events = std::move(events)]() mutable { on_events(events); });
+}
+
+void HttpServer::on_events(std::vector<Event>& events) {
+  for (Event& ev : events) {
+    auto it = by_request_.find(ev.request_id);
+    if (it == by_request_.end()) continue;
+    on_event(it->second, ev);
+  }
+}
+
+void HttpServer::on_event(const ConnPtr& c, Event& ev) {
+  const openai::CompletionRequest& r = c->req;
+  switch (ev.kind) {
+    case Event::Kind::kToken:
+      if (!r.stream) {
+        c->text += ev.text;
+      } else {
+        send_sse(c, openai::chunk(r, c->completion_id, c->created, ev.text, "", c->first_chunk));
+        c->first_chunk = false;
+      }
+      return;
+    case Event::Kind::kDone: {
+      const openai::Usage usage{ev.prompt_tokens, ev.completion_tokens};
+      if (r.stream) {
+        send_sse(c, openai::chunk(r, c->completion_id, c->created, "", finish_reason(ev.reason), c->first_chunk));
+        if (r.include_usage) send_sse(c, openai::usage_chunk(r, c->completion_id, c->created, usage));
+        send_sse(c, "[DONE]");
+        send(c, "0\r\n\r\n");
+      } else {
+        respond(c, 200, "application/json",
+                openai::response(r, c->completion_id, c->created, c->text, finish_reason(ev.reason), usage));
+      }
+      break;
+    }
+    case Event::Kind::kError:
+      metrics_.count_error(ev.error.code());
+      if (c->headers_sent) {  // mid-stream: an error event, then the end of the stream
+        send_sse(c, openai::error_body(ev.error.code(), ev.error.message()));
+        send_sse(c, "[DONE]");
+        send(c, "0\r\n\r\n");
+      } else {
+        respond_error(c, ev.error.code(), ev.error.message());
+      }
+      break;
+  }
+  end_completion(c);
+}
+
+void HttpServer::end_completion(const ConnPtr& c) {
+  by_request_.erase(c->request);
+  c->request = 0;
+  --in_flight_;
+  metrics_.sessions_open = in_flight_;
+  if (c->keep_alive && !shutting_down_) {
+    c->read_after_write = true;
+  } else {
+    c->close_after_write = true;
+  }
+  if (!c->writing && c->pending.empty()) send(c, "");
+}
+
+void HttpServer::respond(const ConnPtr& c, unsigned status, std::string_view content_type, std::string_view body) {
+  std::string head = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason_phrase(status)) +
+                     "\r\nContent-Type: " + std::string(content_type) + "\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\nConnection: " + (c->keep_alive ? "keep-alive" : "close") + "\r\n\r\n";
+  head.append(body);
+  if (c->request == 0) {  // not a completion's end (end_completion decides what follows those)
+    if (c->keep_alive && !shutting_down_) c->read_after_write = true;
+    else c->close_after_write = true;
+  }
+  send(c, std::move(head));
+}
+
+void HttpServer::respond_error(const ConnPtr& c, ErrorCode code, std::string_view message) {
+  respond(c, openai::http_status(code), "application/json", openai::error_body(code, message));
+}
+
+void HttpServer::send_sse(const ConnPtr& c, std::string_view data) {
+  std::string event = "data: ";
+  event.append(data);
+  event += "\n\n";
+  send(c, chunked(event));
+}
+
+void HttpServer::send(const ConnPtr& c, std::string bytes) {
+  if (c->closed) return;
+  c->pending += bytes;
+  if (c->writing) return;
+  if (c->pending.empty()) {
+    // Nothing left to write: what the reply asked for next.
+    if (c->close_after_write) return close(c);
+    if (c->read_after_write && c->request == 0) {
+      // Only one read at a time: a disconnect watch still armed is cancelled and its handler
+      // starts the next read.
+      if (c->watching) {
+        beast::error_code ignored;
+        c->stream.socket().cancel(ignored);
+        return;
+      }
+      c->read_after_write = false;
+      return read_request(c);
+    }
+    return;
+  }
+  c->writing = true;
+  c->inflight.swap(c->pending);
+  c->pending.clear();
+  asio::async_write(c->stream, asio::buffer(c->inflight), [this, c](beast::error_code ec, std::size_t) {
+    c->writing = false;
+    c->inflight.clear();
+    if (ec) {
+      if (c->request != 0) submit_(CancelRequest{c->request});
+      return close(c);
+    }
+    send(c, "");
+  });
+}
+
+void HttpServer::close(const ConnPtr& c) {
+  if (c->closed) return;
+  c->closed = true;
+  beast::error_code ec;
+  c->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  c->stream.close();
+  conns_.erase(c->id);
+  // A completion still running keeps its by_request_ entry until its last event, so the session
+  // count stays right; its writes are dropped.
+}
+
+void HttpServer::begin_shutdown() {
+  shutting_down_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+}
+
+void HttpServer::finish_shutdown() {
+  auto conns = conns_;
+  for (auto& [id, c] : conns) close(c);
+}
+
+}  // namespace uma

@@ -1,0 +1,97 @@
+// HttpServer: the OpenAI-compatible HTTP/1.1 front end (POST /v1/completions,
+// POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics), one more protocol on the
+// same I/O loop, scheduler and events as the Unix socket. Requests are parsed with Boost.Beast
+// (bounded header and body), answered with SSE (`data:` chunks, `data: [DONE]`) or one JSON body.
+//
+// Threading: like UdsServer, every method runs on the I/O thread except deliver(), which the
+// compute thread calls and which posts onto the loop. Ownership: the server owns its connections;
+// each async operation holds a shared_ptr to its connection.
+// Per connection: read a request (within --http-timeout-sec, or the connection closes) -> serve it
+// -> keep alive unless the client said close. While a completion runs, a read stays armed so a
+// client that goes away cancels its request at the next token.
+// Request ids start at kFirstId, so an EventRouter can tell them from the Unix socket's.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "http/openai.h"
+#include "metrics/server_metrics.h"
+#include "sched/compute_thread.h"
+#include "sched/request.h"
+
+namespace uma {
+
+struct HttpConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;                  // 0: any free port (see port())
+  std::size_t max_body_bytes = 1 << 20;
+  std::int32_t timeout_sec = 30;              // to receive a whole request; idle keep-alive too
+  std::int32_t max_sessions = 16;             // completions in flight
+  openai::Limits limits;
+  SamplingParams default_sampling;
+  std::int32_t default_max_tokens = 256;
+};
+
+class HttpServer final : public EventSink {
+ public:
+  static constexpr RequestId kFirstId = RequestId{1} << 62;
+  using Submit = std::function<void(WorkItem)>;
+  // Renders chat messages (role, content) to a prompt with the model's or the configured template.
+  using ChatTemplate = std::function<Status(const std::vector<openai::ChatMessage>&, std::string*)>;
+
+  HttpServer(boost::asio::io_context& io, HttpConfig config, ServerMetrics& metrics, Submit submit);
+  ~HttpServer() override;
+
+  Status listen();                   // binds and listens (before the model loads: /health says 503)
+  std::uint16_t port() const;        // the bound port
+  void start();                      // accepts
+  // The model is loaded: completions are served from now on.
+  void set_ready(std::string model_id, ChatTemplate chat_template);
+  void begin_shutdown();             // stop accepting; new completions get 503
+  void finish_shutdown();            // close every connection
+  void deliver(std::vector<Event> events) override;
+
+ private:
+  struct Conn;
+  using ConnPtr = std::shared_ptr<Conn>;
+
+  void accept_next();
+  void read_request(const ConnPtr& c);
+  void on_request(const ConnPtr& c);
+  void start_completion(const ConnPtr& c, bool chat);
+  void watch_disconnect(const ConnPtr& c);
+  void on_events(std::vector<Event>& events);
+  void on_event(const ConnPtr& c, Event& ev);
+  void respond(const ConnPtr& c, unsigned status, std::string_view content_type, std::string_view body);
+  void respond_error(const ConnPtr& c, ErrorCode code, std::string_view message);
+  void send(const ConnPtr& c, std::string bytes);
+  void send_sse(const ConnPtr& c, std::string_view data);
+  void end_completion(const ConnPtr& c);
+  void close(const ConnPtr& c);
+
+  boost::asio::io_context& io_;
+  HttpConfig config_;
+  ServerMetrics& metrics_;
+  Submit submit_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::unordered_map<std::uint64_t, ConnPtr> conns_;
+  std::unordered_map<RequestId, ConnPtr> by_request_;
+  std::uint64_t next_conn_id_ = 1;
+  RequestId next_request_id_ = kFirstId;
+  std::int32_t in_flight_ = 0;
+  bool ready_ = false;
+  bool shutting_down_ = false;
+  std::string model_id_ = "umad";
+  ChatTemplate chat_template_;
+};
+
+}  // namespace uma

@@ -1,0 +1,226 @@
+#include "http/openai.h"
+
+#include <nlohmann/json.hpp>
+
+#include <limits>
+
+namespace uma::openai {
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+Status bad(std::string_view field, std::string_view what) {
+  return Status(ErrorCode::kBadRequest, "'" + std::string(field) + "' " + std::string(what));
+}
+
+template <typename T>
+Status number(const json& j, const char* key, double lo, double hi, T* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number()) return bad(key, "must be a number");
+  const double v = it->get<double>();
+  if (v < lo || v > hi) return bad(key, "is out of range");
+  *out = static_cast<T>(v);
+  return Status::Ok();
+}
+
+Status text_content(const json& m, std::string* out) {
+  auto it = m.find("content");
+  if (it == m.end() || it->is_null()) return Status::Ok();
+  if (it->is_string()) {
+    *out = it->get<std::string>();
+    return Status::Ok();
+  }
+  if (!it->is_array()) return bad("messages[].content", "must be a string or an array of text parts");
+  for (const json& part : *it) {  // [{"type":"text","text":"..."}]
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+      return bad("messages[].content", "supports text parts only");
+    }
+    *out += part["text"].get<std::string>();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status parse_request(std::string_view body, bool chat, const Limits& limits, const SamplingParams& defaults,
+                     CompletionRequest* r) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status(ErrorCode::kInvalidJson, "the request body is not valid JSON");
+  if (!j.is_object()) return Status(ErrorCode::kBadRequest, "the request body must be a JSON object");
+  r->chat = chat;
+  r->sampling = defaults;
+  if (auto it = j.find("model"); it != j.end() && it->is_string()) r->model = it->get<std::string>();
+  std::size_t bytes = 0;
+  if (chat) {
+    auto it = j.find("messages");
+    if (it == j.end() || !it->is_array() || it->empty()) return bad("messages", "must be a non-empty array");
+    for (const json& m : *it) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return bad("messages[].role", "must be a string");
+      ChatMessage msg{m["role"].get<std::string>(), {}};
+      if (Status st = text_content(m, &msg.content); !st.ok()) return st;
+      bytes += msg.content.size();
+      r->messages.push_back(std::move(msg));
+    }
+  } else {
+    auto it = j.find("prompt");
+    if (it == j.end()) return bad("prompt", "is required");
+    if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+      r->prompt = (*it)[0].get<std::string>();
+    } else if (it->is_string()) {
+      r->prompt = it->get<std::string>();
+    } else {
+      return bad("prompt", "must be a string (or an array of one string)");
+    }
+    if (r->prompt.empty()) return bad("prompt", "must not be empty");
+    bytes = r->prompt.size();
+  }
+  if (bytes > limits.max_prompt_bytes) {
+    return Status(ErrorCode::kPromptTooLarge, "prompt of " + std::to_string(bytes) + " bytes is over the limit of " +
+                                                  std::to_string(limits.max_prompt_bytes));
+  }
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > limits.max_tokens_cap) {
+      return bad(key, "must be an integer from 1 to " + std::to_string(limits.max_tokens_cap));
+    }
+    r->max_tokens = static_cast<std::int32_t>(it->get<std::int64_t>());
+  }
+  SamplingParams& s = r->sampling;
+  Status st;
+  if (!(st = number(j, "temperature", 0.0, 2.0, &s.temperature)).ok()) return st;
+  if (!(st = number(j, "top_p", 0.0, 1.0, &s.top_p)).ok()) return st;
+  if (!(st = number(j, "presence_penalty", -2.0, 2.0, &s.presence_penalty)).ok()) return st;
+  if (!(st = number(j, "frequency_penalty", -2.0, 2.0, &s.frequency_penalty)).ok()) return st;
+  if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer()) return bad("seed", "must be an integer");
+    s.seed = static_cast<std::uint32_t>(it->get<std::int64_t>());
+  }
+  if (auto it = j.find("n"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<std::int64_t>() != 1) return bad("n", "must be 1 (one choice per request)");
+  }
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r->stop.push_back(it->get<std::string>());
+    } else if (it->is_array() && it->size() <= 4) {
+      for (const json& e : *it) {
+        if (!e.is_string()) return bad("stop", "must be a string or an array of up to 4 strings");
+        r->stop.push_back(e.get<std::string>());
+      }
+    } else {
+      return bad("stop", "must be a string or an array of up to 4 strings");
+    }
+    for (const std::string& x : r->stop) {
+      if (x.empty()) return bad("stop", "must not hold empty strings");
+    }
+  }
+  if (auto it = j.find("stream"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) return bad("stream", "must be a boolean");
+    r->stream = it->get<bool>();
+  }
+  if (auto it = j.find("stream_options"); it != j.end() && it->is_object()) {
+    r->include_usage = it->value("include_usage", false);
+  }
+  if (auto it = j.find("user"); it != j.end() && it->is_string()) r->user = it->get<std::string>();
+  return Status::Ok();
+}
+
+namespace {
+
+ojson envelope(const CompletionRequest& r, std::string_view id, std::int64_t created, const char* object) {
+  ojson j;
+  j["id"] = id;
+  j["object"] = object;
+  j["created"] = created;
+  j["model"] = r.model.empty() ? "umad" : r.model;
+  return j;
+}
+
+ojson usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+}  // namespace
+
+std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
+                  std::string_view finish_reason, bool first) {
+  ojson j = envelope(r, id, created, r.chat ? "chat.completion.chunk" : "text_completion");
+  ojson c;
+  c["index"] = 0;
+  if (r.chat) {
+    ojson delta = ojson::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty()) delta["content"] = text;
+    c["delta"] = delta;
+  } else {
+    c["text"] = text;
+    c["logprobs"] = nullptr;
+  }
+  c["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(finish_reason);
+  j["choices"] = ojson::array({c});
+  return j.dump();
+}
+
+std::string usage_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const Usage& u) {
+  ojson j = envelope(r, id, created, r.chat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = ojson::array();
+  j["usage"] = usage_json(u);
+  return j.dump();
+}
+
+std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
+                     std::string_view finish_reason, const Usage& u) {
+  ojson j = envelope(r, id, created, r.chat ? "chat.completion" : "text_completion");
+  ojson c;
+  c["index"] = 0;
+  if (r.chat) {
+    c["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    c["text"] = text;
+    c["logprobs"] = nullptr;
+  }
+  c["finish_reason"] = finish_reason;
+  j["choices"] = ojson::array({c});
+  j["usage"] = usage_json(u);
+  return j.dump();
+}
+
+std::string models(std::string_view model_id, std::int64_t created) {
+  ojson m = {{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "umad"}};
+  return ojson{{"object", "list"}, {"data", ojson::array({m})}}.dump();
+}
+
+unsigned http_status(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidJson:
+    case ErrorCode::kBadRequest:
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kInvalidUtf8:
+    case ErrorCode::kContainsNul:
+    case ErrorCode::kEmptyPrompt:
+    case ErrorCode::kContextExceeded: return 400;
+    case ErrorCode::kPromptTooLarge:
+    case ErrorCode::kFrameTooLarge: return 413;
+    case ErrorCode::kOverloaded:
+    case ErrorCode::kTooManySessions:
+    case ErrorCode::kBusy: return 429;
+    case ErrorCode::kShuttingDown:
+    case ErrorCode::kModelLoad: return 503;
+    default: return 500;
+  }
+}
+
+std::string error_body(ErrorCode code, std::string_view message) {
+  const unsigned status = http_status(code);
+  const char* type = status == 400 || status == 413 ? "invalid_request_error"
+                     : status == 429                ? "rate_limit_error"
+                     : status == 503                ? "service_unavailable"
+                                                    : "server_error";
+  ojson e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", error_code_name(code)}};
+  return ojson{{"error", e}}.dump();
+}
+
+}  // namespace uma::openai

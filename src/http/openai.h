@@ -1,0 +1,61 @@
+// The OpenAI-compatible API's JSON, at the HTTP edge: request bodies of /v1/completions and
+// /v1/chat/completions turned into typed structs at once, and responses, SSE chunks and errors
+// encoded in OpenAI's shapes. Nothing else in umad sees this JSON.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/sampling.h"
+
+namespace uma::openai {
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+struct CompletionRequest {
+  bool chat = false;
+  std::string model;
+  std::string prompt;                 // /v1/completions
+  std::vector<ChatMessage> messages;  // /v1/chat/completions
+  std::optional<std::int32_t> max_tokens;
+  SamplingParams sampling;            // starts as the daemon's defaults
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  std::string user;                   // -> metadata tenant
+};
+
+struct Limits {
+  std::size_t max_prompt_bytes = 64 * 1024;
+  std::int32_t max_tokens_cap = 4096;
+};
+
+// kInvalidJson, kBadRequest (naming the field) or kPromptTooLarge on bad input.
+Status parse_request(std::string_view body, bool chat, const Limits& limits, const SamplingParams& defaults,
+                     CompletionRequest* out);
+
+struct Usage {
+  std::int32_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+// Stream chunks (the JSON after "data: "). finish_reason empty: not finished.
+std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
+                  std::string_view finish_reason, bool first);
+std::string usage_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const Usage& u);
+// A whole (non-streamed) response.
+std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
+                     std::string_view finish_reason, const Usage& u);
+std::string models(std::string_view model_id, std::int64_t created);
+
+// OpenAI's error body and the HTTP status for an internal error code (the one mapping).
+std::string error_body(ErrorCode code, std::string_view message);
+unsigned http_status(ErrorCode code);
+
+}  // namespace uma::openai

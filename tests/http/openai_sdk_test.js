@@ -1,0 +1,67 @@
+// Drives umad's HTTP API with the official OpenAI Node SDK as a real client.
+//   node openai_sdk_test.js BASE_URL EXPECTATIONS.json
+// The expectations come from the oracle model (tests/e2e/umad_http_test.cc computes them).
+'use strict';
+const OpenAI = require('openai');
+const fs = require('fs');
+const assert = require('assert');
+
+async function collect(stream, pick) {
+  let text = '', finish = null, usage = null, role = null;
+  for await (const ch of stream) {
+    if (ch.usage) usage = ch.usage;
+    const c = ch.choices && ch.choices[0];
+    if (!c) continue;
+    const part = pick(c);
+    if (part.role) role = part.role;
+    if (part.text) text += part.text;
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  return { text, finish, usage, role };
+}
+
+async function main() {
+  const [baseURL, expFile] = process.argv.slice(2);
+  const exp = JSON.parse(fs.readFileSync(expFile, 'utf8'));
+  const client = new OpenAI({ baseURL, apiKey: 'not-needed', maxRetries: 0 });
+  const base = { model: 'oracle', prompt: exp.prompt, max_tokens: exp.n, temperature: 0 };
+
+  let r = await client.completions.create(base);
+  assert.strictEqual(r.object, 'text_completion');
+  assert.strictEqual(r.choices[0].text, exp.completion, 'completion text');
+  assert.strictEqual(r.choices[0].finish_reason, 'length');
+  assert.deepStrictEqual([r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens],
+                         [exp.prompt_tokens, exp.n, exp.prompt_tokens + exp.n]);
+
+  let s = await collect(await client.completions.create({ ...base, stream: true, stream_options: { include_usage: true } }),
+                        (c) => ({ text: c.text }));
+  assert.strictEqual(s.text, exp.completion, 'streamed completion text');
+  assert.strictEqual(s.finish, 'length');
+  assert.strictEqual(s.usage.completion_tokens, exp.n, 'include_usage');
+
+  r = await client.completions.create({ ...base, stop: [exp.stop] });
+  assert.strictEqual(r.choices[0].text, exp.before_stop, 'text before the stop string');
+  assert.strictEqual(r.choices[0].finish_reason, 'stop');
+
+  const chat = { model: 'oracle', messages: exp.messages, max_tokens: exp.n, temperature: 0 };
+  r = await client.chat.completions.create(chat);
+  assert.strictEqual(r.object, 'chat.completion');
+  assert.strictEqual(r.choices[0].message.role, 'assistant');
+  assert.strictEqual(r.choices[0].message.content, exp.chat, 'chat reply');
+  s = await collect(await client.chat.completions.create({ ...chat, stream: true }),
+                    (c) => ({ text: c.delta && c.delta.content, role: c.delta && c.delta.role }));
+  assert.strictEqual(s.text, exp.chat, 'streamed chat reply');
+  assert.strictEqual(s.role, 'assistant');
+  assert.strictEqual(s.finish, 'length');
+
+  await assert.rejects(client.completions.create({ ...base, n: 2 }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /'n'/.test(e.message));
+  await assert.rejects(client.completions.create({ ...base, max_tokens: 1000000 }),
+                       (e) => e.status === 400 && /max_tokens/.test(e.message));
+
+  const models = await client.models.list();
+  assert.strictEqual(models.data.length, 1);
+  console.log('openai sdk: all checks passed');
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });
