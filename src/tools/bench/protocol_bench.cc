@@ -1,5 +1,6 @@
 // uma-protocol-bench: two figures for the framed JSON protocol.
-//   uma-protocol-bench framing            per-token cost of JSON framing vs the newline encoding
+//   uma-protocol-bench framing            per-token cost of JSON framing and of the OpenAI SSE chunk
+//                                         vs the newline encoding
 //   uma-protocol-bench cancel SOCKET [N] [MAX_DELAY_MS]  cancel latency against a running umad:
 //                                         cancel frame sent -> eos(cancelled) received, p50/p99
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "client/uma_client.h"
+#include "http/openai.h"
 #include "ipc/frame_codec.h"
 #include "ipc/json_messages.h"
 #include "ipc/newline_wire.h"
@@ -47,6 +49,17 @@ int framing() {
     uma::append_escaped(out, pieces[i % pieces.size()]);
     sink += out.size();
   });
+  // What HttpServer writes per streamed token: an OpenAI chunk as an SSE event in an HTTP chunk.
+  uma::openai::CompletionRequest oai;
+  oai.model = "small-q8_0.gguf";
+  const double sse_ns = ns_per_op(n / 2, [&](int i) {
+    out = "data: ";
+    out += uma::openai::chunk(oai, "cmpl-123", 1795286165, pieces[i % pieces.size()], "", false);
+    out += "\n\n";
+    char size[24];
+    const int k = std::snprintf(size, sizeof size, "%zx\r\n", out.size());
+    sink += out.size() + static_cast<size_t>(k) + 2;
+  });
   std::string frame;
   uma::append_frame(frame, uma::encode_token_event("req-123", " quick", 4321));
   const std::string payload = frame.substr(4);
@@ -56,6 +69,8 @@ int framing() {
   std::printf("server encode, newline escape:   %.3f us/token\n", newline_ns / 1000);
   std::printf("JSON framing cost over newline:  %.3f us/token\n", (json_ns - newline_ns) / 1000);
   std::printf("client parse, JSON token frame:  %.3f us/token\n", parse_ns / 1000);
+  std::printf("server encode, OpenAI SSE chunk:  %.3f us/token (%.3f us more than the JSON frame)\n", sse_ns / 1000,
+              (sse_ns - json_ns) / 1000);
   return sink == 0;  // keep the work observable
 }
 
