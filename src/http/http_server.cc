@@ -92,6 +92,8 @@ void HttpServer::set_ready(std::string model_id, ChatTemplate chat_template) {
 void HttpServer::accept_next() {
   acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
     if (ec) return;  // closed: shutting down
+    // Tokens are small writes that must leave at once: no Nagle delay.
+    socket.set_option(tcp::no_delay(true), ec);
     auto c = std::make_shared<Conn>(std::move(socket));
     c->id = next_conn_id_++;
     conns_[c->id] = c;

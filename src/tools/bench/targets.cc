@@ -74,6 +74,7 @@ class HttpTarget final : public Target {
       asio::ip::tcp::resolver resolver(io);
       asio::ip::tcp::socket sock(io);
       asio::connect(sock, resolver.resolve(host_, port_));
+      sock.set_option(asio::ip::tcp::no_delay(true));
       nlohmann::json body = {{"prompt", req.prompt}, {"max_tokens", req.max_tokens}, {"stream", true},
                              {"temperature", 0}, {"stream_options", {{"include_usage", true}}}};
       http::request<http::string_body> hreq{http::verb::post, "/v1/completions", 11};

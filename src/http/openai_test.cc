@@ -1,0 +1,99 @@
+#include "http/openai.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace uma::openai {
+namespace {
+
+using json = nlohmann::json;
+
+Status parse(const std::string& body, bool chat, CompletionRequest* r) {
+  return parse_request(body, chat, Limits{1000, 512}, SamplingParams{}, r);
+}
+
+TEST(OpenAi, CompletionFieldsMapToOurs) {
+  CompletionRequest r;
+  ASSERT_TRUE(parse(R"({"model":"m","prompt":["hi"],"max_tokens":7,"temperature":0.5,"top_p":0.9,"seed":3,
+                        "stop":"\n","presence_penalty":0.5,"frequency_penalty":-1,"stream":true,
+                        "stream_options":{"include_usage":true},"user":"acme","n":1,"logit_bias":{}})", false, &r).ok());
+  EXPECT_EQ(r.prompt, "hi");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.seed, 3u);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"\n"});
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -1.0f);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.user, "acme");
+}
+
+TEST(OpenAi, ChatMessagesTakeStringsOrTextParts) {
+  CompletionRequest r;
+  ASSERT_TRUE(parse(R"({"messages":[{"role":"system","content":"a"},
+                                    {"role":"user","content":[{"type":"text","text":"b"},{"type":"text","text":"c"}]}],
+                        "max_completion_tokens":3})", true, &r).ok());
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[1].content, "bc");
+  EXPECT_EQ(r.max_tokens, 3);
+}
+
+TEST(OpenAi, BadInputIsATypedErrorNamingTheField) {
+  CompletionRequest r;
+  EXPECT_EQ(parse("{", false, &r).code(), ErrorCode::kInvalidJson);
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"prompt":"x","n":2})", "'n'"},
+      {R"({"prompt":"x","max_tokens":100000})", "'max_tokens'"},
+      {R"({"prompt":"x","temperature":"hot"})", "'temperature'"},
+      {R"({"prompt":"x","stop":["a","b","c","d","e"]})", "'stop'"},
+      {R"({"prompt":""})", "'prompt'"},
+      {R"({"prompt":5})", "'prompt'"},
+  };
+  for (const auto& [body, field] : cases) {
+    const Status st = parse(body, false, &r);
+    EXPECT_EQ(st.code(), ErrorCode::kBadRequest) << body;
+    EXPECT_NE(st.message().find(field), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(parse(R"({"messages":[]})", true, &r).code(), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", true, &r).code(),
+            ErrorCode::kBadRequest);
+  EXPECT_EQ(parse(R"({"prompt":")" + std::string(2000, 'a') + R"("})", false, &r).code(), ErrorCode::kPromptTooLarge);
+}
+
+TEST(OpenAi, ChunksAndResponsesHaveOpenAisShapes) {
+  CompletionRequest chat;
+  chat.chat = true;
+  chat.model = "m";
+  json j = json::parse(chunk(chat, "id1", 5, "hi", "", true));
+  EXPECT_EQ(j["object"], "chat.completion.chunk");
+  EXPECT_EQ(j["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["delta"]["content"], "hi");
+  EXPECT_TRUE(j["choices"][0]["finish_reason"].is_null());
+  j = json::parse(chunk(chat, "id1", 5, "", "length", false));
+  EXPECT_FALSE(j["choices"][0]["delta"].contains("content"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  j = json::parse(usage_chunk(chat, "id1", 5, {3, 4}));
+  EXPECT_TRUE(j["choices"].empty());
+  EXPECT_EQ(j["usage"]["total_tokens"], 7);
+  CompletionRequest text;
+  j = json::parse(response(text, "id2", 5, "abc", "stop", {1, 2}));
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], "abc");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 2);
+}
+
+TEST(OpenAi, ErrorsMapToOneHttpStatusEach) {
+  EXPECT_EQ(http_status(ErrorCode::kBadRequest), 400u);
+  EXPECT_EQ(http_status(ErrorCode::kContextExceeded), 400u);
+  EXPECT_EQ(http_status(ErrorCode::kPromptTooLarge), 413u);
+  EXPECT_EQ(http_status(ErrorCode::kOverloaded), 429u);
+  EXPECT_EQ(http_status(ErrorCode::kShuttingDown), 503u);
+  EXPECT_EQ(http_status(ErrorCode::kDecodeFailed), 500u);
+  const json e = json::parse(error_body(ErrorCode::kOverloaded, "busy"));
+  EXPECT_EQ(e["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(e["error"]["message"], "busy");
+}
+
+}  // namespace
+}  // namespace uma::openai
