@@ -28,6 +28,7 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
   if (m.id & kLiveBit) return {Hit::Kind::kLive, m.id & ~kLiveBit, -1, m.length};
   Kept& k = kept_.at(m.id);
   k.last_used = clock_;
+  k.used_at = Clock::now();
   if (k.seq < 0) {
     // A host snapshot: bring it back into the KV cache (all of it: a snapshot restores whole).
     const auto n = static_cast<std::int32_t>(index_.tokens(m.id).size());
@@ -70,6 +71,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   const PrefixIndex::Match same = index_.find(kv_tokens, n, kept_in_kv);
   if (same.length == n) {  // an entry already holds all of these tokens
     kept_.at(same.id).last_used = ++clock_;
+    kept_.at(same.id).used_at = Clock::now();
     return false;
   }
   std::int32_t in_kv_count = 0;
@@ -85,7 +87,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   index_.insert(id, kv_tokens);
   // Cells shared from another sequence are counted there.
   const std::int32_t own = n - std::min(shared, n);
-  kept_[id] = Kept{seq, own, {}, ++clock_};
+  kept_[id] = Kept{seq, own, {}, ++clock_, Clock::now()};
   cells_ += own;
   publish();
   return true;
@@ -166,6 +168,15 @@ void PrefixCache::drop_host(std::uint64_t id) {
   host_bytes_ -= k.snapshot.size();
   k.snapshot.clear();
   k.snapshot.shrink_to_fit();
+}
+
+void PrefixCache::offload_idle(Clock::time_point now, std::vector<std::int32_t>& free_seqs) {
+  if (!config_.enabled) return;
+  std::vector<std::uint64_t> idle;
+  for (const auto& [id, k] : kept_) {
+    if (k.seq >= 0 && ms_between(k.used_at, now) > config_.idle_ms) idle.push_back(id);
+  }
+  for (std::uint64_t id : idle) evict_one(id, free_seqs);
 }
 
 bool PrefixCache::holds(std::int32_t seq) const {

@@ -33,6 +33,9 @@ struct PrefixCacheConfig {
   std::int32_t max_kept = 16;                         // sequences kept in the KV cache
   std::size_t host_bytes = std::size_t{256} << 20;    // host snapshots, at most
   std::int32_t block = 32;                            // index block, tokens
+  // A kept sequence not used for this long moves to host memory: in a unified KV every decode's
+  // attention spans all used cells, so idle cells slow every running stream down.
+  double idle_ms = 2000.0;
   PrefixIndex::Hash hash = &PrefixIndex::default_hash;  // tests inject a weak one
 };
 
@@ -70,6 +73,9 @@ class PrefixCache {
   // ids go back to free_seqs. Returns the cells released.
   std::int32_t evict(std::int32_t cells_needed, std::vector<std::int32_t>& free_seqs);
   bool holds(std::int32_t seq) const;
+  // Moves kept sequences idle for longer than idle_ms out of the KV cache (to host memory when it
+  // fits). Called every tick.
+  void offload_idle(Clock::time_point now, std::vector<std::int32_t>& free_seqs);
   // Frees every kept sequence (shutdown).
   void clear(std::vector<std::int32_t>& free_seqs);
 
@@ -79,6 +85,7 @@ class PrefixCache {
     std::int32_t cells = 0;       // cells counted for it while in the KV cache
     std::vector<std::uint8_t> snapshot;
     std::uint64_t last_used = 0;
+    Clock::time_point used_at{};
   };
   static constexpr std::uint64_t kLiveBit = std::uint64_t{1} << 63;
 

@@ -144,6 +144,7 @@ bool Scheduler::has_work() const {
 
 void Scheduler::tick(std::vector<Event>& out) {
   expire_queued(out);
+  cache_.offload_idle(Clock::now(), free_seqs_);
   start_waiting();
   resolve_followers();
   const Clock::time_point now = Clock::now();

@@ -3,6 +3,8 @@
 // and a colliding hash that must never serve another prompt's KV.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "sched/scheduler_test_support.h"
 
 namespace uma {
@@ -85,6 +87,26 @@ TEST_F(SchedulerTest, KeptSequencesGiveTheirCellsBackAndComeBackFromHostMemory) 
   run_until_idle();
   EXPECT_EQ(out_[3].text, expected(100 + 'c', 4));
   EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 81u);
+}
+
+TEST_F(SchedulerTest, IdleKeptSequencesMoveToHostMemoryAndStillServeHits) {
+  SchedulerConfig cfg = cache_config();
+  cfg.prefix.idle_ms = 5;
+  make(64, 4096, 8, cfg);
+  submit(1, kShared + "aaaa", 4);
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  submit(2, std::string(20, 'z'), 2);  // unrelated work: its first tick offloads the idle entry
+  scheduler_->tick(events_);
+  collect();
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0) << "out of the KV cache";
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1);
+  run_until_idle();
+  submit(3, kShared + "cccc", 4);
+  run_until_idle();
+  EXPECT_EQ(out_[3].text, expected(100 + 'c', 4));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 81u) << "restored from host memory";
 }
 
 TEST_F(SchedulerTest, ACollidingHashNeverServesAnotherPromptsKv) {
