@@ -152,6 +152,13 @@ void PrefixCache::evict_one(std::uint64_t id, std::vector<std::int32_t>& free_se
   publish();
 }
 
+bool PrefixCache::evict_one(std::vector<std::int32_t>& free_seqs) {
+  const std::uint64_t v = victim();
+  if (v == 0) return false;
+  evict_one(v, free_seqs);
+  return true;
+}
+
 std::int32_t PrefixCache::evict(std::int32_t cells_needed, std::vector<std::int32_t>& free_seqs) {
   std::int32_t released = 0;
   while (released < cells_needed) {

@@ -72,6 +72,8 @@ class PrefixCache {
   // Evicts kept entries until `cells_needed` cells are released or none is left; their sequence
   // ids go back to free_seqs. Returns the cells released.
   std::int32_t evict(std::int32_t cells_needed, std::vector<std::int32_t>& free_seqs);
+  // Evicts the one best victim (a waiting request needs a sequence id); false when none is kept.
+  bool evict_one(std::vector<std::int32_t>& free_seqs);
   bool holds(std::int32_t seq) const;
   // Moves kept sequences idle for longer than idle_ms out of the KV cache (to host memory when it
   // fits). Called every tick.

@@ -109,6 +109,18 @@ TEST_F(SchedulerTest, IdleKeptSequencesMoveToHostMemoryAndStillServeHits) {
   EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 81u) << "restored from host memory";
 }
 
+TEST_F(SchedulerTest, KeptSequencesGiveTheirIdsBackToWaitingRequests) {
+  make(64, 4096, /*n_seq=*/2, cache_config(/*kept=*/4));
+  submit(1, std::string(40, 'a'), 2);
+  run_until_idle();
+  submit(2, std::string(40, 'b'), 2);
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 2) << "both sequence ids are kept";
+  submit(3, std::string(40, 'c'), 2);  // needs an id: one kept sequence gives its own back
+  run_until_idle();
+  EXPECT_EQ(out_[3].text, expected(100 + 'c', 2));
+}
+
 TEST_F(SchedulerTest, ACollidingHashNeverServesAnotherPromptsKv) {
   SchedulerConfig cfg = cache_config();
   cfg.prefix.hash = [](std::uint64_t, std::span<const Token>) -> std::uint64_t { return 7; };

@@ -33,7 +33,8 @@ void Scheduler::start_waiting() {
   std::stable_sort(waiting.begin(), waiting.end(),
                    [](const auto& a, const auto& b) { return waiting_before(a.first, b.first); });
   for (const auto& [w, s] : waiting) {
-    // Kept prefixes give their cells back before anyone waits or is paused for room.
+    // Kept prefixes give their sequence ids and cells back before anyone waits or is paused.
+    if (free_seqs_.empty()) cache_.evict_one(free_seqs_);
     if (!fits(*s) && cache_.cells() > 0 && !free_seqs_.empty()) {
       cache_.evict(reserved_cells_ + s->reserved_cells + cache_.cells() - decoder_.n_ctx(), free_seqs_);
     }
