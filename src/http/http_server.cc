@@ -92,8 +92,10 @@ void HttpServer::set_ready(std::string model_id, ChatTemplate chat_template) {
 void HttpServer::accept_next() {
   acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
     if (ec) return;  // closed: shutting down
-    // Tokens are small writes that must leave at once: no Nagle delay.
+    // Tokens are small writes that must leave at once: no Nagle delay. A fixed send buffer keeps
+    // what a slow reader has not taken here, under --max-tx-kib, not in an autotuned kernel buffer.
     socket.set_option(tcp::no_delay(true), ec);
+    socket.set_option(asio::socket_base::send_buffer_size(64 * 1024), ec);
     auto c = std::make_shared<Conn>(std::move(socket));
     c->id = next_conn_id_++;
     conns_[c->id] = c;
@@ -324,6 +326,12 @@ void HttpServer::send_sse(const ConnPtr& c, std::string_view data) {
 void HttpServer::send(const ConnPtr& c, std::string bytes) {
   if (c->closed) return;
   c->pending += bytes;
+  if (c->pending.size() > config_.max_tx_bytes) {
+    // A reader too slow to keep up: drop it (and its request) rather than buffer without bound.
+    metrics_.tx_drops_total++;
+    if (c->request != 0) submit_(CancelRequest{c->request});
+    return close(c);
+  }
   if (c->writing) return;
   if (c->pending.empty()) {
     // Nothing left to write: what the reply asked for next.

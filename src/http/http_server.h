@@ -36,6 +36,7 @@ struct HttpConfig {
   std::size_t max_body_bytes = 1 << 20;
   std::int32_t timeout_sec = 30;              // to receive a whole request; idle keep-alive too
   std::int32_t max_sessions = 16;             // completions in flight
+  std::size_t max_tx_bytes = 1 << 20;         // unsent reply bytes before a slow reader is dropped
   openai::Limits limits;
   SamplingParams default_sampling;
   std::int32_t default_max_tokens = 256;

@@ -34,8 +34,9 @@ int http_port(const Daemon& d) {
 // A TCP connection to the daemon's HTTP port.
 class Tcp {
  public:
-  explicit Tcp(int port) {
+  explicit Tcp(int port, int rcvbuf = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -242,6 +243,26 @@ TEST(UmadHttp, IdleConnectionsTimeOutAndDisconnectCancelsTheStream) {
   EXPECT_EQ(m["requests_cancelled_total"], 1) << m.dump();
   EXPECT_EQ(m["active_sessions"], 0);
   EXPECT_LT(m["tokens_generated_total"].get<int>(), 4000);
+}
+
+TEST(UmadHttp, ASlowReaderIsDroppedAtTheTxCapAndOthersAreServed) {
+  Daemon d(http_args({"--max-tokens", "8000", "--n-ctx", "16384", "--max-tx-kib", "4"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  const int port = http_port(d);
+  Tcp slow(port, /*rcvbuf=*/2048);  // never reads
+  ASSERT_TRUE(slow.send(post("/v1/completions", R"({"prompt":"hello world","max_tokens":8000,"stream":true})")));
+  nlohmann::json m;
+  for (int i = 0; i < 400; ++i) {
+    m = metrics(d);
+    if (m["tx_drops_total"] == 1 && m["active_sessions"] == 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(m["tx_drops_total"], 1) << m.dump();
+  EXPECT_EQ(m["active_sessions"], 0);
+  EXPECT_LT(m["tokens_generated_total"].get<int>(), 8000) << "cancelled, not run to the end";
+  Tcp t(port);
+  ASSERT_TRUE(t.send(post("/v1/completions", R"({"prompt":"hello world","max_tokens":5,"temperature":0})")));
+  EXPECT_EQ(nlohmann::json::parse(body_of(t.response()))["choices"][0]["text"], oracle().expected_text("hello world", 5));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "e2e/json_helpers.h"
@@ -105,6 +106,27 @@ TEST(UmadSched, BackgroundWorkIsNotStarvedByAStreamOfInteractiveWork) {
   EXPECT_EQ(reply.text, oracle().expected_text("the river", 250));
   EXPECT_EQ(reply.end.reason, "length");
   EXPECT_LT(reply.end.queue_ms, 20000) << "bounded wait";
+}
+
+TEST(UmadSched, ARequestWaitingPastTheQueueAgeLimitIsRejected) {
+  // Room for one 3000-token reply at a time; the second waits for room, then times out.
+  Daemon d(args({"--max-tokens", "3000", "--n-ctx", "4096", "--max-queue-ms", "300"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto a = connect(d);
+  ASSERT_TRUE(a->send_request(request("a", "hello world", 3000)).ok());
+  WireEvent ev;
+  ASSERT_TRUE(a->read_event(&ev, 10000).ok());
+  auto b = connect(d);
+  const auto sent = std::chrono::steady_clock::now();
+  ASSERT_TRUE(b->send_request(request("b", "the river", 3000)).ok());
+  const Reply rb = read_reply(*b);
+  const double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent).count();
+  EXPECT_EQ(rb.end.kind, WireEvent::Kind::kError);
+  EXPECT_EQ(rb.end.code, "E_OVERLOADED");
+  EXPECT_GE(waited, 300.0);
+  ASSERT_TRUE(a->send_cancel("a").ok());
+  read_reply(*a);
+  EXPECT_EQ(metrics(d)["rejected_total"]["queue_timeout"], 1);
 }
 
 TEST(UmadSched, SessionsByStateAndAdmissionCountersInPrometheus) {
