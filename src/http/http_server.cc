@@ -245,7 +245,8 @@ void HttpServer::on_events(std::vector<Event>& events) {
   for (Event& ev : events) {
     auto it = by_request_.find(ev.request_id);
     if (it == by_request_.end()) continue;
-    on_event(it->second, ev);
+    const ConnPtr c = it->second;  // a copy: ending the completion erases the map's
+    on_event(c, ev);
   }
 }
 
@@ -287,7 +288,8 @@ void HttpServer::on_event(const ConnPtr& c, Event& ev) {
   end_completion(c);
 }
 
-void HttpServer::end_completion(const ConnPtr& c) {
+void HttpServer::end_completion(const ConnPtr& conn) {
+  const ConnPtr c = conn;  // `conn` may be the map's own pointer, erased here
   by_request_.erase(c->request);
   c->request = 0;
   --in_flight_;

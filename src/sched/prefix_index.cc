@@ -60,8 +60,10 @@ PrefixIndex::Match PrefixIndex::find(std::span<const Token> prompt, std::int32_t
       const EntryId id = it->second;
       if (!usable(id)) continue;
       const std::vector<Token>& t = entries_.at(id);
-      // Confirm: a colliding hash must never count as a match.
+      // Confirm: a colliding hash must never count as a match (it may even name an entry shorter
+      // than this depth).
       const auto whole = static_cast<std::int32_t>(blocks) * block_;
+      if (static_cast<std::int32_t>(t.size()) < whole) continue;
       if (!std::equal(prompt.begin(), prompt.begin() + whole, t.begin())) continue;
       std::int32_t n = whole;
       const auto stop = std::min<std::int32_t>(limit, static_cast<std::int32_t>(t.size()));

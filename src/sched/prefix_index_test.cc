@@ -46,6 +46,9 @@ TEST(PrefixIndex, ACollidingHashNeverServesAnotherPromptsTokens) {
   EXPECT_EQ(m.id, 2u);
   EXPECT_EQ(m.length, 6);
   EXPECT_EQ(idx.find(seq({{5, 12}}), 100, kAny).length, 0) << "no entry starts with these tokens";
+  // A colliding entry shorter than the depth looked up is skipped, never read past its end.
+  idx.insert(3, seq({{7, 4}}));
+  EXPECT_EQ(idx.find(seq({{7, 4}, {9, 8}, {1, 8}}), 100, kAny).length, 12);
 }
 
 }  // namespace
