@@ -95,6 +95,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_PREFIX_CACHE_MB")->capture_default_str()->check(CLI::Range(0, 1 << 24));
   // Tests only: a hash under which every block collides, to prove hits are confirmed by tokens.
   app.add_option("--prefix-hash", prefix_hash)->group("")->check(CLI::IsMember({"fnv", "weak"}));
+  // Tests only: the model load takes this much longer, so "loading" states can be observed.
+  app.add_option("--test-load-delay-ms", out.test_load_delay_ms)->group("")->check(CLI::Range(0, 60000));
   app.add_option("--http", http_listen, "serve the OpenAI-compatible HTTP API on HOST:PORT (or PORT: loopback); "
                  "off unless given")->envname("UMA_HTTP");
   app.add_option("--http-timeout-sec", out.http.timeout_sec, "a request must arrive whole within this; idle "

@@ -20,6 +20,7 @@ struct DaemonConfig {
   HttpConfig http;
   std::string chat_template;  // --chat-template: overrides the model's
   bool debug = false;
+  int test_load_delay_ms = 0;  // tests only: a slow model load, to observe /health's 503
 };
 
 // Parses argv (and UMA_* variables). Returns kOk with the config; for --help/--version sets

@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
       guard.emplace(io.get_executor());
       loading_loop = std::thread([&io] { io.run(); });
     }
+    if (cfg.test_load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.test_load_delay_ms));
     runtime = LlamaRuntime::open(cfg.runtime, &st);
     if (http) {
       guard.reset();

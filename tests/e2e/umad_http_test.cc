@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <regex>
 #include <thread>
@@ -207,6 +208,38 @@ TEST(UmadHttp, MalformedRequestsAndOversizeBodiesGetTypedErrors) {
   const std::string r = t.response();
   ASSERT_EQ(status_of(r), 200) << r;
   EXPECT_EQ(nlohmann::json::parse(body_of(r))["choices"][0]["text"], oracle().expected_text("hello world", 5));
+}
+
+TEST(UmadHttp, HealthSays503WhileTheModelLoadsThen200) {
+  // The harness returns once the model is loaded, so a poller on a fixed port watches from before
+  // the start; the load is slowed down by a test-only flag.
+  const int port = 20000 + static_cast<int>(::getpid() % 20000);
+  std::atomic<bool> stop{false};
+  std::vector<int> seen;
+  std::string loading_body;
+  std::thread poller([&] {
+    while (!stop) {
+      Tcp t(port);
+      if (t.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) {
+        const std::string r = t.response();
+        if (status_of(r) > 0) seen.push_back(status_of(r));
+        if (status_of(r) == 503) loading_body = body_of(r);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  Daemon d(args({"--http", "127.0.0.1:" + std::to_string(port), "--test-load-delay-ms", "1500"}));
+  std::this_thread::sleep_for(200ms);
+  stop = true;
+  poller.join();
+  ASSERT_TRUE(d.started()) << d.log();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front(), 503) << "while loading";
+  EXPECT_NE(loading_body.find("loading"), std::string::npos) << loading_body;
+  EXPECT_EQ(seen.back(), 200) << "once ready";
+  Tcp t(port);
+  ASSERT_TRUE(t.send(post("/v1/completions", R"({"prompt":"hello world","max_tokens":5,"temperature":0})")));
+  EXPECT_EQ(nlohmann::json::parse(body_of(t.response()))["choices"][0]["text"], oracle().expected_text("hello world", 5));
 }
 
 TEST(UmadHttp, ChatWithoutATemplateIsAClearError) {
