@@ -32,9 +32,7 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
   if (k.seq < 0) {
     // A host snapshot: bring it back into the KV cache (all of it: a snapshot restores whole).
     const auto n = static_cast<std::int32_t>(index_.tokens(m.id).size());
-    std::int32_t in_kv_count = 0;
-    for (const auto& [id, e] : kept_) in_kv_count += e.seq >= 0 ? 1 : 0;
-    if (in_kv_count >= config_.max_kept) {
+    if (kept_in_kv() >= config_.max_kept) {
       if (const std::uint64_t v = victim(); v != 0) evict_one(v, free_seqs);
     }
     if (free_seqs.empty() || n > cells_free) return {};
@@ -67,20 +65,17 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
                        std::vector<std::int32_t>& free_seqs) {
   const auto n = static_cast<std::int32_t>(kv_tokens.size());
   if (!config_.enabled || config_.max_kept <= 0 || n < config_.block) return false;
-  const auto kept_in_kv = [&](std::uint64_t id) { return !(id & kLiveBit) && kept_.at(id).seq >= 0; };
-  const PrefixIndex::Match same = index_.find(kv_tokens, n, kept_in_kv);
+  const auto in_kv = [&](std::uint64_t id) { return !(id & kLiveBit) && kept_.at(id).seq >= 0; };
+  const PrefixIndex::Match same = index_.find(kv_tokens, n, in_kv);
   if (same.length == n) {  // an entry already holds all of these tokens
     kept_.at(same.id).last_used = ++clock_;
     kept_.at(same.id).used_at = Clock::now();
     return false;
   }
-  std::int32_t in_kv_count = 0;
-  for (const auto& [id, e] : kept_) in_kv_count += e.seq >= 0 ? 1 : 0;
-  while (in_kv_count >= config_.max_kept) {
+  while (kept_in_kv() >= config_.max_kept) {
     const std::uint64_t v = victim();
     if (v == 0) return false;
     evict_one(v, free_seqs);
-    --in_kv_count;
   }
   decoder_.drop_sampler(seq);
   const std::uint64_t id = next_id_++;
@@ -203,11 +198,14 @@ void PrefixCache::clear(std::vector<std::int32_t>& free_seqs) {
   publish();
 }
 
+std::int32_t PrefixCache::kept_in_kv() const {
+  return static_cast<std::int32_t>(std::count_if(kept_.begin(), kept_.end(), [](const auto& kv) { return kv.second.seq >= 0; }));
+}
+
 void PrefixCache::publish() {
-  std::int64_t in_kv = 0, on_host = 0;
-  for (const auto& [id, k] : kept_) (k.seq >= 0 ? in_kv : on_host)++;
+  const std::int32_t in_kv = kept_in_kv();
   metrics_.prefix_kept_sequences = in_kv;
-  metrics_.prefix_host_snapshots = on_host;
+  metrics_.prefix_host_snapshots = static_cast<std::int64_t>(kept_.size()) - in_kv;
   metrics_.prefix_kept_cells = cells_;
   metrics_.prefix_host_bytes = static_cast<std::int64_t>(host_bytes_);
 }

@@ -93,6 +93,7 @@ class PrefixCache {
 
   void evict_one(std::uint64_t id, std::vector<std::int32_t>& free_seqs);
   std::uint64_t victim() const;  // LRU kept-in-KV entry, leaves first; 0: none
+  std::int32_t kept_in_kv() const;
   void drop_host(std::uint64_t id);
   void publish();
 

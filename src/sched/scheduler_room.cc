@@ -45,20 +45,16 @@ void Scheduler::start_waiting() {
 
 void Scheduler::take_room(Session& s) {
   const std::int32_t seq = free_seqs_.back();
-  if (s.state == SessionState::kQueued) {
+  const bool starting = s.state == SessionState::kQueued;
+  if (starting) {
     if (Status st = decoder_.start_sequence(seq, s.sampling); !st.ok()) {
       spdlog::error("session {}: cannot start sequence: {}", s.id, st.to_string());
       return;
     }
-    free_seqs_.pop_back();
-    s.seq = seq;
-    reserved_cells_ += s.reserved_cells;
     s.started_at = Clock::now();
     metrics_.queue_ms.observe(ms_between(s.received_at, s.started_at));
     s.set_state(SessionState::kPrefill);
-    reuse_prefix(s);
-    return;
-  } else {
+  } else {  // kPaused: resume
     const Clock::time_point now = Clock::now();
     const std::size_t bytes = s.parked.bytes();
     const bool saved = bytes > 0;
@@ -82,6 +78,7 @@ void Scheduler::take_room(Session& s) {
   free_seqs_.pop_back();
   s.seq = seq;
   reserved_cells_ += s.reserved_cells;
+  if (starting) reuse_prefix(s);  // needs its sequence id: shared cells go into it
 }
 
 bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
