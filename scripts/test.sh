@@ -5,7 +5,9 @@
 #   3. build-asan/: the project's own code again under AddressSanitizer + UBSan, same tests
 #      (llama.cpp stays uninstrumented; the RSS test is skipped there: ASan's quarantine keeps
 #      freed memory on purpose, and LeakSanitizer checks leaks instead)
-#   4. build-fuzz/: clang + libFuzzer; the wire fuzzer runs for UMA_FUZZ_SECONDS (default 60)
+#   4. build-tsan/: the project's own code under ThreadSanitizer, same tests (suppressions, each
+#      explained, in scripts/tsan.supp: llama.cpp/OpenMP internals only)
+#   5. build-fuzz/: clang + libFuzzer; the wire and HTTP fuzzers run UMA_FUZZ_SECONDS each (default 60)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -32,15 +34,28 @@ if [ "${UMA_SKIP_SANITIZERS:-0}" != "1" ]; then
   UMA_SKIP_RSS=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 900
 fi
+if [ "${UMA_SKIP_TSAN:-0}" != "1" ]; then
+  step "build (build-tsan/: ThreadSanitizer)"
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_TSAN=ON -DUMA_BUILD_TESTS=ON >/dev/null
+  cmake --build build-tsan -j "$jobs"
+  step "tests (build-tsan/)"
+  # halt_on_error: a race report ends the process (a daemon's death fails its test), never a warning.
+  UMA_SKIP_RSS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp" \
+    ctest --test-dir build-tsan -j "$jobs" --output-on-failure --timeout 900
+fi
 if [ "${UMA_SKIP_FUZZ:-0}" != "1" ]; then
-  step "fuzz (build-fuzz/: libFuzzer on the frame decoder + request parser, ${UMA_FUZZ_SECONDS:-60} s)"
+  step "fuzz (build-fuzz/: libFuzzer, ${UMA_FUZZ_SECONDS:-60} s each: wire frames + JSON requests; HTTP parser + routing + OpenAI requests)"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_FUZZ=ON \
     -DUMA_BUILD_TESTS=OFF >/dev/null
-  cmake --build build-fuzz -j "$jobs" --target uma-fuzz-wire
-  corpus=$(mktemp -d)
-  build-fuzz/bin/uma-fuzz-wire -max_total_time="${UMA_FUZZ_SECONDS:-60}" -print_final_stats=1 \
-    -artifact_prefix="$corpus/crash-" "$corpus" fuzz/seeds 2>&1 | grep -E '^(stat::|Done|==[0-9]+==ERROR|SUMMARY)' || true
-  if ls "$corpus"/crash-* >/dev/null 2>&1; then echo "fuzzer found a crash: $corpus"; exit 1; fi
-  rm -rf "$corpus"
+  cmake --build build-fuzz -j "$jobs" --target uma-fuzz-wire uma-fuzz-http
+  for target in wire http; do
+    seeds=fuzz/seeds; [ "$target" = http ] && seeds=fuzz/seeds-http
+    corpus=$(mktemp -d)
+    echo "-- uma-fuzz-$target"
+    build-fuzz/bin/uma-fuzz-$target -max_total_time="${UMA_FUZZ_SECONDS:-60}" -print_final_stats=1 \
+      -artifact_prefix="$corpus/crash-" "$corpus" "$seeds" 2>&1 | grep -E '^(stat::|Done|==[0-9]+==ERROR|SUMMARY)' || true
+    if ls "$corpus"/crash-* >/dev/null 2>&1; then echo "uma-fuzz-$target found a crash: $corpus"; exit 1; fi
+    rm -rf "$corpus"
+  done
 fi
 step "all tests passed"

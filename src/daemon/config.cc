@@ -46,7 +46,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_flag("--mlock,!--no-mlock", mlock, "lock the model in RAM (default off)");
   app.add_option("--max-sessions", srv.max_sessions, "concurrent sessions (= KV sequences)")->envname("UMA_MAX_SESSIONS")
       ->capture_default_str()->check(CLI::Range(1, 256));
-  app.add_option("--max-connections", srv.max_connections, "open connections, sessions or not")
+  app.add_option("--max-connections", srv.max_connections, "open connections per front end (the Unix socket; HTTP too), sessions or not; more are closed at once")
       ->envname("UMA_MAX_CONNECTIONS")->capture_default_str()->check(CLI::Range(1, 65536));
   app.add_option("--max-prompt-bytes", max_prompt_bytes, "largest prompt line in bytes")->envname("UMA_MAX_PROMPT_BYTES")
       ->capture_default_str()->check(CLI::Range(1, 64 << 20));
@@ -157,6 +157,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
   out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;
   out.http.max_sessions = srv.max_sessions;
+  out.http.max_connections = srv.max_connections;
   out.http.max_tx_bytes = srv.max_tx_bytes;
   out.http.limits.max_prompt_bytes = srv.limits.max_prompt_bytes;
   out.http.limits.max_tokens_cap = srv.limits.max_tokens_cap;

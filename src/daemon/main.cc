@@ -46,6 +46,24 @@ class EventRouter final : public uma::EventSink {
   uma::EventSink* http_;
 };
 
+// The last line of defence: each front end turns what its handlers throw into an error for that
+// one connection (HttpServer/UdsServer::guarded); anything that still escapes a handler is logged
+// and counted, and the loop runs on (Asio allows run() again after a handler threw).
+void run_io(boost::asio::io_context& io, uma::ServerMetrics& metrics) {
+  for (;;) {
+    try {
+      io.run();
+      return;
+    } catch (const std::exception& e) {
+      metrics.count_error(uma::ErrorCode::kInternal);
+      spdlog::error("uncaught in the I/O loop, serving on: {}", e.what());
+    } catch (...) {
+      metrics.count_error(uma::ErrorCode::kInternal);
+      spdlog::error("uncaught in the I/O loop, serving on");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,7 +108,7 @@ int main(int argc, char** argv) {
     std::thread loading_loop;
     if (http) {
       guard.emplace(io.get_executor());
-      loading_loop = std::thread([&io] { io.run(); });
+      loading_loop = std::thread([&io, &metrics] { run_io(io, metrics); });
     }
     if (cfg.test_load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.test_load_delay_ms));
     runtime = LlamaRuntime::open(cfg.runtime, &st);
@@ -138,7 +156,7 @@ int main(int argc, char** argv) {
   server.start();
   spdlog::info("listening on {} ({} protocol, max sessions {}, n_ctx {})", cfg.server.socket_path,
                cfg.server.protocol == ProtocolKind::kJson ? "json" : "newline", cfg.server.max_sessions, cfg.runtime.n_ctx);
-  io.run();
+  run_io(io, metrics);
   compute->join();
   spdlog::info("stopped: {} tokens generated, {} requests", metrics.tokens_generated_total.load(),
                metrics.requests_total.load());

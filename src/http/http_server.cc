@@ -58,7 +58,9 @@ std::string chunked(std::string_view data) {  // one HTTP/1.1 chunk
 }  // namespace
 
 HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& metrics, Submit submit)
-    : io_(io), config_(std::move(config)), metrics_(metrics), submit_(std::move(submit)), acceptor_(io) {}
+    : io_(io), config_(std::move(config)), metrics_(metrics), submit_(std::move(submit)), acceptor_(io),
+      accept_loop_(io, acceptor_, "http", [this](tcp::socket s) { on_accept(std::move(s)); },
+                   &metrics.accept_pauses_total) {}
 
 HttpServer::~HttpServer() = default;
 
@@ -81,7 +83,7 @@ std::uint16_t HttpServer::port() const {
   return acceptor_.local_endpoint(ec).port();
 }
 
-void HttpServer::start() { accept_next(); }
+void HttpServer::start() { accept_loop_.start(); }
 
 void HttpServer::set_ready(std::string model_id, ChatTemplate chat_template) {
   model_id_ = std::move(model_id);
@@ -89,109 +91,130 @@ void HttpServer::set_ready(std::string model_id, ChatTemplate chat_template) {
   ready_ = true;
 }
 
-void HttpServer::accept_next() {
-  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
-    if (ec) return;  // closed: shutting down
-    // Tokens are small writes that must leave at once: no Nagle delay. A fixed send buffer keeps
-    // what a slow reader has not taken here, under --max-tx-kib, not in an autotuned kernel buffer.
-    socket.set_option(tcp::no_delay(true), ec);
-    socket.set_option(asio::socket_base::send_buffer_size(64 * 1024), ec);
-    auto c = std::make_shared<Conn>(std::move(socket));
-    c->id = next_conn_id_++;
-    conns_[c->id] = c;
-    metrics_.connections_accepted_total++;
-    read_request(c);
-    if (!shutting_down_) accept_next();
-  });
+void HttpServer::on_accept(tcp::socket socket) {
+  boost::system::error_code ec;
+  if (shutting_down_) return;
+  if (static_cast<std::int32_t>(conns_.size()) >= config_.max_connections) {
+    metrics_.http_connections_rejected_total++;
+    socket.close(ec);
+    return;
+  }
+  // Tokens are small writes that must leave at once: no Nagle delay. A fixed send buffer keeps
+  // what a slow reader has not taken here, under --max-tx-kib, not in an autotuned kernel buffer.
+  socket.set_option(tcp::no_delay(true), ec);
+  socket.set_option(asio::socket_base::send_buffer_size(64 * 1024), ec);
+  auto c = std::make_shared<Conn>(std::move(socket));
+  c->id = next_conn_id_++;
+  conns_[c->id] = c;
+  metrics_.connections_accepted_total++;
+  metrics_.http_connections_open = static_cast<std::int64_t>(conns_.size());
+  read_request(c);
+}
+
+template <typename F>
+void HttpServer::guarded(const ConnPtr& c, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    fail_internal(c, e.what());
+  } catch (...) {
+    fail_internal(c, "unknown exception");
+  }
+}
+
+void HttpServer::fail_internal(const ConnPtr& c, const char* what) {
+  metrics_.count_error(ErrorCode::kInternal);
+  spdlog::error("http conn {}: internal error, connection closed: {}", c->id, what);
+  if (c->closed) return;
+  try {
+    if (c->request != 0) {
+      submit_(CancelRequest{c->request});
+      by_request_.erase(c->request);
+      c->request = 0;
+      --in_flight_;
+      metrics_.sessions_open = in_flight_;
+    }
+    c->keep_alive = false;
+    c->read_after_write = false;
+    c->close_after_write = true;
+    if (!c->headers_sent) {
+      c->headers_sent = true;
+      return respond_error(c, ErrorCode::kInternal, "internal error");
+    }
+  } catch (...) {
+  }
+  close(c);
 }
 
 void HttpServer::read_request(const ConnPtr& c) {
   if (c->closed) return;
   c->parser.emplace();
   c->parser->body_limit(config_.max_body_bytes);
-  c->parser->header_limit(16 * 1024);
+  c->parser->header_limit(static_cast<std::uint32_t>(config_.max_header_bytes));
   c->stream.expires_after(std::chrono::seconds(config_.timeout_sec));  // slow or idle clients
   http::async_read(c->stream, c->buffer, *c->parser, [this, c](beast::error_code ec, std::size_t) {
-    if (c->closed) return;
-    if (ec == http::error::body_limit) {
-      c->keep_alive = false;
-      return respond_error(c, ErrorCode::kPromptTooLarge,
-                           "request body over the limit of " + std::to_string(config_.max_body_bytes) + " bytes");
-    }
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::connection_reset ||
-        ec == asio::error::eof) {
-      return close(c);
-    }
-    if (ec) {
-      c->keep_alive = false;
-      return respond_error(c, ErrorCode::kBadRequest, "malformed HTTP request: " + ec.message());
-    }
-    on_request(c);
+    if (!c->closed) guarded(c, [&] { on_read(c, ec); });
   });
+}
+
+void HttpServer::on_read(const ConnPtr& c, beast::error_code ec) {
+  if (ec == http::error::body_limit) {
+    c->keep_alive = false;
+    return respond_error(c, ErrorCode::kPromptTooLarge,
+                         "request body over the limit of " + std::to_string(config_.max_body_bytes) + " bytes");
+  }
+  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::connection_reset ||
+      ec == asio::error::eof) {
+    return close(c);
+  }
+  if (ec == http::error::header_limit) {
+    c->keep_alive = false;
+    metrics_.count_error(ErrorCode::kBadRequest);
+    return respond(c, 431, "application/json",
+                   openai::error_body(ErrorCode::kBadRequest, "request headers over the limit of " +
+                                                                  std::to_string(config_.max_header_bytes) + " bytes"));
+  }
+  if (ec) {
+    c->keep_alive = false;
+    return respond_error(c, ErrorCode::kBadRequest, "malformed HTTP request: " + ec.message());
+  }
+  on_request(c);
 }
 
 void HttpServer::on_request(const ConnPtr& c) {
   const auto& req = c->parser->get();
   c->keep_alive = req.keep_alive();
   c->stream.expires_never();
-  std::string target(req.target());
-  if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
-  const auto method = req.method();
-  if (target == "/health" && method == http::verb::get) {
-    if (!ready_ || shutting_down_) return respond_error(c, ErrorCode::kShuttingDown, ready_ ? "shutting down" : "loading the model");
-    return respond(c, 200, "application/json", R"({"status":"ok"})");
+  http_route::Context ctx;
+  ctx.ready = ready_;
+  ctx.shutting_down = shutting_down_;
+  ctx.model_id = model_id_;
+  ctx.chat_template = &chat_template_;
+  ctx.limits = &config_.limits;
+  ctx.default_sampling = &config_.default_sampling;
+  ctx.default_max_tokens = config_.default_max_tokens;
+  ctx.metrics = &metrics_;
+  http_route::Routed routed = http_route::route(req.method(), req.target(), req.body(), ctx);
+  if (routed.completion_endpoint) metrics_.requests_total++;
+  if (auto* reply = std::get_if<http_route::Reply>(&routed.action)) {
+    if (reply->error != ErrorCode::kOk) metrics_.count_error(reply->error);
+    return respond(c, reply->status, reply->content_type, reply->body);
   }
-  if (target == "/v1/models" && method == http::verb::get) {
-    return respond(c, 200, "application/json", openai::models(model_id_, 0));
-  }
-  if (target == "/metrics" && method == http::verb::get) {
-    return respond(c, 200, "text/plain; version=0.0.4", metrics_.to_prometheus());
-  }
-  if ((target == "/v1/completions" || target == "/v1/chat/completions") && method == http::verb::post) {
-    return start_completion(c, target == "/v1/chat/completions");
-  }
-  const bool known = target == "/health" || target == "/v1/models" || target == "/metrics" ||
-                     target == "/v1/completions" || target == "/v1/chat/completions";
-  respond(c, known ? 405 : 404, "application/json",
-          openai::error_body(ErrorCode::kBadRequest, known ? "method not allowed" : "no such endpoint: " + target));
+  start_completion(c, std::move(std::get<http_route::Completion>(routed.action)));
 }
 
-void HttpServer::start_completion(const ConnPtr& c, bool chat) {
-  if (!ready_ || shutting_down_) {
-    return respond_error(c, ErrorCode::kShuttingDown, ready_ ? "shutting down" : "loading the model");
-  }
-  metrics_.requests_total++;
-  openai::CompletionRequest r;
-  if (Status st = openai::parse_request(c->parser->get().body(), chat, config_.limits, config_.default_sampling, &r);
-      !st.ok()) {
-    metrics_.count_error(st.code());
-    return respond_error(c, st.code(), st.message());
-  }
-  Request q;
-  if (chat) {
-    if (!chat_template_) return respond_error(c, ErrorCode::kBadRequest, "chat is not available");
-    if (Status st = chat_template_(r.messages, &q.prompt); !st.ok()) {
-      metrics_.count_error(st.code());
-      return respond_error(c, st.code(), st.message());
-    }
-    q.parse_special = true;  // the template's control tokens
-  } else {
-    q.prompt = r.prompt;
-  }
+void HttpServer::start_completion(const ConnPtr& c, http_route::Completion completion) {
   if (in_flight_ >= config_.max_sessions) {
     metrics_.count_error(ErrorCode::kTooManySessions);
     metrics_.count_rejected(RejectReason::kSessionCap);
     return respond_error(c, ErrorCode::kTooManySessions, "all " + std::to_string(config_.max_sessions) + " sessions are in use");
   }
+  const bool chat = completion.api.chat;
+  Request q = std::move(completion.request);
   q.id = next_request_id_++;
   q.received_at = Clock::now();
-  q.max_tokens = r.max_tokens.value_or(config_.default_max_tokens);
-  q.strict_max_tokens = r.max_tokens.has_value();
-  q.sampling = r.sampling;
-  q.stop = r.stop;
-  q.tenant = r.user;
   c->request = q.id;
-  c->req = std::move(r);
+  c->req = std::move(completion.api);
   c->completion_id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(q.id - kFirstId);
   c->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   c->text.clear();
@@ -216,24 +239,26 @@ void HttpServer::watch_disconnect(const ConnPtr& c) {
   c->stream.async_read_some(c->buffer.prepare(4096), [this, c](beast::error_code ec, std::size_t n) {
     c->watching = false;
     if (c->closed) return;
-    if (!ec) c->buffer.commit(n);  // a pipelined request: parsed after this one
-    if (c->request == 0) {
-      // The completion has ended and its reply is written: on to the next request (this read
-      // was cancelled for it, or brought its first bytes).
-      if (c->read_after_write && (!ec || ec == asio::error::operation_aborted)) {
-        c->read_after_write = false;
-        return read_request(c);
+    guarded(c, [&] {
+      if (!ec) c->buffer.commit(n);  // a pipelined request: parsed after this one
+      if (c->request == 0) {
+        // The completion has ended and its reply is written: on to the next request (this read
+        // was cancelled for it, or brought its first bytes).
+        if (c->read_after_write && (!ec || ec == asio::error::operation_aborted)) {
+          c->read_after_write = false;
+          return read_request(c);
+        }
+        if (!ec || ec == asio::error::operation_aborted) return;
+      } else if (!ec) {
+        if (c->buffer.size() < config_.max_body_bytes) watch_disconnect(c);
+        return;
       }
-      if (!ec || ec == asio::error::operation_aborted) return;
-    } else if (!ec) {
-      if (c->buffer.size() < config_.max_body_bytes) watch_disconnect(c);
-      return;
-    }
-    if (c->request != 0) {
-      metrics_.disconnects_mid_stream_total++;
-      submit_(CancelRequest{c->request});
-    }
-    close(c);
+      if (c->request != 0) {
+        metrics_.disconnects_mid_stream_total++;
+        submit_(CancelRequest{c->request});
+      }
+      close(c);
+    });
   });
 }
 
@@ -246,7 +271,7 @@ void HttpServer::on_events(std::vector<Event>& events) {
     auto it = by_request_.find(ev.request_id);
     if (it == by_request_.end()) continue;
     const ConnPtr c = it->second;  // a copy: ending the completion erases the map's
-    on_event(c, ev);
+    guarded(c, [&] { on_event(c, ev); });
   }
 }
 
@@ -357,11 +382,13 @@ void HttpServer::send(const ConnPtr& c, std::string bytes) {
   asio::async_write(c->stream, asio::buffer(c->inflight), [this, c](beast::error_code ec, std::size_t) {
     c->writing = false;
     c->inflight.clear();
-    if (ec) {
-      if (c->request != 0) submit_(CancelRequest{c->request});
-      return close(c);
-    }
-    send(c, "");
+    guarded(c, [&] {
+      if (ec) {
+        if (c->request != 0) submit_(CancelRequest{c->request});
+        return close(c);
+      }
+      send(c, "");
+    });
   });
 }
 
@@ -372,12 +399,14 @@ void HttpServer::close(const ConnPtr& c) {
   c->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   c->stream.close();
   conns_.erase(c->id);
+  metrics_.http_connections_open = static_cast<std::int64_t>(conns_.size());
   // A completion still running keeps its by_request_ entry until its last event, so the session
   // count stays right; its writes are dropped.
 }
 
 void HttpServer::begin_shutdown() {
   shutting_down_ = true;
+  accept_loop_.stop();
   boost::system::error_code ec;
   acceptor_.close(ec);
 }

@@ -9,6 +9,9 @@
 // Per connection: read a request (within --http-timeout-sec, or the connection closes) -> serve it
 // -> keep alive unless the client said close. While a completion runs, a read stays armed so a
 // client that goes away cancels its request at the next token.
+// Caps: --max-connections open connections (more are closed as they arrive, counted), a request's
+// header and body size, unsent reply bytes (a slow reader is dropped). Accepting pauses and backs
+// off when descriptors run out (net/accept_loop.h) and never ends while the server runs.
 // Request ids start at kFirstId, so an EventRouter can tell them from the Unix socket's.
 #pragma once
 
@@ -23,7 +26,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "http/http_router.h"
 #include "http/openai.h"
+#include "net/accept_loop.h"
 #include "metrics/server_metrics.h"
 #include "sched/compute_thread.h"
 #include "sched/request.h"
@@ -35,7 +40,9 @@ struct HttpConfig {
   std::uint16_t port = 8080;                  // 0: any free port (see port())
   std::size_t max_body_bytes = 1 << 20;
   std::int32_t timeout_sec = 30;              // to receive a whole request; idle keep-alive too
+  std::size_t max_header_bytes = 16 * 1024;
   std::int32_t max_sessions = 16;             // completions in flight
+  std::int32_t max_connections = 256;         // open HTTP connections; more are closed at once
   std::size_t max_tx_bytes = 1 << 20;         // unsent reply bytes before a slow reader is dropped
   openai::Limits limits;
   SamplingParams default_sampling;
@@ -46,8 +53,7 @@ class HttpServer final : public EventSink {
  public:
   static constexpr RequestId kFirstId = RequestId{1} << 62;
   using Submit = std::function<void(WorkItem)>;
-  // Renders chat messages (role, content) to a prompt with the model's or the configured template.
-  using ChatTemplate = std::function<Status(const std::vector<openai::ChatMessage>&, std::string*)>;
+  using ChatTemplate = http_route::ChatTemplate;
 
   HttpServer(boost::asio::io_context& io, HttpConfig config, ServerMetrics& metrics, Submit submit);
   ~HttpServer() override;
@@ -65,10 +71,17 @@ class HttpServer final : public EventSink {
   struct Conn;
   using ConnPtr = std::shared_ptr<Conn>;
 
-  void accept_next();
+  void on_accept(boost::asio::ip::tcp::socket socket);
   void read_request(const ConnPtr& c);
+  void on_read(const ConnPtr& c, boost::system::error_code ec);
   void on_request(const ConnPtr& c);
-  void start_completion(const ConnPtr& c, bool chat);
+  void start_completion(const ConnPtr& c, http_route::Completion completion);
+  // The exception boundary: runs `f` for connection `c`; whatever escapes it becomes a 500 (or
+  // the end of a stream already begun), the connection closes, `internal` is counted, and the
+  // server serves on.
+  template <typename F>
+  void guarded(const ConnPtr& c, F&& f);
+  void fail_internal(const ConnPtr& c, const char* what);
   void watch_disconnect(const ConnPtr& c);
   void on_events(std::vector<Event>& events);
   void on_event(const ConnPtr& c, Event& ev);
@@ -84,6 +97,7 @@ class HttpServer final : public EventSink {
   ServerMetrics& metrics_;
   Submit submit_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
   std::unordered_map<std::uint64_t, ConnPtr> conns_;
   std::unordered_map<RequestId, ConnPtr> by_request_;
   std::uint64_t next_conn_id_ = 1;

@@ -4,6 +4,8 @@
 
 #include <limits>
 
+#include "common/json_text.h"
+
 namespace uma::openai {
 namespace {
 
@@ -34,10 +36,13 @@ Status text_content(const json& m, std::string* out) {
   }
   if (!it->is_array()) return bad("messages[].content", "must be a string or an array of text parts");
   for (const json& part : *it) {  // [{"type":"text","text":"..."}]
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+    // Every read type-checked: a client's JSON must never reach a throwing accessor.
+    const auto type = part.is_object() ? part.find("type") : part.end();
+    const auto text = part.is_object() ? part.find("text") : part.end();
+    if (type == part.end() || !type->is_string() || *type != "text" || text == part.end() || !text->is_string()) {
       return bad("messages[].content", "supports text parts only");
     }
-    *out += part["text"].get<std::string>();
+    *out += text->get_ref<const std::string&>();
   }
   return Status::Ok();
 }
@@ -57,8 +62,9 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     auto it = j.find("messages");
     if (it == j.end() || !it->is_array() || it->empty()) return bad("messages", "must be a non-empty array");
     for (const json& m : *it) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return bad("messages[].role", "must be a string");
-      ChatMessage msg{m["role"].get<std::string>(), {}};
+      const auto role = m.is_object() ? m.find("role") : m.end();
+      if (role == m.end() || !role->is_string()) return bad("messages[].role", "must be a string");
+      ChatMessage msg{role->get<std::string>(), {}};
       if (Status st = text_content(m, &msg.content); !st.ok()) return st;
       bytes += msg.content.size();
       r->messages.push_back(std::move(msg));
@@ -120,8 +126,12 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     if (!it->is_boolean()) return bad("stream", "must be a boolean");
     r->stream = it->get<bool>();
   }
-  if (auto it = j.find("stream_options"); it != j.end() && it->is_object()) {
-    r->include_usage = it->value("include_usage", false);
+  if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return bad("stream_options", "must be an object");
+    if (auto u = it->find("include_usage"); u != it->end() && !u->is_null()) {
+      if (!u->is_boolean()) return bad("stream_options.include_usage", "must be a boolean");
+      r->include_usage = u->get<bool>();
+    }
   }
   if (auto it = j.find("user"); it != j.end() && it->is_string()) r->user = it->get<std::string>();
   return Status::Ok();
@@ -161,14 +171,14 @@ std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t 
   }
   c["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(finish_reason);
   j["choices"] = ojson::array({c});
-  return j.dump();
+  return to_json_text(j);
 }
 
 std::string usage_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const Usage& u) {
   ojson j = envelope(r, id, created, r.chat ? "chat.completion.chunk" : "text_completion");
   j["choices"] = ojson::array();
   j["usage"] = usage_json(u);
-  return j.dump();
+  return to_json_text(j);
 }
 
 std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
@@ -185,12 +195,12 @@ std::string response(const CompletionRequest& r, std::string_view id, std::int64
   c["finish_reason"] = finish_reason;
   j["choices"] = ojson::array({c});
   j["usage"] = usage_json(u);
-  return j.dump();
+  return to_json_text(j);
 }
 
 std::string models(std::string_view model_id, std::int64_t created) {
   ojson m = {{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "umad"}};
-  return ojson{{"object", "list"}, {"data", ojson::array({m})}}.dump();
+  return to_json_text(ojson{{"object", "list"}, {"data", ojson::array({m})}});
 }
 
 unsigned http_status(ErrorCode code) {
@@ -220,7 +230,7 @@ std::string error_body(ErrorCode code, std::string_view message) {
                      : status == 503                ? "service_unavailable"
                                                     : "server_error";
   ojson e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", error_code_name(code)}};
-  return ojson{{"error", e}}.dump();
+  return to_json_text(ojson{{"error", e}});
 }
 
 }  // namespace uma::openai

@@ -95,5 +95,35 @@ TEST(OpenAi, ErrorsMapToOneHttpStatusEach) {
   EXPECT_EQ(e["error"]["message"], "busy");
 }
 
+// Issue 11: these four inputs once threw out of the parser or the encoder and aborted umad.
+TEST(OpenAi, WrongTypesInNestedFieldsAreBadRequestsNotExceptions) {
+  CompletionRequest r;
+  Status st = parse(R"({"prompt":"x","stream":true,"stream_options":{"include_usage":1}})", false, &r);
+  EXPECT_EQ(st.code(), ErrorCode::kBadRequest);
+  EXPECT_NE(st.message().find("stream_options.include_usage"), std::string::npos) << st.message();
+  EXPECT_EQ(parse(R"({"prompt":"x","stream_options":{"include_usage":"yes"}})", false, &r).code(), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse(R"({"prompt":"x","stream_options":7})", false, &r).code(), ErrorCode::kBadRequest);
+  EXPECT_TRUE(parse(R"({"prompt":"x","stream_options":null})", false, &r).ok());
+  for (const char* part : {R"({"type":1,"text":"a"})", R"({"type":"text","text":1})", R"({"type":"text"})",
+                           R"({"type":null,"text":"a"})", R"("text")", "[]"}) {
+    const std::string body = std::string(R"({"messages":[{"role":"user","content":[)") + part + "]}]}";
+    CompletionRequest c;
+    EXPECT_EQ(parse(body, true, &c).code(), ErrorCode::kBadRequest) << body;
+  }
+  EXPECT_EQ(parse(R"({"messages":[{"role":1,"content":"a"}]})", true, &r).code(), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse(R"({"messages":["user"]})", true, &r).code(), ErrorCode::kBadRequest);
+}
+
+TEST(OpenAi, WhatWeEmitIsValidJsonWhateverBytesItCarries) {
+  const std::string bad = "no such endpoint: /\xff\xfe\xc3";
+  const json e = json::parse(error_body(ErrorCode::kBadRequest, bad));  // throws if invalid
+  EXPECT_EQ(e["error"]["message"], "no such endpoint: /\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+  CompletionRequest r;
+  r.model = "m\xff";
+  EXPECT_NO_THROW(json::parse(chunk(r, "id", 0, "\xe2\x82", "", true)));
+  EXPECT_NO_THROW(json::parse(response(r, "id", 0, "\x80", "stop", Usage{})));
+  EXPECT_NO_THROW(json::parse(models("model\xfe.gguf", 0)));
+}
+
 }  // namespace
 }  // namespace uma::openai

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/json_text.h"
 #include "ipc/wire.h"
 
 namespace uma {
@@ -29,7 +30,7 @@ Status get_number(const json& obj, std::string_view key, double lo, double hi, f
   if (!v->is_number()) return bad(key, "must be a number");
   const double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi) {
-    return bad(key, "must be between " + json(lo).dump() + " and " + json(hi).dump());
+    return bad(key, "must be between " + to_json_text(json(lo)) + " and " + to_json_text(json(hi)));
   }
   *out = static_cast<float>(d);
   return Status::Ok();
@@ -118,7 +119,7 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
       }
       r->tenant = tenant->get<std::string>();
     }
-    r->metadata_json = meta->dump();
+    r->metadata_json = to_json_text(*meta);
   }
   return Status::Ok();
 }
@@ -163,38 +164,54 @@ Status parse_client_message(std::string_view payload, const RequestLimits& limit
   return Status::Ok();
 }
 
+namespace {
+
+// Reads of a server event, type-checked: a field of the wrong type reads as absent.
+std::string str_or(const json& obj, std::string_view key, std::string fallback = {}) {
+  const json* v = obj.is_object() ? find(obj, key) : nullptr;
+  return v != nullptr && v->is_string() ? v->get<std::string>() : fallback;
+}
+
+template <typename T>
+T num_or(const json& obj, std::string_view key, T fallback) {
+  const json* v = obj.is_object() ? find(obj, key) : nullptr;
+  return v != nullptr && v->is_number() ? v->get<T>() : fallback;
+}
+
+}  // namespace
+
 Status parse_event(std::string_view payload, WireEvent* e) {
   const json j = json::parse(payload, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status(ErrorCode::kInvalidJson, "event is not a JSON object");
   *e = WireEvent{};
   e->raw.assign(payload);
-  const std::string ev = j.value(std::string(wire::kEvent), std::string());
-  e->id = j.contains("id") && j["id"].is_string() ? j["id"].get<std::string>() : "";
+  const std::string ev = str_or(j, wire::kEvent);
+  e->id = str_or(j, wire::kId);
   if (ev == wire::kEventToken) {
     e->kind = WireEvent::Kind::kToken;
-    e->text = j.value("text", std::string());
-    e->token_id = j.value("token_id", -1);
+    e->text = str_or(j, "text");
+    e->token_id = num_or<std::int32_t>(j, "token_id", -1);
   } else if (ev == wire::kEventEos) {
     e->kind = WireEvent::Kind::kEos;
-    e->reason = j.value("reason", std::string());
-    e->text = j.value("text", std::string());
-    if (j.contains("usage") && j["usage"].is_object()) {
-      e->prompt_tokens = j["usage"].value("prompt_tokens", 0);
-      e->completion_tokens = j["usage"].value("completion_tokens", 0);
+    e->reason = str_or(j, "reason");
+    e->text = str_or(j, "text");
+    if (const json* usage = find(j, "usage")) {
+      e->prompt_tokens = num_or<std::int32_t>(*usage, "prompt_tokens", 0);
+      e->completion_tokens = num_or<std::int32_t>(*usage, "completion_tokens", 0);
     }
-    if (j.contains("timings") && j["timings"].is_object()) {
-      e->queue_ms = j["timings"].value("queue_ms", 0.0);
-      e->ttft_ms = j["timings"].value("ttft_ms", -1.0);
-      e->total_ms = j["timings"].value("total_ms", 0.0);
+    if (const json* t = find(j, "timings")) {
+      e->queue_ms = num_or<double>(*t, "queue_ms", 0.0);
+      e->ttft_ms = num_or<double>(*t, "ttft_ms", -1.0);
+      e->total_ms = num_or<double>(*t, "total_ms", 0.0);
     }
-    if (j.contains("metadata")) e->metadata_json = j["metadata"].dump();
+    if (const json* meta = find(j, "metadata")) e->metadata_json = to_json_text(*meta);
   } else if (ev == wire::kEventError) {
     e->kind = WireEvent::Kind::kError;
-    e->code = j.value("code", std::string());
-    e->message = j.value("message", std::string());
+    e->code = str_or(j, "code");
+    e->message = str_or(j, "message");
   } else if (ev == wire::kEventMetrics) {
     e->kind = WireEvent::Kind::kMetrics;
-    e->text = j.value("text", std::string());
+    e->text = str_or(j, "text");
   }
   return Status::Ok();
 }
@@ -226,21 +243,21 @@ std::string encode_request(const WireRequest& r) {
   if (r.background) j["priority"] = wire::kPriorityBackground;
   if (!r.metadata_json.empty()) j["metadata"] = ojson::parse(r.metadata_json, nullptr, false);
   if (!r.tenant.empty()) j["metadata"]["tenant"] = r.tenant;
-  return j.dump();
+  return to_json_text(j);
 }
 
 std::string encode_cancel(std::string_view id) {
-  return ojson{{"event", wire::kEventCancel}, {"id", id}}.dump();
+  return to_json_text(ojson{{"event", wire::kEventCancel}, {"id", id}});
 }
 
 std::string encode_metrics_request(bool prometheus) {
   ojson j{{"type", wire::kTypeMetrics}};
   if (prometheus) j["format"] = "prometheus";
-  return j.dump();
+  return to_json_text(j);
 }
 
 std::string encode_metrics_text_event(std::string_view text) {
-  return ojson{{"event", wire::kEventMetrics}, {"format", "prometheus"}, {"text", text}}.dump();
+  return to_json_text(ojson{{"event", wire::kEventMetrics}, {"format", "prometheus"}, {"text", text}});
 }
 
 std::string encode_token_event(std::string_view id, std::string_view text, std::int32_t token_id) {
@@ -249,7 +266,7 @@ std::string encode_token_event(std::string_view id, std::string_view text, std::
   j["event"] = wire::kEventToken;
   j["text"] = text;
   j["token_id"] = token_id;
-  return j.dump();
+  return to_json_text(j);
 }
 
 std::string encode_eos_event(std::string_view id, const EosFields& f) {
@@ -261,7 +278,7 @@ std::string encode_eos_event(std::string_view id, const EosFields& f) {
   j["usage"] = {{"prompt_tokens", f.prompt_tokens}, {"completion_tokens", f.completion_tokens}};
   j["timings"] = {{"queue_ms", f.queue_ms}, {"ttft_ms", f.ttft_ms}, {"total_ms", f.total_ms}};
   if (!f.metadata_json.empty()) j["metadata"] = ojson::parse(f.metadata_json, nullptr, false);
-  return j.dump();
+  return to_json_text(j);
 }
 
 std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message) {
@@ -270,7 +287,7 @@ std::string encode_error_event(std::string_view id, ErrorCode code, std::string_
   j["event"] = wire::kEventError;
   j["code"] = wire::error_code(code);
   j["message"] = message;
-  return j.dump();
+  return to_json_text(j);
 }
 
 std::string encode_metrics_event(std::string_view snapshot_json) {
@@ -280,7 +297,7 @@ std::string encode_metrics_event(std::string_view snapshot_json) {
   if (snap.is_object()) {
     for (auto& [k, v] : snap.items()) j[k] = v;
   }
-  return j.dump();
+  return to_json_text(j);
 }
 
 namespace wire {

@@ -39,6 +39,8 @@ struct UdsServer::Conn {
 
 UdsServer::UdsServer(asio::io_context& io, ServerConfig config, ServerMetrics& metrics, Submit submit)
     : io_(io), config_(std::move(config)), metrics_(metrics), submit_(std::move(submit)), acceptor_(io),
+      accept_loop_(io, acceptor_, "unix socket", [this](stream_protocol::socket s) { on_accept(std::move(s)); },
+                   &metrics.accept_pauses_total),
       sweep_timer_(io), shutdown_timer_(io) {}
 
 UdsServer::~UdsServer() {
@@ -62,30 +64,55 @@ Status UdsServer::listen() {
 }
 
 void UdsServer::start() {
-  accept_next();
+  accept_loop_.start();
   sweep_idle();
 }
 
-void UdsServer::accept_next() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec, stream_protocol::socket socket) {
-    if (ec) {
-      if (ec == asio::error::operation_aborted || shutting_down_) return;
-      spdlog::warn("accept failed: {}", ec.message());
-    } else if (static_cast<std::int32_t>(conns_.size()) >= config_.max_connections) {
-      metrics_.connections_rejected_total++;
-      boost::system::error_code ignored;
-      socket.close(ignored);
-    } else {
-      auto c = std::make_shared<Conn>(io_, next_conn_id_++, make_protocol(config_.protocol, config_.limits));
-      c->socket = std::move(socket);
-      conns_.emplace(c->id, c);
-      metrics_.connections_accepted_total++;
-      metrics_.connections_open = static_cast<std::int64_t>(conns_.size());
-      spdlog::debug("conn {}: accepted", c->id);
-      arm_read(c);
+void UdsServer::on_accept(stream_protocol::socket socket) {
+  if (shutting_down_) return;
+  if (static_cast<std::int32_t>(conns_.size()) >= config_.max_connections) {
+    metrics_.connections_rejected_total++;
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
+  auto c = std::make_shared<Conn>(io_, next_conn_id_++, make_protocol(config_.protocol, config_.limits));
+  c->socket = std::move(socket);
+  conns_.emplace(c->id, c);
+  metrics_.connections_accepted_total++;
+  metrics_.connections_open = static_cast<std::int64_t>(conns_.size());
+  spdlog::debug("conn {}: accepted", c->id);
+  arm_read(c);
+}
+
+template <typename F>
+void UdsServer::guarded(const ConnPtr& c, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    fail_internal(c, e.what());
+  } catch (...) {
+    fail_internal(c, "unknown exception");
+  }
+}
+
+void UdsServer::fail_internal(const ConnPtr& c, const char* what) {
+  metrics_.count_error(ErrorCode::kInternal);
+  spdlog::error("conn {}: internal error, connection closed: {}", c->id, what);
+  if (c->state == ConnState::kClosed) return;
+  try {
+    if (c->request != 0) {  // nothing more of it is sent: cancel it now, not when the socket closes
+      submit_(CancelRequest{c->request});
+      by_request_.erase(c->request);
+      c->request = 0;
     }
-    if (!shutting_down_) accept_next();
-  });
+    std::string out;
+    c->proto->encode_error(&c->reply, c->reply.client_id, ErrorCode::kInternal, "internal error", out);
+    send(c, out);
+    close_when_flushed(c);  // cancels a request in flight when it closes
+  } catch (...) {
+    close(c, "internal error");
+  }
 }
 
 void UdsServer::arm_read(const ConnPtr& c) {
@@ -97,7 +124,7 @@ void UdsServer::arm_read(const ConnPtr& c) {
   c->reading = true;
   c->socket.async_read_some(asio::buffer(c->rbuf), [this, c](const boost::system::error_code& ec, std::size_t n) {
     c->reading = false;
-    on_read(c, ec, n);
+    guarded(c, [&] { on_read(c, ec, n); });
   });
 }
 
@@ -278,23 +305,27 @@ void UdsServer::on_events(std::vector<Event>& events) {
     if (it == by_request_.end()) continue;  // its connection is gone: nobody is waiting
     ConnPtr c = it->second;
     out.clear();
-    switch (ev.kind) {
-      case Event::Kind::kToken:
-        c->proto->encode_token(c->reply, ev, out);
-        send(c, out);
-        break;
-      case Event::Kind::kDone:
-        c->proto->encode_done(c->reply, ev, out);
-        send(c, out);
-        finish_reply(c);
-        break;
-      case Event::Kind::kError:
-        metrics_.count_error(ev.error.code());
-        c->proto->encode_error(&c->reply, c->reply.client_id, ev.error.code(), ev.error.message(), out);
-        send(c, out);
-        finish_reply(c);
-        break;
-    }
+    guarded(c, [&] { on_event(c, ev, out); });
+  }
+}
+
+void UdsServer::on_event(const ConnPtr& c, Event& ev, std::string& out) {
+  switch (ev.kind) {
+    case Event::Kind::kToken:
+      c->proto->encode_token(c->reply, ev, out);
+      send(c, out);
+      break;
+    case Event::Kind::kDone:
+      c->proto->encode_done(c->reply, ev, out);
+      send(c, out);
+      finish_reply(c);
+      break;
+    case Event::Kind::kError:
+      metrics_.count_error(ev.error.code());
+      c->proto->encode_error(&c->reply, c->reply.client_id, ev.error.code(), ev.error.message(), out);
+      send(c, out);
+      finish_reply(c);
+      break;
   }
 }
 
@@ -322,6 +353,7 @@ void UdsServer::sweep_idle() {
 void UdsServer::begin_shutdown() {
   if (shutting_down_) return;
   shutting_down_ = true;
+  accept_loop_.stop();
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   sweep_timer_.cancel();

@@ -10,6 +10,9 @@
 // Per connection (states: idle -> busy -> idle ... -> closing -> closed):
 // - reads are always armed (so a disconnect is seen at once) unless parsed-but-unserved input
 //   exceeds the cap; writes are armed only while TX bytes are pending;
+// - at most max_connections are open (more are closed as they arrive, counted); accepting pauses
+//   and backs off when descriptors run out (net/accept_loop.h) and never ends while serving;
+// - whatever a handler throws ends that connection with E_INTERNAL, never the daemon;
 // - TX pending is capped (max_tx_bytes): a reader too slow to keep up is dropped and counted;
 // - a connection takes one of max_sessions session slots with its first request and keeps it
 //   until it closes; a metrics request needs no slot;
@@ -31,6 +34,7 @@
 #include "common/status.h"
 #include "ipc/protocol.h"
 #include "metrics/server_metrics.h"
+#include "net/accept_loop.h"
 #include "sched/compute_thread.h"
 #include "sched/request.h"
 
@@ -68,7 +72,14 @@ class UdsServer final : public EventSink {
   struct Conn;
   using ConnPtr = std::shared_ptr<Conn>;
 
-  void accept_next();
+  void on_accept(boost::asio::local::stream_protocol::socket socket);
+  // The exception boundary: whatever escapes `f` becomes an E_INTERNAL error to that connection's
+  // client, which is then closed (its request cancelled); `internal` is counted; the server
+  // serves on.
+  template <typename F>
+  void guarded(const ConnPtr& c, F&& f);
+  void fail_internal(const ConnPtr& c, const char* what);
+  void on_event(const ConnPtr& c, Event& ev, std::string& out);
   void arm_read(const ConnPtr& c);
   void on_read(const ConnPtr& c, const boost::system::error_code& ec, std::size_t n);
   void serve_input(const ConnPtr& c);
@@ -89,6 +100,7 @@ class UdsServer final : public EventSink {
   ServerMetrics& metrics_;
   Submit submit_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
+  AcceptLoop<boost::asio::local::stream_protocol::acceptor> accept_loop_;
   boost::asio::steady_timer sweep_timer_;
   boost::asio::steady_timer shutdown_timer_;
   std::unordered_map<std::uint64_t, ConnPtr> conns_;

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "common/json_text.h"
+
 namespace uma {
 
 std::string_view reject_reason_name(RejectReason r) {
@@ -72,6 +74,9 @@ std::string ServerMetrics::to_json() const {
   j["sessions_open"] = sessions_open.load();
   j["connections_accepted_total"] = connections_accepted_total.load();
   j["connections_rejected_total"] = connections_rejected_total.load();
+  j["http_connections_open"] = http_connections_open.load();
+  j["http_connections_rejected_total"] = http_connections_rejected_total.load();
+  j["accept_pauses_total"] = accept_pauses_total.load();
   j["tx_drops_total"] = tx_drops_total.load();
   j["disconnects_mid_stream_total"] = disconnects_mid_stream_total.load();
   j["idle_timeouts_total"] = idle_timeouts_total.load();
@@ -103,7 +108,7 @@ std::string ServerMetrics::to_json() const {
                       {"tbt_ms_max", s.tbt_ms_max}});
     }
   }
-  return j.dump();
+  return to_json_text(j);
 }
 
 namespace {
@@ -201,7 +206,14 @@ std::string ServerMetrics::to_prometheus() const {
   prom_value(out, "uma:kv_cache_tokens_used", "gauge", "Tokens held in the KV cache.", kv_tokens_used.load());
   prom_value(out, "uma:kv_cache_cells_total", "gauge", "KV cells (n_ctx).", kv_cells_total.load());
   prom_value(out, "uma:kv_cache_cells_reserved", "gauge", "KV cells promised to running requests.", kv_cells_reserved.load());
-  prom_value(out, "uma:connections_open", "gauge", "Open client connections.", connections_open.load());
+  prom_value(out, "uma:connections_open", "gauge", "Open client connections (Unix socket).", connections_open.load());
+  prom_value(out, "uma:http_connections_open", "gauge", "Open HTTP connections.", http_connections_open.load());
+  prom_value(out, "uma:connections_rejected_total", "counter", "Connections closed at once: over --max-connections (Unix socket).",
+             connections_rejected_total.load());
+  prom_value(out, "uma:http_connections_rejected_total", "counter", "HTTP connections closed at once: over --max-connections.",
+             http_connections_rejected_total.load());
+  prom_value(out, "uma:accept_pauses_total", "counter", "Times accepting paused (out of descriptors or memory) and backed off.",
+             accept_pauses_total.load());
   prom_header(out, "uma:errors_total", "counter", "Errors by kind.");
   for (std::size_t i = 1; i < kErrorKinds; ++i) {
     prom_sample(out, "uma:errors_total", "kind", error_code_name(static_cast<ErrorCode>(i)), errors_[i].load());

@@ -87,12 +87,15 @@ class ServerMetrics {
 
   // Written by the I/O thread.
   std::atomic<std::uint64_t> connections_accepted_total{0};
-  std::atomic<std::uint64_t> connections_rejected_total{0};  // over the connection cap
+  std::atomic<std::uint64_t> connections_rejected_total{0};  // over the connection cap (Unix socket)
+  std::atomic<std::uint64_t> http_connections_rejected_total{0};
+  std::atomic<std::uint64_t> accept_pauses_total{0};         // accept backed off: out of fds or memory
   std::atomic<std::uint64_t> requests_total{0};
   std::atomic<std::uint64_t> tx_drops_total{0};              // reader too slow: dropped
   std::atomic<std::uint64_t> disconnects_mid_stream_total{0};
   std::atomic<std::uint64_t> idle_timeouts_total{0};
-  std::atomic<std::int64_t> connections_open{0};
+  std::atomic<std::int64_t> connections_open{0};            // Unix socket
+  std::atomic<std::int64_t> http_connections_open{0};
   std::atomic<std::int64_t> sessions_open{0};                // connections holding a session slot
 
   // Distributions (observed by the compute thread; milliseconds or tokens).

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,9 +21,13 @@
 namespace uma::test {
 namespace {
 
-pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path) {
+pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path, int max_open_files) {
   const pid_t pid = ::fork();
   if (pid == 0) {
+    if (max_open_files > 0) {
+      const rlimit lim{static_cast<rlim_t>(max_open_files), static_cast<rlim_t>(max_open_files)};
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+    }
     const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
@@ -65,7 +70,7 @@ std::string temp_dir() {
   return dir;
 }
 
-Daemon::Daemon(std::vector<std::string> args, const std::string& model) {
+Daemon::Daemon(std::vector<std::string> args, const std::string& model, int max_open_files) {
   static std::atomic<int> counter{0};
   const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(counter++);
   socket_ = temp_dir() + "/umad-" + tag + ".sock";
@@ -76,7 +81,7 @@ Daemon::Daemon(std::vector<std::string> args, const std::string& model) {
   if (std::find(args.begin(), args.end(), "--protocol") == args.end()) args.insert(args.begin(), {"--protocol", "newline"});
   json_ = std::find(args.begin(), args.end(), "json") != args.end();
   argv.insert(argv.end(), args.begin(), args.end());
-  pid_ = spawn(argv, log_path_);
+  pid_ = spawn(argv, log_path_, max_open_files);
   const auto deadline = TestClock::now() + std::chrono::seconds(60);
   while (TestClock::now() < deadline) {
     int status = 0;
@@ -125,7 +130,7 @@ std::string Daemon::log() const { return slurp(log_path_); }
 
 int run_command(const std::vector<std::string>& argv, std::string* output, int timeout_sec) {
   const std::string out = temp_dir() + "/cmd-" + std::to_string(::getpid()) + ".out";
-  const pid_t pid = spawn(argv, out);
+  const pid_t pid = spawn(argv, out, 0);
   int rc = wait_exit(pid, std::chrono::seconds(timeout_sec));
   if (rc == -2) {
     ::kill(pid, SIGKILL);

@@ -20,7 +20,8 @@ std::string temp_dir();                            // unique per process, create
 class Daemon {
  public:
   // Starts umad with --socket <tmp> --threads 2 plus `args`; waits until the socket accepts.
-  explicit Daemon(std::vector<std::string> args, const std::string& model = "oracle.gguf");
+  // max_open_files > 0: the daemon runs under that RLIMIT_NOFILE.
+  explicit Daemon(std::vector<std::string> args, const std::string& model = "oracle.gguf", int max_open_files = 0);
   ~Daemon();  // SIGKILL if still running
   const std::string& socket() const { return socket_; }
   pid_t pid() const { return pid_; }

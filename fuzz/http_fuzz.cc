@@ -1,0 +1,109 @@
+// libFuzzer target: everything an HTTP client controls. Raw bytes go through Boost.Beast's request
+// parser with the server's limits (the first input byte picks how the rest is split into reads, so
+// partial request lines, headers and bodies and several pipelined requests per read are explored),
+// then routing (http/http_router.h), openai::parse_request and chat rendering (a fake renderer),
+// then the encoding of whatever the answer is. Nothing may throw, crash or trip a sanitizer, and
+// every JSON body we would send must parse as JSON whatever bytes the request held.
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "http/http_router.h"
+#include "http/http_server.h"
+
+namespace {
+
+namespace http = boost::beast::http;
+using Parser = http::request_parser<http::string_body>;
+
+void must_be_json(const std::string& text) {
+  if (nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false).is_discarded()) std::abort();
+}
+
+// Encodes every answer a completion can produce, with text that is not valid UTF-8 on purpose.
+void encode_completion(const uma::openai::CompletionRequest& api) {
+  const std::string text = "tok\xe2\x82";
+  must_be_json(uma::openai::chunk(api, "cmpl-1", 1, text, "", true));
+  must_be_json(uma::openai::chunk(api, "cmpl-1", 1, "", "stop", false));
+  must_be_json(uma::openai::usage_chunk(api, "cmpl-1", 1, {3, 4}));
+  must_be_json(uma::openai::response(api, "cmpl-1", 1, text, "length", {3, 4}));
+}
+
+struct Harness {
+  uma::HttpConfig config;
+  uma::ServerMetrics metrics;
+  uma::http_route::ChatTemplate chat = [](const std::vector<uma::openai::ChatMessage>& msgs, std::string* out) {
+    for (const auto& m : msgs) {
+      if (m.role == "tool") return uma::Status(uma::ErrorCode::kBadRequest, "unsupported role " + m.role);
+      *out += "<|" + m.role + "|>" + m.content;
+    }
+    return uma::Status::Ok();
+  };
+  Harness() {
+    config.limits.max_prompt_bytes = 4096;
+    config.max_body_bytes = 16 * 1024;
+  }
+  void serve(const Parser::value_type& req, bool ready) {
+    uma::http_route::Context ctx;
+    ctx.ready = ready;
+    ctx.model_id = "m.gguf";
+    ctx.chat_template = &chat;
+    ctx.limits = &config.limits;
+    ctx.default_sampling = &config.default_sampling;
+    ctx.default_max_tokens = config.default_max_tokens;
+    ctx.metrics = &metrics;
+    const uma::http_route::Routed r = uma::http_route::route(req.method(), req.target(), req.body(), ctx);
+    if (const auto* reply = std::get_if<uma::http_route::Reply>(&r.action)) {
+      if (reply->content_type == "application/json") must_be_json(reply->body);
+      if (reply->status < 200 || reply->status > 599) std::abort();
+      return;
+    }
+    const auto& c = std::get<uma::http_route::Completion>(r.action);
+    if (c.request.prompt.empty() || c.request.max_tokens < 1) std::abort();
+    encode_completion(c.api);
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 2) return 0;
+  static Harness h;
+  const std::size_t step = std::size_t(data[0]) + 1;
+  const bool ready = (data[1] & 1) == 0;
+  std::string_view rest(reinterpret_cast<const char*>(data + 2), size - 2);
+  std::string buffered;  // received, not yet consumed by the parser (the server's flat_buffer)
+  std::optional<Parser> parser;
+  const auto fresh = [&] {
+    parser.emplace();
+    parser->body_limit(h.config.max_body_bytes);
+    parser->header_limit(static_cast<std::uint32_t>(h.config.max_header_bytes));
+  };
+  fresh();
+  while (!rest.empty()) {
+    const std::size_t n = rest.size() < step ? rest.size() : step;
+    buffered.append(rest.substr(0, n));
+    rest.remove_prefix(n);
+    for (;;) {
+      boost::beast::error_code ec;
+      const std::size_t used = parser->put(boost::asio::buffer(buffered.data(), buffered.size()), ec);
+      buffered.erase(0, used);
+      if (ec == http::error::need_more) break;
+      if (ec) return 0;  // the server answers 400 / 413 / 431 and closes
+      if (parser->is_done()) {
+        h.serve(parser->get(), ready);
+        if (!parser->get().keep_alive()) return 0;
+        fresh();  // keep-alive: the next pipelined request
+        continue;
+      }
+      if (used == 0) break;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,68 @@
+#include "http/http_router.h"
+
+namespace uma::http_route {
+
+namespace http = boost::beast::http;
+
+Reply error_reply(ErrorCode code, std::string_view message) {
+  return Reply{openai::http_status(code), "application/json", openai::error_body(code, message), code};
+}
+
+namespace {
+
+Reply not_ready(const Context& ctx) {
+  Reply r = error_reply(ErrorCode::kShuttingDown, ctx.ready ? "shutting down" : "loading the model");
+  r.error = ErrorCode::kOk;  // a state, not a client's error
+  return r;
+}
+
+std::variant<Reply, Completion> completion(bool chat, std::string_view body, const Context& ctx) {
+  if (!ctx.ready || ctx.shutting_down) return not_ready(ctx);
+  Completion c;
+  if (Status st = openai::parse_request(body, chat, *ctx.limits, *ctx.default_sampling, &c.api); !st.ok()) {
+    return error_reply(st.code(), st.message());
+  }
+  Request& q = c.request;
+  if (chat) {
+    if (ctx.chat_template == nullptr || !*ctx.chat_template) {
+      Reply r = error_reply(ErrorCode::kBadRequest, "chat is not available");
+      r.error = ErrorCode::kOk;
+      return r;
+    }
+    if (Status st = (*ctx.chat_template)(c.api.messages, &q.prompt); !st.ok()) return error_reply(st.code(), st.message());
+    q.parse_special = true;  // the template's control tokens
+  } else {
+    q.prompt = c.api.prompt;
+  }
+  q.max_tokens = c.api.max_tokens.value_or(ctx.default_max_tokens);
+  q.strict_max_tokens = c.api.max_tokens.has_value();
+  q.sampling = c.api.sampling;
+  q.stop = c.api.stop;
+  q.tenant = c.api.user;
+  return c;
+}
+
+}  // namespace
+
+Routed route(http::verb method, std::string_view target, std::string_view body, const Context& ctx) {
+  if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
+  const bool get = method == http::verb::get;
+  if (target == "/health" && get) {
+    if (!ctx.ready || ctx.shutting_down) return {false, not_ready(ctx)};
+    return {false, Reply{200, "application/json", R"({"status":"ok"})", ErrorCode::kOk}};
+  }
+  if (target == "/v1/models" && get) return {false, Reply{200, "application/json", openai::models(ctx.model_id, 0)}};
+  if (target == "/metrics" && get) {
+    return {false, Reply{200, "text/plain; version=0.0.4", ctx.metrics != nullptr ? ctx.metrics->to_prometheus() : ""}};
+  }
+  const bool chat = target == "/v1/chat/completions";
+  if ((chat || target == "/v1/completions") && method == http::verb::post) return {true, completion(chat, body, ctx)};
+  const bool known = chat || target == "/health" || target == "/v1/completions" || target == "/v1/models" || target == "/metrics";
+  Reply r = known ? error_reply(ErrorCode::kBadRequest, "method not allowed")
+                  : error_reply(ErrorCode::kBadRequest, "no such endpoint: " + std::string(target));
+  r.status = known ? 405 : 404;
+  r.error = ErrorCode::kOk;
+  return {false, std::move(r)};
+}
+
+}  // namespace uma::http_route

@@ -1,0 +1,86 @@
+#include "http/http_router.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace uma::http_route {
+namespace {
+
+namespace http = boost::beast::http;
+using json = nlohmann::json;
+
+struct Fixture {
+  openai::Limits limits{1000, 512};
+  SamplingParams sampling;
+  ServerMetrics metrics;
+  ChatTemplate chat = [](const std::vector<openai::ChatMessage>& m, std::string* out) {
+    for (const auto& x : m) *out += "<" + x.role + ">" + x.content;
+    return Status::Ok();
+  };
+  Context ctx() {
+    Context c;
+    c.ready = true;
+    c.model_id = "m.gguf";
+    c.chat_template = &chat;
+    c.limits = &limits;
+    c.default_sampling = &sampling;
+    c.default_max_tokens = 16;
+    c.metrics = &metrics;
+    return c;
+  }
+};
+
+const Reply& reply_of(const Routed& r) { return std::get<Reply>(r.action); }
+
+TEST(HttpRouter, EndpointsAndMethods) {
+  Fixture f;
+  EXPECT_EQ(reply_of(route(http::verb::get, "/health", "", f.ctx())).status, 200u);
+  EXPECT_EQ(reply_of(route(http::verb::get, "/health?x=1", "", f.ctx())).status, 200u);
+  EXPECT_EQ(reply_of(route(http::verb::post, "/health", "", f.ctx())).status, 405u);
+  EXPECT_EQ(reply_of(route(http::verb::get, "/v1/completions", "", f.ctx())).status, 405u);
+  EXPECT_EQ(json::parse(reply_of(route(http::verb::get, "/v1/models", "", f.ctx())).body)["data"][0]["id"], "m.gguf");
+  EXPECT_NE(reply_of(route(http::verb::get, "/metrics", "", f.ctx())).body.find("uma:errors_total"), std::string::npos);
+  Context loading = f.ctx();
+  loading.ready = false;
+  EXPECT_EQ(reply_of(route(http::verb::get, "/health", "", loading)).status, 503u);
+  EXPECT_EQ(reply_of(route(http::verb::post, "/v1/completions", R"({"prompt":"x"})", loading)).status, 503u);
+}
+
+TEST(HttpRouter, ANonUtf8PathGetsA404WithValidJson) {
+  Fixture f;
+  for (const char* target : {"/\xff\xfe", "/v1/\xff", "/\xc3"}) {
+    const Routed r = route(http::verb::get, target, "", f.ctx());
+    EXPECT_EQ(reply_of(r).status, 404u);
+    const json body = json::parse(reply_of(r).body);  // throws if not valid JSON
+    EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(reply_of(route(http::verb::post, target, "{}", f.ctx())).status, 404u);
+  }
+}
+
+TEST(HttpRouter, CompletionsBecomeRequestsAndBadBodiesCountedErrors) {
+  Fixture f;
+  Routed r = route(http::verb::post, "/v1/completions", R"({"prompt":"hi","max_tokens":5,"stop":["x"]})", f.ctx());
+  ASSERT_TRUE(r.completion_endpoint);
+  const Completion& c = std::get<Completion>(r.action);
+  EXPECT_EQ(c.request.prompt, "hi");
+  EXPECT_EQ(c.request.max_tokens, 5);
+  EXPECT_TRUE(c.request.strict_max_tokens);
+  EXPECT_EQ(c.request.stop, std::vector<std::string>{"x"});
+  r = route(http::verb::post, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hey"}]})", f.ctx());
+  const Completion& chat = std::get<Completion>(r.action);
+  EXPECT_EQ(chat.request.prompt, "<user>hey");
+  EXPECT_TRUE(chat.request.parse_special);
+  EXPECT_EQ(chat.request.max_tokens, 16);
+  EXPECT_FALSE(chat.request.strict_max_tokens);
+  r = route(http::verb::post, "/v1/completions", R"({"prompt":"x","stream_options":{"include_usage":1}})", f.ctx());
+  EXPECT_EQ(reply_of(r).status, 400u);
+  EXPECT_EQ(reply_of(r).error, ErrorCode::kBadRequest);
+  ChatTemplate none;
+  Context no_chat = f.ctx();
+  no_chat.chat_template = &none;
+  r = route(http::verb::post, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hey"}]})", no_chat);
+  EXPECT_EQ(reply_of(r).status, 400u);
+}
+
+}  // namespace
+}  // namespace uma::http_route

@@ -1,0 +1,109 @@
+// HttpServer's exception boundary, on a real loopback socket with the I/O loop on its own thread:
+// whatever a handler throws is a 500 in OpenAI's shape for that connection only.
+#include "http/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <nlohmann/json.hpp>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+
+namespace uma {
+namespace {
+
+class LoopbackHttp {
+ public:
+  explicit LoopbackHttp(HttpServer::Submit submit, HttpServer::ChatTemplate chat) {
+    HttpConfig cfg;
+    cfg.port = 0;
+    server_ = std::make_unique<HttpServer>(io_, cfg, metrics, std::move(submit));
+    EXPECT_TRUE(server_->listen().ok());
+    server_->start();
+    server_->set_ready("m.gguf", std::move(chat));
+    port_ = server_->port();
+    loop_ = std::thread([this] { io_.run(); });
+  }
+  ~LoopbackHttp() {
+    boost::asio::post(io_, [this] {
+      server_->begin_shutdown();
+      server_->finish_shutdown();
+      io_.stop();
+    });
+    loop_.join();
+  }
+  // Sends `request` on a new connection and reads until the server closes it (or 10 s pass).
+  std::string exchange(const std::string& request) const {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port_);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      return "";
+    }
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    return out;
+  }
+  ServerMetrics metrics;
+
+ private:
+  boost::asio::io_context io_;
+  std::unique_ptr<HttpServer> server_;
+  std::uint16_t port_ = 0;
+  std::thread loop_;
+};
+
+std::string post(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+void expect_internal_error(const std::string& response) {
+  ASSERT_EQ(response.rfind("HTTP/1.1 500", 0), 0u) << response;
+  EXPECT_NE(response.find("Connection: close"), std::string::npos) << response;
+  const auto body = nlohmann::json::parse(response.substr(response.find("\r\n\r\n") + 4));
+  EXPECT_EQ(body["error"]["type"], "server_error");
+  EXPECT_EQ(body["error"]["code"], "internal");
+}
+
+TEST(HttpServerBoundary, AThrowingChatRendererIsA500AndTheServerServesOn) {
+  LoopbackHttp s([](WorkItem) {}, [](const std::vector<openai::ChatMessage>&, std::string*) -> Status {
+    throw std::runtime_error("renderer bug");
+  });
+  expect_internal_error(s.exchange(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})")));
+  EXPECT_EQ(s.metrics.errors(ErrorCode::kInternal), 1u);
+  const std::string health = s.exchange("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(health.rfind("HTTP/1.1 200", 0), 0u) << health;
+}
+
+TEST(HttpServerBoundary, AThrowingSubmitIsA500AndFreesTheSessionSlot) {
+  std::atomic<int> cancels{0};
+  LoopbackHttp s(
+      [&cancels](WorkItem item) {
+        if (std::holds_alternative<Request>(item)) throw std::runtime_error("queue bug");
+        ++cancels;
+      },
+      nullptr);
+  for (int i = 0; i < 20; ++i) {  // more than max_sessions (16): every slot came back
+    expect_internal_error(s.exchange(post("/v1/completions", R"({"prompt":"hi"})")));
+  }
+  EXPECT_EQ(s.metrics.errors(ErrorCode::kInternal), 20u);
+  EXPECT_EQ(s.metrics.sessions_open.load(), 0);
+  EXPECT_EQ(cancels, 20);
+}
+
+}  // namespace
+}  // namespace uma
