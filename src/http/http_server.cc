@@ -132,7 +132,7 @@ void HttpServer::fail_internal(const ConnPtr& c, const char* what) {
       by_request_.erase(c->request);
       c->request = 0;
       --in_flight_;
-      metrics_.sessions_open = in_flight_;
+      metrics_.http_sessions_open = in_flight_;
     }
     c->keep_alive = false;
     c->read_after_write = false;
@@ -222,7 +222,7 @@ void HttpServer::start_completion(const ConnPtr& c, http_route::Completion compl
   c->headers_sent = false;
   by_request_[q.id] = c;
   ++in_flight_;
-  metrics_.sessions_open = in_flight_;
+  metrics_.http_sessions_open = in_flight_;
   if (c->req.stream) {
     c->headers_sent = true;
     send(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -318,7 +318,7 @@ void HttpServer::end_completion(const ConnPtr& conn) {
   by_request_.erase(c->request);
   c->request = 0;
   --in_flight_;
-  metrics_.sessions_open = in_flight_;
+  metrics_.http_sessions_open = in_flight_;
   if (c->keep_alive && !shutting_down_) {
     c->read_after_write = true;
   } else {

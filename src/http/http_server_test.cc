@@ -101,7 +101,7 @@ TEST(HttpServerBoundary, AThrowingSubmitIsA500AndFreesTheSessionSlot) {
     expect_internal_error(s.exchange(post("/v1/completions", R"({"prompt":"hi"})")));
   }
   EXPECT_EQ(s.metrics.errors(ErrorCode::kInternal), 20u);
-  EXPECT_EQ(s.metrics.sessions_open.load(), 0);
+  EXPECT_EQ(s.metrics.http_sessions_open.load(), 0);
   EXPECT_EQ(cancels, 20);
 }
 

@@ -75,6 +75,7 @@ std::string ServerMetrics::to_json() const {
   j["connections_accepted_total"] = connections_accepted_total.load();
   j["connections_rejected_total"] = connections_rejected_total.load();
   j["http_connections_open"] = http_connections_open.load();
+  j["http_sessions_open"] = http_sessions_open.load();
   j["http_connections_rejected_total"] = http_connections_rejected_total.load();
   j["accept_pauses_total"] = accept_pauses_total.load();
   j["tx_drops_total"] = tx_drops_total.load();
