@@ -91,6 +91,7 @@ if kill -0 "$pid" 2>/dev/null; then
   fi
 else
   echo "FAIL  umad_clean_exit             umad was not running at the end (log: $out/umad.log)" | tee -a "$out/summary.txt"
+  grep -m3 -E "terminate called|what\(\)|critical|error" "$out/umad.log" >&2 || true
   rc=1
 fi
 echo "output: $out (summary.txt, result.json, samples.csv, umad.log)" >&2
