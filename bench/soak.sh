@@ -45,7 +45,7 @@ trap cleanup EXIT
 
 # Sized so that nothing this workload sends is refused for want of room: 64 sessions per front end
 # for 32 clients (a closing connection may hold its slot a moment), a context that holds the usual
-# worst case (slow readers ask for up to 1024 tokens), and a wait for room never long enough to be
+# worst case (slow readers ask for up to 768 tokens), and a wait for room never long enough to be
 # E_OVERLOADED. The TX cap is small (16 KiB) so slow readers really get dropped, yet above the
 # largest reply a fast client gets (48 tokens of SSE). The prompt and body limits leave room for a
 # prompt longer than the context (the E_LIMIT_CONTEXT case). The prefix cache is on (the

@@ -24,13 +24,15 @@ std::string ClientState::prompt() {
 
 Action pick_action(ClientState& c) {
   // Weights in percent: most iterations are checked completions; the rest are the disturbances.
-  static constexpr std::array<std::pair<Action, int>, kActions> kMix = {{{Action::kStream, 25},
+  // A slow reader lasts tens of seconds (hundreds of tokens, read slowly), others a second or
+  // two: at 5% slow readers still take about a third of the clients' time.
+  static constexpr std::array<std::pair<Action, int>, kActions> kMix = {{{Action::kStream, 27},
                                                                          {Action::kFull, 15},
                                                                          {Action::kCancel, 12},
                                                                          {Action::kDisconnect, 12},
-                                                                         {Action::kSlow, 8},
+                                                                         {Action::kSlow, 5},
                                                                          {Action::kMalformed, 20},
-                                                                         {Action::kProbe, 8}}};
+                                                                         {Action::kProbe, 9}}};
   int x = c.uniform(0, 99);
   for (const auto& [a, w] : kMix) {
     if (x < w) return a;
@@ -42,13 +44,13 @@ Action pick_action(ClientState& c) {
 Pacing slow_pacing(ClientState& c) {
   Pacing p;
   p.chunk = static_cast<std::size_t>(c.uniform(16, 256));
-  p.pause = std::chrono::milliseconds(c.uniform(5, 100));
+  p.pause = std::chrono::milliseconds(c.uniform(5, 60));
   p.stop = c.settings.stop;
   return p;
 }
 
 int slow_tokens(ClientState& c) {
-  const int most = std::min(1024, c.settings.max_tokens_cap);
+  const int most = std::min(768, c.settings.max_tokens_cap);
   return c.uniform(std::min(256, most), most);
 }
 

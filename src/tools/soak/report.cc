@@ -39,7 +39,10 @@ Verdict evaluate(const RunData& d, const Tally& t) {
   const Sample* last_in_run = nullptr;
   for (const Sample& s : d.samples) {
     if (!s.proc.alive) continue;
-    v.rss_max_kb = std::max(v.rss_max_kb, s.proc.rss_kb);
+    if (s.proc.rss_kb > v.rss_max_kb) {
+      v.rss_max_kb = s.proc.rss_kb;
+      v.rss_max_at_s = s.t_s;
+    }
     v.fd_max = std::max(v.fd_max, s.proc.fds);
     if (v.rss_warm_kb == 0 && s.t_s >= d.warmup_s) v.rss_warm_kb = s.proc.rss_kb;
     if (s.t_s <= d.run_s) {
@@ -113,8 +116,8 @@ void print_summary(const RunData& d, const Tally& t, const Verdict& v) {
   }
   std::printf("requests %lld, tokens received %lld: %.1f tok/s (daemon generated %.1f tok/s)\n",
               static_cast<long long>(t.total_requests()), static_cast<long long>(t.tokens()), v.client_tok_s, v.daemon_tok_s);
-  std::printf("RSS: baseline %s, after warm-up %s, max %s (last 10%%: %s), end %s; growth %.2f%%\n",
-              mib(v.rss_baseline_kb).c_str(), mib(v.rss_warm_kb).c_str(), mib(v.rss_max_kb).c_str(),
+  std::printf("RSS: baseline %s, after warm-up %s, max %s (first at %.0f s; last 10%%: %s), end %s; growth %.2f%%\n",
+              mib(v.rss_baseline_kb).c_str(), mib(v.rss_warm_kb).c_str(), mib(v.rss_max_kb).c_str(), v.rss_max_at_s,
               mib(v.rss_last10_max_kb).c_str(), mib(v.rss_end_kb).c_str(), v.rss_growth_pct);
   std::printf("fds: baseline %lld, max %lld, end %lld; settled in %.1f s%s\n", static_cast<long long>(v.fd_baseline),
               static_cast<long long>(v.fd_max), static_cast<long long>(v.fd_end), d.settle_s, d.settled ? "" : " (NOT settled)");
@@ -167,7 +170,8 @@ std::string json_line(const RunData& d, const Tally& t, const Verdict& v) {
   j["client_tok_s"] = v.client_tok_s;
   j["daemon_tok_s"] = v.daemon_tok_s;
   j["rss_kb"] = {{"baseline", v.rss_baseline_kb}, {"after_warmup", v.rss_warm_kb}, {"max", v.rss_max_kb},
-                 {"last10_max", v.rss_last10_max_kb}, {"end", v.rss_end_kb}, {"growth_pct", v.rss_growth_pct}};
+                 {"last10_max", v.rss_last10_max_kb}, {"end", v.rss_end_kb}, {"growth_pct", v.rss_growth_pct},
+                 {"max_at_s", v.rss_max_at_s}};
   j["fds"] = {{"baseline", v.fd_baseline}, {"max", v.fd_max}, {"end", v.fd_end}};
   const MetricsSample& m = d.metrics_end;
   j["kv_end"] = {{"tokens_used", m.kv_tokens_used}, {"sequences_used", m.kv_sequences_used},

@@ -45,6 +45,7 @@ struct Verdict {
   // Figures.
   std::int64_t rss_baseline_kb = 0, rss_warm_kb = 0, rss_max_kb = 0, rss_last10_max_kb = 0, rss_end_kb = 0;
   double rss_growth_pct = 0;
+  double rss_max_at_s = 0;  // when RSS first reached its max (a warm-up long enough ends before)
   std::int64_t fd_baseline = 0, fd_max = 0, fd_end = 0;
   double client_tok_s = 0, daemon_tok_s = 0;
   std::int64_t drops_seen = 0, drops_server = 0;
