@@ -44,8 +44,15 @@ Action pick_action(ClientState& c) {
 Pacing slow_pacing(ClientState& c) {
   Pacing p;
   p.chunk = static_cast<std::size_t>(c.uniform(16, 256));
-  p.pause = std::chrono::milliseconds(c.uniform(5, 60));
   p.stop = c.settings.stop;
+  if (c.chance(0.5)) {
+    p.pause = std::chrono::milliseconds(c.uniform(5, 60));  // trickle: mostly keeps up
+  } else {
+    // Stall: a few bytes, then nothing for long enough that a long stream outgrows the socket
+    // buffers and the TX cap (dropped), or not (then the whole text, exact).
+    p.stall_after = static_cast<std::size_t>(c.uniform(1, 2000));
+    p.stall = std::chrono::milliseconds(c.uniform(5000, 40000));
+  }
   return p;
 }
 

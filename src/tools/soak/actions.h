@@ -46,9 +46,9 @@ Action pick_action(ClientState& c);
 void run_uds(ClientState& c, Action a);
 void run_http(ClientState& c, Action a);
 
-// A slow reader's pace (a few bytes per read, a pause between reads) and its reply's length: long
-// enough that a reader slower than the stream can outgrow the server's TX cap plus the kernel's
-// socket buffers, and be dropped.
+// A slow reader's pace (trickling small reads, or stalling after its first bytes) and its reply's
+// length: long enough that a reader slower than the stream can outgrow the server's TX cap plus
+// the kernel's socket buffers, and be dropped.
 struct Pacing;
 Pacing slow_pacing(ClientState& c);
 int slow_tokens(ClientState& c);

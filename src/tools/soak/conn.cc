@@ -161,8 +161,28 @@ void Socket::close() {
   fd_ = -1;
 }
 
+bool Pacer::before_read() {
+  std::chrono::milliseconds wait{0};
+  if (p_.stall.count() > 0 && !stalled_ && bytes_ >= p_.stall_after && !first_) {
+    stalled_ = true;
+    wait = p_.stall;
+  } else if (!first_) {
+    wait = p_.pause;
+  }
+  first_ = false;
+  if (wait.count() == 0) return true;
+  // The slow reader under test pauses here (not synchronisation); the run's end cuts it short.
+  const Clock::time_point until = Clock::now() + wait;
+  while (true) {
+    if (p_.stop != nullptr && *p_.stop) return false;
+    const Clock::time_point now = Clock::now();
+    if (now >= until) return true;
+    std::this_thread::sleep_for(std::min<Clock::duration>(until - now, std::chrono::milliseconds(100)));
+  }
+}
+
 Read EventReader::next(WireEvent* ev, Clock::time_point deadline, std::string* error) {
-  std::string buf(pacing_.chunk, '\0');
+  std::string buf(pacer_.chunk(), '\0');
   while (true) {
     if (std::optional<FrameItem> f = rx_.next()) {
       if (f->error != ErrorCode::kOk) {
@@ -175,20 +195,16 @@ Read EventReader::next(WireEvent* ev, Clock::time_point deadline, std::string* e
       }
       return Read::kData;
     }
-    // A slow reader pauses between reads: the behaviour under test, not synchronisation.
-    if (!first_read_ && pacing_.pause.count() > 0) {
-      if (pacing_.stop != nullptr && *pacing_.stop) return Read::kStopped;
-      std::this_thread::sleep_for(pacing_.pause);
-    }
-    first_read_ = false;
+    if (!pacer_.before_read()) return Read::kStopped;
     std::size_t n = 0;
     const Read r = s_.read_some(buf.data(), buf.size(), deadline, &n, error);
     if (r != Read::kData) return r;
+    pacer_.after_read(n);
     rx_.feed(std::string_view(buf.data(), n));
   }
 }
 
-HttpReader::HttpReader(Socket& s, Pacing pacing) : s_(s), pacing_(pacing) { reset(); }
+HttpReader::HttpReader(Socket& s, Pacing pacing) : s_(s), pacer_(pacing) { reset(); }
 
 void HttpReader::reset() {
   parser_.emplace();
@@ -224,14 +240,11 @@ Read HttpReader::pump(Clock::time_point deadline, std::string* error) {
   split_events();
   if (parser_->is_done() || !events_.empty()) return Read::kData;
   if (eof_) return Read::kEof;
-  if (!first_read_ && pacing_.pause.count() > 0) {
-    if (pacing_.stop != nullptr && *pacing_.stop) return Read::kStopped;
-    std::this_thread::sleep_for(pacing_.pause);  // the slow reader under test
-  }
-  first_read_ = false;
-  std::string buf(pacing_.chunk, '\0');
+  if (!pacer_.before_read()) return Read::kStopped;
+  std::string buf(pacer_.chunk(), '\0');
   std::size_t n = 0;
   const Read r = s_.read_some(buf.data(), buf.size(), deadline, &n, error);
+  if (r == Read::kData) pacer_.after_read(n);
   if (r == Read::kEof) {
     eof_ = true;
     if (in_.empty()) parser_->put_eof(ec);  // ends a body delimited by the close; else partial

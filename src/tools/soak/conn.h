@@ -30,10 +30,31 @@ namespace uma::soak {
 // kStopped: a paced (slow) read gave up because the run is over.
 enum class Read : std::uint8_t { kData, kEof, kTimeout, kError, kStopped };
 
+// How a reader takes its bytes. Default: as fast as they come. A trickling reader takes small
+// chunks with a pause between reads; a stalling one takes its first few bytes, then stops
+// reading for a while (the stall), then goes on.
 struct Pacing {
-  std::size_t chunk = 65536;            // bytes per read
-  std::chrono::milliseconds pause{0};   // between reads (a slow reader)
+  std::size_t chunk = 65536;                // bytes per read
+  std::chrono::milliseconds pause{0};       // between reads
+  std::size_t stall_after = 0;              // with stall > 0: once this many bytes are in...
+  std::chrono::milliseconds stall{0};       // ...stop reading this long, once
   const std::atomic<bool>* stop = nullptr;  // set: a paced read returns kStopped
+};
+
+// A reader's pacing state. before_read() waits as the Pacing says and returns false when the
+// run is over (a long stall is cut short then).
+class Pacer {
+ public:
+  explicit Pacer(Pacing p) : p_(p) {}
+  bool before_read();
+  void after_read(std::size_t n) { bytes_ += n; }
+  std::size_t chunk() const { return p_.chunk; }
+
+ private:
+  Pacing p_;
+  bool first_ = true;
+  bool stalled_ = false;
+  std::size_t bytes_ = 0;
 };
 
 class Socket {
@@ -67,15 +88,14 @@ class Socket {
 class EventReader {
  public:
   EventReader(Socket& s, std::size_t max_frame_bytes, Pacing pacing = {})
-      : s_(s), rx_(max_frame_bytes), pacing_(pacing) {}
+      : s_(s), rx_(max_frame_bytes), pacer_(pacing) {}
   // kData with *ev; kEof / kTimeout / kError (a frame that does not parse is kError).
   Read next(WireEvent* ev, Clock::time_point deadline, std::string* error);
 
  private:
   Socket& s_;
   FrameDecoder rx_;
-  Pacing pacing_;
-  bool first_read_ = true;
+  Pacer pacer_;
 };
 
 // One HTTP response from a TCP socket; next() for a keep-alive connection's next response.
@@ -100,13 +120,12 @@ class HttpReader {
   void split_events();
 
   Socket& s_;
-  Pacing pacing_;
+  Pacer pacer_;
   std::optional<boost::beast::http::response_parser<boost::beast::http::string_body>> parser_;
   std::string in_;          // received, not yet taken by the parser
   std::size_t sse_pos_ = 0; // body bytes already split into events
   std::deque<std::string> events_;
   bool eof_ = false;
-  bool first_read_ = true;
 };
 
 }  // namespace uma::soak
