@@ -7,8 +7,8 @@
 # that umad then exits cleanly on SIGTERM. Exit status 0 only if all hold. docs/BENCHMARKS.md, "Soak".
 #   bench/soak.sh [OUT_DIR]      (default $UMA_BUILD_DIR/bench-soak)
 # Env: UMA_SOAK_MINUTES (30), UMA_SOAK_SECONDS (instead of minutes, for short runs),
-#      UMA_SOAK_CLIENTS (32), UMA_SOAK_SEED (1), UMA_SOAK_WARMUP (seconds; default 120, at most a
-#      fifth of the run), UMA_SOAK_THREADS (umad --threads, 1: the driver needs a core too, and
+#      UMA_SOAK_CLIENTS (32), UMA_SOAK_SEED (1), UMA_SOAK_WARMUP (seconds; default 120, at most
+#      half the run), UMA_SOAK_THREADS (umad --threads, 1: the driver needs a core too, and
 #      the oracle model is tiny), UMA_SOAK_CRASHERS (1: add the HTTP
 #      inputs that crashed umad before they were fixed), UMA_BUILD_DIR (build),
 #      UMA_SOAK_SKIP_BUILD (1: use the binaries already in UMA_BUILD_DIR), UMA_UMAD_ARGS (more flags).

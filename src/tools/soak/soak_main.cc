@@ -87,7 +87,7 @@ int run(int argc, char** argv) {
       ->required()->check(CLI::ExistingFile);
   app.add_option("-c,--clients", clients, "client threads, alternately UDS and HTTP")->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("-d,--duration", duration_s, "how long: seconds, or with a unit: 90s, 30m, 1h")->capture_default_str();
-  app.add_option("--warmup", warmup_s, "warm-up excluded from the RSS growth (default: 2 min, at most a fifth of the run)");
+  app.add_option("--warmup", warmup_s, "warm-up excluded from the RSS growth (default: 2 min, at most half the run)");
   app.add_option("--sample-every", sample_every, "seconds between daemon samples")->capture_default_str()->check(CLI::Range(0.1, 600.0));
   app.add_option("--seed", seed, "random seed (actions, prompts, sizes)")->capture_default_str();
   app.add_option("--timeout", timeout, "seconds a read may wait before it is an unexpected stall")->capture_default_str()
@@ -113,7 +113,7 @@ int run(int argc, char** argv) {
     std::cerr << "uma-soak: bad --duration '" << duration_s << "'\n";
     return 2;
   }
-  const double warm_s = warmup_s.empty() ? std::min(120.0, run_s / 5) : parse_duration(warmup_s);
+  const double warm_s = warmup_s.empty() ? std::min(120.0, run_s / 2) : parse_duration(warmup_s);
   if (warm_s < 0 || warm_s >= run_s) {
     std::cerr << "uma-soak: --warmup must be shorter than the run\n";
     return 2;
