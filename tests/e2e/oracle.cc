@@ -1,68 +1,8 @@
 #include "e2e/oracle.h"
 
-#include <llama.h>
-
-#include <stdexcept>
-
-#include "common/utf8.h"
 #include "e2e/daemon_harness.h"
-#include "ipc/newline_wire.h"
 
 namespace uma::test {
-
-Oracle::Oracle(const std::string& model_path) {
-  llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
-  llama_backend_init();
-  llama_model_params p = llama_model_default_params();
-  p.vocab_only = true;
-  model_ = llama_model_load_from_file(model_path.c_str(), p);
-  if (model_ == nullptr) throw std::runtime_error("cannot load " + model_path);
-}
-
-Oracle::~Oracle() { llama_model_free(model_); }
-
-std::vector<std::int32_t> Oracle::tokenize(const std::string& text) const {
-  const llama_vocab* vocab = llama_model_get_vocab(model_);
-  std::vector<llama_token> out(text.size() + 2);
-  const int n = llama_tokenize(vocab, text.data(), static_cast<int>(text.size()), out.data(),
-                               static_cast<int>(out.size()), llama_vocab_get_add_bos(vocab), false);
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-std::vector<std::string> Oracle::expected_pieces(const std::string& prompt, int n) const {
-  const llama_vocab* vocab = llama_model_get_vocab(model_);
-  const int n_vocab = llama_vocab_n_tokens(vocab);
-  llama_token t = tokenize(prompt).back();
-  std::vector<std::string> pieces;
-  for (int k = 0; k < n; ++k) {
-    t = (t + 1) % n_vocab;
-    if (llama_vocab_is_eog(vocab, t)) break;
-    char buf[256];
-    const int len = llama_token_to_piece(vocab, t, buf, sizeof buf, 0, false);
-    pieces.emplace_back(buf, static_cast<size_t>(len));
-  }
-  return pieces;
-}
-
-std::string Oracle::expected_text(const std::string& prompt, int n) const {
-  Utf8Stream utf8;
-  std::string text;
-  for (const std::string& p : expected_pieces(prompt, n)) text += utf8.push(p);
-  return text + utf8.finish();
-}
-
-std::string Oracle::expected_reply(const std::string& prompt, int n) const {
-  std::string wire;
-  append_escaped(wire, expected_text(prompt, n));
-  return wire;
-}
-
-std::string Oracle::long_prompt(int n_words, const std::string& last_word) {
-  std::string s;
-  for (int i = 0; i < n_words; ++i) s += i == 0 ? "hello" : " hello";
-  return s + " " + last_word;
-}
 
 const Oracle& oracle() {
   static const Oracle o(model_path("oracle.gguf"));
