@@ -19,7 +19,8 @@ std::string temp_dir();                            // unique per process, create
 
 class Daemon {
  public:
-  // Starts umad with --socket <tmp> --threads 2 plus `args`; waits until the socket accepts.
+  // Starts umad with --socket <tmp> plus `args` (and --threads 2 unless they say); waits until the
+  // socket accepts.
   explicit Daemon(std::vector<std::string> args, const std::string& model = "oracle.gguf");
   ~Daemon();  // SIGKILL if still running
   const std::string& socket() const { return socket_; }
