@@ -9,8 +9,7 @@
 # Env: UMA_SOAK_MINUTES (30), UMA_SOAK_SECONDS (instead of minutes, for short runs),
 #      UMA_SOAK_CLIENTS (32), UMA_SOAK_SEED (1), UMA_SOAK_WARMUP (seconds; default 120, at most
 #      half the run), UMA_SOAK_THREADS (umad --threads, 1: the driver needs a core too, and
-#      the oracle model is tiny), UMA_SOAK_CRASHERS (1: add the HTTP
-#      inputs that crashed umad before they were fixed), UMA_BUILD_DIR (build),
+#      the oracle model is tiny), UMA_BUILD_DIR (build),
 #      UMA_SOAK_SKIP_BUILD (1: use the binaries already in UMA_BUILD_DIR), UMA_UMAD_ARGS (more flags).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -72,7 +71,6 @@ soak_args=(--socket "$sock" --http "127.0.0.1:$port" --pid "$pid" --model "$mode
   --duration "${secs}s" --sample-every "$every" --seed "${UMA_SOAK_SEED:-1}" --n-ctx "$ctx" --max-tokens 1024
   --max-prompt-bytes 262144 --http-max-body-kib 512 --samples-csv "$out/samples.csv" --json-out "$out/result.json")
 [ -n "${UMA_SOAK_WARMUP:-}" ] && soak_args+=(--warmup "${UMA_SOAK_WARMUP}s")
-[ "${UMA_SOAK_CRASHERS:-0}" = 1 ] && soak_args+=(--malformed-crashers)
 log "uma-soak ${soak_args[*]}"
 rc=0
 "$build/bin/uma-soak" "${soak_args[@]}" | tee "$out/summary.txt" || rc=$?

@@ -27,6 +27,19 @@ Status number(const json& j, const char* key, double lo, double hi, T* out) {
   return Status::Ok();
 }
 
+Status nul_inside(std::string_view field) {
+  return Status(ErrorCode::kContainsNul, "'" + std::string(field) + "' must not contain NUL");
+}
+
+// An optional string field: absent or null leaves *out as it is; any other type is an error.
+Status optional_string(const json& j, const char* key, std::string* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_string()) return bad(key, "must be a string");
+  *out = it->get<std::string>();
+  return Status::Ok();
+}
+
 Status text_content(const json& m, std::string* out) {
   auto it = m.find("content");
   if (it == m.end() || it->is_null()) return Status::Ok();
@@ -56,7 +69,7 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   if (!j.is_object()) return Status(ErrorCode::kBadRequest, "the request body must be a JSON object");
   r->chat = chat;
   r->sampling = defaults;
-  if (auto it = j.find("model"); it != j.end() && it->is_string()) r->model = it->get<std::string>();
+  if (Status st = optional_string(j, "model", &r->model); !st.ok()) return st;
   std::size_t bytes = 0;
   if (chat) {
     auto it = j.find("messages");
@@ -66,6 +79,9 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
       if (role == m.end() || !role->is_string()) return bad("messages[].role", "must be a string");
       ChatMessage msg{role->get<std::string>(), {}};
       if (Status st = text_content(m, &msg.content); !st.ok()) return st;
+      // A NUL would silently cut the message where the chat template copies C strings.
+      if (msg.role.find('\0') != std::string::npos) return nul_inside("messages[].role");
+      if (msg.content.find('\0') != std::string::npos) return nul_inside("messages[].content");
       bytes += msg.content.size();
       r->messages.push_back(std::move(msg));
     }
@@ -80,6 +96,7 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
       return bad("prompt", "must be a string (or an array of one string)");
     }
     if (r->prompt.empty()) return bad("prompt", "must not be empty");
+    if (r->prompt.find('\0') != std::string::npos) return nul_inside("prompt");
     bytes = r->prompt.size();
   }
   if (bytes > limits.max_prompt_bytes) {
@@ -133,7 +150,7 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
       r->include_usage = u->get<bool>();
     }
   }
-  if (auto it = j.find("user"); it != j.end() && it->is_string()) r->user = it->get<std::string>();
+  if (Status st = optional_string(j, "user", &r->user); !st.ok()) return st;
   return Status::Ok();
 }
 

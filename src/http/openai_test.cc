@@ -112,6 +112,16 @@ TEST(OpenAi, WrongTypesInNestedFieldsAreBadRequestsNotExceptions) {
   }
   EXPECT_EQ(parse(R"({"messages":[{"role":1,"content":"a"}]})", true, &r).code(), ErrorCode::kBadRequest);
   EXPECT_EQ(parse(R"({"messages":["user"]})", true, &r).code(), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse(R"({"prompt":"x","model":1})", false, &r).code(), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse(R"({"prompt":"x","user":42})", false, &r).code(), ErrorCode::kBadRequest);
+}
+
+TEST(OpenAi, ANulAnywhereInThePromptIsRefusedNotTruncated) {
+  CompletionRequest r;
+  EXPECT_EQ(parse(R"({"prompt":"a\u0000b"})", false, &r).code(), ErrorCode::kContainsNul);
+  EXPECT_EQ(parse(R"({"messages":[{"role":"user","content":"hello\u0000world"}]})", true, &r).code(), ErrorCode::kContainsNul);
+  EXPECT_EQ(parse(R"({"messages":[{"role":"us\u0000er","content":"x"}]})", true, &r).code(), ErrorCode::kContainsNul);
+  EXPECT_EQ(http_status(ErrorCode::kContainsNul), 400u);
 }
 
 TEST(OpenAi, WhatWeEmitIsValidJsonWhateverBytesItCarries) {

@@ -19,8 +19,8 @@ std::string temp_dir();                            // unique per process, create
 
 class Daemon {
  public:
-  // Starts umad with --socket <tmp> --threads 2 plus `args`; waits until the socket accepts.
-  // max_open_files > 0: the daemon runs under that RLIMIT_NOFILE.
+  // Starts umad with --socket <tmp> plus `args` (and --threads 2 unless they say); waits until the
+  // socket accepts. max_open_files > 0: the daemon runs under that RLIMIT_NOFILE.
   explicit Daemon(std::vector<std::string> args, const std::string& model = "oracle.gguf", int max_open_files = 0);
   ~Daemon();  // SIGKILL if still running
   const std::string& socket() const { return socket_; }

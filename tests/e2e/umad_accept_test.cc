@@ -13,11 +13,11 @@
 
 #include <algorithm>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <thread>
 
 #include "e2e/daemon_harness.h"
+#include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
 #include "e2e/oracle.h"
 
@@ -25,12 +25,6 @@ namespace uma::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-int http_port_of(const Daemon& d) {
-  std::smatch m;
-  const std::string log = d.log();
-  return std::regex_search(log, m, std::regex("http listening on [0-9.]+:([0-9]+)")) ? std::stoi(m[1]) : -1;
-}
 
 // A non-blocking connect (a flood must not wait on a full listen queue). -1 on failure.
 int connect_nonblocking(const sockaddr* addr, socklen_t len, int family) {
@@ -90,12 +84,6 @@ std::string http_exchange(int port, const std::string& request, std::chrono::mil
 
 const std::string kHealth = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
 
-std::string completion_request(const std::string& prompt, int n) {
-  const std::string body = nlohmann::json{{"prompt", prompt}, {"max_tokens", n}}.dump();
-  return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\n\r\n" + body;
-}
-
 // CPU seconds (user + system) the process has used so far.
 double cpu_seconds(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
@@ -118,7 +106,7 @@ TEST(UmadAccept, BothSocketsServeAgainWithinASecondAfterADescriptorFlood) {
   const int kLimit = 64;
   Daemon d(args({"--http", "127.0.0.1:0", "--max-tokens", "16"}), "oracle.gguf", kLimit);
   ASSERT_TRUE(d.started()) << d.log();
-  const int port = http_port_of(d);
+  const int port = http_port(d);
   ASSERT_GT(port, 0) << d.log();
 
   // The flood: three times the daemon's descriptors, idle, on both front ends.
@@ -173,9 +161,9 @@ TEST(UmadAccept, BothSocketsServeAgainWithinASecondAfterADescriptorFlood) {
   ASSERT_TRUE(c);
   ASSERT_TRUE(c->send_request(request("a", "hello world", 8)).ok());
   EXPECT_EQ(read_reply(*c).text, oracle().expected_text("hello world", 8));
-  const std::string r = http_exchange(port, completion_request("hello world", 8), 30s);
-  ASSERT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r;
-  const auto body = nlohmann::json::parse(r.substr(r.find("\r\n\r\n") + 4));
+  const std::string r = http_exchange(port, post("/v1/completions", R"({"prompt":"hello world","max_tokens":8})", false), 30s);
+  ASSERT_EQ(status_of(r), 200) << r;
+  const auto body = nlohmann::json::parse(body_of(r));
   EXPECT_EQ(body["choices"][0]["text"], oracle().expected_text("hello world", 8));
   const auto m = metrics(d);
   EXPECT_GE(m["accept_pauses_total"].get<int>(), 2);
@@ -187,7 +175,7 @@ TEST(UmadAccept, BothSocketsServeAgainWithinASecondAfterADescriptorFlood) {
 TEST(UmadAccept, MaxConnectionsCapsHttpToo) {
   Daemon d(args({"--http", "127.0.0.1:0", "--max-connections", "4"}));
   ASSERT_TRUE(d.started()) << d.log();
-  const int port = http_port_of(d);
+  const int port = http_port(d);
   std::vector<int> held;
   for (int i = 0; i < 4; ++i) held.push_back(connect_tcp(port));
   // The daemon counts what it holds; wait for all four before the fifth.

@@ -2,9 +2,6 @@
 // not, usage, stop, errors) against the oracle model's known outputs; raw sockets check what an
 // SDK never sends (malformed requests, oversize bodies, keep-alive, timeouts, disconnects).
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -12,10 +9,10 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
-#include <regex>
 #include <thread>
 
 #include "e2e/daemon_harness.h"
+#include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
 #include "e2e/oracle.h"
 #include "llama.h"
@@ -24,87 +21,6 @@ namespace uma::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-int http_port(const Daemon& d) {
-  std::smatch m;
-  const std::string log = d.log();
-  if (std::regex_search(log, m, std::regex("http listening on [0-9.]+:([0-9]+)"))) return std::stoi(m[1]);
-  return -1;
-}
-
-// A TCP connection to the daemon's HTTP port.
-class Tcp {
- public:
-  explicit Tcp(int port, int rcvbuf = 0) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-    timeval tv{0, 200 * 1000};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
-  ~Tcp() { if (fd_ >= 0) ::close(fd_); }
-  bool send(const std::string& s) { return ::send(fd_, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size()); }
-  // Reads until `done(buffer)` or the peer closes or `timeout` passes.
-  std::string read_until(const std::function<bool(const std::string&)>& done, std::chrono::milliseconds timeout = 30s) {
-    const auto end = TestClock::now() + timeout;
-    while (!done(buf_) && TestClock::now() < end) {
-      char tmp[4096];
-      const ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
-      if (n == 0) { closed_ = true; break; }
-      if (n > 0) buf_.append(tmp, static_cast<size_t>(n));
-    }
-    return buf_;
-  }
-  // One whole response with a Content-Length; it is removed from the buffer.
-  std::string response() {
-    read_until([](const std::string& b) {
-      const auto h = b.find("\r\n\r\n");
-      if (h == std::string::npos) return false;
-      std::smatch m;
-      const std::string head = b.substr(0, h);
-      if (!std::regex_search(head, m, std::regex("Content-Length: ([0-9]+)", std::regex::icase))) return true;
-      return b.size() >= h + 4 + std::stoul(m[1]);
-    });
-    const auto h = buf_.find("\r\n\r\n");
-    std::smatch m;
-    std::size_t len = 0;
-    const std::string head = buf_.substr(0, h);
-    if (std::regex_search(head, m, std::regex("Content-Length: ([0-9]+)", std::regex::icase))) len = std::stoul(m[1]);
-    const std::string r = buf_.substr(0, std::min(buf_.size(), h + 4 + len));
-    buf_.erase(0, r.size());
-    return r;
-  }
-  bool closed_by_peer(std::chrono::milliseconds timeout) {
-    read_until([](const std::string&) { return false; }, timeout);
-    return closed_;
-  }
-  void close() { ::close(fd_); fd_ = -1; }
-
- private:
-  int fd_ = -1;
-  std::string buf_;
-  bool closed_ = false;
-};
-
-std::string body_of(const std::string& response) { return response.substr(response.find("\r\n\r\n") + 4); }
-int status_of(const std::string& response) { return response.size() > 12 ? std::stoi(response.substr(9, 3)) : -1; }
-
-std::string post(const std::string& path, const std::string& body, bool keep_alive = true) {
-  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-         std::to_string(body.size()) + (keep_alive ? "" : "\r\nConnection: close") + "\r\n\r\n" + body;
-}
-
-std::vector<std::string> http_args(std::vector<std::string> extra) {
-  extra.insert(extra.end(), {"--http", "127.0.0.1:0", "--chat-template", "chatml"});
-  return args(std::move(extra));
-}
 
 TEST(UmadHttp, TheOpenAiNodeSdkGetsExactCompletionsAndChat) {
   Daemon d(http_args({"--max-tokens", "64"}));

@@ -99,9 +99,8 @@ Verdict evaluate(const RunData& d, const Tally& t) {
 }
 
 void print_summary(const RunData& d, const Tally& t, const Verdict& v) {
-  std::printf("\n== uma-soak: %d clients, %.0f s (planned %.0f s), warm-up %.0f s, seed %llu%s\n", d.clients, d.run_s,
-              d.planned_s, d.warmup_s, static_cast<unsigned long long>(d.seed),
-              d.malformed_crashers ? ", malformed crashers on" : "");
+  std::printf("\n== uma-soak: %d clients, %.0f s (planned %.0f s), warm-up %.0f s, seed %llu\n", d.clients, d.run_s,
+              d.planned_s, d.warmup_s, static_cast<unsigned long long>(d.seed));
   std::printf("%-6s %-12s", "front", "action");
   for (std::size_t o = 0; o < kOutcomes; ++o) std::printf(" %12s", std::string(name(static_cast<Outcome>(o))).c_str());
   std::printf("\n");

@@ -30,7 +30,6 @@ struct RunData {
   ProcSample proc_end;
   MetricsSample metrics_end;
   bool daemon_gone = false;
-  bool malformed_crashers = false;
 };
 
 struct Check {

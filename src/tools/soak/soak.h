@@ -63,7 +63,6 @@ struct Settings {
   int n_ctx = 4096;
   int max_tokens_cap = 512;              // umad --max-tokens
   bool chat = true;                      // umad serves chat (--chat-template chatml)
-  bool malformed_crashers = false;       // the HTTP inputs known to crash some umad builds
   std::chrono::milliseconds timeout{120000};  // per read: longer is an unexpected stall
   const std::atomic<bool>* stop = nullptr;    // the run is over: slow readers leave at once
 };

@@ -101,9 +101,6 @@ int run(int argc, char** argv) {
   app.add_option("--max-frame-bytes", max_frame_bytes, "umad's --max-frame-bytes")->capture_default_str()->check(CLI::Range(64, 256 << 20));
   app.add_option("--http-max-body-kib", http_max_body_kib, "umad's --http-max-body-kib")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_flag("--no-chat", no_chat, "umad has no chat template: no /v1/chat/completions requests");
-  app.add_flag("--malformed-crashers", st.malformed_crashers,
-               "add the HTTP inputs that crashed umad before the fix (include_usage: 1, a content part of type 1, "
-               "a non-UTF-8 path)");
   app.add_option("--samples-csv", samples_csv, "write every daemon sample here");
   app.add_option("--json-out", json_out, "also write the JSON result line here");
   CLI11_PARSE(app, argc, argv);
@@ -141,7 +138,6 @@ int run(int argc, char** argv) {
   d.planned_s = run_s;
   d.warmup_s = warm_s;
   d.rss_growth_max_pct = rss_max_pct;
-  d.malformed_crashers = st.malformed_crashers;
 
   // The daemon answers on both front ends (the model is loaded).
   if (!poll_until(120, [&] { return fetch_metrics(st.socket_path, std::chrono::milliseconds(5000)).ok; }) ||

@@ -1,0 +1,176 @@
+#include "e2e/http_client.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <regex>
+
+#include "e2e/json_helpers.h"
+
+namespace uma::test {
+
+int http_port(const Daemon& d) {
+  std::smatch m;
+  const std::string log = d.log();
+  if (std::regex_search(log, m, std::regex("http listening on [0-9.]+:([0-9]+)"))) return std::stoi(m[1]);
+  return -1;
+}
+
+std::vector<std::string> http_args(std::vector<std::string> extra) {
+  extra.insert(extra.end(), {"--http", "127.0.0.1:0", "--chat-template", "chatml"});
+  return args(std::move(extra));
+}
+
+namespace {
+
+// The value of header `name` (case-insensitive) in `head`, or "" if absent.
+std::string header(const std::string& head, const std::string& name) {
+  std::smatch m;
+  if (std::regex_search(head, m, std::regex("\r\n" + name + ":[ \t]*([^\r]*)", std::regex::icase))) return m[1];
+  return {};
+}
+
+// A non-negative number in `text` (all of it), or npos.
+std::size_t parse_size(const std::string& text, int base) {
+  if (text.empty()) return std::string::npos;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, base);
+  if (errno != 0 || end == text.c_str() || (*end != '\0' && *end != ';' && *end != ' ')) return std::string::npos;
+  return static_cast<std::size_t>(v);
+}
+
+}  // namespace
+
+std::size_t response_length(const std::string& b) {
+  const std::size_t h = b.find("\r\n\r\n");
+  if (h == std::string::npos) return std::string::npos;
+  const std::string head = b.substr(0, h);
+  const std::size_t start = h + 4;
+  if (const std::string cl = header(head, "Content-Length"); !cl.empty()) {
+    const std::size_t len = parse_size(cl, 10);
+    if (len == std::string::npos) return start;  // not ours to judge here: the head alone
+    return b.size() >= start + len ? start + len : std::string::npos;
+  }
+  if (header(head, "Transfer-Encoding").find("chunked") == std::string::npos) return start;
+  std::size_t pos = start;
+  while (true) {
+    const std::size_t eol = b.find("\r\n", pos);
+    if (eol == std::string::npos) return std::string::npos;
+    const std::size_t size = parse_size(b.substr(pos, eol - pos), 16);
+    if (size == std::string::npos) return b.size();  // garbage: all of it, for the caller to see
+    pos = eol + 2;
+    if (size == 0) {  // trailer fields, then a blank line
+      if (b.compare(pos, 2, "\r\n") == 0) return pos + 2;
+      const std::size_t end = b.find("\r\n\r\n", pos);
+      return end == std::string::npos ? std::string::npos : end + 4;
+    }
+    if (b.size() < pos + size + 2) return std::string::npos;
+    pos += size + 2;
+  }
+}
+
+Tcp::Tcp(int port, int rcvbuf) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
+  timeval rcv{0, 200 * 1000};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &rcv, sizeof rcv);
+  timeval snd{10, 0};  // a peer that stops reading without closing cannot block a test forever
+  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof snd);
+}
+
+Tcp::~Tcp() { close(); }
+
+bool Tcp::send(const std::string& s) {
+  for (std::size_t off = 0; off < s.size();) {
+    const ssize_t n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    off += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+std::string Tcp::read_until(const std::function<bool(const std::string&)>& done, std::chrono::milliseconds timeout) {
+  const auto end = TestClock::now() + timeout;
+  while (!closed_ && !done(buf_) && TestClock::now() < end) {
+    char tmp[4096];
+    const ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+    if (n > 0) {
+      buf_.append(tmp, static_cast<std::size_t>(n));
+    } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      closed_ = true;  // EOF, or a reset (the server closed with our bytes unread)
+    }
+  }
+  return buf_;
+}
+
+std::string Tcp::response(std::chrono::milliseconds timeout) {
+  read_until([](const std::string& b) { return response_length(b) != std::string::npos; }, timeout);
+  const std::size_t len = response_length(buf_);
+  if (len == std::string::npos) return buf_;
+  std::string r = buf_.substr(0, len);
+  buf_.erase(0, len);
+  return r;
+}
+
+bool Tcp::closed_by_peer(std::chrono::milliseconds timeout) {
+  read_until([](const std::string&) { return false; }, timeout);
+  return closed_;
+}
+
+void Tcp::shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+
+void Tcp::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::string body_of(const std::string& response) {
+  const std::size_t h = response.find("\r\n\r\n");
+  return h == std::string::npos ? std::string() : response.substr(h + 4);
+}
+
+int status_of(const std::string& response) {
+  if (response.size() < 12 || response.compare(0, 5, "HTTP/") != 0) return -1;
+  try {
+    return std::stoi(response.substr(9, 3));
+  } catch (...) {
+    return -1;
+  }
+}
+
+std::string head_of(const std::string& response) { return response.substr(0, response.find("\r\n\r\n")); }
+
+std::string dechunk(const std::string& body) {
+  std::string out;
+  std::size_t pos = 0;
+  while (pos < body.size()) {
+    const std::size_t eol = body.find("\r\n", pos);
+    if (eol == std::string::npos) break;
+    const std::size_t size = parse_size(body.substr(pos, eol - pos), 16);
+    if (size == 0 || size == std::string::npos || eol + 2 + size > body.size()) break;
+    out.append(body, eol + 2, size);
+    pos = eol + 2 + size + 2;
+  }
+  return out;
+}
+
+std::string post(const std::string& path, const std::string& body, bool keep_alive) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + (keep_alive ? "" : "\r\nConnection: close") + "\r\n\r\n" + body;
+}
+
+}  // namespace uma::test
