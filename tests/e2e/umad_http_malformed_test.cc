@@ -478,11 +478,12 @@ std::vector<Row> table() {
   {
     std::string flood;
     for (int i = 0; i < 3000; ++i) flood += "X-Flood-" + std::to_string(i) + ": v\r\n";
-    broken("3000 headers", "GET /health HTTP/1.1\r\nHost: x\r\n" + flood + "\r\n", {400, 431});
+    broken("3000 headers", "GET /health HTTP/1.1\r\nHost: x\r\n" + flood + "\r\n", {431});
   }
   broken("one 100 KB header", "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(100000, 'a') + "\r\n\r\n",
-         {400, 431});
-  broken("100 KB request line", "GET /" + std::string(100000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", {400, 414});
+         {431});
+  // Beast counts the request line in its header limit, so an over-long target is 431 too (not 414).
+  broken("100 KB request line", "GET /" + std::string(100000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", {431});
   // ---- targets
   rows.push_back({"GET /\\xff\\xfe (non-UTF-8 path)", {"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n"}, {status({404})},
                   End::kOpen});
