@@ -6,6 +6,8 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include "net/guarded.h"
+
 #include <chrono>
 #include <optional>
 
@@ -113,13 +115,7 @@ void HttpServer::on_accept(tcp::socket socket) {
 
 template <typename F>
 void HttpServer::guarded(const ConnPtr& c, F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    fail_internal(c, e.what());
-  } catch (...) {
-    fail_internal(c, "unknown exception");
-  }
+  run_guarded(std::forward<F>(f), [&](const char* what) { fail_internal(c, what); });
 }
 
 void HttpServer::fail_internal(const ConnPtr& c, const char* what) {

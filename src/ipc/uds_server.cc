@@ -3,6 +3,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
+
+#include "net/guarded.h"
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -87,13 +89,7 @@ void UdsServer::on_accept(stream_protocol::socket socket) {
 
 template <typename F>
 void UdsServer::guarded(const ConnPtr& c, F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    fail_internal(c, e.what());
-  } catch (...) {
-    fail_internal(c, "unknown exception");
-  }
+  run_guarded(std::forward<F>(f), [&](const char* what) { fail_internal(c, what); });
 }
 
 void UdsServer::fail_internal(const ConnPtr& c, const char* what) {
