@@ -41,8 +41,12 @@ if [ "${UMA_SKIP_TSAN:-0}" != "1" ]; then
   cmake --build build-tsan -j "$jobs"
   step "tests (build-tsan/)"
   # halt_on_error: a race report ends the process (a daemon's death fails its test), never a warning.
+  # MkModel.* run uma-mkmodel, whose only threads are llama_model_quantize's own; TSan reports
+  # "unlock of an unlocked mutex" there (a mutex locked in uninstrumented libllama, unlocked through
+  # libstdc++), with no frame of ours to match a suppression on. Nothing of ours runs on those
+  # threads, so those two tests stay out of this stage (the other stages run them).
   UMA_SKIP_RSS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp" \
-    ctest --test-dir build-tsan -j "$jobs" --output-on-failure --timeout 900
+    ctest --test-dir build-tsan -j "$jobs" --output-on-failure --timeout 900 -E '^MkModel\.'
 fi
 if [ "${UMA_SKIP_FUZZ:-0}" != "1" ]; then
   step "fuzz (build-fuzz/: libFuzzer, ${UMA_FUZZ_SECONDS:-60} s each: wire frames + JSON requests; HTTP parser + routing + OpenAI requests)"
