@@ -128,6 +128,9 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
 
 Status parse_client_message(std::string_view payload, const RequestLimits& limits, ClientMessage* out, std::string* id) {
   id->clear();
+  if (json_deeper_than(payload, wire::kMaxJsonDepth)) {
+    return Status(ErrorCode::kBadRequest, "a request must not nest deeper than " + std::to_string(wire::kMaxJsonDepth) + " levels");
+  }
   const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(ErrorCode::kInvalidJson, "the frame is not valid JSON");
   if (!j.is_object()) return Status(ErrorCode::kBadRequest, "a request must be a JSON object");

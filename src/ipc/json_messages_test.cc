@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "ipc/wire.h"
+
 namespace uma {
 namespace {
 
@@ -54,6 +56,21 @@ TEST(JsonMessages, EncodeThenParseRoundTrips) {
   EXPECT_EQ(back.stop, r.stop);
   EXPECT_FLOAT_EQ(back.sampling.temperature, 0.25f);
   EXPECT_EQ(back.metadata_json, r.metadata_json);
+}
+
+// A value nested a few hundred thousand deep once killed umad: the metadata is echoed, and
+// dump() recurses once per level (a stack overflow, not an exception).
+TEST(JsonMessages, NestingDeeperThanTheBoundIsABadRequest) {
+  const auto nested = [](std::size_t depth) {
+    return R"({"id":"a","prompt":"hi","metadata":{"x":)" + std::string(depth, '[') + std::string(depth, ']') + "}}";
+  };
+  EXPECT_TRUE(parse(nested(wire::kMaxJsonDepth - 2)).ok());
+  const Status st = parse(nested(200000));
+  EXPECT_EQ(st.code(), ErrorCode::kBadRequest);
+  EXPECT_NE(st.message().find("nest"), std::string::npos) << st.message();
+  // Brackets inside strings are text, not nesting.
+  EXPECT_TRUE(parse(R"({"id":"a","prompt":")" + std::string(90, '[') + R"("})").ok());
+  EXPECT_TRUE(parse(R"({"id":"a","prompt":"\"[[[[","metadata":{"k":"]]]]\\"}})").ok());
 }
 
 TEST(JsonMessages, CancelAndMetrics) {

@@ -37,6 +37,7 @@ inline constexpr std::string_view kPriority = "priority";
 inline constexpr std::string_view kPriorityInteractive = "interactive";
 inline constexpr std::string_view kPriorityBackground = "background";
 inline constexpr std::size_t kMaxTenantBytes = 256;
+inline constexpr std::size_t kMaxJsonDepth = 64;      // arrays/objects nested in one request
 inline constexpr std::string_view kKeepAlive = "keep_alive";
 inline constexpr std::string_view kType = "type";        // {"type":"metrics"}
 inline constexpr std::string_view kFormat = "format";    // {"type":"metrics","format":"prometheus"}

@@ -30,6 +30,18 @@ namespace uma::soak {
 // kStopped: a paced (slow) read gave up because the run is over.
 enum class Read : std::uint8_t { kData, kEof, kTimeout, kError, kStopped };
 
+// What a read ended with, for messages.
+inline const char* describe(Read r) {
+  switch (r) {
+    case Read::kData: return "data";
+    case Read::kEof: return "end of stream";
+    case Read::kTimeout: return "timeout";
+    case Read::kError: return "socket error";
+    case Read::kStopped: return "stopped (end of run)";
+  }
+  return "?";
+}
+
 // How a reader takes its bytes. Default: as fast as they come. A trickling reader takes small
 // chunks with a pause between reads; a stalling one takes its first few bytes, then stops
 // reading for a while (the stall), then goes on.

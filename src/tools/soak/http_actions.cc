@@ -9,17 +9,6 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* describe(Read r) {
-  switch (r) {
-    case Read::kData: return "data";
-    case Read::kEof: return "end of stream";
-    case Read::kTimeout: return "timeout";
-    case Read::kError: return "socket error";
-    case Read::kStopped: return "stopped (end of run)";
-  }
-  return "?";
-}
-
 std::string request_bytes(std::string_view method, std::string_view path, std::string_view body, bool close) {
   std::string r = std::string(method) + " " + std::string(path) + " HTTP/1.1\r\nHost: soak\r\n";
   if (!body.empty()) r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";

@@ -9,17 +9,6 @@
 namespace uma::soak {
 namespace {
 
-const char* describe(Read r) {
-  switch (r) {
-    case Read::kData: return "data";
-    case Read::kEof: return "end of stream";
-    case Read::kTimeout: return "timeout";
-    case Read::kError: return "socket error";
-    case Read::kStopped: return "stopped (end of run)";
-  }
-  return "?";
-}
-
 std::string framed(std::string_view payload) {
   std::string f;
   append_frame(f, payload);
