@@ -41,10 +41,12 @@ if [ "${UMA_SKIP_TSAN:-0}" != "1" ]; then
   cmake --build build-tsan -j "$jobs"
   step "tests (build-tsan/)"
   # halt_on_error: a race report ends the process (a daemon's death fails its test), never a warning.
-  # MkModel.* run uma-mkmodel, whose only threads are llama_model_quantize's own; TSan reports
-  # "unlock of an unlocked mutex" there (a mutex locked in uninstrumented libllama, unlocked through
-  # libstdc++), with no frame of ours to match a suppression on. Nothing of ours runs on those
-  # threads, so those two tests stay out of this stage (the other stages run them).
+  # uma-mkmodel is llama.cpp's work end to end (ggml's critical section, llama_model_quantize's
+  # threads); TSan reports "unlock of an unlocked mutex" there (locked inside uninstrumented ggml,
+  # unlocked where TSan sees it), with no frame of ours to match a suppression on. So this stage
+  # writes the test models with the uninstrumented build's uma-mkmodel (the fixture then finds them
+  # in place; the bytes are deterministic) and leaves the two MkModel tests to the other stages.
+  UMA_MKMODEL=build/bin/uma-mkmodel UMA_MODELS_DIR=build-tsan/models scripts/make_test_models.sh >/dev/null
   UMA_SKIP_RSS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp" \
     ctest --test-dir build-tsan -j "$jobs" --output-on-failure --timeout 900 -E '^MkModel\.'
 fi
