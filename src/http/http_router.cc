@@ -56,7 +56,10 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
     return {false, Reply{200, "text/plain; version=0.0.4", ctx.metrics != nullptr ? ctx.metrics->to_prometheus() : ""}};
   }
   const bool chat = target == "/v1/chat/completions";
-  if ((chat || target == "/v1/completions") && method == http::verb::post) return {true, completion(chat, body, ctx)};
+  if ((chat || target == "/v1/completions") && method == http::verb::post) {
+    // Counted as a request once the daemon serves completions (not while loading or stopping).
+    return {ctx.ready && !ctx.shutting_down, completion(chat, body, ctx)};
+  }
   const bool known = chat || target == "/health" || target == "/v1/completions" || target == "/v1/models" || target == "/metrics";
   Reply r = known ? error_reply(ErrorCode::kBadRequest, "method not allowed")
                   : error_reply(ErrorCode::kBadRequest, "no such endpoint: " + std::string(target));

@@ -53,7 +53,7 @@ struct Completion {
 };
 
 struct Routed {
-  bool completion_endpoint = false;  // POST /v1/completions or /v1/chat/completions (requests_total)
+  bool completion_endpoint = false;  // POST /v1/completions or /v1/chat/completions while serving (requests_total)
   std::variant<Reply, Completion> action;
 };
 

@@ -43,7 +43,9 @@ TEST(HttpRouter, EndpointsAndMethods) {
   Context loading = f.ctx();
   loading.ready = false;
   EXPECT_EQ(reply_of(route(http::verb::get, "/health", "", loading)).status, 503u);
-  EXPECT_EQ(reply_of(route(http::verb::post, "/v1/completions", R"({"prompt":"x"})", loading)).status, 503u);
+  const Routed early = route(http::verb::post, "/v1/completions", R"({"prompt":"x"})", loading);
+  EXPECT_EQ(reply_of(early).status, 503u);
+  EXPECT_FALSE(early.completion_endpoint);  // not counted in requests_total
 }
 
 TEST(HttpRouter, ANonUtf8PathGetsA404WithValidJson) {
