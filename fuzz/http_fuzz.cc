@@ -56,7 +56,6 @@ struct Harness {
     ctx.chat_template = &chat;
     ctx.limits = &config.limits;
     ctx.default_sampling = &config.default_sampling;
-    ctx.default_max_tokens = config.default_max_tokens;
     ctx.metrics = &metrics;
     const uma::http_route::Routed r = uma::http_route::route(req.method(), req.target(), req.body(), ctx);
     if (const auto* reply = std::get_if<uma::http_route::Reply>(&r.action)) {
@@ -65,7 +64,7 @@ struct Harness {
       return;
     }
     const auto& c = std::get<uma::http_route::Completion>(r.action);
-    if (c.request.prompt.empty() || c.request.max_tokens < 1) std::abort();
+    if (c.request.prompt.empty() || c.request.max_tokens < 0) std::abort();
     encode_completion(c.api);
   }
 };

@@ -1,8 +1,9 @@
 // Status: the one error type inside UMA Serve.
 //
 // Contract: errors are values, never exceptions across layers. A Status is cheap to copy when ok
-// (no allocation) and carries an ErrorCode plus a human message otherwise. Wire protocols map an
-// ErrorCode to their own text or code in exactly one place (ipc/wire_errors.h).
+// (no allocation) and carries an ErrorCode plus a human message otherwise, and, when one request
+// field is at fault, its name (`param`, as OpenAI's error body has it). Wire protocols map an
+// ErrorCode to their own text or code in exactly one place per protocol.
 // Thread-safety: a Status is a plain value; share copies, not references.
 #pragma once
 
@@ -41,16 +42,20 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(ErrorCode code, std::string message, std::string param)
+      : code_(code), message_(std::move(message)), param_(std::move(param)) {}
   static Status Ok() { return {}; }
 
   bool ok() const { return code_ == ErrorCode::kOk; }
   ErrorCode code() const { return code_; }
   const std::string& message() const { return message_; }
+  const std::string& param() const { return param_; }  // the request field at fault; empty: none
   std::string to_string() const;
 
  private:
   ErrorCode code_ = ErrorCode::kOk;
   std::string message_;
+  std::string param_;
 };
 
 }  // namespace uma

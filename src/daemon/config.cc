@@ -50,9 +50,18 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_MAX_CONNECTIONS")->capture_default_str()->check(CLI::Range(1, 65536));
   app.add_option("--max-prompt-bytes", max_prompt_bytes, "largest prompt line in bytes")->envname("UMA_MAX_PROMPT_BYTES")
       ->capture_default_str()->check(CLI::Range(1, 64 << 20));
-  app.add_option("--max-tokens", srv.limits.default_max_tokens,
-                 "tokens generated per reply: the default, and the most a request may ask for")
-      ->envname("UMA_MAX_TOKENS")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-tokens", sc.max_tokens_cap,
+                 "the most tokens one reply generates; a request asking for more gets this many (0: no cap "
+                 "but the context)")
+      ->envname("UMA_MAX_TOKENS")->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  app.add_option("--default-max-tokens", sc.default_max_tokens,
+                 "tokens generated when a request names no max_tokens (0: until end of generation, a stop "
+                 "string or the context's end)")
+      ->envname("UMA_DEFAULT_MAX_TOKENS")->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  app.add_option("--kv-watermark", sc.kv_watermark,
+                 "share of the KV cells kept free when starting or resuming a request, for running ones to grow "
+                 "into before anyone is paused")
+      ->envname("UMA_KV_WATERMARK")->capture_default_str()->check(CLI::Range(0.0, 0.5));
   app.add_option("--protocol", protocol, "wire protocol: json (length-prefixed frames) or newline")
       ->envname("UMA_PROTOCOL")->capture_default_str()->check(CLI::IsMember({"json", "newline"}));
   app.add_option("--max-frame-bytes", max_frame_bytes, "largest JSON frame accepted (checked from its header)")
@@ -148,10 +157,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   }
   srv.limits.max_prompt_bytes = static_cast<std::size_t>(max_prompt_bytes);
   srv.limits.max_frame_bytes = static_cast<std::size_t>(max_frame_bytes);
-  srv.limits.max_tokens_cap = srv.limits.default_max_tokens;
   srv.protocol = protocol == "newline" ? ProtocolKind::kNewline : ProtocolKind::kJson;
   srv.max_tx_bytes = static_cast<std::size_t>(max_tx_kib) * 1024;
-  sc.max_tokens_cap = srv.limits.default_max_tokens;
   sc.preemption = preempt != "off";
   sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
@@ -160,9 +167,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   out.http.max_connections = srv.max_connections;
   out.http.max_tx_bytes = srv.max_tx_bytes;
   out.http.limits.max_prompt_bytes = srv.limits.max_prompt_bytes;
-  out.http.limits.max_tokens_cap = srv.limits.max_tokens_cap;
   out.http.default_sampling = srv.limits.sampling;
-  out.http.default_max_tokens = srv.limits.default_max_tokens;
   if (srv.socket_path.empty()) {
     std::cerr << "umad: --socket must not be empty\n";
     *exit_code = 2;

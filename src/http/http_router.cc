@@ -8,6 +8,10 @@ Reply error_reply(ErrorCode code, std::string_view message) {
   return Reply{openai::http_status(code), "application/json", openai::error_body(code, message), code};
 }
 
+Reply error_reply(const Status& st) {
+  return Reply{openai::http_status(st.code()), "application/json", openai::error_body(st), st.code()};
+}
+
 namespace {
 
 Reply not_ready(const Context& ctx) {
@@ -20,7 +24,7 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
   if (!ctx.ready || ctx.shutting_down) return not_ready(ctx);
   Completion c;
   if (Status st = openai::parse_request(body, chat, *ctx.limits, *ctx.default_sampling, &c.api); !st.ok()) {
-    return error_reply(st.code(), st.message());
+    return error_reply(st);
   }
   Request& q = c.request;
   if (chat) {
@@ -29,13 +33,12 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
       r.error = ErrorCode::kOk;
       return r;
     }
-    if (Status st = (*ctx.chat_template)(c.api.messages, &q.prompt); !st.ok()) return error_reply(st.code(), st.message());
+    if (Status st = (*ctx.chat_template)(c.api.messages, &q.prompt); !st.ok()) return error_reply(st);
     q.parse_special = true;  // the template's control tokens
   } else {
     q.prompt = c.api.prompt;
   }
-  q.max_tokens = c.api.max_tokens.value_or(ctx.default_max_tokens);
-  q.strict_max_tokens = c.api.max_tokens.has_value();
+  q.max_tokens = c.api.max_tokens.value_or(0);  // 0: the daemon's default (the scheduler applies it)
   q.sampling = c.api.sampling;
   q.stop = c.api.stop;
   q.tenant = c.api.user;

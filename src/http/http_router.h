@@ -33,7 +33,6 @@ struct Context {
   const ChatTemplate* chat_template = nullptr;  // null or empty: chat is not available
   const openai::Limits* limits = nullptr;
   const SamplingParams* default_sampling = nullptr;
-  std::int32_t default_max_tokens = 256;
   const ServerMetrics* metrics = nullptr;
 };
 
@@ -61,5 +60,6 @@ Routed route(boost::beast::http::verb method, std::string_view target, std::stri
 
 // An error answer in OpenAI's shape with the status for `code`, counted under `code`.
 Reply error_reply(ErrorCode code, std::string_view message);
+Reply error_reply(const Status& st);  // names st.param() as OpenAI's `param`
 
 }  // namespace uma::http_route

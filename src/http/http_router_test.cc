@@ -10,7 +10,7 @@ namespace http = boost::beast::http;
 using json = nlohmann::json;
 
 struct Fixture {
-  openai::Limits limits{1000, 512};
+  openai::Limits limits{1000};
   SamplingParams sampling;
   ServerMetrics metrics;
   ChatTemplate chat = [](const std::vector<openai::ChatMessage>& m, std::string* out) {
@@ -24,7 +24,6 @@ struct Fixture {
     c.chat_template = &chat;
     c.limits = &limits;
     c.default_sampling = &sampling;
-    c.default_max_tokens = 16;
     c.metrics = &metrics;
     return c;
   }
@@ -66,17 +65,18 @@ TEST(HttpRouter, CompletionsBecomeRequestsAndBadBodiesCountedErrors) {
   const Completion& c = std::get<Completion>(r.action);
   EXPECT_EQ(c.request.prompt, "hi");
   EXPECT_EQ(c.request.max_tokens, 5);
-  EXPECT_TRUE(c.request.strict_max_tokens);
   EXPECT_EQ(c.request.stop, std::vector<std::string>{"x"});
   r = route(http::verb::post, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hey"}]})", f.ctx());
   const Completion& chat = std::get<Completion>(r.action);
   EXPECT_EQ(chat.request.prompt, "<user>hey");
   EXPECT_TRUE(chat.request.parse_special);
-  EXPECT_EQ(chat.request.max_tokens, 16);
-  EXPECT_FALSE(chat.request.strict_max_tokens);
+  EXPECT_EQ(chat.request.max_tokens, 0) << "not asked: the scheduler applies the daemon's default";
+  r = route(http::verb::post, "/v1/completions", R"({"prompt":"x","max_tokens":100000})", f.ctx());
+  EXPECT_EQ(std::get<Completion>(r.action).request.max_tokens, 100000) << "the context decides, not the edge";
   r = route(http::verb::post, "/v1/completions", R"({"prompt":"x","stream_options":{"include_usage":1}})", f.ctx());
   EXPECT_EQ(reply_of(r).status, 400u);
   EXPECT_EQ(reply_of(r).error, ErrorCode::kBadRequest);
+  EXPECT_EQ(json::parse(reply_of(r).body)["error"]["param"], "stream_options.include_usage");
   ChatTemplate none;
   Context no_chat = f.ctx();
   no_chat.chat_template = &none;

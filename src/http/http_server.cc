@@ -48,6 +48,12 @@ std::string_view reason_phrase(unsigned status) {
 
 const char* finish_reason(FinishReason r) { return r == FinishReason::kLength ? "length" : "stop"; }
 
+// The scheduler names the prompt when it does not fit; a chat request's prompt is its messages.
+Status error_for(const openai::CompletionRequest& r, const Status& st) {
+  if (r.chat && st.param() == "prompt") return Status(st.code(), st.message(), "messages");
+  return st;
+}
+
 std::string chunked(std::string_view data) {  // one HTTP/1.1 chunk
   char size[24];
   const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
@@ -188,7 +194,6 @@ void HttpServer::on_request(const ConnPtr& c) {
   ctx.chat_template = &chat_template_;
   ctx.limits = &config_.limits;
   ctx.default_sampling = &config_.default_sampling;
-  ctx.default_max_tokens = config_.default_max_tokens;
   ctx.metrics = &metrics_;
   http_route::Routed routed = http_route::route(req.method(), req.target(), req.body(), ctx);
   if (routed.completion_endpoint) metrics_.requests_total++;
@@ -298,11 +303,11 @@ void HttpServer::on_event(const ConnPtr& c, Event& ev) {
     case Event::Kind::kError:
       metrics_.count_error(ev.error.code());
       if (c->headers_sent) {  // mid-stream: an error event, then the end of the stream
-        send_sse(c, openai::error_body(ev.error.code(), ev.error.message()));
+        send_sse(c, openai::error_body(error_for(r, ev.error)));
         send_sse(c, "[DONE]");
         send(c, "0\r\n\r\n");
       } else {
-        respond_error(c, ev.error.code(), ev.error.message());
+        respond(c, openai::http_status(ev.error.code()), "application/json", openai::error_body(error_for(r, ev.error)));
       }
       break;
   }

@@ -46,7 +46,6 @@ struct HttpConfig {
   std::size_t max_tx_bytes = 1 << 20;         // unsent reply bytes before a slow reader is dropped
   openai::Limits limits;
   SamplingParams default_sampling;
-  std::int32_t default_max_tokens = 256;
 };
 
 class HttpServer final : public EventSink {

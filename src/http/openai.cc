@@ -13,7 +13,7 @@ using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 Status bad(std::string_view field, std::string_view what) {
-  return Status(ErrorCode::kBadRequest, "'" + std::string(field) + "' " + std::string(what));
+  return Status(ErrorCode::kBadRequest, "'" + std::string(field) + "' " + std::string(what), std::string(field));
 }
 
 template <typename T>
@@ -28,7 +28,7 @@ Status number(const json& j, const char* key, double lo, double hi, T* out) {
 }
 
 Status nul_inside(std::string_view field) {
-  return Status(ErrorCode::kContainsNul, "'" + std::string(field) + "' must not contain NUL");
+  return Status(ErrorCode::kContainsNul, "'" + std::string(field) + "' must not contain NUL", std::string(field));
 }
 
 // An optional string field: absent or null leaves *out as it is; any other type is an error.
@@ -106,8 +106,10 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;
-    if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > limits.max_tokens_cap) {
-      return bad(key, "must be an integer from 1 to " + std::to_string(limits.max_tokens_cap));
+    // Any positive count: whether the prompt plus this fits the context is the scheduler's to say
+    // (it knows the prompt's tokens); the bound here only keeps the sum far from overflow.
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > kMaxTokensField) {
+      return bad(key, "must be a positive integer");
     }
     r->max_tokens = static_cast<std::int32_t>(it->get<std::int64_t>());
   }
@@ -240,13 +242,14 @@ unsigned http_status(ErrorCode code) {
   }
 }
 
-std::string error_body(ErrorCode code, std::string_view message) {
+std::string error_body(ErrorCode code, std::string_view message, std::string_view param) {
   const unsigned status = http_status(code);
   const char* type = status == 400 || status == 413 ? "invalid_request_error"
                      : status == 429                ? "rate_limit_error"
                      : status == 503                ? "service_unavailable"
                                                     : "server_error";
   ojson e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", error_code_name(code)}};
+  if (!param.empty()) e["param"] = param;
   return to_json_text(ojson{{"error", e}});
 }
 

@@ -34,8 +34,9 @@ struct CompletionRequest {
 
 struct Limits {
   std::size_t max_prompt_bytes = 64 * 1024;
-  std::int32_t max_tokens_cap = 4096;
 };
+// max_tokens above this is a 400 at once; below it, the context decides (the scheduler).
+inline constexpr std::int64_t kMaxTokensField = std::int64_t{1} << 30;
 
 // kInvalidJson, kBadRequest (naming the field) or kPromptTooLarge on bad input.
 Status parse_request(std::string_view body, bool chat, const Limits& limits, const SamplingParams& defaults,
@@ -54,8 +55,10 @@ std::string response(const CompletionRequest& r, std::string_view id, std::int64
                      std::string_view finish_reason, const Usage& u);
 std::string models(std::string_view model_id, std::int64_t created);
 
-// OpenAI's error body and the HTTP status for an internal error code (the one mapping).
-std::string error_body(ErrorCode code, std::string_view message);
+// OpenAI's error body and the HTTP status for an internal error code (the one mapping). `param`:
+// the request field at fault (Status::param()); empty gives null.
+std::string error_body(ErrorCode code, std::string_view message, std::string_view param = {});
+inline std::string error_body(const Status& st) { return error_body(st.code(), st.message(), st.param()); }
 unsigned http_status(ErrorCode code);
 
 }  // namespace uma::openai

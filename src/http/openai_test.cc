@@ -1,5 +1,7 @@
 #include "http/openai.h"
 
+#include <cstring>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -9,7 +11,7 @@ namespace {
 using json = nlohmann::json;
 
 Status parse(const std::string& body, bool chat, CompletionRequest* r) {
-  return parse_request(body, chat, Limits{1000, 512}, SamplingParams{}, r);
+  return parse_request(body, chat, Limits{1000}, SamplingParams{}, r);
 }
 
 TEST(OpenAi, CompletionFieldsMapToOurs) {
@@ -44,7 +46,8 @@ TEST(OpenAi, BadInputIsATypedErrorNamingTheField) {
   EXPECT_EQ(parse("{", false, &r).code(), ErrorCode::kInvalidJson);
   const std::pair<const char*, const char*> cases[] = {
       {R"({"prompt":"x","n":2})", "'n'"},
-      {R"({"prompt":"x","max_tokens":100000})", "'max_tokens'"},
+      {R"({"prompt":"x","max_tokens":2000000000})", "'max_tokens'"},
+      {R"({"prompt":"x","max_tokens":0})", "'max_tokens'"},
       {R"({"prompt":"x","temperature":"hot"})", "'temperature'"},
       {R"({"prompt":"x","stop":["a","b","c","d","e"]})", "'stop'"},
       {R"({"prompt":""})", "'prompt'"},
@@ -54,6 +57,9 @@ TEST(OpenAi, BadInputIsATypedErrorNamingTheField) {
     const Status st = parse(body, false, &r);
     EXPECT_EQ(st.code(), ErrorCode::kBadRequest) << body;
     EXPECT_NE(st.message().find(field), std::string::npos) << st.message();
+    const std::string name(field + 1, std::strlen(field) - 2);
+    EXPECT_EQ(st.param(), name) << "OpenAI's error body names the field in 'param'";
+    EXPECT_EQ(json::parse(error_body(st))["error"]["param"], name);
   }
   EXPECT_EQ(parse(R"({"messages":[]})", true, &r).code(), ErrorCode::kBadRequest);
   EXPECT_EQ(parse(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", true, &r).code(),

@@ -16,7 +16,7 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 Status bad(std::string_view field, std::string_view what) {
-  return Status(ErrorCode::kBadRequest, "field '" + std::string(field) + "' " + std::string(what));
+  return Status(ErrorCode::kBadRequest, "field '" + std::string(field) + "' " + std::string(what), std::string(field));
 }
 
 const json* find(const json& obj, std::string_view key) {
@@ -70,7 +70,7 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
   std::int64_t i = 0;
   bool present = false;
   Status st;
-  if (!(st = get_int(j, wire::kMaxTokens, 1, limits.max_tokens_cap, &i, &present)).ok()) return st;
+  if (!(st = get_int(j, wire::kMaxTokens, 1, kMaxTokensField, &i, &present)).ok()) return st;
   if (present) r->max_tokens = static_cast<std::int32_t>(i);
   SamplingParams& s = r->sampling;
   if (!(st = get_number(j, wire::kTemperature, 0.0, 100.0, &s.temperature)).ok()) return st;
@@ -212,6 +212,7 @@ Status parse_event(std::string_view payload, WireEvent* e) {
     e->kind = WireEvent::Kind::kError;
     e->code = str_or(j, "code");
     e->message = str_or(j, "message");
+    e->param = str_or(j, "param");
   } else if (ev == wire::kEventMetrics) {
     e->kind = WireEvent::Kind::kMetrics;
     e->text = str_or(j, "text");
@@ -284,12 +285,13 @@ std::string encode_eos_event(std::string_view id, const EosFields& f) {
   return to_json_text(j);
 }
 
-std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message) {
+std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message, std::string_view param) {
   ojson j;
   j["id"] = id;
   j["event"] = wire::kEventError;
   j["code"] = wire::error_code(code);
   j["message"] = message;
+  if (!param.empty()) j["param"] = param;
   return to_json_text(j);
 }
 

@@ -39,8 +39,9 @@ using ClientMessage = std::variant<WireRequest, WireCancel, WireMetricsRequest>;
 
 struct RequestLimits {
   std::size_t max_prompt_bytes = 64 * 1024;
-  std::int32_t max_tokens_cap = 4096;
 };
+// max_tokens above this is refused at once; below it, the context decides (the scheduler).
+inline constexpr std::int64_t kMaxTokensField = std::int64_t{1} << 30;
 
 // Parses one frame's payload. On error returns the code (kInvalidJson, kBadRequest naming the
 // field, kPromptTooLarge) and sets *id to the request's id when it could be read.
@@ -59,6 +60,7 @@ struct WireEvent {
   std::int32_t completion_tokens = 0;
   double queue_ms = 0.0, ttft_ms = -1.0, total_ms = 0.0;
   std::string code, message;   // error
+  std::string param;           // error: the request field at fault (empty: none)
   std::string metadata_json;   // eos: echoed metadata
   std::string raw;             // the payload as received
 };
@@ -77,7 +79,7 @@ struct EosFields {
   std::string_view metadata_json;
 };
 std::string encode_eos_event(std::string_view id, const EosFields& f);
-std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message);
+std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message, std::string_view param = {});
 // Wraps a metrics snapshot (a JSON object) as {"event":"metrics", ...its fields}.
 std::string encode_metrics_event(std::string_view snapshot_json);
 // Prometheus text as {"event":"metrics","format":"prometheus","text":...}.

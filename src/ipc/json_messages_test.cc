@@ -10,7 +10,7 @@ namespace {
 Status parse(const std::string& payload, ClientMessage* msg = nullptr, std::string* id = nullptr) {
   ClientMessage m;
   std::string i;
-  RequestLimits limits{/*max_prompt_bytes=*/100, /*max_tokens_cap=*/500};
+  RequestLimits limits{/*max_prompt_bytes=*/100};
   Status st = parse_client_message(payload, limits, msg ? msg : &m, id ? id : &i);
   return st;
 }
@@ -99,7 +99,7 @@ TEST(JsonMessages, EachBadFieldIsNamed) {
       {R"({"id":"a","prompt":"x\u0000y"})", "prompt"},
       {R"({"id":"a","prompt":"x","max_tokens":"9"})", "max_tokens"},
       {R"({"id":"a","prompt":"x","max_tokens":0})", "max_tokens"},
-      {R"({"id":"a","prompt":"x","max_tokens":501})", "max_tokens"},
+      {R"({"id":"a","prompt":"x","max_tokens":1073741825})", "max_tokens"},
       {R"({"id":"a","prompt":"x","max_tokens":2.5})", "max_tokens"},
       {R"({"id":"a","prompt":"x","temperature":"hot"})", "temperature"},
       {R"({"id":"a","prompt":"x","temperature":-1})", "temperature"},
@@ -128,7 +128,17 @@ TEST(JsonMessages, EachBadFieldIsNamed) {
     const Status st = parse(c.payload, &msg, &id);
     EXPECT_EQ(st.code(), ErrorCode::kBadRequest) << c.payload;
     EXPECT_NE(st.message().find(std::string("'") + c.field + "'"), std::string::npos) << c.payload << " -> " << st.message();
+    EXPECT_EQ(st.param(), c.field) << c.payload;
   }
+}
+
+TEST(JsonMessages, ErrorEventsCarryTheFieldAtFault) {
+  WireEvent e;
+  ASSERT_TRUE(parse_event(encode_error_event("r1", ErrorCode::kContextExceeded, "too long", "max_tokens"), &e).ok());
+  EXPECT_EQ(e.param, "max_tokens");
+  ASSERT_TRUE(parse_event(encode_error_event("r1", ErrorCode::kOverloaded, "busy"), &e).ok());
+  EXPECT_EQ(e.param, "") << "no field at fault: no param";
+  EXPECT_EQ(e.raw.find("param"), std::string::npos);
 }
 
 TEST(JsonMessages, PromptOverTheLimitIsALimitErrorWithTheId) {

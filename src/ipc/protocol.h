@@ -36,6 +36,7 @@ struct InputError {
   std::string message;
   std::string client_id;
   bool close = false;       // the stream cannot continue: flush the error, then close
+  std::string param;        // the request field at fault, when one is
 };
 using InputAction = std::variant<StartInput, CancelInput, MetricsInput, InputError>;
 
@@ -52,8 +53,6 @@ struct ReplyState {
 struct ProtocolLimits {
   std::size_t max_prompt_bytes = 64 * 1024;
   std::size_t max_frame_bytes = 1 << 20;
-  std::int32_t default_max_tokens = 256;
-  std::int32_t max_tokens_cap = 4096;
   SamplingParams sampling;  // defaults for fields a request leaves out
 };
 
@@ -69,8 +68,7 @@ class Protocol {
 
   virtual void encode_token(ReplyState& reply, const Event& ev, std::string& out) = 0;
   virtual void encode_done(ReplyState& reply, const Event& ev, std::string& out) = 0;
-  virtual void encode_error(ReplyState* reply, const std::string& client_id, ErrorCode code,
-                            std::string_view message, std::string& out) = 0;
+  virtual void encode_error(ReplyState* reply, const std::string& client_id, const Status& error, std::string& out) = 0;
   // `body`: the JSON snapshot, or Prometheus text when `prometheus`.
   virtual void encode_metrics(const std::string& body, bool prometheus, std::string& out) = 0;
 };

@@ -32,13 +32,13 @@ class NewlineProtocol final : public Protocol {
     std::optional<LineItem> item = rx_.next();
     if (!item) return std::nullopt;
     if (item->error != ErrorCode::kOk) {
-      return InputError{item->error, std::string(newline_error_text(item->error)), {}, false};
+      return InputError{item->error, std::string(newline_error_text(item->error)), {}, false, {}};
     }
     if (item->line == "/metrics") return MetricsInput{false};
     if (item->line == "/metrics/prometheus") return MetricsInput{true};
     StartInput s;
     s.request.prompt = std::move(item->line);
-    s.request.max_tokens = limits_.default_max_tokens;
+    // max_tokens 0: the daemon's default (--default-max-tokens), applied by the scheduler.
     s.request.sampling = limits_.sampling;
     return s;
   }
@@ -51,7 +51,8 @@ class NewlineProtocol final : public Protocol {
     out += '\n';
     reply.line_open = false;
   }
-  void encode_error(ReplyState* reply, const std::string&, ErrorCode code, std::string_view, std::string& out) override {
+  void encode_error(ReplyState* reply, const std::string&, const Status& error, std::string& out) override {
+    const ErrorCode code = error.code();
     if (reply != nullptr && reply->line_open) out += '\n';
     if (reply != nullptr) reply->line_open = false;
     out += "error: ";
@@ -72,7 +73,7 @@ class NewlineProtocol final : public Protocol {
 class JsonProtocol final : public Protocol {
  public:
   explicit JsonProtocol(const ProtocolLimits& limits)
-      : limits_(limits), rx_(limits.max_frame_bytes), request_limits_{limits.max_prompt_bytes, limits.max_tokens_cap} {}
+      : limits_(limits), rx_(limits.max_frame_bytes), request_limits_{limits.max_prompt_bytes} {}
 
   void feed(std::string_view bytes) override { rx_.feed(bytes); }
   std::size_t buffered() const override { return rx_.buffered(); }
@@ -83,12 +84,12 @@ class JsonProtocol final : public Protocol {
     if (!frame) return std::nullopt;
     if (frame->error != ErrorCode::kOk) {
       return InputError{frame->error, "frame over the limit of " + std::to_string(limits_.max_frame_bytes) + " bytes",
-                        {}, true};
+                        {}, true, {}};
     }
     ClientMessage msg;
     std::string id;
     const Status st = parse_client_message(frame->payload, request_limits_, &msg, &id);
-    if (!st.ok()) return InputError{st.code(), st.message(), id, true};
+    if (!st.ok()) return InputError{st.code(), st.message(), id, true, st.param()};
     if (auto* m = std::get_if<WireMetricsRequest>(&msg)) return MetricsInput{m->prometheus};
     if (auto* c = std::get_if<WireCancel>(&msg)) return CancelInput{std::move(c->id)};
     WireRequest& w = std::get<WireRequest>(msg);
@@ -98,8 +99,7 @@ class JsonProtocol final : public Protocol {
     s.keep_alive = w.keep_alive;
     s.metadata_json = std::move(w.metadata_json);
     s.request.prompt = std::move(w.prompt);
-    s.request.max_tokens = w.max_tokens.value_or(limits_.default_max_tokens);
-    s.request.strict_max_tokens = w.max_tokens.has_value();
+    s.request.max_tokens = w.max_tokens.value_or(0);  // 0: the daemon's default
     s.request.sampling = w.sampling;
     s.request.stop = std::move(w.stop);
     s.request.slo_ttft_ms = w.slo_ttft_ms;
@@ -128,9 +128,8 @@ class JsonProtocol final : public Protocol {
     f.metadata_json = reply.metadata_json;
     append_frame(out, encode_eos_event(reply.client_id, f));
   }
-  void encode_error(ReplyState*, const std::string& client_id, ErrorCode code, std::string_view message,
-                    std::string& out) override {
-    append_frame(out, encode_error_event(client_id, code, message));
+  void encode_error(ReplyState*, const std::string& client_id, const Status& error, std::string& out) override {
+    append_frame(out, encode_error_event(client_id, error.code(), error.message(), error.param()));
   }
   void encode_metrics(const std::string& body, bool prometheus, std::string& out) override {
     append_frame(out, prometheus ? encode_metrics_text_event(body) : encode_metrics_event(body));

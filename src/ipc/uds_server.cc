@@ -103,7 +103,7 @@ void UdsServer::fail_internal(const ConnPtr& c, const char* what) {
       c->request = 0;
     }
     std::string out;
-    c->proto->encode_error(&c->reply, c->reply.client_id, ErrorCode::kInternal, "internal error", out);
+    c->proto->encode_error(&c->reply, c->reply.client_id, Status(ErrorCode::kInternal, "internal error"), out);
     send(c, out);
     close_when_flushed(c);  // cancels a request in flight when it closes
   } catch (...) {
@@ -160,12 +160,12 @@ void UdsServer::handle(const ConnPtr& c, InputAction& action) {
   const bool busy = c->state == ConnState::kBusy;
   if (auto* err = std::get_if<InputError>(&action)) {
     metrics_.count_error(err->code);
-    send_error(c, err->code, err->message, err->client_id);
+    send_error(c, Status(err->code, err->message, err->param), err->client_id);
     if (err->close) close_when_flushed(c);
   } else if (auto* start = std::get_if<StartInput>(&action)) {
     if (busy) {
       metrics_.count_error(ErrorCode::kBusy);
-      send_error(c, ErrorCode::kBusy, "request '" + c->reply.client_id + "' is still in flight", start->client_id);
+      send_error(c, Status(ErrorCode::kBusy, "request '" + c->reply.client_id + "' is still in flight"), start->client_id);
     } else {
       start_request(c, std::move(*start));
     }
@@ -173,7 +173,7 @@ void UdsServer::handle(const ConnPtr& c, InputAction& action) {
     if (busy && cancel->client_id == c->reply.client_id) submit_(CancelRequest{c->request});
   } else if (busy) {  // metrics while a request is in flight
     metrics_.count_error(ErrorCode::kBusy);
-    send_error(c, ErrorCode::kBusy, "metrics need a connection of their own", "");
+    send_error(c, Status(ErrorCode::kBusy, "metrics need a connection of their own"), "");
   } else {
     const bool prom = std::get<MetricsInput>(action).prometheus;
     std::string out;
@@ -188,8 +188,8 @@ void UdsServer::start_request(const ConnPtr& c, StartInput input) {
     if (sessions_used_ >= config_.max_sessions) {
       metrics_.count_error(ErrorCode::kTooManySessions);
       metrics_.count_rejected(RejectReason::kSessionCap);
-      send_error(c, ErrorCode::kTooManySessions,
-                 "all " + std::to_string(config_.max_sessions) + " sessions are in use", input.client_id);
+      send_error(c, Status(ErrorCode::kTooManySessions, "all " + std::to_string(config_.max_sessions) + " sessions are in use"),
+                 input.client_id);
       close_when_flushed(c);
       return;
     }
@@ -222,9 +222,9 @@ void UdsServer::send(const ConnPtr& c, std::string_view bytes) {
   arm_write(c);
 }
 
-void UdsServer::send_error(const ConnPtr& c, ErrorCode code, std::string_view message, const std::string& client_id) {
+void UdsServer::send_error(const ConnPtr& c, const Status& error, const std::string& client_id) {
   std::string out;
-  c->proto->encode_error(&c->reply, client_id, code, message, out);
+  c->proto->encode_error(&c->reply, client_id, error, out);
   send(c, out);
 }
 
@@ -318,7 +318,7 @@ void UdsServer::on_event(const ConnPtr& c, Event& ev, std::string& out) {
       break;
     case Event::Kind::kError:
       metrics_.count_error(ev.error.code());
-      c->proto->encode_error(&c->reply, c->reply.client_id, ev.error.code(), ev.error.message(), out);
+      c->proto->encode_error(&c->reply, c->reply.client_id, ev.error, out);
       send(c, out);
       finish_reply(c);
       break;

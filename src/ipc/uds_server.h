@@ -86,7 +86,7 @@ class UdsServer final : public EventSink {
   void handle(const ConnPtr& c, InputAction& action);
   void start_request(const ConnPtr& c, StartInput input);
   void send(const ConnPtr& c, std::string_view bytes);
-  void send_error(const ConnPtr& c, ErrorCode code, std::string_view message, const std::string& client_id);
+  void send_error(const ConnPtr& c, const Status& error, const std::string& client_id);
   void arm_write(const ConnPtr& c);
   void finish_reply(const ConnPtr& c);
   void close_when_flushed(const ConnPtr& c);

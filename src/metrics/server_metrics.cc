@@ -43,7 +43,7 @@ std::string ServerMetrics::to_json() const {
   j["kv_tokens_used"] = kv_tokens_used.load();
   j["kv_sequences_used"] = kv_sequences_used.load();
   j["kv_cells_total"] = kv_cells_total.load();
-  j["kv_cells_reserved"] = kv_cells_reserved.load();
+  j["kv_cells_granted"] = kv_cells_granted.load();
   j["requests_total"] = requests_total.load();
   j["requests_admitted_total"] = requests_admitted_total.load();
   auto& rejected = j["rejected_total"] = nlohmann::ordered_json::object();
@@ -54,6 +54,8 @@ std::string ServerMetrics::to_json() const {
   for (std::size_t i = 0; i < kGaugeStates; ++i) states[kGaugeStateNames[i]] = sessions_by_state[i].load();
   j["preempted_saved_total"] = preempted_saved_total.load();
   j["preempted_recomputed_total"] = preempted_recomputed_total.load();
+  j["preempted_kv_full_total"] = preempted_kv_full_total.load();
+  j["preempted_priority_total"] = preempted_priority_total.load();
   j["resumed_total"] = resumed_total.load();
   j["kv_restore_fallbacks_total"] = kv_restore_fallbacks_total.load();
   j["kv_exhausted_total"] = kv_exhausted_total.load();
@@ -93,6 +95,7 @@ std::string ServerMetrics::to_json() const {
   hist["decode_ms"] = summary(decode_ms);
   hist["batch_tokens"] = summary(batch_tokens);
   hist["prefill_chunk"] = summary(prefill_chunk);
+  hist["paused_ms"] = summary(paused_ms);
   auto& errors = j["errors_total"] = nlohmann::ordered_json::object();
   for (std::size_t i = 1; i < kErrorKinds; ++i) {
     const auto code = static_cast<ErrorCode>(i);
@@ -187,6 +190,10 @@ std::string ServerMetrics::to_prometheus() const {
   prom_header(out, "uma:preemptions_total", "counter", "Sessions paused for other work, by what happened to their KV.");
   prom_sample(out, "uma:preemptions_total", "kv", "saved", preempted_saved_total.load());
   prom_sample(out, "uma:preemptions_total", "kv", "dropped", preempted_recomputed_total.load());
+  prom_header(out, "uma:preemptions_by_cause_total", "counter", "Sessions paused, by why.");
+  prom_sample(out, "uma:preemptions_by_cause_total", "cause", "kv_full", preempted_kv_full_total.load());
+  prom_sample(out, "uma:preemptions_by_cause_total", "cause", "priority", preempted_priority_total.load());
+  prom_histogram(out, "uma:pause_duration_seconds", "Time one paused session waited to resume (or to end).", paused_ms, 0.001);
   prom_value(out, "uma:resumptions_total", "counter", "Paused sessions resumed.", resumed_total.load());
   prom_value(out, "uma:kv_exhausted_total", "counter", "Decodes that found no KV cells (recovered by pausing).", kv_exhausted_total.load());
   prom_value(out, "uma:num_requests_running", "gauge", "Requests prefilling or decoding.", active_sessions.load());
@@ -206,7 +213,7 @@ std::string ServerMetrics::to_prometheus() const {
   prom_value(out, "uma:num_requests_waiting", "gauge", "Requests waiting for KV room.", queued_sessions.load());
   prom_value(out, "uma:kv_cache_tokens_used", "gauge", "Tokens held in the KV cache.", kv_tokens_used.load());
   prom_value(out, "uma:kv_cache_cells_total", "gauge", "KV cells (n_ctx).", kv_cells_total.load());
-  prom_value(out, "uma:kv_cache_cells_reserved", "gauge", "KV cells promised to running requests.", kv_cells_reserved.load());
+  prom_value(out, "uma:kv_cache_cells_granted", "gauge", "KV cells granted to running requests (their tokens so far).", kv_cells_granted.load());
   prom_value(out, "uma:connections_open", "gauge", "Open client connections (Unix socket).", connections_open.load());
   prom_value(out, "uma:http_connections_open", "gauge", "Open HTTP connections.", http_connections_open.load());
   prom_value(out, "uma:connections_rejected_total", "counter", "Connections closed at once: over --max-connections (Unix socket).",

@@ -65,10 +65,12 @@ class ServerMetrics {
   std::atomic<std::int64_t> kv_tokens_used{0};    // tokens held in KV across all sequences
   std::atomic<std::int64_t> kv_sequences_used{0}; // sequences with any KV
   std::atomic<std::int64_t> kv_cells_total{0};
-  std::atomic<std::int64_t> kv_cells_reserved{0};
+  std::atomic<std::int64_t> kv_cells_granted{0};   // claimed by requests holding a sequence (scheduler.h)
   std::atomic<std::uint64_t> requests_admitted_total{0};
   std::atomic<std::uint64_t> preempted_saved_total{0};       // paused, KV copied to host memory
   std::atomic<std::uint64_t> preempted_recomputed_total{0};  // paused, KV dropped
+  std::atomic<std::uint64_t> preempted_kv_full_total{0};     // paused: the running sessions' KV outgrew the cache
+  std::atomic<std::uint64_t> preempted_priority_total{0};    // paused: background, for an interactive request
   std::atomic<std::uint64_t> resumed_total{0};
   std::atomic<std::uint64_t> kv_restore_fallbacks_total{0};  // saved KV did not fit back: recomputed
   std::atomic<std::uint64_t> kv_exhausted_total{0};          // a decode found no KV cells (recovered)
@@ -106,6 +108,7 @@ class ServerMetrics {
   Histogram decode_ms{latency_ms_bounds()};
   Histogram batch_tokens{token_count_bounds()};
   Histogram prefill_chunk{token_count_bounds()};
+  Histogram paused_ms{latency_ms_bounds()};  // one pause, from preemption to resumption (or the end)
 
   // Either thread.
   void count_rejected(RejectReason r) { rejected_[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed); }

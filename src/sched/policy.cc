@@ -63,18 +63,21 @@ bool waiting_before(const Waiting& a, const Waiting& b) {
 
 std::vector<std::size_t> choose_victims(std::span<const VictimCandidate> running, std::int32_t seqs_needed,
                                         std::int32_t cells_needed) {
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < running.size(); ++i) {
-    if (running[i].preemptible) order.push_back(i);
-  }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return running[a].running_ms < running[b].running_ms; });
+  std::vector<std::size_t> order(running.size());
+  for (std::size_t i = 0; i < running.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const VictimCandidate& x = running[a];
+    const VictimCandidate& y = running[b];
+    if (x.rank != y.rank) return x.rank > y.rank;  // kRelaxed first
+    if (x.protected_ != y.protected_) return !x.protected_;
+    return x.running_ms < y.running_ms;
+  });
   std::vector<std::size_t> chosen;
   for (std::size_t i : order) {
     if (seqs_needed <= 0 && cells_needed <= 0) break;
     chosen.push_back(i);
     seqs_needed -= 1;
-    cells_needed -= running[i].reserved_cells;
+    cells_needed -= running[i].cells;
   }
   if (seqs_needed > 0 || cells_needed > 0) chosen.clear();
   return chosen;

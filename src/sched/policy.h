@@ -2,7 +2,8 @@
 // and tested without a model. The Scheduler gathers the inputs and carries out the choices.
 //   plan_tick        who decodes and who prefills how much in one tick
 //   waiting_before   in which order waiting requests get KV room
-//   choose_victims   which background sessions to pause so an interactive request can start
+//   choose_victims   which sessions to pause: for an interactive request (background ones), or
+//                    because the running sessions' KV outgrew the cache
 //   choose_park_mode whether a paused session's KV is saved to host memory or dropped
 #pragma once
 
@@ -65,15 +66,18 @@ struct Waiting {
 // order starts first and blocks those behind it, so a large request is never overtaken forever.
 bool waiting_before(const Waiting& a, const Waiting& b);
 
-// A running background session that could be paused.
+// A running session that could be paused.
 struct VictimCandidate {
-  std::int32_t reserved_cells = 0;  // KV cells it gives back when paused
-  double running_ms = 0.0;          // since it last started or resumed
-  bool preemptible = true;          // false once it has been paused for its whole allowance
+  std::int32_t cells = 0;      // KV cells it gives back when paused
+  double running_ms = 0.0;     // since it first left the queue (resuming does not reset it)
+  Rank rank = Rank::kUrgent;   // relaxed (background) work is paused first
+  bool protected_ = false;     // paused often already: paused again only when nothing else makes room
 };
-// Pauses the fewest, most recently started sessions (least work behind them) until `seqs_needed`
-// sequence ids and `cells_needed` KV cells are free. Returns indices into `running`, or nothing
-// when even all of them would not make room (then nobody is paused).
+// Pauses sessions in this order until `seqs_needed` sequence ids and `cells_needed` KV cells are
+// free: relaxed before urgent, unprotected before protected, then the most recently started first
+// (least work behind it; an older one is never paused to let a younger one run, so the oldest
+// always progresses). Returns indices into `running`, or nothing when even all of them would not
+// make room (then nobody is paused).
 std::vector<std::size_t> choose_victims(std::span<const VictimCandidate> running, std::int32_t seqs_needed,
                                         std::int32_t cells_needed);
 

@@ -129,14 +129,26 @@ TEST(Policy, WaitingOrderIsUrgentFirstThenOldest) {
   EXPECT_EQ(w[3].waited_ms, 10);
 }
 
-TEST(Policy, VictimsAreTheFewestMostRecentlyStartedPreemptibleSessions) {
-  const std::vector<VictimCandidate> running = {
-      {/*cells=*/100, /*running_ms=*/9000, true}, {50, 20, true}, {80, 10, /*preemptible=*/false}, {30, 500, true}};
+TEST(Policy, VictimsAreTheMostRecentlyStartedSessionsUntilThereIsRoom) {
+  const std::vector<VictimCandidate> running = {{/*cells=*/100, /*running_ms=*/9000}, {50, 20}, {30, 500}};
   EXPECT_EQ(choose_victims(running, 0, 40), (std::vector<std::size_t>{1})) << "one session is enough";
-  EXPECT_EQ(choose_victims(running, 0, 60), (std::vector<std::size_t>{1, 3}));
+  EXPECT_EQ(choose_victims(running, 0, 60), (std::vector<std::size_t>{1, 2}));
   EXPECT_EQ(choose_victims(running, 1, 0), (std::vector<std::size_t>{1})) << "a sequence id is needed";
-  EXPECT_TRUE(choose_victims(running, 0, 181).empty()) << "all preemptible ones hold 180: pause nobody";
+  EXPECT_EQ(choose_victims(running, 0, 180), (std::vector<std::size_t>{1, 2, 0}));
+  EXPECT_TRUE(choose_victims(running, 0, 181).empty()) << "all of them hold 180: pause nobody";
   EXPECT_TRUE(choose_victims(running, 0, 0).empty()) << "room already";
+}
+
+TEST(Policy, RelaxedWorkGoesFirstAndSessionsPausedOftenGoLast) {
+  const std::vector<VictimCandidate> running = {
+      {/*cells=*/100, /*running_ms=*/10, Rank::kUrgent, /*protected=*/true},  // youngest, but paused often
+      {50, 900, Rank::kUrgent},
+      {30, 500, Rank::kRelaxed},
+      {40, 20, Rank::kUrgent}};
+  EXPECT_EQ(choose_victims(running, 0, 1), (std::vector<std::size_t>{2})) << "background before interactive, whatever its age";
+  EXPECT_EQ(choose_victims(running, 0, 31), (std::vector<std::size_t>{2, 3}));
+  EXPECT_EQ(choose_victims(running, 0, 71), (std::vector<std::size_t>{2, 3, 1})) << "the protected one only when nothing else does";
+  EXPECT_EQ(choose_victims(running, 0, 121), (std::vector<std::size_t>{2, 3, 1, 0}));
 }
 
 TEST(Policy, ParkModeSavesWhenCopyingIsCheaperAndItFits) {

@@ -51,6 +51,13 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
   return {Hit::Kind::kKept, 0, k.seq, m.length};
 }
 
+std::int32_t PrefixCache::reusable(std::span<const Token> prompt, std::int32_t max_length,
+                                   const std::function<bool(RequestId)>& live_ok) const {
+  if (!config_.enabled) return 0;
+  const auto in_kv = [&](std::uint64_t id) { return (id & kLiveBit) ? live_ok(id & ~kLiveBit) : kept_.at(id).seq >= 0; };
+  return index_.find(prompt, max_length, in_kv).length;
+}
+
 void PrefixCache::count(std::int32_t prompt_tokens, std::int32_t reused) {
   if (!config_.enabled) return;
   metrics_.prefix_lookups_total++;

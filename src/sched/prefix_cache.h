@@ -60,6 +60,11 @@ class PrefixCache {
   // one of `free_seqs` first (and becomes a kept entry), when room allows.
   Hit lookup(std::span<const Token> prompt, std::int32_t max_length, const std::function<bool(RequestId)>& live_ok,
              std::vector<std::int32_t>& free_seqs, std::int32_t cells_free);
+  // Without side effects: how many of `prompt`'s first max_length tokens could share cells that
+  // are in the KV cache now (a usable live session's prompt, or a kept sequence; not a host
+  // snapshot, which would need cells to come back). What admission may discount.
+  std::int32_t reusable(std::span<const Token> prompt, std::int32_t max_length,
+                        const std::function<bool(RequestId)>& live_ok) const;
   // Counts a lookup's outcome (tokens reused out of prompt_tokens).
   void count(std::int32_t prompt_tokens, std::int32_t reused);
 

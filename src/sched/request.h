@@ -29,10 +29,10 @@ struct Request {
   Priority priority = Priority::kInteractive;
   std::string tenant;             // metadata.tenant; empty: none (no per-tenant cap applies)
   std::string prompt;             // valid UTF-8, checked at the edge
-  std::int32_t max_tokens = 0;    // tokens to generate at most
-  // true: max_tokens was asked for explicitly, so prompt + max_tokens beyond the context is an
-  // error (kContextExceeded); false: generation simply stops at the context's end.
-  bool strict_max_tokens = false;
+  // Tokens to generate at most, as the client asked: then prompt + max_tokens beyond the context is
+  // an error (kContextExceeded, param "max_tokens"). 0: not asked; the daemon's default applies,
+  // and generation simply stops at the context's end.
+  std::int32_t max_tokens = 0;
   SamplingParams sampling;
   std::vector<std::string> stop;  // generation ends before any of these; never emitted
   bool parse_special = false;     // the prompt holds control tokens as text (a chat template's)

@@ -48,25 +48,35 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   s->sampling = request.sampling;
   s->priority = request.priority;
   s->tenant = std::move(request.tenant);
-  auto reject = [&](ErrorCode code, std::string message) {
+  auto reject = [&](ErrorCode code, std::string message, std::string param = {}) {
     metrics_.count_error(code);
-    out.push_back(error_event(request.id, Status(code, std::move(message))));
+    out.push_back(error_event(request.id, Status(code, std::move(message), std::move(param))));
   };
   if (Status st = decoder_.tokenize(request.prompt, s->tokens, request.parse_special); !st.ok()) {
     return reject(st.code(), st.message());
   }
   const auto n_prompt = static_cast<std::int32_t>(s->tokens.size());
   if (n_prompt == 0) return reject(ErrorCode::kEmptyPrompt, "prompt has no tokens");
-  if (n_prompt >= decoder_.n_ctx()) {
-    metrics_.count_rejected(RejectReason::kContext);
-    return reject(ErrorCode::kContextExceeded, "prompt of " + std::to_string(n_prompt) +
-                                                   " tokens does not fit the context of " + std::to_string(decoder_.n_ctx()));
-  }
-  if (request.strict_max_tokens && n_prompt + request.max_tokens > decoder_.n_ctx()) {
+  const std::int32_t n_ctx = decoder_.n_ctx();
+  // The prompt and at least one generated token must fit one sequence (the whole context at most).
+  if (n_prompt >= n_ctx) {
     metrics_.count_rejected(RejectReason::kContext);
     return reject(ErrorCode::kContextExceeded,
-                  "prompt of " + std::to_string(n_prompt) + " tokens + max_tokens " + std::to_string(request.max_tokens) +
-                      " exceeds the context of " + std::to_string(decoder_.n_ctx()));
+                  "prompt of " + std::to_string(n_prompt) + " tokens does not fit the context of " + std::to_string(n_ctx),
+                  "prompt");
+  }
+  // max_tokens: the request's, else the default, else up to the context's end; a cap lowers it.
+  // Only a max_tokens the request asked for is an error when it cannot fit (OpenAI's behaviour).
+  const std::int64_t unbounded = n_ctx - n_prompt;
+  std::int64_t max_tokens = request.max_tokens > 0 ? request.max_tokens
+                            : config_.default_max_tokens > 0 ? config_.default_max_tokens : unbounded;
+  if (config_.max_tokens_cap > 0) max_tokens = std::min<std::int64_t>(max_tokens, config_.max_tokens_cap);
+  if (request.max_tokens > 0 && n_prompt + max_tokens > n_ctx) {
+    metrics_.count_rejected(RejectReason::kContext);
+    return reject(ErrorCode::kContextExceeded,
+                  "prompt of " + std::to_string(n_prompt) + " tokens + max_tokens " + std::to_string(max_tokens) +
+                      " exceeds the context of " + std::to_string(n_ctx) + " (at most " + std::to_string(unbounded) + " fit)",
+                  "max_tokens");
   }
   if (config_.tenant_max_requests > 0 && !s->tenant.empty()) {
     const auto held = std::count_if(sessions_.begin(), sessions_.end(), [&](const auto& x) { return x->tenant == s->tenant; });
@@ -78,22 +88,19 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   }
   const auto queued = std::count_if(sessions_.begin(), sessions_.end(),
                                     [](const auto& x) { return x->state == SessionState::kQueued; });
+  s->n_prompt = n_prompt;
   // Generation stops at the context's end: a request never needs more KV than n_ctx.
-  const std::int32_t max_tokens = std::min({request.max_tokens, config_.max_tokens_cap, decoder_.n_ctx() - n_prompt});
-  const std::int32_t need = n_prompt + max_tokens;
-  const bool must_wait = queued > 0 || free_seqs_.empty() || reserved_cells_ + need > decoder_.n_ctx();
+  s->max_tokens = static_cast<std::int32_t>(std::min(max_tokens, unbounded));
+  const bool must_wait = queued > 0 || !fits(*s);
   if (must_wait && queued >= config_.max_queue) {
     // Admission control: never queue without bound; say so at once.
     metrics_.count_rejected(RejectReason::kQueueFull);
     return reject(ErrorCode::kOverloaded, std::to_string(queued) + " requests are already waiting for room");
   }
-  s->n_prompt = n_prompt;
-  s->max_tokens = max_tokens;
   s->stop = StopFilter(std::move(request.stop));
   const double ttft_default = s->background() ? config_.background_max_wait_ms : config_.slo_ttft_ms;
   s->slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : ttft_default;
   s->slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
-  s->reserved_cells = need;
   metrics_.prompt_tokens_total += static_cast<std::uint64_t>(n_prompt);
   metrics_.requests_admitted_total++;
   spdlog::debug("session {}: admitted ({}), {} prompt tokens, max_tokens {}", s->id,
@@ -148,6 +155,7 @@ void Scheduler::tick(std::vector<Event>& out) {
   start_waiting();
   resolve_followers();
   const Clock::time_point now = Clock::now();
+  make_room_for_tick(now);
   order_.clear();
   candidates_.clear();
   const std::size_t n = sessions_.size();
@@ -318,6 +326,7 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
 
 void Scheduler::finish(Session& s, SessionState terminal) {
   if (s.state == SessionState::kPaused) {
+    end_pause(s, Clock::now());
     parked_bytes_ -= s.parked.bytes();
     s.parked = {};  // frees the parked sampler
   }
@@ -332,7 +341,6 @@ void Scheduler::finish(Session& s, SessionState terminal) {
       decoder_.end_sequence(s.seq);
       free_seqs_.push_back(s.seq);
     }
-    reserved_cells_ -= s.reserved_cells;
     s.seq = -1;
   }
 }
@@ -383,7 +391,7 @@ void Scheduler::publish_metrics() {
                              by_state[static_cast<std::size_t>(GaugeState::kPaused)];
   metrics_.kv_tokens_used = kv_tokens;
   metrics_.kv_sequences_used = kv_seqs;
-  metrics_.kv_cells_reserved = reserved_cells_;
+  metrics_.kv_cells_granted = cells_granted() - cache_.cells();
   metrics_.parked_bytes = static_cast<std::int64_t>(parked_bytes_);
   metrics_.publish_sessions(std::move(table));
 }

@@ -4,15 +4,25 @@
 // Thread-safety: none; lives on the compute thread (see ComputeThread). Talks to the model only
 // through Decoder and to clients only through the Events it appends to caller-provided vectors.
 //
-// KV accounting: a request is started only when a sequence id is free and its worst case
-// (prompt + max_tokens) fits the cells not yet promised to others, so a decode never runs out of
-// KV. Others wait (kQueued), urgent before relaxed, oldest first (policy.h: waiting_before).
-// Preemption: when an interactive request at the head of the wait cannot start, background
-// sessions are paused at a token boundary (kPaused: KV saved to host memory or dropped, as
-// choose_park_mode says) and resume, exactly where they were, when room comes back. Should a
-// decode still find no KV cells, one session of the batch is paused the same way and the tick is
-// retried; no client sees that. Every sequence is freed exactly once, whatever ends the session
-// (finish, error, cancel, shutdown). The room logic lives in scheduler_room.cc.
+// KV accounting: KV is granted as it is used. A session's claim is the cells its sequence holds
+// once its next tick is done: every token so far (prompt, and each sampled token, which the next
+// decode writes), less the prefix cells a live source (kept sequence, leader) holds for it. A
+// request starts (or a paused one resumes) when a sequence id is free and its tokens fit next to
+// every claim and the prefix cache's cells, plus a watermark (--kv-watermark) for running sessions
+// to grow into; others wait (kQueued/kPaused), urgent before relaxed, oldest first (policy.h:
+// waiting_before), and the head of the wait blocks those behind it. Claims grow by one cell per
+// decoded token; before every tick, if they outgrew the cache, kept prefixes are evicted and then
+// sessions paused (policy.h: choose_victims: background first, then the most recently started;
+// often-paused ones last) until the tick fits. With --preempt off nobody can be paused, so a
+// request is granted its worst case (prompt + max_tokens) at start instead.
+// Preemption: paused at a token boundary (kPaused: KV saved to host memory or dropped, as
+// choose_park_mode says), resumed exactly where it was when room comes back; an interactive
+// request at the head of the wait also pauses background sessions. Claims are estimates where
+// cells are shared; should a decode still find no KV cells, kept prefixes are evicted or one
+// session paused and the tick retried; no client sees that. A request whose prompt cannot fit the
+// context alone is rejected at admission, so any one request fits once the older ones are done:
+// no deadlock. Every sequence is freed exactly once, whatever ends the session (finish, error,
+// cancel, shutdown). The room logic lives in scheduler_room.cc.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +42,12 @@
 namespace uma {
 
 struct SchedulerConfig {
-  std::int32_t max_tokens_cap = 4096;  // upper bound on any request's max_tokens
+  // max_tokens: a request's own, else default_max_tokens, else up to the context's end; above a
+  // nonzero cap it is lowered to the cap (the reply ends with finish reason "length").
+  std::int32_t max_tokens_cap = 0;
+  std::int32_t default_max_tokens = 0;
+  double kv_watermark = 0.02;          // share of n_ctx kept free when starting or resuming requests
+  std::int32_t preemptions_before_protected = 3;  // paused this often: paused last, and urgent if background
   std::int32_t max_queue = 64;         // requests waiting for KV room; more are rejected (kOverloaded)
   double max_queue_ms = 30000.0;       // a request waiting longer is rejected (kOverloaded)
   double slo_ttft_ms = 150.0;
@@ -68,13 +83,22 @@ class Scheduler {
 
  private:
   // scheduler_room.cc: who holds KV.
+  enum class PauseCause : std::uint8_t { kPriority, kKvFull };
   Rank rank_of(const Session& s, Clock::time_point now) const;
+  std::int32_t claim(const Session& s) const;    // cells granted to a session holding a sequence
+  std::int32_t need(const Session& s) const;     // cells a waiting session is granted when it starts
+  std::int32_t cells_granted() const;            // every claim + the prefix cache's cells
+  std::int32_t watermark() const;                // free cells kept when starting or resuming
+  bool fits(const Session& s) const;             // a sequence id, and its need next to every claim
   void start_waiting();                          // starts or resumes in waiting order, preempting for urgent heads
-  bool fits(const Session& s) const;             // a sequence id and its reservation are free
   void take_room(Session& s);                    // kQueued -> kPrefill, or resumes a kPaused session
   bool preempt_for(const Session& head, Clock::time_point now);
-  void pause(Session& s, Clock::time_point now);
-  bool recover_kv_exhausted();                   // evicts kept prefixes, else pauses one session of the batch
+  void make_room_for_tick(Clock::time_point now);  // claims outgrew the cache: evict, then pause
+  VictimCandidate victim_candidate(const Session& s, Clock::time_point now) const;
+  void gather_victims(Clock::time_point now, std::vector<VictimCandidate>& running, std::vector<Session*>& who);  // every active session
+  void pause(Session& s, Clock::time_point now, PauseCause cause);
+  void end_pause(Session& s, Clock::time_point now);  // time-in-pause accounting
+  bool recover_kv_exhausted();                   // evicts kept prefixes, else pauses one session
   // Prefix cache (scheduler_room.cc): reuse at start, followers catching up, keeping at the end.
   void reuse_prefix(Session& s);
   void resolve_followers();
@@ -96,7 +120,6 @@ class Scheduler {
   PrefixCache cache_;
   std::vector<std::unique_ptr<Session>> sessions_;  // admission order
   std::vector<std::int32_t> free_seqs_;
-  std::int32_t reserved_cells_ = 0;
   std::size_t parked_bytes_ = 0;      // saved KV of paused sessions
   std::size_t rr_cursor_ = 0;
   bool guard_fired_last_ = false;

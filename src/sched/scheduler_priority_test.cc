@@ -11,11 +11,14 @@ namespace {
 
 using testing_support::SchedulerTest;
 
-// n_ctx 60: a background request of 5 + 40 cells leaves 15, too few for an interactive 5 + 20.
+// One sequence id: a running background request leaves none for an interactive one.
+constexpr std::int32_t kOneSeq = 1;
+// n_ctx 60: with --preempt off, a background request is granted 5 + 40 cells up front, leaving
+// 15, too few for an interactive 5 + 20.
 constexpr std::int32_t kSmallCtx = 60;
 
 TEST_F(SchedulerTest, InteractiveRequestPausesBackgroundWhichResumesExactlyWithSavedKv) {
-  make(64, kSmallCtx, 4);
+  make(64, 1024, kOneSeq);
   submit_background(1, "bbbb", 40);
   for (int i = 0; i < 6; ++i) scheduler_->tick(events_);  // prefill + 5 tokens
   collect();
@@ -23,6 +26,8 @@ TEST_F(SchedulerTest, InteractiveRequestPausesBackgroundWhichResumesExactlyWithS
   submit(2, "iiii", 20);
   scheduler_->publish_metrics();
   EXPECT_EQ(metrics_.preempted_saved_total.load(), 1u) << "copying 10 tokens beats recomputing them";
+  EXPECT_EQ(metrics_.preempted_priority_total.load(), 1u);
+  EXPECT_EQ(metrics_.preempted_kv_full_total.load(), 0u);
   EXPECT_EQ(metrics_.sessions_by_state[static_cast<std::size_t>(GaugeState::kPaused)].load(), 1);
   EXPECT_GT(metrics_.parked_bytes.load(), 0);
   // The interactive request runs to its end before the background one comes back.
@@ -39,12 +44,13 @@ TEST_F(SchedulerTest, InteractiveRequestPausesBackgroundWhichResumesExactlyWithS
   EXPECT_EQ(decoder_->total_kv(), 0);
   scheduler_->publish_metrics();
   EXPECT_EQ(metrics_.parked_bytes.load(), 0);
+  EXPECT_EQ(metrics_.paused_ms.snapshot().count, 1u) << "one pause, timed";
 }
 
 TEST_F(SchedulerTest, BackgroundPausedWithDroppedKvRecomputesAndContinuesExactly) {
   SchedulerConfig cfg;
   cfg.park = ParkPreference::kRecompute;
-  make(/*n_batch=*/8, kSmallCtx, 4, cfg);  // recompute of 4 + ~10 tokens takes several chunks
+  make(/*n_batch=*/8, 1024, kOneSeq, cfg);  // recompute of 4 + ~10 tokens takes several chunks
   submit_background(1, "bbbb", 40);
   for (int i = 0; i < 12; ++i) scheduler_->tick(events_);
   collect();
@@ -58,7 +64,7 @@ TEST_F(SchedulerTest, BackgroundPausedWithDroppedKvRecomputesAndContinuesExactly
 }
 
 TEST_F(SchedulerTest, SavedKvThatDoesNotFitBackIsRecomputed) {
-  make(64, kSmallCtx, 4);
+  make(64, 1024, kOneSeq);
   decoder_->fail_restore_ = true;
   submit_background(1, "bbbb", 40);
   for (int i = 0; i < 6; ++i) scheduler_->tick(events_);
@@ -71,16 +77,16 @@ TEST_F(SchedulerTest, SavedKvThatDoesNotFitBackIsRecomputed) {
 }
 
 TEST_F(SchedulerTest, BackgroundPausedMidPrefillResumesItsPrefill) {
-  make(/*n_batch=*/4, /*n_ctx=*/120, 4);
-  submit(9, "d", 60);  // 62 cells; an interactive stream, so prefill gets 3 tokens a tick
+  make(/*n_batch=*/4, /*n_ctx=*/120, /*n_seq=*/2);
+  submit(9, "d", 60);  // an interactive stream, so prefill gets 3 tokens a tick
   scheduler_->tick(events_);
-  submit_background(1, std::string(30, 'b'), 10);  // 41 cells
+  submit_background(1, std::string(30, 'b'), 10);  // takes the second sequence
   scheduler_->tick(events_);
   scheduler_->tick(events_);
   collect();
   scheduler_->publish_metrics();
   EXPECT_EQ(metrics_.sessions_by_state[static_cast<std::size_t>(GaugeState::kPrefill)].load(), 1);
-  submit(2, "ii", 20);  // 23 cells; 17 are free
+  submit(2, "ii", 20);  // no sequence id left
   EXPECT_EQ(metrics_.preempted_saved_total.load() + metrics_.preempted_recomputed_total.load(), 1u);
   run_until_idle();
   EXPECT_EQ(out_[9].text, expected(100 + 'd', 60));
@@ -88,11 +94,11 @@ TEST_F(SchedulerTest, BackgroundPausedMidPrefillResumesItsPrefill) {
   EXPECT_EQ(out_[1].text, expected(100 + 'b', 10));
 }
 
-TEST_F(SchedulerTest, InteractiveRequestsAreNeverPaused) {
-  make(64, kSmallCtx, 4);
+TEST_F(SchedulerTest, InteractiveRequestsAreNeverPausedForOtherRequests) {
+  make(64, 1024, kOneSeq);
   submit(1, "aaaa", 40);
   scheduler_->tick(events_);
-  submit(2, "iiii", 20);  // no room, and the holder is interactive: it waits its turn
+  submit(2, "iiii", 20);  // no sequence, and the holder is interactive: it waits its turn
   scheduler_->publish_metrics();
   EXPECT_EQ(metrics_.sessions_by_state[static_cast<std::size_t>(GaugeState::kQueued)].load(), 1);
   EXPECT_EQ(decoder_->parks_, 0);
@@ -114,18 +120,11 @@ TEST_F(SchedulerTest, PreemptionOffMakesInteractiveWait) {
 }
 
 TEST_F(SchedulerTest, InteractiveJumpsAheadOfWaitingBackgroundWork) {
-  make(64, /*n_ctx=*/40, 4);
-  submit(1, "aaaa", 20);             // 25 cells: runs
+  make(64, 1024, kOneSeq);
+  submit(1, "aaaa", 20);             // runs
   submit_background(2, "bbbb", 20);  // waits
   submit(3, "cccc", 20);             // waits too, but goes first
-  std::vector<RequestId> finish_order;
-  while (scheduler_->has_work()) {
-    scheduler_->tick(events_);
-    for (const Event& e : events_) {
-      if (e.kind == Event::Kind::kDone) finish_order.push_back(e.request_id);
-    }
-    collect();
-  }
+  const std::vector<RequestId> finish_order = run_recording_finish_order();
   EXPECT_EQ(finish_order, (std::vector<RequestId>{1, 3, 2}));
 }
 
@@ -189,7 +188,7 @@ TEST_F(SchedulerTest, DecodeWithoutKvCellsPausesOneSessionAndNobodySeesAnError) 
 }
 
 TEST_F(SchedulerTest, CancelWhilePausedFreesTheParkedState) {
-  make(64, kSmallCtx, 4);
+  make(64, 1024, kOneSeq);
   submit_background(1, "bbbb", 40);
   for (int i = 0; i < 4; ++i) scheduler_->tick(events_);
   submit(2, "iiii", 20);
@@ -201,6 +200,31 @@ TEST_F(SchedulerTest, CancelWhilePausedFreesTheParkedState) {
   run_until_idle();
   EXPECT_EQ(out_[2].text, expected(100 + 'i', 20));
   EXPECT_EQ(metrics_.resumed_total.load(), 0u);
+  EXPECT_EQ(metrics_.paused_ms.snapshot().count, 1u) << "a pause ended by cancellation is timed too";
+}
+
+TEST_F(SchedulerTest, BackgroundPausedOftenIsNoLongerPausedForInteractiveWork) {
+  SchedulerConfig cfg;
+  cfg.preemptions_before_protected = 3;
+  make(64, 1024, kOneSeq, cfg);
+  submit_background(1, "bbbb", 200);
+  scheduler_->tick(events_);
+  for (RequestId id = 10; id < 13; ++id) {
+    submit(id, "i", 2);  // pauses the background request, runs, ends; the background one resumes
+    while (out_[id].done == 0) {
+      scheduler_->tick(events_);
+      collect();
+    }
+    scheduler_->tick(events_);
+  }
+  EXPECT_EQ(metrics_.preempted_priority_total.load(), 3u);
+  submit(13, "i", 2);  // the fourth: the background request has been paused enough
+  scheduler_->publish_metrics();
+  EXPECT_EQ(metrics_.preempted_priority_total.load(), 3u) << "not paused a fourth time";
+  EXPECT_EQ(metrics_.sessions_by_state[static_cast<std::size_t>(GaugeState::kQueued)].load(), 1);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'b', 200));
+  EXPECT_EQ(out_[13].text, expected(100 + 'i', 2));
 }
 
 TEST_F(SchedulerTest, PerTenantCapRejectsTheExtraRequest) {

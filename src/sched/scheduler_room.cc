@@ -12,16 +12,72 @@ namespace uma {
 Rank Scheduler::rank_of(const Session& s, Clock::time_point now) const {
   if (!s.background()) return Rank::kUrgent;
   // Background work waits for interactive work, but only so long: past its TTFT target without a
-  // first token, or paused for the whole allowance, it competes as urgent and is not paused again.
+  // first token, paused for the whole allowance, or paused often, it competes as urgent and is no
+  // longer paused for interactive work.
   const bool late_first_token = s.generated == 0 && ms_between(s.received_at, now) > s.slo_ttft_ms;
   double paused_ms = s.paused_ms_total;
   if (s.state == SessionState::kPaused) paused_ms += ms_between(s.paused_at, now);
-  const bool paused_enough = paused_ms > config_.background_max_wait_ms;
+  const bool paused_enough = paused_ms > config_.background_max_wait_ms ||
+                             s.preemptions >= config_.preemptions_before_protected;
   return late_first_token || paused_enough ? Rank::kUrgent : Rank::kRelaxed;
 }
 
+std::int32_t Scheduler::claim(const Session& s) const {
+  if (!config_.preemption) return s.n_prompt + s.max_tokens;  // nobody can be paused: the worst case, up front
+  // Shared prefix cells are counted by their source while it holds them: a kept sequence (the
+  // cache counts its cells) or a running leader (its own claim does). A follower will share its
+  // leader's cells and prefills nothing of them meanwhile.
+  const auto holds = [&](RequestId id) {
+    for (const auto& x : sessions_) {
+      if (x->id == id) return x->seq >= 0;
+    }
+    return false;
+  };
+  std::int32_t shared = 0;
+  if (s.follow != 0) {
+    shared = holds(s.follow) ? s.follow_len : 0;
+  } else if (s.shared_prefix > 0 && s.shared_from_seq >= 0) {
+    shared = cache_.holds(s.shared_from_seq) ? s.shared_prefix : 0;
+  } else if (s.shared_prefix > 0 && s.shared_from_session != 0) {
+    shared = holds(s.shared_from_session) ? s.shared_prefix : 0;
+  }
+  return static_cast<std::int32_t>(s.tokens.size()) - shared;
+}
+
+std::int32_t Scheduler::need(const Session& s) const {
+  if (!config_.preemption) return s.n_prompt + s.max_tokens;
+  const auto n = static_cast<std::int32_t>(s.tokens.size());  // the prompt (and what it generated before a pause)
+  if (s.state != SessionState::kQueued) return n;  // a resumed session's cells are all its own
+  // A new request whose prompt prefix is in the KV cache already (a running session's, or a kept
+  // sequence) will share those cells: eight requests with one long system prompt fit as one.
+  const auto live_ok = [&](RequestId id) {
+    for (const auto& x : sessions_) {
+      if (x->id == id) return is_active(*x) && x->seq >= 0;
+    }
+    return false;
+  };
+  const std::span<const Token> prompt = std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_prompt));
+  return n - cache_.reusable(prompt, s.n_prompt - 1, live_ok);
+}
+
+std::int32_t Scheduler::cells_granted() const {
+  std::int32_t n = cache_.cells();
+  for (const auto& s : sessions_) {
+    if (s->seq >= 0) n += claim(*s);
+  }
+  return n;
+}
+
+std::int32_t Scheduler::watermark() const {
+  // Room for the running sessions to grow into before anyone is paused; with nobody running there
+  // is nobody to protect, so a request as large as the whole context can still start.
+  if (!config_.preemption) return 0;
+  const bool running = std::any_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return s->seq >= 0; });
+  return running ? static_cast<std::int32_t>(config_.kv_watermark * decoder_.n_ctx()) : 0;
+}
+
 bool Scheduler::fits(const Session& s) const {
-  return !free_seqs_.empty() && reserved_cells_ + s.reserved_cells + cache_.cells() <= decoder_.n_ctx();
+  return !free_seqs_.empty() && cells_granted() + need(s) + watermark() <= decoder_.n_ctx();
 }
 
 void Scheduler::start_waiting() {
@@ -36,7 +92,7 @@ void Scheduler::start_waiting() {
     // Kept prefixes give their sequence ids and cells back before anyone waits or is paused.
     if (free_seqs_.empty()) cache_.evict_one(free_seqs_);
     if (!fits(*s) && cache_.cells() > 0 && !free_seqs_.empty()) {
-      cache_.evict(reserved_cells_ + s->reserved_cells + cache_.cells() - decoder_.n_ctx(), free_seqs_);
+      cache_.evict(cells_granted() + need(*s) + watermark() - decoder_.n_ctx(), free_seqs_);
     }
     if (!fits(*s) && !(s->priority == Priority::kInteractive && preempt_for(*s, now))) return;  // head of line waits
     take_room(*s);
@@ -55,7 +111,6 @@ void Scheduler::take_room(Session& s) {
     metrics_.queue_ms.observe(ms_between(s.received_at, s.started_at));
     s.set_state(SessionState::kPrefill);
   } else {  // kPaused: resume
-    const Clock::time_point now = Clock::now();
     const std::size_t bytes = s.parked.bytes();
     const bool saved = bytes > 0;
     const Status st = decoder_.unpark_sequence(seq, s.parked);
@@ -71,14 +126,27 @@ void Scheduler::take_room(Session& s) {
       s.n_past = 0;
     }
     s.shared_prefix = 0;  // restored or recomputed cells are its own
-    s.paused_ms_total += ms_between(s.paused_at, now);
+    s.shared_from_seq = -1;
+    s.shared_from_session = 0;
+    end_pause(s, Clock::now());
     s.set_state(saved && st.ok() ? s.paused_from : SessionState::kPrefill);
     metrics_.resumed_total++;
   }
   free_seqs_.pop_back();
   s.seq = seq;
-  reserved_cells_ += s.reserved_cells;
   if (starting) reuse_prefix(s);  // needs its sequence id: shared cells go into it
+}
+
+VictimCandidate Scheduler::victim_candidate(const Session& s, Clock::time_point now) const {
+  return {claim(s), ms_between(s.started_at, now), rank_of(s, now), s.preemptions >= config_.preemptions_before_protected};
+}
+
+void Scheduler::gather_victims(Clock::time_point now, std::vector<VictimCandidate>& running, std::vector<Session*>& who) {
+  for (auto& s : sessions_) {
+    if (!is_active(*s)) continue;
+    running.push_back(victim_candidate(*s, now));
+    who.push_back(s.get());
+  }
 }
 
 bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
@@ -86,21 +154,41 @@ bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
   std::vector<VictimCandidate> running;
   std::vector<Session*> who;
   for (auto& s : sessions_) {
-    if (!is_active(*s) || !s->background()) continue;
-    running.push_back({s->reserved_cells, ms_between(s->started_at, now), rank_of(*s, now) == Rank::kRelaxed});
+    // Only background work still within its allowance is paused for an interactive request.
+    if (!is_active(*s) || !s->background() || rank_of(*s, now) != Rank::kRelaxed) continue;
+    running.push_back(victim_candidate(*s, now));
     who.push_back(s.get());
   }
   const std::int32_t seqs_needed = free_seqs_.empty() ? 1 : 0;
-  const std::int32_t cells_needed = reserved_cells_ + head.reserved_cells - decoder_.n_ctx();
+  const std::int32_t cells_needed = cells_granted() + need(head) + watermark() - decoder_.n_ctx();
   const std::vector<std::size_t> victims = choose_victims(running, seqs_needed, cells_needed);
   for (std::size_t i : victims) {
     spdlog::debug("session {}: paused for interactive session {}", who[i]->id, head.id);
-    pause(*who[i], now);
+    pause(*who[i], now, PauseCause::kPriority);
   }
   return !victims.empty() && fits(head);
 }
 
-void Scheduler::pause(Session& s, Clock::time_point now) {
+void Scheduler::make_room_for_tick(Clock::time_point now) {
+  if (!config_.preemption) return;  // worst cases were granted up front
+  std::int32_t over = cells_granted() - decoder_.n_ctx();
+  if (over <= 0) return;
+  if (cache_.cells() > 0) over -= cache_.evict(over, free_seqs_);
+  if (over <= 0) return;
+  std::vector<VictimCandidate> running;
+  std::vector<Session*> who;
+  gather_victims(now, running, who);
+  // Any one session fits the context alone, so pausing all but one always makes room (should
+  // estimates of shared cells run short, the decode's own recovery below takes over).
+  std::vector<std::size_t> victims = choose_victims(running, 0, over);
+  if (victims.size() == who.size()) victims.pop_back();  // never everyone: the last in the order runs
+  for (std::size_t i : victims) {
+    spdlog::debug("session {}: paused, KV full ({} cells over)", who[i]->id, over);
+    pause(*who[i], now, PauseCause::kKvFull);
+  }
+}
+
+void Scheduler::pause(Session& s, Clock::time_point now, PauseCause cause) {
   ParkCost cost;
   cost.kv_tokens = s.n_past;
   cost.kv_bytes = s.n_past > 0 ? decoder_.kv_state_bytes(s.seq) : 0;
@@ -121,10 +209,13 @@ void Scheduler::pause(Session& s, Clock::time_point now) {
     s.n_past = 0;
     s.shared_prefix = 0;
   }
+  // A follower paused before its leader got there prefills its prompt itself when it resumes.
+  s.follow = 0;
+  s.follow_len = 0;
   parked_bytes_ += s.parked.bytes();
   (save ? metrics_.preempted_saved_total : metrics_.preempted_recomputed_total)++;
+  (cause == PauseCause::kKvFull ? metrics_.preempted_kv_full_total : metrics_.preempted_priority_total)++;
   free_seqs_.push_back(s.seq);
-  reserved_cells_ -= s.reserved_cells;
   s.seq = -1;
   s.paused_from = s.state;
   s.paused_at = now;
@@ -132,27 +223,32 @@ void Scheduler::pause(Session& s, Clock::time_point now) {
   s.set_state(SessionState::kPaused);
 }
 
+void Scheduler::end_pause(Session& s, Clock::time_point now) {
+  const double ms = ms_between(s.paused_at, now);
+  s.paused_ms_total += ms;
+  metrics_.paused_ms.observe(ms);
+}
+
 bool Scheduler::recover_kv_exhausted() {
+  metrics_.kv_exhausted_total++;
   // Kept prefixes are counted by estimate; they give their cells back first.
   if (cache_.cells() > 0 && cache_.evict(static_cast<std::int32_t>(batch_.entries.size()), free_seqs_) > 0) {
     spdlog::warn("decode found no KV cells; evicted kept prefixes and retrying");
-    metrics_.kv_exhausted_total++;
     return true;
   }
-  // Reservations make this rare (it needs cells the cache cannot place); pause the background
-  // session, else the session, that started last, and let the next tick retry without it.
-  std::vector<Session*> in_batch(batch_.decoded.begin(), batch_.decoded.end());
-  for (const PrefillChunk& c : batch_.prefilled) in_batch.push_back(c.session);
-  if (in_batch.size() < 2) return false;
-  const auto later = [](const Session* a, const Session* b) {
-    if (a->background() != b->background()) return b->background();
-    return a->started_at < b->started_at;
-  };
-  Session* victim = *std::max_element(in_batch.begin(), in_batch.end(), later);
-  spdlog::warn("decode found no KV cells; pausing session {} and retrying", victim->id);
-  metrics_.kv_exhausted_total++;
-  pause(*victim, Clock::now());
-  return victim->state == SessionState::kPaused;
+  // Claims make this rare (it needs shared cells counted short): pause one session by the same
+  // policy as for a full cache, and let the next tick retry without it.
+  const Clock::time_point now = Clock::now();
+  std::vector<VictimCandidate> running;
+  std::vector<Session*> who;
+  gather_victims(now, running, who);
+  if (who.size() < 2) return false;
+  const std::vector<std::size_t> victims = choose_victims(running, 1, 0);
+  if (victims.empty()) return false;
+  Session& victim = *who[victims.front()];
+  spdlog::warn("decode found no KV cells; pausing session {} and retrying", victim.id);
+  pause(victim, now, PauseCause::kKvFull);
+  return victim.state == SessionState::kPaused;
 }
 
 Session* Scheduler::find_session(RequestId id) {
@@ -169,18 +265,20 @@ void Scheduler::reuse_prefix(Session& s) {
     const Session* leader = id == s.id ? nullptr : find_session(id);
     return leader != nullptr && is_active(*leader) && leader->seq >= 0;
   };
-  const std::int32_t cells_free = decoder_.n_ctx() - reserved_cells_ - cache_.cells();
+  const std::int32_t cells_free = decoder_.n_ctx() - cells_granted();
   // At least the last prompt token is evaluated, so the first token has logits.
   const PrefixCache::Hit hit = cache_.lookup(prompt, s.n_prompt - 1, live_ok, free_seqs_, cells_free);
   std::int32_t reused = 0;
   if (hit.kind == PrefixCache::Hit::Kind::kKept) {
     decoder_.share_prefix(hit.seq, s.seq, hit.length);
     reused = hit.length;
+    s.shared_from_seq = hit.seq;
   } else if (hit.kind == PrefixCache::Hit::Kind::kLive) {
     Session& leader = *find_session(hit.leader);
     if (leader.n_prefilled >= hit.length && leader.follow == 0) {
       decoder_.share_prefix(leader.seq, s.seq, hit.length);
       reused = hit.length;
+      s.shared_from_session = leader.id;
     } else {
       s.follow = leader.id;
       s.follow_len = hit.length;
@@ -203,6 +301,7 @@ void Scheduler::resolve_followers() {
     if (alive) {
       decoder_.share_prefix(leader->seq, s.seq, s.follow_len);
       reused = s.follow_len;
+      s.shared_from_session = leader->id;
     }
     s.n_prefilled = s.n_past = s.shared_prefix = reused;  // a leader gone (cancelled, paused): prefill it all
     s.follow = 0;

@@ -106,10 +106,10 @@ TEST_F(SchedulerTest, CancelFreesKvAndSilencesTheRequest) {
   EXPECT_EQ(metrics_.requests_cancelled_total.load(), 1u);
 }
 
-TEST_F(SchedulerTest, RequestsWaitForKvRoomInsteadOfFailing) {
-  make(64, /*n_ctx=*/40, 4);
-  submit(1, "aaaa", 20);  // 5 prompt + 20 = 25 cells
-  submit(2, "bbbb", 20);  // would need 50 in all: waits
+TEST_F(SchedulerTest, RequestsWaitForASequenceInsteadOfFailing) {
+  make(64, /*n_ctx=*/64, /*n_seq=*/1);
+  submit(1, "aaaa", 20);
+  submit(2, "bbbb", 20);  // no sequence id free: waits
   scheduler_->publish_metrics();
   EXPECT_EQ(metrics_.queued_sessions.load(), 1);
   run_until_idle();
@@ -121,8 +121,8 @@ TEST_F(SchedulerTest, RequestsWaitForKvRoomInsteadOfFailing) {
 TEST_F(SchedulerTest, AdmissionRejectsAtOnceWhenTheWaitingQueueIsFull) {
   SchedulerConfig cfg;
   cfg.max_queue = 1;
-  make(64, /*n_ctx=*/40, 4, cfg);
-  submit(1, "aaaa", 20);  // runs (25 cells)
+  make(64, /*n_ctx=*/64, /*n_seq=*/1, cfg);
+  submit(1, "aaaa", 20);  // runs
   submit(2, "bbbb", 20);  // waits: the queue now holds 1
   submit(3, "cccc", 20);  // over the queue cap
   EXPECT_EQ(out_[3].error, ErrorCode::kOverloaded);
@@ -136,7 +136,7 @@ TEST_F(SchedulerTest, AdmissionRejectsAtOnceWhenTheWaitingQueueIsFull) {
 TEST_F(SchedulerTest, RequestsWaitingPastTheAgeLimitAreRejected) {
   SchedulerConfig cfg;
   cfg.max_queue_ms = 5;
-  make(64, /*n_ctx=*/40, 4, cfg);
+  make(64, /*n_ctx=*/64, /*n_seq=*/1, cfg);
   submit(1, "aaaa", 20);
   submit(2, "bbbb", 20);  // waits for room
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -153,9 +153,39 @@ TEST_F(SchedulerTest, PromptBeyondContextIsATypedError) {
   submit(1, std::string(20, 'a'), 4);
   EXPECT_EQ(out_[1].errors, 1);
   EXPECT_EQ(out_[1].error, ErrorCode::kContextExceeded);
-  submit(2, "ab", 100);  // fits; generation is capped at the context's end
+  EXPECT_EQ(out_[1].param, "prompt");
+  submit(2, std::string(15, 'a'), 4);  // 16 tokens with the BOS: no room for one generated token
+  EXPECT_EQ(out_[2].error, ErrorCode::kContextExceeded);
+  submit(3, "ab", 0);  // no max_tokens: generation runs to the context's end
   run_until_idle();
-  EXPECT_EQ(out_[2].completion_tokens, 16 - 3);
+  EXPECT_EQ(out_[3].completion_tokens, 16 - 3);
+  EXPECT_EQ(out_[3].reason, FinishReason::kLength);
+}
+
+TEST_F(SchedulerTest, MaxTokensComesFromTheRequestElseTheDefaultAndACapLowersIt) {
+  SchedulerConfig cfg;
+  cfg.default_max_tokens = 5;
+  cfg.max_tokens_cap = 9;
+  make(64, 1024, 4, cfg);
+  submit(1, "a", 0);   // the default
+  submit(2, "b", 7);   // its own
+  submit(3, "c", 50);  // over the cap: lowered to it, not refused
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'a', 5));
+  EXPECT_EQ(out_[2].text, expected(100 + 'b', 7));
+  EXPECT_EQ(out_[3].text, expected(100 + 'c', 9));
+  EXPECT_EQ(out_[3].reason, FinishReason::kLength);
+  EXPECT_EQ(out_[3].errors, 0);
+}
+
+TEST_F(SchedulerTest, CapBelowTheContextMakesALargeMaxTokensFit) {
+  SchedulerConfig cfg;
+  cfg.max_tokens_cap = 8;
+  make(64, 32, 2, cfg);
+  submit(1, "abc", 4000);  // 4 + 4000 would not fit, 4 + 8 does
+  run_until_idle();
+  EXPECT_EQ(out_[1].errors, 0);
+  EXPECT_EQ(out_[1].completion_tokens, 8);
 }
 
 TEST_F(SchedulerTest, EndOfGenerationStopsWithoutEmittingIt) {
@@ -196,9 +226,10 @@ TEST_F(SchedulerTest, MultiByteCharactersSplitAcrossTokensAreNeverSplitInEvents)
 
 TEST_F(SchedulerTest, ExplicitMaxTokensBeyondTheContextIsAnError) {
   make(64, 32, 2);
-  submit(1, "abc", 40, {}, /*strict=*/true);
+  submit(1, "abc", 29);
   EXPECT_EQ(out_[1].error, ErrorCode::kContextExceeded);
-  submit(2, "abc", 28, {}, /*strict=*/true);  // 4 + 28 = 32 fits exactly
+  EXPECT_EQ(out_[1].param, "max_tokens") << "OpenAI names the field at fault";
+  submit(2, "abc", 28);  // 4 + 28 = 32 fits exactly
   run_until_idle();
   EXPECT_EQ(out_[2].completion_tokens, 28);
 }
@@ -220,7 +251,7 @@ TEST_F(SchedulerTest, DecodeFailureFailsTheBatchAndFreesKv) {
 }
 
 TEST_F(SchedulerTest, ShutdownFailsEveryOpenRequest) {
-  make(64, 40, 4);
+  make(64, 40, /*n_seq=*/1);
   submit(1, "aaaa", 20);
   submit(2, "bbbb", 20);  // queued
   scheduler_->tick(events_);

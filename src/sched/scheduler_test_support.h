@@ -1,6 +1,8 @@
 // Test support for the scheduler's unit tests: a fake Decoder that is its own oracle (the next
 // token is always last + 1, from any batch) and checks the scheduler's use of sequences, plus a
-// fixture that drives a Scheduler and gathers each request's events.
+// fixture that drives a Scheduler and gathers each request's events. Like llama.cpp's unified KV,
+// the fake holds n_ctx cells in all; a cell shared by share_prefix counts once; a decode or
+// restore that does not fit fails with kKvExhausted and changes nothing.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,7 +23,8 @@ constexpr Token kEos = 2;
 class FakeDecoder final : public Decoder {
  public:
   FakeDecoder(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq)
-      : n_batch_(n_batch), n_ctx_(n_ctx), n_seq_(n_seq), kv_(static_cast<size_t>(n_seq)), live_(static_cast<size_t>(n_seq)) {}
+      : n_batch_(n_batch), n_ctx_(n_ctx), n_seq_(n_seq), kv_(static_cast<size_t>(n_seq)), cells_(static_cast<size_t>(n_seq)),
+        live_(static_cast<size_t>(n_seq)) {}
 
   std::int32_t n_batch() const override { return n_batch_; }
   std::int32_t n_ctx() const override { return n_ctx_; }
@@ -49,6 +52,8 @@ class FakeDecoder final : public Decoder {
     EXPECT_LE(n, static_cast<std::int32_t>(kv_[src].size())) << "sharing cells the source does not have";
     EXPECT_TRUE(kv_[dst].empty());
     kv_[dst].assign(kv_[src].begin(), kv_[src].begin() + n);
+    cells_[dst].assign(cells_[src].begin(), cells_[src].begin() + n);
+    for (std::uint64_t c : cells_[dst]) ++refs_[c];
     shared_tokens_ += n;
   }
   void drop_sampler(std::int32_t seq) override { live_[seq] = false; }
@@ -59,8 +64,11 @@ class FakeDecoder final : public Decoder {
   }
   Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) override {
     if (fail_restore_) return Status(ErrorCode::kKvExhausted, "injected");
-    kv_[seq].resize(bytes.size() / sizeof(Token));
+    const auto n = static_cast<std::int32_t>(bytes.size() / sizeof(Token));
+    if (cells_used() + n > n_ctx_) return Status(ErrorCode::kKvExhausted, "no room to restore");
+    kv_[seq].resize(static_cast<size_t>(n));
     std::copy(bytes.begin(), bytes.end(), reinterpret_cast<std::uint8_t*>(kv_[seq].data()));
+    take_cells(seq, n);
     return Status::Ok();
   }
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override {
@@ -74,6 +82,7 @@ class FakeDecoder final : public Decoder {
     out.sampler = std::make_shared<int>(sampler_[seq]);
     live_[seq] = false;
     kv_[seq].clear();
+    release_cells(seq);
     return Status::Ok();
   }
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override {
@@ -84,8 +93,11 @@ class FakeDecoder final : public Decoder {
     from.sampler.reset();
     if (from.kv.empty()) return Status::Ok();
     if (fail_restore_) return Status(ErrorCode::kKvExhausted, "injected");
-    kv_[seq].resize(from.kv.size() / sizeof(Token));
+    const auto n = static_cast<std::int32_t>(from.kv.size() / sizeof(Token));
+    if (cells_used() + n > n_ctx_) return Status(ErrorCode::kKvExhausted, "no room to restore");
+    kv_[seq].resize(static_cast<size_t>(n));
     std::copy(from.kv.begin(), from.kv.end(), reinterpret_cast<std::uint8_t*>(kv_[seq].data()));
+    take_cells(seq, n);
     from.kv.clear();
     return Status::Ok();
   }
@@ -93,6 +105,7 @@ class FakeDecoder final : public Decoder {
     ++ended_;
     live_[seq] = false;
     kv_[seq].clear();
+    release_cells(seq);
   }
   Status decode(std::span<const BatchEntry> batch) override {
     ++decodes_;
@@ -107,11 +120,17 @@ class FakeDecoder final : public Decoder {
       kv_full_next_ = false;
       return Status(ErrorCode::kKvExhausted, "injected");
     }
+    if (cells_used() + static_cast<std::int32_t>(batch.size()) > n_ctx_) {
+      ++kv_exhausted_;
+      return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
+    }
     for (const BatchEntry& e : batch) {
       EXPECT_TRUE(live_[e.seq]) << "decode for a sequence that was not started";
       EXPECT_EQ(e.pos, static_cast<std::int32_t>(kv_[e.seq].size())) << "positions must be contiguous";
       kv_[e.seq].push_back(e.token);
+      take_cells(e.seq, 1);
     }
+    max_cells_used_ = std::max(max_cells_used_, cells_used());
     max_batch_ = std::max(max_batch_, batch.size());
     return Status::Ok();
   }
@@ -131,6 +150,7 @@ class FakeDecoder final : public Decoder {
     for (const auto& k : kv_) n += static_cast<std::int32_t>(k.size());
     return n;
   }
+  std::int32_t cells_used() const { return static_cast<std::int32_t>(refs_.size()); }  // distinct cells
 
   int decodes_ = 0;
   int ended_ = 0;
@@ -139,6 +159,8 @@ class FakeDecoder final : public Decoder {
   bool kv_full_next_ = false;  // next decode finds no KV cells (and changes nothing)
   bool fail_restore_ = false;  // saved KV does not fit back
   int parks_ = 0;
+  int kv_exhausted_ = 0;             // decodes that found no room (not injected)
+  std::int32_t max_cells_used_ = 0;  // high-water mark of distinct cells
   std::int32_t shared_tokens_ = 0;  // cells shared by share_prefix
   int samplers_made_ = 0;
   std::map<std::int32_t, int> sampler_;  // which sampler chain a sequence holds
@@ -148,7 +170,23 @@ class FakeDecoder final : public Decoder {
 
  private:
   std::int32_t n_batch_, n_ctx_, n_seq_;
+  void take_cells(std::int32_t seq, std::int32_t n) {
+    for (std::int32_t k = 0; k < n; ++k) {
+      cells_[seq].push_back(++next_cell_);
+      refs_[next_cell_] = 1;
+    }
+  }
+  void release_cells(std::int32_t seq) {
+    for (std::uint64_t c : cells_[seq]) {
+      if (--refs_[c] == 0) refs_.erase(c);
+    }
+    cells_[seq].clear();
+  }
+
   std::vector<std::vector<Token>> kv_;
+  std::vector<std::vector<std::uint64_t>> cells_;  // cell ids per sequence (shared cells appear in several)
+  std::map<std::uint64_t, int> refs_;              // cell id -> sequences holding it
+  std::uint64_t next_cell_ = 0;
   std::vector<bool> live_;
   std::set<std::int32_t> sampled_;
 };
@@ -160,6 +198,7 @@ struct Outcome {
   int errors = 0;
   FinishReason reason = FinishReason::kStop;
   ErrorCode error = ErrorCode::kOk;
+  std::string param;  // the error's field at fault
   std::int32_t completion_tokens = 0;
 };
 
@@ -170,11 +209,10 @@ class SchedulerTest : public ::testing::Test {
     decoder_ = std::make_unique<FakeDecoder>(n_batch, n_ctx, n_seq);
     scheduler_ = std::make_unique<Scheduler>(*decoder_, metrics_, cfg);
   }
-  void submit(RequestId id, std::string prompt, std::int32_t max_tokens, std::vector<std::string> stop = {},
-              bool strict = false) {
+  // max_tokens 0: not asked (the scheduler's default applies).
+  void submit(RequestId id, std::string prompt, std::int32_t max_tokens, std::vector<std::string> stop = {}) {
     Request r;
     r.stop = std::move(stop);
-    r.strict_max_tokens = strict;
     r.id = id;
     r.prompt = std::move(prompt);
     r.max_tokens = max_tokens;
@@ -203,7 +241,7 @@ class SchedulerTest : public ::testing::Test {
         o.chunks.push_back(e.text);
       }
       if (e.kind == Event::Kind::kDone) { ++o.done; o.reason = e.reason; o.completion_tokens = e.completion_tokens; }
-      if (e.kind == Event::Kind::kError) { ++o.errors; o.error = e.error.code(); }
+      if (e.kind == Event::Kind::kError) { ++o.errors; o.error = e.error.code(); o.param = e.error.param(); }
     }
     events_.clear();
   }
@@ -215,6 +253,18 @@ class SchedulerTest : public ::testing::Test {
       ++ticks;
     }
     return ticks;
+  }
+  // Runs until idle; returns the ids in the order their requests ended (done or error).
+  std::vector<RequestId> run_recording_finish_order(int limit = 100000) {
+    std::vector<RequestId> order;
+    for (int ticks = 0; scheduler_->has_work() && ticks < limit; ++ticks) {
+      scheduler_->tick(events_);
+      for (const Event& e : events_) {
+        if (e.kind != Event::Kind::kToken) order.push_back(e.request_id);
+      }
+      collect();
+    }
+    return order;
   }
   static std::string expected(Token last, int n) {
     std::string s;

@@ -5,7 +5,7 @@
 //   kPrefill -> kDecode | kPaused | kFinished | kFailed | kCancelled
 //   kDecode  -> kPaused | kFinished | kFailed | kCancelled
 //   kPaused  -> kPrefill | kDecode | kFailed | kCancelled
-//                                 preempted: no sequence id, no KV reservation; KV saved in `parked`
+//                                 preempted: no sequence id, no KV cells; KV saved in `parked`
 //                                 (resumes in its old state) or dropped (resumes in kPrefill and
 //                                 recomputes every token it had)
 // kFinished / kFailed / kCancelled are terminal; the scheduler then frees the sequence exactly once.
@@ -43,8 +43,7 @@ struct Session {
   std::int32_t n_prefilled = 0;     // tokens fed by prefill
   std::int32_t n_past = 0;          // next position in the sequence
   std::int32_t generated = 0;
-  std::int32_t max_tokens = 0;
-  std::int32_t reserved_cells = 0;  // KV cells promised at admission (prompt + max_tokens)
+  std::int32_t max_tokens = 0;       // effective: the request's (or the default), capped, within the context
   SamplingParams sampling;
   Utf8Stream utf8;                  // token bytes -> complete code points
   StopFilter stop;                  // complete text -> text before any stop string
@@ -52,7 +51,7 @@ struct Session {
   double slo_tbt_ms = 0.0;
 
   Clock::time_point received_at{};
-  Clock::time_point started_at{};      // left the queue
+  Clock::time_point started_at{};      // left the queue (first time; resuming does not change it)
   Clock::time_point first_token_at{};
   Clock::time_point last_emit_at{};
   double tbt_ms_ewma = 0.0;
@@ -63,6 +62,10 @@ struct Session {
   RequestId follow = 0;             // 0: not following
   std::int32_t follow_len = 0;
   std::int32_t shared_prefix = 0;   // prompt tokens whose cells were shared from another sequence
+  // Where they came from, while that source may still hold them (cells counted there, not here):
+  // a kept sequence of the prefix cache, or a running session (the leader).
+  std::int32_t shared_from_seq = -1;
+  RequestId shared_from_session = 0;
 
   // Preemption.
   ParkedSequence parked;               // while kPaused: sampler, and the KV when it was saved

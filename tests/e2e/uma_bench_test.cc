@@ -54,11 +54,11 @@ TEST(UmaBench, OpenLoopMixedAndSweepWorkloads) {
 }
 
 TEST(UmaBench, ErrorsAreCountedByKind) {
-  Daemon d({"--protocol", "json", "--max-tokens", "4"});  // asking for 8 is a bad request
+  Daemon d({"--protocol", "json", "--n-ctx", "256"});  // 200-token prompts + max_tokens 100 do not fit
   ASSERT_TRUE(d.started()) << d.log();
-  const auto j = bench(d, {"-n", "3", "--output-tokens", "8", "--warmup", "0"});
+  const auto j = bench(d, {"-n", "3", "--prompt-tokens", "200", "--output-tokens", "100", "--warmup", "0"});
   EXPECT_EQ(j["runs"][0]["ok"], 0);
-  EXPECT_EQ(j["runs"][0]["errors"]["E_PROTO_BAD_REQUEST"], 3);
+  EXPECT_EQ(j["runs"][0]["errors"]["E_LIMIT_CONTEXT"], 3);
 }
 
 }  // namespace

@@ -164,7 +164,7 @@ TEST(UmadE2E, DisconnectMidStreamFreesTheSessionAndItsKv) {
   EXPECT_EQ(m["active_sessions"], 0);
   EXPECT_EQ(m["kv_tokens_used"], 0);
   EXPECT_EQ(m["kv_sequences_used"], 0);
-  EXPECT_EQ(m["kv_cells_reserved"], 0);
+  EXPECT_EQ(m["kv_cells_granted"], 0);
   EXPECT_EQ(m["requests_cancelled_total"], 1);
   EXPECT_EQ(m["disconnects_mid_stream_total"], 1);
   EXPECT_LT(m["tokens_generated_total"].get<int>(), 3000) << "generation went on after the client left";

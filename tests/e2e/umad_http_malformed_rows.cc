@@ -111,7 +111,9 @@ std::vector<Row> table() {
   bad("max_tokens huge", kCompl, R"({"prompt":"hello world","max_tokens":1000000000000})");
   bad("max_tokens 2^64-1", kCompl, R"({"prompt":"hello world","max_tokens":18446744073709551615})");
   bad("max_tokens 1e400 (overflows a double)", kCompl, R"({"prompt":"hello world","max_tokens":1e400})");
-  bad("max_tokens over --max-tokens", kCompl, R"({"prompt":"hello world","max_tokens":17})");
+  good("max_tokens over --max-tokens is lowered to it",
+       {post(kCompl, R"({"prompt":"hello world","max_tokens":4096,"temperature":0})")},
+       oracle().expected_text("hello world", kMaxTokens));
   bad("max_completion_tokens as string", kCompl, R"({"prompt":"hello world","max_completion_tokens":"8"})");
   // ---- sampling
   bad("temperature as string", kCompl, R"({"prompt":"hello world","temperature":"0"})");

@@ -198,8 +198,9 @@ TEST(UmadJson, DisconnectMidStreamCancelsAndFreesKv) {
 }
 
 TEST(UmadJson, OverloadIsRejectedAtOnceWithATypedError) {
-  // Room for one 3000-token reply at a time and no waiting queue: the second request is refused.
-  Daemon d(args({"--max-tokens", "3000", "--n-ctx", "4096", "--max-queue", "0"}));
+  // With --preempt off a request is granted its worst case up front: room for one 3000-token reply
+  // at a time, and no waiting queue: the second request is refused.
+  Daemon d(args({"--n-ctx", "4096", "--max-queue", "0", "--preempt", "off"}));
   ASSERT_TRUE(d.started()) << d.log();
   auto a = connect(d);
   ASSERT_TRUE(a->send_request(request("a", "hello world", 3000)).ok());

@@ -13,13 +13,14 @@
 namespace uma::test {
 namespace {
 
-// n_ctx 1536: a background reply of 1200 tokens and an interactive one of 600 cannot both hold
-// their KV, so the interactive one pauses the background one.
+// n_ctx 1024: a background request with a 1000-word prompt leaves too few cells for an
+// interactive one to start, so the interactive one pauses the background one.
 void preempt_and_resume(const std::string& mode, const std::string& metric) {
-  Daemon d(args({"--max-tokens", "1200", "--n-ctx", "1536", "--preempt", mode}));
+  Daemon d(args({"--n-ctx", "1024", "--preempt", mode}));
   ASSERT_TRUE(d.started()) << d.log();
   auto bg = connect(d);
-  WireRequest r = request("bg", "the river", 1200);
+  const std::string bg_prompt = Oracle::long_prompt(1000, "river");
+  WireRequest r = request("bg", bg_prompt, 20);
   r.background = true;
   ASSERT_TRUE(bg->send_request(r).ok());
   WireEvent ev;
@@ -34,10 +35,11 @@ void preempt_and_resume(const std::string& mode, const std::string& metric) {
   EXPECT_EQ(fg_reply.text, oracle().expected_text("hello world", 600));
   EXPECT_EQ(fg_reply.end.reason, "length");
   const Reply bg_rest = read_reply(*bg);
-  EXPECT_EQ(bg_text + bg_rest.text, oracle().expected_text("the river", 1200)) << "paused and resumed exactly";
-  EXPECT_EQ(bg_rest.end.completion_tokens, 1200);
+  EXPECT_EQ(bg_text + bg_rest.text, oracle().expected_text(bg_prompt, 20)) << "paused and resumed exactly";
+  EXPECT_EQ(bg_rest.end.completion_tokens, 20);
   const auto m = metrics(d);
   EXPECT_EQ(m[metric], 1) << m.dump();
+  EXPECT_EQ(m["preempted_priority_total"], 1);
   EXPECT_EQ(m["resumed_total"], 1);
   EXPECT_EQ(m["kv_tokens_used"], 0);
   EXPECT_EQ(m["parked_bytes"], 0);
@@ -80,10 +82,11 @@ TEST(UmadSched, TenantCapRejectsTheExtraRequestWithATypedError) {
 }
 
 TEST(UmadSched, BackgroundWorkIsNotStarvedByAStreamOfInteractiveWork) {
-  // Room for one reply at a time; two interactive clients keep one request running and one
-  // waiting. The background request, past its wait bound (300 ms), ranks as urgent, and being the
-  // oldest, gets the next turn. Without the bound it would wait until the interactive load stops.
-  Daemon d(args({"--max-tokens", "300", "--n-ctx", "512", "--background-max-wait-ms", "300"}));
+  // With --preempt off each request is granted its worst case up front: room for one reply at a
+  // time; two interactive clients keep one request running and one waiting. The background
+  // request, past its wait bound (300 ms), ranks as urgent, and being the oldest, gets the next
+  // turn. Without the bound it would wait until the interactive load stops.
+  Daemon d(args({"--n-ctx", "512", "--background-max-wait-ms", "300", "--preempt", "off"}));
   ASSERT_TRUE(d.started()) << d.log();
   std::atomic<bool> stop{false};
   auto interactive_load = [&](const std::string& name) {
@@ -109,8 +112,8 @@ TEST(UmadSched, BackgroundWorkIsNotStarvedByAStreamOfInteractiveWork) {
 }
 
 TEST(UmadSched, ARequestWaitingPastTheQueueAgeLimitIsRejected) {
-  // Room for one 3000-token reply at a time; the second waits for room, then times out.
-  Daemon d(args({"--max-tokens", "3000", "--n-ctx", "4096", "--max-queue-ms", "300"}));
+  // --preempt off: room for one 3000-token reply at a time; the second waits for room, then times out.
+  Daemon d(args({"--n-ctx", "4096", "--max-queue-ms", "300", "--preempt", "off"}));
   ASSERT_TRUE(d.started()) << d.log();
   auto a = connect(d);
   ASSERT_TRUE(a->send_request(request("a", "hello world", 3000)).ok());
@@ -139,7 +142,9 @@ TEST(UmadSched, SessionsByStateAndAdmissionCountersInPrometheus) {
   ASSERT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "metrics", "--prometheus"}, &text), 0) << text;
   for (const char* line : {"uma:requests_admitted_total 1\n", "uma:num_requests{state=\"paused\"} 0\n",
                            "uma:requests_rejected_total{reason=\"queue_full\"} 0\n",
-                           "uma:preemptions_total{kv=\"saved\"} 0\n", "uma:kv_cache_cells_total "}) {
+                           "uma:preemptions_total{kv=\"saved\"} 0\n", "uma:kv_cache_cells_total ",
+                           "uma:preemptions_by_cause_total{cause=\"kv_full\"} 0\n", "uma:pause_duration_seconds_count 0\n",
+                           "uma:kv_cache_cells_granted 0\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " missing in\n" << text;
   }
 }

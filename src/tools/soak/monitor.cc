@@ -63,7 +63,7 @@ MetricsSample fetch_metrics(const std::string& socket_path, std::chrono::millise
   };
   m.kv_tokens_used = get(j, "kv_tokens_used");
   m.kv_sequences_used = get(j, "kv_sequences_used");
-  m.kv_cells_reserved = get(j, "kv_cells_reserved");
+  m.kv_cells_granted = get(j, "kv_cells_granted");
   m.kv_cells_total = get(j, "kv_cells_total");
   m.active_sessions = get(j, "active_sessions");
   m.queued_sessions = get(j, "queued_sessions");

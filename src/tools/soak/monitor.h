@@ -30,7 +30,7 @@ ProcSample read_proc(int pid);
 struct MetricsSample {
   bool ok = false;
   std::string error;
-  std::int64_t kv_tokens_used = 0, kv_sequences_used = 0, kv_cells_reserved = 0, kv_cells_total = 0;
+  std::int64_t kv_tokens_used = 0, kv_sequences_used = 0, kv_cells_granted = 0, kv_cells_total = 0;
   std::int64_t active_sessions = 0, queued_sessions = 0, sessions_open = 0, connections_open = 0;
   std::int64_t tokens_generated_total = 0, requests_total = 0, tx_drops_total = 0, disconnects_mid_stream_total = 0;
   std::int64_t requests_cancelled_total = 0, kv_exhausted_total = 0;

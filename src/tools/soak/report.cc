@@ -80,10 +80,10 @@ Verdict evaluate(const RunData& d, const Tally& t) {
       {"every_stream_exact", t.mismatches() == 0 && exact > 0,
        std::to_string(exact) + " whole replies exact, " + std::to_string(t.mismatches()) + " differed"},
       {"kv_back_to_zero",
-       m.ok && m.kv_tokens_used == 0 && m.kv_sequences_used == 0 && m.kv_cells_reserved == 0 && m.active_sessions == 0 &&
+       m.ok && m.kv_tokens_used == 0 && m.kv_sequences_used == 0 && m.kv_cells_granted == 0 && m.active_sessions == 0 &&
            m.queued_sessions == 0,
        m.ok ? "kv_tokens_used " + std::to_string(m.kv_tokens_used) + ", kv_sequences_used " +
-                  std::to_string(m.kv_sequences_used) + ", kv_cells_reserved " + std::to_string(m.kv_cells_reserved) +
+                  std::to_string(m.kv_sequences_used) + ", kv_cells_granted " + std::to_string(m.kv_cells_granted) +
                   ", active " + std::to_string(m.active_sessions) + ", queued " + std::to_string(m.queued_sessions) +
                   " (prefix cache keeps " + std::to_string(m.prefix_kept_sequences) + " sequences, ~" +
                   std::to_string(m.prefix_kept_cells) + " cells, on purpose)"
@@ -125,10 +125,10 @@ void print_summary(const RunData& d, const Tally& t, const Verdict& v) {
   std::printf("fds: baseline %lld, max %lld, end %lld; settled in %.1f s%s\n", static_cast<long long>(v.fd_baseline),
               static_cast<long long>(v.fd_max), static_cast<long long>(v.fd_end), d.settle_s, d.settled ? "" : " (NOT settled)");
   const MetricsSample& m = d.metrics_end;
-  std::printf("KV at end: tokens_used %lld, sequences_used %lld, cells_reserved %lld of %lld; prefix cache keeps %lld "
+  std::printf("KV at end: tokens_used %lld, sequences_used %lld, cells_granted %lld of %lld; prefix cache keeps %lld "
               "sequences (~%lld cells) + %lld host snapshots (%s)\n",
               static_cast<long long>(m.kv_tokens_used), static_cast<long long>(m.kv_sequences_used),
-              static_cast<long long>(m.kv_cells_reserved), static_cast<long long>(m.kv_cells_total),
+              static_cast<long long>(m.kv_cells_granted), static_cast<long long>(m.kv_cells_total),
               static_cast<long long>(m.prefix_kept_sequences), static_cast<long long>(m.prefix_kept_cells),
               static_cast<long long>(m.prefix_host_snapshots), mib(m.prefix_host_bytes / 1024).c_str());
   std::printf("daemon errors_total during the run:");
@@ -178,7 +178,7 @@ std::string json_line(const RunData& d, const Tally& t, const Verdict& v) {
   j["fds"] = {{"baseline", v.fd_baseline}, {"max", v.fd_max}, {"end", v.fd_end}};
   const MetricsSample& m = d.metrics_end;
   j["kv_end"] = {{"tokens_used", m.kv_tokens_used}, {"sequences_used", m.kv_sequences_used},
-                 {"cells_reserved", m.kv_cells_reserved}, {"active", m.active_sessions}, {"queued", m.queued_sessions},
+                 {"cells_granted", m.kv_cells_granted}, {"active", m.active_sessions}, {"queued", m.queued_sessions},
                  {"prefix_kept_sequences", m.prefix_kept_sequences}, {"prefix_kept_cells", m.prefix_kept_cells}};
   j["tx_drops"] = {{"seen_by_clients", v.drops_seen}, {"server", v.drops_server}};
   j["settle_s"] = d.settle_s;

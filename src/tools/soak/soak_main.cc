@@ -61,12 +61,12 @@ bool poll_until(double seconds, F ready) {
 
 void write_csv(const std::string& path, const std::vector<Sample>& samples) {
   std::ofstream f(path);
-  f << "t_s,alive,rss_kb,fds,kv_tokens_used,kv_sequences_used,kv_cells_reserved,active,queued,connections_open,"
+  f << "t_s,alive,rss_kb,fds,kv_tokens_used,kv_sequences_used,kv_cells_granted,active,queued,connections_open,"
        "sessions_open,tokens_generated_total,tx_drops_total,prefix_kept_sequences,prefix_kept_cells,prefix_host_bytes\n";
   for (const Sample& s : samples) {
     const MetricsSample& m = s.metrics;
     f << s.t_s << ',' << s.proc.alive << ',' << s.proc.rss_kb << ',' << s.proc.fds << ',' << m.kv_tokens_used << ','
-      << m.kv_sequences_used << ',' << m.kv_cells_reserved << ',' << m.active_sessions << ',' << m.queued_sessions << ','
+      << m.kv_sequences_used << ',' << m.kv_cells_granted << ',' << m.active_sessions << ',' << m.queued_sessions << ','
       << m.connections_open << ',' << m.sessions_open << ',' << m.tokens_generated_total << ',' << m.tx_drops_total << ','
       << m.prefix_kept_sequences << ',' << m.prefix_kept_cells << ',' << m.prefix_host_bytes << '\n';
   }
@@ -208,7 +208,7 @@ int run(int argc, char** argv) {
     d.metrics_end = fetch_metrics(st.socket_path, std::chrono::milliseconds(5000));
     const MetricsSample& m = d.metrics_end;
     return m.ok && m.active_sessions == 0 && m.queued_sessions == 0 && m.kv_tokens_used == 0 && m.kv_sequences_used == 0 &&
-           m.kv_cells_reserved == 0 && d.proc_end.fds == d.proc_baseline.fds;
+           m.kv_cells_granted == 0 && d.proc_end.fds == d.proc_baseline.fds;
   }) && d.proc_end.alive;
   d.settle_s = std::chrono::duration<double>(Clock::now() - settle_start).count();
   monitor.stop();

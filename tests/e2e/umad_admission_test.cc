@@ -1,0 +1,153 @@
+// End-to-end admission on the oracle model: max_tokens up to the context (absent: to its end) on
+// every front end, KV granted as it is used (16 early-stopping requests asking for 4096 tokens
+// decode at once), and KV exhaustion under 16 long generations resolved by preemption with every
+// output exact.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "e2e/http_client.h"
+#include "e2e/json_helpers.h"
+#include "e2e/oracle.h"
+
+namespace uma::test {
+namespace {
+
+using json = nlohmann::json;
+
+int prompt_tokens(const std::string& prompt) { return static_cast<int>(oracle().tokenize(prompt).size()); }
+
+TEST(UmadAdmission, WithoutMaxTokensGenerationRunsExactlyToTheContextsEnd) {
+  Daemon d(args({"--n-ctx", "1024"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto c = connect(d);
+  WireRequest r = request("a", "hello world", 1);
+  r.max_tokens.reset();
+  ASSERT_TRUE(c->send_request(r).ok());
+  const Reply reply = read_reply(*c);
+  const int n = 1024 - prompt_tokens("hello world");
+  EXPECT_EQ(reply.end.reason, "length");
+  EXPECT_EQ(reply.end.completion_tokens, n);
+  EXPECT_EQ(reply.text, oracle().expected_text("hello world", n));
+}
+
+TEST(UmadAdmission, LargeMaxTokensIsAcceptedOnEveryFrontEndAndTooLargeNamesTheField) {
+  Daemon d(http_args({"--n-ctx", "8192"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  // Framed JSON: 4096, exact to the last token.
+  auto c = connect(d);
+  ASSERT_TRUE(c->send_request(request("a", "hello world", 4096)).ok());
+  const Reply big = read_reply(*c, false);
+  EXPECT_EQ(big.end.reason, "length");
+  EXPECT_EQ(big.end.completion_tokens, 4096);
+  EXPECT_EQ(big.text, oracle().expected_text("hello world", 4096));
+  auto c2 = connect(d);
+  ASSERT_TRUE(c2->send_request(request("b", "hello world", 8190)).ok());
+  const Reply over = read_reply(*c2, false);
+  EXPECT_EQ(over.end.code, "E_LIMIT_CONTEXT");
+  EXPECT_EQ(over.end.param, "max_tokens");
+  // HTTP: the new user's first request (curl ... "max_tokens": 1024), then one that cannot fit.
+  const int port = http_port(d);
+  Tcp t(port);
+  ASSERT_TRUE(t.send(post("/v1/completions", R"({"prompt":"hello world","max_tokens":1024,"temperature":0})")));
+  std::string resp = t.response();
+  ASSERT_EQ(status_of(resp), 200) << resp;
+  json j = json::parse(body_of(resp));
+  EXPECT_EQ(j["choices"][0]["text"], oracle().expected_text("hello world", 1024));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  ASSERT_TRUE(t.send(post("/v1/completions", R"({"prompt":"hello world","max_tokens":8190})")));
+  resp = t.response();
+  ASSERT_EQ(status_of(resp), 400) << resp;
+  j = json::parse(body_of(resp));
+  EXPECT_EQ(j["error"]["param"], "max_tokens");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("8192"), std::string::npos) << j.dump();
+  // uma-cli -n 2000.
+  std::string out;
+  ASSERT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "-n", "2000", "hello world"}, &out), 0) << out;
+  EXPECT_NE(out.find(oracle().expected_text("hello world", 2000)), std::string::npos);
+}
+
+// 16 prompts, each with the stop string that ends its reply after `n` tokens.
+struct Stopping {
+  std::string prompt, stop, expected;
+};
+std::vector<Stopping> stopping_requests(int n) {
+  std::vector<Stopping> v;
+  for (int k = 0; k < 16; ++k) {
+    Stopping s;
+    s.prompt = "hello world " + std::to_string(100 + k);
+    const std::vector<std::string> pieces = oracle().expected_pieces(s.prompt, n + 1);
+    s.stop = pieces.at(static_cast<std::size_t>(n));
+    s.expected = oracle().expected_text(s.prompt, n);
+    EXPECT_EQ((s.expected + s.stop).find(s.stop), s.expected.size()) << "the stop string must not occur earlier";
+    v.push_back(std::move(s));
+  }
+  return v;
+}
+
+TEST(UmadAdmission, SixteenEarlyStoppingRequestsAskingFor4096AllDecodeAtOnce) {
+  Daemon d(args({"--n-ctx", "8192", "--max-sessions", "16"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  // Before, each was granted 4096+ cells up front, so at most one ran in 8192 cells at a time.
+  const std::vector<Stopping> reqs = stopping_requests(400);
+  std::vector<std::unique_ptr<UmaClient>> clients;
+  for (int k = 0; k < 16; ++k) {
+    clients.push_back(connect(d));
+    WireRequest r = request("r" + std::to_string(k), reqs[k].prompt, 4096);
+    r.stop = {reqs[k].stop};
+    ASSERT_TRUE(clients.back()->send_request(r).ok());
+  }
+  // Wait on the gauge itself: all 16 in decode at once, or all done without it (a failure).
+  std::int64_t most = 0;
+  for (int polls = 0; polls < 100000 && most < 16; ++polls) {
+    const json m = metrics(d);
+    most = std::max<std::int64_t>(most, m["sessions_by_state"]["decode"].get<std::int64_t>());
+    if (m["requests_completed_total"].get<std::int64_t>() > 0) break;
+  }
+  EXPECT_EQ(most, 16) << "the sessions-in-decode gauge";
+  for (int k = 0; k < 16; ++k) {
+    const Reply r = read_reply(*clients[k], false);
+    EXPECT_EQ(r.text, reqs[k].expected) << k;
+    EXPECT_EQ(r.end.reason, "stop") << k;
+    EXPECT_EQ(r.end.completion_tokens, 401) << k << " (the stop string's token counts)";
+  }
+  const json m = metrics(d);
+  EXPECT_EQ(m["preempted_kv_full_total"], 0) << m.dump();
+}
+
+TEST(UmadAdmission, KvExhaustionUnderSixteenLongGenerationsIsResolvedByPreemptionExactly) {
+  for (const char* mode : {"save", "recompute"}) {
+    SCOPED_TRACE(mode);
+    // 16 x (4 + 500) cells are asked for over time; 2048 exist.
+    Daemon d(args({"--n-ctx", "2048", "--max-sessions", "16", "--preempt", mode}));
+    ASSERT_TRUE(d.started()) << d.log();
+    std::vector<std::unique_ptr<UmaClient>> clients;
+    std::vector<std::string> prompts;
+    for (int k = 0; k < 16; ++k) {
+      prompts.push_back("hello world " + std::to_string(200 + k));
+      clients.push_back(connect(d));
+      ASSERT_TRUE(clients.back()->send_request(request("r" + std::to_string(k), prompts.back(), 500)).ok());
+    }
+    std::vector<Reply> replies(16);
+    std::vector<std::thread> readers;
+    for (int k = 0; k < 16; ++k) readers.emplace_back([&, k] { replies[k] = read_reply(*clients[k], false); });
+    for (auto& t : readers) t.join();
+    for (int k = 0; k < 16; ++k) {
+      EXPECT_EQ(replies[k].end.reason, "length") << k << " " << replies[k].end.code << " " << replies[k].end.message;
+      EXPECT_EQ(replies[k].text, oracle().expected_text(prompts[k], 500)) << k;
+    }
+    const json m = metrics(d);
+    EXPECT_GT(m["preempted_kv_full_total"].get<int>(), 0) << m.dump();
+    EXPECT_EQ(m["resumed_total"], m["preempted_kv_full_total"]) << "every pause resumed";
+    EXPECT_EQ(m["kv_exhausted_total"], 0) << "the claims matched llama.cpp's cells: no decode failed";
+    EXPECT_EQ(m["histograms"]["paused_ms"]["count"], m["resumed_total"]);
+    EXPECT_EQ(m["kv_cells_granted"], 0);
+    EXPECT_EQ(m["parked_bytes"], 0);
+    EXPECT_EQ(m["errors_total"]["context_exceeded"], 0);
+  }
+}
+
+}  // namespace
+}  // namespace uma::test
