@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t step = std::size_t(data[0]) + 1;
   std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
   uma::FrameDecoder decoder(4096);
-  const uma::RequestLimits limits{1024, 512};
+  const uma::RequestLimits limits{1024};
   while (true) {
     const std::size_t n = rest.size() < step ? rest.size() : step;
     decoder.feed(rest.substr(0, n));
