@@ -31,5 +31,8 @@ target_include_directories(llama_cpp SYSTEM INTERFACE ${LLAMA_CPP_SRC}/include $
 target_link_libraries(llama_cpp INTERFACE uma_llama_lib uma_ggml_core uma_ggml_base)
 add_library(llama::llama ALIAS llama_cpp)
 set(CMAKE_BUILD_RPATH ${LLAMA_CPP_BIN})
+if(UMA_DEPS_LIBDIR)
+  list(APPEND CMAKE_BUILD_RPATH ${UMA_DEPS_LIBDIR})
+endif()
 # The tokenizer every generated model carries (uma-mkmodel reads it).
 set(UMA_VOCAB_GGUF ${LLAMA_CPP_SRC}/models/ggml-vocab-llama-spm.gguf CACHE FILEPATH "")

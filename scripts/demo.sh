@@ -8,34 +8,36 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 prompt=${1:-"Once upon a time, in a land far away,"}
 
+# UMA_GPU=cuda: llama.cpp with CUDA and the project against it, in build-cuda/ (all layers on the GPU).
+bdir=build${UMA_GPU:+-$UMA_GPU}
 scripts/setup.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "${UMA_JOBS:-$(nproc)}" --target umad uma-cli uma-mkmodel
+cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$bdir" -j "${UMA_JOBS:-$(nproc)}" --target umad uma-cli uma-mkmodel
 
 model=${UMA_MODEL:-build/models/small-q8_0.gguf}
 if [ ! -s "$model" ]; then
   echo "== making the demo model ($model: small preset, Q8_0, seed 1)"
   mkdir -p "$(dirname "$model")"
-  build/bin/uma-mkmodel --preset small --type q8_0 --seed 1 -o "$model" >/dev/null
+  "$bdir"/bin/uma-mkmodel --preset small --type q8_0 --seed 1 -o "$model" >/dev/null
 fi
 
 sock=$(mktemp -u /tmp/uma-demo-XXXXXX.sock)
 log=$(mktemp /tmp/uma-demo-XXXXXX.log)
 echo "== starting umad on $model (socket $sock, log $log)"
-build/bin/umad --model "$model" --socket "$sock" --max-tokens "${UMA_DEMO_TOKENS:-64}" 2>"$log" &
+"$bdir"/bin/umad --model "$model" --socket "$sock" --max-tokens "${UMA_DEMO_TOKENS:-64}" 2>"$log" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 600); do
-  build/bin/uma-cli -s "$sock" metrics >/dev/null 2>&1 && break
+  "$bdir"/bin/uma-cli -s "$sock" metrics >/dev/null 2>&1 && break
   kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
   sleep 0.1
 done
 grep -m1 'model:' "$log" || true
 echo "== prompt: $prompt"
 echo "== streamed completion:"
-build/bin/uma-cli -s "$sock" "$prompt"
+"$bdir"/bin/uma-cli -s "$sock" "$prompt"
 echo "== metrics:"
-build/bin/uma-cli -s "$sock" metrics
+"$bdir"/bin/uma-cli -s "$sock" metrics
 kill -TERM $pid
 wait $pid && echo "== umad stopped cleanly (exit 0)"
 trap - EXIT

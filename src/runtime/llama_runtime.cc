@@ -1,9 +1,11 @@
 #include "runtime/llama_runtime.h"
 
+#include <ggml-backend.h>
 #include <llama.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -49,12 +51,39 @@ void init_llama_backend() {
   });
 }
 
+namespace {
+
+// Where llama.cpp puts the weights for n_gpu_layers: "CPU", or "22/22 layers + output on CUDA0
+// (NVIDIA H100 80GB HBM3)". llama.cpp offloads the last n_gpu_layers repeating layers, and the
+// output layer once n_gpu_layers exceeds their count.
+std::string placement(const llama_model* model, std::int32_t n_gpu_layers) {
+  std::string gpus;
+  for (std::size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+    if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_GPU) continue;
+    if (!gpus.empty()) gpus += ", ";
+    gpus += std::string(ggml_backend_dev_name(dev)) + " (" + ggml_backend_dev_description(dev) + ")";
+  }
+  const std::int32_t n_layer = llama_model_n_layer(model);
+  if (n_gpu_layers <= 0 || gpus.empty()) return "CPU";
+  const std::int32_t on_gpu = std::min(n_gpu_layers, n_layer);
+  std::string s = std::to_string(on_gpu) + "/" + std::to_string(n_layer) + " layers";
+  if (n_gpu_layers > n_layer) s += " + output";
+  s += " on " + gpus;
+  if (on_gpu < n_layer) s += ", the rest on CPU";
+  return s;
+}
+
+}  // namespace
+
 std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, Status* status) {
   init_llama_backend();
   std::unique_ptr<LlamaRuntime> rt(new LlamaRuntime());
 
   llama_model_params mp = llama_model_default_params();
-  mp.n_gpu_layers = 0;
+  // Nothing here names a backend: llama.cpp offloads to whichever GPU backend it was built with.
+  const bool gpu = llama_supports_gpu_offload();
+  mp.n_gpu_layers = !gpu ? 0 : config.n_gpu_layers < 0 ? std::numeric_limits<std::int32_t>::max() : config.n_gpu_layers;
   if (config.use_mmap) mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP;
   else mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE;
   rt->model_ = llama_model_load_from_file(config.model_path.c_str(), mp);
@@ -63,6 +92,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
     return nullptr;
   }
   rt->vocab_ = llama_model_get_vocab(rt->model_);
+  rt->placement_ = placement(rt->model_, mp.n_gpu_layers);
 
   llama_context_params cp = llama_context_default_params();
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -289,7 +319,7 @@ std::string LlamaRuntime::describe() const {
   llama_model_desc(model_, desc, sizeof desc);
   return std::string(desc) + ", " + std::to_string(llama_model_n_params(model_) / 1000000) + "M params, n_ctx " +
          std::to_string(n_ctx_) + " (unified KV), n_batch " + std::to_string(n_batch_) + ", sequences " +
-         std::to_string(n_seq_max_) + ", threads " + std::to_string(llama_n_threads(ctx_));
+         std::to_string(n_seq_max_) + ", threads " + std::to_string(llama_n_threads(ctx_)) + "; weights: " + placement_;
 }
 
 }  // namespace uma

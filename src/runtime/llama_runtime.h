@@ -30,6 +30,9 @@ struct RuntimeConfig {
   bool use_mmap = true;
   bool use_mlock = false;
   std::string flash_attn = "auto";  // on | off | auto (llama.cpp's choice)
+  // Layers whose weights (and KV) go to the GPU: -1 all of them when llama.cpp was built with a
+  // GPU backend (CUDA, Metal, ...), none otherwise; 0 none; N the first N.
+  std::int32_t n_gpu_layers = -1;
 };
 
 // Routes llama.cpp's own log lines to spdlog (debug level unless they are warnings or errors).
@@ -88,6 +91,7 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_batch_ = 0;
   std::int32_t n_ctx_ = 0;
   std::int32_t n_seq_max_ = 0;
+  std::string placement_;  // where the weights went (describe())
 };
 
 }  // namespace uma
