@@ -6,7 +6,7 @@
 #   scripts/setup.sh --from-bundle DIR [TARGET...]   offline, from scripts/bundle.sh's output: the
 #       bundle's Debian packages that are missing are unpacked into a prefix in the cache (nothing
 #       is installed system-wide: the machine may not be Debian 12), llama.cpp comes from the
-#       bundle's verified source; a compiler, cmake, ninja, git, xz and python3 must be there.
+#       bundle's verified source; a compiler, cmake, ninja, xz and python3 must be there.
 # UMA_GPU=cuda builds llama.cpp with CUDA (scripts/llama.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,7 +19,7 @@ if [ "${1:-}" = "--from-bundle" ]; then
   bundle=$(cd "${2:?--from-bundle DIR}" && pwd)
   shift 2
   (cd "$bundle" && sha256sum --quiet -c SHA256SUMS) || { log "$bundle: SHA256SUMS does not match"; exit 1; }
-  for tool in c++ cmake ninja git xz python3; do
+  for tool in c++ cmake ninja xz python3; do
     command -v "$tool" >/dev/null || { log "--from-bundle needs $tool on PATH"; exit 1; }
   done
   prefix=${UMA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/uma-serve}/deps-prefix

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# GPU serving benchmark, one command on a machine with an NVIDIA GPU (issue 13):
+#   bench/gpu.sh [OUT_DIR]          (default build-cuda/bench-gpu)
+# Builds llama.cpp with CUDA and the project against it (UMA_GPU=cuda; UMA_BUNDLE=DIR sets up
+# offline from scripts/bundle.sh's output), makes the 1B-shape Q8_0 model, then on the same model
+# file, context and GPU: llama-bench tg (the c=1 reference), llama-batched-bench S_TG (the decode
+# limit at each batch), llama-server (-np = the largest c, unified KV) and umad (prefix cache on,
+# and off at the largest c), with identical uma-bench workloads: c streams, 128-word prompts, 128
+# tokens out, 4c requests (2c at c=1). Prints the ratio table last; JSON per run in OUT_DIR.
+# Env: UMA_GPU_BENCH_CONC ("1 16 64"), UMA_BENCH_PORT (18080), UMA_BENCH_MODEL (1B Q8_0).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export UMA_GPU=${UMA_GPU:-cuda}
+bdir=build-$UMA_GPU
+out=${1:-$bdir/bench-gpu}
+read -r -a conc <<<"${UMA_GPU_BENCH_CONC:-1 16 64}"
+port=${UMA_BENCH_PORT:-18080}
+mkdir -p "$out"
+log() { printf '\n== %s\n' "$*" >&2; }
+cmax=${conc[-1]}
+ctx=$((cmax * 512 > 8192 ? cmax * 512 : 8192))
+
+log "setup: llama.cpp ($UMA_GPU) and the project in $bdir/"
+scripts/setup.sh llama-server llama-batched-bench >/dev/null
+cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=OFF >/dev/null
+cmake --build "$bdir" -j "$(nproc)" --target umad uma-bench uma-mkmodel >/dev/null
+L=$(scripts/llama.sh --print-root)/build/bin
+model=${UMA_BENCH_MODEL:-$bdir/models/1b-q8_0.gguf}
+if [ ! -s "$model" ]; then
+  mkdir -p "$(dirname "$model")"
+  "$bdir/bin/uma-mkmodel" --preset 1b --type q8_0 --seed 1 -o "$model" >/dev/null
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>/dev/null || echo unknown >"$out/gpu.txt"
+
+log "physical references: llama-bench tg128, llama-batched-bench S_TG (B = ${conc[*]})"
+"$L/llama-bench" -m "$model" -ngl 999 -p 0 -n 128 -r 3 -o json >"$out/llama-bench.json" 2>/dev/null
+"$L/llama-batched-bench" -m "$model" -ngl 999 -c "$ctx" -npp 128 -ntg 128 -npl "$(IFS=,; echo "${conc[*]}")" -kvu \
+  --output-format jsonl 2>/dev/null | grep '^{' >"$out/llama-batched-bench.jsonl"
+
+wait_ready() {
+  for _ in $(seq 1200); do eval "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "server did not come up" >&2; return 1
+}
+health="python3 -c 'import urllib.request,sys; sys.exit(urllib.request.urlopen(\"http://127.0.0.1:$port/health\").status != 200)'"
+bench() {  # $1 = name, $2 = target, $3 = concurrency
+  local n=$(($3 * 4)); [ "$3" = 1 ] && n=2
+  "$bdir/bin/uma-bench" --target "$2" --json --workload random -c "$3" -n "$n" --seed $((100 + $3)) \
+    --prompt-tokens 128 --output-tokens 128 >"$out/$1-c$3.json"
+}
+
+log "llama-server -np $cmax -c $ctx -kvu"
+"$L/llama-server" -m "$model" -ngl 999 -c "$ctx" -np "$cmax" -kvu --host 127.0.0.1 --port "$port" --no-webui \
+  >"$out/llama-server.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+wait_ready "$health"
+for c in "${conc[@]}"; do bench llama-server "http://127.0.0.1:$port" "$c"; done
+kill -TERM $pid; wait $pid || true
+
+run_umad() {  # $1 = name, then umad flags
+  local name=$1; shift
+  log "umad ($name): --n-ctx $ctx --max-sessions $cmax $*"
+  "$bdir/bin/umad" --model "$model" --socket "$out/umad.sock" --n-ctx "$ctx" --max-sessions "$cmax" \
+    --http "127.0.0.1:$port" "$@" 2>"$out/$name.log" &
+  pid=$!
+  wait_ready "$health"
+}
+run_umad umad
+for c in "${conc[@]}"; do
+  bench umad-uds "uds:$out/umad.sock" "$c"
+  bench umad-http "http://127.0.0.1:$port" "$c"
+done
+kill -TERM $pid; wait $pid || true
+run_umad umad-nocache --no-prefix-cache
+bench umad-nocache-uds "uds:$out/umad.sock" "$cmax"
+kill -TERM $pid; wait $pid || true
+trap - EXIT
+
+python3 - "$out" "${conc[@]}" <<'PY'
+import json, os, sys
+out, conc = sys.argv[1], [int(c) for c in sys.argv[2:]]
+def run(name):
+    return json.load(open(os.path.join(out, name + ".json")))["runs"][0]
+tg = json.load(open(os.path.join(out, "llama-bench.json")))[0]["avg_ts"]
+stg = {}
+for line in open(os.path.join(out, "llama-batched-bench.jsonl")):
+    j = json.loads(line)
+    stg[j["pl"]] = j["speed_tg"]
+print("GPU:", open(os.path.join(out, "gpu.txt")).read().strip())
+print(f"llama-bench tg128 {tg:.0f} t/s; llama-batched-bench S_TG " + ", ".join(f"B={b} {v:.0f}" for b, v in sorted(stg.items())))
+print("\n| c | S_TG | llama-server tok/s (ITL p50/p99 ms) | umad UDS tok/s (ITL p50/p99 ms) | umad HTTP tok/s | umad/llama-server | umad/S_TG |")
+print("|---|---|---|---|---|---|---|")
+for c in conc:
+    l, u, h = run(f"llama-server-c{c}"), run(f"umad-uds-c{c}"), run(f"umad-http-c{c}")
+    s = stg.get(c, float("nan"))
+    print(f"| {c} | {s:.0f} | {l['output_tok_s']:.0f} ({l['itl_ms']['p50']:.1f}/{l['itl_ms']['p99']:.1f}) | "
+          f"{u['output_tok_s']:.0f} ({u['itl_ms']['p50']:.1f}/{u['itl_ms']['p99']:.1f}) | {h['output_tok_s']:.0f} | "
+          f"{u['output_tok_s'] / l['output_tok_s']:.2f} | {u['output_tok_s'] / s:.2f} |")
+c = conc[-1]
+n, u = run(f"umad-nocache-uds-c{c}"), run(f"umad-uds-c{c}")
+print(f"\nprefix cache at c={c}: on {u['output_tok_s']:.0f} tok/s (ITL p99 {u['itl_ms']['p99']:.1f} ms), "
+      f"off {n['output_tok_s']:.0f} tok/s (ITL p99 {n['itl_ms']['p99']:.1f} ms): on/off {u['output_tok_s'] / n['output_tok_s']:.2f}")
+print(f"c=1: umad {run('umad-uds-c1')['output_tok_s']:.0f} tok/s = {run('umad-uds-c1')['output_tok_s'] / tg:.2f} x llama-bench tg")
+PY
