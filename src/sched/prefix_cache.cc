@@ -29,6 +29,7 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
   Kept& k = kept_.at(m.id);
   k.last_used = clock_;
   k.used_at = Clock::now();
+  k.hits++;
   if (k.seq < 0) {
     // A host snapshot: bring it back into the KV cache (all of it: a snapshot restores whole).
     const auto n = static_cast<std::int32_t>(index_.tokens(m.id).size());
@@ -77,6 +78,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   if (same.length == n) {  // an entry already holds all of these tokens
     kept_.at(same.id).last_used = ++clock_;
     kept_.at(same.id).used_at = Clock::now();
+    kept_.at(same.id).hits++;
     return false;
   }
   while (kept_in_kv() >= config_.max_kept) {
@@ -89,7 +91,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   index_.insert(id, kv_tokens);
   // Cells shared from another sequence are counted there.
   const std::int32_t own = n - std::min(shared, n);
-  kept_[id] = Kept{seq, own, {}, ++clock_, Clock::now()};
+  kept_[id] = Kept{seq, own, {}, ++clock_, Clock::now(), 0};
   cells_ += own;
   publish();
   return true;
@@ -126,7 +128,7 @@ void PrefixCache::evict_one(std::uint64_t id, std::vector<std::int32_t>& free_se
   metrics_.prefix_evictions_total++;
   const std::size_t bytes = decoder_.kv_state_bytes(k.seq);
   bool saved = false;
-  if (bytes <= config_.host_bytes) {
+  if (k.hits > 0 && bytes <= config_.host_bytes) {
     // Make room among the host snapshots, least recently used first.
     while (host_bytes_ + bytes > config_.host_bytes) {
       std::uint64_t oldest = 0;

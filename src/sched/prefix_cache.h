@@ -5,8 +5,11 @@
 //   waiting for that session to prefill it if need be;
 // - kept sequences: a finished session's sequence stays in the KV cache, without a sampler, as an
 //   entry (its cells are shared with `llama_memory_seq_cp`, never copied);
-// - host snapshots: under KV pressure a kept sequence is evicted to host memory
-//   (`llama_state_seq_get_data`, up to host_bytes) and brought back on a hit.
+// - host snapshots: under KV pressure (or idle) a kept sequence that has served a hit is evicted
+//   to host memory (`llama_state_seq_get_data`, up to host_bytes) and brought back on a hit; one
+//   that never did is dropped. Copying out costs the compute thread a GPU->host transfer, and with
+//   nothing shared (every prompt different) it would be paid for every request and never repaid
+//   (measured on an H100 at 64 streams: 241 snapshots cut 3441 tok/s to 1201).
 // Eviction is LRU, leaves first (an entry whose tokens are a prefix of another's goes last).
 // Cell accounting is an estimate (an entry counts the cells it did not get shared from another
 // sequence, which may outlive that one); the scheduler's recovery from a decode that finds no cells evicts entries first, so an
@@ -93,6 +96,7 @@ class PrefixCache {
     std::vector<std::uint8_t> snapshot;
     std::uint64_t last_used = 0;
     Clock::time_point used_at{};
+    std::uint32_t hits = 0;       // lookups it served: only an entry reused once is worth host memory
   };
   static constexpr std::uint64_t kLiveBit = std::uint64_t{1} << 63;
 
