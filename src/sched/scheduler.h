@@ -103,6 +103,7 @@ class Scheduler {
   void reuse_prefix(Session& s);
   void resolve_followers();
   Session* find_session(RequestId id);
+  const Session* find_session(RequestId id) const;
   void expire_queued(std::vector<Event>& out);  // rejects requests that waited past max_queue_ms
   void apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out);
   // Emits text through the stop filter; returns true when a stop string ended the request.

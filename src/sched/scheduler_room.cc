@@ -1,9 +1,11 @@
-// Scheduler, part two: who holds a sequence and KV cells. Starting queued requests, pausing
-// background sessions for interactive ones (preemption), resuming them, and recovering from a
-// decode that found no KV cells. The choices themselves are policy.h's; this file carries them out.
+// Scheduler, part two: who holds a sequence and KV cells. Claims (cells granted as used), starting
+// queued requests, pausing sessions when claims outgrow the cache and background ones for
+// interactive ones (preemption), resuming them, and recovering from a decode that found no KV
+// cells. The choices themselves are policy.h's; this file carries them out.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "sched/scheduler.h"
 
@@ -28,10 +30,8 @@ std::int32_t Scheduler::claim(const Session& s) const {
   // cache counts its cells) or a running leader (its own claim does). A follower will share its
   // leader's cells and prefills nothing of them meanwhile.
   const auto holds = [&](RequestId id) {
-    for (const auto& x : sessions_) {
-      if (x->id == id) return x->seq >= 0;
-    }
-    return false;
+    const Session* x = find_session(id);
+    return x != nullptr && x->seq >= 0;
   };
   std::int32_t shared = 0;
   if (s.follow != 0) {
@@ -51,10 +51,8 @@ std::int32_t Scheduler::need(const Session& s) const {
   // A new request whose prompt prefix is in the KV cache already (a running session's, or a kept
   // sequence) will share those cells: eight requests with one long system prompt fit as one.
   const auto live_ok = [&](RequestId id) {
-    for (const auto& x : sessions_) {
-      if (x->id == id) return is_active(*x) && x->seq >= 0;
-    }
-    return false;
+    const Session* x = find_session(id);
+    return x != nullptr && is_active(*x) && x->seq >= 0;
   };
   const std::span<const Token> prompt = std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_prompt));
   return n - cache_.reusable(prompt, s.n_prompt - 1, live_ok);
@@ -251,11 +249,15 @@ bool Scheduler::recover_kv_exhausted() {
   return victim.state == SessionState::kPaused;
 }
 
-Session* Scheduler::find_session(RequestId id) {
-  for (auto& s : sessions_) {
+const Session* Scheduler::find_session(RequestId id) const {
+  for (const auto& s : sessions_) {
     if (s->id == id) return s.get();
   }
   return nullptr;
+}
+
+Session* Scheduler::find_session(RequestId id) {
+  return const_cast<Session*>(std::as_const(*this).find_session(id));
 }
 
 void Scheduler::reuse_prefix(Session& s) {
