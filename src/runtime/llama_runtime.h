@@ -92,6 +92,7 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_ctx_ = 0;
   std::int32_t n_seq_max_ = 0;
   std::string placement_;  // where the weights went (describe())
+  std::vector<bool> greedy_;  // per sequence: its chain is greedy alone (sample() takes the argmax)
 };
 
 }  // namespace uma

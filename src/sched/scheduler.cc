@@ -235,6 +235,11 @@ void Scheduler::tick(std::vector<Event>& out) {
   }
   reap();
   start_waiting();
+  // The host side of the tick (sampling, text, events; not delivery): what the GPU waits for.
+  if (spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("tick {}: host {:.2f} ms after the decode for {} rows", tick_no_, ms_between(t1, Clock::now()),
+                  batch_.rows.size());
+  }
 }
 
 void Scheduler::trace_tick(const TickPlan& plan, std::int32_t budget, double decode_ms, const Status& st) const {
