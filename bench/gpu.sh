@@ -4,7 +4,7 @@
 # Builds llama.cpp with CUDA and the project against it (UMA_GPU=cuda; UMA_BUNDLE=DIR sets up
 # offline from scripts/bundle.sh's output), makes the 1B-shape Q8_0 model, then on the same model
 # file, context and GPU: llama-bench tg (the c=1 reference), llama-batched-bench S_TG (the decode
-# limit at each batch), llama-server (-np = the largest c, unified KV) and umad (prefix cache on,
+# limit at each batch), llama-server (-np = the largest c, its default per-sequence KV) and umad (prefix cache on,
 # and off at the largest c), with identical uma-bench workloads: c streams, 128-word prompts, 128
 # tokens out, 4c requests (2c at c=1). Prints the ratio table last; JSON per run in OUT_DIR.
 # Env: UMA_GPU_BENCH_CONC ("1 16 64"), UMA_BENCH_PORT (18080), UMA_BENCH_MODEL (1B Q8_0).
@@ -35,7 +35,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"
 
 log "physical references: llama-bench tg128, llama-batched-bench S_TG (B = ${conc[*]})"
 "$L/llama-bench" -m "$model" -ngl 999 -p 0 -n 128 -r 3 -o json >"$out/llama-bench.json" 2>/dev/null
-"$L/llama-batched-bench" -m "$model" -ngl 999 -c "$ctx" -npp 128 -ntg 128 -npl "$(IFS=,; echo "${conc[*]}")" -kvu \
+"$L/llama-batched-bench" -m "$model" -ngl 999 -c "$ctx" -npp 128 -ntg 128 -npl "$(IFS=,; echo "${conc[*]}")" \
   --output-format jsonl 2>/dev/null | grep '^{' >"$out/llama-batched-bench.jsonl"
 
 wait_ready() {
@@ -49,8 +49,8 @@ bench() {  # $1 = name, $2 = target, $3 = concurrency
     --prompt-tokens 128 --output-tokens 128 >"$out/$1-c$3.json"
 }
 
-log "llama-server -np $cmax -c $ctx -kvu"
-"$L/llama-server" -m "$model" -ngl 999 -c "$ctx" -np "$cmax" -kvu --host 127.0.0.1 --port "$port" --no-webui \
+log "llama-server -np $cmax -c $ctx"
+"$L/llama-server" -m "$model" -ngl 999 -c "$ctx" -np "$cmax" --host 127.0.0.1 --port "$port" --no-webui \
   >"$out/llama-server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
@@ -75,6 +75,14 @@ kill -TERM $pid; wait $pid || true
 run_umad umad-nocache --no-prefix-cache
 bench umad-nocache-uds "uds:$out/umad.sock" "$cmax"
 kill -TERM $pid; wait $pid || true
+run_umad umad-unified --kv-layout unified
+bench umad-unified-uds "uds:$out/umad.sock" "$cmax"
+kill -TERM $pid; wait $pid || true
+# Where a tick's time goes: every decode synchronised and timed (slower than the runs above).
+UMA_DECODE_TIMING=1 run_umad umad-timing
+bench umad-timing-uds "uds:$out/umad.sock" "$cmax"
+kill -TERM $pid; wait $pid || true
+grep 'decode timing' "$out/umad-timing.log" | tail -2 >"$out/decode-timing.txt" || true
 trap - EXIT
 
 python3 - "$out" "${conc[@]}" <<'PY'
@@ -101,5 +109,8 @@ c = conc[-1]
 n, u = run(f"umad-nocache-uds-c{c}"), run(f"umad-uds-c{c}")
 print(f"\nprefix cache at c={c}: on {u['output_tok_s']:.0f} tok/s (ITL p99 {u['itl_ms']['p99']:.1f} ms), "
       f"off {n['output_tok_s']:.0f} tok/s (ITL p99 {n['itl_ms']['p99']:.1f} ms): on/off {u['output_tok_s'] / n['output_tok_s']:.2f}")
+u = run(f"umad-unified-uds-c{c}")
+print(f"unified KV at c={c}: {u['output_tok_s']:.0f} tok/s (ITL p50/p99 {u['itl_ms']['p50']:.1f}/{u['itl_ms']['p99']:.1f} ms)")
+print("decode timing at c=%d (synchronised):" % c, open(os.path.join(out, "decode-timing.txt")).read().strip())
 print(f"c=1: umad {run('umad-uds-c1')['output_tok_s']:.0f} tok/s = {run('umad-uds-c1')['output_tok_s'] / tg:.2f} x llama-bench tg")
 PY

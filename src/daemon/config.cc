@@ -47,6 +47,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--gpu-layers", rt.n_gpu_layers, "layers (weights and KV) on the GPU: -1 all when llama.cpp has a GPU "
                  "backend (UMA_GPU=cuda scripts/setup.sh), 0 none")
       ->envname("UMA_GPU_LAYERS")->capture_default_str()->check(CLI::Range(-1, 100000));
+  app.add_option("--kv-layout", rt.kv_layout, "KV cache: unified (one pool; a request may use all of n-ctx), per-seq "
+                 "(n-ctx / sequences each; attention spans a sequence's own cells) or auto (per-seq on a GPU)")
+      ->envname("UMA_KV_LAYOUT")->capture_default_str()->check(CLI::IsMember({"auto", "unified", "per-seq"}));
   app.add_option("--max-sessions", srv.max_sessions, "concurrent sessions (= KV sequences)")->envname("UMA_MAX_SESSIONS")
       ->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--max-connections", srv.max_connections, "open connections per front end (the Unix socket; HTTP too), sessions or not; more are closed at once")

@@ -57,6 +57,7 @@ std::string ServerMetrics::to_json() const {
   j["preempted_kv_full_total"] = preempted_kv_full_total.load();
   j["preempted_priority_total"] = preempted_priority_total.load();
   j["resumed_total"] = resumed_total.load();
+  j["kv_sequence_moves_total"] = kv_sequence_moves_total.load();
   j["kv_restore_fallbacks_total"] = kv_restore_fallbacks_total.load();
   j["kv_exhausted_total"] = kv_exhausted_total.load();
   j["parked_bytes"] = parked_bytes.load();
@@ -195,6 +196,8 @@ std::string ServerMetrics::to_prometheus() const {
   prom_sample(out, "uma:preemptions_by_cause_total", "cause", "priority", preempted_priority_total.load());
   prom_histogram(out, "uma:pause_duration_seconds", "Time one paused session waited to resume (or to end).", paused_ms, 0.001);
   prom_value(out, "uma:resumptions_total", "counter", "Paused sessions resumed.", resumed_total.load());
+  prom_value(out, "uma:kv_sequence_moves_total", "counter",
+             "Per-sequence KV: running sequences moved to a lower id so a decode is one pass.", kv_sequence_moves_total.load());
   prom_value(out, "uma:kv_exhausted_total", "counter", "Decodes that found no KV cells (recovered by pausing).", kv_exhausted_total.load());
   prom_value(out, "uma:num_requests_running", "gauge", "Requests prefilling or decoding.", active_sessions.load());
   prom_header(out, "uma:num_requests", "gauge", "Requests by scheduler state.");

@@ -69,6 +69,7 @@ class ServerMetrics {
   std::atomic<std::uint64_t> requests_admitted_total{0};
   std::atomic<std::uint64_t> preempted_saved_total{0};       // paused, KV copied to host memory
   std::atomic<std::uint64_t> preempted_recomputed_total{0};  // paused, KV dropped
+  std::atomic<std::uint64_t> kv_sequence_moves_total{0};     // per-sequence KV: running sequences moved to close a gap
   std::atomic<std::uint64_t> preempted_kv_full_total{0};     // paused: the running sessions' KV outgrew the cache
   std::atomic<std::uint64_t> preempted_priority_total{0};    // paused: background, for an interactive request
   std::atomic<std::uint64_t> resumed_total{0};

@@ -51,6 +51,13 @@ class Decoder {
   virtual std::int32_t n_batch() const = 0;    // most entries one decode() accepts
   virtual std::int32_t n_ctx() const = 0;      // KV cells shared by all sequences
   virtual std::int32_t n_seq_max() const = 0;  // distinct sequences
+  // The KV layout. Unified: one pool of n_ctx() cells every sequence draws from (a request may use
+  // all of it). Per-sequence (llama.cpp's KV streams): each sequence id owns n_ctx_seq() cells of
+  // its own, and a decode's attention spans only its own sequence's cells instead of every cell in
+  // use; llama.cpp evaluates a batch in one pass only over a run of consecutive sequence ids, so
+  // the scheduler keeps running sequences dense (move_sequence).
+  virtual bool kv_per_sequence() const { return false; }
+  virtual std::int32_t n_ctx_seq() const { return n_ctx(); }  // the most cells one sequence holds
 
   // Tokenizes text (BOS added when the model wants it). Control tokens written as text are parsed
   // only when parse_special (a rendered chat template); never in user text.
@@ -63,8 +70,12 @@ class Decoder {
   virtual void end_sequence(std::int32_t seq) = 0;
   virtual Status decode(std::span<const BatchEntry> batch) = 0;
   virtual Token sample(std::int32_t seq, std::int32_t batch_index) = 0;
-  // Makes positions [0, n) of `src` also part of `dst` (empty): the cells are shared, not copied.
+  // Makes positions [0, n) of `src` also part of `dst` (empty): in a unified KV the cells are
+  // shared, not copied; per sequence they are copied (on the device, before the next decode).
   virtual void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) = 0;
+  // Per-sequence KV: the KV and sampler of `from` move to the free id `to`; `from` is free after.
+  // (The copy happens on the device before the next decode; nothing may write `from` until then.)
+  virtual void move_sequence(std::int32_t from, std::int32_t to) = 0;
   // Frees a sequence's sampler but keeps its KV (a finished sequence kept for prefix reuse).
   virtual void drop_sampler(std::int32_t seq) = 0;
   // A sequence's KV cells as bytes (host snapshot), and back into an empty sequence. A restore

@@ -1,10 +1,15 @@
 #include "runtime/llama_runtime.h"
 
+#include "runtime/argmax.h"
+
 #include <ggml-backend.h>
 #include <llama.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string_view>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -109,7 +114,9 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   cp.n_seq_max = static_cast<uint32_t>(config.n_seq_max);
   cp.n_threads = config.n_threads > 0 ? config.n_threads : hw;
   cp.n_threads_batch = cp.n_threads;
-  cp.kv_unified = true;  // one KV pool shared by every session (seed 002)
+  const bool on_gpu = llama_supports_gpu_offload() && mp.n_gpu_layers != 0;
+  const bool per_seq = config.kv_layout == "per-seq" || (config.kv_layout == "auto" && on_gpu && config.n_seq_max > 1);
+  cp.kv_unified = !per_seq;
   // auto: llama.cpp's choice where a GPU runs the model; off on CPU-only builds, where its flash
   // attention kernel is several times slower for small batches over a deep KV cache (measured:
   // docs/BENCHMARKS.md, "Flash attention"), which is exactly a serving tick.
@@ -117,7 +124,9 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   cp.flash_attn_type = config.flash_attn == "on"                   ? LLAMA_FLASH_ATTN_TYPE_ENABLED
                        : config.flash_attn == "off" || cpu_only ? LLAMA_FLASH_ATTN_TYPE_DISABLED
                                                                    : LLAMA_FLASH_ATTN_TYPE_AUTO;
-  cp.no_perf = true;
+  const char* timing = std::getenv("UMA_DECODE_TIMING");
+  rt->timing_.on = timing != nullptr && std::string_view(timing) == "1";
+  cp.no_perf = !rt->timing_.on;
   rt->ctx_ = llama_init_from_model(rt->model_, cp);
   if (rt->ctx_ == nullptr) {
     *status = Status(ErrorCode::kModelLoad, "cannot create a context (n_ctx " + std::to_string(config.n_ctx) +
@@ -127,6 +136,8 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->n_ctx_ = static_cast<std::int32_t>(llama_n_ctx(rt->ctx_));
   rt->n_batch_ = static_cast<std::int32_t>(llama_n_batch(rt->ctx_));
   rt->n_seq_max_ = static_cast<std::int32_t>(llama_n_seq_max(rt->ctx_));
+  rt->n_ctx_seq_ = static_cast<std::int32_t>(llama_n_ctx_seq(rt->ctx_));
+  rt->per_seq_ = per_seq;
   rt->samplers_.assign(static_cast<size_t>(rt->n_seq_max_), nullptr);
   rt->greedy_.assign(static_cast<size_t>(rt->n_seq_max_), false);
   const auto nb = static_cast<size_t>(rt->n_batch_);
@@ -232,27 +243,69 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> batch) {
   b.n_seq_id = batch_nseq_.data();
   b.seq_id = batch_seq_ptr_.data();
   b.logits = batch_logits_.data();
+  if (!timing_.on) {
+    const int32_t rc = llama_decode(ctx_, b);
+    if (rc == 0) return Status::Ok();
+    if (rc == 1) return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
+    return Status(ErrorCode::kDecodeFailed, "llama_decode returned " + std::to_string(rc));
+  }
+  const auto now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  const std::int64_t t0 = now_ns();
   const int32_t rc = llama_decode(ctx_, b);
+  const std::int64_t t1 = now_ns();
+  llama_synchronize(ctx_);
+  const std::int64_t t2 = now_ns();
+  if (timing_.prev_done_ns != 0) {
+    timing_.gap_ms.push_back(static_cast<double>(t0 - timing_.prev_done_ns) / 1e6);
+    timing_.launch_ms.push_back(static_cast<double>(t1 - t0) / 1e6);
+    timing_.wait_ms.push_back(static_cast<double>(t2 - t1) / 1e6);
+    timing_.tokens.push_back(static_cast<double>(batch.size()));
+    timing_.sample_ms.push_back(static_cast<double>(timing_.sample_ns) / 1e6);
+    if (timing_.gap_ms.size() >= 100) report_timing();
+  }
+  timing_.prev_done_ns = t2;
+  timing_.sample_ns = 0;
   if (rc == 0) return Status::Ok();
   if (rc == 1) return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
   return Status(ErrorCode::kDecodeFailed, "llama_decode returned " + std::to_string(rc));
 }
 
+void LlamaRuntime::report_timing() {
+  const auto pct = [](std::vector<double>& v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+  };
+  const llama_perf_context_data perf = llama_perf_context(ctx_);
+  spdlog::info("decode timing, {} calls: tokens p50 {:.0f}; launch ms p50 {:.2f} p90 {:.2f}; device wait ms p50 {:.2f} "
+               "p90 {:.2f}; host gap ms p50 {:.2f} p90 {:.2f} (sampling p50 {:.2f}); graphs reused so far {}",
+               timing_.gap_ms.size(), pct(timing_.tokens, 0.5), pct(timing_.launch_ms, 0.5), pct(timing_.launch_ms, 0.9),
+               pct(timing_.wait_ms, 0.5), pct(timing_.wait_ms, 0.9), pct(timing_.gap_ms, 0.5), pct(timing_.gap_ms, 0.9),
+               pct(timing_.sample_ms, 0.5), perf.n_reused);
+  timing_.launch_ms.clear();
+  timing_.wait_ms.clear();
+  timing_.gap_ms.clear();
+  timing_.tokens.clear();
+  timing_.sample_ms.clear();
+}
+
 Token LlamaRuntime::sample(std::int32_t seq, std::int32_t batch_index) {
+  if (!timing_.on) return sample_row(seq, batch_index);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Token t = sample_row(seq, batch_index);
+  timing_.sample_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  return t;
+}
+
+Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t batch_index) {
   const auto s = static_cast<size_t>(seq);
   if (greedy_[s]) {
     // Greedy is the argmax of the logits row, which is all its one-sampler chain computes (and it
     // keeps no state): read the row in place instead of building the chain's 32k-entry candidate
     // array, which at 64 rows a tick was most of the host time between two decodes.
     const float* row = llama_get_logits_ith(ctx_, batch_index);
-    if (row != nullptr) {
-      const auto n = static_cast<std::int32_t>(llama_vocab_n_tokens(vocab_));
-      std::int32_t best = 0;
-      for (std::int32_t t = 1; t < n; ++t) {
-        if (row[t] > row[best]) best = t;  // first of equal maxima, as llama_sampler_init_greedy
-      }
-      return best;
-    }
+    if (row != nullptr) return argmax_first(row, llama_vocab_n_tokens(vocab_));
   }
   return llama_sampler_sample(samplers_[s], ctx_, batch_index);
 }
@@ -273,7 +326,26 @@ void keep_unparked_sampler(void*) {}
 }  // namespace
 
 void LlamaRuntime::share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) {
-  llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, 0, n);
+  llama_memory_t mem = llama_get_memory(ctx_);
+  if (!per_seq_) {
+    llama_memory_seq_cp(mem, src, dst, 0, n);
+    return;
+  }
+  // Between KV streams llama.cpp copies whole streams (queued until the next decode); then the
+  // copy is cut back to the prefix.
+  llama_memory_seq_cp(mem, src, dst, -1, -1);
+  llama_memory_seq_rm(mem, dst, n, -1);
+}
+
+void LlamaRuntime::move_sequence(std::int32_t from, std::int32_t to) {
+  if (from < 0 || from >= n_seq_max_ || to < 0 || to >= n_seq_max_ || from == to) return;
+  llama_memory_t mem = llama_get_memory(ctx_);
+  llama_memory_seq_cp(mem, from, to, -1, -1);
+  llama_memory_seq_rm(mem, from, -1, -1);
+  samplers_[static_cast<size_t>(to)] = samplers_[static_cast<size_t>(from)];
+  samplers_[static_cast<size_t>(from)] = nullptr;
+  greedy_[static_cast<size_t>(to)] = greedy_[static_cast<size_t>(from)];
+  greedy_[static_cast<size_t>(from)] = false;
 }
 
 void LlamaRuntime::drop_sampler(std::int32_t seq) {
@@ -343,7 +415,7 @@ std::string LlamaRuntime::describe() const {
   char desc[256];
   llama_model_desc(model_, desc, sizeof desc);
   return std::string(desc) + ", " + std::to_string(llama_model_n_params(model_) / 1000000) + "M params, n_ctx " +
-         std::to_string(n_ctx_) + " (unified KV), n_batch " + std::to_string(n_batch_) + ", sequences " +
+         std::to_string(n_ctx_) + (per_seq_ ? " (per-sequence KV, " + std::to_string(n_ctx_seq_) + " each)" : std::string(" (unified KV)")) + ", n_batch " + std::to_string(n_batch_) + ", sequences " +
          std::to_string(n_seq_max_) + ", threads " + std::to_string(llama_n_threads(ctx_)) + "; weights: " + placement_;
 }
 

@@ -1,7 +1,8 @@
 // LlamaRuntime: one llama.cpp model and one context, owned for the daemon's lifetime (RAII).
 //
-// The context uses a unified KV cache shared by n_seq_max sequences; each active request holds one
-// sequence id. Implements Decoder for the scheduler.
+// The context's KV cache is unified (one pool shared by n_seq_max sequences) or per sequence
+// (RuntimeConfig::kv_unified); each active request holds one sequence id. Implements Decoder for
+// the scheduler.
 // Thread-safety: none. Construct, use and destroy on the compute thread (llama contexts are not
 // thread-safe). The model's memory (mmap'd or read) is shared by every sequence.
 #pragma once
@@ -33,6 +34,11 @@ struct RuntimeConfig {
   // Layers whose weights (and KV) go to the GPU: -1 all of them when llama.cpp was built with a
   // GPU backend (CUDA, Metal, ...), none otherwise; 0 none; N the first N.
   std::int32_t n_gpu_layers = -1;
+  // unified: one KV pool shared by every sequence; per-seq: a private stream of n_ctx / n_seq_max
+  // cells per sequence, whose attention then spans only its own cells (see Decoder); auto: per-seq
+  // where the layers run on a GPU (attention over every cell in use is what a 64-stream tick spends
+  // its time on there), unified on the CPU (where one request may use the whole context).
+  std::string kv_layout = "auto";
 };
 
 // Routes llama.cpp's own log lines to spdlog (debug level unless they are warnings or errors).
@@ -50,6 +56,8 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_batch() const override { return n_batch_; }
   std::int32_t n_ctx() const override { return n_ctx_; }
   std::int32_t n_seq_max() const override { return n_seq_max_; }
+  bool kv_per_sequence() const override { return per_seq_; }
+  std::int32_t n_ctx_seq() const override { return n_ctx_seq_; }
   Status tokenize(std::string_view text, std::vector<Token>& out, bool parse_special = false) const override;
   // Renders (role, content) messages with --chat-template (a template or a llama.cpp template name)
   // or else the model's own template, ending with the assistant's turn; kBadRequest when neither.
@@ -66,6 +74,7 @@ class LlamaRuntime final : public Decoder {
   std::span<const float> logits(std::int32_t batch_index);
   std::size_t kv_state_bytes(std::int32_t seq) const override;
   void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) override;
+  void move_sequence(std::int32_t from, std::int32_t to) override;
   void drop_sampler(std::int32_t seq) override;
   Status save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const override;
   Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) override;
@@ -91,8 +100,22 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_batch_ = 0;
   std::int32_t n_ctx_ = 0;
   std::int32_t n_seq_max_ = 0;
+  std::int32_t n_ctx_seq_ = 0;
+  bool per_seq_ = false;
   std::string placement_;  // where the weights went (describe())
   std::vector<bool> greedy_;  // per sequence: its chain is greedy alone (sample() takes the argmax)
+
+  // UMA_DECODE_TIMING=1: every decode waits for the device (llama_synchronize) so that its launch,
+  // its device time and the host gap before it can be told apart; a summary line every 100 calls.
+  struct DecodeTiming {
+    bool on = false;
+    std::int64_t prev_done_ns = 0;
+    std::int64_t sample_ns = 0;  // in sample() since the last decode
+    std::vector<double> launch_ms, wait_ms, gap_ms, sample_ms, tokens;
+  };
+  DecodeTiming timing_;
+  void report_timing();
+  Token sample_row(std::int32_t seq, std::int32_t batch_index);
 };
 
 }  // namespace uma

@@ -1,10 +1,17 @@
 #include "sched/batch_builder.h"
 
+#include <algorithm>
+
 namespace uma {
 
 void build_batch(const TickPlan& plan, std::span<Session* const> order, BuiltBatch& out) {
   out.clear();
-  for (std::size_t i : plan.decode) {
+  // Decode rows in sequence-id order: with per-sequence KV streams llama.cpp splits a batch into
+  // one ubatch per run of consecutive sequence ids.
+  std::vector<std::size_t>& decode = out.decode_order;
+  decode.assign(plan.decode.begin(), plan.decode.end());
+  std::sort(decode.begin(), decode.end(), [&](std::size_t a, std::size_t b) { return order[a]->seq < order[b]->seq; });
+  for (std::size_t i : decode) {
     Session* s = order[i];
     out.rows.push_back({s, static_cast<std::int32_t>(out.entries.size())});
     out.entries.push_back({s->last_token(), s->n_past, s->seq, true});

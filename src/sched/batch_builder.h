@@ -28,6 +28,7 @@ struct BuiltBatch {
   std::vector<LogitsRow> rows;          // in batch order
   std::vector<Session*> decoded;        // sessions that fed back their last token
   std::vector<PrefillChunk> prefilled;  // chunks of prompt fed this tick
+  std::vector<std::size_t> decode_order;  // scratch
   void clear() { entries.clear(); rows.clear(); decoded.clear(); prefilled.clear(); }
 };
 

@@ -2,7 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+
 namespace uma {
+
+namespace {
+constexpr std::chrono::milliseconds kPublishEvery{20};
+}  // namespace
 
 ComputeThread::ComputeThread(Scheduler& scheduler, EventSink& sink) : scheduler_(scheduler), sink_(sink) {}
 
@@ -40,6 +46,7 @@ void ComputeThread::run() {
   std::deque<WorkItem> work;
   std::vector<Event> events;
   bool stopping = false;
+  std::chrono::steady_clock::time_point last_publish{};
   while (!stopping) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -54,10 +61,17 @@ void ComputeThread::run() {
     work.clear();
     if (stopping) scheduler_.fail_all(Status(ErrorCode::kShuttingDown, "server shutting down"), events);
     else if (scheduler_.has_work()) scheduler_.tick(events);
-    scheduler_.publish_metrics();
     if (!events.empty()) {
       sink_.deliver(std::move(events));
       events.clear();
+    }
+    // The gauges and the session table are for people and scrapers: refreshing them every tick
+    // (a table of every session) would be host time the accelerator waits for at 64 streams.
+    // Idle, they are always current.
+    const auto now = std::chrono::steady_clock::now();
+    if (!scheduler_.has_work() || now - last_publish >= kPublishEvery) {
+      scheduler_.publish_metrics();
+      last_publish = now;
     }
   }
   spdlog::debug("compute thread stopped");

@@ -24,7 +24,7 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
   // Among equally long matches, cells already in the KV cache need neither waiting nor a restore.
   const auto in_kv = [&](std::uint64_t id) { return !(id & kLiveBit) && kept_.at(id).seq >= 0; };
   const PrefixIndex::Match m = index_.find(prompt, max_length, usable, in_kv);
-  if (m.length == 0) return {};
+  if (m.length == 0 || m.length < config_.min_reuse) return {};
   if (m.id & kLiveBit) return {Hit::Kind::kLive, m.id & ~kLiveBit, -1, m.length};
   Kept& k = kept_.at(m.id);
   k.last_used = clock_;
@@ -56,7 +56,8 @@ std::int32_t PrefixCache::reusable(std::span<const Token> prompt, std::int32_t m
                                    const std::function<bool(RequestId)>& live_ok) const {
   if (!config_.enabled) return 0;
   const auto in_kv = [&](std::uint64_t id) { return (id & kLiveBit) ? live_ok(id & ~kLiveBit) : kept_.at(id).seq >= 0; };
-  return index_.find(prompt, max_length, in_kv).length;
+  const std::int32_t n = index_.find(prompt, max_length, in_kv).length;
+  return n < config_.min_reuse ? 0 : n;
 }
 
 void PrefixCache::count(std::int32_t prompt_tokens, std::int32_t reused) {
@@ -72,7 +73,7 @@ void PrefixCache::count(std::int32_t prompt_tokens, std::int32_t reused) {
 bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared,
                        std::vector<std::int32_t>& free_seqs) {
   const auto n = static_cast<std::int32_t>(kv_tokens.size());
-  if (!config_.enabled || config_.max_kept <= 0 || n < config_.block) return false;
+  if (!config_.enabled || config_.max_kept <= 0 || n < std::max(config_.block, config_.min_reuse)) return false;
   const auto in_kv = [&](std::uint64_t id) { return !(id & kLiveBit) && kept_.at(id).seq >= 0; };
   const PrefixIndex::Match same = index_.find(kv_tokens, n, in_kv);
   if (same.length == n) {  // an entry already holds all of these tokens
@@ -95,6 +96,12 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   cells_ += own;
   publish();
   return true;
+}
+
+void PrefixCache::relocate(std::int32_t from, std::int32_t to) {
+  for (auto& [id, k] : kept_) {
+    if (k.seq == from) k.seq = to;
+  }
 }
 
 std::uint64_t PrefixCache::victim() const {
@@ -143,7 +150,7 @@ void PrefixCache::evict_one(std::uint64_t id, std::vector<std::int32_t>& free_se
     saved = host_bytes_ + bytes <= config_.host_bytes && decoder_.save_kv(k.seq, k.snapshot).ok();
   }
   decoder_.end_sequence(k.seq);
-  free_seqs.push_back(k.seq);
+  give_back_seq(free_seqs, k.seq);
   cells_ -= k.cells;
   k.seq = -1;
   k.cells = 0;
@@ -198,7 +205,7 @@ void PrefixCache::clear(std::vector<std::int32_t>& free_seqs) {
   for (auto& [id, k] : kept_) {
     if (k.seq >= 0) {
       decoder_.end_sequence(k.seq);
-      free_seqs.push_back(k.seq);
+      give_back_seq(free_seqs, k.seq);
     }
   }
   kept_.clear();

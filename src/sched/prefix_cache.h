@@ -31,11 +31,23 @@
 
 namespace uma {
 
+// Returns a sequence id to a free list kept in descending order, so that back() is always the
+// lowest free id: live sequences stay dense, which keeps per-sequence KV streams in few ubatches.
+inline void give_back_seq(std::vector<std::int32_t>& free_seqs, std::int32_t seq) {
+  auto it = free_seqs.begin();
+  while (it != free_seqs.end() && *it > seq) ++it;
+  free_seqs.insert(it, seq);
+}
+
 struct PrefixCacheConfig {
   bool enabled = false;                               // umad turns it on (--prefix-cache, the default)
   std::int32_t max_kept = 16;                         // sequences kept in the KV cache
   std::size_t host_bytes = std::size_t{256} << 20;    // host snapshots, at most
   std::int32_t block = 32;                            // index block, tokens
+  // Shortest prefix worth reusing. With per-sequence KV every reuse is a copy between KV streams,
+  // after which llama.cpp reserves its worst-case graph again (measured on an H100: ~15-25 ms of
+  // host time in the next decode), more than the GPU needs to prefill a few hundred tokens.
+  std::int32_t min_reuse = 0;
   // A kept sequence not used for this long moves to host memory: in a unified KV every decode's
   // attention spans all used cells, so idle cells slow every running stream down.
   double idle_ms = 2000.0;
@@ -75,6 +87,9 @@ class PrefixCache {
   // in cells shared from another sequence: kept (the cache takes the sequence id; returns true) or
   // not (the caller frees it). May evict to stay within max_kept.
   bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, std::vector<std::int32_t>& free_seqs);
+  void set_min_reuse(std::int32_t n) { config_.min_reuse = n; }
+  // The kept entry held in sequence `from` now lives in `to` (the caller moved its KV).
+  void relocate(std::int32_t from, std::int32_t to);
   // KV cells the kept entries hold (estimate, see above).
   std::int32_t cells() const { return cells_; }
   // Evicts kept entries until `cells_needed` cells are released or none is left; their sequence

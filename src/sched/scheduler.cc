@@ -30,7 +30,13 @@ Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerCo
     : decoder_(decoder), metrics_(metrics), config_(config),
       budget_(decoder.n_batch(), config.tick_target_ms, config.start_budget, config.min_prefill),
       cache_(decoder, metrics, config.prefix) {
-  for (std::int32_t s = decoder.n_seq_max() - 1; s >= 0; --s) free_seqs_.push_back(s);
+  per_seq_ = decoder.kv_per_sequence();
+  if (per_seq_) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
+  const std::int32_t kept_ids =
+      per_seq_ && config.prefix.enabled ? std::clamp(config.prefix.max_kept, 0, decoder.n_seq_max() - 1) : 0;
+  for (std::int32_t s = decoder.n_seq_max() - 1; s >= 0; --s) {
+    (s >= decoder.n_seq_max() - kept_ids ? cache_seqs_ : free_seqs_).push_back(s);
+  }
   metrics_.kv_cells_total = decoder.n_ctx();
 }
 
@@ -38,7 +44,7 @@ Scheduler::~Scheduler() {
   for (auto& s : sessions_) {
     if (s->seq >= 0) decoder_.end_sequence(s->seq);
   }
-  cache_.clear(free_seqs_);
+  cache_.clear(cache_pool());
 }
 
 void Scheduler::admit(Request request, std::vector<Event>& out) {
@@ -57,7 +63,7 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   }
   const auto n_prompt = static_cast<std::int32_t>(s->tokens.size());
   if (n_prompt == 0) return reject(ErrorCode::kEmptyPrompt, "prompt has no tokens");
-  const std::int32_t n_ctx = decoder_.n_ctx();
+  const std::int32_t n_ctx = decoder_.n_ctx_seq();
   // The prompt and at least one generated token must fit one sequence (the whole context at most).
   if (n_prompt >= n_ctx) {
     metrics_.count_rejected(RejectReason::kContext);
@@ -142,7 +148,7 @@ void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
     out.push_back(error_event(s->id, why));
   }
   reap();
-  cache_.clear(free_seqs_);
+  cache_.clear(cache_pool());
 }
 
 bool Scheduler::has_work() const {
@@ -151,11 +157,12 @@ bool Scheduler::has_work() const {
 
 void Scheduler::tick(std::vector<Event>& out) {
   expire_queued(out);
-  cache_.offload_idle(Clock::now(), free_seqs_);
+  cache_.offload_idle(Clock::now(), cache_pool());
   start_waiting();
   resolve_followers();
   const Clock::time_point now = Clock::now();
   make_room_for_tick(now);
+  compact_sequences();
   order_.clear();
   candidates_.clear();
   const std::size_t n = sessions_.size();
@@ -341,12 +348,43 @@ void Scheduler::finish(Session& s, SessionState terminal) {
     // A sequence that ended well keeps its KV for later prompts with the same prefix.
     const bool kept = terminal != SessionState::kFailed &&
                       cache_.keep(s.seq, std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_past)),
-                                  s.shared_prefix, free_seqs_);
-    if (!kept) {
+                                  s.shared_prefix, cache_pool());
+    if (kept && per_seq_) {
+      // Kept sequences live above the sessions' ids. keep() left the cache at most max_kept
+      // entries, this one in a session's id, so one of the cache's ids is free.
+      const std::int32_t to = cache_seqs_.back();
+      cache_seqs_.pop_back();
+      decoder_.move_sequence(s.seq, to);
+      cache_.relocate(s.seq, to);
+      give_back_seq(free_seqs_, s.seq);
+    } else if (!kept) {
       decoder_.end_sequence(s.seq);
-      free_seqs_.push_back(s.seq);
+      give_back_seq(free_seqs_, s.seq);
     }
     s.seq = -1;
+  }
+}
+
+void Scheduler::compact_sequences() {
+  if (!per_seq_) return;
+  std::int32_t top_seq = -1;
+  for (auto& s : sessions_) top_seq = std::max(top_seq, s->seq);
+  const bool gap = !free_seqs_.empty() && free_seqs_.back() < top_seq;
+  gap_ticks_ = gap ? gap_ticks_ + 1 : 0;
+  if (gap_ticks_ < config_.compact_after_ticks) return;
+  gap_ticks_ = 0;
+  for (;;) {
+    Session* top = nullptr;
+    for (auto& s : sessions_) {
+      if (s->seq >= 0 && (top == nullptr || s->seq > top->seq)) top = s.get();
+    }
+    if (top == nullptr || free_seqs_.empty() || free_seqs_.back() > top->seq) return;
+    const std::int32_t to = free_seqs_.back();
+    free_seqs_.pop_back();
+    decoder_.move_sequence(top->seq, to);
+    give_back_seq(free_seqs_, top->seq);
+    top->seq = to;
+    metrics_.kv_sequence_moves_total++;
   }
 }
 

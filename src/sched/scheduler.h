@@ -48,6 +48,10 @@ struct SchedulerConfig {
   std::int32_t default_max_tokens = 0;
   double kv_watermark = 0.02;          // share of n_ctx kept free when starting or resuming requests
   std::int32_t preemptions_before_protected = 3;  // paused this often: paused last, and urgent if background
+  // Per-sequence KV: a gap among the running ids lasting this many ticks is closed by moving
+  // sequences; prefixes shorter than per_seq_min_reuse are recomputed rather than copied.
+  std::int32_t compact_after_ticks = 16;
+  std::int32_t per_seq_min_reuse = 512;
   std::int32_t max_queue = 64;         // requests waiting for KV room; more are rejected (kOverloaded)
   double max_queue_ms = 30000.0;       // a request waiting longer is rejected (kOverloaded)
   double slo_ttft_ms = 150.0;
@@ -111,6 +115,13 @@ class Scheduler {
   // Flushes held text (unless a stop matched), appends kDone and finishes the session.
   void complete(Session& s, FinishReason reason, std::vector<Event>& out, bool stop_matched = false);
   void finish(Session& s, SessionState terminal);
+  // Per-sequence KV: moves the highest running sequences into lower free ids, so that one decode
+  // is one pass (llama.cpp splits a batch at every gap between sequence ids). A move is a copy
+  // between KV streams, after which llama.cpp reserves its worst-case graph again (~15-25 ms of
+  // host time on an H100), while a gap costs a pass over the weights per decode (~1 ms) and is
+  // usually filled by the next arrival, which takes the lowest free id: so only a gap that
+  // outlives SchedulerConfig::compact_after_ticks is closed by moving.
+  void compact_sequences();
   void reap();  // drops terminal sessions
   void trace_tick(const TickPlan& plan, std::int32_t budget, double decode_ms, const Status& st) const;
 
@@ -120,7 +131,13 @@ class Scheduler {
   TickBudget budget_;
   PrefixCache cache_;
   std::vector<std::unique_ptr<Session>> sessions_;  // admission order
-  std::vector<std::int32_t> free_seqs_;
+  std::vector<std::int32_t> free_seqs_;   // sessions' sequence ids, lowest at the back
+  // Per-sequence KV: the prefix cache's ids, above the sessions' (so running ids stay dense);
+  // unified: unused, the cache draws on free_seqs_ (cache_pool()).
+  std::vector<std::int32_t> cache_seqs_;
+  bool per_seq_ = false;
+  std::int32_t gap_ticks_ = 0;  // per-sequence KV: consecutive ticks whose running ids had a gap
+  std::vector<std::int32_t>& cache_pool() { return per_seq_ ? cache_seqs_ : free_seqs_; }
   std::size_t parked_bytes_ = 0;      // saved KV of paused sessions
   std::size_t rr_cursor_ = 0;
   bool guard_fired_last_ = false;

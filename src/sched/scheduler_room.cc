@@ -75,6 +75,7 @@ std::int32_t Scheduler::watermark() const {
 }
 
 bool Scheduler::fits(const Session& s) const {
+  if (per_seq_) return !free_seqs_.empty();  // every sequence id owns its cells
   return !free_seqs_.empty() && cells_granted() + need(s) + watermark() <= decoder_.n_ctx();
 }
 
@@ -88,8 +89,8 @@ void Scheduler::start_waiting() {
                    [](const auto& a, const auto& b) { return waiting_before(a.first, b.first); });
   for (const auto& [w, s] : waiting) {
     // Kept prefixes give their sequence ids and cells back before anyone waits or is paused.
-    if (free_seqs_.empty()) cache_.evict_one(free_seqs_);
-    if (!fits(*s) && cache_.cells() > 0 && !free_seqs_.empty()) {
+    if (free_seqs_.empty() && !per_seq_) cache_.evict_one(free_seqs_);
+    if (!per_seq_ && !fits(*s) && cache_.cells() > 0 && !free_seqs_.empty()) {
       cache_.evict(cells_granted() + need(*s) + watermark() - decoder_.n_ctx(), free_seqs_);
     }
     if (!fits(*s) && !(s->priority == Priority::kInteractive && preempt_for(*s, now))) return;  // head of line waits
@@ -158,7 +159,7 @@ bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
     who.push_back(s.get());
   }
   const std::int32_t seqs_needed = free_seqs_.empty() ? 1 : 0;
-  const std::int32_t cells_needed = cells_granted() + need(head) + watermark() - decoder_.n_ctx();
+  const std::int32_t cells_needed = per_seq_ ? 0 : cells_granted() + need(head) + watermark() - decoder_.n_ctx();
   const std::vector<std::size_t> victims = choose_victims(running, seqs_needed, cells_needed);
   for (std::size_t i : victims) {
     spdlog::debug("session {}: paused for interactive session {}", who[i]->id, head.id);
@@ -168,10 +169,10 @@ bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
 }
 
 void Scheduler::make_room_for_tick(Clock::time_point now) {
-  if (!config_.preemption) return;  // worst cases were granted up front
+  if (!config_.preemption || per_seq_) return;  // worst cases were granted up front / cells are per id
   std::int32_t over = cells_granted() - decoder_.n_ctx();
   if (over <= 0) return;
-  if (cache_.cells() > 0) over -= cache_.evict(over, free_seqs_);
+  if (cache_.cells() > 0) over -= cache_.evict(over, cache_pool());
   if (over <= 0) return;
   std::vector<VictimCandidate> running;
   std::vector<Session*> who;
@@ -213,7 +214,7 @@ void Scheduler::pause(Session& s, Clock::time_point now, PauseCause cause) {
   parked_bytes_ += s.parked.bytes();
   (save ? metrics_.preempted_saved_total : metrics_.preempted_recomputed_total)++;
   (cause == PauseCause::kKvFull ? metrics_.preempted_kv_full_total : metrics_.preempted_priority_total)++;
-  free_seqs_.push_back(s.seq);
+  give_back_seq(free_seqs_, s.seq);
   s.seq = -1;
   s.paused_from = s.state;
   s.paused_at = now;
@@ -230,7 +231,7 @@ void Scheduler::end_pause(Session& s, Clock::time_point now) {
 bool Scheduler::recover_kv_exhausted() {
   metrics_.kv_exhausted_total++;
   // Kept prefixes are counted by estimate; they give their cells back first.
-  if (cache_.cells() > 0 && cache_.evict(static_cast<std::int32_t>(batch_.entries.size()), free_seqs_) > 0) {
+  if (cache_.cells() > 0 && cache_.evict(static_cast<std::int32_t>(batch_.entries.size()), cache_pool()) > 0) {
     spdlog::warn("decode found no KV cells; evicted kept prefixes and retrying");
     return true;
   }
@@ -267,9 +268,9 @@ void Scheduler::reuse_prefix(Session& s) {
     const Session* leader = id == s.id ? nullptr : find_session(id);
     return leader != nullptr && is_active(*leader) && leader->seq >= 0;
   };
-  const std::int32_t cells_free = decoder_.n_ctx() - cells_granted();
+  const std::int32_t cells_free = per_seq_ ? decoder_.n_ctx_seq() : decoder_.n_ctx() - cells_granted();
   // At least the last prompt token is evaluated, so the first token has logits.
-  const PrefixCache::Hit hit = cache_.lookup(prompt, s.n_prompt - 1, live_ok, free_seqs_, cells_free);
+  const PrefixCache::Hit hit = cache_.lookup(prompt, s.n_prompt - 1, live_ok, cache_pool(), cells_free);
   std::int32_t reused = 0;
   if (hit.kind == PrefixCache::Hit::Kind::kKept) {
     decoder_.share_prefix(hit.seq, s.seq, hit.length);

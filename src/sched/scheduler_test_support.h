@@ -22,13 +22,29 @@ constexpr Token kEos = 2;
 
 class FakeDecoder final : public Decoder {
  public:
-  FakeDecoder(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq)
-      : n_batch_(n_batch), n_ctx_(n_ctx), n_seq_(n_seq), kv_(static_cast<size_t>(n_seq)), cells_(static_cast<size_t>(n_seq)),
-        live_(static_cast<size_t>(n_seq)) {}
+  // per_seq: like llama.cpp's per-sequence KV streams, each id holds n_ctx / n_seq cells of its own.
+  FakeDecoder(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq, bool per_seq = false)
+      : n_batch_(n_batch), n_ctx_(n_ctx), n_seq_(n_seq), per_seq_(per_seq), kv_(static_cast<size_t>(n_seq)),
+        cells_(static_cast<size_t>(n_seq)), live_(static_cast<size_t>(n_seq)) {}
 
   std::int32_t n_batch() const override { return n_batch_; }
   std::int32_t n_ctx() const override { return n_ctx_; }
   std::int32_t n_seq_max() const override { return n_seq_; }
+  bool kv_per_sequence() const override { return per_seq_; }
+  std::int32_t n_ctx_seq() const override { return per_seq_ ? n_ctx_ / n_seq_ : n_ctx_; }
+  void move_sequence(std::int32_t from, std::int32_t to) override {
+    EXPECT_TRUE(per_seq_) << "sequences move only with per-sequence KV";
+    EXPECT_TRUE(kv_[to].empty() && !live_[to]) << "move into a used sequence " << to;
+    kv_[to] = std::move(kv_[from]);
+    cells_[to] = std::move(cells_[from]);
+    live_[to] = live_[from];
+    if (sampler_.count(from)) sampler_[to] = sampler_[from];
+    sampler_.erase(from);
+    kv_[from].clear();
+    cells_[from].clear();
+    live_[from] = false;
+    ++moves_;
+  }
   // One token per byte (offset 100) after a BOS of 1.
   Status tokenize(std::string_view text, std::vector<Token>& out, bool = false) const override {
     out = {1};
@@ -65,7 +81,7 @@ class FakeDecoder final : public Decoder {
   Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) override {
     if (fail_restore_) return Status(ErrorCode::kKvExhausted, "injected");
     const auto n = static_cast<std::int32_t>(bytes.size() / sizeof(Token));
-    if (cells_used() + n > n_ctx_) return Status(ErrorCode::kKvExhausted, "no room to restore");
+    if (!room_for(seq, n)) return Status(ErrorCode::kKvExhausted, "no room to restore");
     kv_[seq].resize(static_cast<size_t>(n));
     std::copy(bytes.begin(), bytes.end(), reinterpret_cast<std::uint8_t*>(kv_[seq].data()));
     take_cells(seq, n);
@@ -94,7 +110,7 @@ class FakeDecoder final : public Decoder {
     if (from.kv.empty()) return Status::Ok();
     if (fail_restore_) return Status(ErrorCode::kKvExhausted, "injected");
     const auto n = static_cast<std::int32_t>(from.kv.size() / sizeof(Token));
-    if (cells_used() + n > n_ctx_) return Status(ErrorCode::kKvExhausted, "no room to restore");
+    if (!room_for(seq, n)) return Status(ErrorCode::kKvExhausted, "no room to restore");
     kv_[seq].resize(static_cast<size_t>(n));
     std::copy(from.kv.begin(), from.kv.end(), reinterpret_cast<std::uint8_t*>(kv_[seq].data()));
     take_cells(seq, n);
@@ -120,10 +136,25 @@ class FakeDecoder final : public Decoder {
       kv_full_next_ = false;
       return Status(ErrorCode::kKvExhausted, "injected");
     }
-    if (cells_used() + static_cast<std::int32_t>(batch.size()) > n_ctx_) {
+    if (!per_seq_ && cells_used() + static_cast<std::int32_t>(batch.size()) > n_ctx_) {
       ++kv_exhausted_;
       return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
     }
+    std::set<std::int32_t> seqs;
+    for (const BatchEntry& e : batch) seqs.insert(e.seq);
+    for (std::int32_t s : seqs) {
+      const auto n = std::count_if(batch.begin(), batch.end(), [&](const BatchEntry& e) { return e.seq == s; });
+      if (per_seq_ && !room_for(s, static_cast<std::int32_t>(n))) {
+        ++kv_exhausted_;
+        return Status(ErrorCode::kKvExhausted, "no KV cells for the batch in sequence " + std::to_string(s));
+      }
+    }
+    // llama.cpp evaluates per-sequence KV in one pass per run of consecutive sequence ids.
+    int runs = 0;
+    for (auto it = seqs.begin(); it != seqs.end(); ++it) {
+      if (it == seqs.begin() || *std::prev(it) + 1 != *it) ++runs;
+    }
+    max_seq_runs_ = std::max(max_seq_runs_, runs);
     for (const BatchEntry& e : batch) {
       EXPECT_TRUE(live_[e.seq]) << "decode for a sequence that was not started";
       EXPECT_EQ(e.pos, static_cast<std::int32_t>(kv_[e.seq].size())) << "positions must be contiguous";
@@ -153,6 +184,8 @@ class FakeDecoder final : public Decoder {
   std::int32_t cells_used() const { return static_cast<std::int32_t>(refs_.size()); }  // distinct cells
 
   int decodes_ = 0;
+  int moves_ = 0;
+  int max_seq_runs_ = 0;  // most runs of consecutive sequence ids in one decode
   int ended_ = 0;
   size_t max_batch_ = 0;
   bool fail_next_ = false;
@@ -170,6 +203,11 @@ class FakeDecoder final : public Decoder {
 
  private:
   std::int32_t n_batch_, n_ctx_, n_seq_;
+  bool per_seq_ = false;
+  bool room_for(std::int32_t seq, std::int32_t n) const {
+    if (per_seq_) return static_cast<std::int32_t>(kv_[seq].size()) + n <= n_ctx_ / n_seq_;
+    return cells_used() + n <= n_ctx_;
+  }
   void take_cells(std::int32_t seq, std::int32_t n) {
     for (std::int32_t k = 0; k < n; ++k) {
       cells_[seq].push_back(++next_cell_);
@@ -204,9 +242,9 @@ struct Outcome {
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  void make(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq, SchedulerConfig cfg = {}) {
+  void make(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq, SchedulerConfig cfg = {}, bool per_seq = false) {
     cfg.slo_tbt_ms = 1e9;  // wall time must not change plans in unit tests
-    decoder_ = std::make_unique<FakeDecoder>(n_batch, n_ctx, n_seq);
+    decoder_ = std::make_unique<FakeDecoder>(n_batch, n_ctx, n_seq, per_seq);
     scheduler_ = std::make_unique<Scheduler>(*decoder_, metrics_, cfg);
   }
   // max_tokens 0: not asked (the scheduler's default applies).

@@ -166,6 +166,7 @@ bool find_preset(const std::string& name, ModelShape* out) {
       {"tiny", 64, 2, 4, 2, 128, false},
       {"small", 576, 30, 9, 3, 1536, false},
       {"1b", 2048, 22, 32, 4, 5632, false},
+      {"8b", 4096, 32, 32, 8, 14336, false},  // Llama 3 8B's shape (with this tool's 32k vocabulary)
       {"oracle", 256, 2, 4, 2, 512, true},
   };
   for (const ModelShape& s : kPresets) {

@@ -1,0 +1,118 @@
+// Per-sequence KV (llama.cpp's KV streams) in the scheduler, against the fake decoder in its
+// per-sequence mode (each id holds n_ctx / n_seq cells; it counts, per decode, the runs of
+// consecutive sequence ids, which is how many passes llama.cpp would make over the weights).
+#include <gtest/gtest.h>
+
+#include "sched/scheduler_test_support.h"
+
+namespace uma {
+namespace {
+
+using testing_support::SchedulerTest;
+
+TEST_F(SchedulerTest, PerSequenceKvKeepsRunningSequencesDenseUnderChurn) {
+  SchedulerConfig cfg;
+  cfg.compact_after_ticks = 0;  // close every gap at once
+  make(64, /*n_ctx=*/8 * 64, /*n_seq=*/8, cfg, /*per_seq=*/true);
+  // Different lengths, so sessions end out of id order and leave gaps; more arrive midway.
+  for (RequestId id = 1; id <= 6; ++id) submit(id, std::string(1, static_cast<char>('a' + id)), 3 + (id * 7) % 23);
+  for (int t = 0; t < 12; ++t) {
+    scheduler_->tick(events_);
+    collect();
+  }
+  for (RequestId id = 7; id <= 12; ++id) submit(id, std::string(1, static_cast<char>('a' + id)), 3 + (id * 5) % 17);
+  run_until_idle();
+  for (RequestId id = 1; id <= 12; ++id) {
+    const std::int32_t n = id <= 6 ? 3 + (id * 7) % 23 : 3 + (id * 5) % 17;
+    EXPECT_EQ(out_[id].text, expected(100 + 'a' + static_cast<Token>(id), n)) << id;
+  }
+  EXPECT_GT(decoder_->moves_, 0) << "a gap was closed by moving a running sequence";
+  EXPECT_EQ(metrics_.kv_sequence_moves_total.load(), static_cast<std::uint64_t>(decoder_->moves_));
+  EXPECT_EQ(decoder_->max_seq_runs_, 1) << "every decode was one run of consecutive ids";
+  EXPECT_EQ(decoder_->total_kv(), 0) << "every sequence freed";
+}
+
+TEST_F(SchedulerTest, PerSequenceKvLimitsARequestToOneSequencesCells) {
+  make(64, /*n_ctx=*/4 * 64, /*n_seq=*/4, {}, /*per_seq=*/true);
+  submit(1, "abc", 100);  // 4 prompt tokens + 100 > 64 cells of one sequence
+  EXPECT_EQ(out_[1].errors, 1);
+  EXPECT_EQ(out_[1].error, ErrorCode::kContextExceeded);
+  EXPECT_EQ(out_[1].param, "max_tokens");
+  submit(2, "abc", 0);  // not asked: up to the sequence's end
+  submit(3, "abd", 0);
+  run_until_idle();
+  EXPECT_EQ(out_[2].reason, FinishReason::kLength);
+  EXPECT_EQ(out_[2].text, expected(100 + 'c', 60));
+  EXPECT_EQ(out_[3].text, expected(100 + 'd', 60));
+  EXPECT_EQ(decoder_->kv_exhausted_, 0);
+}
+
+TEST_F(SchedulerTest, PerSequenceKvKeepsPrefixesAboveTheSessionsIds) {
+  SchedulerConfig cfg;
+  cfg.prefix.enabled = true;
+  cfg.prefix.block = 16;
+  cfg.prefix.max_kept = 2;
+  cfg.per_seq_min_reuse = 0;
+  cfg.compact_after_ticks = 0;
+  make(64, /*n_ctx=*/6 * 128, /*n_seq=*/4 + 2, cfg, /*per_seq=*/true);
+  const std::string shared(40, 'x');
+  submit(1, shared + "a", 4);
+  submit(2, "short", 30);  // still running when 1 ends: 1's id is below it
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 2) << "both were kept";
+  EXPECT_GT(decoder_->kv_tokens(4), 0) << "kept sequences live in the cache's ids (1's moved from below 2's)";
+  EXPECT_GT(decoder_->kv_tokens(5), 0);
+  for (std::int32_t seq = 0; seq < 4; ++seq) EXPECT_EQ(decoder_->kv_tokens(seq), 0) << seq;
+  submit(3, shared + "b", 4);
+  submit(4, "other", 10);
+  run_until_idle();
+  EXPECT_EQ(out_[3].text, expected(100 + 'b', 4));
+  EXPECT_EQ(out_[4].text, expected(100 + 'r', 10));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 41u);
+  EXPECT_EQ(decoder_->max_seq_runs_, 1);
+}
+
+TEST_F(SchedulerTest, PerSequenceKvClosesAGapOnlyWhenItOutlivesTheArrivals) {
+  SchedulerConfig cfg;
+  cfg.compact_after_ticks = 5;
+  make(64, /*n_ctx=*/4 * 64, /*n_seq=*/4, cfg, /*per_seq=*/true);
+  submit(1, "a", 2);   // ends first: a gap at id 0
+  submit(2, "b", 40);
+  for (int t = 0; t < 3; ++t) {
+    scheduler_->tick(events_);
+    collect();
+  }
+  ASSERT_EQ(out_[1].done, 1);
+  submit(3, "c", 40);  // an arrival fills the gap (and outlasts 2): nothing moves
+  run_until_idle();
+  EXPECT_EQ(decoder_->moves_, 0);
+  submit(4, "d", 2);
+  submit(5, "e", 30);
+  run_until_idle();  // 4's gap outlives 5 ticks: 5 moves down once
+  EXPECT_EQ(decoder_->moves_, 1);
+  EXPECT_EQ(out_[5].text, expected(100 + 'e', 30));
+}
+
+TEST_F(SchedulerTest, PerSequenceKvDoesNotCopyShortPrefixes) {
+  SchedulerConfig cfg;
+  cfg.prefix.enabled = true;
+  cfg.prefix.block = 16;
+  cfg.per_seq_min_reuse = 64;
+  make(64, /*n_ctx=*/6 * 128, /*n_seq=*/6, cfg, /*per_seq=*/true);
+  submit(1, std::string(40, 'x') + "a", 4);  // 46 tokens: under 64
+  run_until_idle();
+  submit(2, std::string(40, 'x') + "b", 4);
+  run_until_idle();
+  EXPECT_EQ(out_[2].text, expected(100 + 'b', 4));
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0);
+  EXPECT_EQ(decoder_->shared_tokens_, 0);
+  submit(3, std::string(80, 'y') + "a", 4);  // 86 tokens: kept and reused
+  run_until_idle();
+  submit(4, std::string(80, 'y') + "b", 4);
+  run_until_idle();
+  EXPECT_EQ(out_[4].text, expected(100 + 'b', 4));
+  EXPECT_EQ(decoder_->shared_tokens_, 81);
+}
+
+}  // namespace
+}  // namespace uma
