@@ -227,6 +227,28 @@ void LlamaRuntime::end_sequence(std::int32_t seq) {
   s = nullptr;
 }
 
+std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_tokens) {
+  const auto now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  const std::int64_t t0 = now_ns();
+  const int32_t rc = llama_decode(ctx_, b);
+  const std::int64_t t1 = now_ns();
+  llama_synchronize(ctx_);
+  const std::int64_t t2 = now_ns();
+  if (timing_.prev_done_ns != 0) {
+    timing_.gap_ms.push_back(static_cast<double>(t0 - timing_.prev_done_ns) / 1e6);
+    timing_.launch_ms.push_back(static_cast<double>(t1 - t0) / 1e6);
+    timing_.wait_ms.push_back(static_cast<double>(t2 - t1) / 1e6);
+    timing_.tokens.push_back(static_cast<double>(n_tokens));
+    timing_.sample_ms.push_back(static_cast<double>(timing_.sample_ns) / 1e6);
+    if (timing_.gap_ms.size() >= 100) report_timing();
+  }
+  timing_.prev_done_ns = t2;
+  timing_.sample_ns = 0;
+  return rc;
+}
+
 Status LlamaRuntime::decode(std::span<const BatchEntry> batch) {
   if (batch.empty()) return Status::Ok();
   if (static_cast<std::int32_t>(batch.size()) > n_batch_) return Status(ErrorCode::kInternal, "batch over n_batch");
@@ -243,30 +265,7 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> batch) {
   b.n_seq_id = batch_nseq_.data();
   b.seq_id = batch_seq_ptr_.data();
   b.logits = batch_logits_.data();
-  if (!timing_.on) {
-    const int32_t rc = llama_decode(ctx_, b);
-    if (rc == 0) return Status::Ok();
-    if (rc == 1) return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
-    return Status(ErrorCode::kDecodeFailed, "llama_decode returned " + std::to_string(rc));
-  }
-  const auto now_ns = [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  };
-  const std::int64_t t0 = now_ns();
-  const int32_t rc = llama_decode(ctx_, b);
-  const std::int64_t t1 = now_ns();
-  llama_synchronize(ctx_);
-  const std::int64_t t2 = now_ns();
-  if (timing_.prev_done_ns != 0) {
-    timing_.gap_ms.push_back(static_cast<double>(t0 - timing_.prev_done_ns) / 1e6);
-    timing_.launch_ms.push_back(static_cast<double>(t1 - t0) / 1e6);
-    timing_.wait_ms.push_back(static_cast<double>(t2 - t1) / 1e6);
-    timing_.tokens.push_back(static_cast<double>(batch.size()));
-    timing_.sample_ms.push_back(static_cast<double>(timing_.sample_ns) / 1e6);
-    if (timing_.gap_ms.size() >= 100) report_timing();
-  }
-  timing_.prev_done_ns = t2;
-  timing_.sample_ns = 0;
+  const int32_t rc = timing_.on ? timed_decode(b, batch.size()) : llama_decode(ctx_, b);
   if (rc == 0) return Status::Ok();
   if (rc == 1) return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
   return Status(ErrorCode::kDecodeFailed, "llama_decode returned " + std::to_string(rc));

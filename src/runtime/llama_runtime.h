@@ -19,6 +19,7 @@ struct llama_model;
 struct llama_context;
 struct llama_vocab;
 struct llama_sampler;
+struct llama_batch;
 
 namespace uma {
 
@@ -115,6 +116,7 @@ class LlamaRuntime final : public Decoder {
   };
   DecodeTiming timing_;
   void report_timing();
+  std::int32_t timed_decode(const llama_batch& b, std::size_t n_tokens);  // llama_decode, synchronised and timed
   Token sample_row(std::int32_t seq, std::int32_t batch_index);
 };
 
