@@ -61,17 +61,18 @@ void ComputeThread::run() {
     work.clear();
     if (stopping) scheduler_.fail_all(Status(ErrorCode::kShuttingDown, "server shutting down"), events);
     else if (scheduler_.has_work()) scheduler_.tick(events);
-    if (!events.empty()) {
-      sink_.deliver(std::move(events));
-      events.clear();
-    }
     // The gauges and the session table are for people and scrapers: refreshing them every tick
     // (a table of every session) would be host time the accelerator waits for at 64 streams.
-    // Idle, they are always current.
+    // Idle, they are always current, and published before the events that made the daemon idle
+    // are delivered: a client that saw its last `done` reads metrics that include it.
     const auto now = std::chrono::steady_clock::now();
     if (!scheduler_.has_work() || now - last_publish >= kPublishEvery) {
       scheduler_.publish_metrics();
       last_publish = now;
+    }
+    if (!events.empty()) {
+      sink_.deliver(std::move(events));
+      events.clear();
     }
   }
   spdlog::debug("compute thread stopped");
