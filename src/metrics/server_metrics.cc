@@ -35,6 +35,8 @@ std::string ServerMetrics::to_json() const {
   j["batch_calls_total"] = batch_calls_total.load();
   j["last_batch_size"] = last_batch_size.load();
   j["tick_budget"] = tick_budget.load();
+  j["tick_prefill_floor"] = tick_prefill_floor.load();
+  j["prefill_fixed_ms"] = prefill_fixed_ms.load();
   j["decode_ms_last"] = decode_ms_last.load();
   j["decode_ms_ewma"] = decode_ms_ewma.load();
   j["ttft_ms_last"] = ttft_ms_last.load();
@@ -65,7 +67,8 @@ std::string ServerMetrics::to_json() const {
   j["prefix_cache"] = {{"lookups_total", prefix_lookups_total.load()}, {"hits_total", prefix_hits_total.load()},
                        {"lookup_tokens_total", looked_up}, {"reused_tokens_total", prefix_reused_tokens_total.load()},
                        {"hit_ratio_tokens", looked_up ? double(prefix_reused_tokens_total.load()) / double(looked_up) : 0.0},
-                       {"evictions_total", prefix_evictions_total.load()}, {"kept_sequences", prefix_kept_sequences.load()},
+                       {"evictions_total", prefix_evictions_total.load()}, {"not_kept_total", prefix_not_kept_total.load()},
+                       {"kept_sequences", prefix_kept_sequences.load()},
                        {"kept_cells", prefix_kept_cells.load()}, {"host_snapshots", prefix_host_snapshots.load()},
                        {"host_bytes", prefix_host_bytes.load()}};
   j["requests_completed_total"] = requests_completed_total.load();
@@ -209,6 +212,7 @@ std::string ServerMetrics::to_prometheus() const {
   prom_value(out, "uma:prefix_cache_query_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.", prefix_lookup_tokens_total.load());
   prom_value(out, "uma:prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from cached KV.", prefix_reused_tokens_total.load());
   prom_value(out, "uma:prefix_cache_evictions_total", "counter", "Kept sequences evicted from the KV cache.", prefix_evictions_total.load());
+  prom_value(out, "uma:prefix_cache_not_kept_total", "counter", "Finished sequences not kept: first block not seen before and short.", prefix_not_kept_total.load());
   prom_value(out, "uma:prefix_cache_kept_sequences", "gauge", "Finished sequences kept in the KV cache.", prefix_kept_sequences.load());
   prom_value(out, "uma:prefix_cache_kept_cells", "gauge", "KV cells held by kept sequences (estimate).", prefix_kept_cells.load());
   prom_value(out, "uma:prefix_cache_host_bytes", "gauge", "Host memory held by prefix snapshots.", prefix_host_bytes.load());

@@ -57,6 +57,8 @@ class ServerMetrics {
   std::atomic<std::uint64_t> tbt_slo_miss_total{0};
   std::atomic<std::int64_t> last_batch_size{0};
   std::atomic<std::int64_t> tick_budget{0};
+  std::atomic<std::int64_t> tick_prefill_floor{0};  // fewest prefill tokens a tick carries (TickBudget::floor)
+  std::atomic<double> prefill_fixed_ms{0.0};        // fitted fixed cost of a prefill tick
   std::atomic<double> decode_ms_last{0.0};
   std::atomic<double> decode_ms_ewma{0.0};
   std::atomic<double> ttft_ms_last{-1.0};
@@ -83,6 +85,7 @@ class ServerMetrics {
   std::atomic<std::uint64_t> prefix_lookup_tokens_total{0};  // prompt tokens looked up
   std::atomic<std::uint64_t> prefix_reused_tokens_total{0};  // of those, served from cached KV
   std::atomic<std::uint64_t> prefix_evictions_total{0};
+  std::atomic<std::uint64_t> prefix_not_kept_total{0};      // finished sequences the admission rule let go
   std::atomic<std::int64_t> prefix_kept_sequences{0};       // finished sequences kept in the KV cache
   std::atomic<std::int64_t> prefix_host_snapshots{0};
   std::atomic<std::int64_t> prefix_kept_cells{0};

@@ -216,6 +216,43 @@ TEST(TickBudget, TheCostModelCapsTheControllersFirstStep) {
   EXPECT_EQ(b.tokens_in(150), 37);
 }
 
+TEST(TickBudget, AFixedCostPerPrefillTickRaisesTheFloorToAmortiseIt) {
+  // GPU-shaped: 64 streams decode in 7 ms; prefill costs 4 ms per tick plus 0.01 ms per token.
+  TickBudget b(/*n_batch=*/2048, /*target_ms=*/30, /*start=*/64);
+  for (int i = 0; i < 20; ++i) b.observe(7.0, /*n_decode=*/64, 0);
+  b.observe(4.0 + 0.01 * 2048, /*n_decode=*/0, 2048);  // the first prompts, nobody decoding yet
+  const std::int32_t chunks[] = {8, 170, 64, 8, 120, 8, 40, 170};  // what happened to be waiting
+  for (int i = 0; i < 40; ++i) {
+    const std::int32_t n = std::min(chunks[i % 8], b.prefill_budget(64));
+    b.observe(7.0 + 4.0 + 0.01 * n, 64, n, /*prefill_pending=*/true);
+  }
+  EXPECT_NEAR(b.prefill_fixed_ms(), 4.0, 0.05);
+  EXPECT_NEAR(b.ms_per_prefill_token(), 0.01, 0.001);
+  EXPECT_NEAR(b.floor(), 400, 10) << "4 ms of fixed cost is 400 tokens' work";
+  EXPECT_GE(b.prefill_budget(64), 400);
+  EXPECT_EQ(b.tokens_in(150), 2048) << "(150 - 4) / 0.01, capped by the batch";
+  // Ticks over the target (here: a deeper KV that no decode-only tick has measured yet) shrink
+  // the controller's budget, but not below the floor.
+  for (int i = 0; i < 40; ++i) b.observe(60.0, 64, b.prefill_budget(64), true);
+  EXPECT_EQ(b.prefill_budget(64), b.floor());
+  EXPECT_NEAR(b.floor(), 400, 10) << "a stale base says nothing about the fixed cost";
+}
+
+TEST(TickBudget, WithoutAFixedCostTheFloorStaysTheConfiguredOne) {
+  // CPU-shaped: prefill tokens ride in the decode's pass; their cost is proportional.
+  TickBudget b(/*n_batch=*/512, /*target_ms=*/30, /*start=*/64);
+  for (int i = 0; i < 20; ++i) b.observe(100.0, 8, 0);
+  b.observe(512 * 3.0 + 40.0, 0, 512);  // alone, a pass of its own
+  const std::int32_t chunks[] = {8, 40, 20, 8, 33};
+  for (int i = 0; i < 40; ++i) {
+    const std::int32_t n = std::min(chunks[i % 5], b.prefill_budget(8));
+    b.observe(100.0 + 3.0 * n, 8, n, true);
+  }
+  EXPECT_EQ(b.prefill_fixed_ms(), 0.0);
+  EXPECT_EQ(b.floor(), 8);
+  EXPECT_NEAR(b.prefill_budget(8), 33, 1) << "(2 * 100 - 100) / 3";
+}
+
 TEST(TickBudget, TheDecodeOnlyTickIsLearnedPerStreamCount) {
   TickBudget b(/*n_batch=*/512, /*target_ms=*/10, /*start=*/64);
   for (int i = 0; i < 50; ++i) {

@@ -82,6 +82,10 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
     kept_.at(same.id).hits++;
     return false;
   }
+  if (config_.keep_unseen_min > 0 && n < config_.keep_unseen_min && starts_with(kv_tokens) < 2) {
+    metrics_.prefix_not_kept_total++;
+    return false;
+  }
   while (kept_in_kv() >= config_.max_kept) {
     const std::uint64_t v = victim();
     if (v == 0) return false;
@@ -96,6 +100,25 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   cells_ += own;
   publish();
   return true;
+}
+
+void PrefixCache::note_start(std::span<const Token> prompt) {
+  if (!config_.enabled || prompt.size() < static_cast<std::size_t>(config_.block)) return;
+  const std::uint64_t h = config_.hash(0, prompt.first(static_cast<std::size_t>(config_.block)));
+  auto [it, inserted] = seen_.try_emplace(h, 0);
+  it->second++;
+  if (!inserted) return;
+  seen_order_.push_back(h);
+  if (seen_order_.size() > kSeenMax) {
+    seen_.erase(seen_order_.front());
+    seen_order_.pop_front();
+  }
+}
+
+std::uint32_t PrefixCache::starts_with(std::span<const Token> tokens) const {
+  if (tokens.size() < static_cast<std::size_t>(config_.block)) return 0;
+  const auto it = seen_.find(config_.hash(0, tokens.first(static_cast<std::size_t>(config_.block))));
+  return it == seen_.end() ? 0 : it->second;
 }
 
 void PrefixCache::relocate(std::int32_t from, std::int32_t to) {

@@ -18,10 +18,12 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <list>
 #include <map>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "metrics/server_metrics.h"
@@ -48,6 +50,12 @@ struct PrefixCacheConfig {
   // after which llama.cpp reserves its worst-case graph again (measured on an H100: ~15-25 ms of
   // host time in the next decode), more than the GPU needs to prefill a few hundred tokens.
   std::int32_t min_reuse = 0;
+  // Admission: a finished sequence is kept when another request began with the same first block
+  // (seen more than once: a shared system prompt, a chat's next turn), or when it is at least this
+  // long. With per-sequence KV, keeping is a copy between streams (the cost above): with nothing
+  // shared it would be paid for every request and never repaid. 0: keep every finished sequence
+  // (a unified KV keeps it where it is, for free).
+  std::int32_t keep_unseen_min = 0;
   // A kept sequence not used for this long moves to host memory: in a unified KV every decode's
   // attention spans all used cells, so idle cells slow every running stream down.
   double idle_ms = 2000.0;
@@ -88,6 +96,9 @@ class PrefixCache {
   // not (the caller frees it). May evict to stay within max_kept.
   bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, std::vector<std::int32_t>& free_seqs);
   void set_min_reuse(std::int32_t n) { config_.min_reuse = n; }
+  void set_keep_unseen_min(std::int32_t n) { config_.keep_unseen_min = n; }
+  // Counts a started request's first block, for keep()'s admission (a bounded, forgetting count).
+  void note_start(std::span<const Token> prompt);
   // The kept entry held in sequence `from` now lives in `to` (the caller moved its KV).
   void relocate(std::int32_t from, std::int32_t to);
   // KV cells the kept entries hold (estimate, see above).
@@ -121,6 +132,8 @@ class PrefixCache {
   void drop_host(std::uint64_t id);
   void publish();
 
+  std::uint32_t starts_with(std::span<const Token> tokens) const;  // note_start()s of its first block
+
   Decoder& decoder_;
   ServerMetrics& metrics_;
   PrefixCacheConfig config_;
@@ -130,6 +143,10 @@ class PrefixCache {
   std::uint64_t clock_ = 0;
   std::int32_t cells_ = 0;
   std::size_t host_bytes_ = 0;
+  // First-block hash -> starts seen, the last kSeenMax distinct ones (oldest forgotten first).
+  static constexpr std::size_t kSeenMax = 4096;
+  std::unordered_map<std::uint64_t, std::uint32_t> seen_;
+  std::deque<std::uint64_t> seen_order_;
 };
 
 }  // namespace uma

@@ -31,7 +31,10 @@ Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerCo
       budget_(decoder.n_batch(), config.tick_target_ms, config.start_budget, config.min_prefill),
       cache_(decoder, metrics, config.prefix) {
   per_seq_ = decoder.kv_per_sequence();
-  if (per_seq_) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
+  if (per_seq_) {
+    cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
+    cache_.set_keep_unseen_min(config.per_seq_keep_unseen_min);
+  }
   const std::int32_t kept_ids =
       per_seq_ && config.prefix.enabled ? std::clamp(config.prefix.max_kept, 0, decoder.n_seq_max() - 1) : 0;
   for (std::int32_t s = decoder.n_seq_max() - 1; s >= 0; --s) {
@@ -229,6 +232,8 @@ void Scheduler::tick(std::vector<Event>& out) {
   for (const PrefillChunk& c : batch_.prefilled) metrics_.prefill_chunk.observe(c.length);
   metrics_.decode_ms_ewma = budget_.decode_ms_ewma();
   metrics_.tick_budget = in.budget;
+  metrics_.tick_prefill_floor = budget_.floor();
+  metrics_.prefill_fixed_ms = budget_.prefill_fixed_ms();
 
   for (Session* s : batch_.decoded) s->n_past += 1;
   for (const PrefillChunk& c : batch_.prefilled) {

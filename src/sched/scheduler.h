@@ -52,6 +52,10 @@ struct SchedulerConfig {
   // sequences; prefixes shorter than per_seq_min_reuse are recomputed rather than copied.
   std::int32_t compact_after_ticks = 16;
   std::int32_t per_seq_min_reuse = 512;
+  // Per-sequence KV: a finished sequence is kept (moved to a cache id: a copy between streams) only
+  // when its first block started another request too, or when it is at least this long
+  // (PrefixCacheConfig::keep_unseen_min; 0 keeps all).
+  std::int32_t per_seq_keep_unseen_min = 1024;
   std::int32_t max_queue = 64;         // requests waiting for KV room; more are rejected (kOverloaded)
   double max_queue_ms = 30000.0;       // a request waiting longer is rejected (kOverloaded)
   double slo_ttft_ms = 150.0;

@@ -53,6 +53,7 @@ TEST_F(SchedulerTest, PerSequenceKvKeepsPrefixesAboveTheSessionsIds) {
   cfg.prefix.block = 16;
   cfg.prefix.max_kept = 2;
   cfg.per_seq_min_reuse = 0;
+  cfg.per_seq_keep_unseen_min = 0;  // keep every finished sequence
   cfg.compact_after_ticks = 0;
   make(64, /*n_ctx=*/6 * 128, /*n_seq=*/4 + 2, cfg, /*per_seq=*/true);
   const std::string shared(40, 'x');
@@ -98,6 +99,7 @@ TEST_F(SchedulerTest, PerSequenceKvDoesNotCopyShortPrefixes) {
   cfg.prefix.enabled = true;
   cfg.prefix.block = 16;
   cfg.per_seq_min_reuse = 64;
+  cfg.per_seq_keep_unseen_min = 0;
   make(64, /*n_ctx=*/6 * 128, /*n_seq=*/6, cfg, /*per_seq=*/true);
   submit(1, std::string(40, 'x') + "a", 4);  // 46 tokens: under 64
   run_until_idle();
@@ -112,6 +114,35 @@ TEST_F(SchedulerTest, PerSequenceKvDoesNotCopyShortPrefixes) {
   run_until_idle();
   EXPECT_EQ(out_[4].text, expected(100 + 'b', 4));
   EXPECT_EQ(decoder_->shared_tokens_, 81);
+}
+
+TEST_F(SchedulerTest, PerSequenceKvKeepsOnlyPrefixesThatStartedTwiceOrAreLong) {
+  SchedulerConfig cfg;
+  cfg.prefix.enabled = true;
+  cfg.prefix.block = 16;
+  cfg.per_seq_min_reuse = 0;
+  cfg.per_seq_keep_unseen_min = 100;
+  make(64, /*n_ctx=*/6 * 256, /*n_seq=*/6, cfg, /*per_seq=*/true);
+  const std::string shared(40, 'x');
+  submit(1, shared + "a", 4);  // nothing else began like it: let go, no copy between streams
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0);
+  EXPECT_EQ(metrics_.prefix_not_kept_total.load(), 1u);
+  EXPECT_EQ(decoder_->moves_, 0);
+  submit(2, shared + "b", 4);  // the second start with this first block: kept
+  run_until_idle();
+  EXPECT_EQ(decoder_->shared_tokens_, 0) << "1 was not kept, so 2 prefilled its prompt";
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
+  submit(3, shared + "c", 4);
+  run_until_idle();
+  EXPECT_EQ(out_[3].text, expected(100 + 'c', 4));
+  EXPECT_EQ(decoder_->shared_tokens_, 41) << "3 reused 2's prefix";
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 2) << "3 began like 1 and 2: kept too";
+  submit(4, std::string(120, 'z') + "a", 4);  // never seen, but long enough to be worth a copy
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 3);
+  EXPECT_EQ(metrics_.prefix_not_kept_total.load(), 1u);
+  EXPECT_EQ(decoder_->max_seq_runs_, 1);
 }
 
 }  // namespace

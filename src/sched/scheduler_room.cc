@@ -264,6 +264,7 @@ Session* Scheduler::find_session(RequestId id) {
 void Scheduler::reuse_prefix(Session& s) {
   if (!cache_.enabled()) return;
   const std::span<const Token> prompt = std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_prompt));
+  cache_.note_start(prompt);
   const auto live_ok = [&](RequestId id) {
     const Session* leader = id == s.id ? nullptr : find_session(id);
     return leader != nullptr && is_active(*leader) && leader->seq >= 0;

@@ -13,6 +13,14 @@
 // by at most 10% and only with 20% headroom, within [floor, n_batch]. It starts at `start` (seed 000: start conservative, let it grow).
 // ms_per_prefill_token is also kept (EWMA of a tick's time over its decode-only base, per prefill
 // token) for estimates elsewhere: TTFT slack and the cost of recomputing a paused session.
+//
+// Prefill also has a fixed cost per tick, which on a GPU dominates small chunks: with per-sequence
+// KV a prompt's tokens are a second pass over the weights, and a new batch shape a new graph
+// (H100, 1B model, 64 streams: a fixed floor of 512 tokens gave +33% tok/s and a third of the
+// TTFT p99 of a floor of 8; docs/BENCHMARKS.md). So the cost is fitted as fixed + n * per_token (least squares over recent prefill
+// ticks, forgetting old ones), and no tick prefills fewer tokens than make its token work as large
+// as the fixed part (floor(), at most a quarter of the batch): a chunk smaller than that mostly
+// buys overhead. On a CPU the fixed part fits to about zero and the floor stays `floor`.
 // With nobody decoding the policy ignores the budget and prefills at full capacity.
 // Not thread-safe; owned by the scheduler.
 #pragma once
@@ -37,16 +45,26 @@ class TickBudget {
   // first step (after a quiet spell, or when streams come and go) from overshooting.
   std::int32_t prefill_budget(std::int32_t n_decode) const {
     double b = budget_;
-    if (ms_per_prefill_token_ > 0 && n_decode > 0) {
-      b = std::min(b, (target_ms(n_decode) - base_ms(n_decode)) / ms_per_prefill_token_);
+    const double k = ms_per_prefill_token();
+    if (k > 0 && n_decode > 0) {
+      b = std::min(b, (target_ms(n_decode) - base_ms(n_decode) - fixed_ms_) / k);
     }
-    return static_cast<std::int32_t>(std::clamp(b, double(floor_), double(n_batch_)));
+    return static_cast<std::int32_t>(std::clamp(b, double(floor()), double(n_batch_)));
   }
   // Prefill tokens that take about `ms` (the whole batch until the cost is measured).
   std::int32_t tokens_in(double ms) const {
-    if (ms_per_prefill_token_ <= 0) return n_batch_;
-    return static_cast<std::int32_t>(std::clamp(ms / ms_per_prefill_token_, double(floor_), double(n_batch_)));
+    const double k = ms_per_prefill_token();
+    if (k <= 0) return n_batch_;
+    return static_cast<std::int32_t>(std::clamp((ms - fixed_ms_) / k, double(floor()), double(n_batch_)));
   }
+  // The fewest prefill tokens a tick carries next to decoding streams (see above).
+  std::int32_t floor() const {
+    if (fixed_ms_ <= 0 || affine_per_token_ <= 0) return floor_;
+    const double most = std::max(floor_, n_batch_ / 4);
+    return static_cast<std::int32_t>(std::clamp(fixed_ms_ / affine_per_token_, double(floor_), most));
+  }
+  // The fixed part of a tick's prefill cost (0 until fitted, or when it fits to zero).
+  double prefill_fixed_ms() const { return fixed_ms_; }
   // The longest a tick with n decoding streams should take.
   double target_ms(std::int32_t n_decode) const { return std::max(2.0 * base_ms(n_decode), target_ms_); }
   double decode_ms_ewma() const { return decode_ms_ewma_; }
@@ -63,14 +81,18 @@ class TickBudget {
     }
     return 0.0;
   }
-  double ms_per_prefill_token() const { return ms_per_prefill_token_; }
+  // The marginal cost of a prefill token: the fitted slope when a fixed part was found, else the
+  // EWMA of whole prefill cost per token.
+  double ms_per_prefill_token() const { return fixed_ms_ > 0 ? affine_per_token_ : ms_per_prefill_token_; }
 
   // prefill_pending: some prompt was waiting to be prefilled (a decode-only tick then is the
   // latency guard's, at whatever depth the arriving prompt has reached, not the steady cadence).
   void observe(double tick_ms, std::int32_t n_decode, std::int32_t n_prefill, bool prefill_pending = false) {
     decode_ms_ewma_ = ewma(decode_ms_ewma_, tick_ms);
+    ++ticks_;
     if (n_prefill == 0 && n_decode > 0) {
       if (prefill_pending) return;
+      last_base_tick_ = ticks_;
       const auto k = static_cast<std::size_t>(n_decode);
       if (base_by_n_.size() <= k) base_by_n_.resize(k + 1, 0.0);
       base_by_n_[k] = ewma(base_by_n_[k], tick_ms);
@@ -80,6 +102,12 @@ class TickBudget {
       const double prefill_part = n_decode > 0 ? std::max(tick_ms - base_ms(n_decode), 0.1 * tick_ms) : tick_ms;
       ms_per_prefill_token_ = ewma(ms_per_prefill_token_, prefill_part / n_prefill);
     }
+    // The fit reads a tick's prefill part against the decode-only base; a base not measured
+    // lately (the KV has grown since) would pass for a fixed cost.
+    const bool base_fresh = n_decode == 0 || (base_ms(n_decode) > 0 && ticks_ - last_base_tick_ <= kFreshTicks);
+    if (n_prefill > 0 && base_fresh) {
+      fit(n_prefill, n_decode > 0 ? std::max(tick_ms - base_ms(n_decode), 0.0) : tick_ms);
+    }
     if (n_decode == 0 || tick_ms <= 0) return;
     // Down fast, up slowly and only with clear headroom: an overshoot is a stall every stream sees.
     const double ratio = target_ms(n_decode) / tick_ms;
@@ -87,11 +115,27 @@ class TickBudget {
     if (ratio < 1.0) step = std::max(ratio, 0.67);
     else if (ratio > 1.2 && n_prefill + 1 >= static_cast<std::int32_t>(budget_)) step = std::min(ratio, 1.1);
     // (a tick that had less prefill work than its budget says nothing about a larger budget)
-    budget_ = std::clamp(budget_ * step, double(floor_), double(n_batch_));
+    budget_ = std::clamp(budget_ * step, double(floor()), double(n_batch_));
   }
 
  private:
   static double ewma(double current, double sample) { return current == 0.0 ? sample : 0.2 * sample + 0.8 * current; }
+
+  // Weighted least squares of prefill time y over prefill tokens x (weights decay by kKeep per
+  // sample). The intercept is refitted only when the recent chunk sizes spread enough to tell it
+  // from the slope (a steady state at the floor does not); the slope follows every sample.
+  void fit(double x, double y) {
+    constexpr double kKeep = 0.97;
+    s0_ = kKeep * s0_ + 1.0;
+    sx_ = kKeep * sx_ + x;
+    sxx_ = kKeep * sxx_ + x * x;
+    sy_ = kKeep * sy_ + y;
+    sxy_ = kKeep * sxy_ + x * y;
+    const double mx = sx_ / s0_, my = sy_ / s0_;
+    const double vx = sxx_ / s0_ - mx * mx, cxy = sxy_ / s0_ - mx * my;
+    if (s0_ >= 4.0 && vx > 0.0625 * mx * mx && cxy > 0) fixed_ms_ = std::max(my - cxy / vx * mx, 0.0);
+    if (fixed_ms_ > 0) affine_per_token_ = std::max((my - fixed_ms_) / mx, 1e-4);
+  }
 
   std::int32_t n_batch_;
   double target_ms_;
@@ -100,6 +144,12 @@ class TickBudget {
   double decode_ms_ewma_ = 0.0;
   std::vector<double> base_by_n_;  // index: decoding streams
   double ms_per_prefill_token_ = 0.0;
+  double s0_ = 0.0, sx_ = 0.0, sxx_ = 0.0, sy_ = 0.0, sxy_ = 0.0;
+  double fixed_ms_ = 0.0;
+  double affine_per_token_ = 0.0;
+  static constexpr std::uint64_t kFreshTicks = 16;
+  std::uint64_t ticks_ = 0;
+  std::uint64_t last_base_tick_ = 0;
 };
 
 }  // namespace uma
