@@ -24,7 +24,7 @@ ctx=$((cmax * 512 > 8192 ? cmax * 512 : 8192))
 log "setup: llama.cpp ($UMA_GPU) and the project in $bdir/"
 scripts/setup.sh llama-server llama-batched-bench >/dev/null
 cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=OFF >/dev/null
-cmake --build "$bdir" -j "$(nproc)" --target umad uma-bench uma-mkmodel >/dev/null
+cmake --build "$bdir" -j "$(nproc)" --target umad uma-bench uma-mkmodel uma-cli >/dev/null
 L=$(scripts/llama.sh --print-root)/build/bin
 model=${UMA_BENCH_MODEL:-$bdir/models/1b-q8_0.gguf}
 if [ ! -s "$model" ]; then
@@ -71,6 +71,7 @@ for c in "${conc[@]}"; do
   bench umad-uds "uds:$out/umad.sock" "$c"
   bench umad-http "http://127.0.0.1:$port" "$c"
 done
+UMA_SOCK="$out/umad.sock" "$bdir/bin/uma-cli" metrics >"$out/umad-metrics.json"
 kill -TERM $pid; wait $pid || true
 run_umad umad-nocache --no-prefix-cache
 bench umad-nocache-uds "uds:$out/umad.sock" "$cmax"
@@ -112,5 +113,9 @@ print(f"\nprefix cache at c={c}: on {u['output_tok_s']:.0f} tok/s (ITL p99 {u['i
 u = run(f"umad-unified-uds-c{c}")
 print(f"unified KV at c={c}: {u['output_tok_s']:.0f} tok/s (ITL p50/p99 {u['itl_ms']['p50']:.1f}/{u['itl_ms']['p99']:.1f} ms)")
 print("decode timing at c=%d (synchronised):" % c, open(os.path.join(out, "decode-timing.txt")).read().strip())
+m = json.load(open(os.path.join(out, "umad-metrics.json")))
+print(f"umad after all runs: prefill floor {m['tick_prefill_floor']} tokens, fitted fixed prefill cost "
+      f"{m['prefill_fixed_ms']:.2f} ms, kv moves {m['kv_sequence_moves_total']}, prefix kept/not kept/hits "
+      f"{m['prefix_cache']['kept_sequences']}/{m['prefix_cache']['not_kept_total']}/{m['prefix_cache']['hits_total']}")
 print(f"c=1: umad {run('umad-uds-c1')['output_tok_s']:.0f} tok/s = {run('umad-uds-c1')['output_tok_s'] / tg:.2f} x llama-bench tg")
 PY

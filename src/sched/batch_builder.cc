@@ -6,27 +6,35 @@ namespace uma {
 
 void build_batch(const TickPlan& plan, std::span<Session* const> order, BuiltBatch& out) {
   out.clear();
-  // Decode rows in sequence-id order: with per-sequence KV streams llama.cpp splits a batch into
-  // one ubatch per run of consecutive sequence ids.
-  std::vector<std::size_t>& decode = out.decode_order;
-  decode.assign(plan.decode.begin(), plan.decode.end());
-  std::sort(decode.begin(), decode.end(), [&](std::size_t a, std::size_t b) { return order[a]->seq < order[b]->seq; });
-  for (std::size_t i : decode) {
-    Session* s = order[i];
-    out.rows.push_back({s, static_cast<std::int32_t>(out.entries.size())});
-    out.entries.push_back({s->last_token(), s->n_past, s->seq, true});
-    out.decoded.push_back(s);
-  }
-  for (const auto& [i, length] : plan.prefill) {
-    Session* s = order[i];
-    const bool completes = length == s->prompt_remaining();
-    for (std::int32_t k = 0; k < length; ++k) {
+  // Entries in sequence-id order, each session's tokens together, decode rows and prefill chunks
+  // alike. With per-sequence KV streams llama.cpp cuts a batch into ubatches by scanning it in
+  // order for *consecutive* sequence ids, taking as many tokens from each as the shortest has
+  // (`split_equal(sequential)`): in id order the decode rows and the first token of every chunk
+  // make one pass, and only the chunks' remaining tokens need more. Decode rows first and chunks
+  // after would cut the decode rows at every prefilling id (measured on an H100 at 64 streams:
+  // decodes of 33-50 ms p50 instead of 7 when arrivals filled scattered gaps).
+  std::vector<BuiltBatch::Item>& items = out.items;
+  items.clear();
+  for (std::size_t i : plan.decode) items.push_back({i, 0});
+  for (const auto& [i, length] : plan.prefill) items.push_back({i, length});
+  std::sort(items.begin(), items.end(),
+            [&](const BuiltBatch::Item& a, const BuiltBatch::Item& b) { return order[a.index]->seq < order[b.index]->seq; });
+  for (const BuiltBatch::Item& item : items) {
+    Session* s = order[item.index];
+    if (item.prefill == 0) {
+      out.rows.push_back({s, static_cast<std::int32_t>(out.entries.size())});
+      out.entries.push_back({s->last_token(), s->n_past, s->seq, true});
+      out.decoded.push_back(s);
+      continue;
+    }
+    const bool completes = item.prefill == s->prompt_remaining();
+    for (std::int32_t k = 0; k < item.prefill; ++k) {
       const std::int32_t p = s->n_prefilled + k;
-      const bool want_logits = completes && k == length - 1;
+      const bool want_logits = completes && k == item.prefill - 1;
       if (want_logits) out.rows.push_back({s, static_cast<std::int32_t>(out.entries.size())});
       out.entries.push_back({s->tokens[static_cast<std::size_t>(p)], p, s->seq, want_logits});
     }
-    out.prefilled.push_back({s, length});
+    out.prefilled.push_back({s, item.prefill});
   }
 }
 

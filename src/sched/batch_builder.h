@@ -28,13 +28,18 @@ struct BuiltBatch {
   std::vector<LogitsRow> rows;          // in batch order
   std::vector<Session*> decoded;        // sessions that fed back their last token
   std::vector<PrefillChunk> prefilled;  // chunks of prompt fed this tick
-  std::vector<std::size_t> decode_order;  // scratch
+  struct Item {
+    std::size_t index = 0;     // into the plan's candidates
+    std::int32_t prefill = 0;  // chunk length; 0: a decode row
+  };
+  std::vector<Item> items;  // scratch
   void clear() { entries.clear(); rows.clear(); decoded.clear(); prefilled.clear(); }
 };
 
 // `order` holds the sessions the candidates were made from, index for index.
-// Decode entries come first, then each prefill chunk; a chunk asks for logits only on its last
-// token and only if it completes the prompt (intermediate chunks need no logits).
+// Entries go in sequence-id order (see the .cc for why), each session's tokens together; a chunk
+// asks for logits only on its last token and only if it completes the prompt (intermediate chunks
+// need no logits).
 void build_batch(const TickPlan& plan, std::span<Session* const> order, BuiltBatch& out);
 
 }  // namespace uma

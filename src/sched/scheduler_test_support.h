@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -149,12 +150,16 @@ class FakeDecoder final : public Decoder {
         return Status(ErrorCode::kKvExhausted, "no KV cells for the batch in sequence " + std::to_string(s));
       }
     }
-    // llama.cpp evaluates per-sequence KV in one pass per run of consecutive sequence ids.
-    int runs = 0;
-    for (auto it = seqs.begin(); it != seqs.end(); ++it) {
-      if (it == seqs.begin() || *std::prev(it) + 1 != *it) ++runs;
+    if (per_seq_) {
+      // At best one pass for the decode rows and each chunk's first token, plus one for the rest
+      // of each chunk (llama.cpp merges two only for consecutive ids with equal lengths).
+      const int passes = split_equal_passes(batch);
+      const auto multi = std::count_if(seqs.begin(), seqs.end(), [&](std::int32_t q) {
+        return std::count_if(batch.begin(), batch.end(), [&](const BatchEntry& e) { return e.seq == q; }) > 1;
+      });
+      max_passes_ = std::max(max_passes_, passes);
+      max_excess_passes_ = std::max(max_excess_passes_, passes - 1 - static_cast<int>(multi));
     }
-    max_seq_runs_ = std::max(max_seq_runs_, runs);
     for (const BatchEntry& e : batch) {
       EXPECT_TRUE(live_[e.seq]) << "decode for a sequence that was not started";
       EXPECT_EQ(e.pos, static_cast<std::int32_t>(kv_[e.seq].size())) << "positions must be contiguous";
@@ -185,7 +190,8 @@ class FakeDecoder final : public Decoder {
 
   int decodes_ = 0;
   int moves_ = 0;
-  int max_seq_runs_ = 0;  // most runs of consecutive sequence ids in one decode
+  int max_passes_ = 0;  // per-sequence KV: most ubatches (passes over the weights) one decode took
+  int max_excess_passes_ = 0;  // most passes one decode took beyond the best its sequences allow
   int ended_ = 0;
   size_t max_batch_ = 0;
   bool fail_next_ = false;
@@ -202,6 +208,43 @@ class FakeDecoder final : public Decoder {
   std::vector<BatchEntry> last_;
 
  private:
+  // How llama.cpp's split_equal(sequential) cuts a batch for per-sequence KV (read in the pinned
+  // llama-batch.cpp): scanning unused tokens in batch order, a ubatch takes a set of sequences
+  // whose ids rise by one, then the same number of tokens from each, as many as the shortest has
+  // (within n_batch). Returns how many ubatches the batch takes.
+  int split_equal_passes(std::span<const BatchEntry> batch) const {
+    std::vector<bool> used(batch.size(), false);
+    std::size_t n_used = 0;
+    int passes = 0;
+    while (n_used < batch.size()) {
+      std::vector<std::int32_t> set;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (used[i] || std::find(set.begin(), set.end(), batch[i].seq) != set.end()) continue;
+        if (!set.empty() && batch[i].seq != set.back() + 1) continue;
+        set.push_back(batch[i].seq);
+      }
+      std::size_t per_seq = batch.size();
+      for (std::int32_t q : set) {
+        per_seq = std::min<std::size_t>(per_seq, std::count_if(batch.begin(), batch.end(), [&](const BatchEntry& e) {
+                                          return e.seq == q && !used[static_cast<std::size_t>(&e - batch.data())];
+                                        }));
+      }
+      per_seq = std::clamp<std::size_t>(static_cast<std::size_t>(n_batch_) / set.size(), 1, per_seq);
+      for (std::int32_t q : set) {
+        std::size_t taken = 0;
+        for (std::size_t i = 0; i < batch.size() && taken < per_seq; ++i) {
+          if (!used[i] && batch[i].seq == q) {
+            used[i] = true;
+            ++taken;
+            ++n_used;
+          }
+        }
+      }
+      ++passes;
+    }
+    return passes;
+  }
+
   std::int32_t n_batch_, n_ctx_, n_seq_;
   bool per_seq_ = false;
   bool room_for(std::int32_t seq, std::int32_t n) const {
