@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Same-run before/after on this machine's CPU: umad built at REV (a git worktree under build/) and
+# umad of the working tree, same model, threads and workload, alternating, ROUNDS rounds.
+#   bench/ab.sh REV [ROUNDS]        (default 2)
+# Env: UMA_BENCH_MODEL (small preset, Q8_0), UMA_BENCH_THREADS (2), UMA_AB_CONC (8), UMA_AB_N (48),
+#      UMA_AB_FLAGS (extra umad flags for both). Prints one line per run and the new/old ratio.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+rev=${1:?usage: bench/ab.sh REV [ROUNDS]}
+rounds=${2:-2}
+threads=${UMA_BENCH_THREADS:-2}
+conc=${UMA_AB_CONC:-8}
+n=${UMA_AB_N:-48}
+read -r -a flags <<<"${UMA_AB_FLAGS:-}"
+out=build/ab
+mkdir -p "$out"
+
+scripts/setup.sh >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$(nproc)" --target umad uma-bench uma-mkmodel uma-cli >/dev/null
+old=build/ab-src
+rm -rf "$old"
+git worktree prune
+git worktree add --detach -f "$old" "$rev" >/dev/null
+trap 'git worktree remove --force "$old" 2>/dev/null || true' EXIT
+llama_root=$(grep '^LLAMA_CPP_ROOT' build/CMakeCache.txt | cut -d= -f2)
+cmake -S "$old" -B "$old/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=OFF \
+  -DLLAMA_CPP_ROOT="$llama_root" >/dev/null
+cmake --build "$old/build" -j "$(nproc)" --target umad >/dev/null
+model=${UMA_BENCH_MODEL:-build/models/small-q8_0.gguf}
+[ -s "$model" ] || build/bin/uma-mkmodel --preset small --type q8_0 --seed 1 -o "$model" >/dev/null
+
+sock=$out/umad.sock
+run() {  # name, umad binary
+  local name=$1 bin=$2 pid
+  rm -f "$sock"
+  "$bin" --model "$model" --socket "$sock" --n-ctx 16384 --max-sessions "$conc" --threads "$threads" \
+    ${flags[@]+"${flags[@]}"} 2>"$out/$name.log" &
+  pid=$!
+  for _ in $(seq 600); do UMA_SOCK=$sock build/bin/uma-cli metrics >/dev/null 2>&1 && break; sleep 0.1; done
+  build/bin/uma-bench --target "uds:$sock" --json --workload random -c "$conc" -n "$n" --seed 108 \
+    --prompt-tokens 128 --output-tokens 64 >"$out/$name.json" 2>/dev/null
+  kill -TERM "$pid"; wait "$pid" || true
+}
+for r in $(seq "$rounds"); do
+  run "old$r" "$old/build/bin/umad"
+  run "new$r" build/bin/umad
+done
+python3 - "$out" "$rounds" "$rev" <<'PY'
+import json, os, sys
+out, rounds, rev = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+tot = {"old": 0.0, "new": 0.0}
+for r in range(1, rounds + 1):
+    for side in ("old", "new"):
+        j = json.load(open(os.path.join(out, f"{side}{r}.json")))["runs"][0]
+        tot[side] += j["output_tok_s"]
+        print(f"{side} ({rev if side == 'old' else 'working tree'}) round {r}: {j['output_tok_s']:.1f} tok/s, "
+              f"ITL p50/p99 {j['itl_ms']['p50']:.1f}/{j['itl_ms']['p99']:.1f} ms, TTFT p50/p99 {j['ttft_ms']['p50']:.0f}/{j['ttft_ms']['p99']:.0f} ms")
+print(f"new/old tok/s: {tot['new'] / tot['old']:.3f}")
+PY
