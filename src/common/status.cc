@@ -22,6 +22,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kBusy: return "busy";
     case ErrorCode::kOverloaded: return "overloaded";
     case ErrorCode::kKvExhausted: return "kv_exhausted";
+    case ErrorCode::kKvPending: return "kv_pending";
     case ErrorCode::kInternal: return "internal";
   }
   return "unknown";

@@ -33,6 +33,7 @@ enum class ErrorCode : std::uint8_t {
   kBusy,              // a second request while one is in flight
   kOverloaded,        // the waiting queue is full, or a request waited too long for room
   kKvExhausted,       // no KV cells for a batch; the scheduler recovers (never sent to a client)
+  kKvPending,         // a KV copy between streams waits for the next decode (never sent to a client)
   kInternal,          // a bug: an invariant did not hold (keep last: sizes tables)
 };
 

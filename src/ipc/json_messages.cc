@@ -322,7 +322,8 @@ std::string_view error_code(ErrorCode code) {
     case ErrorCode::kBusy: return "E_BUSY";
     case ErrorCode::kOverloaded: return "E_OVERLOADED";
     case ErrorCode::kDecodeFailed:
-    case ErrorCode::kKvExhausted: return "E_RUNTIME_DECODE";
+    case ErrorCode::kKvExhausted:
+    case ErrorCode::kKvPending: return "E_RUNTIME_DECODE";
     case ErrorCode::kShuttingDown: return "E_SHUTTING_DOWN";
     case ErrorCode::kOk:
     case ErrorCode::kIo:

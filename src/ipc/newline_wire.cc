@@ -11,7 +11,8 @@ std::string_view newline_error_text(ErrorCode code) {
     case ErrorCode::kTooManySessions: return "too many sessions";
     case ErrorCode::kContextExceeded: return "prompt too long for context";
     case ErrorCode::kDecodeFailed:
-    case ErrorCode::kKvExhausted: return "decode failed";
+    case ErrorCode::kKvExhausted:
+    case ErrorCode::kKvPending: return "decode failed";
     case ErrorCode::kShuttingDown: return "server shutting down";
     case ErrorCode::kInvalidArgument: return "invalid request";
     case ErrorCode::kBadRequest: return "bad request";

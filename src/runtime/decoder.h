@@ -74,7 +74,9 @@ class Decoder {
   // shared, not copied; per sequence they are copied (on the device, before the next decode).
   virtual void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) = 0;
   // Per-sequence KV: the KV and sampler of `from` move to the free id `to`; `from` is free after.
-  // (The copy happens on the device before the next decode; nothing may write `from` until then.)
+  // Per sequence, the copies of share_prefix and move_sequence happen on the device at the start
+  // of the next decode: until then save_kv of the copy's destination and restore_kv into its
+  // source answer kKvPending (the caller drops or recomputes instead).
   virtual void move_sequence(std::int32_t from, std::int32_t to) = 0;
   // Frees a sequence's sampler but keeps its KV (a finished sequence kept for prefix reuse).
   virtual void drop_sampler(std::int32_t seq) = 0;

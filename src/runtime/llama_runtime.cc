@@ -140,6 +140,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->per_seq_ = per_seq;
   rt->samplers_.assign(static_cast<size_t>(rt->n_seq_max_), nullptr);
   rt->greedy_.assign(static_cast<size_t>(rt->n_seq_max_), false);
+  rt->copy_pending_.assign(static_cast<size_t>(rt->n_seq_max_), 0);
   const auto nb = static_cast<size_t>(rt->n_batch_);
   rt->batch_token_.resize(nb);
   rt->batch_pos_.resize(nb);
@@ -266,6 +267,8 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> batch) {
   b.seq_id = batch_seq_ptr_.data();
   b.logits = batch_logits_.data();
   const int32_t rc = timing_.on ? timed_decode(b, batch.size()) : llama_decode(ctx_, b);
+  // llama_decode applies queued stream copies before it looks for cells (0) or finds none (1).
+  if (rc == 0 || rc == 1) std::fill(copy_pending_.begin(), copy_pending_.end(), 0);
   if (rc == 0) return Status::Ok();
   if (rc == 1) return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
   return Status(ErrorCode::kDecodeFailed, "llama_decode returned " + std::to_string(rc));
@@ -334,6 +337,19 @@ void LlamaRuntime::share_prefix(std::int32_t src, std::int32_t dst, std::int32_t
   // copy is cut back to the prefix.
   llama_memory_seq_cp(mem, src, dst, -1, -1);
   llama_memory_seq_rm(mem, dst, n, -1);
+  note_stream_copy(src, dst);
+}
+
+void LlamaRuntime::note_stream_copy(std::int32_t src, std::int32_t dst) {
+  copy_pending_[static_cast<size_t>(src)] |= kCopySource;
+  copy_pending_[static_cast<size_t>(dst)] |= kCopyDestination;
+}
+
+Status LlamaRuntime::check_no_pending_copy(std::int32_t seq, std::uint8_t role) const {
+  if (seq < 0 || seq >= n_seq_max_ || (copy_pending_[static_cast<size_t>(seq)] & role) == 0) return Status::Ok();
+  return Status(ErrorCode::kKvPending, role == kCopyDestination
+                                           ? "the sequence's KV is still being copied in (until the next decode)"
+                                           : "the sequence's stream is still being copied out (until the next decode)");
 }
 
 void LlamaRuntime::move_sequence(std::int32_t from, std::int32_t to) {
@@ -341,6 +357,7 @@ void LlamaRuntime::move_sequence(std::int32_t from, std::int32_t to) {
   llama_memory_t mem = llama_get_memory(ctx_);
   llama_memory_seq_cp(mem, from, to, -1, -1);
   llama_memory_seq_rm(mem, from, -1, -1);
+  if (per_seq_) note_stream_copy(from, to);
   samplers_[static_cast<size_t>(to)] = samplers_[static_cast<size_t>(from)];
   samplers_[static_cast<size_t>(from)] = nullptr;
   greedy_[static_cast<size_t>(to)] = greedy_[static_cast<size_t>(from)];
@@ -355,6 +372,7 @@ void LlamaRuntime::drop_sampler(std::int32_t seq) {
 }
 
 Status LlamaRuntime::save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const {
+  if (Status st = check_no_pending_copy(seq, kCopyDestination); !st.ok()) return st;
   out.resize(llama_state_seq_get_size(ctx_, seq));
   const size_t n = llama_state_seq_get_data(ctx_, out.data(), out.size(), seq);
   if (n == 0 && !out.empty()) {
@@ -367,6 +385,7 @@ Status LlamaRuntime::save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) c
 
 Status LlamaRuntime::restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) {
   if (bytes.empty()) return Status::Ok();
+  if (Status st = check_no_pending_copy(seq, kCopySource); !st.ok()) return st;
   if (llama_state_seq_set_data(ctx_, bytes.data(), bytes.size(), seq) == 0) {
     llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
     return Status(ErrorCode::kKvExhausted, "cannot restore the sequence's KV");

@@ -103,6 +103,14 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_seq_max_ = 0;
   std::int32_t n_ctx_seq_ = 0;
   bool per_seq_ = false;
+  // Per-sequence KV: llama.cpp queues a copy between streams until the next llama_decode, while a
+  // state read or write acts at once. Until then a copy's destination must not be read (it would
+  // snapshot the stream before the copy) nor its source written (the copy would carry the new
+  // data): save_kv / restore_kv answer kKvPending, and the scheduler drops or recomputes instead.
+  static constexpr std::uint8_t kCopySource = 1, kCopyDestination = 2;
+  std::vector<std::uint8_t> copy_pending_;  // by sequence id, since the last decode
+  void note_stream_copy(std::int32_t src, std::int32_t dst);
+  Status check_no_pending_copy(std::int32_t seq, std::uint8_t role) const;
   std::string placement_;  // where the weights went (describe())
   std::vector<bool> greedy_;  // per sequence: its chain is greedy alone (sample() takes the argmax)
 

@@ -145,5 +145,29 @@ TEST_F(SchedulerTest, PerSequenceKvKeepsOnlyPrefixesThatStartedTwiceOrAreLong) {
   EXPECT_EQ(decoder_->max_excess_passes_, 0);
 }
 
+TEST_F(SchedulerTest, PerSequenceKvNeverRestoresIntoAStreamStillBeingCopiedOut) {
+  SchedulerConfig cfg;
+  cfg.prefix.enabled = true;
+  cfg.prefix.block = 16;
+  cfg.prefix.max_kept = 1;
+  cfg.per_seq_min_reuse = 0;
+  cfg.per_seq_keep_unseen_min = 0;
+  make(64, /*n_ctx=*/2 * 128, /*n_seq=*/1 + 1, cfg, /*per_seq=*/true);  // one session id, one cache id
+  submit_background(1, "bbbb", 40);
+  for (int i = 0; i < 6; ++i) scheduler_->tick(events_);
+  collect();
+  submit(2, std::string(20, 'i'), 3);  // pauses 1 (KV saved), takes id 0
+  ASSERT_EQ(metrics_.preempted_saved_total.load(), 1u);
+  // 2 ends and is kept: its stream is copied from id 0 to the cache's id at the next decode, and
+  // 1 comes back into id 0 before that: its saved KV must not land in a stream still being copied
+  // out, so it is recomputed (same output).
+  run_until_idle();
+  EXPECT_EQ(out_[2].text, expected(100 + 'i', 3));
+  EXPECT_EQ(out_[1].text, expected(100 + 'b', 40)) << "paused and resumed as if never paused";
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
+  EXPECT_EQ(decoder_->pending_refusals_, 1);
+  EXPECT_EQ(metrics_.kv_restore_fallbacks_total.load(), 1u);
+}
+
 }  // namespace
 }  // namespace uma

@@ -45,6 +45,8 @@ class FakeDecoder final : public Decoder {
     cells_[from].clear();
     live_[from] = false;
     ++moves_;
+    copy_pending_[from] |= kSource;
+    copy_pending_[to] |= kDestination;
   }
   // One token per byte (offset 100) after a BOS of 1.
   Status tokenize(std::string_view text, std::vector<Token>& out, bool = false) const override {
@@ -72,15 +74,21 @@ class FakeDecoder final : public Decoder {
     cells_[dst].assign(cells_[src].begin(), cells_[src].begin() + n);
     for (std::uint64_t c : cells_[dst]) ++refs_[c];
     shared_tokens_ += n;
+    if (per_seq_) {
+      copy_pending_[src] |= kSource;
+      copy_pending_[dst] |= kDestination;
+    }
   }
   void drop_sampler(std::int32_t seq) override { live_[seq] = false; }
   Status save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const override {
+    if (pending(seq, kDestination)) return Status(ErrorCode::kKvPending, "copy in pending");
     const auto* p = reinterpret_cast<const std::uint8_t*>(kv_[seq].data());
     out.assign(p, p + kv_[seq].size() * sizeof(Token));
     return Status::Ok();
   }
   Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) override {
     if (fail_restore_) return Status(ErrorCode::kKvExhausted, "injected");
+    if (pending(seq, kSource)) return Status(ErrorCode::kKvPending, "copy out pending");
     const auto n = static_cast<std::int32_t>(bytes.size() / sizeof(Token));
     if (!room_for(seq, n)) return Status(ErrorCode::kKvExhausted, "no room to restore");
     kv_[seq].resize(static_cast<size_t>(n));
@@ -90,6 +98,7 @@ class FakeDecoder final : public Decoder {
   }
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override {
     EXPECT_TRUE(live_[seq]) << "park of a sequence that is not live";
+    if (save_kv && pending(seq, kDestination)) return Status(ErrorCode::kKvPending, "copy in pending");
     ++parks_;
     out.kv.clear();
     if (save_kv) {
@@ -110,6 +119,7 @@ class FakeDecoder final : public Decoder {
     from.sampler.reset();
     if (from.kv.empty()) return Status::Ok();
     if (fail_restore_) return Status(ErrorCode::kKvExhausted, "injected");
+    if (pending(seq, kSource)) return Status(ErrorCode::kKvPending, "copy out pending");
     const auto n = static_cast<std::int32_t>(from.kv.size() / sizeof(Token));
     if (!room_for(seq, n)) return Status(ErrorCode::kKvExhausted, "no room to restore");
     kv_[seq].resize(static_cast<size_t>(n));
@@ -126,6 +136,7 @@ class FakeDecoder final : public Decoder {
   }
   Status decode(std::span<const BatchEntry> batch) override {
     ++decodes_;
+    copy_pending_.clear();  // llama.cpp applies queued stream copies first
     EXPECT_LE(static_cast<std::int32_t>(batch.size()), n_batch_);
     last_.assign(batch.begin(), batch.end());
     sampled_.clear();
@@ -191,7 +202,8 @@ class FakeDecoder final : public Decoder {
   int decodes_ = 0;
   int moves_ = 0;
   int max_passes_ = 0;  // per-sequence KV: most ubatches (passes over the weights) one decode took
-  int max_excess_passes_ = 0;  // most passes one decode took beyond the best its sequences allow
+  int max_excess_passes_ = 0;
+  mutable int pending_refusals_ = 0;  // save/restore refused while a stream copy was queued  // most passes one decode took beyond the best its sequences allow
   int ended_ = 0;
   size_t max_batch_ = 0;
   bool fail_next_ = false;
@@ -208,6 +220,17 @@ class FakeDecoder final : public Decoder {
   std::vector<BatchEntry> last_;
 
  private:
+  // Per-sequence KV: copies between streams wait for the next decode (see Decoder::move_sequence);
+  // until then a destination is not read and a source not written.
+  static constexpr std::uint8_t kSource = 1, kDestination = 2;
+  std::map<std::int32_t, std::uint8_t> copy_pending_;
+  bool pending(std::int32_t seq, std::uint8_t role) const {
+    const auto it = copy_pending_.find(seq);
+    const bool refused = it != copy_pending_.end() && (it->second & role) != 0;
+    if (refused) ++pending_refusals_;
+    return refused;
+  }
+
   // How llama.cpp's split_equal(sequential) cuts a batch for per-sequence KV (read in the pinned
   // llama-batch.cpp): scanning unused tokens in batch order, a ubatch takes a set of sequences
   // whose ids rise by one, then the same number of tokens from each, as many as the shortest has

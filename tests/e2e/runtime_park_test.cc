@@ -1,7 +1,10 @@
-// LlamaRuntime's park/unpark on an ordinary random model (attention matters here, unlike with the
-// oracle): a sequence saved to host memory and restored under another sequence id, after the cache
-// was reshuffled by other work, gives the same next-token logits as one never parked; its sampler
-// (RNG state included) comes back with it.
+// LlamaRuntime's KV operations on an ordinary random model (attention matters here, unlike with
+// the oracle), in both KV layouts (one unified pool; llama.cpp's per-sequence streams, where every
+// reuse is a copy between streams): a sequence saved to host memory and restored under another
+// sequence id, after the cache was reshuffled by other work, gives the same next-token logits as
+// one never parked; its sampler (RNG state included) comes back with it; shared or restored
+// prefixes, a sequence moved to another id, and a batch mixing decode rows with a prompt chunk in
+// sequence-id order (how the scheduler builds it) give the logits of the plain computation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +15,7 @@
 namespace uma::test {
 namespace {
 
-std::unique_ptr<LlamaRuntime> open_tiny() {
+std::unique_ptr<LlamaRuntime> open_tiny(const std::string& kv_layout) {
   init_llama_backend();
   RuntimeConfig cfg;
   cfg.model_path = std::string(UMA_MODELS_DIR) + "/tiny-f16.gguf";
@@ -20,11 +23,20 @@ std::unique_ptr<LlamaRuntime> open_tiny() {
   cfg.n_batch = 128;
   cfg.n_seq_max = 4;
   cfg.n_threads = 2;
+  cfg.kv_layout = kv_layout;
   Status st;
   auto rt = LlamaRuntime::open(cfg, &st);
   EXPECT_TRUE(rt != nullptr) << st.to_string();
+  if (rt) {
+    EXPECT_EQ(rt->kv_per_sequence(), kv_layout == "per-seq");
+  }
   return rt;
 }
+
+class RuntimeKv : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<LlamaRuntime> open() { return open_tiny(GetParam()); }
+};
 
 std::vector<Token> prompt_tokens(int n, int salt) {
   std::vector<Token> t;
@@ -54,8 +66,8 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(std::max_element(a.begin(), a.end()) - a.begin(), std::max_element(b.begin(), b.end()) - b.begin());
 }
 
-TEST(RuntimePark, SavedKvRestoredUnderAnotherSequenceGivesTheSameLogits) {
-  auto rt = open_tiny();
+TEST_P(RuntimeKv, SavedKvRestoredUnderAnotherSequenceGivesTheSameLogits) {
+  auto rt = open();
   ASSERT_TRUE(rt);
   SamplingParams greedy;
   const std::vector<Token> p = prompt_tokens(60, 1);
@@ -89,8 +101,8 @@ TEST(RuntimePark, SavedKvRestoredUnderAnotherSequenceGivesTheSameLogits) {
 // Issue 6: the prefix cache's two ways of reusing KV — cells shared from another sequence
 // (llama_memory_seq_cp) and a host snapshot restored — then the suffix prefilled, give the logits
 // of a full prefill (relative 1e-3, same argmax), for splits on and off the index's 32-token blocks.
-TEST(RuntimePrefix, SharedOrRestoredPrefixPlusSuffixMatchesAFullPrefill) {
-  auto rt = open_tiny();
+TEST_P(RuntimeKv, SharedOrRestoredPrefixPlusSuffixMatchesAFullPrefill) {
+  auto rt = open();
   ASSERT_TRUE(rt);
   SamplingParams greedy;
   const std::vector<Token> p = prompt_tokens(100, 5);
@@ -104,26 +116,41 @@ TEST(RuntimePrefix, SharedOrRestoredPrefixPlusSuffixMatchesAFullPrefill) {
     rt->share_prefix(0, 1, split);
     EXPECT_EQ(rt->kv_tokens(1), split);
     feed(*rt, 1, tail, split);
-    expect_close(want, last_logits(*rt, tail.size()));
+    {
+      SCOPED_TRACE("shared, split " + std::to_string(split));
+      expect_close(want, last_logits(*rt, tail.size()));
+    }
     rt->end_sequence(1);
     EXPECT_EQ(rt->kv_tokens(0), 100) << "the source keeps its cells";
     // Host snapshot of a sequence holding only the prefix, restored elsewhere.
     ASSERT_TRUE(rt->start_sequence(2, greedy).ok());
     rt->share_prefix(0, 2, split);
     std::vector<std::uint8_t> snapshot;
+    if (rt->kv_per_sequence()) {
+      // The copy between streams is queued until the next decode: reading it now would snapshot
+      // the stream as it was. Any decode applies it.
+      const Status early = rt->save_kv(2, snapshot);
+      EXPECT_EQ(early.code(), ErrorCode::kKvPending) << early.to_string();
+      ASSERT_TRUE(rt->start_sequence(1, greedy).ok());
+      feed(*rt, 1, {4242});
+      rt->end_sequence(1);
+    }
     ASSERT_TRUE(rt->save_kv(2, snapshot).ok());
     rt->end_sequence(2);
     ASSERT_TRUE(rt->start_sequence(3, greedy).ok());
     ASSERT_TRUE(rt->restore_kv(3, snapshot).ok());
     feed(*rt, 3, tail, split);
-    expect_close(want, last_logits(*rt, tail.size()));
+    {
+      SCOPED_TRACE("restored, split " + std::to_string(split));
+      expect_close(want, last_logits(*rt, tail.size()));
+    }
     rt->end_sequence(3);
   }
   rt->end_sequence(0);
 }
 
-TEST(RuntimePark, TheSamplerComesBackWithItsRandomState) {
-  auto rt = open_tiny();
+TEST_P(RuntimeKv, TheSamplerComesBackWithItsRandomState) {
+  auto rt = open();
   ASSERT_TRUE(rt);
   SamplingParams hot;
   hot.temperature = 1.5f;
@@ -152,6 +179,89 @@ TEST(RuntimePark, TheSamplerComesBackWithItsRandomState) {
   const std::vector<Token> straight = run(false);
   EXPECT_EQ(run(true), straight);
 }
+
+// Per-sequence KV keeps running sequences dense by moving one to a lower id (a copy between
+// streams); it must continue exactly where it was.
+TEST_P(RuntimeKv, AMovedSequenceContinuesWithTheSameLogits) {
+  auto rt = open();
+  ASSERT_TRUE(rt);
+  SamplingParams greedy;
+  const std::vector<Token> p = prompt_tokens(70, 4);
+  const std::vector<Token> next = prompt_tokens(5, 9);
+  ASSERT_TRUE(rt->start_sequence(3, greedy).ok());
+  feed(*rt, 3, p);
+  feed(*rt, 3, next, 70);
+  const std::vector<float> want = last_logits(*rt, next.size());
+  rt->end_sequence(3);
+
+  ASSERT_TRUE(rt->start_sequence(3, greedy).ok());
+  feed(*rt, 3, p);
+  ASSERT_TRUE(rt->start_sequence(1, greedy).ok());  // a neighbour with KV of its own
+  feed(*rt, 1, prompt_tokens(30, 6));
+  std::vector<std::uint8_t> other;
+  ASSERT_TRUE(rt->save_kv(1, other).ok());
+  rt->move_sequence(3, 0);
+  if (rt->kv_per_sequence()) {
+    // Until the next decode copies stream 3 into 0, writing 3 would change what 0 gets.
+    EXPECT_EQ(rt->restore_kv(3, other).code(), ErrorCode::kKvPending);
+  }
+  EXPECT_EQ(rt->kv_tokens(3), 0);
+  EXPECT_EQ(rt->kv_tokens(0), 70);
+  EXPECT_EQ(rt->kv_tokens(1), 30) << "the neighbour is untouched";
+  feed(*rt, 0, next, 70);
+  expect_close(want, last_logits(*rt, next.size()));
+  rt->end_sequence(0);
+  rt->end_sequence(1);
+}
+
+// One decode that carries decode rows of sequences 0 and 2 and a prompt chunk of sequence 1
+// between them, in id order (build_batch's order), gives every row the logits of the same work
+// done one sequence at a time.
+TEST_P(RuntimeKv, AMixedBatchInSequenceOrderGivesEachRowItsLogits) {
+  auto rt = open();
+  ASSERT_TRUE(rt);
+  SamplingParams greedy;
+  const std::vector<Token> p0 = prompt_tokens(40, 1), p1 = prompt_tokens(50, 2), p2 = prompt_tokens(45, 3);
+  const Token t0 = 4242, t2 = 777;
+  const std::vector<Token> head1(p1.begin(), p1.begin() + 20), tail1(p1.begin() + 20, p1.end());
+  // One sequence at a time.
+  std::vector<std::vector<float>> want;
+  for (std::int32_t seq : {0, 1, 2}) ASSERT_TRUE(rt->start_sequence(seq, greedy).ok());
+  feed(*rt, 0, p0);
+  feed(*rt, 0, {t0}, 40);
+  want.push_back(last_logits(*rt, 1));
+  feed(*rt, 1, head1);
+  feed(*rt, 1, tail1, 20);
+  want.push_back(last_logits(*rt, tail1.size()));
+  feed(*rt, 2, p2);
+  feed(*rt, 2, {t2}, 45);
+  want.push_back(last_logits(*rt, 1));
+  for (std::int32_t seq : {0, 1, 2}) rt->end_sequence(seq);
+
+  // Together.
+  for (std::int32_t seq : {0, 1, 2}) ASSERT_TRUE(rt->start_sequence(seq, greedy).ok());
+  feed(*rt, 0, p0);
+  feed(*rt, 1, head1);
+  feed(*rt, 2, p2);
+  std::vector<BatchEntry> b;
+  b.push_back({t0, 40, 0, true});
+  for (std::size_t i = 0; i < tail1.size(); ++i) {
+    b.push_back({tail1[i], 20 + static_cast<std::int32_t>(i), 1, i + 1 == tail1.size()});
+  }
+  b.push_back({t2, 45, 2, true});
+  ASSERT_TRUE(rt->decode(b).ok());
+  const std::int32_t rows[] = {0, static_cast<std::int32_t>(tail1.size()), static_cast<std::int32_t>(b.size() - 1)};
+  for (int i = 0; i < 3; ++i) {
+    const auto row = rt->logits(rows[i]);
+    expect_close(want[static_cast<std::size_t>(i)], {row.begin(), row.end()});
+  }
+  for (std::int32_t seq : {0, 1, 2}) rt->end_sequence(seq);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, RuntimeKv, ::testing::Values("unified", "per-seq"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "per-seq" ? std::string("PerSeq") : std::string("Unified");
+                         });
 
 }  // namespace
 }  // namespace uma::test
