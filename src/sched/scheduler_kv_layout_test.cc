@@ -10,6 +10,17 @@ namespace {
 
 using testing_support::SchedulerTest;
 
+// Prefix cache on, 16-token blocks; every prefix worth copying and every finished sequence kept
+// unless a test says otherwise.
+SchedulerConfig with_prefix_cache(std::int32_t min_reuse = 0, std::int32_t keep_unseen_min = 0) {
+  SchedulerConfig cfg;
+  cfg.prefix.enabled = true;
+  cfg.prefix.block = 16;
+  cfg.per_seq_min_reuse = min_reuse;
+  cfg.per_seq_keep_unseen_min = keep_unseen_min;
+  return cfg;
+}
+
 TEST_F(SchedulerTest, PerSequenceKvKeepsRunningSequencesDenseUnderChurn) {
   SchedulerConfig cfg;
   cfg.compact_after_ticks = 0;  // close every gap at once
@@ -48,12 +59,8 @@ TEST_F(SchedulerTest, PerSequenceKvLimitsARequestToOneSequencesCells) {
 }
 
 TEST_F(SchedulerTest, PerSequenceKvKeepsPrefixesAboveTheSessionsIds) {
-  SchedulerConfig cfg;
-  cfg.prefix.enabled = true;
-  cfg.prefix.block = 16;
+  SchedulerConfig cfg = with_prefix_cache();
   cfg.prefix.max_kept = 2;
-  cfg.per_seq_min_reuse = 0;
-  cfg.per_seq_keep_unseen_min = 0;  // keep every finished sequence
   cfg.compact_after_ticks = 0;
   make(64, /*n_ctx=*/6 * 128, /*n_seq=*/4 + 2, cfg, /*per_seq=*/true);
   const std::string shared(40, 'x');
@@ -95,11 +102,7 @@ TEST_F(SchedulerTest, PerSequenceKvClosesAGapOnlyWhenItOutlivesTheArrivals) {
 }
 
 TEST_F(SchedulerTest, PerSequenceKvDoesNotCopyShortPrefixes) {
-  SchedulerConfig cfg;
-  cfg.prefix.enabled = true;
-  cfg.prefix.block = 16;
-  cfg.per_seq_min_reuse = 64;
-  cfg.per_seq_keep_unseen_min = 0;
+  SchedulerConfig cfg = with_prefix_cache(/*min_reuse=*/64);
   make(64, /*n_ctx=*/6 * 128, /*n_seq=*/6, cfg, /*per_seq=*/true);
   submit(1, std::string(40, 'x') + "a", 4);  // 46 tokens: under 64
   run_until_idle();
@@ -117,11 +120,7 @@ TEST_F(SchedulerTest, PerSequenceKvDoesNotCopyShortPrefixes) {
 }
 
 TEST_F(SchedulerTest, PerSequenceKvKeepsOnlyPrefixesThatStartedTwiceOrAreLong) {
-  SchedulerConfig cfg;
-  cfg.prefix.enabled = true;
-  cfg.prefix.block = 16;
-  cfg.per_seq_min_reuse = 0;
-  cfg.per_seq_keep_unseen_min = 100;
+  SchedulerConfig cfg = with_prefix_cache(0, /*keep_unseen_min=*/100);
   make(64, /*n_ctx=*/6 * 256, /*n_seq=*/6, cfg, /*per_seq=*/true);
   const std::string shared(40, 'x');
   submit(1, shared + "a", 4);  // nothing else began like it: let go, no copy between streams
@@ -146,12 +145,8 @@ TEST_F(SchedulerTest, PerSequenceKvKeepsOnlyPrefixesThatStartedTwiceOrAreLong) {
 }
 
 TEST_F(SchedulerTest, PerSequenceKvNeverRestoresIntoAStreamStillBeingCopiedOut) {
-  SchedulerConfig cfg;
-  cfg.prefix.enabled = true;
-  cfg.prefix.block = 16;
+  SchedulerConfig cfg = with_prefix_cache();
   cfg.prefix.max_kept = 1;
-  cfg.per_seq_min_reuse = 0;
-  cfg.per_seq_keep_unseen_min = 0;
   make(64, /*n_ctx=*/2 * 128, /*n_seq=*/1 + 1, cfg, /*per_seq=*/true);  // one session id, one cache id
   submit_background(1, "bbbb", 40);
   for (int i = 0; i < 6; ++i) scheduler_->tick(events_);
