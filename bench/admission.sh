@@ -3,7 +3,7 @@
 # early? The oracle model, n_ctx 8192, --max-tokens 4096 (a cap), 16 concurrent HTTP requests that
 # each stop on a stop string after 72 tokens, asking for max_tokens 80, 1024 and 4000: the same
 # work each time, so the wall times should match. Also records the most requests seen decoding at
-# once (the uma:num_requests{state="decode"} gauge, polled).
+# once (the uma_num_requests{state="decode"} gauge, polled).
 #   bench/admission.sh [OUT_DIR]      (default build/bench-admission)
 # Env: UMA_BENCH_THREADS (2), UMA_BENCH_PORT (18080), UMA_BENCH_REPS (5).
 set -euo pipefail
@@ -68,7 +68,7 @@ def decode_gauge():
     text = c.getresponse().read().decode()
     c.close()
     for line in text.split("\n"):
-        if line.startswith('uma:num_requests{state="decode"}'):
+        if line.startswith('uma_num_requests{state="decode"}'):
             return int(float(line.split()[-1]))
     return 0
 

@@ -53,5 +53,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# promtool (tests only: `promtool check metrics` lints /metrics). Debian ships it only inside the
+# `prometheus` server package, whose install would also start a server: take the one binary out of
+# the package into the cache's prefix instead.
+prefix=${UMA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/uma-serve}/deps-prefix
+if ! command -v promtool >/dev/null && [ ! -x "$prefix/usr/bin/promtool" ]; then
+  log "unpacking promtool (Debian prometheus) into $prefix"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) ||
+    { sudo=(); [ "$(id -u)" -ne 0 ] && sudo=(sudo); "${sudo[@]}" apt-get update -qq && (cd "$tmp" && apt-get download prometheus >/dev/null); }
+  mkdir -p "$prefix"
+  dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$prefix" ./usr/bin/promtool
+  rm -rf "$tmp"
+fi
+
 "$root/scripts/llama.sh" "$@"
 "$root/scripts/npm_deps.sh"

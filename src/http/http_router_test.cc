@@ -38,7 +38,7 @@ TEST(HttpRouter, EndpointsAndMethods) {
   EXPECT_EQ(reply_of(route(http::verb::post, "/health", "", f.ctx())).status, 405u);
   EXPECT_EQ(reply_of(route(http::verb::get, "/v1/completions", "", f.ctx())).status, 405u);
   EXPECT_EQ(json::parse(reply_of(route(http::verb::get, "/v1/models", "", f.ctx())).body)["data"][0]["id"], "m.gguf");
-  EXPECT_NE(reply_of(route(http::verb::get, "/metrics", "", f.ctx())).body.find("uma:errors_total"), std::string::npos);
+  EXPECT_NE(reply_of(route(http::verb::get, "/metrics", "", f.ctx())).body.find("uma_errors_total"), std::string::npos);
   Context loading = f.ctx();
   loading.ready = false;
   EXPECT_EQ(reply_of(route(http::verb::get, "/health", "", loading)).status, 503u);

@@ -3,6 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <functional>
+#include <span>
+#include <utility>
 
 #include "common/json_text.h"
 
@@ -19,93 +22,214 @@ std::string_view reject_reason_name(RejectReason r) {
   return "?";
 }
 
-namespace {
-constexpr std::array<const char*, kGaugeStates> kGaugeStateNames = {"queued", "prefill", "decode", "paused"};
-}  // namespace
-
 void ServerMetrics::publish_sessions(std::vector<SessionTiming> sessions) {
   std::lock_guard<std::mutex> lock(sessions_mu_);
   sessions_.swap(sessions);
 }
 
-std::string ServerMetrics::to_json() const {
-  nlohmann::ordered_json j;
-  j["tokens_generated_total"] = tokens_generated_total.load();
-  j["prompt_tokens_total"] = prompt_tokens_total.load();
-  j["batch_calls_total"] = batch_calls_total.load();
-  j["last_batch_size"] = last_batch_size.load();
-  j["tick_budget"] = tick_budget.load();
-  j["tick_prefill_floor"] = tick_prefill_floor.load();
-  j["prefill_fixed_ms"] = prefill_fixed_ms.load();
-  j["decode_ms_last"] = decode_ms_last.load();
-  j["decode_ms_ewma"] = decode_ms_ewma.load();
-  j["ttft_ms_last"] = ttft_ms_last.load();
-  j["active_sessions"] = active_sessions.load();
-  j["queued_sessions"] = queued_sessions.load();
-  j["kv_tokens_used"] = kv_tokens_used.load();
-  j["kv_sequences_used"] = kv_sequences_used.load();
-  j["kv_cells_total"] = kv_cells_total.load();
-  j["kv_cells_granted"] = kv_cells_granted.load();
-  j["requests_total"] = requests_total.load();
-  j["requests_admitted_total"] = requests_admitted_total.load();
-  auto& rejected = j["rejected_total"] = nlohmann::ordered_json::object();
-  for (std::size_t i = 0; i < kRejectReasons; ++i) {
-    rejected[std::string(reject_reason_name(static_cast<RejectReason>(i)))] = rejected_[i].load();
-  }
-  auto& states = j["sessions_by_state"] = nlohmann::ordered_json::object();
-  for (std::size_t i = 0; i < kGaugeStates; ++i) states[kGaugeStateNames[i]] = sessions_by_state[i].load();
-  j["preempted_saved_total"] = preempted_saved_total.load();
-  j["preempted_recomputed_total"] = preempted_recomputed_total.load();
-  j["preempted_kv_full_total"] = preempted_kv_full_total.load();
-  j["preempted_priority_total"] = preempted_priority_total.load();
-  j["resumed_total"] = resumed_total.load();
-  j["kv_sequence_moves_total"] = kv_sequence_moves_total.load();
-  j["kv_restore_fallbacks_total"] = kv_restore_fallbacks_total.load();
-  j["kv_exhausted_total"] = kv_exhausted_total.load();
-  j["parked_bytes"] = parked_bytes.load();
-  const auto looked_up = prefix_lookup_tokens_total.load();
-  j["prefix_cache"] = {{"lookups_total", prefix_lookups_total.load()}, {"hits_total", prefix_hits_total.load()},
-                       {"lookup_tokens_total", looked_up}, {"reused_tokens_total", prefix_reused_tokens_total.load()},
-                       {"hit_ratio_tokens", looked_up ? double(prefix_reused_tokens_total.load()) / double(looked_up) : 0.0},
-                       {"evictions_total", prefix_evictions_total.load()}, {"not_kept_total", prefix_not_kept_total.load()},
-                       {"kept_sequences", prefix_kept_sequences.load()},
-                       {"kept_cells", prefix_kept_cells.load()}, {"host_snapshots", prefix_host_snapshots.load()},
-                       {"host_bytes", prefix_host_bytes.load()}};
-  j["requests_completed_total"] = requests_completed_total.load();
-  j["requests_cancelled_total"] = requests_cancelled_total.load();
-  j["prefill_skipped_ticks_total"] = prefill_skipped_ticks_total.load();
-  j["ttft_slo_miss_total"] = ttft_slo_miss_total.load();
-  j["tbt_slo_miss_total"] = tbt_slo_miss_total.load();
-  j["connections_open"] = connections_open.load();
-  j["sessions_open"] = sessions_open.load();
-  j["connections_accepted_total"] = connections_accepted_total.load();
-  j["connections_rejected_total"] = connections_rejected_total.load();
-  j["http_connections_open"] = http_connections_open.load();
-  j["http_sessions_open"] = http_sessions_open.load();
-  j["http_connections_rejected_total"] = http_connections_rejected_total.load();
-  j["accept_pauses_total"] = accept_pauses_total.load();
-  j["tx_drops_total"] = tx_drops_total.load();
-  j["disconnects_mid_stream_total"] = disconnects_mid_stream_total.load();
-  j["idle_timeouts_total"] = idle_timeouts_total.load();
-  auto summary = [](const Histogram& h) {
-    const Histogram::Snapshot s = h.snapshot();
-    return nlohmann::ordered_json{{"count", s.count}, {"sum", s.sum}, {"p50", Histogram::quantile(s, 0.5)},
-                                  {"p90", Histogram::quantile(s, 0.9)}, {"p99", Histogram::quantile(s, 0.99)}};
+// Every metric is declared once, below: its key in the JSON snapshot, its Prometheus name (under
+// "uma_", Prometheus's conventions: counters end in _total, nothing else does, base units) and
+// type, its help text and how to read it. to_json() and to_prometheus() both walk these tables,
+// so the two can no longer drift apart; `promtool check metrics` runs on the output in a test.
+namespace {
+
+using M = ServerMetrics;
+using Json = nlohmann::ordered_json;
+enum class Type : std::uint8_t { kCounter, kGauge };
+
+struct Scalar {
+  const char* json;   // "name", or "group.name" inside the JSON object "group"
+  const char* prom;   // after "uma_"
+  Type type;
+  const char* help;
+  std::function<Json(const M&)> read;  // an integer or a double, in the JSON unit
+  double prom_scale = 1.0;             // JSON unit -> Prometheus base unit (ms -> s: 0.001)
+};
+
+// A labelled family: one Prometheus metric with one label; in JSON either an object keyed by the
+// label (json_object) or one top-level key per label value (json_keys, for older fields).
+struct Family {
+  const char* json_object;  // nullptr: use each sample's json key
+  const char* prom;
+  Type type;
+  const char* label;
+  const char* help;
+  std::function<void(const M&, std::vector<std::pair<std::string, std::uint64_t>>&)> read;
+  std::vector<const char*> json_keys = {};  // by sample, when json_object is nullptr
+};
+
+struct Hist {
+  const char* json;  // in the JSON object "histograms"
+  const char* prom;
+  const char* help;
+  Histogram M::*member;
+  double prom_scale;
+};
+
+template <typename A>
+std::function<Json(const M&)> load(A M::*field) {
+  return [field](const M& m) { return Json((m.*field).load()); };
+}
+
+const std::vector<Scalar>& scalars() {
+  static const std::vector<Scalar> table = {
+      {"tokens_generated_total", "generation_tokens_total", Type::kCounter, "Tokens generated.", load(&M::tokens_generated_total)},
+      {"prompt_tokens_total", "prompt_tokens_total", Type::kCounter, "Prompt tokens admitted.", load(&M::prompt_tokens_total)},
+      {"batch_calls_total", "decode_calls_total", Type::kCounter, "llama_decode calls.", load(&M::batch_calls_total)},
+      {"last_batch_size", "last_batch_tokens", Type::kGauge, "Tokens in the last decode.", load(&M::last_batch_size)},
+      {"tick_budget", "tick_prefill_budget_tokens", Type::kGauge, "Prefill tokens the last tick could carry next to decode.", load(&M::tick_budget)},
+      {"tick_prefill_floor", "tick_prefill_floor_tokens", Type::kGauge, "Fewest prefill tokens a tick carries (fitted floor).", load(&M::tick_prefill_floor)},
+      {"prefill_fixed_ms", "prefill_fixed_seconds", Type::kGauge, "Fitted fixed cost of a tick that prefills.", load(&M::prefill_fixed_ms), 0.001},
+      {"decode_ms_last", "decode_last_seconds", Type::kGauge, "Duration of the last llama_decode.", load(&M::decode_ms_last), 0.001},
+      {"decode_ms_ewma", "decode_ewma_seconds", Type::kGauge, "Moving average of llama_decode durations.", load(&M::decode_ms_ewma), 0.001},
+      {"ttft_ms_last", "time_to_first_token_last_seconds", Type::kGauge, "Time to first token of the last request (-0.001 before any).", load(&M::ttft_ms_last), 0.001},
+      {"active_sessions", "num_requests_running", Type::kGauge, "Requests prefilling or decoding.", load(&M::active_sessions)},
+      {"queued_sessions", "num_requests_waiting", Type::kGauge, "Requests waiting for KV room.", load(&M::queued_sessions)},
+      {"kv_tokens_used", "kv_cache_tokens_used", Type::kGauge, "Tokens held in the KV cache.", load(&M::kv_tokens_used)},
+      {"kv_sequences_used", "kv_cache_sequences_used", Type::kGauge, "Sequences holding KV.", load(&M::kv_sequences_used)},
+      {"kv_cells_total", "kv_cache_cells", Type::kGauge, "KV cells (n_ctx).", load(&M::kv_cells_total)},
+      {"kv_cells_granted", "kv_cache_cells_granted", Type::kGauge, "KV cells granted to running requests (their tokens so far).", load(&M::kv_cells_granted)},
+      {"requests_total", "requests_total", Type::kCounter, "Requests received.", load(&M::requests_total)},
+      {"requests_admitted_total", "requests_admitted_total", Type::kCounter, "Requests admitted by the scheduler.", load(&M::requests_admitted_total)},
+      {"resumed_total", "resumptions_total", Type::kCounter, "Paused sessions resumed.", load(&M::resumed_total)},
+      {"kv_sequence_moves_total", "kv_sequence_moves_total", Type::kCounter, "Per-sequence KV: running sequences moved to a lower id so a decode is one pass.", load(&M::kv_sequence_moves_total)},
+      {"kv_restore_fallbacks_total", "kv_restore_fallbacks_total", Type::kCounter, "Saved KV that did not fit back and was recomputed.", load(&M::kv_restore_fallbacks_total)},
+      {"kv_exhausted_total", "kv_exhausted_total", Type::kCounter, "Decodes that found no KV cells (recovered by pausing).", load(&M::kv_exhausted_total)},
+      {"parked_bytes", "parked_kv_bytes", Type::kGauge, "Host memory held by the KV of paused sessions.", load(&M::parked_bytes)},
+      {"prefix_cache.lookups_total", "prefix_cache_queries_total", Type::kCounter, "Prefix cache lookups.", load(&M::prefix_lookups_total)},
+      {"prefix_cache.hits_total", "prefix_cache_hits_total", Type::kCounter, "Prefix cache lookups that reused KV.", load(&M::prefix_hits_total)},
+      {"prefix_cache.lookup_tokens_total", "prefix_cache_query_tokens_total", Type::kCounter, "Prompt tokens looked up in the prefix cache.", load(&M::prefix_lookup_tokens_total)},
+      {"prefix_cache.reused_tokens_total", "prefix_cache_hit_tokens_total", Type::kCounter, "Prompt tokens served from cached KV.", load(&M::prefix_reused_tokens_total)},
+      {"prefix_cache.hit_ratio_tokens", "prefix_cache_hit_tokens_ratio", Type::kGauge, "Share of looked-up prompt tokens served from cached KV.",
+       [](const M& m) {
+         const auto looked_up = m.prefix_lookup_tokens_total.load();
+         return Json(looked_up ? double(m.prefix_reused_tokens_total.load()) / double(looked_up) : 0.0);
+       }},
+      {"prefix_cache.evictions_total", "prefix_cache_evictions_total", Type::kCounter, "Kept sequences evicted from the KV cache.", load(&M::prefix_evictions_total)},
+      {"prefix_cache.not_kept_total", "prefix_cache_not_kept_total", Type::kCounter, "Finished sequences not kept: first block not seen before and short.", load(&M::prefix_not_kept_total)},
+      {"prefix_cache.kept_sequences", "prefix_cache_kept_sequences", Type::kGauge, "Finished sequences kept in the KV cache.", load(&M::prefix_kept_sequences)},
+      {"prefix_cache.kept_cells", "prefix_cache_kept_cells", Type::kGauge, "KV cells held by kept sequences (estimate).", load(&M::prefix_kept_cells)},
+      {"prefix_cache.host_snapshots", "prefix_cache_host_snapshots", Type::kGauge, "Kept prefixes held as host snapshots.", load(&M::prefix_host_snapshots)},
+      {"prefix_cache.host_bytes", "prefix_cache_host_bytes", Type::kGauge, "Host memory held by prefix snapshots.", load(&M::prefix_host_bytes)},
+      {"requests_completed_total", "request_success_total", Type::kCounter, "Requests finished (stop or length).", load(&M::requests_completed_total)},
+      {"requests_cancelled_total", "requests_cancelled_total", Type::kCounter, "Requests cancelled or abandoned.", load(&M::requests_cancelled_total)},
+      {"prefill_skipped_ticks_total", "prefill_skipped_ticks_total", Type::kCounter, "Ticks whose prefill the latency guard skipped.", load(&M::prefill_skipped_ticks_total)},
+      {"ttft_slo_miss_total", "ttft_slo_misses_total", Type::kCounter, "First tokens later than their request's target.", load(&M::ttft_slo_miss_total)},
+      {"tbt_slo_miss_total", "tbt_slo_misses_total", Type::kCounter, "Tokens later than their stream's inter-token target.", load(&M::tbt_slo_miss_total)},
+      {"connections_open", "connections_open", Type::kGauge, "Open client connections (Unix socket).", load(&M::connections_open)},
+      {"sessions_open", "sessions_open", Type::kGauge, "Unix socket connections holding a session slot.", load(&M::sessions_open)},
+      {"connections_accepted_total", "connections_accepted_total", Type::kCounter, "Connections accepted.", load(&M::connections_accepted_total)},
+      {"connections_rejected_total", "connections_rejected_total", Type::kCounter, "Connections closed at once: over --max-connections (Unix socket).", load(&M::connections_rejected_total)},
+      {"http_connections_open", "http_connections_open", Type::kGauge, "Open HTTP connections.", load(&M::http_connections_open)},
+      {"http_sessions_open", "http_sessions_open", Type::kGauge, "HTTP completions in flight.", load(&M::http_sessions_open)},
+      {"http_connections_rejected_total", "http_connections_rejected_total", Type::kCounter, "HTTP connections closed at once: over --max-connections.", load(&M::http_connections_rejected_total)},
+      {"accept_pauses_total", "accept_pauses_total", Type::kCounter, "Times accepting paused (out of descriptors or memory) and backed off.", load(&M::accept_pauses_total)},
+      {"tx_drops_total", "tx_drops_total", Type::kCounter, "Connections dropped for reading too slowly.", load(&M::tx_drops_total)},
+      {"disconnects_mid_stream_total", "disconnects_mid_stream_total", Type::kCounter, "Clients gone while their request ran.", load(&M::disconnects_mid_stream_total)},
+      {"idle_timeouts_total", "idle_timeouts_total", Type::kCounter, "Connections closed for idling.", load(&M::idle_timeouts_total)},
   };
-  auto& hist = j["histograms"] = nlohmann::ordered_json::object();
-  hist["ttft_ms"] = summary(ttft_ms);
-  hist["inter_token_ms"] = summary(inter_token_ms);
-  hist["queue_ms"] = summary(queue_ms);
-  hist["decode_ms"] = summary(decode_ms);
-  hist["batch_tokens"] = summary(batch_tokens);
-  hist["prefill_chunk"] = summary(prefill_chunk);
-  hist["paused_ms"] = summary(paused_ms);
-  auto& errors = j["errors_total"] = nlohmann::ordered_json::object();
-  for (std::size_t i = 1; i < kErrorKinds; ++i) {
-    const auto code = static_cast<ErrorCode>(i);
-    errors[std::string(error_code_name(code))] = errors_[i].load();
+  return table;
+}
+
+constexpr std::array<const char*, kGaugeStates> kGaugeStateNames = {"queued", "prefill", "decode", "paused"};
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> table = {
+      {"rejected_total", "requests_rejected_total", Type::kCounter, "reason", "Requests turned away by admission control, by reason.",
+       [](const M& m, auto& out) {
+         for (std::size_t i = 0; i < kRejectReasons; ++i) {
+           const auto r = static_cast<RejectReason>(i);
+           out.emplace_back(std::string(reject_reason_name(r)), m.rejected(r));
+         }
+       }},
+      {"sessions_by_state", "num_requests", Type::kGauge, "state", "Requests by scheduler state.",
+       [](const M& m, auto& out) {
+         for (std::size_t i = 0; i < kGaugeStates; ++i) {
+           out.emplace_back(kGaugeStateNames[i], static_cast<std::uint64_t>(std::max<std::int64_t>(0, m.sessions_by_state[i].load())));
+         }
+       }},
+      {nullptr, "preemptions_total", Type::kCounter, "kv", "Sessions paused for other work, by what happened to their KV.",
+       [](const M& m, auto& out) {
+         out.emplace_back("saved", m.preempted_saved_total.load());
+         out.emplace_back("dropped", m.preempted_recomputed_total.load());
+       },
+       {"preempted_saved_total", "preempted_recomputed_total"}},
+      {nullptr, "preemptions_by_cause_total", Type::kCounter, "cause", "Sessions paused, by why.",
+       [](const M& m, auto& out) {
+         out.emplace_back("kv_full", m.preempted_kv_full_total.load());
+         out.emplace_back("priority", m.preempted_priority_total.load());
+       },
+       {"preempted_kv_full_total", "preempted_priority_total"}},
+      {"errors_total", "errors_total", Type::kCounter, "kind", "Errors by kind.",
+       [](const M& m, auto& out) {
+         for (std::size_t i = 1; i < M::kErrorKinds; ++i) {
+           const auto code = static_cast<ErrorCode>(i);
+           out.emplace_back(std::string(error_code_name(code)), m.errors(code));
+         }
+       }},
+  };
+  return table;
+}
+
+const std::vector<Hist>& histograms() {
+  static const std::vector<Hist> table = {
+      {"ttft_ms", "time_to_first_token_seconds", "Request received to first token.", &M::ttft_ms, 0.001},
+      {"inter_token_ms", "inter_token_latency_seconds", "Gap between consecutive tokens of a stream.", &M::inter_token_ms, 0.001},
+      {"queue_ms", "request_queue_time_seconds", "Request received to prefill start.", &M::queue_ms, 0.001},
+      {"decode_ms", "decode_duration_seconds", "Duration of one llama_decode (one tick).", &M::decode_ms, 0.001},
+      {"batch_tokens", "batch_tokens", "Tokens in one decode.", &M::batch_tokens, 1.0},
+      {"prefill_chunk", "prefill_chunk_tokens", "Prompt tokens of one prefill chunk.", &M::prefill_chunk, 1.0},
+      {"paused_ms", "pause_duration_seconds", "Time one paused session waited to resume (or to end).", &M::paused_ms, 0.001},
+  };
+  return table;
+}
+
+// The JSON object a dotted key lives in, and its last part.
+std::pair<Json*, std::string> json_slot(Json& root, std::string_view key) {
+  Json* at = &root;
+  std::size_t dot;
+  while ((dot = key.find('.')) != std::string_view::npos) {
+    at = &(*at)[std::string(key.substr(0, dot))];
+    key.remove_prefix(dot + 1);
   }
-  auto& list = j["sessions"] = nlohmann::ordered_json::array();
+  return {at, std::string(key)};
+}
+
+void prom_header(std::string& out, const std::string& name, Type type, const char* help) {
+  out += "# HELP " + name + ' ' + help + "\n# TYPE " + name + (type == Type::kCounter ? " counter\n" : " gauge\n");
+}
+
+std::string prom_number(const Json& v, double scale) {
+  if (v.is_number_integer() && scale == 1.0) return v.dump();
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v.get<double>() * scale);
+  return buf;
+}
+
+}  // namespace
+
+std::string ServerMetrics::to_json() const {
+  Json j = Json::object();
+  for (const Scalar& m : scalars()) {
+    auto [obj, key] = json_slot(j, m.json);
+    (*obj)[key] = m.read(*this);
+  }
+  std::vector<std::pair<std::string, std::uint64_t>> samples;
+  for (const Family& f : families()) {
+    samples.clear();
+    f.read(*this, samples);
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      if (f.json_object != nullptr) j[f.json_object][samples[i].first] = samples[i].second;
+      else j[f.json_keys.at(i)] = samples[i].second;
+    }
+  }
+  auto& hist = j["histograms"] = Json::object();
+  for (const Hist& h : histograms()) {
+    const Histogram::Snapshot s = (this->*h.member).snapshot();
+    hist[h.json] = Json{{"count", s.count}, {"sum", s.sum}, {"p50", Histogram::quantile(s, 0.5)},
+                        {"p90", Histogram::quantile(s, 0.9)}, {"p99", Histogram::quantile(s, 0.99)}};
+  }
+  auto& list = j["sessions"] = Json::array();
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
     for (const SessionTiming& s : sessions_) {
@@ -119,119 +243,38 @@ std::string ServerMetrics::to_json() const {
   return to_json_text(j);
 }
 
-namespace {
-
-void prom_header(std::string& out, const char* name, const char* type, const char* help) {
-  out += "# HELP ";
-  out += name;
-  out += ' ';
-  out += help;
-  out += "\n# TYPE ";
-  out += name;
-  out += ' ';
-  out += type;
-  out += '\n';
-}
-
-template <typename T>
-void prom_value(std::string& out, const char* name, const char* type, const char* help, T value) {
-  prom_header(out, name, type, help);
-  out += name;
-  out += ' ';
-  out += std::to_string(value);
-  out += '\n';
-}
-
-// One sample of a labelled family: name{key="value"} n
-void prom_sample(std::string& out, const char* name, const char* key, std::string_view label, std::uint64_t value) {
-  out += name;
-  out += '{';
-  out += key;
-  out += "=\"";
-  out += label;
-  out += "\"} " + std::to_string(value) + "\n";
-}
-
-// `scale` turns the histogram's unit into the exposed one (ms -> s: 0.001).
-void prom_histogram(std::string& out, const char* name, const char* help, const Histogram& h, double scale) {
-  prom_header(out, name, "histogram", help);
-  const Histogram::Snapshot s = h.snapshot();
+std::string ServerMetrics::to_prometheus() const {
+  // The per-session table stays in the JSON snapshot: one series per request would be unbounded.
+  std::string out;
   char line[256];
-  for (std::size_t i = 0; i < s.bounds.size(); ++i) {
-    std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name, s.bounds[i] * scale,
-                  static_cast<unsigned long long>(s.cumulative[i]));
+  for (const Hist& h : histograms()) {
+    const std::string name = std::string("uma_") + h.prom;
+    out += "# HELP " + name + ' ' + h.help + "\n# TYPE " + name + " histogram\n";
+    const Histogram::Snapshot s = (this->*h.member).snapshot();
+    for (std::size_t i = 0; i < s.bounds.size(); ++i) {
+      std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name.c_str(), s.bounds[i] * h.prom_scale,
+                    static_cast<unsigned long long>(s.cumulative[i]));
+      out += line;
+    }
+    std::snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name.c_str(),
+                  static_cast<unsigned long long>(s.count), name.c_str(), s.sum * h.prom_scale, name.c_str(),
+                  static_cast<unsigned long long>(s.count));
     out += line;
   }
-  std::snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
-                static_cast<unsigned long long>(s.count), name, s.sum * scale, name,
-                static_cast<unsigned long long>(s.count));
-  out += line;
-}
-
-}  // namespace
-
-std::string ServerMetrics::to_prometheus() const {
-  // Names follow vLLM's (vllm:time_to_first_token_seconds, ...) under the uma: prefix.
-  std::string out;
-  prom_histogram(out, "uma:time_to_first_token_seconds", "Request received to first token.", ttft_ms, 0.001);
-  prom_histogram(out, "uma:inter_token_latency_seconds", "Gap between consecutive tokens of a stream.", inter_token_ms, 0.001);
-  prom_histogram(out, "uma:request_queue_time_seconds", "Request received to prefill start.", queue_ms, 0.001);
-  prom_histogram(out, "uma:decode_duration_seconds", "Duration of one llama_decode (one tick).", decode_ms, 0.001);
-  prom_histogram(out, "uma:batch_tokens", "Tokens in one decode.", batch_tokens, 1.0);
-  prom_histogram(out, "uma:prefill_chunk_tokens", "Prompt tokens of one prefill chunk.", prefill_chunk, 1.0);
-  prom_value(out, "uma:generation_tokens_total", "counter", "Tokens generated.", tokens_generated_total.load());
-  prom_value(out, "uma:prompt_tokens_total", "counter", "Prompt tokens admitted.", prompt_tokens_total.load());
-  prom_value(out, "uma:decode_calls_total", "counter", "llama_decode calls.", batch_calls_total.load());
-  prom_value(out, "uma:requests_total", "counter", "Requests received.", requests_total.load());
-  prom_value(out, "uma:request_success_total", "counter", "Requests finished (stop or length).", requests_completed_total.load());
-  prom_value(out, "uma:requests_cancelled_total", "counter", "Requests cancelled or abandoned.", requests_cancelled_total.load());
-  prom_value(out, "uma:tx_drops_total", "counter", "Connections dropped for reading too slowly.", tx_drops_total.load());
-  prom_value(out, "uma:requests_admitted_total", "counter", "Requests admitted by the scheduler.", requests_admitted_total.load());
-  prom_header(out, "uma:requests_rejected_total", "counter", "Requests turned away by admission control, by reason.");
-  for (std::size_t i = 0; i < kRejectReasons; ++i) {
-    prom_sample(out, "uma:requests_rejected_total", "reason", reject_reason_name(static_cast<RejectReason>(i)), rejected_[i].load());
+  for (const Scalar& m : scalars()) {
+    const std::string name = std::string("uma_") + m.prom;
+    prom_header(out, name, m.type, m.help);
+    out += name + ' ' + prom_number(m.read(*this), m.prom_scale) + '\n';
   }
-  prom_header(out, "uma:preemptions_total", "counter", "Sessions paused for other work, by what happened to their KV.");
-  prom_sample(out, "uma:preemptions_total", "kv", "saved", preempted_saved_total.load());
-  prom_sample(out, "uma:preemptions_total", "kv", "dropped", preempted_recomputed_total.load());
-  prom_header(out, "uma:preemptions_by_cause_total", "counter", "Sessions paused, by why.");
-  prom_sample(out, "uma:preemptions_by_cause_total", "cause", "kv_full", preempted_kv_full_total.load());
-  prom_sample(out, "uma:preemptions_by_cause_total", "cause", "priority", preempted_priority_total.load());
-  prom_histogram(out, "uma:pause_duration_seconds", "Time one paused session waited to resume (or to end).", paused_ms, 0.001);
-  prom_value(out, "uma:resumptions_total", "counter", "Paused sessions resumed.", resumed_total.load());
-  prom_value(out, "uma:kv_sequence_moves_total", "counter",
-             "Per-sequence KV: running sequences moved to a lower id so a decode is one pass.", kv_sequence_moves_total.load());
-  prom_value(out, "uma:kv_exhausted_total", "counter", "Decodes that found no KV cells (recovered by pausing).", kv_exhausted_total.load());
-  prom_value(out, "uma:num_requests_running", "gauge", "Requests prefilling or decoding.", active_sessions.load());
-  prom_header(out, "uma:num_requests", "gauge", "Requests by scheduler state.");
-  for (std::size_t i = 0; i < kGaugeStates; ++i) {
-    prom_sample(out, "uma:num_requests", "state", kGaugeStateNames[i], static_cast<std::uint64_t>(sessions_by_state[i].load()));
-  }
-  prom_value(out, "uma:prefix_cache_queries_total", "counter", "Prefix cache lookups.", prefix_lookups_total.load());
-  prom_value(out, "uma:prefix_cache_hits_total", "counter", "Prefix cache lookups that reused KV.", prefix_hits_total.load());
-  prom_value(out, "uma:prefix_cache_query_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.", prefix_lookup_tokens_total.load());
-  prom_value(out, "uma:prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from cached KV.", prefix_reused_tokens_total.load());
-  prom_value(out, "uma:prefix_cache_evictions_total", "counter", "Kept sequences evicted from the KV cache.", prefix_evictions_total.load());
-  prom_value(out, "uma:prefix_cache_not_kept_total", "counter", "Finished sequences not kept: first block not seen before and short.", prefix_not_kept_total.load());
-  prom_value(out, "uma:prefix_cache_kept_sequences", "gauge", "Finished sequences kept in the KV cache.", prefix_kept_sequences.load());
-  prom_value(out, "uma:prefix_cache_kept_cells", "gauge", "KV cells held by kept sequences (estimate).", prefix_kept_cells.load());
-  prom_value(out, "uma:prefix_cache_host_bytes", "gauge", "Host memory held by prefix snapshots.", prefix_host_bytes.load());
-  prom_value(out, "uma:parked_kv_bytes", "gauge", "Host memory held by the KV of paused sessions.", parked_bytes.load());
-  prom_value(out, "uma:num_requests_waiting", "gauge", "Requests waiting for KV room.", queued_sessions.load());
-  prom_value(out, "uma:kv_cache_tokens_used", "gauge", "Tokens held in the KV cache.", kv_tokens_used.load());
-  prom_value(out, "uma:kv_cache_cells_total", "gauge", "KV cells (n_ctx).", kv_cells_total.load());
-  prom_value(out, "uma:kv_cache_cells_granted", "gauge", "KV cells granted to running requests (their tokens so far).", kv_cells_granted.load());
-  prom_value(out, "uma:connections_open", "gauge", "Open client connections (Unix socket).", connections_open.load());
-  prom_value(out, "uma:http_connections_open", "gauge", "Open HTTP connections.", http_connections_open.load());
-  prom_value(out, "uma:connections_rejected_total", "counter", "Connections closed at once: over --max-connections (Unix socket).",
-             connections_rejected_total.load());
-  prom_value(out, "uma:http_connections_rejected_total", "counter", "HTTP connections closed at once: over --max-connections.",
-             http_connections_rejected_total.load());
-  prom_value(out, "uma:accept_pauses_total", "counter", "Times accepting paused (out of descriptors or memory) and backed off.",
-             accept_pauses_total.load());
-  prom_header(out, "uma:errors_total", "counter", "Errors by kind.");
-  for (std::size_t i = 1; i < kErrorKinds; ++i) {
-    prom_sample(out, "uma:errors_total", "kind", error_code_name(static_cast<ErrorCode>(i)), errors_[i].load());
+  std::vector<std::pair<std::string, std::uint64_t>> samples;
+  for (const Family& f : families()) {
+    const std::string name = std::string("uma_") + f.prom;
+    prom_header(out, name, f.type, f.help);
+    samples.clear();
+    f.read(*this, samples);
+    for (const auto& [label, value] : samples) {
+      out += name + '{' + f.label + "=\"" + label + "\"} " + std::to_string(value) + '\n';
+    }
   }
   return out;
 }

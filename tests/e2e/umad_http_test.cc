@@ -83,7 +83,7 @@ TEST(UmadHttp, HealthModelsMetricsAndKeepAlive) {
   EXPECT_EQ(nlohmann::json::parse(body_of(r))["data"][0]["id"], "oracle.gguf");
   ASSERT_TRUE(t.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
   r = t.response();
-  EXPECT_NE(r.find("uma:time_to_first_token_seconds_bucket"), std::string::npos) << r;
+  EXPECT_NE(r.find("uma_time_to_first_token_seconds_bucket"), std::string::npos) << r;
   ASSERT_TRUE(t.send("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"));
   EXPECT_EQ(status_of(t.response()), 404);
 }

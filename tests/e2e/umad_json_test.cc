@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <thread>
 
 #include "client/uma_client.h"
@@ -255,6 +256,16 @@ TEST(UmadJson, MetricsFrameThenClose) {
   EXPECT_FALSE(c->read_event(&ev, 5000).ok()) << "closed after the metrics frame";
 }
 
+// scripts/setup.sh puts promtool on PATH or into the cache's prefix.
+std::string promtool() {
+  const char* cache = std::getenv("UMA_CACHE_DIR");
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string dir = cache ? cache : std::string(xdg ? xdg : std::string(home ? home : "") + "/.cache") + "/uma-serve";
+  const std::string unpacked = dir + "/deps-prefix/usr/bin/promtool";
+  return ::access(unpacked.c_str(), X_OK) == 0 ? unpacked : "promtool";
+}
+
 TEST(UmadJson, HistogramsInTheJsonSnapshotAndPrometheusText) {
   Daemon d(args({"--max-tokens", "64"}));
   ASSERT_TRUE(d.started()) << d.log();
@@ -270,11 +281,20 @@ TEST(UmadJson, HistogramsInTheJsonSnapshotAndPrometheusText) {
   EXPECT_EQ(m["histograms"]["decode_ms"]["count"], m["batch_calls_total"]);
   std::string out;
   ASSERT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "metrics", "--prometheus"}, &out), 0) << out;
-  EXPECT_NE(out.find("# TYPE uma:time_to_first_token_seconds histogram"), std::string::npos) << out;
-  EXPECT_NE(out.find("uma:time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("uma:inter_token_latency_seconds_count 21\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("uma:generation_tokens_total 24\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("uma:errors_total{kind=\"busy\"} 0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("# TYPE uma_time_to_first_token_seconds histogram"), std::string::npos) << out;
+  EXPECT_NE(out.find("uma_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("uma_inter_token_latency_seconds_count 21\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("uma_generation_tokens_total 24\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("uma_errors_total{kind=\"busy\"} 0\n"), std::string::npos) << out;
+  // Prometheus's own linter accepts every series (names, types, suffixes, units, help).
+  const std::string file = temp_dir() + "/metrics.prom";
+  {
+    std::ofstream f(file);
+    f << out;
+  }
+  std::string lint;
+  EXPECT_EQ(run_command({"/bin/sh", "-c", promtool() + " check metrics < " + file}, &lint), 0) << lint;
+  EXPECT_EQ(lint, "") << lint;
 }
 
 TEST(UmadJson, UmaCliEndToEnd) {

@@ -140,11 +140,11 @@ TEST(UmadSched, SessionsByStateAndAdmissionCountersInPrometheus) {
   read_reply(*c);
   std::string text;
   ASSERT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "metrics", "--prometheus"}, &text), 0) << text;
-  for (const char* line : {"uma:requests_admitted_total 1\n", "uma:num_requests{state=\"paused\"} 0\n",
-                           "uma:requests_rejected_total{reason=\"queue_full\"} 0\n",
-                           "uma:preemptions_total{kv=\"saved\"} 0\n", "uma:kv_cache_cells_total ",
-                           "uma:preemptions_by_cause_total{cause=\"kv_full\"} 0\n", "uma:pause_duration_seconds_count 0\n",
-                           "uma:kv_cache_cells_granted 0\n"}) {
+  for (const char* line : {"uma_requests_admitted_total 1\n", "uma_num_requests{state=\"paused\"} 0\n",
+                           "uma_requests_rejected_total{reason=\"queue_full\"} 0\n",
+                           "uma_preemptions_total{kv=\"saved\"} 0\n", "uma_kv_cache_cells ",
+                           "uma_preemptions_by_cause_total{cause=\"kv_full\"} 0\n", "uma_pause_duration_seconds_count 0\n",
+                           "uma_kv_cache_cells_granted 0\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " missing in\n" << text;
   }
 }
