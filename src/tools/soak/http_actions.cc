@@ -425,7 +425,7 @@ void probe(ClientState& c) {
     return c.fail(a, path, std::string("no response: ") + describe(h) + " " + err);
   }
   if (Read b = rd.body(&body, c.deadline(), &err); b != Read::kData) return c.fail(a, path, "body cut: " + err);
-  const char* want = which == 0 ? "\"status\":\"ok\"" : which == 1 ? "\"data\"" : "uma:kv_cache_tokens_used";
+  const char* want = which == 0 ? "\"status\":\"ok\"" : which == 1 ? "\"data\"" : "uma_kv_cache_tokens_used";
   if (rd.status() != 200 || body.find(want) == std::string::npos) {
     return c.fail(a, path, "HTTP " + std::to_string(rd.status()) + " " + quote(body, 200));
   }

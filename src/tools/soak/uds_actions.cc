@@ -316,7 +316,7 @@ void probe(ClientState& c) {
   const Read r = rd.next(&ev, c.deadline(), &err);
   if (r != Read::kData) return c.fail(a, "metrics", std::string("no metrics event: ") + describe(r) + " " + err);
   const bool ok = ev.kind == WireEvent::Kind::kMetrics &&
-                  (prometheus ? ev.text.find("uma:kv_cache_tokens_used") != std::string::npos
+                  (prometheus ? ev.text.find("uma_kv_cache_tokens_used") != std::string::npos
                               : ev.raw.find("\"kv_tokens_used\"") != std::string::npos);
   if (!ok) return c.fail(a, "metrics", "not a metrics event: " + quote(ev.raw));
   if (expect_close(c, a, s, "metrics")) c.tally.record(Front::kUds, a, Outcome::kProbeOk);
