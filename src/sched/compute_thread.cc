@@ -46,7 +46,7 @@ void ComputeThread::run() {
   std::deque<WorkItem> work;
   std::vector<Event> events;
   bool stopping = false;
-  std::chrono::steady_clock::time_point last_publish{};
+  Clock::time_point last_publish{};
   while (!stopping) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -65,7 +65,7 @@ void ComputeThread::run() {
     // (a table of every session) would be host time the accelerator waits for at 64 streams.
     // Idle, they are always current, and published before the events that made the daemon idle
     // are delivered: a client that saw its last `done` reads metrics that include it.
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = scheduler_.time().now();
     if (!scheduler_.has_work() || now - last_publish >= kPublishEvery) {
       scheduler_.publish_metrics();
       last_publish = now;

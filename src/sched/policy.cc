@@ -70,7 +70,8 @@ std::vector<std::size_t> choose_victims(std::span<const VictimCandidate> running
     const VictimCandidate& y = running[b];
     if (x.rank != y.rank) return x.rank > y.rank;  // kRelaxed first
     if (x.protected_ != y.protected_) return !x.protected_;
-    return x.running_ms < y.running_ms;
+    if (x.running_ms != y.running_ms) return x.running_ms < y.running_ms;
+    return x.start_order > y.start_order;
   });
   std::vector<std::size_t> chosen;
   for (std::size_t i : order) {

@@ -72,6 +72,7 @@ struct VictimCandidate {
   double running_ms = 0.0;     // since it first left the queue (resuming does not reset it)
   Rank rank = Rank::kUrgent;   // relaxed (background) work is paused first
   bool protected_ = false;     // paused often already: paused again only when nothing else makes room
+  std::uint64_t start_order = 0;  // when it first started, counted: breaks running_ms ties (a coarse clock)
 };
 // Pauses sessions in this order until `seqs_needed` sequence ids and `cells_needed` KV cells are
 // free: relaxed before urgent, unprotected before protected, then the most recently started first

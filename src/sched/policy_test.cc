@@ -137,6 +137,12 @@ TEST(Policy, VictimsAreTheMostRecentlyStartedSessionsUntilThereIsRoom) {
   EXPECT_EQ(choose_victims(running, 0, 180), (std::vector<std::size_t>{1, 2, 0}));
   EXPECT_TRUE(choose_victims(running, 0, 181).empty()) << "all of them hold 180: pause nobody";
   EXPECT_TRUE(choose_victims(running, 0, 0).empty()) << "room already";
+  // Started in the same clock tick: the later start is the younger (a coarse or virtual clock).
+  VictimCandidate first{50, 20}, second{50, 20};
+  first.start_order = 7;
+  second.start_order = 8;
+  EXPECT_EQ(choose_victims(std::vector<VictimCandidate>{second, first}, 1, 0), (std::vector<std::size_t>{0}));
+  EXPECT_EQ(choose_victims(std::vector<VictimCandidate>{first, second}, 1, 0), (std::vector<std::size_t>{1}));
 }
 
 TEST(Policy, RelaxedWorkGoesFirstAndSessionsPausedOftenGoLast) {

@@ -6,8 +6,9 @@
 
 namespace uma {
 
-PrefixCache::PrefixCache(Decoder& decoder, ServerMetrics& metrics, const PrefixCacheConfig& config)
-    : decoder_(decoder), metrics_(metrics), config_(config), index_(config.block, config.hash) {}
+PrefixCache::PrefixCache(Decoder& decoder, ServerMetrics& metrics, const PrefixCacheConfig& config,
+                         const TimeSource& time)
+    : decoder_(decoder), metrics_(metrics), time_(time), config_(config), index_(config.block, config.hash) {}
 
 void PrefixCache::add_live(RequestId id, std::span<const Token> prompt) {
   if (config_.enabled) index_.insert(id | kLiveBit, prompt);
@@ -28,7 +29,7 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
   if (m.id & kLiveBit) return {Hit::Kind::kLive, m.id & ~kLiveBit, -1, m.length};
   Kept& k = kept_.at(m.id);
   k.last_used = clock_;
-  k.used_at = Clock::now();
+  k.used_at = time_.now();
   k.hits++;
   if (k.seq < 0) {
     // A host snapshot: bring it back into the KV cache (all of it: a snapshot restores whole).
@@ -78,7 +79,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   const PrefixIndex::Match same = index_.find(kv_tokens, n, in_kv);
   if (same.length == n) {  // an entry already holds all of these tokens
     kept_.at(same.id).last_used = ++clock_;
-    kept_.at(same.id).used_at = Clock::now();
+    kept_.at(same.id).used_at = time_.now();
     kept_.at(same.id).hits++;
     return false;
   }
@@ -96,7 +97,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   index_.insert(id, kv_tokens);
   // Cells shared from another sequence are counted there.
   const std::int32_t own = n - std::min(shared, n);
-  kept_[id] = Kept{seq, own, {}, ++clock_, Clock::now(), 0};
+  kept_[id] = Kept{seq, own, {}, ++clock_, time_.now(), 0};
   cells_ += own;
   publish();
   return true;

@@ -30,6 +30,7 @@
 #include "runtime/decoder.h"
 #include "sched/prefix_index.h"
 #include "sched/request.h"
+#include "sched/time_source.h"
 
 namespace uma {
 
@@ -64,7 +65,7 @@ struct PrefixCacheConfig {
 
 class PrefixCache {
  public:
-  PrefixCache(Decoder& decoder, ServerMetrics& metrics, const PrefixCacheConfig& config);
+  PrefixCache(Decoder& decoder, ServerMetrics& metrics, const PrefixCacheConfig& config, const TimeSource& time);
 
   bool enabled() const { return config_.enabled; }
 
@@ -136,6 +137,7 @@ class PrefixCache {
 
   Decoder& decoder_;
   ServerMetrics& metrics_;
+  const TimeSource& time_;
   PrefixCacheConfig config_;
   PrefixIndex index_;
   std::map<std::uint64_t, Kept> kept_;  // by entry id (no kLiveBit)

@@ -26,10 +26,10 @@ Event error_event(RequestId id, Status status) {
 
 }  // namespace
 
-Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config)
-    : decoder_(decoder), metrics_(metrics), config_(config),
+Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config, const TimeSource& time)
+    : decoder_(decoder), metrics_(metrics), config_(config), time_(time),
       budget_(decoder.n_batch(), config.tick_target_ms, config.start_budget, config.min_prefill),
-      cache_(decoder, metrics, config.prefix) {
+      cache_(decoder, metrics, config.prefix, time) {
   per_seq_ = decoder.kv_per_sequence();
   if (per_seq_) {
     cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
@@ -119,7 +119,7 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
 }
 
 void Scheduler::expire_queued(std::vector<Event>& out) {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = time_.now();
   bool any = false;
   for (auto& s : sessions_) {
     if (s->state != SessionState::kQueued || ms_between(s->received_at, now) <= config_.max_queue_ms) continue;
@@ -160,10 +160,10 @@ bool Scheduler::has_work() const {
 
 void Scheduler::tick(std::vector<Event>& out) {
   expire_queued(out);
-  cache_.offload_idle(Clock::now(), cache_pool());
+  cache_.offload_idle(time_.now(), cache_pool());
   start_waiting();
   resolve_followers();
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = time_.now();
   make_room_for_tick(now);
   compact_sequences();
   order_.clear();
@@ -198,9 +198,9 @@ void Scheduler::tick(std::vector<Event>& out) {
   build_batch(plan, order_, batch_);
   if (batch_.entries.empty()) return;
 
-  const Clock::time_point t0 = Clock::now();
+  const Clock::time_point t0 = time_.now();
   const Status st = decoder_.decode(batch_.entries);
-  const Clock::time_point t1 = Clock::now();
+  const Clock::time_point t1 = time_.now();
   const double decode_ms = ms_between(t0, t1);
   ++tick_no_;
   if (spdlog::should_log(spdlog::level::debug)) trace_tick(plan, in.budget, decode_ms, st);
@@ -249,7 +249,7 @@ void Scheduler::tick(std::vector<Event>& out) {
   start_waiting();
   // The host side of the tick (sampling, text, events; not delivery): what the GPU waits for.
   if (spdlog::should_log(spdlog::level::debug)) {
-    spdlog::debug("tick {}: host {:.2f} ms after the decode for {} rows", tick_no_, ms_between(t1, Clock::now()),
+    spdlog::debug("tick {}: host {:.2f} ms after the decode for {} rows", tick_no_, ms_between(t1, time_.now()),
                   batch_.rows.size());
   }
 }
@@ -270,7 +270,7 @@ void Scheduler::trace_tick(const TickPlan& plan, std::int32_t budget, double dec
   if (plan.guard_fired) {
     const Session& late = *order_[plan.guard_for];
     line += fmt::format(", guard: {} waited {:.0f} ms > {:.0f} ms", late.id,
-                        ms_between(late.last_emit_at, Clock::now()) - decode_ms, late.slo_tbt_ms);
+                        ms_between(late.last_emit_at, time_.now()) - decode_ms, late.slo_tbt_ms);
   }
   if (!st.ok()) line += ", " + st.to_string();
   spdlog::debug("{}", line);
@@ -327,7 +327,7 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
       out.push_back(token_event(s.id, std::move(held), -1));
     }
   }
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = time_.now();
   Event done;
   done.request_id = s.id;
   done.kind = Event::Kind::kDone;
@@ -343,7 +343,7 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
 
 void Scheduler::finish(Session& s, SessionState terminal) {
   if (s.state == SessionState::kPaused) {
-    end_pause(s, Clock::now());
+    end_pause(s, time_.now());
     parked_bytes_ -= s.parked.bytes();
     s.parked = {};  // frees the parked sampler
   }
@@ -398,7 +398,7 @@ void Scheduler::reap() {
 }
 
 void Scheduler::publish_metrics() {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = time_.now();
   std::array<std::int64_t, kGaugeStates> by_state{};
   std::vector<SessionTiming> table;
   table.reserve(sessions_.size());

@@ -36,6 +36,7 @@
 #include "sched/policy.h"
 #include "sched/prefix_cache.h"
 #include "sched/request.h"
+#include "sched/time_source.h"
 #include "sched/session.h"
 #include "sched/tick_budget.h"
 
@@ -75,7 +76,10 @@ struct SchedulerConfig {
 
 class Scheduler {
  public:
-  Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config);
+  // `time` outlives the scheduler; tests pass a ManualClock.
+  Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config,
+            const TimeSource& time = steady_time());
+  const TimeSource& time() const { return time_; }
   ~Scheduler();
 
   // Tokenizes and queues a request, or appends an error event for it.
@@ -132,6 +136,8 @@ class Scheduler {
   Decoder& decoder_;
   ServerMetrics& metrics_;
   SchedulerConfig config_;
+  const TimeSource& time_;
+  std::uint64_t starts_ = 0;  // sessions started so far (Session::start_order)
   TickBudget budget_;
   PrefixCache cache_;
   std::vector<std::unique_ptr<Session>> sessions_;  // admission order

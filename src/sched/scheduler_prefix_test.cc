@@ -3,7 +3,6 @@
 // and a colliding hash that must never serve another prompt's KV.
 #include <gtest/gtest.h>
 
-#include <thread>
 
 #include "sched/scheduler_test_support.h"
 
@@ -98,7 +97,7 @@ TEST_F(SchedulerTest, AKeptSequenceNeverReusedIsDroppedNotCopiedToHostMemory) {
   submit(1, kShared + "aaaa", 4);
   run_until_idle();
   EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  clock_.advance(std::chrono::milliseconds(10));
   submit(2, std::string(20, 'z'), 2);  // unrelated work: its first tick offloads the idle entry
   scheduler_->tick(events_);
   collect();
@@ -117,7 +116,7 @@ TEST_F(SchedulerTest, IdleKeptSequencesMoveToHostMemoryAndStillServeHits) {
   submit(11, kShared + "bbbb", 4);  // a hit: request 1's entry is worth keeping in host memory
   run_until_idle();
   EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  clock_.advance(std::chrono::milliseconds(10));
   submit(2, std::string(20, 'z'), 2);  // unrelated work: its first tick offloads the idle entries
   scheduler_->tick(events_);
   collect();

@@ -2,7 +2,6 @@
 // so any lost, repeated or misplaced token shows in the text).
 #include <gtest/gtest.h>
 
-#include <thread>
 
 #include "sched/scheduler_test_support.h"
 
@@ -154,14 +153,14 @@ TEST_F(SchedulerTest, BackgroundPastItsWaitBoundIsServedLikeInteractive) {
   submit(9, "d", 100);
   scheduler_->tick(events_);
   submit_background(1, std::string(20, 'b'), 4);
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));  // its TTFT bound has passed
+  clock_.advance(std::chrono::milliseconds(10));  // its TTFT bound has passed
   Request late;  // an interactive prompt already past its own (1 ms) TTFT target
   late.id = 2;
   late.prompt = std::string(40, 'i');
   late.max_tokens = 4;
   late.slo_ttft_ms = 1;
   submit(std::move(late));
-  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  clock_.advance(std::chrono::milliseconds(2));
   scheduler_->tick(events_);
   collect();
   ASSERT_EQ(decoder_->last_.size(), 17u);

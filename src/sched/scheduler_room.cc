@@ -80,7 +80,7 @@ bool Scheduler::fits(const Session& s) const {
 }
 
 void Scheduler::start_waiting() {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = time_.now();
   std::vector<std::pair<Waiting, Session*>> waiting;
   for (auto& s : sessions_) {
     if (is_waiting(*s)) waiting.push_back({{rank_of(*s, now), ms_between(s->received_at, now)}, s.get()});
@@ -106,7 +106,8 @@ void Scheduler::take_room(Session& s) {
       spdlog::error("session {}: cannot start sequence: {}", s.id, st.to_string());
       return;
     }
-    s.started_at = Clock::now();
+    s.started_at = time_.now();
+    s.start_order = ++starts_;
     metrics_.queue_ms.observe(ms_between(s.received_at, s.started_at));
     s.set_state(SessionState::kPrefill);
   } else {  // kPaused: resume
@@ -127,7 +128,7 @@ void Scheduler::take_room(Session& s) {
     s.shared_prefix = 0;  // restored or recomputed cells are its own
     s.shared_from_seq = -1;
     s.shared_from_session = 0;
-    end_pause(s, Clock::now());
+    end_pause(s, time_.now());
     s.set_state(saved && st.ok() ? s.paused_from : SessionState::kPrefill);
     metrics_.resumed_total++;
   }
@@ -137,7 +138,8 @@ void Scheduler::take_room(Session& s) {
 }
 
 VictimCandidate Scheduler::victim_candidate(const Session& s, Clock::time_point now) const {
-  return {claim(s), ms_between(s.started_at, now), rank_of(s, now), s.preemptions >= config_.preemptions_before_protected};
+  return {claim(s), ms_between(s.started_at, now), rank_of(s, now), s.preemptions >= config_.preemptions_before_protected,
+          s.start_order};
 }
 
 void Scheduler::gather_victims(Clock::time_point now, std::vector<VictimCandidate>& running, std::vector<Session*>& who) {
@@ -237,7 +239,7 @@ bool Scheduler::recover_kv_exhausted() {
   }
   // Claims make this rare (it needs shared cells counted short): pause one session by the same
   // policy as for a full cache, and let the next tick retry without it.
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = time_.now();
   std::vector<VictimCandidate> running;
   std::vector<Session*> who;
   gather_victims(now, running, who);

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <thread>
 
 #include "sched/scheduler_test_support.h"
 
@@ -139,7 +138,7 @@ TEST_F(SchedulerTest, RequestsWaitingPastTheAgeLimitAreRejected) {
   make(64, /*n_ctx=*/64, /*n_seq=*/1, cfg);
   submit(1, "aaaa", 20);
   submit(2, "bbbb", 20);  // waits for room
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  clock_.advance(std::chrono::milliseconds(20));
   scheduler_->tick(events_);
   collect();
   EXPECT_EQ(out_[2].error, ErrorCode::kOverloaded);

@@ -309,9 +309,9 @@ struct Outcome {
 class SchedulerTest : public ::testing::Test {
  protected:
   void make(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq, SchedulerConfig cfg = {}, bool per_seq = false) {
-    cfg.slo_tbt_ms = 1e9;  // wall time must not change plans in unit tests
+    cfg.slo_tbt_ms = 1e9;  // ticks take no virtual time; a test that wants a stream overdue says so
     decoder_ = std::make_unique<FakeDecoder>(n_batch, n_ctx, n_seq, per_seq);
-    scheduler_ = std::make_unique<Scheduler>(*decoder_, metrics_, cfg);
+    scheduler_ = std::make_unique<Scheduler>(*decoder_, metrics_, cfg, clock_);
   }
   // max_tokens 0: not asked (the scheduler's default applies).
   void submit(RequestId id, std::string prompt, std::int32_t max_tokens, std::vector<std::string> stop = {}) {
@@ -323,7 +323,7 @@ class SchedulerTest : public ::testing::Test {
     submit(std::move(r));
   }
   void submit(Request r) {
-    r.received_at = Clock::now();
+    r.received_at = clock_.now();
     scheduler_->admit(std::move(r), events_);
     collect();
   }
@@ -376,6 +376,7 @@ class SchedulerTest : public ::testing::Test {
     return s;
   }
 
+  ManualClock clock_;  // the scheduler's time: moves only when a test advances it
   ServerMetrics metrics_;
   std::unique_ptr<FakeDecoder> decoder_;
   std::unique_ptr<Scheduler> scheduler_;

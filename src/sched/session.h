@@ -52,6 +52,7 @@ struct Session {
 
   Clock::time_point received_at{};
   Clock::time_point started_at{};      // left the queue (first time; resuming does not change it)
+  std::uint64_t start_order = 0;       // the scheduler's count of starts when it started (seniority)
   Clock::time_point first_token_at{};
   Clock::time_point last_emit_at{};
   double tbt_ms_ewma = 0.0;
