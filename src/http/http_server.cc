@@ -65,7 +65,7 @@ std::string chunked(std::string_view data) {  // one HTTP/1.1 chunk
 
 }  // namespace
 
-HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& metrics, Submit submit)
+HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& metrics, WorkSubmit submit)
     : io_(io), config_(std::move(config)), metrics_(metrics), submit_(std::move(submit)), acceptor_(io),
       accept_loop_(io, acceptor_, "http", [this](tcp::socket s) { on_accept(std::move(s)); },
                    &metrics.accept_pauses_total) {}

@@ -30,7 +30,7 @@
 #include "http/openai.h"
 #include "net/accept_loop.h"
 #include "metrics/server_metrics.h"
-#include "sched/compute_thread.h"
+#include "sched/io_boundary.h"
 #include "sched/request.h"
 
 namespace uma {
@@ -51,10 +51,9 @@ struct HttpConfig {
 class HttpServer final : public EventSink {
  public:
   static constexpr RequestId kFirstId = RequestId{1} << 62;
-  using Submit = std::function<void(WorkItem)>;
   using ChatTemplate = http_route::ChatTemplate;
 
-  HttpServer(boost::asio::io_context& io, HttpConfig config, ServerMetrics& metrics, Submit submit);
+  HttpServer(boost::asio::io_context& io, HttpConfig config, ServerMetrics& metrics, WorkSubmit submit);
   ~HttpServer() override;
 
   Status listen();                   // binds and listens (before the model loads: /health says 503)
@@ -94,7 +93,7 @@ class HttpServer final : public EventSink {
   boost::asio::io_context& io_;
   HttpConfig config_;
   ServerMetrics& metrics_;
-  Submit submit_;
+  WorkSubmit submit_;
   boost::asio::ip::tcp::acceptor acceptor_;
   AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
   std::unordered_map<std::uint64_t, ConnPtr> conns_;

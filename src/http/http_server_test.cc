@@ -20,7 +20,7 @@ namespace {
 
 class LoopbackHttp {
  public:
-  explicit LoopbackHttp(HttpServer::Submit submit, HttpServer::ChatTemplate chat) {
+  explicit LoopbackHttp(WorkSubmit submit, HttpServer::ChatTemplate chat) {
     HttpConfig cfg;
     cfg.port = 0;
     server_ = std::make_unique<HttpServer>(io_, cfg, metrics, std::move(submit));

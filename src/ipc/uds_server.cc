@@ -39,7 +39,7 @@ struct UdsServer::Conn {
   std::array<char, 4096> rbuf{};
 };
 
-UdsServer::UdsServer(asio::io_context& io, ServerConfig config, ServerMetrics& metrics, Submit submit)
+UdsServer::UdsServer(asio::io_context& io, ServerConfig config, ServerMetrics& metrics, WorkSubmit submit)
     : io_(io), config_(std::move(config)), metrics_(metrics), submit_(std::move(submit)), acceptor_(io),
       accept_loop_(io, acceptor_, "unix socket", [this](stream_protocol::socket s) { on_accept(std::move(s)); },
                    &metrics.accept_pauses_total),

@@ -35,7 +35,7 @@
 #include "ipc/protocol.h"
 #include "metrics/server_metrics.h"
 #include "net/accept_loop.h"
-#include "sched/compute_thread.h"
+#include "sched/io_boundary.h"
 #include "sched/request.h"
 
 namespace uma {
@@ -52,9 +52,8 @@ struct ServerConfig {
 
 class UdsServer final : public EventSink {
  public:
-  using Submit = std::function<void(WorkItem)>;
 
-  UdsServer(boost::asio::io_context& io, ServerConfig config, ServerMetrics& metrics, Submit submit);
+  UdsServer(boost::asio::io_context& io, ServerConfig config, ServerMetrics& metrics, WorkSubmit submit);
   ~UdsServer() override;
 
   Status listen();  // claims the path (see socket_path.h), binds with mode 0600, listens
@@ -98,7 +97,7 @@ class UdsServer final : public EventSink {
   boost::asio::io_context& io_;
   ServerConfig config_;
   ServerMetrics& metrics_;
-  Submit submit_;
+  WorkSubmit submit_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   AcceptLoop<boost::asio::local::stream_protocol::acceptor> accept_loop_;
   boost::asio::steady_timer sweep_timer_;

@@ -17,17 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "sched/io_boundary.h"
 #include "sched/request.h"
 #include "sched/scheduler.h"
 
 namespace uma {
-
-class EventSink {
- public:
-  virtual ~EventSink() = default;
-  // Called on the compute thread; must not block on the I/O thread.
-  virtual void deliver(std::vector<Event> events) = 0;
-};
 
 class ComputeThread {
  public:
