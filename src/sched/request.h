@@ -67,4 +67,12 @@ struct Event {
   double total_ms = 0.0;                      // kDone: received -> end
 };
 
+inline Event error_event(RequestId id, Status status) {
+  Event e;
+  e.request_id = id;
+  e.kind = Event::Kind::kError;
+  e.error = std::move(status);
+  return e;
+}
+
 }  // namespace uma

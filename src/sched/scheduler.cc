@@ -16,13 +16,6 @@ Event token_event(RequestId id, std::string text, Token token) {
   return e;
 }
 
-Event error_event(RequestId id, Status status) {
-  Event e;
-  e.request_id = id;
-  e.kind = Event::Kind::kError;
-  e.error = std::move(status);
-  return e;
-}
 
 }  // namespace
 
@@ -115,7 +108,7 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   spdlog::debug("session {}: admitted ({}), {} prompt tokens, max_tokens {}", s->id,
                 s->background() ? "background" : "interactive", n_prompt, s->max_tokens);
   sessions_.push_back(std::move(s));
-  start_waiting();
+  start_waiting(out);
 }
 
 void Scheduler::expire_queued(std::vector<Event>& out) {
@@ -141,7 +134,7 @@ void Scheduler::cancel(RequestId id, std::vector<Event>& out) {
     }
   }
   reap();
-  start_waiting();
+  start_waiting(out);
 }
 
 void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
@@ -161,7 +154,7 @@ bool Scheduler::has_work() const {
 void Scheduler::tick(std::vector<Event>& out) {
   expire_queued(out);
   cache_.offload_idle(time_.now(), cache_pool());
-  start_waiting();
+  start_waiting(out);
   resolve_followers();
   const Clock::time_point now = time_.now();
   make_room_for_tick(now);
@@ -217,7 +210,7 @@ void Scheduler::tick(std::vector<Event>& out) {
     for (Session* s : batch_.decoded) fail(*s);
     for (const PrefillChunk& c : batch_.prefilled) fail(*c.session);
     reap();
-    start_waiting();
+    start_waiting(out);
     return;
   }
   const bool prefill_pending = std::any_of(candidates_.begin(), candidates_.end(),
@@ -246,7 +239,7 @@ void Scheduler::tick(std::vector<Event>& out) {
     apply_token(s, decoder_.sample(s.seq, row.batch_index), t1, out);
   }
   reap();
-  start_waiting();
+  start_waiting(out);
   // The host side of the tick (sampling, text, events; not delivery): what the GPU waits for.
   if (spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("tick {}: host {:.2f} ms after the decode for {} rows", tick_no_, ms_between(t1, time_.now()),

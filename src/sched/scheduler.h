@@ -102,8 +102,10 @@ class Scheduler {
   std::int32_t cells_granted() const;            // every claim + the prefix cache's cells
   std::int32_t watermark() const;                // free cells kept when starting or resuming
   bool fits(const Session& s) const;             // a sequence id, and its need next to every claim
-  void start_waiting();                          // starts or resumes in waiting order, preempting for urgent heads
-  void take_room(Session& s);                    // kQueued -> kPrefill, or resumes a kPaused session
+  // Starts or resumes in waiting order, preempting for urgent heads; a start the decoder refuses
+  // ends that request with an error event.
+  void start_waiting(std::vector<Event>& out);
+  void take_room(Session& s, std::vector<Event>& out);  // kQueued -> kPrefill, or resumes a kPaused session
   bool preempt_for(const Session& head, Clock::time_point now);
   void make_room_for_tick(Clock::time_point now);  // claims outgrew the cache: evict, then pause
   VictimCandidate victim_candidate(const Session& s, Clock::time_point now) const;

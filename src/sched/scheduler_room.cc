@@ -79,7 +79,7 @@ bool Scheduler::fits(const Session& s) const {
   return !free_seqs_.empty() && cells_granted() + need(s) + watermark() <= decoder_.n_ctx();
 }
 
-void Scheduler::start_waiting() {
+void Scheduler::start_waiting(std::vector<Event>& out) {
   const Clock::time_point now = time_.now();
   std::vector<std::pair<Waiting, Session*>> waiting;
   for (auto& s : sessions_) {
@@ -94,16 +94,21 @@ void Scheduler::start_waiting() {
       cache_.evict(cells_granted() + need(*s) + watermark() - decoder_.n_ctx(), free_seqs_);
     }
     if (!fits(*s) && !(s->priority == Priority::kInteractive && preempt_for(*s, now))) return;  // head of line waits
-    take_room(*s);
+    take_room(*s, out);
   }
 }
 
-void Scheduler::take_room(Session& s) {
+void Scheduler::take_room(Session& s, std::vector<Event>& out) {
   const std::int32_t seq = free_seqs_.back();
   const bool starting = s.state == SessionState::kQueued;
   if (starting) {
     if (Status st = decoder_.start_sequence(seq, s.sampling); !st.ok()) {
+      // The id stays free; the request ends here with the decoder's reason (a sampler it could
+      // not build), rather than waiting forever for a start that fails the same way.
       spdlog::error("session {}: cannot start sequence: {}", s.id, st.to_string());
+      finish(s, SessionState::kFailed);
+      metrics_.count_error(st.code());
+      out.push_back(error_event(s.id, std::move(st)));
       return;
     }
     s.started_at = time_.now();

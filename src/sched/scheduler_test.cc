@@ -233,6 +233,20 @@ TEST_F(SchedulerTest, ExplicitMaxTokensBeyondTheContextIsAnError) {
   EXPECT_EQ(out_[2].completion_tokens, 28);
 }
 
+TEST_F(SchedulerTest, AStartTheDecoderRefusesEndsThatRequestWithAnErrorAndOthersRun) {
+  make(64, 256, 2);
+  decoder_->fail_start_ = true;
+  submit(1, "abc", 4);
+  EXPECT_EQ(out_[1].errors, 1) << "an error event, not a request left queued";
+  EXPECT_EQ(out_[1].error, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(metrics_.errors(ErrorCode::kInvalidArgument), 1u);
+  submit(2, "abd", 4);
+  run_until_idle();
+  EXPECT_EQ(out_[2].text, expected(100 + 'd', 4));
+  EXPECT_FALSE(scheduler_->has_work());
+  EXPECT_EQ(decoder_->total_kv(), 0);
+}
+
 TEST_F(SchedulerTest, DecodeFailureFailsTheBatchAndFreesKv) {
   make(64, 1024, 4);
   submit(1, "abc", 10);

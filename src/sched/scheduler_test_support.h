@@ -60,6 +60,10 @@ class FakeDecoder final : public Decoder {
   }
   bool is_end_of_generation(Token t) const override { return t == kEos; }
   Status start_sequence(std::int32_t seq, const SamplingParams&) override {
+    if (fail_start_) {
+      fail_start_ = false;
+      return Status(ErrorCode::kInvalidArgument, "injected: no sampler for these parameters");
+    }
     EXPECT_FALSE(live_[seq]) << "sequence " << seq << " started twice";
     EXPECT_TRUE(kv_[seq].empty()) << "sequence " << seq << " starts with stale KV";
     live_[seq] = true;
@@ -209,6 +213,7 @@ class FakeDecoder final : public Decoder {
   bool fail_next_ = false;
   bool kv_full_next_ = false;  // next decode finds no KV cells (and changes nothing)
   bool fail_restore_ = false;  // saved KV does not fit back
+  bool fail_start_ = false;    // the next start_sequence fails
   int parks_ = 0;
   int kv_exhausted_ = 0;             // decodes that found no room (not injected)
   std::int32_t max_cells_used_ = 0;  // high-water mark of distinct cells
