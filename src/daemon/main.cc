@@ -128,12 +128,13 @@ int main(int argc, char** argv) {
   EventRouter router(server, http.get());
   compute = std::make_unique<ComputeThread>(scheduler, router);
   if (http) {
-    const LlamaRuntime* rt = runtime.get();
+    // The template is copied here, before the threads start: the I/O thread never calls the runtime.
+    const std::string tmpl = cfg.chat_template.empty() ? runtime->model_chat_template() : cfg.chat_template;
     http->set_ready(std::filesystem::path(cfg.runtime.model_path).filename().string(),
-                    [rt, tmpl = cfg.chat_template](const std::vector<openai::ChatMessage>& msgs, std::string* out) {
+                    [tmpl](const std::vector<openai::ChatMessage>& msgs, std::string* out) {
                       std::vector<std::pair<std::string, std::string>> m;
                       for (const auto& x : msgs) m.emplace_back(x.role, x.content);
-                      return rt->chat_prompt(m, tmpl, out);
+                      return render_chat(tmpl, m, out);
                     });
   }
 

@@ -177,10 +177,15 @@ Status LlamaRuntime::tokenize(std::string_view text, std::vector<Token>& out, bo
   return Status::Ok();
 }
 
-Status LlamaRuntime::chat_prompt(const std::vector<std::pair<std::string, std::string>>& messages,
-                                 const std::string& override_template, std::string* out) const {
-  const char* tmpl = override_template.empty() ? llama_model_chat_template(model_, nullptr) : override_template.c_str();
-  if (tmpl == nullptr) {
+std::string LlamaRuntime::model_chat_template() const {
+  const char* tmpl = llama_model_chat_template(model_, nullptr);
+  return tmpl == nullptr ? std::string() : std::string(tmpl);
+}
+
+Status render_chat(const std::string& chat_template, const std::vector<std::pair<std::string, std::string>>& messages,
+                   std::string* out) {
+  const char* tmpl = chat_template.c_str();
+  if (chat_template.empty()) {
     return Status(ErrorCode::kBadRequest, "the model has no chat template; start umad with --chat-template "
                                           "(a Jinja-like template or a llama.cpp name such as chatml)");
   }
