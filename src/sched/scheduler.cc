@@ -24,10 +24,8 @@ Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerCo
       budget_(decoder.n_batch(), config.tick_target_ms, config.start_budget, config.min_prefill),
       cache_(decoder, metrics, config.prefix, time) {
   per_seq_ = decoder.kv_per_sequence();
-  if (per_seq_) {
-    cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
-    cache_.set_keep_unseen_min(config.per_seq_keep_unseen_min);
-  }
+  if (per_seq_) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
+  cache_.set_keep_unseen_min(per_seq_ ? config.per_seq_keep_unseen_min : config.unified_keep_unseen_min);
   const std::int32_t kept_ids =
       per_seq_ && config.prefix.enabled ? std::clamp(config.prefix.max_kept, 0, decoder.n_seq_max() - 1) : 0;
   for (std::int32_t s = decoder.n_seq_max() - 1; s >= 0; --s) {

@@ -57,6 +57,9 @@ struct SchedulerConfig {
   // when its first block started another request too, or when it is at least this long
   // (PrefixCacheConfig::keep_unseen_min; 0 keeps all).
   std::int32_t per_seq_keep_unseen_min = 1024;
+  // Unified KV: keeping is free, but kept cells lengthen every running stream's attention until
+  // evicted, and recomputing is dear on a CPU: the bar for a prefix nobody else began with is lower.
+  std::int32_t unified_keep_unseen_min = 256;
   std::int32_t max_queue = 64;         // requests waiting for KV room; more are rejected (kOverloaded)
   double max_queue_ms = 30000.0;       // a request waiting longer is rejected (kOverloaded)
   double slo_ttft_ms = 150.0;

@@ -192,6 +192,7 @@ TEST_F(SchedulerTest, KeptPrefixesGiveTheirCellsBackBeforeAnyStreamIsPaused) {
   cfg.prefix.block = 16;
   cfg.prefix.max_kept = 4;
   cfg.prefix.host_bytes = 0;  // evicted prefixes are dropped
+  cfg.unified_keep_unseen_min = 0;
   make(64, /*n_ctx=*/300, /*n_seq=*/8, cfg);
   submit(1, std::string(60, 'p'), 2);
   submit(2, std::string(60, 'q'), 2);
@@ -211,6 +212,7 @@ TEST_F(SchedulerTest, CellsSharedFromARunningLeaderAreCountedOnce) {
   SchedulerConfig cfg;
   cfg.prefix.enabled = true;
   cfg.prefix.block = 16;
+  cfg.unified_keep_unseen_min = 0;
   make(/*n_batch=*/256, /*n_ctx=*/300, /*n_seq=*/8, cfg);
   const std::string shared(150, 's');  // 151 tokens: 4 copies would be 604 cells
   for (RequestId id = 1; id <= 4; ++id) submit(id, shared + static_cast<char>('a' + id), 10);

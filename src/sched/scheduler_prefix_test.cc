@@ -18,7 +18,29 @@ SchedulerConfig cache_config(std::int32_t kept = 4) {
   cfg.prefix.enabled = true;
   cfg.prefix.block = 16;
   cfg.prefix.max_kept = kept;
+  cfg.unified_keep_unseen_min = 0;  // these test reuse itself: every finished sequence is kept
   return cfg;
+}
+
+TEST_F(SchedulerTest, UnifiedKvKeepsAShortPrefixOnlyWhenAnotherRequestBeganLikeIt) {
+  SchedulerConfig cfg = cache_config();
+  cfg.unified_keep_unseen_min = 200;
+  make(64, 2048, 8, cfg);
+  submit(1, kShared + "aaaa", 4);  // 85 tokens, a first block nobody else began with: let go
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0);
+  EXPECT_EQ(metrics_.prefix_not_kept_total.load(), 1u);
+  EXPECT_EQ(decoder_->total_kv(), 0) << "its cells are free: no running stream attends over them";
+  submit(2, kShared + "bbbb", 4);  // the second start with that block: kept
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
+  submit(3, kShared + "cccc", 4);
+  run_until_idle();
+  EXPECT_EQ(out_[3].text, expected(100 + 'c', 4));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 81u);
+  submit(4, std::string(250, 'y'), 4);  // never seen, but long enough to be worth keeping
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_not_kept_total.load(), 1u);
 }
 
 TEST_F(SchedulerTest, AFinishedSequenceIsKeptAndItsPrefixReused) {
