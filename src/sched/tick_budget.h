@@ -17,10 +17,11 @@
 // Prefill also has a fixed cost per tick, which on a GPU dominates small chunks: with per-sequence
 // KV a prompt's tokens are a second pass over the weights, and a new batch shape a new graph
 // (H100, 1B model, 64 streams: a fixed floor of 512 tokens gave +33% tok/s and a third of the
-// TTFT p99 of a floor of 8; docs/BENCHMARKS.md). So the cost is fitted as fixed + n * per_token (least squares over recent prefill
-// ticks, forgetting old ones), and no tick prefills fewer tokens than make its token work as large
-// as the fixed part (floor(), at most a quarter of the batch): a chunk smaller than that mostly
-// buys overhead. On a CPU the fixed part fits to about zero and the floor stays `floor`.
+// TTFT p99 of a floor of 8; docs/BENCHMARKS.md). So the cost is fitted as fixed + n * per_token
+// (least squares over recent prefill ticks, forgetting old ones), and no tick prefills fewer
+// tokens than make its token work as large as the fixed part (floor(), at most a quarter of the
+// batch): a chunk smaller than that mostly buys overhead. On a CPU the fixed part fits to about
+// zero and the floor stays `floor`.
 // With nobody decoding the policy ignores the budget and prefills at full capacity.
 // Not thread-safe; owned by the scheduler.
 #pragma once
