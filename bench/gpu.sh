@@ -4,21 +4,27 @@
 # Builds llama.cpp with CUDA and the project against it (UMA_GPU=cuda; UMA_BUNDLE=DIR sets up
 # offline from scripts/bundle.sh's output), makes the 1B-shape Q8_0 model, then on the same model
 # file, context and GPU: llama-bench tg (the c=1 reference), llama-batched-bench S_TG (the decode
-# limit at each batch), llama-server (-np = the largest c, its default per-sequence KV) and umad (prefix cache on,
-# and off at the largest c), with identical uma-bench workloads: c streams, 128-word prompts, 128
-# tokens out, 4c requests (2c at c=1). Prints the ratio table last; JSON per run in OUT_DIR.
-# Env: UMA_GPU_BENCH_CONC ("1 16 64"), UMA_BENCH_PORT (18080), UMA_BENCH_MODEL (1B Q8_0).
+# limit at each batch), llama-server (-np = the largest c, its default per-sequence KV) and umad
+# (defaults; at c=64 also prefix cache off, unified KV, greedy sampled on the host, and every decode
+# timed), with identical uma-bench workloads: c streams, 128-word prompts, 128 tokens out, 4c
+# requests (2c at c=1); then an 8B-shape Q4_0 model at c=64. Prints the ratio table last; JSON per
+# run in OUT_DIR.
+# Env: UMA_GPU_BENCH_CONC ("1 16 64 128"), UMA_GPU_BENCH_8B (1; 0 skips the 8B model),
+# UMA_BENCH_PORT (18080), UMA_BENCH_MODEL (1B Q8_0).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 export UMA_GPU=${UMA_GPU:-cuda}
 bdir=build-$UMA_GPU
 out=${1:-$bdir/bench-gpu}
-read -r -a conc <<<"${UMA_GPU_BENCH_CONC:-1 16 64}"
+read -r -a conc <<<"${UMA_GPU_BENCH_CONC:-1 16 64 128}"
 port=${UMA_BENCH_PORT:-18080}
 mkdir -p "$out"
 log() { printf '\n== %s\n' "$*" >&2; }
 cmax=${conc[-1]}
+# The variants (prefix cache off, unified KV, timed decodes) and the 8B model run at c=64 (the
+# issue's targets), or at the largest c when 64 is not among them.
+cref=$cmax; for c in "${conc[@]}"; do [ "$c" = 64 ] && cref=64; done
 ctx=$((cmax * 512 > 8192 ? cmax * 512 : 8192))
 
 log "setup: llama.cpp ($UMA_GPU) and the project in $bdir/"
@@ -61,7 +67,7 @@ kill -TERM $pid; wait $pid || true
 run_umad() {  # $1 = name, then umad flags
   local name=$1; shift
   log "umad ($name): --n-ctx $ctx --max-sessions $cmax $*"
-  "$bdir/bin/umad" --model "$model" --socket "$out/umad.sock" --n-ctx "$ctx" --max-sessions "$cmax" \
+  "$bdir/bin/umad" --model "${model}" --socket "$out/umad.sock" --n-ctx "$ctx" --max-sessions "$cmax" \
     --http "127.0.0.1:$port" "$@" 2>"$out/$name.log" &
   pid=$!
   wait_ready "$health"
@@ -74,21 +80,38 @@ done
 UMA_SOCK="$out/umad.sock" "$bdir/bin/uma-cli" metrics >"$out/umad-metrics.json"
 kill -TERM $pid; wait $pid || true
 run_umad umad-nocache --no-prefix-cache
-bench umad-nocache-uds "uds:$out/umad.sock" "$cmax"
+bench umad-nocache-uds "uds:$out/umad.sock" "$cref"
 kill -TERM $pid; wait $pid || true
 run_umad umad-unified --kv-layout unified
-bench umad-unified-uds "uds:$out/umad.sock" "$cmax"
+bench umad-unified-uds "uds:$out/umad.sock" "$cref"
+kill -TERM $pid; wait $pid || true
+run_umad umad-hostsampling --backend-sampling off
+bench umad-hostsampling-uds "uds:$out/umad.sock" "$cref"
 kill -TERM $pid; wait $pid || true
 # Where a tick's time goes: every decode synchronised and timed (slower than the runs above).
 UMA_DECODE_TIMING=1 run_umad umad-timing
-bench umad-timing-uds "uds:$out/umad.sock" "$cmax"
+bench umad-timing-uds "uds:$out/umad.sock" "$cref"
 kill -TERM $pid; wait $pid || true
 grep 'decode timing' "$out/umad-timing.log" | tail -2 >"$out/decode-timing.txt" || true
+
+# An 8B-shape model at Q4_0 (Llama 3 8B's layers, this tool's 32k vocabulary; ~4 GB, made once):
+# llama-bench tg, S_TG at c=64, umad at c=64. UMA_GPU_BENCH_8B=0 skips it.
+if [ "${UMA_GPU_BENCH_8B:-1}" = 1 ]; then
+  m8=$bdir/models/8b-q4_0.gguf
+  [ -s "$m8" ] || "$bdir/bin/uma-mkmodel" --preset 8b --type q4_0 --seed 1 -o "$m8" >/dev/null
+  log "8B Q4_0: llama-bench tg128, S_TG B=$cref, umad c=$cref"
+  "$L/llama-bench" -m "$m8" -ngl 999 -p 0 -n 128 -r 2 -o json >"$out/8b-llama-bench.json" 2>/dev/null
+  "$L/llama-batched-bench" -m "$m8" -ngl 999 -c "$((cref * 512))" -npp 128 -ntg 128 -npl "$cref" \
+    --output-format jsonl 2>/dev/null | grep '^{' >"$out/8b-llama-batched-bench.jsonl"
+  model=$m8 run_umad umad-8b
+  bench umad-8b-uds "uds:$out/umad.sock" "$cref"
+  kill -TERM $pid; wait $pid || true
+fi
 trap - EXIT
 
-python3 - "$out" "${conc[@]}" <<'PY'
+python3 - "$out" "$cref" "${conc[@]}" <<'PY'
 import json, os, sys
-out, conc = sys.argv[1], [int(c) for c in sys.argv[2:]]
+out, cref, conc = sys.argv[1], int(sys.argv[2]), [int(c) for c in sys.argv[3:]]
 def run(name):
     return json.load(open(os.path.join(out, name + ".json")))["runs"][0]
 tg = json.load(open(os.path.join(out, "llama-bench.json")))[0]["avg_ts"]
@@ -106,16 +129,24 @@ for c in conc:
     print(f"| {c} | {s:.0f} | {l['output_tok_s']:.0f} ({l['itl_ms']['p50']:.1f}/{l['itl_ms']['p99']:.1f}) | "
           f"{u['output_tok_s']:.0f} ({u['itl_ms']['p50']:.1f}/{u['itl_ms']['p99']:.1f}) | {h['output_tok_s']:.0f} | "
           f"{u['output_tok_s'] / l['output_tok_s']:.2f} | {u['output_tok_s'] / s:.2f} |")
-c = conc[-1]
+c = cref
 n, u = run(f"umad-nocache-uds-c{c}"), run(f"umad-uds-c{c}")
 print(f"\nprefix cache at c={c}: on {u['output_tok_s']:.0f} tok/s (ITL p99 {u['itl_ms']['p99']:.1f} ms), "
       f"off {n['output_tok_s']:.0f} tok/s (ITL p99 {n['itl_ms']['p99']:.1f} ms): on/off {u['output_tok_s'] / n['output_tok_s']:.2f}")
 u = run(f"umad-unified-uds-c{c}")
 print(f"unified KV at c={c}: {u['output_tok_s']:.0f} tok/s (ITL p50/p99 {u['itl_ms']['p50']:.1f}/{u['itl_ms']['p99']:.1f} ms)")
+h = run(f"umad-hostsampling-uds-c{c}")
+print(f"greedy sampled on the host at c={c}: {h['output_tok_s']:.0f} tok/s (ITL p50/p99 {h['itl_ms']['p50']:.1f}/{h['itl_ms']['p99']:.1f} ms)")
 print("decode timing at c=%d (synchronised):" % c, open(os.path.join(out, "decode-timing.txt")).read().strip())
 m = json.load(open(os.path.join(out, "umad-metrics.json")))
 print(f"umad after all runs: prefill floor {m['tick_prefill_floor']} tokens, fitted fixed prefill cost "
       f"{m['prefill_fixed_ms']:.2f} ms, kv moves {m['kv_sequence_moves_total']}, prefix kept/not kept/hits "
       f"{m['prefix_cache']['kept_sequences']}/{m['prefix_cache']['not_kept_total']}/{m['prefix_cache']['hits_total']}")
+if os.path.exists(os.path.join(out, "umad-8b-uds-c%d.json" % c)):
+    tg8 = json.load(open(os.path.join(out, "8b-llama-bench.json")))[0]["avg_ts"]
+    s8 = json.loads(open(os.path.join(out, "8b-llama-batched-bench.jsonl")).readline())["speed_tg"]
+    u8 = run(f"umad-8b-uds-c{c}")
+    print(f"8B Q4_0: llama-bench tg128 {tg8:.0f} t/s; S_TG B={c} {s8:.0f}; umad c={c} {u8['output_tok_s']:.0f} tok/s "
+          f"(ITL p50/p99 {u8['itl_ms']['p50']:.1f}/{u8['itl_ms']['p99']:.1f} ms) = {u8['output_tok_s'] / s8:.2f} x S_TG")
 print(f"c=1: umad {run('umad-uds-c1')['output_tok_s']:.0f} tok/s = {run('umad-uds-c1')['output_tok_s'] / tg:.2f} x llama-bench tg")
 PY

@@ -50,6 +50,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--kv-layout", rt.kv_layout, "KV cache: unified (one pool; a request may use all of n-ctx), per-seq "
                  "(n-ctx / sequences each; attention spans a sequence's own cells) or auto (per-seq on a GPU)")
       ->envname("UMA_KV_LAYOUT")->capture_default_str()->check(CLI::IsMember({"auto", "unified", "per-seq"}));
+  app.add_option("--backend-sampling", rt.backend_sampling, "greedy requests sampled on the device, in the decode's "
+                 "graph (only token ids reach the host): on, off or auto (on where the output layer is on a GPU)")
+      ->envname("UMA_BACKEND_SAMPLING")->capture_default_str()->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_option("--max-sessions", srv.max_sessions, "concurrent sessions (= KV sequences)")->envname("UMA_MAX_SESSIONS")
       ->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--max-connections", srv.max_connections, "open connections per front end (the Unix socket; HTTP too), sessions or not; more are closed at once")
@@ -148,6 +151,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   if (!prefix_cache) sc.prefix.max_kept = 0;
   sc.prefix.max_kept = std::min(sc.prefix.max_kept, 256 - srv.max_sessions);
   rt.n_seq_max = srv.max_sessions + sc.prefix.max_kept;
+  rt.n_seq_sampling = srv.max_sessions;  // per-sequence KV: the kept prefixes' ids never sample
   if (!http_listen.empty()) {
     out.http_enabled = true;
     const auto colon = http_listen.rfind(':');

@@ -1,6 +1,7 @@
 #include "runtime/llama_runtime.h"
 
 #include "runtime/argmax.h"
+#include "runtime/device_greedy.h"
 
 #include <ggml-backend.h>
 #include <llama.h>
@@ -12,6 +13,7 @@
 #include <string_view>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -127,6 +129,27 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   const char* timing = std::getenv("UMA_DECODE_TIMING");
   rt->timing_.on = timing != nullptr && std::string_view(timing) == "1";
   cp.no_perf = !rt->timing_.on;
+  // Backend sampling: a greedy chain per sequence id, given to the context at creation so that its
+  // first graph reserve already counts them. Each sequence then has at most one output per batch
+  // (a decode row, or a prompt chunk's last token), which llama.cpp must be told.
+  const bool output_on_gpu = on_gpu && mp.n_gpu_layers > llama_model_n_layer(rt->model_);
+  std::vector<llama_sampler_seq_config> sampler_configs;
+  const char* device_greedy = std::getenv("UMA_DEVICE_GREEDY");
+  rt->device_share_.per_row = device_greedy != nullptr && std::string_view(device_greedy) == "row";
+  if (config.backend_sampling == "on" || (config.backend_sampling == "auto" && output_on_gpu)) {
+    // Per-sequence KV: only the ids requests run under; ids above them hold kept prefixes and
+    // never sample. (In a unified KV kept prefixes take any free id.)
+    const std::int32_t n = per_seq && config.n_seq_sampling > 0 ? std::min(config.n_seq_sampling, config.n_seq_max)
+                                                                 : config.n_seq_max;
+    for (std::int32_t seq = 0; seq < n; ++seq) {
+      llama_sampler* chain = make_device_greedy(&rt->device_share_);
+      rt->backend_greedy_.push_back(chain);
+      sampler_configs.push_back({seq, chain});
+    }
+    cp.samplers = sampler_configs.data();
+    cp.n_samplers = sampler_configs.size();
+    cp.n_outputs_max_per_seq = 1;
+  }
   rt->ctx_ = llama_init_from_model(rt->model_, cp);
   if (rt->ctx_ == nullptr) {
     *status = Status(ErrorCode::kModelLoad, "cannot create a context (n_ctx " + std::to_string(config.n_ctx) +
@@ -141,6 +164,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->samplers_.assign(static_cast<size_t>(rt->n_seq_max_), nullptr);
   rt->greedy_.assign(static_cast<size_t>(rt->n_seq_max_), false);
   rt->copy_pending_.assign(static_cast<size_t>(rt->n_seq_max_), 0);
+  rt->attached_.assign(rt->backend_greedy_.size(), true);
   const auto nb = static_cast<size_t>(rt->n_batch_);
   rt->batch_token_.resize(nb);
   rt->batch_pos_.resize(nb);
@@ -158,6 +182,8 @@ LlamaRuntime::~LlamaRuntime() {
     if (s != nullptr) llama_sampler_free(s);
   }
   if (ctx_ != nullptr) llama_free(ctx_);
+  for (llama_sampler* s : backend_greedy_) llama_sampler_free(s);  // after the context that uses them
+  for (llama_sampler* s : retired_) llama_sampler_free(s);
   if (model_ != nullptr) llama_model_free(model_);
 }
 
@@ -222,7 +248,24 @@ Status LlamaRuntime::start_sequence(std::int32_t seq, const SamplingParams& para
   end_sequence(seq);  // a sequence starts empty, whatever came before
   samplers_[static_cast<size_t>(seq)] = make_sampler_chain(params, llama_vocab_n_tokens(vocab_));
   greedy_[static_cast<size_t>(seq)] = greedy_only(samplers_[static_cast<size_t>(seq)]);
+  attach_backend_sampler(seq, greedy_[static_cast<size_t>(seq)]);
   return Status::Ok();
+}
+
+void LlamaRuntime::attach_backend_sampler(std::int32_t seq, bool greedy) {
+  if (static_cast<std::size_t>(seq) >= attached_.size() || attached_[static_cast<size_t>(seq)] == greedy) return;
+  // Detaching brings this sequence's logits rows back to the host; both take effect at the next
+  // decode, which re-reserves llama.cpp's graphs first (so switch only when the kind changes).
+  llama_sampler*& chain = backend_greedy_[static_cast<size_t>(seq)];
+  if (greedy) {
+    // A chain is set up for the device once (llama.cpp asserts it): a fresh one each attach. The
+    // one it replaces may still be named by the last graph until the next decode re-reserves.
+    retired_.push_back(chain);
+    chain = make_device_greedy(&device_share_);
+  }
+  llama_set_sampler(ctx_, seq, greedy ? chain : nullptr);
+  attached_[static_cast<size_t>(seq)] = greedy;
+  ++sampler_switches_;
 }
 
 void LlamaRuntime::end_sequence(std::int32_t seq) {
@@ -243,6 +286,20 @@ std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_toke
   llama_synchronize(ctx_);
   const std::int64_t t2 = now_ns();
   if (timing_.prev_done_ns != 0) {
+    const double launch_ms = static_cast<double>(t1 - t0) / 1e6;
+    if (launch_ms > 5.0 && timing_.slow_logged < 40) {
+      // What a slow launch was: its shape (prompt chunks, sequences) and whether llama.cpp reused
+      // its last graph; the sampler switches since the last call show a graph re-reserve.
+      ++timing_.slow_logged;
+      std::map<std::int32_t, std::int32_t> per_seq;
+      for (std::size_t i = 0; i < n_tokens; ++i) ++per_seq[b.seq_id[i][0]];
+      std::int32_t longest = 0;
+      for (const auto& [seq, n] : per_seq) longest = std::max(longest, n);
+      const llama_perf_context_data perf = llama_perf_context(ctx_);
+      spdlog::info("slow launch {:.2f} ms (device {:.2f} ms): {} tokens, {} sequences, longest run {}, graph reused {}, "
+                   "sampler switches {}", launch_ms, static_cast<double>(t2 - t1) / 1e6, n_tokens, per_seq.size(), longest,
+                   perf.n_reused > timing_.reused_before ? "yes" : "no", sampler_switches_ - timing_.switches_before);
+    }
     timing_.gap_ms.push_back(static_cast<double>(t0 - timing_.prev_done_ns) / 1e6);
     timing_.launch_ms.push_back(static_cast<double>(t1 - t0) / 1e6);
     timing_.wait_ms.push_back(static_cast<double>(t2 - t1) / 1e6);
@@ -252,6 +309,8 @@ std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_toke
   }
   timing_.prev_done_ns = t2;
   timing_.sample_ns = 0;
+  timing_.reused_before = llama_perf_context(ctx_).n_reused;
+  timing_.switches_before = sampler_switches_;
   return rc;
 }
 
@@ -274,6 +333,8 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> batch) {
   const int32_t rc = timing_.on ? timed_decode(b, batch.size()) : llama_decode(ctx_, b);
   // llama_decode applies queued stream copies before it looks for cells (0) or finds none (1).
   if (rc == 0 || rc == 1) std::fill(copy_pending_.begin(), copy_pending_.end(), 0);
+  for (llama_sampler* s : retired_) llama_sampler_free(s);  // the decode re-reserved without them
+  retired_.clear();
   if (rc == 0) return Status::Ok();
   if (rc == 1) return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
   return Status(ErrorCode::kDecodeFailed, "llama_decode returned " + std::to_string(rc));
@@ -307,6 +368,11 @@ Token LlamaRuntime::sample(std::int32_t seq, std::int32_t batch_index) {
 
 Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t batch_index) {
   const auto s = static_cast<size_t>(seq);
+  if (greedy_[s] && s < attached_.size() && attached_[s]) {
+    // Sampled on the device, in the decode's graph: the token id is all that came back.
+    const llama_token t = llama_get_sampled_token_ith(ctx_, batch_index);
+    if (t != LLAMA_TOKEN_NULL) return t;
+  }
   if (greedy_[s]) {
     // Greedy is the argmax of the logits row, which is all its one-sampler chain computes (and it
     // keeps no state): read the row in place instead of building the chain's 32k-entry candidate
@@ -314,10 +380,18 @@ Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t batch_index) {
     const float* row = llama_get_logits_ith(ctx_, batch_index);
     if (row != nullptr) return argmax_first(row, llama_vocab_n_tokens(vocab_));
   }
+  if (samplers_[s] == nullptr || llama_get_logits_ith(ctx_, batch_index) == nullptr) {
+    // Not reachable through the scheduler (a row it asked for, of a live sequence); ending the
+    // sequence beats reading a row that is not there.
+    spdlog::error("sample: sequence {} row {} has no sampler or logits; ending it", seq, batch_index);
+    return llama_vocab_eos(vocab_);
+  }
   return llama_sampler_sample(samplers_[s], ctx_, batch_index);
 }
 
 std::span<const float> LlamaRuntime::logits(std::int32_t batch_index) {
+  // A row sampled on the device never came to the host.
+  if (!backend_greedy_.empty() && llama_get_sampled_token_ith(ctx_, batch_index) != LLAMA_TOKEN_NULL) return {};
   const float* row = llama_get_logits_ith(ctx_, batch_index);
   if (row == nullptr) return {};
   return {row, static_cast<size_t>(llama_vocab_n_tokens(vocab_))};
@@ -367,6 +441,7 @@ void LlamaRuntime::move_sequence(std::int32_t from, std::int32_t to) {
   samplers_[static_cast<size_t>(from)] = nullptr;
   greedy_[static_cast<size_t>(to)] = greedy_[static_cast<size_t>(from)];
   greedy_[static_cast<size_t>(from)] = false;
+  attach_backend_sampler(to, greedy_[static_cast<size_t>(to)]);
 }
 
 void LlamaRuntime::drop_sampler(std::int32_t seq) {
@@ -419,6 +494,7 @@ Status LlamaRuntime::unpark_sequence(std::int32_t seq, ParkedSequence& from) {
   // Take the chain back: disarm the deleter, then drop the owner.
   samplers_[static_cast<size_t>(seq)] = static_cast<llama_sampler*>(from.sampler.get());
   greedy_[static_cast<size_t>(seq)] = greedy_only(samplers_[static_cast<size_t>(seq)]);
+  attach_backend_sampler(seq, greedy_[static_cast<size_t>(seq)]);
   *std::get_deleter<void (*)(void*)>(from.sampler) = &keep_unparked_sampler;
   from.sampler.reset();
   const Status st = restore_kv(seq, from.kv);
@@ -439,7 +515,8 @@ std::string LlamaRuntime::describe() const {
   llama_model_desc(model_, desc, sizeof desc);
   return std::string(desc) + ", " + std::to_string(llama_model_n_params(model_) / 1000000) + "M params, n_ctx " +
          std::to_string(n_ctx_) + (per_seq_ ? " (per-sequence KV, " + std::to_string(n_ctx_seq_) + " each)" : std::string(" (unified KV)")) + ", n_batch " + std::to_string(n_batch_) + ", sequences " +
-         std::to_string(n_seq_max_) + ", threads " + std::to_string(llama_n_threads(ctx_)) + "; weights: " + placement_;
+         std::to_string(n_seq_max_) + ", threads " + std::to_string(llama_n_threads(ctx_)) +
+         (backend_greedy_.empty() ? "" : ", greedy sampled on the device") + "; weights: " + placement_;
 }
 
 }  // namespace uma

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/decoder.h"
+#include "runtime/device_greedy.h"
 
 struct llama_model;
 struct llama_context;
@@ -41,6 +42,14 @@ struct RuntimeConfig {
   // where the layers run on a GPU (attention over every cell in use is what a 64-stream tick spends
   // its time on there), unified on the CPU (where one request may use the whole context).
   std::string kv_layout = "auto";
+  // Greedy requests sampled on the device: llama.cpp's backend sampler (an argmax in the decode's
+  // own graph) picks the token, and only token ids cross to the host, not a logits row of n_vocab
+  // floats per stream (at 64 streams and a 32k vocabulary, 8 MB copied and scanned a tick).
+  // on | off | auto (on where the output layer runs on a GPU; on a CPU the graph's argmax is no
+  // faster than the host's, and every attached sampler runs each decode, active or not).
+  std::string backend_sampling = "auto";
+  // Per-sequence KV: ids [0, n) get a device sampler (0: all); the ids above hold kept prefixes.
+  std::int32_t n_seq_sampling = 0;
 };
 
 // Routes llama.cpp's own log lines to spdlog (debug level unless they are warnings or errors).
@@ -83,6 +92,10 @@ class LlamaRuntime final : public Decoder {
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override;
   std::int32_t kv_tokens(std::int32_t seq) const override;
 
+  bool backend_sampling() const { return !backend_greedy_.empty(); }
+  // Times a sequence id's device sampler was attached or detached (each makes llama.cpp re-reserve
+  // its graphs before the next decode). For metrics and tests.
+  std::uint64_t sampler_switches() const { return sampler_switches_; }
   std::string describe() const;  // one line: model size, params, context shape
 
  private:
@@ -113,6 +126,17 @@ class LlamaRuntime final : public Decoder {
   Status check_no_pending_copy(std::int32_t seq, std::uint8_t role) const;
   std::string placement_;  // where the weights went (describe())
   std::vector<bool> greedy_;  // per sequence: its chain is greedy alone (sample() takes the argmax)
+  // Backend sampling: one greedy chain per sequence id, handed to llama.cpp at context creation so
+  // its graphs are reserved with them (freed after the context). A sequence whose request is not
+  // greedy has its device sampler detached (its logits row then comes to the host for its CPU
+  // chain); attaching and detaching costs a graph reserve, so a free id keeps whatever it had last
+  // and is switched only when a request of the other kind takes it.
+  DeviceGreedyShare device_share_;              // one argmax per graph for all of backend_greedy_
+  std::vector<llama_sampler*> backend_greedy_;  // by sequence id; empty when backend sampling is off
+  std::vector<bool> attached_;                  // by sequence id: backend_greedy_ is attached
+  std::vector<llama_sampler*> retired_;         // replaced chains, freed after the next decode
+  std::uint64_t sampler_switches_ = 0;
+  void attach_backend_sampler(std::int32_t seq, bool greedy);
 
   // UMA_DECODE_TIMING=1: every decode waits for the device (llama_synchronize) so that its launch,
   // its device time and the host gap before it can be told apart; a summary line every 100 calls.
@@ -121,6 +145,9 @@ class LlamaRuntime final : public Decoder {
     std::int64_t prev_done_ns = 0;
     std::int64_t sample_ns = 0;  // in sample() since the last decode
     std::vector<double> launch_ms, wait_ms, gap_ms, sample_ms, tokens;
+    int slow_logged = 0;                 // launches over 5 ms described so far (at most 40)
+    std::int32_t reused_before = 0;      // llama.cpp's graph reuse count after the last call
+    std::uint64_t switches_before = 0;   // sampler_switches_ after the last call
   };
   DecodeTiming timing_;
   void report_timing();

@@ -47,7 +47,14 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
   for (std::size_t i : prefillers) {
     if (left <= 0) break;
     const bool bg = sessions[i].background;
-    const std::int32_t chunk = std::min({left, sessions[i].prompt_remaining, bg ? background_left : left});
+    const std::int32_t room = std::min(left, bg ? background_left : left);
+    const std::int32_t want = sessions[i].prompt_remaining;
+    std::int32_t chunk = std::min(room, want);
+    if (in.whole_prompts && chunk < want) {
+      const bool never_whole = want > (bg ? std::min(budget, background_left) : budget);
+      const bool worth_a_pass = plan.prefill.empty() || chunk >= in.min_prefill;
+      if (!never_whole || !worth_a_pass) continue;
+    }
     if (chunk <= 0) continue;
     if (bg) background_left -= chunk;
     plan.prefill.emplace_back(i, chunk);

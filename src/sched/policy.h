@@ -38,6 +38,13 @@ struct PolicyInput {
   // With nobody decoding: the most background prefill one tick may carry, so that an interactive
   // request arriving meanwhile waits one short tick, not a whole batch (0: capacity).
   std::int32_t background_idle_cap = 0;
+  // Per-sequence KV: llama.cpp gives each prompt chunk a pass over the weights of its own (chunks
+  // of sequences whose ids are not consecutive never share one), and a pass costs a fixed few ms
+  // on a GPU whatever its length. So a prompt is cut only when it cannot fit any tick whole: a
+  // chunk is the whole remaining prompt if it fits what is left; a prompt longer than the whole
+  // budget takes what is left (at least min_prefill, unless it is the tick's first chunk); one
+  // that would fit a later tick whole waits for it.
+  bool whole_prompts = false;
 };
 
 struct TickPlan {

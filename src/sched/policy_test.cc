@@ -39,6 +39,38 @@ TEST(Policy, ShortPromptsShareTheBudgetInOrder) {
   EXPECT_EQ(p.prefill[2].second, 12);
 }
 
+// Per-sequence KV: every chunk is a pass of its own, so prompts are not cut when they need not be.
+PolicyInput whole_prompts(std::int32_t budget, std::int32_t min_prefill = 64) {
+  PolicyInput in{budget, 512, min_prefill, false};
+  in.whole_prompts = true;
+  return in;
+}
+
+TEST(Policy, WholePromptsAPromptThatFitsALaterTickWholeWaitsForIt) {
+  const std::vector<Candidate> c = {prefilling(150), prefilling(160), prefilling(40), decoding()};
+  const TickPlan p = plan_tick(c, whole_prompts(300));
+  ASSERT_EQ(p.prefill.size(), 2u);  // 160 does not fit the 150 left, but fits a tick whole: it waits
+  EXPECT_EQ(p.prefill[0], (std::pair<std::size_t, std::int32_t>{0, 150}));
+  EXPECT_EQ(p.prefill[1], (std::pair<std::size_t, std::int32_t>{2, 40}));
+  // Without the rule the same tick cuts the second prompt into 150 + 10.
+  const TickPlan cut = plan_tick(c, {300, 512, 64, false});
+  EXPECT_EQ(cut.prefill[1], (std::pair<std::size_t, std::int32_t>{1, 150}));
+}
+
+TEST(Policy, WholePromptsAPromptLongerThanTheBudgetTakesWhatIsLeft) {
+  const std::vector<Candidate> first = {prefilling(1000), decoding()};
+  const TickPlan alone = plan_tick(first, whole_prompts(300));
+  ASSERT_EQ(alone.prefill.size(), 1u);
+  EXPECT_EQ(alone.prefill[0].second, 300);
+  const std::vector<Candidate> second = {prefilling(100), prefilling(1000), decoding()};
+  const TickPlan after = plan_tick(second, whole_prompts(300));
+  ASSERT_EQ(after.prefill.size(), 2u);
+  EXPECT_EQ(after.prefill[1].second, 200);
+  // A leftover under min_prefill is not worth a pass of its own.
+  const std::vector<Candidate> third = {prefilling(250), prefilling(1000), decoding()};
+  EXPECT_EQ(plan_tick(third, whole_prompts(300)).prefill.size(), 1u);
+}
+
 TEST(Policy, GuardSkipsPrefillButNeverTwiceRunning) {
   const std::vector<Candidate> c = {decoding(/*overdue=*/true), prefilling(100)};
   const TickPlan first = plan_tick(c, {64, 512, 8, /*guard_fired_last_tick=*/false});

@@ -183,6 +183,7 @@ void Scheduler::tick(std::vector<Event>& out) {
       std::count_if(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.decoding; }));
   PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), config_.min_prefill, guard_fired_last_,
                  budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
+  in.whole_prompts = per_seq_;
   const TickPlan plan = plan_tick(candidates_, in);
   guard_fired_last_ = plan.guard_fired;
   if (plan.guard_fired) metrics_.prefill_skipped_ticks_total++;

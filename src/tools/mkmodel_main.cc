@@ -15,8 +15,8 @@ int main(int argc, char** argv) {
   std::string preset = "tiny";
   uma::MkModelOptions o;
   o.vocab_path = UMA_VOCAB_GGUF;
-  app.add_option("-p,--preset", preset, "tiny | small | 1b | oracle")->capture_default_str()
-      ->check(CLI::IsMember({"tiny", "small", "1b", "oracle"}));
+  app.add_option("-p,--preset", preset, "tiny | small | 1b | 8b | oracle")->capture_default_str()
+      ->check(CLI::IsMember({"tiny", "small", "1b", "8b", "oracle"}));
   app.add_option("-t,--type", o.type, "f32 | f16 | q8_0 | q4_0")->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}));
   app.add_option("-s,--seed", o.seed, "weights seed")->capture_default_str();

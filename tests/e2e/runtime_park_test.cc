@@ -10,23 +10,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "e2e/tiny_runtime.h"
 #include "runtime/llama_runtime.h"
 
 namespace uma::test {
 namespace {
 
 std::unique_ptr<LlamaRuntime> open_tiny(const std::string& kv_layout) {
-  init_llama_backend();
-  RuntimeConfig cfg;
-  cfg.model_path = std::string(UMA_MODELS_DIR) + "/tiny-f16.gguf";
-  cfg.n_ctx = 512;
-  cfg.n_batch = 128;
-  cfg.n_seq_max = 4;
-  cfg.n_threads = 2;
-  cfg.kv_layout = kv_layout;
-  Status st;
-  auto rt = LlamaRuntime::open(cfg, &st);
-  EXPECT_TRUE(rt != nullptr) << st.to_string();
+  auto rt = open_tiny_runtime([&](RuntimeConfig& cfg) { cfg.kv_layout = kv_layout; });
   if (rt) {
     EXPECT_EQ(rt->kv_per_sequence(), kv_layout == "per-seq");
   }

@@ -52,8 +52,11 @@ TEST(UmadE2E, SingleClientGetsTheOracleContinuation) {
   EXPECT_EQ(d.stop(), 0) << d.log();
 }
 
-TEST(UmadE2E, SixteenConcurrentClientsEachGetExactlyTheirOwnContinuation) {
-  Daemon d({"--max-tokens", "48", "--max-sessions", "16"});
+// Sixteen concurrent oracle streams, each checked token for token; `extra` picks the variant.
+void run_sixteen_concurrent_clients(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--max-tokens", "48", "--max-sessions", "16"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  Daemon d(args);
   ASSERT_TRUE(d.started()) << d.log();
   std::vector<std::unique_ptr<Client>> clients;
   for (const std::string& w : kWords) {
@@ -74,6 +77,14 @@ TEST(UmadE2E, SixteenConcurrentClientsEachGetExactlyTheirOwnContinuation) {
   // Batching happened: far fewer decodes than tokens.
   EXPECT_LT(m["batch_calls_total"].get<int>(), 16 * 48 / 2);
   EXPECT_EQ(d.stop(), 0);
+}
+
+TEST(UmadE2E, SixteenConcurrentClientsEachGetExactlyTheirOwnContinuation) { run_sixteen_concurrent_clients({}); }
+
+// The GPU's defaults on the CPU: greedy picked by llama.cpp's backend sampler inside the decode's
+// graph (only token ids reach the host), per-sequence KV. Same bytes as the host's argmax.
+TEST(UmadE2E, SixteenConcurrentClientsSampledOnTheDeviceGetTheSameContinuations) {
+  run_sixteen_concurrent_clients({"--backend-sampling", "on", "--kv-layout", "per-seq"});
 }
 
 TEST(UmadE2E, RunningStreamsKeepReceivingTokensWhileALongPromptPrefills) {

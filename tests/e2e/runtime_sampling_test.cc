@@ -1,0 +1,172 @@
+// Backend (on-device) sampling against the host's: two LlamaRuntimes on one random model, one
+// with greedy sampled inside the decode's graph (RuntimeConfig::backend_sampling "on"), one on the
+// host, fed the same batches (so the same logits: llama.cpp is deterministic for a fixed batch).
+// Every greedy token must be the same; a seeded non-greedy request (its device sampler detached, a
+// CPU chain on its logits row) must draw the same tokens; a device-sampled row never reaches the
+// host; moving, parking and reusing sequence ids of either kind keeps all of that true.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "e2e/tiny_runtime.h"
+#include "runtime/llama_runtime.h"
+
+namespace uma::test {
+namespace {
+
+std::unique_ptr<LlamaRuntime> open_tiny(const std::string& kv_layout, const std::string& backend_sampling) {
+  auto rt = open_tiny_runtime([&](RuntimeConfig& cfg) {
+    cfg.n_ctx = 1024;
+    cfg.kv_layout = kv_layout;
+    cfg.backend_sampling = backend_sampling;
+  });
+  if (rt) {
+    EXPECT_EQ(rt->backend_sampling(), backend_sampling == "on");
+  }
+  return rt;
+}
+
+std::vector<Token> prompt_tokens(int n, int salt) {
+  std::vector<Token> t;
+  for (int i = 0; i < n; ++i) t.push_back(500 + (i * 53 + salt * 211) % 20000);
+  return t;
+}
+
+// Drives one runtime as the scheduler does: each step one batch in sequence-id order of every
+// live sequence's next input (a whole prompt, or its last sampled token), then a sample per row.
+class Driver {
+ public:
+  explicit Driver(LlamaRuntime& rt) : rt_(rt) {}
+  void start(std::int32_t seq, const SamplingParams& p, std::vector<Token> prompt) {
+    ASSERT_TRUE(rt_.start_sequence(seq, p).ok());
+    live_[seq] = {std::move(prompt), 0, {}};
+  }
+  void end(std::int32_t seq) {
+    rt_.end_sequence(seq);
+    live_.erase(seq);
+  }
+  void move(std::int32_t from, std::int32_t to) {
+    rt_.move_sequence(from, to);
+    live_[to] = std::move(live_[from]);
+    live_.erase(from);
+  }
+  void park(std::int32_t seq, ParkedSequence& into) {
+    ASSERT_TRUE(rt_.park_sequence(seq, /*save_kv=*/true, into).ok());
+    parked_[seq] = std::move(live_[seq]);
+    live_.erase(seq);
+  }
+  void unpark(std::int32_t seq, ParkedSequence& from) {
+    ASSERT_TRUE(rt_.unpark_sequence(seq, from).ok());
+    live_[seq] = std::move(parked_[seq]);
+    parked_.erase(seq);
+  }
+  // One decode + a sample for every live sequence; returns how many rows came to the host.
+  int step() {
+    std::vector<BatchEntry> batch;
+    std::map<std::int32_t, std::int32_t> row_of;
+    for (auto& [seq, s] : live_) {
+      for (std::size_t i = 0; i < s.pending.size(); ++i) {
+        batch.push_back({s.pending[i], s.pos++, seq, i + 1 == s.pending.size()});
+      }
+      row_of[seq] = static_cast<std::int32_t>(batch.size()) - 1;
+      s.pending.clear();
+    }
+    EXPECT_TRUE(rt_.decode(batch).ok());
+    int host_rows = 0;
+    for (auto& [seq, s] : live_) {
+      if (!rt_.logits(row_of[seq]).empty()) ++host_rows;
+      const Token t = rt_.sample(seq, row_of[seq]);
+      s.out.push_back(t);
+      s.pending = {t};
+    }
+    return host_rows;
+  }
+  const std::vector<Token>& out(std::int32_t seq) { return live_[seq].out; }
+  LlamaRuntime& rt() { return rt_; }
+
+ private:
+  struct Live {
+    std::vector<Token> pending;
+    std::int32_t pos;
+    std::vector<Token> out;
+  };
+  LlamaRuntime& rt_;
+  std::map<std::int32_t, Live> live_, parked_;
+};
+
+class BackendSampling : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackendSampling, GreedyAndSeededTokensMatchTheHostsThroughSwitchesMovesAndParking) {
+  auto dev = open_tiny(GetParam(), "on");
+  auto host = open_tiny(GetParam(), "off");
+  ASSERT_TRUE(dev && host);
+  Driver d(*dev), h(*host);
+  SamplingParams greedy;
+  SamplingParams seeded;
+  seeded.temperature = 0.9f;
+  seeded.top_k = 40;
+  seeded.seed = 1234;
+  const auto both = [&](auto&& f) { f(d); f(h); };
+
+  // Two greedy streams and one seeded, prompts of different lengths in one batch.
+  both([&](Driver& x) {
+    x.start(0, greedy, prompt_tokens(17, 1));
+    x.start(1, seeded, prompt_tokens(40, 2));
+    x.start(2, greedy, prompt_tokens(5, 3));
+  });
+  for (int i = 0; i < 12; ++i) {
+    // Only the seeded stream's row comes to the host when sampling on the device.
+    EXPECT_EQ(d.step(), 1);
+    EXPECT_EQ(h.step(), 3);
+  }
+  for (std::int32_t seq : {0, 1, 2}) EXPECT_EQ(d.out(seq), h.out(seq)) << "sequence " << seq;
+  const std::uint64_t switches = dev->sampler_switches();
+  EXPECT_EQ(switches, 1u);  // id 1 detached for the seeded request; the greedy ids kept theirs
+
+  // The seeded stream ends; a greedy request takes its id (re-attached), a seeded one takes id 3.
+  both([&](Driver& x) {
+    x.end(1);
+    x.start(1, greedy, prompt_tokens(9, 4));
+    x.start(3, seeded, prompt_tokens(3, 5));
+  });
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(d.step(), 1);
+    h.step();
+  }
+  EXPECT_EQ(dev->sampler_switches(), switches + 2);
+  // A greedy stream moves onto the seeded one's old id and back (what keeps per-sequence KV dense).
+  both([&](Driver& x) {
+    x.end(3);
+    x.move(2, 3);
+  });
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(d.step(), 0);
+    h.step();
+  }
+  both([&](Driver& x) { x.move(3, 2); });
+  // Parked with its KV and resumed under another id, a greedy stream carries on alike.
+  ParkedSequence pd, ph;
+  d.park(0, pd);
+  h.park(0, ph);
+  for (int i = 0; i < 3; ++i) {
+    d.step();
+    h.step();
+  }
+  d.unpark(0, pd);
+  h.unpark(0, ph);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(d.step(), 0);
+    h.step();
+  }
+  for (std::int32_t seq : {0, 1, 2}) EXPECT_EQ(d.out(seq), h.out(seq)) << "sequence " << seq;
+  EXPECT_GT(d.out(2).size(), 20u);
+
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, BackendSampling, ::testing::Values("unified", "per-seq"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "unified" ? std::string("Unified") : std::string("PerSeq");
+                         });
+
+}  // namespace
+}  // namespace uma::test

@@ -1,0 +1,30 @@
+// The random tiny model in a LlamaRuntime, for tests of the runtime itself (not the daemon).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "runtime/llama_runtime.h"
+
+namespace uma::test {
+
+// Opens tiny-f16.gguf with 4 sequences, 2 threads; `tweak` adjusts the rest of the config.
+template <typename Tweak>
+std::unique_ptr<LlamaRuntime> open_tiny_runtime(Tweak tweak) {
+  init_llama_backend();
+  RuntimeConfig cfg;
+  cfg.model_path = std::string(UMA_MODELS_DIR) + "/tiny-f16.gguf";
+  cfg.n_ctx = 512;
+  cfg.n_batch = 128;
+  cfg.n_seq_max = 4;
+  cfg.n_threads = 2;
+  tweak(cfg);
+  Status st;
+  auto rt = LlamaRuntime::open(cfg, &st);
+  EXPECT_TRUE(rt != nullptr) << st.to_string();
+  return rt;
+}
+
+}  // namespace uma::test
