@@ -149,14 +149,58 @@ bool Scheduler::has_work() const {
   return std::any_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return is_active(*s); });
 }
 
+// One tick: gather -> plan -> decode -> sample every row -> apply. Sessions change state only in
+// the last step, after every row of the batch has been sampled, so finishing one (which may end,
+// keep or move its sequence) never happens between two sample() calls of the same decode.
 void Scheduler::tick(std::vector<Event>& out) {
+  prepare_tick(out);
+  const Clock::time_point now = time_.now();
+  if (!gather(now)) return;
+  const auto n_decoding = static_cast<std::int32_t>(
+      std::count_if(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.decoding; }));
+  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), config_.min_prefill, guard_fired_last_,
+                 budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
+  in.whole_prompts = per_seq_;
+  const TickPlan plan = plan_tick(candidates_, in);
+  guard_fired_last_ = plan.guard_fired;
+  if (plan.guard_fired) metrics_.prefill_skipped_ticks_total++;
+  build_batch(plan, order_, batch_);
+  if (batch_.entries.empty()) return;
+
+  const Clock::time_point t0 = time_.now();
+  const Status st = decoder_.decode(batch_.entries);
+  const Clock::time_point t1 = time_.now();
+  const double decode_ms = ms_between(t0, t1);
+  ++tick_no_;
+  if (spdlog::should_log(spdlog::level::debug)) trace_tick(plan, in.budget, decode_ms, st);
+  if (st.code() == ErrorCode::kKvExhausted && recover_kv_exhausted()) return;  // retried next tick
+  if (!st.ok()) {
+    fail_batch(st, out);
+    return;
+  }
+  record_tick(decode_ms, in.budget);
+  sampled_.clear();
+  for (const LogitsRow& row : batch_.rows) sampled_.push_back(decoder_.sample(row.session->seq, row.batch_index));
+  apply_batch(t1, out);
+  reap();
+  start_waiting(out);
+  // The host side of the tick (sampling, text, events; not delivery): what the GPU waits for.
+  if (spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("tick {}: host {:.2f} ms after the decode for {} rows", tick_no_, ms_between(t1, time_.now()),
+                  batch_.rows.size());
+  }
+}
+
+void Scheduler::prepare_tick(std::vector<Event>& out) {
   expire_queued(out);
   cache_.offload_idle(time_.now(), cache_pool());
   start_waiting(out);
   resolve_followers();
-  const Clock::time_point now = time_.now();
-  make_room_for_tick(now);
+  make_room_for_tick(time_.now());
   compact_sequences();
+}
+
+bool Scheduler::gather(Clock::time_point now) {
   order_.clear();
   candidates_.clear();
   const std::size_t n = sessions_.size();
@@ -176,42 +220,27 @@ void Scheduler::tick(std::vector<Event>& out) {
     order_.push_back(s);
     candidates_.push_back(c);
   }
-  if (order_.empty()) return;
+  if (order_.empty()) return false;
   rr_cursor_ = (rr_cursor_ + 1) % n;
+  return true;
+}
 
-  const auto n_decoding = static_cast<std::int32_t>(
-      std::count_if(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.decoding; }));
-  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), config_.min_prefill, guard_fired_last_,
-                 budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
-  in.whole_prompts = per_seq_;
-  const TickPlan plan = plan_tick(candidates_, in);
-  guard_fired_last_ = plan.guard_fired;
-  if (plan.guard_fired) metrics_.prefill_skipped_ticks_total++;
-  build_batch(plan, order_, batch_);
-  if (batch_.entries.empty()) return;
+void Scheduler::fail_batch(const Status& st, std::vector<Event>& out) {
+  // The batch is lost as a whole: fail exactly the sessions that were in it.
+  spdlog::error("decode of {} tokens failed: {}", batch_.entries.size(), st.to_string());
+  auto fail = [&](Session& s) {
+    finish(s, SessionState::kFailed);
+    out.push_back(error_event(s.id, Status(ErrorCode::kDecodeFailed, st.message())));
+    metrics_.count_error(ErrorCode::kDecodeFailed);
+  };
+  for (Session* s : batch_.decoded) fail(*s);
+  for (const PrefillChunk& c : batch_.prefilled) fail(*c.session);
+  reap();
+  start_waiting(out);
+}
 
-  const Clock::time_point t0 = time_.now();
-  const Status st = decoder_.decode(batch_.entries);
-  const Clock::time_point t1 = time_.now();
-  const double decode_ms = ms_between(t0, t1);
-  ++tick_no_;
-  if (spdlog::should_log(spdlog::level::debug)) trace_tick(plan, in.budget, decode_ms, st);
-  if (st.code() == ErrorCode::kKvExhausted && recover_kv_exhausted()) return;  // retried next tick
+void Scheduler::record_tick(double decode_ms, std::int32_t budget) {
   const auto n_tokens = static_cast<std::int32_t>(batch_.entries.size());
-  if (!st.ok()) {
-    // The batch is lost as a whole: fail exactly the sessions that were in it.
-    spdlog::error("decode of {} tokens failed: {}", n_tokens, st.to_string());
-    auto fail = [&](Session& s) {
-      finish(s, SessionState::kFailed);
-      out.push_back(error_event(s.id, Status(ErrorCode::kDecodeFailed, st.message())));
-      metrics_.count_error(ErrorCode::kDecodeFailed);
-    };
-    for (Session* s : batch_.decoded) fail(*s);
-    for (const PrefillChunk& c : batch_.prefilled) fail(*c.session);
-    reap();
-    start_waiting(out);
-    return;
-  }
   const bool prefill_pending = std::any_of(candidates_.begin(), candidates_.end(),
                                            [](const Candidate& c) { return c.prompt_remaining > 0; });
   budget_.observe(decode_ms, static_cast<std::int32_t>(batch_.decoded.size()),
@@ -223,26 +252,21 @@ void Scheduler::tick(std::vector<Event>& out) {
   metrics_.batch_tokens.observe(n_tokens);
   for (const PrefillChunk& c : batch_.prefilled) metrics_.prefill_chunk.observe(c.length);
   metrics_.decode_ms_ewma = budget_.decode_ms_ewma();
-  metrics_.tick_budget = in.budget;
+  metrics_.tick_budget = budget;
   metrics_.tick_prefill_floor = budget_.floor();
   metrics_.prefill_fixed_ms = budget_.prefill_fixed_ms();
+}
 
+void Scheduler::apply_batch(Clock::time_point decoded_at, std::vector<Event>& out) {
   for (Session* s : batch_.decoded) s->n_past += 1;
   for (const PrefillChunk& c : batch_.prefilled) {
     c.session->n_prefilled += c.length;
     c.session->n_past = c.session->n_prefilled;
   }
-  for (const LogitsRow& row : batch_.rows) {
-    Session& s = *row.session;
+  for (std::size_t i = 0; i < batch_.rows.size(); ++i) {
+    Session& s = *batch_.rows[i].session;
     if (s.state == SessionState::kPrefill) s.set_state(SessionState::kDecode);
-    apply_token(s, decoder_.sample(s.seq, row.batch_index), t1, out);
-  }
-  reap();
-  start_waiting(out);
-  // The host side of the tick (sampling, text, events; not delivery): what the GPU waits for.
-  if (spdlog::should_log(spdlog::level::debug)) {
-    spdlog::debug("tick {}: host {:.2f} ms after the decode for {} rows", tick_no_, ms_between(t1, time_.now()),
-                  batch_.rows.size());
+    apply_token(s, sampled_[i], decoded_at, out);
   }
 }
 

@@ -136,6 +136,12 @@ class Scheduler {
   // outlives SchedulerConfig::compact_after_ticks is closed by moving.
   void compact_sequences();
   void reap();  // drops terminal sessions
+  // The steps of tick(), in order.
+  void prepare_tick(std::vector<Event>& out);  // expiry, offload, starts, room, compaction
+  bool gather(Clock::time_point now);          // order_ and candidates_; false when nobody is active
+  void fail_batch(const Status& st, std::vector<Event>& out);  // a failed decode fails its sessions
+  void record_tick(double decode_ms, std::int32_t budget);     // tick budget and metrics
+  void apply_batch(Clock::time_point decoded_at, std::vector<Event>& out);  // positions, sampled_ tokens
   void trace_tick(const TickPlan& plan, std::int32_t budget, double decode_ms, const Status& st) const;
 
   Decoder& decoder_;
@@ -159,6 +165,7 @@ class Scheduler {
   BuiltBatch batch_;                  // reused every tick
   std::vector<Candidate> candidates_; // reused every tick
   std::vector<Session*> order_;       // reused every tick
+  std::vector<Token> sampled_;        // the tick's token per batch_.rows entry, all sampled before any is applied
   std::uint64_t tick_no_ = 0;
 };
 

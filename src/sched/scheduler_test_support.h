@@ -34,6 +34,7 @@ class FakeDecoder final : public Decoder {
   bool kv_per_sequence() const override { return per_seq_; }
   std::int32_t n_ctx_seq() const override { return per_seq_ ? n_ctx_ / n_seq_ : n_ctx_; }
   void move_sequence(std::int32_t from, std::int32_t to) override {
+    no_rows_pending("move_sequence");
     EXPECT_TRUE(per_seq_) << "sequences move only with per-sequence KV";
     EXPECT_TRUE(kv_[to].empty() && !live_[to]) << "move into a used sequence " << to;
     kv_[to] = std::move(kv_[from]);
@@ -72,6 +73,7 @@ class FakeDecoder final : public Decoder {
   }
   std::size_t kv_state_bytes(std::int32_t seq) const override { return kv_[seq].size() * sizeof(Token); }
   void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) override {
+    no_rows_pending("share_prefix");
     EXPECT_LE(n, static_cast<std::int32_t>(kv_[src].size())) << "sharing cells the source does not have";
     EXPECT_TRUE(kv_[dst].empty());
     kv_[dst].assign(kv_[src].begin(), kv_[src].begin() + n);
@@ -83,7 +85,10 @@ class FakeDecoder final : public Decoder {
       copy_pending_[dst] |= kDestination;
     }
   }
-  void drop_sampler(std::int32_t seq) override { live_[seq] = false; }
+  void drop_sampler(std::int32_t seq) override {
+    no_rows_pending("drop_sampler");
+    live_[seq] = false;
+  }
   Status save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const override {
     if (pending(seq, kDestination)) return Status(ErrorCode::kKvPending, "copy in pending");
     const auto* p = reinterpret_cast<const std::uint8_t*>(kv_[seq].data());
@@ -101,6 +106,7 @@ class FakeDecoder final : public Decoder {
     return Status::Ok();
   }
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override {
+    no_rows_pending("park_sequence");
     EXPECT_TRUE(live_[seq]) << "park of a sequence that is not live";
     if (save_kv && pending(seq, kDestination)) return Status(ErrorCode::kKvPending, "copy in pending");
     ++parks_;
@@ -116,6 +122,7 @@ class FakeDecoder final : public Decoder {
     return Status::Ok();
   }
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override {
+    no_rows_pending("unpark_sequence");
     EXPECT_FALSE(live_[seq]) << "unpark into a live sequence";
     EXPECT_TRUE(from.sampler != nullptr);
     live_[seq] = true;
@@ -133,6 +140,7 @@ class FakeDecoder final : public Decoder {
     return Status::Ok();
   }
   void end_sequence(std::int32_t seq) override {
+    no_rows_pending("end_sequence");
     ++ended_;
     live_[seq] = false;
     kv_[seq].clear();
@@ -144,6 +152,7 @@ class FakeDecoder final : public Decoder {
     EXPECT_LE(static_cast<std::int32_t>(batch.size()), n_batch_);
     last_.assign(batch.begin(), batch.end());
     sampled_.clear();
+    rows_unsampled_ = 0;
     if (fail_next_) {
       fail_next_ = false;
       return Status(ErrorCode::kDecodeFailed, "injected");
@@ -183,6 +192,7 @@ class FakeDecoder final : public Decoder {
     }
     max_cells_used_ = std::max(max_cells_used_, cells_used());
     max_batch_ = std::max(max_batch_, batch.size());
+    rows_unsampled_ = static_cast<int>(std::count_if(batch.begin(), batch.end(), [](const BatchEntry& e) { return e.logits; }));
     return Status::Ok();
   }
   Token sample(std::int32_t seq, std::int32_t i) override {
@@ -192,6 +202,7 @@ class FakeDecoder final : public Decoder {
     EXPECT_TRUE(e.logits) << "sampled a row that did not ask for logits";
     EXPECT_EQ(e.seq, seq) << "logits row belongs to another sequence";
     EXPECT_TRUE(sampled_.insert(i).second) << "row sampled twice";
+    --rows_unsampled_;
     return e.token + 1 == eos_after_ ? kEos : e.token + 1;
   }
   std::int32_t kv_tokens(std::int32_t seq) const override { return static_cast<std::int32_t>(kv_[seq].size()); }
@@ -225,6 +236,12 @@ class FakeDecoder final : public Decoder {
   std::vector<BatchEntry> last_;
 
  private:
+  // A decode's rows are all sampled before any sequence changes (Scheduler::tick's order): a
+  // sequence ended, kept, moved or parked between two samples of one decode fails here.
+  int rows_unsampled_ = 0;
+  void no_rows_pending(const char* what) const {
+    EXPECT_EQ(rows_unsampled_, 0) << what << " between the samples of one decode";
+  }
   // Per-sequence KV: copies between streams wait for the next decode (see Decoder::move_sequence);
   // until then a destination is not read and a source not written.
   static constexpr std::uint8_t kSource = 1, kDestination = 2;
