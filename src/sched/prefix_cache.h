@@ -30,17 +30,10 @@
 #include "runtime/decoder.h"
 #include "sched/prefix_index.h"
 #include "sched/request.h"
+#include "sched/seq_id_pool.h"
 #include "sched/time_source.h"
 
 namespace uma {
-
-// Returns a sequence id to a free list kept in descending order, so that back() is always the
-// lowest free id: live sequences stay dense, which keeps per-sequence KV streams in few ubatches.
-inline void give_back_seq(std::vector<std::int32_t>& free_seqs, std::int32_t seq) {
-  auto it = free_seqs.begin();
-  while (it != free_seqs.end() && *it > seq) ++it;
-  free_seqs.insert(it, seq);
-}
 
 struct PrefixCacheConfig {
   bool enabled = false;                               // umad turns it on (--prefix-cache, the default)
@@ -81,9 +74,9 @@ class PrefixCache {
   };
   // The longest reusable prefix of `prompt`, at most max_length tokens. `live_ok(id)` says whether
   // a live session may lead (it is prefilling or decoding). A host snapshot hit is restored into
-  // one of `free_seqs` first (and becomes a kept entry), when room allows.
+  // one of `ids` first (and becomes a kept entry), when room allows.
   Hit lookup(std::span<const Token> prompt, std::int32_t max_length, const std::function<bool(RequestId)>& live_ok,
-             std::vector<std::int32_t>& free_seqs, std::int32_t cells_free);
+             SeqIdPool& ids, std::int32_t cells_free);
   // Without side effects: how many of `prompt`'s first max_length tokens could share cells that
   // are in the KV cache now (a usable live session's prompt, or a kept sequence; not a host
   // snapshot, which would need cells to come back). What admission may discount.
@@ -95,7 +88,7 @@ class PrefixCache {
   // A finished session's sequence holding `kv_tokens` at positions 0.., the first `shared` of them
   // in cells shared from another sequence: kept (the cache takes the sequence id; returns true) or
   // not (the caller frees it). May evict to stay within max_kept.
-  bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, std::vector<std::int32_t>& free_seqs);
+  bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, SeqIdPool& ids);
   void set_min_reuse(std::int32_t n) { config_.min_reuse = n; }
   void set_keep_unseen_min(std::int32_t n) { config_.keep_unseen_min = n; }
   // Counts a started request's first block, for keep()'s admission (a bounded, forgetting count).
@@ -105,16 +98,16 @@ class PrefixCache {
   // KV cells the kept entries hold (estimate, see above).
   std::int32_t cells() const { return cells_; }
   // Evicts kept entries until `cells_needed` cells are released or none is left; their sequence
-  // ids go back to free_seqs. Returns the cells released.
-  std::int32_t evict(std::int32_t cells_needed, std::vector<std::int32_t>& free_seqs);
+  // ids go back to `ids`. Returns the cells released.
+  std::int32_t evict(std::int32_t cells_needed, SeqIdPool& ids);
   // Evicts the one best victim (a waiting request needs a sequence id); false when none is kept.
-  bool evict_one(std::vector<std::int32_t>& free_seqs);
+  bool evict_one(SeqIdPool& ids);
   bool holds(std::int32_t seq) const;
   // Moves kept sequences idle for longer than idle_ms out of the KV cache (to host memory when it
   // fits). Called every tick.
-  void offload_idle(Clock::time_point now, std::vector<std::int32_t>& free_seqs);
+  void offload_idle(Clock::time_point now, SeqIdPool& ids);
   // Frees every kept sequence (shutdown).
-  void clear(std::vector<std::int32_t>& free_seqs);
+  void clear(SeqIdPool& ids);
 
  private:
   struct Kept {
@@ -127,7 +120,7 @@ class PrefixCache {
   };
   static constexpr std::uint64_t kLiveBit = std::uint64_t{1} << 63;
 
-  void evict_one(std::uint64_t id, std::vector<std::int32_t>& free_seqs);
+  void evict_one(std::uint64_t id, SeqIdPool& ids);
   std::uint64_t victim() const;  // LRU kept-in-KV entry, leaves first; 0: none
   std::int32_t kept_in_kv() const;
   void drop_host(std::uint64_t id);

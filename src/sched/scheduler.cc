@@ -28,9 +28,8 @@ Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerCo
   cache_.set_keep_unseen_min(per_seq_ ? config.per_seq_keep_unseen_min : config.unified_keep_unseen_min);
   const std::int32_t kept_ids =
       per_seq_ && config.prefix.enabled ? std::clamp(config.prefix.max_kept, 0, decoder.n_seq_max() - 1) : 0;
-  for (std::int32_t s = decoder.n_seq_max() - 1; s >= 0; --s) {
-    (s >= decoder.n_seq_max() - kept_ids ? cache_seqs_ : free_seqs_).push_back(s);
-  }
+  session_ids_.add_range(0, decoder.n_seq_max() - kept_ids);
+  cache_ids_.add_range(decoder.n_seq_max() - kept_ids, decoder.n_seq_max());
   metrics_.kv_cells_total = decoder.n_ctx();
 }
 
@@ -373,14 +372,13 @@ void Scheduler::finish(Session& s, SessionState terminal) {
     if (kept && per_seq_) {
       // Kept sequences live above the sessions' ids. keep() left the cache at most max_kept
       // entries, this one in a session's id, so one of the cache's ids is free.
-      const std::int32_t to = cache_seqs_.back();
-      cache_seqs_.pop_back();
+      const std::int32_t to = cache_ids_.take();
       decoder_.move_sequence(s.seq, to);
       cache_.relocate(s.seq, to);
-      give_back_seq(free_seqs_, s.seq);
+      session_ids_.give_back(s.seq);
     } else if (!kept) {
       decoder_.end_sequence(s.seq);
-      give_back_seq(free_seqs_, s.seq);
+      session_ids_.give_back(s.seq);
     }
     s.seq = -1;
   }
@@ -390,7 +388,7 @@ void Scheduler::compact_sequences() {
   if (!per_seq_) return;
   std::int32_t top_seq = -1;
   for (auto& s : sessions_) top_seq = std::max(top_seq, s->seq);
-  const bool gap = !free_seqs_.empty() && free_seqs_.back() < top_seq;
+  const bool gap = !session_ids_.empty() && session_ids_.lowest() < top_seq;
   gap_ticks_ = gap ? gap_ticks_ + 1 : 0;
   if (gap_ticks_ < config_.compact_after_ticks) return;
   gap_ticks_ = 0;
@@ -399,11 +397,10 @@ void Scheduler::compact_sequences() {
     for (auto& s : sessions_) {
       if (s->seq >= 0 && (top == nullptr || s->seq > top->seq)) top = s.get();
     }
-    if (top == nullptr || free_seqs_.empty() || free_seqs_.back() > top->seq) return;
-    const std::int32_t to = free_seqs_.back();
-    free_seqs_.pop_back();
+    if (top == nullptr || session_ids_.empty() || session_ids_.lowest() > top->seq) return;
+    const std::int32_t to = session_ids_.take();
     decoder_.move_sequence(top->seq, to);
-    give_back_seq(free_seqs_, top->seq);
+    session_ids_.give_back(top->seq);
     top->seq = to;
     metrics_.kv_sequence_moves_total++;
   }

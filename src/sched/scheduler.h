@@ -152,13 +152,13 @@ class Scheduler {
   TickBudget budget_;
   PrefixCache cache_;
   std::vector<std::unique_ptr<Session>> sessions_;  // admission order
-  std::vector<std::int32_t> free_seqs_;   // sessions' sequence ids, lowest at the back
+  SeqIdPool session_ids_;  // the sessions' sequence ids; every take and give back goes through it
   // Per-sequence KV: the prefix cache's ids, above the sessions' (so running ids stay dense);
-  // unified: unused, the cache draws on free_seqs_ (cache_pool()).
-  std::vector<std::int32_t> cache_seqs_;
+  // unified: unused, the cache draws on session_ids_ (cache_pool()).
+  SeqIdPool cache_ids_;
   bool per_seq_ = false;
   std::int32_t gap_ticks_ = 0;  // per-sequence KV: consecutive ticks whose running ids had a gap
-  std::vector<std::int32_t>& cache_pool() { return per_seq_ ? cache_seqs_ : free_seqs_; }
+  SeqIdPool& cache_pool() { return per_seq_ ? cache_ids_ : session_ids_; }
   std::size_t parked_bytes_ = 0;      // saved KV of paused sessions
   std::size_t rr_cursor_ = 0;
   bool guard_fired_last_ = false;

@@ -75,8 +75,8 @@ std::int32_t Scheduler::watermark() const {
 }
 
 bool Scheduler::fits(const Session& s) const {
-  if (per_seq_) return !free_seqs_.empty();  // every sequence id owns its cells
-  return !free_seqs_.empty() && cells_granted() + need(s) + watermark() <= decoder_.n_ctx();
+  if (per_seq_) return !session_ids_.empty();  // every sequence id owns its cells
+  return !session_ids_.empty() && cells_granted() + need(s) + watermark() <= decoder_.n_ctx();
 }
 
 void Scheduler::start_waiting(std::vector<Event>& out) {
@@ -89,9 +89,9 @@ void Scheduler::start_waiting(std::vector<Event>& out) {
                    [](const auto& a, const auto& b) { return waiting_before(a.first, b.first); });
   for (const auto& [w, s] : waiting) {
     // Kept prefixes give their sequence ids and cells back before anyone waits or is paused.
-    if (free_seqs_.empty() && !per_seq_) cache_.evict_one(free_seqs_);
-    if (!per_seq_ && !fits(*s) && cache_.cells() > 0 && !free_seqs_.empty()) {
-      cache_.evict(cells_granted() + need(*s) + watermark() - decoder_.n_ctx(), free_seqs_);
+    if (session_ids_.empty() && !per_seq_) cache_.evict_one(session_ids_);
+    if (!per_seq_ && !fits(*s) && cache_.cells() > 0 && !session_ids_.empty()) {
+      cache_.evict(cells_granted() + need(*s) + watermark() - decoder_.n_ctx(), session_ids_);
     }
     if (!fits(*s) && !(s->priority == Priority::kInteractive && preempt_for(*s, now))) return;  // head of line waits
     take_room(*s, out);
@@ -99,12 +99,13 @@ void Scheduler::start_waiting(std::vector<Event>& out) {
 }
 
 void Scheduler::take_room(Session& s, std::vector<Event>& out) {
-  const std::int32_t seq = free_seqs_.back();
+  const std::int32_t seq = session_ids_.take();
   const bool starting = s.state == SessionState::kQueued;
   if (starting) {
     if (Status st = decoder_.start_sequence(seq, s.sampling); !st.ok()) {
-      // The id stays free; the request ends here with the decoder's reason (a sampler it could
+      // The id goes back; the request ends here with the decoder's reason (a sampler it could
       // not build), rather than waiting forever for a start that fails the same way.
+      session_ids_.give_back(seq);
       spdlog::error("session {}: cannot start sequence: {}", s.id, st.to_string());
       finish(s, SessionState::kFailed);
       metrics_.count_error(st.code());
@@ -137,7 +138,6 @@ void Scheduler::take_room(Session& s, std::vector<Event>& out) {
     s.set_state(saved && st.ok() ? s.paused_from : SessionState::kPrefill);
     metrics_.resumed_total++;
   }
-  free_seqs_.pop_back();
   s.seq = seq;
   if (starting) reuse_prefix(s);  // needs its sequence id: shared cells go into it
 }
@@ -165,7 +165,7 @@ bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
     running.push_back(victim_candidate(*s, now));
     who.push_back(s.get());
   }
-  const std::int32_t seqs_needed = free_seqs_.empty() ? 1 : 0;
+  const std::int32_t seqs_needed = session_ids_.empty() ? 1 : 0;
   const std::int32_t cells_needed = per_seq_ ? 0 : cells_granted() + need(head) + watermark() - decoder_.n_ctx();
   const std::vector<std::size_t> victims = choose_victims(running, seqs_needed, cells_needed);
   for (std::size_t i : victims) {
@@ -221,7 +221,7 @@ void Scheduler::pause(Session& s, Clock::time_point now, PauseCause cause) {
   parked_bytes_ += s.parked.bytes();
   (save ? metrics_.preempted_saved_total : metrics_.preempted_recomputed_total)++;
   (cause == PauseCause::kKvFull ? metrics_.preempted_kv_full_total : metrics_.preempted_priority_total)++;
-  give_back_seq(free_seqs_, s.seq);
+  session_ids_.give_back(s.seq);
   s.seq = -1;
   s.paused_from = s.state;
   s.paused_at = now;

@@ -1,0 +1,35 @@
+// SeqIdPool: the free sequence ids of one kind, the single owner of who may take which id.
+//
+// The scheduler has two: the sessions' ids, and (per-sequence KV) the ids above them that hold
+// kept prefixes; with a unified KV the prefix cache draws on the sessions' pool. An id is either
+// free in its pool or held by whoever took it: take() hands out the lowest free id (live
+// sequences stay dense, which keeps per-sequence KV streams in few ubatches) and give_back()
+// returns one. Giving back an id that is already free, or that is not this pool's, is a bug in
+// the caller and aborts (as Session::set_state does on an illegal transition).
+// Thread-safety: none (the compute thread's).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace uma {
+
+class SeqIdPool {
+ public:
+  // Ids [lo, hi) belong to this pool, all free.
+  void add_range(std::int32_t lo, std::int32_t hi);
+
+  bool empty() const { return free_.empty(); }
+  std::size_t size() const { return free_.size(); }
+  std::int32_t lowest() const { return free_.back(); }  // !empty()
+  bool owns(std::int32_t id) const;                     // one of this pool's ids, free or taken
+  std::int32_t take();                                  // the lowest free id; !empty()
+  void give_back(std::int32_t id);                      // a taken id of this pool
+
+ private:
+  std::vector<std::int32_t> free_;  // descending: the lowest at the back
+  std::vector<std::uint8_t> state_; // by id: 0 not ours, 1 free, 2 taken
+};
+
+}  // namespace uma
