@@ -104,7 +104,9 @@ class Scheduler {
   std::int32_t need(const Session& s) const;     // cells a waiting session is granted when it starts
   std::int32_t cells_granted() const;            // every claim + the prefix cache's cells
   std::int32_t watermark() const;                // free cells kept when starting or resuming
-  bool fits(const Session& s) const;             // a sequence id, and its need next to every claim
+  std::int32_t cells_free() const;               // cells no claim or kept prefix holds (per-seq: one id's)
+  std::int32_t shortfall(const Session& s) const; // cells short of starting s with the watermark kept (<= 0: none)
+  bool fits(const Session& s) const;             // a sequence id, and no shortfall: the one room test
   // Starts or resumes in waiting order, preempting for urgent heads; a start the decoder refuses
   // ends that request with an error event.
   void start_waiting(std::vector<Event>& out);

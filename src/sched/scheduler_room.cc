@@ -74,10 +74,16 @@ std::int32_t Scheduler::watermark() const {
   return running ? static_cast<std::int32_t>(config_.kv_watermark * decoder_.n_ctx()) : 0;
 }
 
-bool Scheduler::fits(const Session& s) const {
-  if (per_seq_) return !session_ids_.empty();  // every sequence id owns its cells
-  return !session_ids_.empty() && cells_granted() + need(s) + watermark() <= decoder_.n_ctx();
+std::int32_t Scheduler::cells_free() const {
+  // Per-sequence KV: every sequence id owns n_ctx_seq cells, whoever else holds what.
+  return per_seq_ ? decoder_.n_ctx_seq() : decoder_.n_ctx() - cells_granted();
 }
+
+std::int32_t Scheduler::shortfall(const Session& s) const {
+  return per_seq_ ? 0 : need(s) + watermark() - cells_free();
+}
+
+bool Scheduler::fits(const Session& s) const { return !session_ids_.empty() && shortfall(s) <= 0; }
 
 void Scheduler::start_waiting(std::vector<Event>& out) {
   const Clock::time_point now = time_.now();
@@ -91,7 +97,7 @@ void Scheduler::start_waiting(std::vector<Event>& out) {
     // Kept prefixes give their sequence ids and cells back before anyone waits or is paused.
     if (session_ids_.empty() && !per_seq_) cache_.evict_one(session_ids_);
     if (!per_seq_ && !fits(*s) && cache_.cells() > 0 && !session_ids_.empty()) {
-      cache_.evict(cells_granted() + need(*s) + watermark() - decoder_.n_ctx(), session_ids_);
+      cache_.evict(shortfall(*s), session_ids_);
     }
     if (!fits(*s) && !(s->priority == Priority::kInteractive && preempt_for(*s, now))) return;  // head of line waits
     take_room(*s, out);
@@ -166,8 +172,7 @@ bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
     who.push_back(s.get());
   }
   const std::int32_t seqs_needed = session_ids_.empty() ? 1 : 0;
-  const std::int32_t cells_needed = per_seq_ ? 0 : cells_granted() + need(head) + watermark() - decoder_.n_ctx();
-  const std::vector<std::size_t> victims = choose_victims(running, seqs_needed, cells_needed);
+  const std::vector<std::size_t> victims = choose_victims(running, seqs_needed, shortfall(head));
   for (std::size_t i : victims) {
     spdlog::debug("session {}: paused for interactive session {}", who[i]->id, head.id);
     pause(*who[i], now, PauseCause::kPriority);
@@ -177,7 +182,7 @@ bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
 
 void Scheduler::make_room_for_tick(Clock::time_point now) {
   if (!config_.preemption || per_seq_) return;  // worst cases were granted up front / cells are per id
-  std::int32_t over = cells_granted() - decoder_.n_ctx();
+  std::int32_t over = -cells_free();
   if (over <= 0) return;
   if (cache_.cells() > 0) over -= cache_.evict(over, cache_pool());
   if (over <= 0) return;
@@ -276,9 +281,8 @@ void Scheduler::reuse_prefix(Session& s) {
     const Session* leader = id == s.id ? nullptr : find_session(id);
     return leader != nullptr && is_active(*leader) && leader->seq >= 0;
   };
-  const std::int32_t cells_free = per_seq_ ? decoder_.n_ctx_seq() : decoder_.n_ctx() - cells_granted();
   // At least the last prompt token is evaluated, so the first token has logits.
-  const PrefixCache::Hit hit = cache_.lookup(prompt, s.n_prompt - 1, live_ok, cache_pool(), cells_free);
+  const PrefixCache::Hit hit = cache_.lookup(prompt, s.n_prompt - 1, live_ok, cache_pool(), cells_free());
   std::int32_t reused = 0;
   if (hit.kind == PrefixCache::Hit::Kind::kKept) {
     decoder_.share_prefix(hit.seq, s.seq, hit.length);
