@@ -263,8 +263,9 @@ void LlamaRuntime::attach_backend_sampler(std::int32_t seq, bool greedy) {
     retired_.push_back(chain);
     chain = make_device_greedy(&device_share_);
   }
-  llama_set_sampler(ctx_, seq, greedy ? chain : nullptr);
-  attached_[static_cast<size_t>(seq)] = greedy;
+  // llama.cpp may refuse a device sampler (a tensor-split model): that id samples on the host.
+  const bool ok = llama_set_sampler(ctx_, seq, greedy ? chain : nullptr);
+  attached_[static_cast<size_t>(seq)] = greedy && ok;
   ++sampler_switches_;
 }
 
@@ -333,7 +334,9 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> batch) {
   const int32_t rc = timing_.on ? timed_decode(b, batch.size()) : llama_decode(ctx_, b);
   // llama_decode applies queued stream copies before it looks for cells (0) or finds none (1).
   if (rc == 0 || rc == 1) std::fill(copy_pending_.begin(), copy_pending_.end(), 0);
-  for (llama_sampler* s : retired_) llama_sampler_free(s);  // the decode re-reserved without them
+  // Retired chains are named by no graph now: a decode that got this far re-reserved without them,
+  // and one that failed earlier left the reserve pending, which drops the old graphs first.
+  for (llama_sampler* s : retired_) llama_sampler_free(s);
   retired_.clear();
   if (rc == 0) return Status::Ok();
   if (rc == 1) return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
@@ -369,9 +372,12 @@ Token LlamaRuntime::sample(std::int32_t seq, std::int32_t batch_index) {
 Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t batch_index) {
   const auto s = static_cast<size_t>(seq);
   if (greedy_[s] && s < attached_.size() && attached_[s]) {
-    // Sampled on the device, in the decode's graph: the token id is all that came back.
+    // Sampled on the device, in the decode's graph: the token id is all that came back (no
+    // logits row either, so there is nothing on the host to fall back on).
     const llama_token t = llama_get_sampled_token_ith(ctx_, batch_index);
     if (t != LLAMA_TOKEN_NULL) return t;
+    spdlog::error("sample: sequence {} row {} has no device-sampled token; ending it", seq, batch_index);
+    return llama_vocab_eos(vocab_);
   }
   if (greedy_[s]) {
     // Greedy is the argmax of the logits row, which is all its one-sampler chain computes (and it

@@ -46,7 +46,7 @@ struct RuntimeConfig {
   // own graph) picks the token, and only token ids cross to the host, not a logits row of n_vocab
   // floats per stream (at 64 streams and a 32k vocabulary, 8 MB copied and scanned a tick).
   // on | off | auto (on where the output layer runs on a GPU; on a CPU the graph's argmax is no
-  // faster than the host's, and every attached sampler runs each decode, active or not).
+  // faster than the host's, and every attached sampler adds its nodes to each graph).
   std::string backend_sampling = "auto";
   // Per-sequence KV: ids [0, n) get a device sampler (0: all); the ids above hold kept prefixes.
   std::int32_t n_seq_sampling = 0;

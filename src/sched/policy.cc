@@ -44,6 +44,10 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
   const std::int32_t budget = plan.decode.empty() ? in.capacity : std::max(in.budget, in.min_prefill);
   std::int32_t left = std::min(budget, in.capacity - used);
   std::int32_t background_left = plan.decode.empty() && in.background_idle_cap > 0 ? in.background_idle_cap : left;
+  // The most one prompt could get in a tick like this one: whole_prompts cuts a prompt only when
+  // it is longer (else a prompt longer than what decode leaves free would wait forever).
+  const std::int32_t tick_room = left;
+  const std::int32_t background_room = std::min(left, background_left);
   for (std::size_t i : prefillers) {
     if (left <= 0) break;
     const bool bg = sessions[i].background;
@@ -51,7 +55,7 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
     const std::int32_t want = sessions[i].prompt_remaining;
     std::int32_t chunk = std::min(room, want);
     if (in.whole_prompts && chunk < want) {
-      const bool never_whole = want > (bg ? std::min(budget, background_left) : budget);
+      const bool never_whole = want > (bg ? background_room : tick_room);
       const bool worth_a_pass = plan.prefill.empty() || chunk >= in.min_prefill;
       if (!never_whole || !worth_a_pass) continue;
     }

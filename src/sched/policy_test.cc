@@ -71,6 +71,16 @@ TEST(Policy, WholePromptsAPromptLongerThanTheBudgetTakesWhatIsLeft) {
   EXPECT_EQ(plan_tick(third, whole_prompts(300)).prefill.size(), 1u);
 }
 
+TEST(Policy, WholePromptsAPromptLongerThanWhatDecodeLeavesIsCutNotStarved) {
+  // n_batch 512 with 64 streams decoding leaves at most 448 a tick: a 470-token prompt never
+  // fits whole while they run, so it is cut now (it waited forever when judged by the budget).
+  std::vector<Candidate> c(64, decoding());
+  c.push_back(prefilling(470));
+  const TickPlan p = plan_tick(c, whole_prompts(512));
+  ASSERT_EQ(p.prefill.size(), 1u);
+  EXPECT_EQ(p.prefill[0], (std::pair<std::size_t, std::int32_t>{64, 448}));
+}
+
 TEST(Policy, GuardSkipsPrefillButNeverTwiceRunning) {
   const std::vector<Candidate> c = {decoding(/*overdue=*/true), prefilling(100)};
   const TickPlan first = plan_tick(c, {64, 512, 8, /*guard_fired_last_tick=*/false});

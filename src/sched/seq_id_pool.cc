@@ -10,6 +10,12 @@ namespace uma {
 
 namespace {
 constexpr std::uint8_t kNotOurs = 0, kFree = 1, kTaken = 2;
+
+[[noreturn]] void die(const char* what) {
+  spdlog::critical("sequence ids: {}", what);
+  std::fprintf(stderr, "sequence ids: %s\n", what);  // also when logging is off
+  std::abort();
+}
 }  // namespace
 
 void SeqIdPool::add_range(std::int32_t lo, std::int32_t hi) {
@@ -25,7 +31,13 @@ bool SeqIdPool::owns(std::int32_t id) const {
   return id >= 0 && id < static_cast<std::int32_t>(state_.size()) && state_[static_cast<std::size_t>(id)] != kNotOurs;
 }
 
+std::int32_t SeqIdPool::lowest() const {
+  if (free_.empty()) die("lowest() of an empty pool");
+  return free_.back();
+}
+
 std::int32_t SeqIdPool::take() {
+  if (free_.empty()) die("take() from an empty pool");
   const std::int32_t id = free_.back();
   free_.pop_back();
   state_[static_cast<std::size_t>(id)] = kTaken;
@@ -34,10 +46,7 @@ std::int32_t SeqIdPool::take() {
 
 void SeqIdPool::give_back(std::int32_t id) {
   if (!owns(id) || state_[static_cast<std::size_t>(id)] != kTaken) {
-    const char* why = owns(id) ? "holds it free already" : "does not own it";
-    spdlog::critical("sequence id {} given back to a pool that {}", id, why);
-    std::fprintf(stderr, "sequence id %d given back to a pool that %s\n", id, why);  // also when logging is off
-    std::abort();
+    die(owns(id) ? "give_back() of an id the pool holds free already" : "give_back() of an id the pool does not own");
   }
   state_[static_cast<std::size_t>(id)] = kFree;
   auto it = free_.begin();

@@ -4,8 +4,8 @@
 // kept prefixes; with a unified KV the prefix cache draws on the sessions' pool. An id is either
 // free in its pool or held by whoever took it: take() hands out the lowest free id (live
 // sequences stay dense, which keeps per-sequence KV streams in few ubatches) and give_back()
-// returns one. Giving back an id that is already free, or that is not this pool's, is a bug in
-// the caller and aborts (as Session::set_state does on an illegal transition).
+// returns one. Taking from an empty pool, giving back an id that is already free, or one that is
+// not this pool's, is a bug in the caller and aborts (as Session::set_state does on an illegal transition).
 // Thread-safety: none (the compute thread's).
 #pragma once
 
@@ -22,9 +22,9 @@ class SeqIdPool {
 
   bool empty() const { return free_.empty(); }
   std::size_t size() const { return free_.size(); }
-  std::int32_t lowest() const { return free_.back(); }  // !empty()
+  std::int32_t lowest() const;                          // !empty(), else aborts
   bool owns(std::int32_t id) const;                     // one of this pool's ids, free or taken
-  std::int32_t take();                                  // the lowest free id; !empty()
+  std::int32_t take();                                  // the lowest free id; !empty(), else aborts
   void give_back(std::int32_t id);                      // a taken id of this pool
 
  private:

@@ -31,11 +31,14 @@ TEST(SeqIdPool, OwnsOnlyItsRange) {
   EXPECT_EQ(cache.take(), 6);
 }
 
-TEST(SeqIdPoolDeathTest, GivingBackAFreeIdOrAnotherPoolsIdAborts) {
+TEST(SeqIdPoolDeathTest, GivingBackAFreeIdOrAnotherPoolsIdOrTakingFromNothingAborts) {
   SeqIdPool pool;
   pool.add_range(0, 2);
-  EXPECT_DEATH(pool.give_back(1), "holds it free already");
-  EXPECT_DEATH(pool.give_back(5), "does not own it");
+  EXPECT_DEATH(pool.give_back(1), "holds free already");
+  EXPECT_DEATH(pool.give_back(5), "does not own");
+  pool.take();
+  pool.take();
+  EXPECT_DEATH(pool.take(), "empty pool");
 }
 
 }  // namespace

@@ -55,10 +55,10 @@ class Driver {
     parked_[seq] = std::move(live_[seq]);
     live_.erase(seq);
   }
-  void unpark(std::int32_t seq, ParkedSequence& from) {
+  void unpark(std::int32_t parked_as, std::int32_t seq, ParkedSequence& from) {
     ASSERT_TRUE(rt_.unpark_sequence(seq, from).ok());
-    live_[seq] = std::move(parked_[seq]);
-    parked_.erase(seq);
+    live_[seq] = std::move(parked_[parked_as]);
+    parked_.erase(parked_as);
   }
   // One decode + a sample for every live sequence; returns how many rows came to the host.
   int step() {
@@ -152,14 +152,15 @@ TEST_P(BackendSampling, GreedyAndSeededTokensMatchTheHostsThroughSwitchesMovesAn
     d.step();
     h.step();
   }
-  d.unpark(0, pd);
-  h.unpark(0, ph);
+  d.unpark(0, 3, pd);  // id 3 last held the seeded request, then a greedy one moved through it
+  h.unpark(0, 3, ph);
   for (int i = 0; i < 6; ++i) {
     EXPECT_EQ(d.step(), 0);
     h.step();
   }
-  for (std::int32_t seq : {0, 1, 2}) EXPECT_EQ(d.out(seq), h.out(seq)) << "sequence " << seq;
+  for (std::int32_t seq : {1, 2, 3}) EXPECT_EQ(d.out(seq), h.out(seq)) << "sequence " << seq;
   EXPECT_GT(d.out(2).size(), 20u);
+  EXPECT_GT(d.out(3).size(), 20u);  // the first greedy stream, resumed under id 3
 
 }
 
