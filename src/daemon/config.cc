@@ -99,9 +99,10 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_PREEMPT")->capture_default_str()->check(CLI::IsMember({"auto", "save", "recompute", "off"}));
   app.add_option("--preempt-host-mb", preempt_host_mb, "host memory for the saved KV of paused sessions (MiB)")
       ->envname("UMA_PREEMPT_HOST_MB")->capture_default_str()->check(CLI::Range(0, 1 << 24));
-  app.add_option("--min-prefill", sc.min_prefill, "prompt tokens every tick may prefill next to running streams, at least "
-                 "(smaller: steadier streams, slower long prompts; raised where a prefill tick has a measured "
-                 "fixed cost, as on a GPU)")
+  CLI::Option* min_prefill = app.add_option("--min-prefill", sc.min_prefill,
+                 "prompt tokens every tick may prefill next to running streams, at least (smaller: steadier "
+                 "streams, slower long prompts; raised where a prefill tick has a measured fixed cost). "
+                 "Default 8 with a unified KV, n-batch with per-sequence KV (the GPU default)")
       ->envname("UMA_MIN_PREFILL")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   app.add_flag("--prefix-cache,!--no-prefix-cache", prefix_cache,
                "reuse the KV of earlier prompts' shared prefixes (default on)")->envname("UMA_PREFIX_CACHE");
@@ -144,6 +145,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   }
   rt.use_mmap = mmap;
   rt.use_mlock = mlock;
+  if (min_prefill->count() > 0) sc.per_seq_min_prefill = sc.min_prefill;  // asked for: both layouts
   sc.prefix.enabled = prefix_cache;
   sc.prefix.host_bytes = static_cast<std::size_t>(prefix_cache_mb) << 20;
   if (prefix_hash == "weak") sc.prefix.hash = [](std::uint64_t, std::span<const Token>) -> std::uint64_t { return 42; };

@@ -19,9 +19,16 @@ Event token_event(RequestId id, std::string text, Token token) {
 
 }  // namespace
 
+namespace {
+SchedulerConfig for_layout(SchedulerConfig c, const Decoder& decoder) {
+  if (decoder.kv_per_sequence()) c.min_prefill = c.per_seq_min_prefill < 0 ? decoder.n_batch() : c.per_seq_min_prefill;
+  return c;
+}
+}  // namespace
+
 Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config, const TimeSource& time)
-    : decoder_(decoder), metrics_(metrics), config_(config), time_(time),
-      budget_(decoder.n_batch(), config.tick_target_ms, config.start_budget, config.min_prefill),
+    : decoder_(decoder), metrics_(metrics), config_(for_layout(config, decoder)), time_(time),
+      budget_(decoder.n_batch(), config_.tick_target_ms, config_.start_budget, config_.min_prefill),
       cache_(decoder, metrics, config.prefix, time) {
   per_seq_ = decoder.kv_per_sequence();
   if (per_seq_) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));

@@ -67,6 +67,10 @@ struct SchedulerConfig {
   double tick_target_ms = 30.0;
   std::int32_t start_budget = 64;
   std::int32_t min_prefill = 8;
+  // The same with per-sequence KV (the GPU default), -1 meaning n_batch: every prompt chunk there
+  // is a pass of its own, and ticks that carry many prompts at once cost far less than as many
+  // ticks carrying one (H100, 1B Q8_0, 64 streams: 6643-6765 tok/s against 4270-4885 with 8).
+  std::int32_t per_seq_min_prefill = -1;
   // Background requests: their default TTFT target, and the most time one spends paused in all;
   // past either it ranks as urgent and is no longer paused (no starvation).
   double background_max_wait_ms = 10000.0;

@@ -43,6 +43,43 @@ TEST_F(SchedulerTest, PerSequenceKvKeepsRunningSequencesDenseUnderChurn) {
   EXPECT_EQ(decoder_->total_kv(), 0) << "every sequence freed";
 }
 
+// Per-sequence KV: a tick may prefill the whole batch next to running streams (each prompt chunk
+// is a pass of its own there, so several prompts in one tick beat one prompt a tick); a unified
+// KV keeps the small floor. An explicit per_seq_min_prefill is honoured.
+class PrefillFloor : public SchedulerTest {
+ protected:
+  std::size_t biggest_tick_beside_a_stream(bool per_seq, std::int32_t per_seq_min_prefill) {
+    SchedulerConfig cfg;
+    cfg.start_budget = 8;
+    cfg.per_seq_min_prefill = per_seq_min_prefill;
+    make(64, /*n_ctx=*/8 * 128, /*n_seq=*/8, cfg, per_seq);
+    submit(1, "a", 40);  // a running stream
+    scheduler_->tick(events_);
+    scheduler_->tick(events_);
+    collect();
+    for (RequestId id = 2; id <= 4; ++id) submit(id, std::string(9, static_cast<char>('a' + id)), 2);  // 10 tokens each
+    decoder_->max_batch_ = 0;
+    scheduler_->tick(events_);
+    collect();
+    const std::size_t biggest = decoder_->max_batch_;
+    run_until_idle();
+    for (RequestId id = 2; id <= 4; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'a' + static_cast<Token>(id), 2)) << id;
+    return biggest;
+  }
+};
+
+TEST_F(PrefillFloor, PerSequenceKvPrefillsSeveralPromptsInOneTickBesideRunningStreams) {
+  EXPECT_EQ(biggest_tick_beside_a_stream(/*per_seq=*/true, -1), 1u + 30u);
+}
+
+TEST_F(PrefillFloor, PerSequenceKvHonoursAnExplicitMinimumPrefill) {
+  EXPECT_EQ(biggest_tick_beside_a_stream(/*per_seq=*/true, 10), 1u + 10u);
+}
+
+TEST_F(PrefillFloor, UnifiedKvKeepsTheSmallPrefillFloorBesideRunningStreams) {
+  EXPECT_EQ(biggest_tick_beside_a_stream(/*per_seq=*/false, -1), 1u + 8u);
+}
+
 TEST_F(SchedulerTest, PerSequenceKvLimitsARequestToOneSequencesCells) {
   make(64, /*n_ctx=*/4 * 64, /*n_seq=*/4, {}, /*per_seq=*/true);
   submit(1, "abc", 100);  // 4 prompt tokens + 100 > 64 cells of one sequence
