@@ -145,7 +145,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   }
   rt.use_mmap = mmap;
   rt.use_mlock = mlock;
-  if (min_prefill->count() > 0) sc.per_seq_min_prefill = sc.min_prefill;  // asked for: both layouts
+  out.min_prefill_given = min_prefill->count() > 0;
+  if (out.min_prefill_given) sc.per_seq_min_prefill = sc.min_prefill;  // asked for: both layouts
   sc.prefix.enabled = prefix_cache;
   sc.prefix.host_bytes = static_cast<std::size_t>(prefix_cache_mb) << 20;
   if (prefix_hash == "weak") sc.prefix.hash = [](std::uint64_t, std::span<const Token>) -> std::uint64_t { return 42; };

@@ -17,6 +17,7 @@ struct DaemonConfig {
   ServerConfig server;
   SchedulerConfig scheduler;
   bool http_enabled = false;  // --http given
+  bool min_prefill_given = false;  // --min-prefill (or its env twin) given: it holds for both KV layouts
   HttpConfig http;
   std::string chat_template;  // --chat-template: overrides the model's
   bool debug = false;

@@ -124,6 +124,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("model: {}", runtime->describe());
+  // The whole-batch prefill floor of per-sequence KV was measured on a GPU; on a CPU, where a
+  // prompt token costs far more, per-sequence KV keeps the unified floor unless asked otherwise.
+  if (!runtime->on_gpu() && !cfg.min_prefill_given) cfg.scheduler.per_seq_min_prefill = cfg.scheduler.min_prefill;
   Scheduler scheduler(*runtime, metrics, cfg.scheduler);
   EventRouter router(server, http.get());
   compute = std::make_unique<ComputeThread>(scheduler, router);

@@ -117,6 +117,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   cp.n_threads = config.n_threads > 0 ? config.n_threads : hw;
   cp.n_threads_batch = cp.n_threads;
   const bool on_gpu = llama_supports_gpu_offload() && mp.n_gpu_layers != 0;
+  rt->on_gpu_ = on_gpu;
   const bool per_seq = config.kv_layout == "per-seq" || (config.kv_layout == "auto" && on_gpu && config.n_seq_max > 1);
   cp.kv_unified = !per_seq;
   // auto: llama.cpp's choice where a GPU runs the model; off on CPU-only builds, where its flash

@@ -93,6 +93,7 @@ class LlamaRuntime final : public Decoder {
   std::int32_t kv_tokens(std::int32_t seq) const override;
 
   bool backend_sampling() const { return !backend_greedy_.empty(); }
+  bool on_gpu() const { return on_gpu_; }  // some layers run on a GPU backend
   // Times a sequence id's device sampler was attached or detached (each makes llama.cpp re-reserve
   // its graphs before the next decode). For metrics and tests.
   std::uint64_t sampler_switches() const { return sampler_switches_; }
@@ -116,6 +117,7 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_seq_max_ = 0;
   std::int32_t n_ctx_seq_ = 0;
   bool per_seq_ = false;
+  bool on_gpu_ = false;
   // Per-sequence KV: llama.cpp queues a copy between streams until the next llama_decode, while a
   // state read or write acts at once. Until then a copy's destination must not be read (it would
   // snapshot the stream before the copy) nor its source written (the copy would carry the new
