@@ -380,19 +380,17 @@ Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t batch_index) {
     spdlog::error("sample: sequence {} row {} has no device-sampled token; ending it", seq, batch_index);
     return llama_vocab_eos(vocab_);
   }
-  if (greedy_[s]) {
-    // Greedy is the argmax of the logits row, which is all its one-sampler chain computes (and it
-    // keeps no state): read the row in place instead of building the chain's 32k-entry candidate
-    // array, which at 64 rows a tick was most of the host time between two decodes.
-    const float* row = llama_get_logits_ith(ctx_, batch_index);
-    if (row != nullptr) return argmax_first(row, llama_vocab_n_tokens(vocab_));
-  }
-  if (samplers_[s] == nullptr || llama_get_logits_ith(ctx_, batch_index) == nullptr) {
+  const float* row = llama_get_logits_ith(ctx_, batch_index);
+  if (samplers_[s] == nullptr || row == nullptr) {
     // Not reachable through the scheduler (a row it asked for, of a live sequence); ending the
     // sequence beats reading a row that is not there.
     spdlog::error("sample: sequence {} row {} has no sampler or logits; ending it", seq, batch_index);
     return llama_vocab_eos(vocab_);
   }
+  // Greedy is the argmax of the logits row, which is all its one-sampler chain computes (and it
+  // keeps no state): read the row in place instead of building the chain's 32k-entry candidate
+  // array, which at 64 rows a tick was most of the host time between two decodes.
+  if (greedy_[s]) return argmax_first(row, llama_vocab_n_tokens(vocab_));
   return llama_sampler_sample(samplers_[s], ctx_, batch_index);
 }
 
