@@ -55,7 +55,9 @@ class Decoder {
   // all of it). Per-sequence (llama.cpp's KV streams): each sequence id owns n_ctx_seq() cells of
   // its own, and a decode's attention spans only its own sequence's cells instead of every cell in
   // use; llama.cpp evaluates a batch in one pass only over a run of consecutive sequence ids, so
-  // the scheduler keeps running sequences dense (move_sequence).
+  // the scheduler keeps running sequences dense (move_sequence) and the runtime fills what gaps
+  // remain (runtime/stream_batch.h). decode() may reorder entries for llama.cpp; batch indices in
+  // sample() and logits rows stay the caller's.
   virtual bool kv_per_sequence() const { return false; }
   virtual std::int32_t n_ctx_seq() const { return n_ctx(); }  // the most cells one sequence holds
 

@@ -174,6 +174,20 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->batch_seq_ptr_.resize(nb);
   for (size_t i = 0; i < nb; ++i) rt->batch_seq_ptr_[i] = &rt->batch_seq_[i];
   rt->batch_logits_.resize(nb);
+  rt->arrange_ = per_seq && config.stream_batches;
+  const char* stream_batch = std::getenv("UMA_STREAM_BATCH");
+  if (stream_batch != nullptr && std::string_view(stream_batch) == "plain") rt->arrange_ = false;
+  // A filler writes one cell into an idle stream, removed after the decode: harmless where a
+  // stream's cells are just its positions, not where a window or a recurrent state moves on.
+  const bool fillers_safe = llama_model_n_swa(rt->model_) == 0 && !llama_model_is_recurrent(rt->model_) &&
+                            !llama_model_is_hybrid(rt->model_);
+  if (fillers_safe) {
+    LlamaRuntime* self = rt.get();
+    rt->stream_options_.filler_pos = [self](std::int32_t seq) { return self->filler_pos(seq); };
+  }
+  const llama_token bos = llama_vocab_bos(rt->vocab_);
+  rt->stream_options_.filler_token = bos >= 0 ? bos : 0;
+  rt->stream_options_.max_entries = rt->n_batch_;
   *status = Status::Ok();
   return rt;
 }
@@ -299,8 +313,9 @@ std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_toke
       for (const auto& [seq, n] : per_seq) longest = std::max(longest, n);
       const llama_perf_context_data perf = llama_perf_context(ctx_);
       spdlog::info("slow launch {:.2f} ms (device {:.2f} ms): {} tokens, {} sequences, longest run {}, graph reused {}, "
-                   "sampler switches {}", launch_ms, static_cast<double>(t2 - t1) / 1e6, n_tokens, per_seq.size(), longest,
-                   perf.n_reused > timing_.reused_before ? "yes" : "no", sampler_switches_ - timing_.switches_before);
+                   "sampler switches {}, fillers {}", launch_ms, static_cast<double>(t2 - t1) / 1e6, n_tokens, per_seq.size(), longest,
+                   perf.n_reused > timing_.reused_before ? "yes" : "no", sampler_switches_ - timing_.switches_before,
+                   arrange_ ? arranged_.fillers.size() : 0);
     }
     timing_.gap_ms.push_back(static_cast<double>(t0 - timing_.prev_done_ns) / 1e6);
     timing_.launch_ms.push_back(static_cast<double>(t1 - t0) / 1e6);
@@ -316,9 +331,26 @@ std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_toke
   return rc;
 }
 
-Status LlamaRuntime::decode(std::span<const BatchEntry> batch) {
-  if (batch.empty()) return Status::Ok();
-  if (static_cast<std::int32_t>(batch.size()) > n_batch_) return Status(ErrorCode::kInternal, "batch over n_batch");
+std::int32_t LlamaRuntime::filler_pos(std::int32_t seq) const {
+  if ((copy_pending_[static_cast<size_t>(seq)] & kCopyDestination) != 0) return -1;  // its cells are not known yet
+  const std::int32_t pos = llama_memory_seq_pos_max(llama_get_memory(ctx_), seq) + 1;
+  return pos < n_ctx_seq_ ? pos : -1;
+}
+
+std::int32_t LlamaRuntime::row_of(std::int32_t batch_index) const {
+  if (!arrange_) return batch_index;
+  if (batch_index < 0 || static_cast<std::size_t>(batch_index) >= arranged_.index_of.size()) return -1;
+  return arranged_.index_of[static_cast<std::size_t>(batch_index)];
+}
+
+Status LlamaRuntime::decode(std::span<const BatchEntry> caller_batch) {
+  if (caller_batch.empty()) return Status::Ok();
+  if (static_cast<std::int32_t>(caller_batch.size()) > n_batch_) return Status(ErrorCode::kInternal, "batch over n_batch");
+  std::span<const BatchEntry> batch = caller_batch;
+  if (arrange_) {
+    arrange_for_streams(caller_batch, stream_options_, arranged_);
+    batch = arranged_.entries;
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     batch_token_[i] = batch[i].token;
     batch_pos_[i] = batch[i].pos;
@@ -333,6 +365,12 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> batch) {
   b.seq_id = batch_seq_ptr_.data();
   b.logits = batch_logits_.data();
   const int32_t rc = timing_.on ? timed_decode(b, batch.size()) : llama_decode(ctx_, b);
+  if (arrange_) {
+    // The fillers' cells go again (on the host only: the next graph's mask no longer sees them).
+    llama_memory_t mem = llama_get_memory(ctx_);
+    for (const StreamFiller& f : arranged_.fillers) llama_memory_seq_rm(mem, f.seq, f.pos, -1);
+    fillers_total_ += arranged_.fillers.size();
+  }
   // llama_decode applies queued stream copies before it looks for cells (0) or finds none (1).
   if (rc == 0 || rc == 1) std::fill(copy_pending_.begin(), copy_pending_.end(), 0);
   // Retired chains are named by no graph now: a decode that got this far re-reserved without them,
@@ -370,8 +408,13 @@ Token LlamaRuntime::sample(std::int32_t seq, std::int32_t batch_index) {
   return t;
 }
 
-Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t batch_index) {
+Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t caller_index) {
   const auto s = static_cast<size_t>(seq);
+  const std::int32_t batch_index = row_of(caller_index);
+  if (batch_index < 0) {  // not an entry of the last decode (llama.cpp would read -1 as its last row)
+    spdlog::error("sample: sequence {} asked for entry {}, not in the last decode; ending it", seq, caller_index);
+    return llama_vocab_eos(vocab_);
+  }
   if (greedy_[s] && s < attached_.size() && attached_[s]) {
     // Sampled on the device, in the decode's graph: the token id is all that came back (no
     // logits row either, so there is nothing on the host to fall back on).
@@ -394,7 +437,9 @@ Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t batch_index) {
   return llama_sampler_sample(samplers_[s], ctx_, batch_index);
 }
 
-std::span<const float> LlamaRuntime::logits(std::int32_t batch_index) {
+std::span<const float> LlamaRuntime::logits(std::int32_t caller_index) {
+  const std::int32_t batch_index = row_of(caller_index);
+  if (batch_index < 0) return {};
   // A row sampled on the device never came to the host.
   if (!backend_greedy_.empty() && llama_get_sampled_token_ith(ctx_, batch_index) != LLAMA_TOKEN_NULL) return {};
   const float* row = llama_get_logits_ith(ctx_, batch_index);

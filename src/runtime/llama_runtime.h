@@ -16,6 +16,7 @@
 
 #include "runtime/decoder.h"
 #include "runtime/device_greedy.h"
+#include "runtime/stream_batch.h"
 
 struct llama_model;
 struct llama_context;
@@ -50,6 +51,9 @@ struct RuntimeConfig {
   std::string backend_sampling = "auto";
   // Per-sequence KV: ids [0, n) get a device sampler (0: all); the ids above hold kept prefixes.
   std::int32_t n_seq_sampling = 0;
+  // Per-sequence KV: each decode's entries ordered, and missing ids filled, for llama.cpp's split
+  // (runtime/stream_batch.h); false gives llama.cpp the batch as it comes (for comparison).
+  bool stream_batches = true;
 };
 
 // Routes llama.cpp's own log lines to spdlog (debug level unless they are warnings or errors).
@@ -97,6 +101,8 @@ class LlamaRuntime final : public Decoder {
   // Times a sequence id's device sampler was attached or detached (each makes llama.cpp re-reserve
   // its graphs before the next decode). For metrics and tests.
   std::uint64_t sampler_switches() const { return sampler_switches_; }
+  // Filler entries given to llama.cpp so far (stream_batch.h). For tests and diagnostics.
+  std::uint64_t fillers_total() const { return fillers_total_; }
   std::string describe() const;  // one line: model size, params, context shape
 
  private:
@@ -111,6 +117,14 @@ class LlamaRuntime final : public Decoder {
   std::vector<std::int32_t> batch_seq_;
   std::vector<std::int32_t*> batch_seq_ptr_;
   std::vector<std::int8_t> batch_logits_;
+  // Per-sequence KV: the last decode as llama.cpp got it (see stream_batch.h); its fillers are
+  // taken out of the KV again right after the decode.
+  bool arrange_ = false;
+  StreamBatchOptions stream_options_;
+  StreamBatch arranged_;
+  std::int32_t row_of(std::int32_t batch_index) const;  // caller's index -> llama.cpp's
+  std::int32_t filler_pos(std::int32_t seq) const;
+  std::uint64_t fillers_total_ = 0;
   std::vector<llama_sampler*> samplers_;  // by sequence id; nullptr when idle
   std::int32_t n_batch_ = 0;
   std::int32_t n_ctx_ = 0;

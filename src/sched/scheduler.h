@@ -137,9 +137,10 @@ class Scheduler {
   // Per-sequence KV: moves the highest running sequences into lower free ids, so that one decode
   // is one pass (llama.cpp splits a batch at every gap between sequence ids). A move is a copy
   // between KV streams, after which llama.cpp reserves its worst-case graph again (~15-25 ms of
-  // host time on an H100), while a gap costs a pass over the weights per decode (~1 ms) and is
-  // usually filled by the next arrival, which takes the lowest free id: so only a gap that
-  // outlives SchedulerConfig::compact_after_ticks is closed by moving.
+  // host time on an H100), while a gap costs a filler row per decode (the runtime's, see
+  // runtime/stream_batch.h; a pass of its own where it cannot fill) and is usually taken by the
+  // next arrival, which gets the lowest free id: so only a gap that outlives
+  // SchedulerConfig::compact_after_ticks is closed by moving.
   void compact_sequences();
   void reap();  // drops terminal sessions
   // The steps of tick(), in order.

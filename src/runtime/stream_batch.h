@@ -1,0 +1,57 @@
+// Stream batch: the order one decode's entries are given to llama.cpp when every sequence has a
+// KV stream of its own (per-sequence KV), and the filler entries that keep its decode rows in one
+// pass. Pure functions over BatchEntry; LlamaRuntime applies them (the scheduler never sees them).
+//
+// Why. With several KV streams llama.cpp cuts a batch into passes (`split_equal(sequential)` in
+// llama-batch.cpp): a pass is the longest chain of *consecutive* sequence ids found scanning the
+// batch in order, taking the same number of tokens from each (as many as the shortest has). Every
+// pass is a graph of its own, built anew on the host (no CUDA graph): ~3 ms of host time on a 1B
+// model on an H100. And its outputs come out pass by pass; where that is not the batch's order,
+// llama.cpp swaps whole output rows (n_vocab floats in four host buffers per swap, most of 64
+// rows when one prompt sat among the decode rows) before the first token is read.
+//
+// So:
+// - First the first entry of every sequence, in id order (decode rows, and the first token of
+//   each prompt chunk), then the rest of each chunk, by id. The decode rows leave in the first
+//   pass(es), in batch order: no output swaps.
+// - An id between two of those first entries that is not in the batch would end the chain (a new
+//   pass). It gets a filler: one entry, no output, at the position after its last one; the caller
+//   removes it from the KV again after the decode. A filler costs one row of the pass (~0.05 ms on
+//   that GPU), not a pass; runs longer than `max_filler_run` ids are left as gaps.
+//
+// Thread-safety: none needed (no state). Contract: entries of one sequence are in position order
+// (llama.cpp's rule), and stay so here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "runtime/decoder.h"
+
+namespace uma {
+
+struct StreamFiller {
+  std::int32_t seq = 0;
+  std::int32_t pos = 0;  // the KV position written, removed after the decode
+};
+
+struct StreamBatch {
+  std::vector<BatchEntry> entries;    // llama_decode's input
+  std::vector<std::int32_t> index_of;  // caller's entry index -> index in `entries`
+  std::vector<StreamFiller> fillers;   // filler entries in `entries`
+};
+
+struct StreamBatchOptions {
+  // The position a filler for sequence `seq` (not in the batch) may take, or -1 when it must not
+  // get one (no room in its stream, a copy into it pending, a model whose KV a filler would alter).
+  std::function<std::int32_t(std::int32_t seq)> filler_pos;
+  Token filler_token = 0;
+  std::int32_t max_filler_run = 32;  // longest run of missing ids filled
+  std::int32_t max_entries = 0;      // fillers never take the batch over this (n_batch)
+};
+
+void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOptions& options, StreamBatch& out);
+
+}  // namespace uma

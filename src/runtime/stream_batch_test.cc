@@ -1,0 +1,188 @@
+// arrange_for_streams against a model of llama.cpp's per-stream split (llama-batch.cpp,
+// `split_equal(n_ubatch, sequential=true)`): how many passes a batch takes, and whether its
+// outputs come out in batch order (if not, llama.cpp swaps whole output rows on the host).
+#include "runtime/stream_batch.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace uma {
+namespace {
+
+// llama.cpp's split, as read in the pinned source: a pass is the chain of consecutive sequence ids
+// met scanning the unused entries in batch order, and takes as many entries from each sequence as
+// the shortest has left (n_ubatch large enough here not to matter).
+std::vector<std::vector<std::int32_t>> llama_passes(const std::vector<BatchEntry>& b) {
+  std::vector<bool> used(b.size(), false);
+  std::map<std::int32_t, std::vector<std::int32_t>> of_seq;
+  for (std::size_t i = 0; i < b.size(); ++i) of_seq[b[i].seq].push_back(static_cast<std::int32_t>(i));
+  std::vector<std::vector<std::int32_t>> passes;
+  for (;;) {
+    std::vector<std::int32_t> chain;
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      if (used[i]) continue;
+      if (chain.empty() || b[i].seq == chain.back() + 1) chain.push_back(b[i].seq);
+    }
+    if (chain.empty()) return passes;
+    std::map<std::int32_t, std::vector<std::int32_t>> left;
+    std::size_t take = SIZE_MAX;
+    for (std::int32_t s : chain) {
+      for (std::int32_t i : of_seq[s]) {
+        if (!used[static_cast<std::size_t>(i)]) left[s].push_back(i);
+      }
+      take = std::min(take, left[s].size());
+    }
+    std::vector<std::int32_t> pass;
+    for (std::int32_t s : chain) {
+      for (std::size_t k = 0; k < take; ++k) {
+        pass.push_back(left[s][k]);
+        used[static_cast<std::size_t>(left[s][k])] = true;
+      }
+    }
+    passes.push_back(std::move(pass));
+  }
+}
+
+bool outputs_in_batch_order(const std::vector<BatchEntry>& b) {
+  std::int32_t last = -1;
+  for (const auto& pass : llama_passes(b)) {
+    for (std::int32_t i : pass) {
+      if (!b[static_cast<std::size_t>(i)].logits) continue;
+      if (i < last) return false;
+      last = i;
+    }
+  }
+  return true;
+}
+
+// The scheduler's batch: sequences in id order, each one's entries together.
+std::vector<BatchEntry> batch_of(const std::vector<std::pair<std::int32_t, std::int32_t>>& seq_and_length) {
+  std::vector<BatchEntry> b;
+  for (const auto& [seq, n] : seq_and_length) {
+    for (std::int32_t k = 0; k < n; ++k) b.push_back({100 + seq, 10 + k, seq, k == n - 1});
+  }
+  return b;
+}
+
+StreamBatchOptions fill_all() {
+  StreamBatchOptions o;
+  o.filler_pos = [](std::int32_t seq) { return 1000 + seq; };
+  o.filler_token = 7;
+  return o;
+}
+
+void expect_same_entries(std::span<const BatchEntry> in, const StreamBatch& out) {
+  ASSERT_EQ(out.index_of.size(), in.size());
+  std::set<std::int32_t> targets;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const BatchEntry& e = out.entries[static_cast<std::size_t>(out.index_of[i])];
+    EXPECT_EQ(e.token, in[i].token);
+    EXPECT_EQ(e.pos, in[i].pos);
+    EXPECT_EQ(e.seq, in[i].seq);
+    EXPECT_EQ(e.logits, in[i].logits);
+    targets.insert(out.index_of[i]);
+  }
+  EXPECT_EQ(targets.size(), in.size());
+  EXPECT_EQ(out.entries.size(), in.size() + out.fillers.size());
+  // Each sequence's positions still rise in batch order (llama.cpp rejects a batch otherwise).
+  std::map<std::int32_t, std::int32_t> last_pos;
+  for (const BatchEntry& e : out.entries) {
+    auto [it, fresh] = last_pos.try_emplace(e.seq, e.pos);
+    if (!fresh) {
+      EXPECT_GT(e.pos, it->second) << "sequence " << e.seq;
+      it->second = e.pos;
+    }
+  }
+}
+
+TEST(StreamBatch, APromptAmongDecodeRowsNoLongerReordersTheOutputs) {
+  const auto in = batch_of({{0, 1}, {1, 1}, {2, 5}, {3, 1}, {4, 1}});
+  ASSERT_FALSE(outputs_in_batch_order(in)) << "the model of llama.cpp's split must see the problem";
+  ASSERT_EQ(llama_passes(in).size(), 2u);
+  StreamBatch out;
+  arrange_for_streams(in, fill_all(), out);
+  expect_same_entries(in, out);
+  EXPECT_TRUE(out.fillers.empty());
+  EXPECT_TRUE(outputs_in_batch_order(out.entries));
+  EXPECT_EQ(llama_passes(out.entries).size(), 2u) << "the decode rows and every first token, then the prompt's rest";
+}
+
+TEST(StreamBatch, AGapBetweenDecodeRowsIsFilledSoTheyStayOnePass) {
+  const auto in = batch_of({{0, 1}, {1, 1}, {4, 1}, {5, 1}});
+  ASSERT_EQ(llama_passes(in).size(), 2u);
+  StreamBatch out;
+  arrange_for_streams(in, fill_all(), out);
+  expect_same_entries(in, out);
+  ASSERT_EQ(out.fillers.size(), 2u);
+  EXPECT_EQ(out.fillers[0].seq, 2);
+  EXPECT_EQ(out.fillers[0].pos, 1002);
+  EXPECT_EQ(out.fillers[1].seq, 3);
+  for (const BatchEntry& e : out.entries) {
+    if (e.seq == 2 || e.seq == 3) {
+      EXPECT_FALSE(e.logits) << "a filler asks for no output";
+      EXPECT_EQ(e.token, 7);
+    }
+  }
+  EXPECT_EQ(llama_passes(out.entries).size(), 1u);
+  EXPECT_TRUE(outputs_in_batch_order(out.entries));
+}
+
+TEST(StreamBatch, PromptsAndGapsTogether) {
+  // Scattered arrivals: prompts at 1 and 6, decode rows elsewhere, ids 3 and 8 free.
+  const auto in = batch_of({{0, 1}, {1, 9}, {2, 1}, {4, 1}, {5, 1}, {6, 4}, {7, 1}, {9, 1}});
+  StreamBatch out;
+  arrange_for_streams(in, fill_all(), out);
+  expect_same_entries(in, out);
+  EXPECT_EQ(out.fillers.size(), 2u);
+  EXPECT_TRUE(outputs_in_batch_order(out.entries));
+  // One pass for every decode row and first token, then the rest of each prompt (two ids apart:
+  // a pass each).
+  EXPECT_EQ(llama_passes(out.entries).size(), 3u);
+  EXPECT_GT(llama_passes(in).size(), 3u);
+}
+
+TEST(StreamBatch, AGapIsFilledWholeOrNotAtAll) {
+  const auto in = batch_of({{0, 1}, {4, 1}});
+  StreamBatchOptions o = fill_all();
+  o.filler_pos = [](std::int32_t seq) { return seq == 2 ? -1 : 50; };  // no room in stream 2
+  StreamBatch out;
+  arrange_for_streams(in, o, out);
+  expect_same_entries(in, out);
+  EXPECT_TRUE(out.fillers.empty());
+  EXPECT_EQ(llama_passes(out.entries).size(), 2u);
+}
+
+TEST(StreamBatch, LongGapsAndAFullBatchAreLeftAlone) {
+  const auto in = batch_of({{0, 1}, {10, 1}, {12, 1}});
+  StreamBatchOptions o = fill_all();
+  o.max_filler_run = 4;
+  StreamBatch out;
+  arrange_for_streams(in, o, out);
+  expect_same_entries(in, out);
+  ASSERT_EQ(out.fillers.size(), 1u) << "9 missing ids is over the run limit; 1 is not";
+  EXPECT_EQ(out.fillers[0].seq, 11);
+
+  o.max_filler_run = 32;
+  o.max_entries = 4;  // room for one more entry only
+  arrange_for_streams(in, o, out);
+  expect_same_entries(in, out);
+  ASSERT_EQ(out.fillers.size(), 1u);
+  EXPECT_EQ(out.fillers[0].seq, 11);
+  EXPECT_LE(out.entries.size(), 4u);
+}
+
+TEST(StreamBatch, NoFillerFunctionMeansOnlyTheOrderChanges) {
+  const auto in = batch_of({{0, 3}, {2, 1}});
+  StreamBatch out;
+  arrange_for_streams(in, StreamBatchOptions{}, out);
+  expect_same_entries(in, out);
+  EXPECT_TRUE(out.fillers.empty());
+  EXPECT_EQ(out.entries[0].seq, 0);
+  EXPECT_EQ(out.entries[1].seq, 2);
+  EXPECT_EQ(out.entries[2].seq, 0);
+}
+
+}  // namespace
+}  // namespace uma

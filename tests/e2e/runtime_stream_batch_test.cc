@@ -1,0 +1,115 @@
+// Per-sequence KV batches arranged for llama.cpp's split (runtime/stream_batch.h) against the
+// same batches given to llama.cpp as they come: every output row's logits agree (within a
+// tolerance: the passes differ, so the arithmetic's grouping may), the fillers written into idle
+// streams come out again (those sequences carry on alike when they resume, and a leftover cell
+// would make llama.cpp reject their next position), and the arranged runtime really used fillers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "e2e/tiny_runtime.h"
+#include "runtime/argmax.h"
+#include "runtime/llama_runtime.h"
+
+namespace uma::test {
+namespace {
+
+std::unique_ptr<LlamaRuntime> open_per_seq(bool stream_batches) {
+  return open_tiny_runtime([&](RuntimeConfig& cfg) {
+    cfg.n_ctx = 2048;
+    cfg.n_seq_max = 8;
+    cfg.kv_layout = "per-seq";
+    cfg.backend_sampling = "off";
+    cfg.stream_batches = stream_batches;
+  });
+}
+
+std::vector<Token> prompt(int n, int salt) {
+  std::vector<Token> t;
+  for (int i = 0; i < n; ++i) t.push_back(300 + (i * 71 + salt * 157) % 20000);
+  return t;
+}
+
+class Lockstep {
+ public:
+  Lockstep(LlamaRuntime& a, LlamaRuntime& b) : a_(a), b_(b) {}
+  void start(std::int32_t seq, std::vector<Token> p) {
+    ASSERT_TRUE(a_.start_sequence(seq, SamplingParams{}).ok());
+    ASSERT_TRUE(b_.start_sequence(seq, SamplingParams{}).ok());
+    seqs_[seq] = {std::move(p), 0};
+  }
+  // One decode of the named sequences' pending tokens (in id order, as the scheduler builds it);
+  // both runtimes get the token `a` picks, so they stay on one path whatever the logits.
+  void step(const std::set<std::int32_t>& active) {
+    std::vector<BatchEntry> batch;
+    std::map<std::int32_t, std::int32_t> row;
+    for (std::int32_t seq : active) {
+      Seq& s = seqs_.at(seq);
+      for (std::size_t i = 0; i < s.pending.size(); ++i) batch.push_back({s.pending[i], s.pos++, seq, i + 1 == s.pending.size()});
+      row[seq] = static_cast<std::int32_t>(batch.size()) - 1;
+    }
+    ASSERT_TRUE(a_.decode(batch).ok());
+    ASSERT_TRUE(b_.decode(batch).ok());
+    for (std::int32_t seq : active) {
+      const std::span<const float> la = a_.logits(row[seq]), lb = b_.logits(row[seq]);
+      ASSERT_EQ(la.size(), lb.size());
+      ASSERT_FALSE(la.empty());
+      float scale = 1.0f, diff = 0.0f;
+      for (std::size_t k = 0; k < la.size(); ++k) {
+        scale = std::max(scale, std::fabs(lb[k]));
+        diff = std::max(diff, std::fabs(la[k] - lb[k]));
+      }
+      worst_ = std::max(worst_, diff / scale);
+      seqs_.at(seq).pending = {argmax_first(la.data(), static_cast<std::int32_t>(la.size()))};
+      ++rows_;
+    }
+  }
+  float worst() const { return worst_; }
+  int rows() const { return rows_; }
+
+ private:
+  struct Seq {
+    std::vector<Token> pending;
+    std::int32_t pos = 0;
+  };
+  LlamaRuntime &a_, &b_;
+  std::map<std::int32_t, Seq> seqs_;
+  float worst_ = 0.0f;
+  int rows_ = 0;
+};
+
+TEST(StreamBatches, ArrangedBatchesGiveTheSameLogitsAndLeaveIdleStreamsAsTheyWere) {
+  auto arranged = open_per_seq(true);
+  auto plain = open_per_seq(false);
+  ASSERT_TRUE(arranged && plain);
+  ASSERT_TRUE(arranged->kv_per_sequence());
+  Lockstep run(*arranged, *plain);
+  for (std::int32_t seq : {0, 1, 2, 3, 4}) run.start(seq, prompt(5 + 7 * seq, seq));
+  run.step({0, 1, 2, 3, 4});
+  // 2 and 3 sit idle with their KV (a request between turns, a paused one) while 0, 1 and 4
+  // decode: ids 2 and 3 are a gap between decode rows, filled each decode.
+  const std::int32_t kv2 = arranged->kv_tokens(2), kv3 = arranged->kv_tokens(3);
+  for (int i = 0; i < 4; ++i) run.step({0, 1, 4});
+  EXPECT_EQ(arranged->kv_tokens(2), kv2) << "the filler's cell was taken out again";
+  EXPECT_EQ(arranged->kv_tokens(3), kv3);
+  const std::uint64_t fillers = arranged->fillers_total();
+  EXPECT_EQ(fillers, 8u) << "two idle ids, four decodes";
+  // A prompt arrives at 6 (id 5 free, empty): it sits among the decode rows' ids.
+  run.start(6, prompt(33, 6));
+  run.step({0, 1, 4, 6});
+  for (int i = 0; i < 3; ++i) run.step({0, 1, 4, 6});
+  // The idle ones resume where they were; a new prompt at 7 joins.
+  run.start(7, prompt(12, 7));
+  run.step({0, 1, 2, 3, 4, 6, 7});
+  for (int i = 0; i < 5; ++i) run.step({0, 1, 2, 3, 4, 6, 7});
+  EXPECT_GT(arranged->fillers_total(), fillers) << "id 5 filled once the prompt at 6 came";
+  EXPECT_EQ(plain->fillers_total(), 0u);
+  EXPECT_EQ(run.rows(), 5 + 4 * 3 + 4 * 4 + 6 * 7);
+  EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
+}
+
+}  // namespace
+}  // namespace uma::test
