@@ -8,7 +8,7 @@
 # (defaults; at c=64 also prefix cache off, unified KV, greedy sampled on the host, and every decode
 # timed), with identical uma-bench workloads: c streams, 128-word prompts, 128 tokens out, 4c
 # requests (2c at c=1); then an 8B-shape Q4_0 model at c=64. Prints the ratio table last; JSON per
-# run in OUT_DIR.
+# run and two plots (throughput.svg, itl.svg: tok/s and ITL against c) in OUT_DIR.
 # Env: UMA_GPU_BENCH_CONC ("1 16 64 128"), UMA_GPU_BENCH_8B (1; 0 skips the 8B model),
 # UMA_BENCH_PORT (18080), UMA_BENCH_MODEL (1B Q8_0).
 set -euo pipefail
@@ -109,7 +109,7 @@ if [ "${UMA_GPU_BENCH_8B:-1}" = 1 ]; then
 fi
 trap - EXIT
 
-python3 - "$out" "$cref" "${conc[@]}" <<'PY'
+PYTHONPATH=$root/bench python3 - "$out" "$cref" "${conc[@]}" <<'PY'
 import json, os, sys
 out, cref, conc = sys.argv[1], int(sys.argv[2]), [int(c) for c in sys.argv[3:]]
 def run(name):
@@ -148,5 +148,19 @@ if os.path.exists(os.path.join(out, "umad-8b-uds-c%d.json" % c)):
     u8 = run(f"umad-8b-uds-c{c}")
     print(f"8B Q4_0: llama-bench tg128 {tg8:.0f} t/s; S_TG B={c} {s8:.0f}; umad c={c} {u8['output_tok_s']:.0f} tok/s "
           f"(ITL p50/p99 {u8['itl_ms']['p50']:.1f}/{u8['itl_ms']['p99']:.1f} ms) = {u8['output_tok_s'] / s8:.2f} x S_TG")
-print(f"c=1: umad {run('umad-uds-c1')['output_tok_s']:.0f} tok/s = {run('umad-uds-c1')['output_tok_s'] / tg:.2f} x llama-bench tg")
+if 1 in conc:
+    print(f"c=1: umad {run('umad-uds-c1')['output_tok_s']:.0f} tok/s = {run('umad-uds-c1')['output_tok_s'] / tg:.2f} x llama-bench tg")
+import svg_plot
+gpu = open(os.path.join(out, "gpu.txt")).read().split(",")[0].strip()
+svg_plot.lines(os.path.join(out, "throughput.svg"), f"Output tok/s ({gpu})", "concurrent streams", "tok/s", conc,
+               {"umad (Unix socket)": [run(f"umad-uds-c{c}")["output_tok_s"] for c in conc],
+                "umad (HTTP)": [run(f"umad-http-c{c}")["output_tok_s"] for c in conc],
+                "llama-server": [run(f"llama-server-c{c}")["output_tok_s"] for c in conc],
+                "S_TG (decode limit)": [stg.get(c) for c in conc]})
+svg_plot.lines(os.path.join(out, "itl.svg"), f"Inter-token latency ({gpu})", "concurrent streams", "ms", conc,
+               {"umad p50": [run(f"umad-uds-c{c}")["itl_ms"]["p50"] for c in conc],
+                "umad p99": [run(f"umad-uds-c{c}")["itl_ms"]["p99"] for c in conc],
+                "llama-server p50": [run(f"llama-server-c{c}")["itl_ms"]["p50"] for c in conc],
+                "llama-server p99": [run(f"llama-server-c{c}")["itl_ms"]["p99"] for c in conc]})
+print(f"plots: {out}/throughput.svg, {out}/itl.svg")
 PY
