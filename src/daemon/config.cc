@@ -177,7 +177,6 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
   out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;
-  out.http.max_sessions = srv.max_sessions;
   out.http.max_connections = srv.max_connections;
   out.http.max_tx_bytes = srv.max_tx_bytes;
   out.http.limits.max_prompt_bytes = srv.limits.max_prompt_bytes;

@@ -85,7 +85,9 @@ int main(int argc, char** argv) {
   ServerMetrics metrics;
   std::unique_ptr<ComputeThread> compute;
   const auto submit = [&compute](WorkItem item) { compute->submit(std::move(item)); };
-  UdsServer server(io, cfg.server, metrics, submit);
+  // One admission for every front end: a slot per request in flight (net/session_slots.h).
+  SessionSlots slots(cfg.server.max_sessions, {&metrics.sessions_open, &metrics.http_sessions_open});
+  UdsServer server(io, cfg.server, metrics, slots, submit);
   // Claim the socket before the (slow) model load, so a second daemon fails fast.
   if (st = server.listen(); !st.ok()) {
     spdlog::error("{}", st.to_string());
@@ -93,7 +95,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<HttpServer> http;
   if (cfg.http_enabled) {
-    http = std::make_unique<HttpServer>(io, cfg.http, metrics, submit);
+    http = std::make_unique<HttpServer>(io, cfg.http, metrics, slots, submit);
     if (st = http->listen(); !st.ok()) {
       spdlog::error("{}", st.to_string());
       return 1;

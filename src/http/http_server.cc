@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "net/guarded.h"
+#include "net/tx_queue.h"
 
 #include <chrono>
 #include <optional>
@@ -17,19 +18,59 @@ namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 
+namespace {
+
+// One state per connection (memcached's conn_states), changed only through set_state(), which
+// aborts on a transition the server was not written for.
+enum class HttpConnState : std::uint8_t {
+  kReading,    // reading a request (within --http-timeout-sec)
+  kRunning,    // a completion runs; a read stays armed to see the client leave
+  kThenRead,   // the reply is queued: when it is written, read the next request (keep-alive)
+  kThenClose,  // the reply is queued (or the connection failed): when it is written, close
+  kClosed,
+};
+
+const char* state_name(HttpConnState s) {
+  constexpr const char* kNames[] = {"reading", "running", "then-read", "then-close", "closed"};
+  return kNames[static_cast<std::size_t>(s)];
+}
+
+bool legal(HttpConnState from, HttpConnState to) {
+  using S = HttpConnState;
+  if (from == to) return from != S::kClosed;  // a repeated "then close" (an error answer) is a no-op
+  switch (from) {
+    case S::kReading: return true;
+    case S::kRunning: return to != S::kReading;
+    case S::kThenRead: return to != S::kRunning;
+    case S::kThenClose: return to == S::kClosed;
+    case S::kClosed: return false;
+  }
+  return false;
+}
+
+}  // namespace
+
 struct HttpServer::Conn {
-  explicit Conn(tcp::socket s) : stream(std::move(s)) {}
+  Conn(tcp::socket s, std::size_t max_tx_bytes) : stream(std::move(s)), tx(max_tx_bytes) {}
   std::uint64_t id = 0;
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
   std::optional<http::request_parser<http::string_body>> parser;
   bool keep_alive = true;
-  bool closed = false;
-  // Writes: bytes queued while one async_write is in flight.
-  std::string pending, inflight;
-  bool writing = false;
-  bool close_after_write = false;
-  bool read_after_write = false;
+  HttpConnState state = HttpConnState::kReading;
+  void set_state(HttpConnState to) {
+    if (!legal(state, to)) {
+      spdlog::critical("http conn {}: illegal state change {} -> {}", id, state_name(state), state_name(to));
+      std::abort();
+    }
+    state = to;
+  }
+  bool closed() const { return state == HttpConnState::kClosed; }
+  // What follows a reply that ends a request: the next request, or the end of the connection.
+  HttpConnState after_reply(bool shutting_down) const {
+    return keep_alive && !shutting_down ? HttpConnState::kThenRead : HttpConnState::kThenClose;
+  }
+  TxQueue tx;  // unsent bytes (queued and in flight), capped at max_tx_bytes
   // The completion being served.
   RequestId request = 0;
   openai::CompletionRequest req;
@@ -65,8 +106,9 @@ std::string chunked(std::string_view data) {  // one HTTP/1.1 chunk
 
 }  // namespace
 
-HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& metrics, WorkSubmit submit)
-    : io_(io), config_(std::move(config)), metrics_(metrics), submit_(std::move(submit)), acceptor_(io),
+HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& metrics, SessionSlots& slots,
+                       WorkSubmit submit)
+    : io_(io), config_(std::move(config)), metrics_(metrics), slots_(slots), submit_(std::move(submit)), acceptor_(io),
       accept_loop_(io, acceptor_, "http", [this](tcp::socket s) { on_accept(std::move(s)); },
                    &metrics.accept_pauses_total) {}
 
@@ -111,7 +153,7 @@ void HttpServer::on_accept(tcp::socket socket) {
   // what a slow reader has not taken here, under --max-tx-kib, not in an autotuned kernel buffer.
   socket.set_option(tcp::no_delay(true), ec);
   socket.set_option(asio::socket_base::send_buffer_size(64 * 1024), ec);
-  auto c = std::make_shared<Conn>(std::move(socket));
+  auto c = std::make_shared<Conn>(std::move(socket), config_.max_tx_bytes);
   c->id = next_conn_id_++;
   conns_[c->id] = c;
   metrics_.connections_accepted_total++;
@@ -127,18 +169,16 @@ void HttpServer::guarded(const ConnPtr& c, F&& f) {
 void HttpServer::fail_internal(const ConnPtr& c, const char* what) {
   metrics_.count_error(ErrorCode::kInternal);
   spdlog::error("http conn {}: internal error, connection closed: {}", c->id, what);
-  if (c->closed) return;
+  if (c->closed()) return;
   try {
     if (c->request != 0) {
       submit_(CancelRequest{c->request});
       by_request_.erase(c->request);
       c->request = 0;
-      --in_flight_;
-      metrics_.http_sessions_open = in_flight_;
+      slots_.give_back(FrontEnd::kHttp);
     }
     c->keep_alive = false;
-    c->read_after_write = false;
-    c->close_after_write = true;
+    c->set_state(HttpConnState::kThenClose);
     if (!c->headers_sent) {
       c->headers_sent = true;
       return respond_error(c, ErrorCode::kInternal, "internal error");
@@ -149,13 +189,14 @@ void HttpServer::fail_internal(const ConnPtr& c, const char* what) {
 }
 
 void HttpServer::read_request(const ConnPtr& c) {
-  if (c->closed) return;
+  if (c->closed()) return;
+  c->set_state(HttpConnState::kReading);
   c->parser.emplace();
   c->parser->body_limit(config_.max_body_bytes);
   c->parser->header_limit(static_cast<std::uint32_t>(config_.max_header_bytes));
   c->stream.expires_after(std::chrono::seconds(config_.timeout_sec));  // slow or idle clients
   http::async_read(c->stream, c->buffer, *c->parser, [this, c](beast::error_code ec, std::size_t) {
-    if (!c->closed) guarded(c, [&] { on_read(c, ec); });
+    if (!c->closed()) guarded(c, [&] { on_read(c, ec); });
   });
 }
 
@@ -205,10 +246,10 @@ void HttpServer::on_request(const ConnPtr& c) {
 }
 
 void HttpServer::start_completion(const ConnPtr& c, http_route::Completion completion) {
-  if (in_flight_ >= config_.max_sessions) {
+  if (!slots_.try_take(FrontEnd::kHttp)) {
     metrics_.count_error(ErrorCode::kTooManySessions);
     metrics_.count_rejected(RejectReason::kSessionCap);
-    return respond_error(c, ErrorCode::kTooManySessions, "all " + std::to_string(config_.max_sessions) + " sessions are in use");
+    return respond_error(c, ErrorCode::kTooManySessions, "all " + std::to_string(slots_.max()) + " sessions are in use");
   }
   const bool chat = completion.api.chat;
   Request q = std::move(completion.request);
@@ -222,8 +263,7 @@ void HttpServer::start_completion(const ConnPtr& c, http_route::Completion compl
   c->first_chunk = true;
   c->headers_sent = false;
   by_request_[q.id] = c;
-  ++in_flight_;
-  metrics_.http_sessions_open = in_flight_;
+  c->set_state(HttpConnState::kRunning);
   if (c->req.stream) {
     c->headers_sent = true;
     send(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -235,18 +275,17 @@ void HttpServer::start_completion(const ConnPtr& c, http_route::Completion compl
 
 void HttpServer::watch_disconnect(const ConnPtr& c) {
   // A read stays armed while the completion runs: EOF or an error means the client left.
-  if (c->watching || c->closed) return;
+  if (c->watching || c->closed()) return;
   c->watching = true;
   c->stream.async_read_some(c->buffer.prepare(4096), [this, c](beast::error_code ec, std::size_t n) {
     c->watching = false;
-    if (c->closed) return;
+    if (c->closed()) return;
     guarded(c, [&] {
       if (!ec) c->buffer.commit(n);  // a pipelined request: parsed after this one
       if (c->request == 0) {
         // The completion has ended and its reply is written: on to the next request (this read
         // was cancelled for it, or brought its first bytes).
-        if (c->read_after_write && (!ec || ec == asio::error::operation_aborted)) {
-          c->read_after_write = false;
+        if (c->state == HttpConnState::kThenRead && (!ec || ec == asio::error::operation_aborted)) {
           return read_request(c);
         }
         if (!ec || ec == asio::error::operation_aborted) return;
@@ -254,10 +293,7 @@ void HttpServer::watch_disconnect(const ConnPtr& c) {
         if (c->buffer.size() < config_.max_body_bytes) watch_disconnect(c);
         return;
       }
-      if (c->request != 0) {
-        metrics_.disconnects_mid_stream_total++;
-        submit_(CancelRequest{c->request});
-      }
+      if (c->request != 0) metrics_.disconnects_mid_stream_total++;
       close(c);
     });
   });
@@ -318,14 +354,10 @@ void HttpServer::end_completion(const ConnPtr& conn) {
   const ConnPtr c = conn;  // `conn` may be the map's own pointer, erased here
   by_request_.erase(c->request);
   c->request = 0;
-  --in_flight_;
-  metrics_.http_sessions_open = in_flight_;
-  if (c->keep_alive && !shutting_down_) {
-    c->read_after_write = true;
-  } else {
-    c->close_after_write = true;
-  }
-  if (!c->writing && c->pending.empty()) send(c, "");
+  slots_.give_back(FrontEnd::kHttp);
+  if (c->closed()) return;  // the client left; its cancel's last event ends it here
+  c->set_state(c->after_reply(shutting_down_));
+  if (c->tx.flushed()) send(c, "");
 }
 
 void HttpServer::respond(const ConnPtr& c, unsigned status, std::string_view content_type, std::string_view body) {
@@ -333,10 +365,7 @@ void HttpServer::respond(const ConnPtr& c, unsigned status, std::string_view con
                      "\r\nContent-Type: " + std::string(content_type) + "\r\nContent-Length: " +
                      std::to_string(body.size()) + "\r\nConnection: " + (c->keep_alive ? "keep-alive" : "close") + "\r\n\r\n";
   head.append(body);
-  if (c->request == 0) {  // not a completion's end (end_completion decides what follows those)
-    if (c->keep_alive && !shutting_down_) c->read_after_write = true;
-    else c->close_after_write = true;
-  }
+  if (c->request == 0) c->set_state(c->after_reply(shutting_down_));  // a completion's end: end_completion decides
   send(c, std::move(head));
 }
 
@@ -352,19 +381,17 @@ void HttpServer::send_sse(const ConnPtr& c, std::string_view data) {
 }
 
 void HttpServer::send(const ConnPtr& c, std::string bytes) {
-  if (c->closed) return;
-  c->pending += bytes;
-  if (c->pending.size() > config_.max_tx_bytes) {
+  if (c->closed()) return;
+  if (!c->tx.push(bytes)) {
     // A reader too slow to keep up: drop it (and its request) rather than buffer without bound.
     metrics_.tx_drops_total++;
-    if (c->request != 0) submit_(CancelRequest{c->request});
     return close(c);
   }
-  if (c->writing) return;
-  if (c->pending.empty()) {
+  if (c->tx.writing()) return;
+  if (c->tx.flushed()) {
     // Nothing left to write: what the reply asked for next.
-    if (c->close_after_write) return close(c);
-    if (c->read_after_write && c->request == 0) {
+    if (c->state == HttpConnState::kThenClose) return close(c);
+    if (c->state == HttpConnState::kThenRead && c->request == 0) {
       // Only one read at a time: a disconnect watch still armed is cancelled and its handler
       // starts the next read.
       if (c->watching) {
@@ -372,30 +399,26 @@ void HttpServer::send(const ConnPtr& c, std::string bytes) {
         c->stream.socket().cancel(ignored);
         return;
       }
-      c->read_after_write = false;
       return read_request(c);
     }
     return;
   }
-  c->writing = true;
-  c->inflight.swap(c->pending);
-  c->pending.clear();
-  asio::async_write(c->stream, asio::buffer(c->inflight), [this, c](beast::error_code ec, std::size_t) {
-    c->writing = false;
-    c->inflight.clear();
+  const std::string_view out = c->tx.begin_write();
+  asio::async_write(c->stream, asio::buffer(out.data(), out.size()), [this, c](beast::error_code ec, std::size_t) {
+    c->tx.finish_write();
     guarded(c, [&] {
-      if (ec) {
-        if (c->request != 0) submit_(CancelRequest{c->request});
-        return close(c);
-      }
+      if (ec) return close(c);
       send(c, "");
     });
   });
 }
 
 void HttpServer::close(const ConnPtr& c) {
-  if (c->closed) return;
-  c->closed = true;
+  if (c->closed()) return;
+  // Close-with-cancel, in this one place: a client gone (or dropped) mid-request frees its KV at
+  // the next tick.
+  if (c->request != 0) submit_(CancelRequest{c->request});
+  c->set_state(HttpConnState::kClosed);
   beast::error_code ec;
   c->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   c->stream.close();

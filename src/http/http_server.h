@@ -6,11 +6,14 @@
 // Threading: like UdsServer, every method runs on the I/O thread except deliver(), which the
 // compute thread calls and which posts onto the loop. Ownership: the server owns its connections;
 // each async operation holds a shared_ptr to its connection.
-// Per connection: read a request (within --http-timeout-sec, or the connection closes) -> serve it
-// -> keep alive unless the client said close. While a completion runs, a read stays armed so a
-// client that goes away cancels its request at the next token.
+// Per connection, one state (http_server.cc, `HttpConnState`, set through an asserting setter):
+// reading a request (within --http-timeout-sec, or the connection closes) -> running a completion
+// (a read stays armed, so a client that goes away cancels its request at the next token) -> the
+// reply written, then read the next (keep-alive) or close -> closed. Closing cancels the request
+// in flight, in one place (close()).
 // Caps: --max-connections open connections (more are closed as they arrive, counted), a request's
-// header and body size, unsent reply bytes (a slow reader is dropped). Accepting pauses and backs
+// header and body size, unsent reply bytes (a slow reader is dropped), and the daemon's session
+// slots (net/session_slots.h) for completions in flight. Accepting pauses and backs
 // off when descriptors run out (net/accept_loop.h) and never ends while the server runs.
 // Request ids start at kFirstId, so an EventRouter can tell them from the Unix socket's.
 #pragma once
@@ -29,6 +32,7 @@
 #include "http/http_router.h"
 #include "http/openai.h"
 #include "net/accept_loop.h"
+#include "net/session_slots.h"
 #include "metrics/server_metrics.h"
 #include "sched/io_boundary.h"
 #include "sched/request.h"
@@ -41,9 +45,8 @@ struct HttpConfig {
   std::size_t max_body_bytes = 1 << 20;
   std::int32_t timeout_sec = 30;              // to receive a whole request; idle keep-alive too
   std::size_t max_header_bytes = 16 * 1024;
-  std::int32_t max_sessions = 16;             // completions in flight
   std::int32_t max_connections = 256;         // open HTTP connections; more are closed at once
-  std::size_t max_tx_bytes = 1 << 20;         // unsent reply bytes before a slow reader is dropped
+  std::size_t max_tx_bytes = 1 << 20;         // unsent reply bytes (queued and in flight) before a slow reader is dropped
   openai::Limits limits;
   SamplingParams default_sampling;
 };
@@ -53,7 +56,9 @@ class HttpServer final : public EventSink {
   static constexpr RequestId kFirstId = RequestId{1} << 62;
   using ChatTemplate = http_route::ChatTemplate;
 
-  HttpServer(boost::asio::io_context& io, HttpConfig config, ServerMetrics& metrics, WorkSubmit submit);
+  // A completion takes one of `slots` (shared with the Unix socket) until its last event.
+  HttpServer(boost::asio::io_context& io, HttpConfig config, ServerMetrics& metrics, SessionSlots& slots,
+             WorkSubmit submit);
   ~HttpServer() override;
 
   Status listen();                   // binds and listens (before the model loads: /health says 503)
@@ -93,6 +98,7 @@ class HttpServer final : public EventSink {
   boost::asio::io_context& io_;
   HttpConfig config_;
   ServerMetrics& metrics_;
+  SessionSlots& slots_;
   WorkSubmit submit_;
   boost::asio::ip::tcp::acceptor acceptor_;
   AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
@@ -100,7 +106,6 @@ class HttpServer final : public EventSink {
   std::unordered_map<RequestId, ConnPtr> by_request_;
   std::uint64_t next_conn_id_ = 1;
   RequestId next_request_id_ = kFirstId;
-  std::int32_t in_flight_ = 0;
   bool ready_ = false;
   bool shutting_down_ = false;
   std::string model_id_ = "umad";

@@ -23,7 +23,7 @@ class LoopbackHttp {
   explicit LoopbackHttp(WorkSubmit submit, HttpServer::ChatTemplate chat) {
     HttpConfig cfg;
     cfg.port = 0;
-    server_ = std::make_unique<HttpServer>(io_, cfg, metrics, std::move(submit));
+    server_ = std::make_unique<HttpServer>(io_, cfg, metrics, slots, std::move(submit));
     EXPECT_TRUE(server_->listen().ok());
     server_->start();
     server_->set_ready("m.gguf", std::move(chat));
@@ -59,6 +59,7 @@ class LoopbackHttp {
     return out;
   }
   ServerMetrics metrics;
+  SessionSlots slots{16, {nullptr, &metrics.http_sessions_open}};
 
  private:
   boost::asio::io_context io_;
@@ -102,6 +103,7 @@ TEST(HttpServerBoundary, AThrowingSubmitIsA500AndFreesTheSessionSlot) {
   }
   EXPECT_EQ(s.metrics.errors(ErrorCode::kInternal), 20u);
   EXPECT_EQ(s.metrics.http_sessions_open.load(), 0);
+  EXPECT_EQ(s.slots.in_use(), 0);
   EXPECT_EQ(cancels, 20);
 }
 

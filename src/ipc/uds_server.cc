@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "net/guarded.h"
+#include "net/tx_queue.h"
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,26 +22,25 @@ using stream_protocol = asio::local::stream_protocol;
 enum class ConnState : std::uint8_t { kIdle, kBusy, kClosing, kClosed };
 
 struct UdsServer::Conn {
-  Conn(asio::io_context& io, std::uint64_t conn_id, std::unique_ptr<Protocol> p)
-      : id(conn_id), socket(io), proto(std::move(p)), last_activity(Clock::now()) {}
+  Conn(asio::io_context& io, std::uint64_t conn_id, std::unique_ptr<Protocol> p, std::size_t max_tx_bytes)
+      : id(conn_id), socket(io), proto(std::move(p)), tx(max_tx_bytes), last_activity(Clock::now()) {}
   std::uint64_t id;
   stream_protocol::socket socket;
   std::unique_ptr<Protocol> proto;
   ReplyState reply;         // the reply in flight while kBusy
-  std::string tx_pending;   // queued, not yet handed to the kernel
-  std::string tx_inflight;  // owned by the async_write in progress
+  TxQueue tx;               // unsent bytes, capped at max_tx_bytes
   ConnState state = ConnState::kIdle;
   RequestId request = 0;    // the request in flight while kBusy
   bool reading = false;
-  bool writing = false;
   bool peer_eof = false;    // client half-closed: serve what it sent, then close
-  bool has_slot = false;
+  bool has_slot = false;    // the request in flight holds one of SessionSlots
   Clock::time_point last_activity;
   std::array<char, 4096> rbuf{};
 };
 
-UdsServer::UdsServer(asio::io_context& io, ServerConfig config, ServerMetrics& metrics, WorkSubmit submit)
-    : io_(io), config_(std::move(config)), metrics_(metrics), submit_(std::move(submit)), acceptor_(io),
+UdsServer::UdsServer(asio::io_context& io, ServerConfig config, ServerMetrics& metrics, SessionSlots& slots,
+                     WorkSubmit submit)
+    : io_(io), config_(std::move(config)), metrics_(metrics), slots_(slots), submit_(std::move(submit)), acceptor_(io),
       accept_loop_(io, acceptor_, "unix socket", [this](stream_protocol::socket s) { on_accept(std::move(s)); },
                    &metrics.accept_pauses_total),
       sweep_timer_(io), shutdown_timer_(io) {}
@@ -78,7 +78,7 @@ void UdsServer::on_accept(stream_protocol::socket socket) {
     socket.close(ignored);
     return;
   }
-  auto c = std::make_shared<Conn>(io_, next_conn_id_++, make_protocol(config_.protocol, config_.limits));
+  auto c = std::make_shared<Conn>(io_, next_conn_id_++, make_protocol(config_.protocol, config_.limits), config_.max_tx_bytes);
   c->socket = std::move(socket);
   conns_.emplace(c->id, c);
   metrics_.connections_accepted_total++;
@@ -184,19 +184,15 @@ void UdsServer::handle(const ConnPtr& c, InputAction& action) {
 }
 
 void UdsServer::start_request(const ConnPtr& c, StartInput input) {
-  if (!c->has_slot) {
-    if (sessions_used_ >= config_.max_sessions) {
-      metrics_.count_error(ErrorCode::kTooManySessions);
-      metrics_.count_rejected(RejectReason::kSessionCap);
-      send_error(c, Status(ErrorCode::kTooManySessions, "all " + std::to_string(config_.max_sessions) + " sessions are in use"),
-                 input.client_id);
-      close_when_flushed(c);
-      return;
-    }
-    c->has_slot = true;
-    ++sessions_used_;
-    metrics_.sessions_open = sessions_used_;
+  if (!slots_.try_take(FrontEnd::kUnixSocket)) {
+    metrics_.count_error(ErrorCode::kTooManySessions);
+    metrics_.count_rejected(RejectReason::kSessionCap);
+    send_error(c, Status(ErrorCode::kTooManySessions, "all " + std::to_string(slots_.max()) + " sessions are in use"),
+               input.client_id);
+    close_when_flushed(c);
+    return;
   }
+  c->has_slot = true;
   Request r = std::move(input.request);
   r.id = next_request_id_++;
   r.received_at = Clock::now();
@@ -211,14 +207,12 @@ void UdsServer::start_request(const ConnPtr& c, StartInput input) {
 
 void UdsServer::send(const ConnPtr& c, std::string_view bytes) {
   if (c->state == ConnState::kClosed || bytes.empty()) return;
-  if (c->tx_pending.size() + c->tx_inflight.size() + bytes.size() > config_.max_tx_bytes) {
+  if (!c->tx.push(bytes)) {
     metrics_.tx_drops_total++;
-    spdlog::warn("conn {}: dropped, reader too slow ({} bytes pending)", c->id,
-                 c->tx_pending.size() + c->tx_inflight.size());
+    spdlog::warn("conn {}: dropped, reader too slow ({} bytes unsent)", c->id, c->tx.unsent());
     close(c, "tx cap");
     return;
   }
-  c->tx_pending.append(bytes);
   arm_write(c);
 }
 
@@ -229,19 +223,17 @@ void UdsServer::send_error(const ConnPtr& c, const Status& error, const std::str
 }
 
 void UdsServer::arm_write(const ConnPtr& c) {
-  if (c->writing || c->tx_pending.empty() || c->state == ConnState::kClosed) return;
-  c->tx_inflight.swap(c->tx_pending);
-  c->writing = true;
-  asio::async_write(c->socket, asio::buffer(c->tx_inflight), [this, c](const boost::system::error_code& ec, std::size_t) {
-    c->writing = false;
-    c->tx_inflight.clear();
+  if (!c->tx.can_start() || c->state == ConnState::kClosed) return;
+  const std::string_view bytes = c->tx.begin_write();
+  asio::async_write(c->socket, asio::buffer(bytes.data(), bytes.size()), [this, c](const boost::system::error_code& ec, std::size_t) {
+    c->tx.finish_write();
     if (c->state == ConnState::kClosed) return;
     if (ec) {
       close(c, "write error");
       return;
     }
     c->last_activity = Clock::now();
-    if (!c->tx_pending.empty()) arm_write(c);
+    if (c->tx.can_start()) arm_write(c);
     else if (c->state == ConnState::kClosing) close(c, "done");
   });
 }
@@ -250,6 +242,7 @@ void UdsServer::finish_reply(const ConnPtr& c) {
   if (c->state == ConnState::kClosed) return;
   by_request_.erase(c->request);
   c->request = 0;
+  release_slot(c);
   const bool keep = c->reply.keep_alive;
   c->reply = ReplyState{};
   if (c->state == ConnState::kBusy) c->state = ConnState::kIdle;
@@ -261,10 +254,16 @@ void UdsServer::finish_reply(const ConnPtr& c) {
   arm_read(c);
 }
 
+void UdsServer::release_slot(const ConnPtr& c) {
+  if (!c->has_slot) return;
+  c->has_slot = false;
+  slots_.give_back(FrontEnd::kUnixSocket);
+}
+
 void UdsServer::close_when_flushed(const ConnPtr& c) {
   if (c->state == ConnState::kClosed) return;
   c->state = ConnState::kClosing;
-  if (!c->writing && c->tx_pending.empty()) close(c, "done");
+  if (c->tx.flushed()) close(c, "done");
 }
 
 void UdsServer::close(const ConnPtr& c, const char* why) {
@@ -276,11 +275,7 @@ void UdsServer::close(const ConnPtr& c, const char* why) {
     c->request = 0;
     if (!shutting_down_) metrics_.disconnects_mid_stream_total++;
   }
-  if (c->has_slot) {
-    --sessions_used_;
-    c->has_slot = false;
-    metrics_.sessions_open = sessions_used_;
-  }
+  release_slot(c);
   c->state = ConnState::kClosed;
   boost::system::error_code ignored;
   c->socket.close(ignored);  // pending operations complete with operation_aborted; they see kClosed
@@ -331,7 +326,7 @@ void UdsServer::sweep_idle() {
     const Clock::time_point now = Clock::now();
     std::vector<ConnPtr> idle;
     for (auto& [id, c] : conns_) {
-      if (c->state == ConnState::kIdle && !c->writing && c->tx_pending.empty() && now - c->last_activity > limit) {
+      if (c->state == ConnState::kIdle && c->tx.flushed() && now - c->last_activity > limit) {
         idle.push_back(c);
       }
     }

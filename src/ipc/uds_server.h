@@ -13,9 +13,11 @@
 // - at most max_connections are open (more are closed as they arrive, counted); accepting pauses
 //   and backs off when descriptors run out (net/accept_loop.h) and never ends while serving;
 // - whatever a handler throws ends that connection with E_INTERNAL, never the daemon;
-// - TX pending is capped (max_tx_bytes): a reader too slow to keep up is dropped and counted;
-// - a connection takes one of max_sessions session slots with its first request and keeps it
-//   until it closes; a metrics request needs no slot;
+// - unsent TX bytes (queued and in flight, net/tx_queue.h) are capped (max_tx_bytes): a reader too
+//   slow to keep up is dropped and counted;
+// - a request takes one of the daemon's session slots (net/session_slots.h, shared with HTTP) and
+//   gives it back with its last event or when its connection closes: an idle keep-alive
+//   connection holds none; a metrics request needs no slot;
 // - after a reply ends, the connection closes unless the request asked to keep it (JSON
 //   keep_alive; newline connections are always kept).
 #pragma once
@@ -35,6 +37,7 @@
 #include "ipc/protocol.h"
 #include "metrics/server_metrics.h"
 #include "net/accept_loop.h"
+#include "net/session_slots.h"
 #include "sched/io_boundary.h"
 #include "sched/request.h"
 
@@ -44,7 +47,7 @@ struct ServerConfig {
   std::string socket_path = "/tmp/uma.sock";
   ProtocolKind protocol = ProtocolKind::kJson;
   ProtocolLimits limits;                // prompt/frame caps, default max_tokens and sampling
-  std::int32_t max_sessions = 16;
+  std::int32_t max_sessions = 16;       // the daemon's SessionSlots (all front ends together)
   std::int32_t max_connections = 256;
   std::size_t max_tx_bytes = 1 << 20;
   std::int32_t idle_timeout_sec = 600;  // 0: never
@@ -53,7 +56,8 @@ struct ServerConfig {
 class UdsServer final : public EventSink {
  public:
 
-  UdsServer(boost::asio::io_context& io, ServerConfig config, ServerMetrics& metrics, WorkSubmit submit);
+  UdsServer(boost::asio::io_context& io, ServerConfig config, ServerMetrics& metrics, SessionSlots& slots,
+            WorkSubmit submit);
   ~UdsServer() override;
 
   Status listen();  // claims the path (see socket_path.h), binds with mode 0600, listens
@@ -88,6 +92,7 @@ class UdsServer final : public EventSink {
   void send_error(const ConnPtr& c, const Status& error, const std::string& client_id);
   void arm_write(const ConnPtr& c);
   void finish_reply(const ConnPtr& c);
+  void release_slot(const ConnPtr& c);  // the request in flight, if it held a slot, gives it back
   void close_when_flushed(const ConnPtr& c);
   void close(const ConnPtr& c, const char* why);
   void on_events(std::vector<Event>& events);
@@ -97,6 +102,7 @@ class UdsServer final : public EventSink {
   boost::asio::io_context& io_;
   ServerConfig config_;
   ServerMetrics& metrics_;
+  SessionSlots& slots_;
   WorkSubmit submit_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   AcceptLoop<boost::asio::local::stream_protocol::acceptor> accept_loop_;
@@ -106,7 +112,6 @@ class UdsServer final : public EventSink {
   std::unordered_map<RequestId, ConnPtr> by_request_;
   std::uint64_t next_conn_id_ = 1;
   RequestId next_request_id_ = 1;
-  std::int32_t sessions_used_ = 0;
   bool listening_ = false;
   bool shutting_down_ = false;
   std::function<void()> on_all_closed_;

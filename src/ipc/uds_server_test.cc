@@ -20,7 +20,8 @@ TEST(UdsServerBoundary, AThrowingHandlerIsAnInternalErrorAndTheServerServesOn) {
   ServerMetrics metrics;
   ServerConfig cfg;
   cfg.socket_path = "/tmp/uma-uds-boundary-" + std::to_string(::getpid()) + ".sock";
-  UdsServer server(io, cfg, metrics, [](WorkItem item) {
+  SessionSlots slots(16);
+  UdsServer server(io, cfg, metrics, slots, [](WorkItem item) {
     if (std::holds_alternative<Request>(item)) throw std::runtime_error("queue bug");
   });
   ASSERT_TRUE(server.listen().ok());

@@ -116,19 +116,17 @@ const std::vector<Scalar>& scalars() {
       {"prefill_skipped_ticks_total", "prefill_skipped_ticks_total", Type::kCounter, "Ticks whose prefill the latency guard skipped.", load(&M::prefill_skipped_ticks_total)},
       {"ttft_slo_miss_total", "ttft_slo_misses_total", Type::kCounter, "First tokens later than their request's target.", load(&M::ttft_slo_miss_total)},
       {"tbt_slo_miss_total", "tbt_slo_misses_total", Type::kCounter, "Tokens later than their stream's inter-token target.", load(&M::tbt_slo_miss_total)},
-      {"connections_open", "connections_open", Type::kGauge, "Open client connections (Unix socket).", load(&M::connections_open)},
-      {"sessions_open", "sessions_open", Type::kGauge, "Unix socket connections holding a session slot.", load(&M::sessions_open)},
       {"connections_accepted_total", "connections_accepted_total", Type::kCounter, "Connections accepted.", load(&M::connections_accepted_total)},
-      {"connections_rejected_total", "connections_rejected_total", Type::kCounter, "Connections closed at once: over --max-connections (Unix socket).", load(&M::connections_rejected_total)},
-      {"http_connections_open", "http_connections_open", Type::kGauge, "Open HTTP connections.", load(&M::http_connections_open)},
-      {"http_sessions_open", "http_sessions_open", Type::kGauge, "HTTP completions in flight.", load(&M::http_sessions_open)},
-      {"http_connections_rejected_total", "http_connections_rejected_total", Type::kCounter, "HTTP connections closed at once: over --max-connections.", load(&M::http_connections_rejected_total)},
       {"accept_pauses_total", "accept_pauses_total", Type::kCounter, "Times accepting paused (out of descriptors or memory) and backed off.", load(&M::accept_pauses_total)},
       {"tx_drops_total", "tx_drops_total", Type::kCounter, "Connections dropped for reading too slowly.", load(&M::tx_drops_total)},
       {"disconnects_mid_stream_total", "disconnects_mid_stream_total", Type::kCounter, "Clients gone while their request ran.", load(&M::disconnects_mid_stream_total)},
       {"idle_timeouts_total", "idle_timeouts_total", Type::kCounter, "Connections closed for idling.", load(&M::idle_timeouts_total)},
   };
   return table;
+}
+
+std::uint64_t gauge_value(const std::atomic<std::int64_t>& g) {
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, g.load()));
 }
 
 constexpr std::array<const char*, kGaugeStates> kGaugeStateNames = {"queued", "prefill", "decode", "paused"};
@@ -160,6 +158,27 @@ const std::vector<Family>& families() {
          out.emplace_back("priority", m.preempted_priority_total.load());
        },
        {"preempted_kv_full_total", "preempted_priority_total"}},
+      // Per front end (one label; the JSON keeps its older top-level keys).
+      {nullptr, "connections_open", Type::kGauge, "front_end", "Open client connections, by front end.",
+       [](const M& m, auto& out) {
+         out.emplace_back("unix_socket", gauge_value(m.connections_open));
+         out.emplace_back("http", gauge_value(m.http_connections_open));
+       },
+       {"connections_open", "http_connections_open"}},
+      {nullptr, "sessions_open", Type::kGauge, "front_end",
+       "Requests holding one of the daemon's session slots (--max-sessions, shared), by front end.",
+       [](const M& m, auto& out) {
+         out.emplace_back("unix_socket", gauge_value(m.sessions_open));
+         out.emplace_back("http", gauge_value(m.http_sessions_open));
+       },
+       {"sessions_open", "http_sessions_open"}},
+      {nullptr, "connections_rejected_total", Type::kCounter, "front_end",
+       "Connections closed at once: over --max-connections, by front end.",
+       [](const M& m, auto& out) {
+         out.emplace_back("unix_socket", m.connections_rejected_total.load());
+         out.emplace_back("http", m.http_connections_rejected_total.load());
+       },
+       {"connections_rejected_total", "http_connections_rejected_total"}},
       {"errors_total", "errors_total", Type::kCounter, "kind", "Errors by kind.",
        [](const M& m, auto& out) {
          for (std::size_t i = 1; i < M::kErrorKinds; ++i) {

@@ -102,8 +102,8 @@ class ServerMetrics {
   std::atomic<std::uint64_t> idle_timeouts_total{0};
   std::atomic<std::int64_t> connections_open{0};            // Unix socket
   std::atomic<std::int64_t> http_connections_open{0};
-  std::atomic<std::int64_t> sessions_open{0};                // Unix socket connections holding a session slot
-  std::atomic<std::int64_t> http_sessions_open{0};           // HTTP completions in flight
+  std::atomic<std::int64_t> sessions_open{0};                // Unix socket requests holding a session slot (SessionSlots)
+  std::atomic<std::int64_t> http_sessions_open{0};           // HTTP completions holding a session slot
 
   // Distributions (observed by the compute thread; milliseconds or tokens).
   Histogram ttft_ms{latency_ms_bounds()};

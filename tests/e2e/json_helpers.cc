@@ -1,5 +1,7 @@
 #include "e2e/json_helpers.h"
 
+#include <thread>
+
 #include <gtest/gtest.h>
 
 namespace uma::test {
@@ -36,6 +38,16 @@ Reply read_reply(UmaClient& c, bool check_close) {
 }
 
 nlohmann::json metrics(const Daemon& d) { return nlohmann::json::parse(fetch_metrics_json(d.socket())); }
+
+nlohmann::json wait_metrics_json(const Daemon& d, const std::function<bool(const nlohmann::json&)>& pred,
+                                 std::chrono::milliseconds timeout) {
+  nlohmann::json m;
+  for (auto deadline = std::chrono::steady_clock::now() + timeout;;) {
+    m = metrics(d);
+    if (pred(m) || std::chrono::steady_clock::now() >= deadline) return m;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a poll interval, not a synchronisation
+  }
+}
 
 std::vector<std::string> args(std::vector<std::string> extra) {
   extra.insert(extra.begin(), {"--protocol", "json"});

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +27,9 @@ struct Reply {
 // whether the server closed the connection.
 Reply read_reply(UmaClient& c, bool check_close = true);
 nlohmann::json metrics(const Daemon& d);
+// Polls metrics() until `pred` holds or `timeout` passes; returns the last snapshot read.
+nlohmann::json wait_metrics_json(const Daemon& d, const std::function<bool(const nlohmann::json&)>& pred,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
 // Daemon arguments with --protocol json in front.
 std::vector<std::string> args(std::vector<std::string> extra);
 

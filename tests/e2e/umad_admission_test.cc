@@ -149,5 +149,57 @@ TEST(UmadAdmission, KvExhaustionUnderSixteenLongGenerationsIsResolvedByPreemptio
   }
 }
 
+// One --max-sessions for both front ends, and a slot per request: an idle keep-alive connection
+// holds none (it once held its slot until it closed and locked other clients out), a running
+// request on the Unix socket fills the one slot for HTTP too, and its end frees it for either.
+TEST(UmadAdmission, OneSessionLimitForBothFrontEndsAndASlotPerRequest) {
+  Daemon d(http_args({"--max-sessions", "1", "--n-ctx", "8192"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  const int port = http_port(d);
+  ASSERT_GT(port, 0) << d.log();
+  const auto http_completion = [&](int max_tokens) {
+    Tcp t(port);
+    EXPECT_TRUE(t.send(post("/v1/completions", R"({"model":"m","prompt":"hello world","max_tokens":)" +
+                                                   std::to_string(max_tokens) + "}", false)));
+    return t.response();
+  };
+  // A keep-alive client finishes a request and stays connected, idle.
+  auto idle = connect(d);
+  WireRequest a = request("a", "the apple", 5);
+  a.keep_alive = true;
+  ASSERT_TRUE(idle->send_request(a).ok());
+  EXPECT_EQ(read_reply(*idle, false).text, oracle().expected_text("the apple", 5));
+  json m = wait_metrics_json(d, [](const json& j) { return j["sessions_open"] == 0; });
+  EXPECT_EQ(m["sessions_open"], 0) << "the finished request gave its slot back";
+  // Another Unix-socket client and an HTTP client are served meanwhile.
+  auto other = connect(d);
+  ASSERT_TRUE(other->send_request(request("b", "the river", 5)).ok());
+  const Reply rb = read_reply(*other);
+  EXPECT_EQ(rb.text, oracle().expected_text("the river", 5)) << rb.end.code << " " << rb.end.message;
+  const std::string ok = http_completion(5);
+  EXPECT_EQ(status_of(ok), 200) << ok;
+  EXPECT_EQ(json::parse(body_of(ok))["choices"][0]["text"], oracle().expected_text("hello world", 5)) << ok;
+  // A long request on the idle connection takes the one slot: HTTP is turned away with 429.
+  WireRequest longr = request("long", "the stone", 4000);
+  longr.keep_alive = true;
+  ASSERT_TRUE(idle->send_request(longr).ok());
+  WireEvent ev;
+  ASSERT_TRUE(idle->read_event(&ev, 30000).ok());
+  ASSERT_EQ(ev.kind, WireEvent::Kind::kToken);
+  const std::string busy = http_completion(5);
+  EXPECT_EQ(status_of(busy), 429) << busy;
+  EXPECT_NE(busy.find("too_many_sessions"), std::string::npos) << busy;
+  m = metrics(d);
+  EXPECT_EQ(m["sessions_open"], 1);
+  EXPECT_EQ(m["http_sessions_open"], 0);
+  EXPECT_EQ(m["rejected_total"]["session_cap"], 1);
+  // Cancelled, it frees the slot for HTTP.
+  ASSERT_TRUE(idle->send_cancel("long").ok());
+  m = wait_metrics_json(d, [](const json& j) { return j["sessions_open"] == 0 && j["active_sessions"] == 0; });
+  EXPECT_EQ(m["sessions_open"], 0);
+  EXPECT_EQ(status_of(http_completion(5)), 200);
+  EXPECT_EQ(metrics(d)["http_sessions_open"], 0);
+}
+
 }  // namespace
 }  // namespace uma::test

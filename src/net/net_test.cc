@@ -1,0 +1,59 @@
+// The shared connection pieces: SessionSlots (one admission for every front end) and TxQueue (the
+// cap over everything a connection has not sent yet).
+#include <gtest/gtest.h>
+
+#include "net/session_slots.h"
+#include "net/tx_queue.h"
+
+namespace uma {
+namespace {
+
+TEST(SessionSlots, OneLimitForAllFrontEndsWithAGaugeEach) {
+  std::atomic<std::int64_t> unix_open{0}, http_open{0};
+  SessionSlots slots(3, {&unix_open, &http_open});
+  EXPECT_TRUE(slots.try_take(FrontEnd::kUnixSocket));
+  EXPECT_TRUE(slots.try_take(FrontEnd::kHttp));
+  EXPECT_TRUE(slots.try_take(FrontEnd::kHttp));
+  EXPECT_FALSE(slots.try_take(FrontEnd::kUnixSocket)) << "the HTTP requests count against the same limit";
+  EXPECT_FALSE(slots.try_take(FrontEnd::kHttp));
+  EXPECT_EQ(slots.in_use(), 3);
+  EXPECT_EQ(unix_open.load(), 1);
+  EXPECT_EQ(http_open.load(), 2);
+  slots.give_back(FrontEnd::kHttp);
+  EXPECT_EQ(http_open.load(), 1);
+  EXPECT_TRUE(slots.try_take(FrontEnd::kUnixSocket)) << "a slot given back by one front end serves another";
+  EXPECT_EQ(unix_open.load(), 2);
+  EXPECT_EQ(slots.in_use(FrontEnd::kUnixSocket), 2);
+}
+
+TEST(SessionSlotsDeathTest, GivingBackASlotNeverTakenAborts) {
+  SessionSlots slots(2);
+  ASSERT_TRUE(slots.try_take(FrontEnd::kHttp));
+  EXPECT_DEATH(slots.give_back(FrontEnd::kUnixSocket), "no slot taken");
+}
+
+TEST(TxQueue, TheCapCountsTheWriteInFlightToo) {
+  TxQueue tx(10);
+  EXPECT_TRUE(tx.flushed());
+  EXPECT_TRUE(tx.push("123456"));
+  ASSERT_TRUE(tx.can_start());
+  EXPECT_EQ(tx.begin_write(), "123456");
+  EXPECT_FALSE(tx.can_start()) << "one write at a time";
+  EXPECT_TRUE(tx.push("abcd"));      // 6 in flight + 4 queued = the cap
+  EXPECT_FALSE(tx.push("x")) << "6 in flight + 4 queued + 1 is over the cap";
+  EXPECT_EQ(tx.unsent(), 10u);
+  tx.finish_write();
+  EXPECT_FALSE(tx.flushed());
+  ASSERT_TRUE(tx.can_start());
+  EXPECT_EQ(tx.begin_write(), "abcd");
+  EXPECT_TRUE(tx.push("efghij"));
+  tx.finish_write();
+  EXPECT_EQ(tx.begin_write(), "efghij");
+  tx.finish_write();
+  EXPECT_TRUE(tx.flushed());
+  EXPECT_TRUE(tx.push("")) << "an empty push is a no-op, never a drop";
+  EXPECT_FALSE(tx.can_start());
+}
+
+}  // namespace
+}  // namespace uma
