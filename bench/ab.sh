@@ -3,7 +3,8 @@
 # umad of the working tree, same model, threads and workload, alternating, ROUNDS rounds.
 #   bench/ab.sh REV [ROUNDS]        (default 2)
 # Env: UMA_BENCH_MODEL (small preset, Q8_0), UMA_BENCH_THREADS (2), UMA_AB_CONC (8), UMA_AB_N (48),
-#      UMA_AB_FLAGS (extra umad flags for both). Prints one line per run and the new/old ratio.
+#      UMA_AB_FLAGS (extra umad flags for both), UMA_AB_TARGET (uds, or http: the OpenAI front end,
+#      port UMA_BENCH_PORT, 18090). Prints one line per run and the new/old ratio.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -13,6 +14,12 @@ threads=${UMA_BENCH_THREADS:-2}
 conc=${UMA_AB_CONC:-8}
 n=${UMA_AB_N:-48}
 read -r -a flags <<<"${UMA_AB_FLAGS:-}"
+port=${UMA_BENCH_PORT:-18090}
+case ${UMA_AB_TARGET:-uds} in
+  uds) target_flags=() ;;
+  http) target_flags=(--http "127.0.0.1:$port") ;;
+  *) echo "UMA_AB_TARGET: uds or http" >&2; exit 2 ;;
+esac
 out=build/ab
 mkdir -p "$out"
 
@@ -36,10 +43,12 @@ run() {  # name, umad binary
   local name=$1 bin=$2 pid
   rm -f "$sock"
   "$bin" --model "$model" --socket "$sock" --n-ctx 16384 --max-sessions "$conc" --threads "$threads" \
-    ${flags[@]+"${flags[@]}"} 2>"$out/$name.log" &
+    ${flags[@]+"${flags[@]}"} ${target_flags[@]+"${target_flags[@]}"} 2>"$out/$name.log" &
   pid=$!
   for _ in $(seq 600); do UMA_SOCK=$sock build/bin/uma-cli metrics >/dev/null 2>&1 && break; sleep 0.1; done
-  build/bin/uma-bench --target "uds:$sock" --json --workload random -c "$conc" -n "$n" --seed 108 \
+  local target="uds:$sock"
+  [ "${UMA_AB_TARGET:-uds}" = http ] && target="http://127.0.0.1:$port"
+  build/bin/uma-bench --target "$target" --json --workload random -c "$conc" -n "$n" --seed 108 \
     --prompt-tokens 128 --output-tokens 64 >"$out/$name.json" 2>/dev/null
   kill -TERM "$pid"; wait "$pid" || true
 }

@@ -21,6 +21,19 @@ using stream_protocol = asio::local::stream_protocol;
 
 enum class ConnState : std::uint8_t { kIdle, kBusy, kClosing, kClosed };
 
+// The transitions the server is written for (memcached's conn_set_state idea): a request makes an
+// idle connection busy and its end idle again; either may start closing (flush, then close) or
+// close at once; closed is final. A repeated "closing" (an error answer while flushing) is a no-op.
+bool legal(ConnState from, ConnState to) {
+  switch (from) {
+    case ConnState::kIdle: return to != ConnState::kIdle;
+    case ConnState::kBusy: return to != ConnState::kBusy;
+    case ConnState::kClosing: return to == ConnState::kClosing || to == ConnState::kClosed;
+    case ConnState::kClosed: return false;
+  }
+  return false;
+}
+
 struct UdsServer::Conn {
   Conn(asio::io_context& io, std::uint64_t conn_id, std::unique_ptr<Protocol> p, std::size_t max_tx_bytes)
       : id(conn_id), socket(io), proto(std::move(p)), tx(max_tx_bytes), last_activity(Clock::now()) {}
@@ -29,7 +42,14 @@ struct UdsServer::Conn {
   std::unique_ptr<Protocol> proto;
   ReplyState reply;         // the reply in flight while kBusy
   TxQueue tx;               // unsent bytes, capped at max_tx_bytes
-  ConnState state = ConnState::kIdle;
+  ConnState state = ConnState::kIdle;  // changed only through set_state()
+  void set_state(ConnState to) {
+    if (!legal(state, to)) {
+      spdlog::critical("conn {}: illegal state change {} -> {}", id, static_cast<int>(state), static_cast<int>(to));
+      std::abort();
+    }
+    state = to;
+  }
   RequestId request = 0;    // the request in flight while kBusy
   bool reading = false;
   bool peer_eof = false;    // client half-closed: serve what it sent, then close
@@ -198,7 +218,7 @@ void UdsServer::start_request(const ConnPtr& c, StartInput input) {
   r.received_at = Clock::now();
   c->reply = ReplyState{std::move(input.client_id), input.stream, input.keep_alive, std::move(input.metadata_json), {}, false};
   c->request = r.id;
-  c->state = ConnState::kBusy;
+  c->set_state(ConnState::kBusy);
   by_request_[r.id] = c;
   metrics_.requests_total++;
   spdlog::debug("conn {}: request {} ({} bytes)", c->id, r.id, r.prompt.size());
@@ -245,7 +265,7 @@ void UdsServer::finish_reply(const ConnPtr& c) {
   release_slot(c);
   const bool keep = c->reply.keep_alive;
   c->reply = ReplyState{};
-  if (c->state == ConnState::kBusy) c->state = ConnState::kIdle;
+  if (c->state == ConnState::kBusy) c->set_state(ConnState::kIdle);
   if (!keep) {
     close_when_flushed(c);
     return;
@@ -262,7 +282,7 @@ void UdsServer::release_slot(const ConnPtr& c) {
 
 void UdsServer::close_when_flushed(const ConnPtr& c) {
   if (c->state == ConnState::kClosed) return;
-  c->state = ConnState::kClosing;
+  c->set_state(ConnState::kClosing);
   if (c->tx.flushed()) close(c, "done");
 }
 
@@ -276,7 +296,7 @@ void UdsServer::close(const ConnPtr& c, const char* why) {
     if (!shutting_down_) metrics_.disconnects_mid_stream_total++;
   }
   release_slot(c);
-  c->state = ConnState::kClosed;
+  c->set_state(ConnState::kClosed);
   boost::system::error_code ignored;
   c->socket.close(ignored);  // pending operations complete with operation_aborted; they see kClosed
   conns_.erase(c->id);
