@@ -108,7 +108,8 @@ std::string chunked(std::string_view data) {  // one HTTP/1.1 chunk
 
 HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& metrics, SessionSlots& slots,
                        WorkSubmit submit)
-    : io_(io), config_(std::move(config)), metrics_(metrics), slots_(slots), submit_(std::move(submit)), acceptor_(io),
+    : io_(io), config_(std::move(config)), metrics_(metrics), slots_(slots), submit_(std::move(submit)),
+      table_(config_.max_connections, &metrics.http_connections_open, kFirstId), acceptor_(io),
       accept_loop_(io, acceptor_, "http", [this](tcp::socket s) { on_accept(std::move(s)); },
                    &metrics.accept_pauses_total) {}
 
@@ -144,7 +145,7 @@ void HttpServer::set_ready(std::string model_id, ChatTemplate chat_template) {
 void HttpServer::on_accept(tcp::socket socket) {
   boost::system::error_code ec;
   if (shutting_down_) return;
-  if (static_cast<std::int32_t>(conns_.size()) >= config_.max_connections) {
+  if (table_.full()) {
     metrics_.http_connections_rejected_total++;
     socket.close(ec);
     return;
@@ -154,10 +155,9 @@ void HttpServer::on_accept(tcp::socket socket) {
   socket.set_option(tcp::no_delay(true), ec);
   socket.set_option(asio::socket_base::send_buffer_size(64 * 1024), ec);
   auto c = std::make_shared<Conn>(std::move(socket), config_.max_tx_bytes);
-  c->id = next_conn_id_++;
-  conns_[c->id] = c;
+  c->id = table_.next_conn_id();
+  table_.add(c);
   metrics_.connections_accepted_total++;
-  metrics_.http_connections_open = static_cast<std::int64_t>(conns_.size());
   read_request(c);
 }
 
@@ -173,8 +173,7 @@ void HttpServer::fail_internal(const ConnPtr& c, const char* what) {
   try {
     if (c->request != 0) {
       submit_(CancelRequest{c->request});
-      by_request_.erase(c->request);
-      c->request = 0;
+      table_.unbind(c);
       slots_.give_back(FrontEnd::kHttp);
     }
     c->keep_alive = false;
@@ -253,16 +252,14 @@ void HttpServer::start_completion(const ConnPtr& c, http_route::Completion compl
   }
   const bool chat = completion.api.chat;
   Request q = std::move(completion.request);
-  q.id = next_request_id_++;
+  q.id = table_.bind(c);
   q.received_at = Clock::now();
-  c->request = q.id;
   c->req = std::move(completion.api);
   c->completion_id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(q.id - kFirstId);
   c->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   c->text.clear();
   c->first_chunk = true;
   c->headers_sent = false;
-  by_request_[q.id] = c;
   c->set_state(HttpConnState::kRunning);
   if (c->req.stream) {
     c->headers_sent = true;
@@ -305,9 +302,8 @@ void HttpServer::deliver(std::vector<Event> events) {
 
 void HttpServer::on_events(std::vector<Event>& events) {
   for (Event& ev : events) {
-    auto it = by_request_.find(ev.request_id);
-    if (it == by_request_.end()) continue;
-    const ConnPtr c = it->second;  // a copy: ending the completion erases the map's
+    const ConnPtr c = table_.find(ev.request_id);  // a copy: ending the completion erases the map's
+    if (c == nullptr) continue;
     guarded(c, [&] { on_event(c, ev); });
   }
 }
@@ -352,8 +348,7 @@ void HttpServer::on_event(const ConnPtr& c, Event& ev) {
 
 void HttpServer::end_completion(const ConnPtr& conn) {
   const ConnPtr c = conn;  // `conn` may be the map's own pointer, erased here
-  by_request_.erase(c->request);
-  c->request = 0;
+  table_.unbind(c);
   slots_.give_back(FrontEnd::kHttp);
   if (c->closed()) return;  // the client left; its cancel's last event ends it here
   c->set_state(c->after_reply(shutting_down_));
@@ -422,9 +417,8 @@ void HttpServer::close(const ConnPtr& c) {
   beast::error_code ec;
   c->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   c->stream.close();
-  conns_.erase(c->id);
-  metrics_.http_connections_open = static_cast<std::int64_t>(conns_.size());
-  // A completion still running keeps its by_request_ entry until its last event, so the session
+  table_.remove(c);
+  // A completion still running keeps its table entry until its last event, so the session
   // count stays right; its writes are dropped.
 }
 
@@ -436,8 +430,7 @@ void HttpServer::begin_shutdown() {
 }
 
 void HttpServer::finish_shutdown() {
-  auto conns = conns_;
-  for (auto& [id, c] : conns) close(c);
+  for (const ConnPtr& c : table_.snapshot()) close(c);
 }
 
 }  // namespace uma

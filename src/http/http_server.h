@@ -32,6 +32,7 @@
 #include "http/http_router.h"
 #include "http/openai.h"
 #include "net/accept_loop.h"
+#include "net/connection_table.h"
 #include "net/session_slots.h"
 #include "metrics/server_metrics.h"
 #include "sched/io_boundary.h"
@@ -100,12 +101,9 @@ class HttpServer final : public EventSink {
   ServerMetrics& metrics_;
   SessionSlots& slots_;
   WorkSubmit submit_;
+  ConnectionTable<Conn> table_;  // open connections, request ids and the request -> connection map
   boost::asio::ip::tcp::acceptor acceptor_;
   AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
-  std::unordered_map<std::uint64_t, ConnPtr> conns_;
-  std::unordered_map<RequestId, ConnPtr> by_request_;
-  std::uint64_t next_conn_id_ = 1;
-  RequestId next_request_id_ = kFirstId;
   bool ready_ = false;
   bool shutting_down_ = false;
   std::string model_id_ = "umad";

@@ -60,7 +60,8 @@ struct UdsServer::Conn {
 
 UdsServer::UdsServer(asio::io_context& io, ServerConfig config, ServerMetrics& metrics, SessionSlots& slots,
                      WorkSubmit submit)
-    : io_(io), config_(std::move(config)), metrics_(metrics), slots_(slots), submit_(std::move(submit)), acceptor_(io),
+    : io_(io), config_(std::move(config)), metrics_(metrics), slots_(slots), submit_(std::move(submit)),
+      table_(config_.max_connections, &metrics.connections_open, 1), acceptor_(io),
       accept_loop_(io, acceptor_, "unix socket", [this](stream_protocol::socket s) { on_accept(std::move(s)); },
                    &metrics.accept_pauses_total),
       sweep_timer_(io), shutdown_timer_(io) {}
@@ -92,17 +93,17 @@ void UdsServer::start() {
 
 void UdsServer::on_accept(stream_protocol::socket socket) {
   if (shutting_down_) return;
-  if (static_cast<std::int32_t>(conns_.size()) >= config_.max_connections) {
+  if (table_.full()) {
     metrics_.connections_rejected_total++;
     boost::system::error_code ignored;
     socket.close(ignored);
     return;
   }
-  auto c = std::make_shared<Conn>(io_, next_conn_id_++, make_protocol(config_.protocol, config_.limits), config_.max_tx_bytes);
+  auto c = std::make_shared<Conn>(io_, table_.next_conn_id(), make_protocol(config_.protocol, config_.limits),
+                                  config_.max_tx_bytes);
   c->socket = std::move(socket);
-  conns_.emplace(c->id, c);
+  table_.add(c);
   metrics_.connections_accepted_total++;
-  metrics_.connections_open = static_cast<std::int64_t>(conns_.size());
   spdlog::debug("conn {}: accepted", c->id);
   arm_read(c);
 }
@@ -119,8 +120,7 @@ void UdsServer::fail_internal(const ConnPtr& c, const char* what) {
   try {
     if (c->request != 0) {  // nothing more of it is sent: cancel it now, not when the socket closes
       submit_(CancelRequest{c->request});
-      by_request_.erase(c->request);
-      c->request = 0;
+      table_.unbind(c);
     }
     std::string out;
     c->proto->encode_error(&c->reply, c->reply.client_id, Status(ErrorCode::kInternal, "internal error"), out);
@@ -214,12 +214,10 @@ void UdsServer::start_request(const ConnPtr& c, StartInput input) {
   }
   c->has_slot = true;
   Request r = std::move(input.request);
-  r.id = next_request_id_++;
+  r.id = table_.bind(c);
   r.received_at = Clock::now();
   c->reply = ReplyState{std::move(input.client_id), input.stream, input.keep_alive, std::move(input.metadata_json), {}, false};
-  c->request = r.id;
   c->set_state(ConnState::kBusy);
-  by_request_[r.id] = c;
   metrics_.requests_total++;
   spdlog::debug("conn {}: request {} ({} bytes)", c->id, r.id, r.prompt.size());
   submit_(std::move(r));
@@ -260,8 +258,7 @@ void UdsServer::arm_write(const ConnPtr& c) {
 
 void UdsServer::finish_reply(const ConnPtr& c) {
   if (c->state == ConnState::kClosed) return;
-  by_request_.erase(c->request);
-  c->request = 0;
+  table_.unbind(c);
   release_slot(c);
   const bool keep = c->reply.keep_alive;
   c->reply = ReplyState{};
@@ -291,16 +288,14 @@ void UdsServer::close(const ConnPtr& c, const char* why) {
   if (c->request != 0) {
     // The client left (or was dropped) mid-request: cancel it so its KV is freed at the next tick.
     submit_(CancelRequest{c->request});
-    by_request_.erase(c->request);
-    c->request = 0;
+    table_.unbind(c);
     if (!shutting_down_) metrics_.disconnects_mid_stream_total++;
   }
   release_slot(c);
   c->set_state(ConnState::kClosed);
   boost::system::error_code ignored;
   c->socket.close(ignored);  // pending operations complete with operation_aborted; they see kClosed
-  conns_.erase(c->id);
-  metrics_.connections_open = static_cast<std::int64_t>(conns_.size());
+  table_.remove(c);
   spdlog::debug("conn {}: closed ({})", c->id, why);
   maybe_done();
 }
@@ -312,9 +307,8 @@ void UdsServer::deliver(std::vector<Event> events) {
 void UdsServer::on_events(std::vector<Event>& events) {
   std::string out;
   for (Event& ev : events) {
-    auto it = by_request_.find(ev.request_id);
-    if (it == by_request_.end()) continue;  // its connection is gone: nobody is waiting
-    ConnPtr c = it->second;
+    const ConnPtr c = table_.find(ev.request_id);
+    if (c == nullptr) continue;  // its connection is gone: nobody is waiting
     out.clear();
     guarded(c, [&] { on_event(c, ev, out); });
   }
@@ -344,15 +338,11 @@ void UdsServer::sweep_idle() {
   if (config_.idle_timeout_sec > 0 && !shutting_down_) {
     const auto limit = std::chrono::seconds(config_.idle_timeout_sec);
     const Clock::time_point now = Clock::now();
-    std::vector<ConnPtr> idle;
-    for (auto& [id, c] : conns_) {
+    for (const ConnPtr& c : table_.snapshot()) {
       if (c->state == ConnState::kIdle && c->tx.flushed() && now - c->last_activity > limit) {
-        idle.push_back(c);
+        metrics_.idle_timeouts_total++;
+        close(c, "idle timeout");
       }
-    }
-    for (const ConnPtr& c : idle) {
-      metrics_.idle_timeouts_total++;
-      close(c, "idle timeout");
     }
   }
   sweep_timer_.expires_after(std::chrono::seconds(1));
@@ -368,31 +358,25 @@ void UdsServer::begin_shutdown() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   sweep_timer_.cancel();
-  std::vector<ConnPtr> all;
-  for (auto& [id, c] : conns_) all.push_back(c);
-  for (const ConnPtr& c : all) {
+  for (const ConnPtr& c : table_.snapshot()) {
     if (c->state == ConnState::kIdle) close_when_flushed(c);
   }
 }
 
 void UdsServer::finish_shutdown(std::chrono::milliseconds deadline, std::function<void()> done) {
   on_all_closed_ = std::move(done);
-  std::vector<ConnPtr> all;
-  for (auto& [id, c] : conns_) all.push_back(c);
-  for (const ConnPtr& c : all) close_when_flushed(c);
+  for (const ConnPtr& c : table_.snapshot()) close_when_flushed(c);
   shutdown_timer_.expires_after(deadline);
   shutdown_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
-    std::vector<ConnPtr> left;
-    for (auto& [id, c] : conns_) left.push_back(c);
-    for (const ConnPtr& c : left) close(c, "shutdown deadline");
+    for (const ConnPtr& c : table_.snapshot()) close(c, "shutdown deadline");
     maybe_done();
   });
   maybe_done();
 }
 
 void UdsServer::maybe_done() {
-  if (!on_all_closed_ || !conns_.empty()) return;
+  if (!on_all_closed_ || !table_.empty()) return;
   shutdown_timer_.cancel();
   if (listening_) {
     ::unlink(config_.socket_path.c_str());

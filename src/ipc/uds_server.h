@@ -37,6 +37,7 @@
 #include "ipc/protocol.h"
 #include "metrics/server_metrics.h"
 #include "net/accept_loop.h"
+#include "net/connection_table.h"
 #include "net/session_slots.h"
 #include "sched/io_boundary.h"
 #include "sched/request.h"
@@ -104,14 +105,11 @@ class UdsServer final : public EventSink {
   ServerMetrics& metrics_;
   SessionSlots& slots_;
   WorkSubmit submit_;
+  ConnectionTable<Conn> table_;  // open connections, request ids and the request -> connection map
   boost::asio::local::stream_protocol::acceptor acceptor_;
   AcceptLoop<boost::asio::local::stream_protocol::acceptor> accept_loop_;
   boost::asio::steady_timer sweep_timer_;
   boost::asio::steady_timer shutdown_timer_;
-  std::unordered_map<std::uint64_t, ConnPtr> conns_;
-  std::unordered_map<RequestId, ConnPtr> by_request_;
-  std::uint64_t next_conn_id_ = 1;
-  RequestId next_request_id_ = 1;
   bool listening_ = false;
   bool shutting_down_ = false;
   std::function<void()> on_all_closed_;

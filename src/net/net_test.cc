@@ -2,6 +2,7 @@
 // cap over everything a connection has not sent yet).
 #include <gtest/gtest.h>
 
+#include "net/connection_table.h"
 #include "net/session_slots.h"
 #include "net/tx_queue.h"
 
@@ -53,6 +54,44 @@ TEST(TxQueue, TheCapCountsTheWriteInFlightToo) {
   EXPECT_TRUE(tx.flushed());
   EXPECT_TRUE(tx.push("")) << "an empty push is a no-op, never a drop";
   EXPECT_FALSE(tx.can_start());
+}
+
+struct FakeConn {
+  std::uint64_t id = 0;
+  std::uint64_t request = 0;
+};
+
+TEST(ConnectionTable, ConnectionsRequestsAndTheCap) {
+  std::atomic<std::int64_t> open{0};
+  ConnectionTable<FakeConn> table(2, &open, 100);
+  auto a = std::make_shared<FakeConn>(), b = std::make_shared<FakeConn>();
+  a->id = table.next_conn_id();
+  b->id = table.next_conn_id();
+  EXPECT_NE(a->id, b->id);
+  table.add(a);
+  EXPECT_FALSE(table.full());
+  table.add(b);
+  EXPECT_TRUE(table.full());
+  EXPECT_EQ(open.load(), 2);
+  const std::uint64_t r1 = table.bind(a), r2 = table.bind(b);
+  EXPECT_EQ(r1, 100u) << "request ids start where the server said";
+  EXPECT_EQ(r2, 101u);
+  EXPECT_EQ(a->request, r1);
+  EXPECT_EQ(table.find(r2), b);
+  // A closed connection stays findable by its request until unbound (its last event is routed).
+  table.remove(b);
+  EXPECT_EQ(open.load(), 1);
+  EXPECT_FALSE(table.full());
+  EXPECT_EQ(table.find(r2), b);
+  table.unbind(b);
+  EXPECT_EQ(table.find(r2), nullptr);
+  EXPECT_EQ(b->request, 0u);
+  const auto all = table.snapshot();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0], a);
+  table.remove(a);
+  EXPECT_TRUE(table.empty());
+  EXPECT_EQ(table.find(r1), a) << "unbinding is the owner's call, not the table's";
 }
 
 }  // namespace

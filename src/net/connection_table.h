@@ -1,0 +1,74 @@
+// ConnectionTable: a front end's open connections and the requests they carry, the bookkeeping
+// every server had its own copy of: connection ids, the --max-connections cap, the open-connections
+// gauge, request ids (one counter per server, so ids of two servers never meet), the request ->
+// connection map events are routed by, and snapshots for sweeps and shutdown.
+//
+// Conn is the server's connection type; it needs `std::uint64_t id` and `std::uint64_t request`
+// (0: none in flight). Thread-safety: none; the server's I/O thread only. Ownership: the table
+// holds a shared_ptr per open connection and per bound request; async operations hold their own,
+// so removing a connection inside one of its callbacks never frees it there (it is freed after the
+// last callback returns).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace uma {
+
+template <typename Conn>
+class ConnectionTable {
+ public:
+  using Ptr = std::shared_ptr<Conn>;
+  ConnectionTable(std::int32_t max_connections, std::atomic<std::int64_t>* open_gauge, std::uint64_t first_request_id)
+      : max_(max_connections), gauge_(open_gauge), next_request_(first_request_id) {}
+
+  bool full() const { return static_cast<std::int32_t>(conns_.size()) >= max_; }
+  bool empty() const { return conns_.empty(); }
+  std::uint64_t next_conn_id() { return next_conn_++; }
+
+  void add(const Ptr& c) {
+    conns_[c->id] = c;
+    publish();
+  }
+  void remove(const Ptr& c) {
+    conns_.erase(c->id);
+    publish();
+  }
+  // A new request on `c`: its id, and events for it find `c` until unbind().
+  std::uint64_t bind(const Ptr& c) {
+    c->request = next_request_++;
+    by_request_[c->request] = c;
+    return c->request;
+  }
+  void unbind(const Ptr& c) {
+    by_request_.erase(c->request);
+    c->request = 0;
+  }
+  Ptr find(std::uint64_t request) const {
+    const auto it = by_request_.find(request);
+    return it == by_request_.end() ? nullptr : it->second;
+  }
+  // The open connections, copied: closing one while walking them is safe.
+  std::vector<Ptr> snapshot() const {
+    std::vector<Ptr> all;
+    all.reserve(conns_.size());
+    for (const auto& [id, c] : conns_) all.push_back(c);
+    return all;
+  }
+
+ private:
+  void publish() {
+    if (gauge_ != nullptr) gauge_->store(static_cast<std::int64_t>(conns_.size()));
+  }
+  std::int32_t max_;
+  std::atomic<std::int64_t>* gauge_;
+  std::uint64_t next_conn_ = 1;
+  std::uint64_t next_request_;
+  std::unordered_map<std::uint64_t, Ptr> conns_;
+  std::unordered_map<std::uint64_t, Ptr> by_request_;
+};
+
+}  // namespace uma
