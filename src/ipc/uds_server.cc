@@ -118,9 +118,10 @@ void UdsServer::fail_internal(const ConnPtr& c, const char* what) {
   spdlog::error("conn {}: internal error, connection closed: {}", c->id, what);
   if (c->state == ConnState::kClosed) return;
   try {
-    if (c->request != 0) {  // nothing more of it is sent: cancel it now, not when the socket closes
+    if (c->request != 0) {  // nothing more of it is sent: cancel it now; no event reaches it after
       submit_(CancelRequest{c->request});
       table_.unbind(c);
+      release_slot(c);
     }
     std::string out;
     c->proto->encode_error(&c->reply, c->reply.client_id, Status(ErrorCode::kInternal, "internal error"), out);
@@ -257,9 +258,9 @@ void UdsServer::arm_write(const ConnPtr& c) {
 }
 
 void UdsServer::finish_reply(const ConnPtr& c) {
-  if (c->state == ConnState::kClosed) return;
   table_.unbind(c);
   release_slot(c);
+  if (c->state == ConnState::kClosed) return;  // a cancelled request of a gone client ends here
   const bool keep = c->reply.keep_alive;
   c->reply = ReplyState{};
   if (c->state == ConnState::kBusy) c->set_state(ConnState::kIdle);
@@ -287,11 +288,11 @@ void UdsServer::close(const ConnPtr& c, const char* why) {
   if (c->state == ConnState::kClosed) return;
   if (c->request != 0) {
     // The client left (or was dropped) mid-request: cancel it so its KV is freed at the next tick.
+    // It keeps its table entry and session slot until its last event (finish_reply), so a new
+    // request cannot take the slot while the scheduler still runs this one.
     submit_(CancelRequest{c->request});
-    table_.unbind(c);
     if (!shutting_down_) metrics_.disconnects_mid_stream_total++;
   }
-  release_slot(c);
   c->set_state(ConnState::kClosed);
   boost::system::error_code ignored;
   c->socket.close(ignored);  // pending operations complete with operation_aborted; they see kClosed
@@ -315,6 +316,10 @@ void UdsServer::on_events(std::vector<Event>& events) {
 }
 
 void UdsServer::on_event(const ConnPtr& c, Event& ev, std::string& out) {
+  if (c->state == ConnState::kClosed) {  // nobody reads: only the request's end matters
+    if (ev.kind != Event::Kind::kToken) finish_reply(c);
+    return;
+  }
   switch (ev.kind) {
     case Event::Kind::kToken:
       c->proto->encode_token(c->reply, ev, out);

@@ -16,7 +16,8 @@
 // - unsent TX bytes (queued and in flight, net/tx_queue.h) are capped (max_tx_bytes): a reader too
 //   slow to keep up is dropped and counted;
 // - a request takes one of the daemon's session slots (net/session_slots.h, shared with HTTP) and
-//   gives it back with its last event or when its connection closes: an idle keep-alive
+//   gives it back with its last event (a request whose client left is cancelled and keeps its
+//   slot until the scheduler has ended it, as on HTTP): an idle keep-alive
 //   connection holds none; a metrics request needs no slot;
 // - after a reply ends, the connection closes unless the request asked to keep it (JSON
 //   keep_alive; newline connections are always kept).
