@@ -26,12 +26,6 @@ std::unique_ptr<LlamaRuntime> open_tiny(const std::string& kv_layout, const std:
   return rt;
 }
 
-std::vector<Token> prompt_tokens(int n, int salt) {
-  std::vector<Token> t;
-  for (int i = 0; i < n; ++i) t.push_back(500 + (i * 53 + salt * 211) % 20000);
-  return t;
-}
-
 // Drives one runtime as the scheduler does: each step one batch in sequence-id order of every
 // live sequence's next input (a whole prompt, or its last sampled token), then a sample per row.
 class Driver {
@@ -110,9 +104,9 @@ TEST_P(BackendSampling, GreedyAndSeededTokensMatchTheHostsThroughSwitchesMovesAn
 
   // Two greedy streams and one seeded, prompts of different lengths in one batch.
   both([&](Driver& x) {
-    x.start(0, greedy, prompt_tokens(17, 1));
-    x.start(1, seeded, prompt_tokens(40, 2));
-    x.start(2, greedy, prompt_tokens(5, 3));
+    x.start(0, greedy, tiny_prompt(17, 1));
+    x.start(1, seeded, tiny_prompt(40, 2));
+    x.start(2, greedy, tiny_prompt(5, 3));
   });
   for (int i = 0; i < 12; ++i) {
     // Only the seeded stream's row comes to the host when sampling on the device.
@@ -126,8 +120,8 @@ TEST_P(BackendSampling, GreedyAndSeededTokensMatchTheHostsThroughSwitchesMovesAn
   // The seeded stream ends; a greedy request takes its id (re-attached), a seeded one takes id 3.
   both([&](Driver& x) {
     x.end(1);
-    x.start(1, greedy, prompt_tokens(9, 4));
-    x.start(3, seeded, prompt_tokens(3, 5));
+    x.start(1, greedy, tiny_prompt(9, 4));
+    x.start(3, seeded, tiny_prompt(3, 5));
   });
   for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(d.step(), 1);

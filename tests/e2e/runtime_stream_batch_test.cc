@@ -27,12 +27,6 @@ std::unique_ptr<LlamaRuntime> open_per_seq(bool stream_batches) {
   });
 }
 
-std::vector<Token> prompt(int n, int salt) {
-  std::vector<Token> t;
-  for (int i = 0; i < n; ++i) t.push_back(300 + (i * 71 + salt * 157) % 20000);
-  return t;
-}
-
 class Lockstep {
  public:
   Lockstep(LlamaRuntime& a, LlamaRuntime& b) : a_(a), b_(b) {}
@@ -87,7 +81,7 @@ TEST(StreamBatches, ArrangedBatchesGiveTheSameLogitsAndLeaveIdleStreamsAsTheyWer
   ASSERT_TRUE(arranged && plain);
   ASSERT_TRUE(arranged->kv_per_sequence());
   Lockstep run(*arranged, *plain);
-  for (std::int32_t seq : {0, 1, 2, 3, 4}) run.start(seq, prompt(5 + 7 * seq, seq));
+  for (std::int32_t seq : {0, 1, 2, 3, 4}) run.start(seq, tiny_prompt(5 + 7 * seq, seq));
   run.step({0, 1, 2, 3, 4});
   // 2 and 3 sit idle with their KV (a request between turns, a paused one) while 0, 1 and 4
   // decode: ids 2 and 3 are a gap between decode rows, filled each decode.
@@ -98,11 +92,11 @@ TEST(StreamBatches, ArrangedBatchesGiveTheSameLogitsAndLeaveIdleStreamsAsTheyWer
   const std::uint64_t fillers = arranged->fillers_total();
   EXPECT_EQ(fillers, 8u) << "two idle ids, four decodes";
   // A prompt arrives at 6 (id 5 free, empty): it sits among the decode rows' ids.
-  run.start(6, prompt(33, 6));
+  run.start(6, tiny_prompt(33, 6));
   run.step({0, 1, 4, 6});
   for (int i = 0; i < 3; ++i) run.step({0, 1, 4, 6});
   // The idle ones resume where they were; a new prompt at 7 joins.
-  run.start(7, prompt(12, 7));
+  run.start(7, tiny_prompt(12, 7));
   run.step({0, 1, 2, 3, 4, 6, 7});
   for (int i = 0; i < 5; ++i) run.step({0, 1, 2, 3, 4, 6, 7});
   EXPECT_GT(arranged->fillers_total(), fillers) << "id 5 filled once the prompt at 6 came";

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/llama_runtime.h"
 
@@ -25,6 +26,13 @@ std::unique_ptr<LlamaRuntime> open_tiny_runtime(Tweak tweak) {
   auto rt = LlamaRuntime::open(cfg, &st);
   EXPECT_TRUE(rt != nullptr) << st.to_string();
   return rt;
+}
+
+// A prompt of n tokens for the tiny model (32k vocabulary), different for each salt.
+inline std::vector<Token> tiny_prompt(int n, int salt) {
+  std::vector<Token> t;
+  for (int i = 0; i < n; ++i) t.push_back(500 + (i * 53 + salt * 211) % 20000);
+  return t;
 }
 
 }  // namespace uma::test
