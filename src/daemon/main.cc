@@ -154,8 +154,8 @@ int main(int argc, char** argv) {
     // Runs on the compute thread after its last events were delivered; hop to the I/O thread.
     boost::asio::post(io, [&] {
       server.finish_shutdown(std::chrono::seconds(2), [&] {
-        if (http) http->finish_shutdown();
-        io.stop();
+        if (!http) return io.stop();
+        http->finish_shutdown(std::chrono::seconds(1), [&] { io.stop(); });
       });
     });
   });

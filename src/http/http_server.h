@@ -3,40 +3,37 @@
 // same I/O loop, scheduler and events as the Unix socket. Requests are parsed with Boost.Beast
 // (bounded header and body), answered with SSE (`data:` chunks, `data: [DONE]`) or one JSON body.
 //
-// Threading: like UdsServer, every method runs on the I/O thread except deliver(), which the
-// compute thread calls and which posts onto the loop. Ownership: the server owns its connections;
-// each async operation holds a shared_ptr to its connection.
-// Per connection, one state (http_server.cc, `HttpConnState`, set through an asserting setter):
-// reading a request (within --http-timeout-sec, or the connection closes) -> running a completion
-// (a read stays armed, so a client that goes away cancels its request at the next token) -> the
-// reply written, then read the next (keep-alive) or close -> closed. Closing cancels the request
-// in flight, in one place (close()).
-// Caps: --max-connections open connections (more are closed as they arrive, counted), a request's
-// header and body size, unsent reply bytes (a slow reader is dropped), and the daemon's session
-// slots (net/session_slots.h) for completions in flight. Accepting pauses and backs
-// off when descriptors run out (net/accept_loop.h) and never ends while the server runs.
+// Threading: every method runs on the I/O thread except deliver(), which the compute thread calls
+// and which posts onto the loop. Built on the serving layer every front end shares
+// (net/stream_server.h: connections, caps, session slots, close-with-cancel, the idle timer,
+// shutdown); what is HTTP's own is its adapter (http_server.cc): Beast's resumable request parser
+// fed the bytes as they arrive (bounded header and body), the router, and the encoding of events
+// as SSE chunks or one JSON body. Per connection: reading a request (it must arrive whole within
+// --http-timeout-sec of the connection becoming idle, or the connection closes) -> running a
+// completion (the read stays armed, so a client that goes away, EOF included, cancels its request
+// at once) -> idle again (keep-alive; a pipelined request is parsed then) or closing.
+// Caps: --max-connections open connections, a request's header and body size, unsent reply bytes
+// (a slow reader is dropped), and the daemon's session slots for completions in flight.
 // Request ids start at kFirstId, so an EventRouter can tell them from the Unix socket's.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
 #include "http/http_router.h"
 #include "http/openai.h"
-#include "net/accept_loop.h"
-#include "net/connection_table.h"
-#include "net/session_slots.h"
 #include "metrics/server_metrics.h"
+#include "net/accept_loop.h"
+#include "net/session_slots.h"
+#include "net/stream_server.h"
 #include "sched/io_boundary.h"
-#include "sched/request.h"
 
 namespace uma {
 
@@ -52,9 +49,20 @@ struct HttpConfig {
   SamplingParams default_sampling;
 };
 
+// What every connection's adapter reads: the configuration and the model's state.
+struct HttpSite {
+  HttpSite(HttpConfig c, ServerMetrics& m) : config(std::move(c)), metrics(m) {}
+  HttpConfig config;
+  ServerMetrics& metrics;
+  bool ready = false;  // the model is loaded
+  bool shutting_down = false;
+  std::string model_id = "umad";
+  http_route::ChatTemplate chat_template;
+};
+
 class HttpServer final : public EventSink {
  public:
-  static constexpr RequestId kFirstId = RequestId{1} << 62;
+  static constexpr RequestId kFirstId = first_request_id(FrontEnd::kHttp);
   using ChatTemplate = http_route::ChatTemplate;
 
   // A completion takes one of `slots` (shared with the Unix socket) until its last event.
@@ -67,47 +75,17 @@ class HttpServer final : public EventSink {
   void start();                      // accepts
   // The model is loaded: completions are served from now on.
   void set_ready(std::string model_id, ChatTemplate chat_template);
-  void begin_shutdown();             // stop accepting; new completions get 503
-  void finish_shutdown();            // close every connection
+  // Stop accepting; idle connections close; completions in flight end as the compute thread ends them.
+  void begin_shutdown();
+  // Flush and close every connection, then `done` (at the latest after `deadline`).
+  void finish_shutdown(std::chrono::milliseconds deadline, std::function<void()> done);
   void deliver(std::vector<Event> events) override;
 
  private:
-  struct Conn;
-  using ConnPtr = std::shared_ptr<Conn>;
-
-  void on_accept(boost::asio::ip::tcp::socket socket);
-  void read_request(const ConnPtr& c);
-  void on_read(const ConnPtr& c, boost::system::error_code ec);
-  void on_request(const ConnPtr& c);
-  void start_completion(const ConnPtr& c, http_route::Completion completion);
-  // The exception boundary: runs `f` for connection `c`; whatever escapes it becomes a 500 (or
-  // the end of a stream already begun), the connection closes, `internal` is counted, and the
-  // server serves on.
-  template <typename F>
-  void guarded(const ConnPtr& c, F&& f);
-  void fail_internal(const ConnPtr& c, const char* what);
-  void watch_disconnect(const ConnPtr& c);
-  void on_events(std::vector<Event>& events);
-  void on_event(const ConnPtr& c, Event& ev);
-  void respond(const ConnPtr& c, unsigned status, std::string_view content_type, std::string_view body);
-  void respond_error(const ConnPtr& c, ErrorCode code, std::string_view message);
-  void send(const ConnPtr& c, std::string bytes);
-  void send_sse(const ConnPtr& c, std::string_view data);
-  void end_completion(const ConnPtr& c);
-  void close(const ConnPtr& c);
-
-  boost::asio::io_context& io_;
-  HttpConfig config_;
-  ServerMetrics& metrics_;
-  SessionSlots& slots_;
-  WorkSubmit submit_;
-  ConnectionTable<Conn> table_;  // open connections, request ids and the request -> connection map
+  HttpSite site_;
+  StreamServer server_;
   boost::asio::ip::tcp::acceptor acceptor_;
   AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
-  bool ready_ = false;
-  bool shutting_down_ = false;
-  std::string model_id_ = "umad";
-  ChatTemplate chat_template_;
 };
 
 }  // namespace uma

@@ -33,8 +33,7 @@ class LoopbackHttp {
   ~LoopbackHttp() {
     boost::asio::post(io_, [this] {
       server_->begin_shutdown();
-      server_->finish_shutdown();
-      io_.stop();
+      server_->finish_shutdown(std::chrono::seconds(1), [this] { io_.stop(); });
     });
     loop_.join();
   }

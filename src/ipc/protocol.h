@@ -1,6 +1,7 @@
-// Protocol: one connection's wire format, between bytes and typed actions/events. UdsServer owns the
-// transport (sockets, TX, slots, request ids); a Protocol only parses and encodes, so adding one
-// (HTTP/SSE later) touches neither the server nor the scheduler.
+// Protocol: one Unix-socket connection's wire format, between bytes and typed actions/events. It
+// only parses and encodes; UdsServer's adapter (uds_server.cc) turns its actions into the shared
+// serving layer's inputs (net/protocol_adapter.h), which does sockets, TX, slots and request ids
+// for every front end.
 //
 // Implementations: newline (seed 001) and framed JSON (seed 003). Not thread-safe; one per
 // connection, used on the I/O thread.

@@ -3,7 +3,7 @@
 // gauge, request ids (one counter per server, so ids of two servers never meet), the request ->
 // connection map events are routed by, and snapshots for sweeps and shutdown.
 //
-// Conn is the server's connection type; it needs `std::uint64_t id` and `std::uint64_t request`
+// Conn is the server's connection type; it needs `std::uint64_t id()` and `std::uint64_t request`
 // (0: none in flight). Thread-safety: none; the server's I/O thread only. Ownership: the table
 // holds a shared_ptr per open connection and per bound request; async operations hold their own,
 // so removing a connection inside one of its callbacks never frees it there (it is freed after the
@@ -30,11 +30,11 @@ class ConnectionTable {
   std::uint64_t next_conn_id() { return next_conn_++; }
 
   void add(const Ptr& c) {
-    conns_[c->id] = c;
+    conns_[c->id()] = c;
     publish();
   }
   void remove(const Ptr& c) {
-    conns_.erase(c->id);
+    conns_.erase(c->id());
     publish();
   }
   // A new request on `c`: its id, and events for it find `c` until unbind().

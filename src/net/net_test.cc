@@ -57,7 +57,8 @@ TEST(TxQueue, TheCapCountsTheWriteInFlightToo) {
 }
 
 struct FakeConn {
-  std::uint64_t id = 0;
+  std::uint64_t id() const { return conn_id; }
+  std::uint64_t conn_id = 0;
   std::uint64_t request = 0;
 };
 
@@ -65,9 +66,9 @@ TEST(ConnectionTable, ConnectionsRequestsAndTheCap) {
   std::atomic<std::int64_t> open{0};
   ConnectionTable<FakeConn> table(2, &open, 100);
   auto a = std::make_shared<FakeConn>(), b = std::make_shared<FakeConn>();
-  a->id = table.next_conn_id();
-  b->id = table.next_conn_id();
-  EXPECT_NE(a->id, b->id);
+  a->conn_id = table.next_conn_id();
+  b->conn_id = table.next_conn_id();
+  EXPECT_NE(a->id(), b->id());
   table.add(a);
   EXPECT_FALSE(table.full());
   table.add(b);

@@ -1,0 +1,241 @@
+#include "net/stream_server.h"
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include "net/guarded.h"
+
+namespace uma {
+
+namespace asio = boost::asio;
+
+struct StreamServer::Conn final : Connection {
+  Conn(StreamSocket socket, std::uint64_t id, const ConnectionOptions& options, ConnectionOwner& owner,
+       std::unique_ptr<ProtocolAdapter> a)
+      : Connection(std::move(socket), id, options, owner), adapter(std::move(a)) {}
+  std::unique_ptr<ProtocolAdapter> adapter;
+  RequestId request = 0;  // the request in flight while kBusy (and, once closed, until its last event)
+  bool has_slot = false;  // that request holds one of SessionSlots
+};
+
+StreamServerConfig serving_config(FrontEnd front_end, std::int32_t max_connections, std::size_t max_tx_bytes,
+                                  std::int32_t idle_timeout_sec, ServerMetrics& metrics) {
+  const bool http = front_end == FrontEnd::kHttp;
+  StreamServerConfig s;
+  s.front_end = front_end;
+  s.log_name = http ? "http conn" : "conn";
+  s.max_connections = max_connections;
+  s.max_tx_bytes = max_tx_bytes;
+  s.idle_timeout_sec = idle_timeout_sec;
+  s.eof_closes = http;
+  s.first_request_id = first_request_id(front_end);
+  s.connections_open = http ? &metrics.http_connections_open : &metrics.connections_open;
+  s.connections_rejected_total = http ? &metrics.http_connections_rejected_total : &metrics.connections_rejected_total;
+  return s;
+}
+
+StreamServer::StreamServer(asio::io_context& io, StreamServerConfig config, ServerMetrics& metrics, SessionSlots& slots,
+                           WorkSubmit submit, AdapterFactory make_adapter)
+    : io_(io), config_(config), metrics_(metrics), slots_(slots), submit_(std::move(submit)),
+      make_adapter_(std::move(make_adapter)),
+      table_(config.max_connections, config.connections_open, config.first_request_id), sweep_timer_(io),
+      shutdown_timer_(io) {}
+
+StreamServer::~StreamServer() = default;
+
+// Every connection of this server is a Conn: it made them all (adopt).
+StreamServer::ConnPtr StreamServer::served(const ConnectionPtr& c) { return std::static_pointer_cast<Conn>(c); }
+
+void StreamServer::start() { sweep_idle(); }
+
+void StreamServer::adopt(StreamSocket socket) {
+  boost::system::error_code ignored;
+  if (shutting_down_ || table_.full()) {
+    if (!shutting_down_ && config_.connections_rejected_total != nullptr) config_.connections_rejected_total->fetch_add(1);
+    socket.close(ignored);
+    return;
+  }
+  ConnectionOptions options;
+  options.log_name = config_.log_name;
+  options.max_tx_bytes = config_.max_tx_bytes;
+  options.eof_closes = config_.eof_closes;
+  options.tx_drops = &metrics_.tx_drops_total;
+  ConnectionOwner& owner = *this;
+  auto c = std::make_shared<Conn>(std::move(socket), table_.next_conn_id(), options, owner, make_adapter_());
+  table_.add(c);
+  metrics_.connections_accepted_total++;
+  spdlog::debug("{} {}: accepted", config_.log_name, c->id());
+  c->start_reading();
+}
+
+void StreamServer::on_input(const ConnectionPtr& conn, std::string_view bytes) {
+  const ConnPtr c = served(conn);
+  c->adapter->feed(bytes);
+  serve(c);
+}
+
+void StreamServer::on_peer_eof(const ConnectionPtr& conn) { serve(served(conn)); }
+
+bool StreamServer::input_full(const Connection& conn) const {
+  const ProtocolAdapter& a = *static_cast<const Conn&>(conn).adapter;
+  return a.buffered() > a.max_buffered() + Connection::kReadChunk;
+}
+
+// Serves the buffered input in order, as far as the connection's state allows.
+void StreamServer::serve(const ConnPtr& c) {
+  while (!shutting_down_ && (c->state() == ConnState::kIdle || c->state() == ConnState::kBusy)) {
+    std::optional<ProtocolAdapter::Input> in = c->adapter->next(c->state() == ConnState::kBusy);
+    if (!in) break;
+    if (auto* start = std::get_if<ProtocolAdapter::Start>(&*in)) {
+      start_request(c, std::move(*start));
+    } else if (auto* a = std::get_if<ProtocolAdapter::Answer>(&*in)) {
+      answer(c, std::move(*a));
+    } else if (c->request != 0) {  // Cancel
+      submit_(CancelRequest{c->request});
+    }
+  }
+  if (c->state() == ConnState::kIdle && (c->peer_eof() || shutting_down_)) c->close_when_flushed();
+}
+
+void StreamServer::start_request(const ConnPtr& c, ProtocolAdapter::Start start) {
+  if (!slots_.try_take(config_.front_end)) {
+    metrics_.count_rejected(RejectReason::kSessionCap);
+    return answer(c, c->adapter->refused(Status(ErrorCode::kTooManySessions,
+                                                "all " + std::to_string(slots_.max()) + " sessions are in use")));
+  }
+  c->has_slot = true;
+  Request r = std::move(start.request);
+  r.id = table_.bind(c);
+  r.received_at = Clock::now();
+  c->set_state(ConnState::kBusy);
+  std::string out;
+  c->adapter->started(r.id, out);
+  c->send(out);
+  spdlog::debug("{} {}: request {} ({} bytes)", config_.log_name, c->id(), r.id, r.prompt.size());
+  submit_(std::move(r));
+}
+
+void StreamServer::answer(const ConnPtr& c, ProtocolAdapter::Answer a) {
+  if (a.error != ErrorCode::kOk) metrics_.count_error(a.error);
+  c->send(a.bytes);
+  if (a.close) c->close_when_flushed();
+}
+
+void StreamServer::deliver(std::vector<Event> events) {
+  asio::post(io_, [this, events = std::move(events)]() mutable { on_events(events); });
+}
+
+void StreamServer::on_events(std::vector<Event>& events) {
+  for (const Event& ev : events) {
+    const ConnPtr c = table_.find(ev.request_id);  // a copy: ending the request erases the table's
+    if (c == nullptr) continue;                    // already ended (an internal error cancelled it)
+    run_guarded([&] { on_event(c, ev); }, [&](const char* what) { on_failure(c, what); });
+  }
+}
+
+void StreamServer::on_event(const ConnPtr& c, const Event& ev) {
+  const bool last = ev.kind != Event::Kind::kToken;
+  if (ev.kind == Event::Kind::kError) metrics_.count_error(ev.error.code());
+  if (!c->closed()) {  // nobody reads a closed one: only the request's end matters
+    std::string out;
+    c->adapter->encode(ev, out);
+    c->send(out);
+  }
+  if (last) end_request(c);
+}
+
+void StreamServer::release_request(const ConnPtr& c) {
+  table_.unbind(c);
+  if (c->has_slot) {
+    c->has_slot = false;
+    slots_.give_back(config_.front_end);
+  }
+}
+
+void StreamServer::end_request(const ConnPtr& c) {
+  release_request(c);
+  if (c->closed()) return;  // the client left; its cancel's last event ends the request here
+  if (c->state() == ConnState::kBusy) c->set_state(ConnState::kIdle);
+  if (!c->adapter->keep_alive() || shutting_down_) return c->close_when_flushed();
+  serve(c);
+  c->start_reading();  // reading may have paused on a full input while the request ran
+}
+
+void StreamServer::on_close(const ConnectionPtr& conn) {
+  const ConnPtr c = served(conn);
+  if (c->request != 0) {
+    // The client left (or was dropped) mid-request: cancel it so its KV is freed at the next tick.
+    // It keeps its table entry and session slot until its last event (end_request), so a new
+    // request cannot take the slot while the scheduler still runs this one.
+    submit_(CancelRequest{c->request});
+    if (!shutting_down_) metrics_.disconnects_mid_stream_total++;
+  }
+  table_.remove(c);
+  maybe_done();
+}
+
+void StreamServer::on_failure(const ConnectionPtr& conn, const char* what) {
+  const ConnPtr c = served(conn);
+  metrics_.count_error(ErrorCode::kInternal);
+  spdlog::error("{} {}: internal error, connection closed: {}", config_.log_name, c->id(), what);
+  if (c->closed()) return;
+  try {
+    if (c->request != 0) {  // nothing more of it is sent: cancel it now; no event reaches it after
+      submit_(CancelRequest{c->request});
+      release_request(c);
+    }
+    c->send(c->adapter->internal_error());
+    c->close_when_flushed();
+  } catch (...) {
+    c->close("internal error");
+  }
+}
+
+void StreamServer::sweep_idle() {
+  if (config_.idle_timeout_sec > 0 && !shutting_down_) {
+    const auto limit = std::chrono::seconds(config_.idle_timeout_sec);
+    const auto now = Connection::Clock::now();
+    for (const ConnPtr& c : table_.snapshot()) {
+      if (c->state() == ConnState::kIdle && c->flushed() && now - c->quiet_since() > limit) {
+        metrics_.idle_timeouts_total++;
+        c->close("idle timeout");
+      }
+    }
+  }
+  sweep_timer_.expires_after(std::chrono::seconds(1));
+  sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && !shutting_down_) sweep_idle();
+  });
+}
+
+void StreamServer::begin_shutdown() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  sweep_timer_.cancel();
+  for (const ConnPtr& c : table_.snapshot()) {
+    if (c->state() == ConnState::kIdle) c->close_when_flushed();
+  }
+}
+
+void StreamServer::finish_shutdown(std::chrono::milliseconds deadline, std::function<void()> done) {
+  shutting_down_ = true;
+  on_all_closed_ = std::move(done);
+  for (const ConnPtr& c : table_.snapshot()) c->close_when_flushed();
+  shutdown_timer_.expires_after(deadline);
+  shutdown_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    for (const ConnPtr& c : table_.snapshot()) c->close("shutdown deadline");
+    maybe_done();
+  });
+  maybe_done();
+}
+
+void StreamServer::maybe_done() {
+  if (!on_all_closed_ || !table_.empty()) return;
+  shutdown_timer_.cancel();
+  auto done = std::move(on_all_closed_);
+  on_all_closed_ = nullptr;
+  done();
+}
+
+}  // namespace uma

@@ -1,0 +1,115 @@
+// StreamServer: the serving half every front end shares, on net/connection.h. A front end keeps its
+// own listening socket (a path, a TCP port), hands each accepted socket to adopt(), and supplies a
+// ProtocolAdapter per connection (net/protocol_adapter.h); everything else is here, once:
+// - at most max_connections open (more are closed as they arrive and counted);
+// - input served in order: the adapter parses, the server starts, cancels or answers;
+// - a request takes one of the daemon's session slots (net/session_slots.h, shared by all front
+//   ends) from its start until its last event; an idle keep-alive connection holds none; a request
+//   whose client left is cancelled and keeps its slot until the scheduler has ended it;
+// - request ids from a ConnectionTable (disjoint per front end) and events routed back by them;
+// - close-with-cancel in one place (on_close), the idle timer (a connection idle and flushed for
+//   idle_timeout_sec closes; for HTTP that is also the time a whole request has to arrive);
+// - the exception boundary: what a handler throws ends that connection with the adapter's
+//   internal-error answer (its request cancelled), counted as E_INTERNAL; the server serves on;
+// - shutdown in two steps (begin_shutdown / finish_shutdown).
+//
+// Threading: every method except deliver() runs on the I/O thread; deliver() is the compute
+// thread's way in and posts onto the loop. Ownership: the server owns its connections (through
+// the table; async operations hold their own references, net/connection.h).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "metrics/server_metrics.h"
+#include "net/connection.h"
+#include "net/connection_table.h"
+#include "net/protocol_adapter.h"
+#include "net/session_slots.h"
+#include "sched/io_boundary.h"
+
+namespace uma {
+
+struct StreamServerConfig {
+  FrontEnd front_end = FrontEnd::kUnixSocket;
+  const char* log_name = "conn";
+  std::int32_t max_connections = 256;
+  std::size_t max_tx_bytes = 1 << 20;
+  std::int32_t idle_timeout_sec = 600;  // 0: never
+  bool eof_closes = false;              // see ConnectionOptions
+  RequestId first_request_id = 1;
+  // This front end's entries of the labelled metrics.
+  std::atomic<std::int64_t>* connections_open = nullptr;
+  std::atomic<std::uint64_t>* connections_rejected_total = nullptr;
+};
+
+// A front end's configuration with what follows from which front end it is: its entries of the
+// labelled metrics, its log name, its request ids (front end k's start at k << 62, so an event's
+// id names its front end), and EOF (a half-close on the Unix socket; a client gone on HTTP).
+StreamServerConfig serving_config(FrontEnd front_end, std::int32_t max_connections, std::size_t max_tx_bytes,
+                                  std::int32_t idle_timeout_sec, ServerMetrics& metrics);
+
+class StreamServer final : public EventSink, private ConnectionOwner {
+ public:
+  using AdapterFactory = std::function<std::unique_ptr<ProtocolAdapter>()>;
+
+  StreamServer(boost::asio::io_context& io, StreamServerConfig config, ServerMetrics& metrics, SessionSlots& slots,
+               WorkSubmit submit, AdapterFactory make_adapter);
+  ~StreamServer() override;
+
+  void start();                   // the idle timer
+  void adopt(StreamSocket socket);  // an accepted socket: served, or closed when at the cap
+  bool shutting_down() const { return shutting_down_; }
+  // Shutdown, step 1: no new connections or requests; idle connections close. Requests in flight
+  // end when the compute thread fails them (their answers are written), then their connections
+  // close.
+  void begin_shutdown();
+  // Shutdown, step 2 (after the compute thread stopped): flush and close every connection, then
+  // call `done` (at the latest after `deadline`).
+  void finish_shutdown(std::chrono::milliseconds deadline, std::function<void()> done);
+
+  void deliver(std::vector<Event> events) override;
+
+ private:
+  struct Conn;
+  using ConnPtr = std::shared_ptr<Conn>;
+  static ConnPtr served(const ConnectionPtr& c);
+
+  // ConnectionOwner
+  void on_input(const ConnectionPtr& c, std::string_view bytes) override;
+  void on_peer_eof(const ConnectionPtr& c) override;
+  bool input_full(const Connection& c) const override;
+  void on_close(const ConnectionPtr& c) override;
+  void on_failure(const ConnectionPtr& c, const char* what) override;
+
+  void serve(const ConnPtr& c);
+  void start_request(const ConnPtr& c, ProtocolAdapter::Start start);
+  void answer(const ConnPtr& c, ProtocolAdapter::Answer a);
+  void on_events(std::vector<Event>& events);
+  void on_event(const ConnPtr& c, const Event& ev);
+  void release_request(const ConnPtr& c);  // unbinds it and gives its slot back
+  void end_request(const ConnPtr& c);
+  void sweep_idle();
+  void maybe_done();
+
+  boost::asio::io_context& io_;
+  StreamServerConfig config_;
+  ServerMetrics& metrics_;
+  SessionSlots& slots_;
+  WorkSubmit submit_;
+  AdapterFactory make_adapter_;
+  ConnectionTable<Conn> table_;
+  boost::asio::steady_timer sweep_timer_;
+  boost::asio::steady_timer shutdown_timer_;
+  bool shutting_down_ = false;
+  std::function<void()> on_all_closed_;
+};
+
+}  // namespace uma

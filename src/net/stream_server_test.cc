@@ -1,0 +1,195 @@
+// The shared serving layer (Connection + StreamServer) with a line-based fake adapter, over real
+// Unix socket pairs, the I/O loop polled on the test's thread until each condition holds.
+#include "net/stream_server.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/local/connect_pair.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <stdexcept>
+
+namespace uma {
+namespace {
+
+using namespace std::chrono_literals;
+
+// "go\n" starts a request, "boom\n" throws; events are encoded as "tok:<text>" and "end".
+class LineAdapter final : public ProtocolAdapter {
+ public:
+  void feed(std::string_view b) override { in_.append(b); }
+  std::size_t buffered() const override { return in_.size(); }
+  std::size_t max_buffered() const override { return 1024; }
+  std::optional<Input> next(bool busy) override {
+    const auto nl = in_.find('\n');
+    if (busy || nl == std::string::npos) return std::nullopt;
+    const std::string line = in_.substr(0, nl);
+    in_.erase(0, nl + 1);
+    if (line == "boom") throw std::runtime_error("adapter bug");
+    Request r;
+    r.prompt = line;
+    return Start{std::move(r)};
+  }
+  void started(RequestId, std::string& out) override { out += "started\n"; }
+  Answer refused(const Status&) override { return Answer{"refused\n", ErrorCode::kTooManySessions, false}; }
+  void encode(const Event& ev, std::string& out) override {
+    out += ev.kind == Event::Kind::kToken ? "tok:" + ev.text + "\n" : "end\n";
+  }
+  bool keep_alive() const override { return true; }
+  std::string internal_error() override { return "internal\n"; }
+
+ private:
+  std::string in_;
+};
+
+class Fixture {
+ public:
+  explicit Fixture(std::int32_t max_sessions) : slots(max_sessions) {
+    StreamServerConfig cfg;
+    cfg.eof_closes = true;
+    server = std::make_unique<StreamServer>(io, cfg, metrics, slots,
+                                            [this](WorkItem w) { work.push_back(std::move(w)); },
+                                            [] { return std::make_unique<LineAdapter>(); });
+  }
+  // A connected client: its end of a socket pair, the other end adopted by the server.
+  int connect() {
+    boost::asio::local::stream_protocol::socket ours(io), theirs(io);
+    boost::asio::local::connect_pair(ours, theirs);
+    server->adopt(std::move(theirs));
+    return ours.release();
+  }
+  template <typename Pred>
+  bool poll_until(Pred pred) {
+    for (auto end = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < end;) {
+      io.poll();
+      io.restart();
+      if (pred()) return true;
+    }
+    return false;
+  }
+  // Reads from `fd` until `want` has arrived (or the peer closed, or 5 s passed).
+  std::string read_until(int fd, std::string_view want) {
+    std::string got;
+    poll_until([&] {
+      char buf[256];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) got.append(buf, static_cast<std::size_t>(n));
+      return n == 0 || got.find(want) != std::string::npos;
+    });
+    return got;
+  }
+  RequestId last_started() const {
+    for (auto it = work.rbegin(); it != work.rend(); ++it) {
+      if (const auto* r = std::get_if<Request>(&*it)) return r->id;
+    }
+    return 0;
+  }
+  void end(RequestId id) {
+    Event ev;
+    ev.request_id = id;
+    ev.kind = Event::Kind::kDone;
+    server->deliver({ev});
+  }
+
+  boost::asio::io_context io;
+  ServerMetrics metrics;
+  SessionSlots slots;
+  std::vector<WorkItem> work;
+  std::unique_ptr<StreamServer> server;
+};
+
+void send_text(int fd, std::string_view s) { ASSERT_EQ(::send(fd, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size())); }
+
+TEST(StreamServer, ASlotBelongsToARequestAndOutlivesAClientThatLeft) {
+  Fixture f(1);
+  const int a = f.connect(), b = f.connect();
+  send_text(a, "go\n");
+  EXPECT_EQ(f.read_until(a, "started\n"), "started\n");
+  const RequestId first = f.last_started();
+  ASSERT_NE(first, 0u);
+  send_text(b, "go\n");
+  EXPECT_EQ(f.read_until(b, "refused\n"), "refused\n") << "one slot, taken by a's request";
+
+  ::close(a);  // a leaves mid-request: its request is cancelled, its slot kept until the last event
+  ASSERT_TRUE(f.poll_until([&] {
+    return !f.work.empty() && std::holds_alternative<CancelRequest>(f.work.back());
+  }));
+  EXPECT_EQ(std::get<CancelRequest>(f.work.back()).id, first);
+  EXPECT_EQ(f.slots.in_use(), 1);
+  EXPECT_EQ(f.metrics.disconnects_mid_stream_total.load(), 1u);
+  send_text(b, "go\n");
+  EXPECT_EQ(f.read_until(b, "refused\n"), "refused\n") << "the cancelled request still runs";
+
+  f.end(first);  // the scheduler ends it: the slot is free, and b's next request runs
+  ASSERT_TRUE(f.poll_until([&] { return f.slots.in_use() == 0; }));
+  send_text(b, "go\n");
+  EXPECT_EQ(f.read_until(b, "started\n"), "started\n");
+  EXPECT_NE(f.last_started(), first);
+  EXPECT_EQ(f.slots.in_use(), 1);
+  ::close(b);
+}
+
+TEST(StreamServer, EventsReachTheirConnectionAndAKeptAliveOneServesTheNextRequest) {
+  Fixture f(4);
+  const int a = f.connect();
+  send_text(a, "go\ngo\n");  // pipelined: the second waits for the first's end
+  f.read_until(a, "started\n");
+  const RequestId first = f.last_started();
+  Event tok;
+  tok.request_id = first;
+  tok.kind = Event::Kind::kToken;
+  tok.text = "hi";
+  f.server->deliver({tok});
+  f.end(first);
+  const std::string got = f.read_until(a, "end\nstarted\n");
+  EXPECT_EQ(got, "tok:hi\nend\nstarted\n");
+  EXPECT_NE(f.last_started(), first);
+  EXPECT_EQ(f.slots.in_use(), 1);
+  ::close(a);
+}
+
+TEST(StreamServer, WhatAHandlerThrowsEndsThatConnectionOnly) {
+  Fixture f(4);
+  const int a = f.connect(), b = f.connect();
+  send_text(a, "boom\n");
+  EXPECT_EQ(f.read_until(a, "never"), "internal\n") << "the internal-error answer, then the close";
+  EXPECT_EQ(f.metrics.errors(ErrorCode::kInternal), 1u);
+  send_text(b, "go\n");
+  EXPECT_EQ(f.read_until(b, "started\n"), "started\n");
+  ::close(a);
+  ::close(b);
+}
+
+// Closes a connection, then tries to make it idle again.
+void reopen_a_closed_connection() {
+  spdlog::set_default_logger(spdlog::stderr_color_st("death"));  // the message goes to stderr
+  boost::asio::io_context io;
+  boost::asio::local::stream_protocol::socket s1(io), s2(io);
+  boost::asio::local::connect_pair(s1, s2);
+  struct Owner final : ConnectionOwner {
+    void on_input(const ConnectionPtr&, std::string_view) override {}
+    void on_peer_eof(const ConnectionPtr&) override {}
+    bool input_full(const Connection&) const override { return false; }
+    void on_close(const ConnectionPtr&) override {}
+    void on_failure(const ConnectionPtr&, const char*) override {}
+  } owner;
+  const ConnectionOptions options;
+  auto c = std::make_shared<Connection>(std::move(s1), 1, options, owner);
+  c->close("test");
+  c->set_state(ConnState::kIdle);
+}
+
+TEST(ConnectionDeathTest, AnIllegalStateChangeAborts) {
+  EXPECT_TRUE(conn_transition_legal(ConnState::kIdle, ConnState::kBusy));
+  EXPECT_TRUE(conn_transition_legal(ConnState::kClosing, ConnState::kClosing));
+  EXPECT_FALSE(conn_transition_legal(ConnState::kClosing, ConnState::kIdle));
+  EXPECT_FALSE(conn_transition_legal(ConnState::kClosed, ConnState::kClosing));
+  EXPECT_DEATH(reopen_a_closed_connection(), "illegal state change closed -> idle");
+}
+
+}  // namespace
+}  // namespace uma
