@@ -7,8 +7,8 @@
 namespace uma {
 
 PrefixCache::PrefixCache(Decoder& decoder, ServerMetrics& metrics, const PrefixCacheConfig& config,
-                         const TimeSource& time)
-    : decoder_(decoder), metrics_(metrics), time_(time), config_(config), index_(config.block, config.hash) {}
+                         const TimeSource& time, SeqIdPool& ids)
+    : decoder_(decoder), metrics_(metrics), time_(time), ids_(ids), config_(config), index_(config.block, config.hash) {}
 
 void PrefixCache::add_live(RequestId id, std::span<const Token> prompt) {
   if (config_.enabled) index_.insert(id | kLiveBit, prompt);
@@ -17,7 +17,7 @@ void PrefixCache::add_live(RequestId id, std::span<const Token> prompt) {
 void PrefixCache::remove_live(RequestId id) { index_.erase(id | kLiveBit); }
 
 PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t max_length,
-                                     const std::function<bool(RequestId)>& live_ok, SeqIdPool& ids,
+                                     const std::function<bool(RequestId)>& live_ok,
                                      std::int32_t cells_free) {
   if (!config_.enabled) return {};
   ++clock_;
@@ -35,13 +35,13 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
     // A host snapshot: bring it back into the KV cache (all of it: a snapshot restores whole).
     const auto n = static_cast<std::int32_t>(index_.tokens(m.id).size());
     if (kept_in_kv() >= config_.max_kept) {
-      if (const std::uint64_t v = victim(); v != 0) evict_one(v, ids);
+      if (const std::uint64_t v = victim(); v != 0) evict_one(v);
     }
-    if (ids.empty() || n > cells_free) return {};
-    const std::int32_t seq = ids.take();
+    if (ids_.empty() || n > cells_free) return {};
+    const std::int32_t seq = ids_.take();
     if (Status st = decoder_.restore_kv(seq, k.snapshot); !st.ok()) {
       spdlog::warn("prefix cache: snapshot of {} tokens did not fit back: {}", n, st.message());
-      ids.give_back(seq);
+      ids_.give_back(seq);
       return {};
     }
     drop_host(m.id);
@@ -71,8 +71,7 @@ void PrefixCache::count(std::int32_t prompt_tokens, std::int32_t reused) {
   }
 }
 
-bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared,
-                       SeqIdPool& ids) {
+bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared) {
   const auto n = static_cast<std::int32_t>(kv_tokens.size());
   if (!config_.enabled || config_.max_kept <= 0 || n < std::max(config_.block, config_.min_reuse)) return false;
   const auto in_kv = [&](std::uint64_t id) { return !(id & kLiveBit) && kept_.at(id).seq >= 0; };
@@ -90,7 +89,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   while (kept_in_kv() >= config_.max_kept) {
     const std::uint64_t v = victim();
     if (v == 0) return false;
-    evict_one(v, ids);
+    evict_one(v);
   }
   decoder_.drop_sampler(seq);
   const std::uint64_t id = next_id_++;
@@ -154,7 +153,7 @@ std::uint64_t PrefixCache::victim() const {
   return best;
 }
 
-void PrefixCache::evict_one(std::uint64_t id, SeqIdPool& ids) {
+void PrefixCache::evict_one(std::uint64_t id) {
   Kept& k = kept_.at(id);
   metrics_.prefix_evictions_total++;
   const std::size_t bytes = decoder_.kv_state_bytes(k.seq);
@@ -174,7 +173,7 @@ void PrefixCache::evict_one(std::uint64_t id, SeqIdPool& ids) {
     saved = host_bytes_ + bytes <= config_.host_bytes && decoder_.save_kv(k.seq, k.snapshot).ok();
   }
   decoder_.end_sequence(k.seq);
-  ids.give_back(k.seq);
+  ids_.give_back(k.seq);
   cells_ -= k.cells;
   k.seq = -1;
   k.cells = 0;
@@ -187,20 +186,20 @@ void PrefixCache::evict_one(std::uint64_t id, SeqIdPool& ids) {
   publish();
 }
 
-bool PrefixCache::evict_one(SeqIdPool& ids) {
+bool PrefixCache::evict_one() {
   const std::uint64_t v = victim();
   if (v == 0) return false;
-  evict_one(v, ids);
+  evict_one(v);
   return true;
 }
 
-std::int32_t PrefixCache::evict(std::int32_t cells_needed, SeqIdPool& ids) {
+std::int32_t PrefixCache::evict(std::int32_t cells_needed) {
   std::int32_t released = 0;
   while (released < cells_needed) {
     const std::uint64_t v = victim();
     if (v == 0) break;
     released += kept_.at(v).cells;
-    evict_one(v, ids);
+    evict_one(v);
   }
   return released;
 }
@@ -212,24 +211,24 @@ void PrefixCache::drop_host(std::uint64_t id) {
   k.snapshot.shrink_to_fit();
 }
 
-void PrefixCache::offload_idle(Clock::time_point now, SeqIdPool& ids) {
+void PrefixCache::offload_idle(Clock::time_point now) {
   if (!config_.enabled) return;
   std::vector<std::uint64_t> idle;
   for (const auto& [id, k] : kept_) {
     if (k.seq >= 0 && ms_between(k.used_at, now) > config_.idle_ms) idle.push_back(id);
   }
-  for (std::uint64_t id : idle) evict_one(id, ids);
+  for (std::uint64_t id : idle) evict_one(id);
 }
 
 bool PrefixCache::holds(std::int32_t seq) const {
   return std::any_of(kept_.begin(), kept_.end(), [seq](const auto& kv) { return kv.second.seq == seq; });
 }
 
-void PrefixCache::clear(SeqIdPool& ids) {
+void PrefixCache::clear() {
   for (auto& [id, k] : kept_) {
     if (k.seq >= 0) {
       decoder_.end_sequence(k.seq);
-      ids.give_back(k.seq);
+      ids_.give_back(k.seq);
     }
   }
   kept_.clear();

@@ -58,7 +58,9 @@ struct PrefixCacheConfig {
 
 class PrefixCache {
  public:
-  PrefixCache(Decoder& decoder, ServerMetrics& metrics, const PrefixCacheConfig& config, const TimeSource& time);
+  // `ids`: the pool kept entries take their sequence ids from and give them back to (KvLedger's).
+  PrefixCache(Decoder& decoder, ServerMetrics& metrics, const PrefixCacheConfig& config, const TimeSource& time,
+              SeqIdPool& ids);
 
   bool enabled() const { return config_.enabled; }
 
@@ -74,9 +76,9 @@ class PrefixCache {
   };
   // The longest reusable prefix of `prompt`, at most max_length tokens. `live_ok(id)` says whether
   // a live session may lead (it is prefilling or decoding). A host snapshot hit is restored into
-  // one of `ids` first (and becomes a kept entry), when room allows.
+  // one of the cache's ids first (and becomes a kept entry), when room allows.
   Hit lookup(std::span<const Token> prompt, std::int32_t max_length, const std::function<bool(RequestId)>& live_ok,
-             SeqIdPool& ids, std::int32_t cells_free);
+             std::int32_t cells_free);
   // Without side effects: how many of `prompt`'s first max_length tokens could share cells that
   // are in the KV cache now (a usable live session's prompt, or a kept sequence; not a host
   // snapshot, which would need cells to come back). What admission may discount.
@@ -88,7 +90,7 @@ class PrefixCache {
   // A finished session's sequence holding `kv_tokens` at positions 0.., the first `shared` of them
   // in cells shared from another sequence: kept (the cache takes the sequence id; returns true) or
   // not (the caller frees it). May evict to stay within max_kept.
-  bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, SeqIdPool& ids);
+  bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared);
   void set_min_reuse(std::int32_t n) { config_.min_reuse = n; }
   void set_keep_unseen_min(std::int32_t n) { config_.keep_unseen_min = n; }
   // Counts a started request's first block, for keep()'s admission (a bounded, forgetting count).
@@ -98,16 +100,16 @@ class PrefixCache {
   // KV cells the kept entries hold (estimate, see above).
   std::int32_t cells() const { return cells_; }
   // Evicts kept entries until `cells_needed` cells are released or none is left; their sequence
-  // ids go back to `ids`. Returns the cells released.
-  std::int32_t evict(std::int32_t cells_needed, SeqIdPool& ids);
+  // ids go back to the cache's pool. Returns the cells released.
+  std::int32_t evict(std::int32_t cells_needed);
   // Evicts the one best victim (a waiting request needs a sequence id); false when none is kept.
-  bool evict_one(SeqIdPool& ids);
+  bool evict_one();
   bool holds(std::int32_t seq) const;
   // Moves kept sequences idle for longer than idle_ms out of the KV cache (to host memory when it
   // fits). Called every tick.
-  void offload_idle(Clock::time_point now, SeqIdPool& ids);
+  void offload_idle(Clock::time_point now);
   // Frees every kept sequence (shutdown).
-  void clear(SeqIdPool& ids);
+  void clear();
 
  private:
   struct Kept {
@@ -120,7 +122,7 @@ class PrefixCache {
   };
   static constexpr std::uint64_t kLiveBit = std::uint64_t{1} << 63;
 
-  void evict_one(std::uint64_t id, SeqIdPool& ids);
+  void evict_one(std::uint64_t id);
   std::uint64_t victim() const;  // LRU kept-in-KV entry, leaves first; 0: none
   std::int32_t kept_in_kv() const;
   void drop_host(std::uint64_t id);
@@ -131,6 +133,7 @@ class PrefixCache {
   Decoder& decoder_;
   ServerMetrics& metrics_;
   const TimeSource& time_;
+  SeqIdPool& ids_;
   PrefixCacheConfig config_;
   PrefixIndex index_;
   std::map<std::uint64_t, Kept> kept_;  // by entry id (no kLiveBit)

@@ -26,17 +26,26 @@ SchedulerConfig for_layout(SchedulerConfig c, const Decoder& decoder) {
 }
 }  // namespace
 
+namespace {
+KvShape kv_shape(const Decoder& decoder, const SchedulerConfig& config) {
+  KvShape k;
+  k.n_ctx = decoder.n_ctx();
+  k.n_ctx_seq = decoder.n_ctx_seq();
+  k.n_seq_max = decoder.n_seq_max();
+  k.per_seq = decoder.kv_per_sequence();
+  k.kept_ids = k.per_seq && config.prefix.enabled ? std::clamp(config.prefix.max_kept, 0, decoder.n_seq_max() - 1) : 0;
+  k.watermark_share = config.kv_watermark;
+  k.preemption = config.preemption;
+  return k;
+}
+}  // namespace
+
 Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config, const TimeSource& time)
     : decoder_(decoder), metrics_(metrics), config_(for_layout(config, decoder)), time_(time),
       budget_(decoder.n_batch(), config_.tick_target_ms, config_.start_budget, config_.min_prefill),
-      cache_(decoder, metrics, config.prefix, time) {
-  per_seq_ = decoder.kv_per_sequence();
-  if (per_seq_) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
-  cache_.set_keep_unseen_min(per_seq_ ? config.per_seq_keep_unseen_min : config.unified_keep_unseen_min);
-  const std::int32_t kept_ids =
-      per_seq_ && config.prefix.enabled ? std::clamp(config.prefix.max_kept, 0, decoder.n_seq_max() - 1) : 0;
-  session_ids_.add_range(0, decoder.n_seq_max() - kept_ids);
-  cache_ids_.add_range(decoder.n_seq_max() - kept_ids, decoder.n_seq_max());
+      ledger_(kv_shape(decoder, config)), cache_(decoder, metrics, config.prefix, time, ledger_.kept_ids()) {
+  if (ledger_.per_seq()) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
+  cache_.set_keep_unseen_min(ledger_.per_seq() ? config.per_seq_keep_unseen_min : config.unified_keep_unseen_min);
   metrics_.kv_cells_total = decoder.n_ctx();
 }
 
@@ -44,7 +53,7 @@ Scheduler::~Scheduler() {
   for (auto& s : sessions_) {
     if (s->seq >= 0) decoder_.end_sequence(s->seq);
   }
-  cache_.clear(cache_pool());
+  cache_.clear();
 }
 
 void Scheduler::admit(Request request, std::vector<Event>& out) {
@@ -148,7 +157,7 @@ void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
     out.push_back(error_event(s->id, why));
   }
   reap();
-  cache_.clear(cache_pool());
+  cache_.clear();
 }
 
 bool Scheduler::has_work() const {
@@ -166,7 +175,7 @@ void Scheduler::tick(std::vector<Event>& out) {
       std::count_if(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.decoding; }));
   PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), config_.min_prefill, guard_fired_last_,
                  budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
-  in.whole_prompts = per_seq_;
+  in.whole_prompts = ledger_.per_seq();
   const TickPlan plan = plan_tick(candidates_, in);
   guard_fired_last_ = plan.guard_fired;
   if (plan.guard_fired) metrics_.prefill_skipped_ticks_total++;
@@ -199,7 +208,7 @@ void Scheduler::tick(std::vector<Event>& out) {
 
 void Scheduler::prepare_tick(std::vector<Event>& out) {
   expire_queued(out);
-  cache_.offload_idle(time_.now(), cache_pool());
+  cache_.offload_idle(time_.now());
   start_waiting(out);
   resolve_followers();
   make_room_for_tick(time_.now());
@@ -375,27 +384,27 @@ void Scheduler::finish(Session& s, SessionState terminal) {
     // A sequence that ended well keeps its KV for later prompts with the same prefix.
     const bool kept = terminal != SessionState::kFailed &&
                       cache_.keep(s.seq, std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_past)),
-                                  s.shared_prefix, cache_pool());
-    if (kept && per_seq_) {
+                                  s.shared_prefix);
+    if (kept && ledger_.per_seq()) {
       // Kept sequences live above the sessions' ids. keep() left the cache at most max_kept
       // entries, this one in a session's id, so one of the cache's ids is free.
-      const std::int32_t to = cache_ids_.take();
+      const std::int32_t to = ledger_.kept_ids().take();
       decoder_.move_sequence(s.seq, to);
       cache_.relocate(s.seq, to);
-      session_ids_.give_back(s.seq);
+      ledger_.session_ids().give_back(s.seq);
     } else if (!kept) {
       decoder_.end_sequence(s.seq);
-      session_ids_.give_back(s.seq);
+      ledger_.session_ids().give_back(s.seq);
     }
     s.seq = -1;
   }
 }
 
 void Scheduler::compact_sequences() {
-  if (!per_seq_) return;
+  if (!ledger_.per_seq()) return;
   std::int32_t top_seq = -1;
   for (auto& s : sessions_) top_seq = std::max(top_seq, s->seq);
-  const bool gap = !session_ids_.empty() && session_ids_.lowest() < top_seq;
+  const bool gap = !ledger_.session_ids().empty() && ledger_.session_ids().lowest() < top_seq;
   gap_ticks_ = gap ? gap_ticks_ + 1 : 0;
   if (gap_ticks_ < config_.compact_after_ticks) return;
   gap_ticks_ = 0;
@@ -404,10 +413,10 @@ void Scheduler::compact_sequences() {
     for (auto& s : sessions_) {
       if (s->seq >= 0 && (top == nullptr || s->seq > top->seq)) top = s.get();
     }
-    if (top == nullptr || session_ids_.empty() || session_ids_.lowest() > top->seq) return;
-    const std::int32_t to = session_ids_.take();
+    if (top == nullptr || ledger_.session_ids().empty() || ledger_.session_ids().lowest() > top->seq) return;
+    const std::int32_t to = ledger_.session_ids().take();
     decoder_.move_sequence(top->seq, to);
-    session_ids_.give_back(top->seq);
+    ledger_.session_ids().give_back(top->seq);
     top->seq = to;
     metrics_.kv_sequence_moves_total++;
   }

@@ -33,6 +33,7 @@
 #include "metrics/server_metrics.h"
 #include "runtime/decoder.h"
 #include "sched/batch_builder.h"
+#include "sched/kv_ledger.h"
 #include "sched/policy.h"
 #include "sched/prefix_cache.h"
 #include "sched/request.h"
@@ -106,11 +107,12 @@ class Scheduler {
   Rank rank_of(const Session& s, Clock::time_point now) const;
   std::int32_t claim(const Session& s) const;    // cells granted to a session holding a sequence
   std::int32_t need(const Session& s) const;     // cells a waiting session is granted when it starts
-  std::int32_t cells_granted() const;            // every claim + the prefix cache's cells
-  std::int32_t watermark() const;                // free cells kept when starting or resuming
-  std::int32_t cells_free() const;               // cells no claim or kept prefix holds (per-seq: one id's)
-  std::int32_t shortfall(const Session& s) const; // cells short of starting s with the watermark kept (<= 0: none)
-  bool fits(const Session& s) const;             // a sequence id, and no shortfall: the one room test
+  std::int32_t cells_granted() const;            // every claim + the prefix cache's cells (unified KV; per-seq: 0)
+  bool anyone_running() const;                   // some session holds a sequence (the watermark protects it)
+  // The ledger's room test and arithmetic (kv_ledger.h) for session s, with the current claims.
+  std::int32_t cells_free() const;
+  std::int32_t shortfall(const Session& s) const;
+  bool fits(const Session& s) const;
   // Starts or resumes in waiting order, preempting for urgent heads; a start the decoder refuses
   // ends that request with an error event.
   void start_waiting(std::vector<Event>& out);
@@ -157,15 +159,10 @@ class Scheduler {
   const TimeSource& time_;
   std::uint64_t starts_ = 0;  // sessions started so far (Session::start_order)
   TickBudget budget_;
-  PrefixCache cache_;
+  KvLedger ledger_;  // sequence ids and the room test: every take and give back goes through it
+  PrefixCache cache_;  // draws its ids from ledger_.kept_ids()
   std::vector<std::unique_ptr<Session>> sessions_;  // admission order
-  SeqIdPool session_ids_;  // the sessions' sequence ids; every take and give back goes through it
-  // Per-sequence KV: the prefix cache's ids, above the sessions' (so running ids stay dense);
-  // unified: unused, the cache draws on session_ids_ (cache_pool()).
-  SeqIdPool cache_ids_;
-  bool per_seq_ = false;
   std::int32_t gap_ticks_ = 0;  // per-sequence KV: consecutive ticks whose running ids had a gap
-  SeqIdPool& cache_pool() { return per_seq_ ? cache_ids_ : session_ids_; }
   std::size_t parked_bytes_ = 0;      // saved KV of paused sessions
   std::size_t rr_cursor_ = 0;
   bool guard_fired_last_ = false;

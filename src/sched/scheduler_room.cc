@@ -59,6 +59,7 @@ std::int32_t Scheduler::need(const Session& s) const {
 }
 
 std::int32_t Scheduler::cells_granted() const {
+  if (ledger_.per_seq()) return 0;  // every id owns its cells: nothing to add up
   std::int32_t n = cache_.cells();
   for (const auto& s : sessions_) {
     if (s->seq >= 0) n += claim(*s);
@@ -66,24 +67,22 @@ std::int32_t Scheduler::cells_granted() const {
   return n;
 }
 
-std::int32_t Scheduler::watermark() const {
-  // Room for the running sessions to grow into before anyone is paused; with nobody running there
-  // is nobody to protect, so a request as large as the whole context can still start.
-  if (!config_.preemption) return 0;
-  const bool running = std::any_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return s->seq >= 0; });
-  return running ? static_cast<std::int32_t>(config_.kv_watermark * decoder_.n_ctx()) : 0;
+bool Scheduler::anyone_running() const {
+  return std::any_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return s->seq >= 0; });
 }
 
-std::int32_t Scheduler::cells_free() const {
-  // Per-sequence KV: every sequence id owns n_ctx_seq cells, whoever else holds what.
-  return per_seq_ ? decoder_.n_ctx_seq() : decoder_.n_ctx() - cells_granted();
-}
+std::int32_t Scheduler::cells_free() const { return ledger_.cells_free(cells_granted()); }
 
+// Per-sequence KV needs no claims added up (a free id is all a start needs): skip the work.
 std::int32_t Scheduler::shortfall(const Session& s) const {
-  return per_seq_ ? 0 : need(s) + watermark() - cells_free();
+  if (ledger_.per_seq()) return ledger_.shortfall(0, 0, false);
+  return ledger_.shortfall(need(s), cells_granted(), anyone_running());
 }
 
-bool Scheduler::fits(const Session& s) const { return !session_ids_.empty() && shortfall(s) <= 0; }
+bool Scheduler::fits(const Session& s) const {
+  if (ledger_.per_seq()) return ledger_.fits(0, 0, false);
+  return ledger_.fits(need(s), cells_granted(), anyone_running());
+}
 
 void Scheduler::start_waiting(std::vector<Event>& out) {
   const Clock::time_point now = time_.now();
@@ -95,9 +94,9 @@ void Scheduler::start_waiting(std::vector<Event>& out) {
                    [](const auto& a, const auto& b) { return waiting_before(a.first, b.first); });
   for (const auto& [w, s] : waiting) {
     // Kept prefixes give their sequence ids and cells back before anyone waits or is paused.
-    if (session_ids_.empty() && !per_seq_) cache_.evict_one(session_ids_);
-    if (!per_seq_ && !fits(*s) && cache_.cells() > 0 && !session_ids_.empty()) {
-      cache_.evict(shortfall(*s), session_ids_);
+    if (ledger_.session_ids().empty() && !ledger_.per_seq()) cache_.evict_one();
+    if (!ledger_.per_seq() && !fits(*s) && cache_.cells() > 0 && !ledger_.session_ids().empty()) {
+      cache_.evict(shortfall(*s));
     }
     if (!fits(*s) && !(s->priority == Priority::kInteractive && preempt_for(*s, now))) return;  // head of line waits
     take_room(*s, out);
@@ -105,13 +104,13 @@ void Scheduler::start_waiting(std::vector<Event>& out) {
 }
 
 void Scheduler::take_room(Session& s, std::vector<Event>& out) {
-  const std::int32_t seq = session_ids_.take();
+  const std::int32_t seq = ledger_.session_ids().take();
   const bool starting = s.state == SessionState::kQueued;
   if (starting) {
     if (Status st = decoder_.start_sequence(seq, s.sampling); !st.ok()) {
       // The id goes back; the request ends here with the decoder's reason (a sampler it could
       // not build), rather than waiting forever for a start that fails the same way.
-      session_ids_.give_back(seq);
+      ledger_.session_ids().give_back(seq);
       spdlog::error("session {}: cannot start sequence: {}", s.id, st.to_string());
       finish(s, SessionState::kFailed);
       metrics_.count_error(st.code());
@@ -171,7 +170,7 @@ bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
     running.push_back(victim_candidate(*s, now));
     who.push_back(s.get());
   }
-  const std::int32_t seqs_needed = session_ids_.empty() ? 1 : 0;
+  const std::int32_t seqs_needed = ledger_.session_ids().empty() ? 1 : 0;
   const std::vector<std::size_t> victims = choose_victims(running, seqs_needed, shortfall(head));
   for (std::size_t i : victims) {
     spdlog::debug("session {}: paused for interactive session {}", who[i]->id, head.id);
@@ -181,10 +180,10 @@ bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
 }
 
 void Scheduler::make_room_for_tick(Clock::time_point now) {
-  if (!config_.preemption || per_seq_) return;  // worst cases were granted up front / cells are per id
+  if (!config_.preemption || ledger_.per_seq()) return;  // worst cases were granted up front / cells are per id
   std::int32_t over = -cells_free();
   if (over <= 0) return;
-  if (cache_.cells() > 0) over -= cache_.evict(over, cache_pool());
+  if (cache_.cells() > 0) over -= cache_.evict(over);
   if (over <= 0) return;
   std::vector<VictimCandidate> running;
   std::vector<Session*> who;
@@ -226,7 +225,7 @@ void Scheduler::pause(Session& s, Clock::time_point now, PauseCause cause) {
   parked_bytes_ += s.parked.bytes();
   (save ? metrics_.preempted_saved_total : metrics_.preempted_recomputed_total)++;
   (cause == PauseCause::kKvFull ? metrics_.preempted_kv_full_total : metrics_.preempted_priority_total)++;
-  session_ids_.give_back(s.seq);
+  ledger_.session_ids().give_back(s.seq);
   s.seq = -1;
   s.paused_from = s.state;
   s.paused_at = now;
@@ -243,7 +242,7 @@ void Scheduler::end_pause(Session& s, Clock::time_point now) {
 bool Scheduler::recover_kv_exhausted() {
   metrics_.kv_exhausted_total++;
   // Kept prefixes are counted by estimate; they give their cells back first.
-  if (cache_.cells() > 0 && cache_.evict(static_cast<std::int32_t>(batch_.entries.size()), cache_pool()) > 0) {
+  if (cache_.cells() > 0 && cache_.evict(static_cast<std::int32_t>(batch_.entries.size())) > 0) {
     spdlog::warn("decode found no KV cells; evicted kept prefixes and retrying");
     return true;
   }
@@ -282,7 +281,7 @@ void Scheduler::reuse_prefix(Session& s) {
     return leader != nullptr && is_active(*leader) && leader->seq >= 0;
   };
   // At least the last prompt token is evaluated, so the first token has logits.
-  const PrefixCache::Hit hit = cache_.lookup(prompt, s.n_prompt - 1, live_ok, cache_pool(), cells_free());
+  const PrefixCache::Hit hit = cache_.lookup(prompt, s.n_prompt - 1, live_ok, cells_free());
   std::int32_t reused = 0;
   if (hit.kind == PrefixCache::Hit::Kind::kKept) {
     decoder_.share_prefix(hit.seq, s.seq, hit.length);
