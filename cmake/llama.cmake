@@ -30,6 +30,17 @@ add_library(llama_cpp INTERFACE)
 target_include_directories(llama_cpp SYSTEM INTERFACE ${LLAMA_CPP_SRC}/include ${LLAMA_CPP_SRC}/ggml/include)
 target_link_libraries(llama_cpp INTERFACE uma_llama_lib uma_ggml_core uma_ggml_base)
 add_library(llama::llama ALIAS llama_cpp)
+
+# llama.cpp's `common` library (chat templates through its Jinja engine, JSON schema to grammar,
+# tool-call parsing), built by scripts/llama.sh from the same source. Only src/chat/ includes it.
+if(NOT EXISTS ${LLAMA_CPP_BIN}/libllama-common.so)
+  message(FATAL_ERROR "${LLAMA_CPP_BIN}/libllama-common.so is missing; run scripts/setup.sh to build llama.cpp")
+endif()
+_uma_import(uma_llama_common_lib libllama-common.so)
+add_library(llama_cpp_common INTERFACE)
+target_include_directories(llama_cpp_common SYSTEM INTERFACE ${LLAMA_CPP_SRC}/common ${LLAMA_CPP_SRC}/vendor)
+target_link_libraries(llama_cpp_common INTERFACE uma_llama_common_lib llama_cpp)
+add_library(llama::common ALIAS llama_cpp_common)
 set(CMAKE_BUILD_RPATH ${LLAMA_CPP_BIN})
 if(UMA_DEPS_LIBDIR)
   list(APPEND CMAKE_BUILD_RPATH ${UMA_DEPS_LIBDIR})

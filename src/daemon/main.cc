@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "chat/chat_templates.h"
 #include "daemon/config.h"
 #include "http/http_server.h"
 #include "ipc/uds_server.h"
@@ -133,14 +134,25 @@ int main(int argc, char** argv) {
   EventRouter router(server, http.get());
   compute = std::make_unique<ComputeThread>(scheduler, router);
   if (http) {
-    // The template is copied here, before the threads start: the I/O thread never calls the runtime.
-    const std::string tmpl = cfg.chat_template.empty() ? runtime->model_chat_template() : cfg.chat_template;
-    http->set_ready(std::filesystem::path(cfg.runtime.model_path).filename().string(),
-                    [tmpl](const std::vector<openai::ChatMessage>& msgs, std::string* out) {
-                      std::vector<std::pair<std::string, std::string>> m;
-                      for (const auto& x : msgs) m.emplace_back(x.role, x.content);
-                      return render_chat(tmpl, m, out);
-                    });
+    // Built here, before the threads start: the I/O thread renders with it and never calls the
+    // runtime. No template at all is not fatal (completions still serve; chat says why not); an
+    // explicit --chat-template that does not parse is.
+    Status chat_st;
+    std::shared_ptr<const ChatTemplates> chat = ChatTemplates::load(runtime->model(), cfg.chat_template, &chat_st);
+    if (!chat && !cfg.chat_template.empty()) {
+      spdlog::error("--chat-template: {}", chat_st.to_string());
+      return 1;
+    }
+    HttpServer::ChatTemplate render = [chat_st](const std::vector<openai::ChatMessage>&, std::string*) { return chat_st; };
+    if (chat) {
+      render = [chat](const std::vector<openai::ChatMessage>& msgs, std::string* out) {
+        std::vector<ChatTurn> turns;
+        turns.reserve(msgs.size());
+        for (const auto& m : msgs) turns.push_back({m.role, m.content});
+        return chat->render(turns, out);
+      };
+    }
+    http->set_ready(std::filesystem::path(cfg.runtime.model_path).filename().string(), std::move(render));
   }
 
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {

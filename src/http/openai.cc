@@ -60,6 +60,107 @@ Status text_content(const json& m, std::string* out) {
   return Status::Ok();
 }
 
+// Every field a request may carry, and what umad does with it. A field we do not implement is a
+// 400 naming it (an app that asks for JSON mode or tools and silently gets neither fails far from
+// the cause); a field that asks for nothing (logprobs false, n 1, an empty tools list, ...) or
+// changes nothing about the output (user, metadata, store, ...) is accepted. null is absent.
+enum class Use : std::uint8_t {
+  kParsed,    // read into the request below
+  kHarmless,  // accepted, changes nothing about the output
+  kNoOpOnly,  // accepted only with the value that asks for nothing (is_noop)
+};
+struct FieldRule {
+  const char* name;
+  Use use;
+  bool chat, completions;  // on which endpoint it exists
+};
+constexpr FieldRule kFields[] = {
+    {"model", Use::kParsed, true, true},
+    {"messages", Use::kParsed, true, false},
+    {"prompt", Use::kParsed, false, true},
+    {"max_tokens", Use::kParsed, true, true},
+    {"max_completion_tokens", Use::kParsed, true, false},
+    {"temperature", Use::kParsed, true, true},
+    {"top_p", Use::kParsed, true, true},
+    {"top_k", Use::kParsed, true, true},           // extensions, as llama-server and vLLM take them
+    {"min_p", Use::kParsed, true, true},
+    {"repeat_penalty", Use::kParsed, true, true},
+    {"presence_penalty", Use::kParsed, true, true},
+    {"frequency_penalty", Use::kParsed, true, true},
+    {"seed", Use::kParsed, true, true},
+    {"n", Use::kParsed, true, true},
+    {"stop", Use::kParsed, true, true},
+    {"stream", Use::kParsed, true, true},
+    {"stream_options", Use::kParsed, true, true},
+    {"user", Use::kParsed, true, true},
+    {"metadata", Use::kHarmless, true, true},
+    {"store", Use::kHarmless, true, true},
+    {"service_tier", Use::kHarmless, true, true},
+    {"prompt_cache_key", Use::kHarmless, true, true},
+    {"safety_identifier", Use::kHarmless, true, true},
+    {"logprobs", Use::kNoOpOnly, true, true},
+    {"top_logprobs", Use::kNoOpOnly, true, false},
+    {"logit_bias", Use::kNoOpOnly, true, true},
+    {"response_format", Use::kNoOpOnly, true, false},
+    {"tools", Use::kNoOpOnly, true, false},
+    {"tool_choice", Use::kNoOpOnly, true, false},
+    {"parallel_tool_calls", Use::kNoOpOnly, true, false},
+    {"functions", Use::kNoOpOnly, true, false},
+    {"function_call", Use::kNoOpOnly, true, false},
+    {"modalities", Use::kNoOpOnly, true, false},
+    {"audio", Use::kNoOpOnly, true, false},
+    {"prediction", Use::kNoOpOnly, true, false},
+    {"reasoning_effort", Use::kNoOpOnly, true, false},
+    {"verbosity", Use::kNoOpOnly, true, false},
+    {"web_search_options", Use::kNoOpOnly, true, false},
+    {"echo", Use::kNoOpOnly, false, true},
+    {"best_of", Use::kNoOpOnly, false, true},
+    {"suffix", Use::kNoOpOnly, false, true},
+};
+
+// The value of a kNoOpOnly field that asks for nothing beyond what umad does anyway.
+bool is_noop(std::string_view name, const json& v, const json& request) {
+  const auto no_tools = [&] {
+    const auto t = request.find("tools");
+    return t == request.end() || t->is_null() || (t->is_array() && t->empty());
+  };
+  if (name == "logprobs") return v.is_boolean() ? !v.get<bool>() : (v.is_number_integer() && v.get<std::int64_t>() == 0);
+  if (name == "top_logprobs") return v.is_number_integer() && v.get<std::int64_t>() == 0;
+  if (name == "logit_bias") return v.is_object() && v.empty();
+  if (name == "response_format") {
+    const auto type = v.is_object() ? v.find("type") : v.end();
+    return type != v.end() && type->is_string() && *type == "text";
+  }
+  if (name == "tools" || name == "functions") return v.is_array() && v.empty();
+  if (name == "tool_choice") return no_tools() && v.is_string() && (v == "none" || v == "auto");
+  if (name == "parallel_tool_calls") return no_tools() && v.is_boolean();
+  if (name == "modalities") return v.is_array() && v.size() == 1 && v[0] == "text";
+  if (name == "echo") return v.is_boolean() && !v.get<bool>();
+  if (name == "best_of") return v.is_number_integer() && v.get<std::int64_t>() == 1;
+  if (name == "suffix") return v.is_string() && v.get_ref<const std::string&>().empty();
+  return false;  // function_call, audio, prediction, reasoning_effort, ...: only null asks for nothing
+}
+
+Status check_fields(const json& j, bool chat) {
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_null()) continue;
+    const FieldRule* rule = nullptr;
+    for (const FieldRule& r : kFields) {
+      if (key == r.name && (chat ? r.chat : r.completions)) rule = &r;
+    }
+    if (rule == nullptr) {
+      return bad(key, std::string("is not a field of ") + (chat ? "/v1/chat/completions" : "/v1/completions") +
+                          " that umad knows (docs/PROTOCOL.md lists them)");
+    }
+    if (rule->use == Use::kNoOpOnly && !is_noop(key, value, j)) {
+      return Status(ErrorCode::kBadRequest,
+                    "'" + key + "' is not supported by umad yet (only the value that asks for nothing is accepted)",
+                    key);
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status parse_request(std::string_view body, bool chat, const Limits& limits, const SamplingParams& defaults,
@@ -67,6 +168,7 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(ErrorCode::kInvalidJson, "the request body is not valid JSON");
   if (!j.is_object()) return Status(ErrorCode::kBadRequest, "the request body must be a JSON object");
+  if (Status st = check_fields(j, chat); !st.ok()) return st;
   r->chat = chat;
   r->sampling = defaults;
   if (Status st = optional_string(j, "model", &r->model); !st.ok()) return st;
@@ -119,6 +221,15 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   if (!(st = number(j, "top_p", 0.0, 1.0, &s.top_p)).ok()) return st;
   if (!(st = number(j, "presence_penalty", -2.0, 2.0, &s.presence_penalty)).ok()) return st;
   if (!(st = number(j, "frequency_penalty", -2.0, 2.0, &s.frequency_penalty)).ok()) return st;
+  if (!(st = number(j, "min_p", 0.0, 1.0, &s.min_p)).ok()) return st;
+  if (!(st = number(j, "repeat_penalty", 0.0, 10.0, &s.repeat_penalty)).ok()) return st;
+  if (s.repeat_penalty == 0.0f) return bad("repeat_penalty", "must be greater than 0");
+  if (auto it = j.find("top_k"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > 1'000'000) {
+      return bad("top_k", "must be an integer >= 0");
+    }
+    s.top_k = static_cast<std::int32_t>(it->get<std::int64_t>());
+  }
   if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer()) return bad("seed", "must be an integer");
     s.seed = static_cast<std::uint32_t>(it->get<std::int64_t>());

@@ -67,6 +67,45 @@ TEST(OpenAi, BadInputIsATypedErrorNamingTheField) {
   EXPECT_EQ(parse(R"({"prompt":")" + std::string(2000, 'a') + R"("})", false, &r).code(), ErrorCode::kPromptTooLarge);
 }
 
+TEST(OpenAi, AFieldUmadDoesNotImplementIsA400NamingItNeverASilentIgnore) {
+  CompletionRequest r;
+  const std::pair<const char*, const char*> chat_cases[] = {
+      {R"("response_format":{"type":"json_object"})", "response_format"},
+      {R"("tools":[{"type":"function","function":{"name":"f"}}])", "tools"},
+      {R"("tool_choice":"required")", "tool_choice"},
+      {R"("logprobs":true)", "logprobs"},
+      {R"("top_logprobs":3)", "top_logprobs"},
+      {R"("logit_bias":{"50256":-100})", "logit_bias"},
+      {R"("reasoning_effort":"high")", "reasoning_effort"},
+      {R"("function_call":"auto")", "function_call"},
+      {R"("frobnicate":1)", "frobnicate"},
+  };
+  for (const auto& [field, name] : chat_cases) {
+    const std::string body = std::string(R"({"messages":[{"role":"user","content":"x"}],)") + field + "}";
+    const Status st = parse(body, true, &r);
+    EXPECT_EQ(st.code(), ErrorCode::kBadRequest) << body;
+    EXPECT_EQ(st.param(), name) << body;
+  }
+  EXPECT_EQ(parse(R"({"prompt":"x","logprobs":2})", false, &r).param(), "logprobs");
+  EXPECT_EQ(parse(R"({"prompt":"x","echo":true})", false, &r).param(), "echo");
+  EXPECT_EQ(parse(R"({"prompt":"x","messages":[]})", false, &r).param(), "messages") << "a chat field on /v1/completions";
+}
+
+TEST(OpenAi, FieldsThatAskForNothingOrChangeNothingAreAccepted) {
+  CompletionRequest r;
+  EXPECT_TRUE(parse(R"({"messages":[{"role":"user","content":"x"}],"logprobs":false,"top_logprobs":0,
+                        "response_format":{"type":"text"},"tools":[],"tool_choice":"none","parallel_tool_calls":true,
+                        "modalities":["text"],"metadata":{"a":"b"},"store":false,"service_tier":"auto",
+                        "audio":null,"n":1})", true, &r).ok());
+  EXPECT_TRUE(parse(R"({"prompt":"x","echo":false,"best_of":1,"suffix":"","logprobs":0,"user":"u"})", false, &r).ok());
+  ASSERT_TRUE(parse(R"({"prompt":"x","top_k":40,"min_p":0.05,"repeat_penalty":1.1})", false, &r).ok());
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r.sampling.repeat_penalty, 1.1f);
+  EXPECT_EQ(parse(R"({"prompt":"x","repeat_penalty":0})", false, &r).param(), "repeat_penalty");
+  EXPECT_EQ(parse(R"({"prompt":"x","top_k":-1})", false, &r).param(), "top_k");
+}
+
 TEST(OpenAi, ChunksAndResponsesHaveOpenAisShapes) {
   CompletionRequest chat;
   chat.chat = true;

@@ -218,34 +218,6 @@ Status LlamaRuntime::tokenize(std::string_view text, std::vector<Token>& out, bo
   return Status::Ok();
 }
 
-std::string LlamaRuntime::model_chat_template() const {
-  const char* tmpl = llama_model_chat_template(model_, nullptr);
-  return tmpl == nullptr ? std::string() : std::string(tmpl);
-}
-
-Status render_chat(const std::string& chat_template, const std::vector<std::pair<std::string, std::string>>& messages,
-                   std::string* out) {
-  const char* tmpl = chat_template.c_str();
-  if (chat_template.empty()) {
-    return Status(ErrorCode::kBadRequest, "the model has no chat template; start umad with --chat-template "
-                                          "(a Jinja-like template or a llama.cpp name such as chatml)");
-  }
-  std::vector<llama_chat_message> msgs;
-  msgs.reserve(messages.size());
-  for (const auto& [role, content] : messages) msgs.push_back({role.c_str(), content.c_str()});
-  std::string buf(4096, '\0');
-  int32_t n = llama_chat_apply_template(tmpl, msgs.data(), msgs.size(), /*add_ass=*/true, buf.data(),
-                                        static_cast<int32_t>(buf.size()));
-  if (n > static_cast<int32_t>(buf.size())) {
-    buf.resize(static_cast<size_t>(n));
-    n = llama_chat_apply_template(tmpl, msgs.data(), msgs.size(), true, buf.data(), static_cast<int32_t>(buf.size()));
-  }
-  if (n < 0) return Status(ErrorCode::kBadRequest, "the chat template is not supported by llama.cpp");
-  buf.resize(static_cast<size_t>(n));
-  *out = std::move(buf);
-  return Status::Ok();
-}
-
 std::string LlamaRuntime::piece(Token token) const {
   char buf[128];
   int32_t n = llama_token_to_piece(vocab_, token, buf, sizeof buf, 0, /*special=*/false);

@@ -4,8 +4,7 @@
 // (RuntimeConfig::kv_unified); each active request holds one sequence id. Implements Decoder for
 // the scheduler.
 // Thread-safety: none. Construct, use and destroy on the compute thread (llama contexts are not
-// thread-safe). The model's memory (mmap'd or read) is shared by every sequence. render_chat()
-// below is a pure function of its arguments, for the I/O thread.
+// thread-safe). The model's memory (mmap'd or read) is shared by every sequence.
 #pragma once
 
 #include <cstdint>
@@ -74,9 +73,9 @@ class LlamaRuntime final : public Decoder {
   bool kv_per_sequence() const override { return per_seq_; }
   std::int32_t n_ctx_seq() const override { return n_ctx_seq_; }
   Status tokenize(std::string_view text, std::vector<Token>& out, bool parse_special = false) const override;
-  // The model's own chat template (GGUF metadata; empty when it has none). Read it before the
-  // threads start and render with render_chat(), which never touches the context.
-  std::string model_chat_template() const;
+  // The loaded model (weights and vocabulary; read-only), for what is built from it before the
+  // threads start, such as the chat templates (chat/chat_templates.h).
+  const llama_model* model() const { return model_; }
   std::string piece(Token token) const override;
   bool is_end_of_generation(Token token) const override;
   Status start_sequence(std::int32_t seq, const SamplingParams& params) override;
@@ -171,10 +170,5 @@ class LlamaRuntime final : public Decoder {
   Token sample_row(std::int32_t seq, std::int32_t batch_index);
 };
 
-// Renders (role, content) messages with `chat_template` (a template or a llama.cpp template name),
-// ending with the assistant's turn; kBadRequest when the template is empty or llama.cpp does not
-// know it. Any thread: it reads nothing but its arguments.
-Status render_chat(const std::string& chat_template, const std::vector<std::pair<std::string, std::string>>& messages,
-                   std::string* out);
 
 }  // namespace uma

@@ -37,6 +37,7 @@ struct MkModelOptions {
   std::string vocab_path;     // llama.cpp models/ggml-vocab-llama-spm.gguf
   std::string out_path;
   std::int32_t threads = 0;   // for quantization; 0 = all
+  std::string chat_template;  // written as tokenizer.chat_template when not empty (a model family's)
 };
 
 Status write_model(const MkModelOptions& options);

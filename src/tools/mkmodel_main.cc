@@ -3,6 +3,8 @@
 #include <llama.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "tools/mkmodel.h"
 
@@ -24,7 +26,16 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", o.vocab_path, "vocab-only GGUF to take the tokenizer from")->capture_default_str()
       ->check(CLI::ExistingFile);
   app.add_option("--threads", o.threads, "quantization threads (0: all)")->capture_default_str();
+  std::string template_file;
+  app.add_option("--chat-template-file", template_file, "a chat template (a model family's Jinja text) to store as "
+                 "tokenizer.chat_template")->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
+  if (!template_file.empty()) {
+    std::ifstream f(template_file);
+    std::stringstream text;
+    text << f.rdbuf();
+    o.chat_template = text.str();
+  }
 
   uma::find_preset(preset, &o.shape);
   llama_log_set([](ggml_log_level level, const char* text, void*) {

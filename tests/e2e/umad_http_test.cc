@@ -158,6 +158,29 @@ TEST(UmadHttp, HealthSays503WhileTheModelLoadsThen200) {
   EXPECT_EQ(nlohmann::json::parse(body_of(t.response()))["choices"][0]["text"], oracle().expected_text("hello world", 5));
 }
 
+// A model that ships its own chat template (Qwen 2.5's, stored in the GGUF by uma-mkmodel) is
+// rendered with it: the oracle's continuation of exactly that prompt comes back.
+TEST(UmadHttp, TheModelsOwnChatTemplateRendersChat) {
+  const std::string model = "oracle-qwen25-template.gguf";
+  std::string out;
+  ASSERT_EQ(run_command({bin_path("uma-mkmodel"), "--preset", "oracle", "--type", "f32", "--seed", "1",
+                         "--chat-template-file", UMA_LLAMA_TEMPLATES "/Qwen-Qwen2.5-7B-Instruct.jinja", "-o",
+                         model_path(model)}, &out, 120), 0) << out;
+  Daemon d(args({"--http", "127.0.0.1:0"}), model);
+  ASSERT_TRUE(d.started()) << d.log();
+  const std::string rendered =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  const int n = 8;
+  Tcp t(http_port(d));
+  ASSERT_TRUE(t.send(post("/v1/chat/completions",
+                          R"({"max_tokens":8,"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]})")));
+  const std::string r = t.response();
+  ASSERT_EQ(status_of(r), 200) << r;
+  const nlohmann::json j = nlohmann::json::parse(body_of(r));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], oracle().expected_text(rendered, n));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], oracle().tokenize(rendered).size());
+}
+
 TEST(UmadHttp, ChatWithoutATemplateIsAClearError) {
   Daemon d(args({"--http", "127.0.0.1:0"}));  // the oracle model has no chat template
   ASSERT_TRUE(d.started()) << d.log();

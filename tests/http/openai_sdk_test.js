@@ -60,6 +60,12 @@ async function main() {
   await assert.rejects(client.completions.create({ ...base, max_tokens: 1000000 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens' && /context/.test(e.message));
 
+  // A field umad does not implement is a 400 naming it, never a silent ignore.
+  await assert.rejects(client.chat.completions.create({ ...chat, web_search_options: {} }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'web_search_options');
+  await assert.rejects(client.completions.create({ ...base, echo: true }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'echo');
+
   const models = await client.models.list();
   assert.strictEqual(models.data.length, 1);
   console.log('openai sdk: all checks passed');

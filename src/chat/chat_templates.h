@@ -1,0 +1,59 @@
+// ChatTemplates: a model's chat template(s) rendered the way the model ships them, through
+// llama.cpp's `common` library (its Jinja engine and common_chat_templates_*), built from the same
+// pinned source as libllama. llama_chat_apply_template alone knows a fixed list of formats; this
+// runs the template text itself, so any model family's template renders as its authors wrote it.
+//
+// The override (--chat-template) is either a Jinja template text or one of llama.cpp's built-in
+// names (`chatml`, `llama3`, ...), which are rendered by llama_chat_apply_template's fixed code.
+// Without a template in the model and without an override there is nothing to render with:
+// load() says so and the HTTP front end answers chat requests with a 400 naming --chat-template.
+//
+// This header includes nothing of llama.cpp's `common` (its vendored JSON library is another
+// version than ours): the bridge lives in chat_templates.cc alone.
+// Thread-safety: render() is const and keeps no state between calls; one object may be used by
+// one thread at a time (umad: the I/O thread, after the compute thread built it before starting).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+struct llama_model;
+
+namespace uma {
+
+struct ChatTurn {
+  std::string role;
+  std::string content;
+};
+
+class ChatTemplates {
+ public:
+  ~ChatTemplates();
+  // The model's own template (its `tokenizer.chat_template`, and a `tool_use` variant when it has
+  // one), or `override_template` when that is not empty. Null with *st set when there is none or
+  // it does not parse.
+  static std::unique_ptr<ChatTemplates> load(const llama_model* model, const std::string& override_template, Status* st);
+  // A template text (or built-in name) without a model; bos/eos are what the template's
+  // bos_token / eos_token variables hold. For tests and tools.
+  static std::unique_ptr<ChatTemplates> from_text(const std::string& source, const std::string& bos,
+                                                  const std::string& eos, Status* st);
+
+  // The prompt for `turns` followed by the assistant's turn. `now` is the date some templates
+  // print (Llama 3.x's "Today Date"). A template that refuses the conversation (roles that do
+  // not alternate, say) is a kBadRequest naming `messages`; never throws.
+  Status render(const std::vector<ChatTurn>& turns, std::string* prompt,
+                std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) const;
+  // The default template's source text (or built-in name).
+  std::string source() const;
+
+ private:
+  struct Impl;
+  explicit ChatTemplates(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace uma

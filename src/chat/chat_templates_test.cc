@@ -1,0 +1,125 @@
+// Chat templates as real model families ship them (the template files that come with the pinned
+// llama.cpp source, models/templates/), rendered through llama.cpp's Jinja engine, byte-exact
+// against the prompt text each template is written to produce.
+#include "chat/chat_templates.h"
+
+#include <gtest/gtest.h>
+
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+namespace uma {
+namespace {
+
+std::string read_template(const std::string& name) {
+  std::ifstream f(std::string(UMA_LLAMA_TEMPLATES) + "/" + name + ".jinja");
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// 22 Nov 2026, 12:00 UTC: the date Llama 3.x prints.
+std::chrono::system_clock::time_point fixed_now() {
+  std::tm t{};
+  t.tm_year = 2026 - 1900;
+  t.tm_mon = 10;
+  t.tm_mday = 22;
+  t.tm_hour = 12;
+  return std::chrono::system_clock::from_time_t(timegm(&t));
+}
+
+const std::vector<ChatTurn> kConversation = {
+    {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
+const std::vector<ChatTurn> kNoSystem = {{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
+
+std::string render(const std::string& file, const std::vector<ChatTurn>& turns, const std::string& bos,
+                   const std::string& eos) {
+  const std::string src = read_template(file);
+  EXPECT_FALSE(src.empty()) << file << " not found under " << UMA_LLAMA_TEMPLATES;
+  Status st;
+  auto t = ChatTemplates::from_text(src, bos, eos, &st);
+  EXPECT_TRUE(t != nullptr) << st.to_string();
+  if (t == nullptr) return "";
+  std::string out;
+  st = t->render(turns, &out, fixed_now());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return out;
+}
+
+TEST(ChatTemplates, Llama31) {
+  EXPECT_EQ(render("meta-llama-Llama-3.1-8B-Instruct", kConversation, "<|begin_of_text|>", "<|eot_id|>"),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 22 Nov 2026\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplates, Qwen25AndQwen3) {
+  const std::string chatml =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+      "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(render("Qwen-Qwen2.5-7B-Instruct", kConversation, "", "<|im_end|>"), chatml);
+  EXPECT_EQ(render("Qwen-Qwen3-0.6B", kConversation, "", "<|im_end|>"), chatml);
+  // Without a system message Qwen 2.5 brings its own.
+  EXPECT_EQ(render("Qwen-Qwen2.5-7B-Instruct", {{"user", "Hi"}}, "", "<|im_end|>"),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplates, MistralNemo) {
+  EXPECT_EQ(render("mistralai-Mistral-Nemo-Instruct-2407", kConversation, "<s>", "</s>"),
+            "<s>[INST]Hi[/INST]Hello!</s>[INST]Be brief.\n\nBye[/INST]");
+}
+
+TEST(ChatTemplates, Gemma2) {
+  EXPECT_EQ(render("google-gemma-2-2b-it", kNoSystem, "<bos>", "<eos>"),
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+}
+
+TEST(ChatTemplates, ASystemMessageGoesIntoTheFirstUserTurnWhereTheTemplateHasNoSystemRole) {
+  // Gemma 2's template raises on a system message; llama.cpp's common (as llama-server) joins it
+  // to the first user turn with one newline instead (chat.cpp, system_message_not_supported).
+  EXPECT_EQ(render("google-gemma-2-2b-it", kConversation, "<bos>", "<eos>"),
+            "<bos><start_of_turn>user\nBe brief.\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+}
+
+TEST(ChatTemplates, Phi35) {
+  EXPECT_EQ(render("microsoft-Phi-3.5-mini-instruct", kConversation, "<s>", "<|endoftext|>"),
+            "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
+            "<|user|>\nBye<|end|>\n<|assistant|>\n");
+}
+
+TEST(ChatTemplates, ATemplateThatRefusesTheConversationIsABadRequestNamingMessages) {
+  Status st;
+  auto t = ChatTemplates::from_text(read_template("google-gemma-2-2b-it"), "<bos>", "<eos>", &st);
+  ASSERT_TRUE(t != nullptr) << st.to_string();
+  std::string out;
+  st = t->render({{"user", "Hi"}, {"user", "Again"}}, &out);
+  EXPECT_EQ(st.code(), ErrorCode::kBadRequest) << out;
+  EXPECT_EQ(st.param(), "messages");
+  EXPECT_NE(st.message().find("must alternate"), std::string::npos) << st.message();
+}
+
+TEST(ChatTemplates, ABuiltInNameRendersWithLlamaCppsFixedFormat) {
+  Status st;
+  auto t = ChatTemplates::from_text("chatml", "", "", &st);
+  ASSERT_TRUE(t != nullptr) << st.to_string();
+  std::string out;
+  ASSERT_TRUE(t->render({{"user", "Hi"}}, &out).ok());
+  EXPECT_EQ(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplates, AModelWithoutATemplateAndNoOverrideSaysWhatToDo) {
+  Status st;
+  EXPECT_EQ(ChatTemplates::load(nullptr, "", &st), nullptr);
+  EXPECT_EQ(st.code(), ErrorCode::kBadRequest);
+  EXPECT_NE(st.message().find("--chat-template"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace uma
