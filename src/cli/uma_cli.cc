@@ -10,6 +10,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -63,10 +64,21 @@ int main(int argc, char** argv) {
   app.add_flag("--background", req.background, "request class background (default interactive): served after "
                "interactive work and may be paused for it");
   app.add_option("--tenant", req.tenant, "metadata.tenant: the key of the daemon's per-tenant cap");
+  std::string schema_file, grammar_file;
+  app.add_option("--json-schema", schema_file, "file with a JSON schema the output must match (structured output)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--grammar", grammar_file, "file with a GBNF grammar (root rule `root`) the output must match")
+      ->check(CLI::ExistingFile)->excludes("--json-schema");
   app.add_flag("--json", raw_json, "print the raw events, one JSON object per line");
   app.add_flag("--prometheus", prometheus, "with 'metrics': Prometheus text exposition instead of JSON");
   CLI11_PARSE(app, argc, argv);
 
+  const auto slurp = [](const std::string& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  if (!schema_file.empty()) req.json_schema = slurp(schema_file);  // sent as the JSON object it holds
+  if (!grammar_file.empty()) req.sampling.grammar = slurp(grammar_file);
   const bool metrics = prompt == "metrics";
   if (prompt.empty()) {
     prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "chat/chat_templates.h"
+#include "chat/structured_output.h"
 #include "daemon/config.h"
 #include "http/http_server.h"
 #include "ipc/uds_server.h"
@@ -86,6 +87,9 @@ int main(int argc, char** argv) {
   ServerMetrics metrics;
   std::unique_ptr<ComputeThread> compute;
   const auto submit = [&compute](WorkItem item) { compute->submit(std::move(item)); };
+  // Structured output: JSON schemas become grammars at the protocol edge of both front ends.
+  cfg.server.limits.schema_to_grammar = json_schema_to_gbnf;
+  cfg.http.schema_to_grammar = json_schema_to_gbnf;
   // One admission for every front end: a slot per request in flight (net/session_slots.h).
   SessionSlots slots(cfg.server.max_sessions, {&metrics.sessions_open, &metrics.http_sessions_open});
   UdsServer server(io, cfg.server, metrics, slots, submit);

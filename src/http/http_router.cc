@@ -40,6 +40,12 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
   }
   q.max_tokens = c.api.max_tokens.value_or(0);  // 0: the daemon's default (the scheduler applies it)
   q.sampling = c.api.sampling;
+  if (!c.api.json_schema.empty()) {
+    const Status st = ctx.schema_to_grammar != nullptr && *ctx.schema_to_grammar
+                          ? (*ctx.schema_to_grammar)(c.api.json_schema, &q.sampling.grammar)
+                          : Status(ErrorCode::kBadRequest, "structured output is not available");
+    if (!st.ok()) return error_reply(Status(st.code(), st.message(), "response_format"));
+  }
   q.stop = c.api.stop;
   q.tenant = c.api.user;
   return c;

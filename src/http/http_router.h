@@ -33,6 +33,7 @@ struct Context {
   const ChatTemplate* chat_template = nullptr;  // null or empty: chat is not available
   const openai::Limits* limits = nullptr;
   const SamplingParams* default_sampling = nullptr;
+  const SchemaToGrammar* schema_to_grammar = nullptr;  // null or empty: response_format json is refused
   const ServerMetrics* metrics = nullptr;
 };
 

@@ -17,8 +17,14 @@ struct Fixture {
     for (const auto& x : m) *out += "<" + x.role + ">" + x.content;
     return Status::Ok();
   };
+  SchemaToGrammar grammar = [](const std::string& schema, std::string* gbnf) {
+    if (schema.find("$ref") != std::string::npos) return Status(ErrorCode::kBadRequest, "cannot resolve $ref");
+    *gbnf = "root ::= " + schema;
+    return Status::Ok();
+  };
   Context ctx() {
     Context c;
+    c.schema_to_grammar = &grammar;
     c.ready = true;
     c.model_id = "m.gguf";
     c.chat_template = &chat;
@@ -45,6 +51,25 @@ TEST(HttpRouter, EndpointsAndMethods) {
   const Routed early = route(http::verb::post, "/v1/completions", R"({"prompt":"x"})", loading);
   EXPECT_EQ(reply_of(early).status, 503u);
   EXPECT_FALSE(early.completion_endpoint);  // not counted in requests_total
+}
+
+TEST(HttpRouter, AResponseFormatSchemaBecomesTheRequestsGrammarOrA400NamingIt) {
+  Fixture f;
+  const std::string head = R"({"messages":[{"role":"user","content":"x"}],"response_format":)";
+  Routed r = route(http::verb::post, "/v1/chat/completions",
+                   head + R"({"type":"json_schema","json_schema":{"schema":{"type":"object"}}}})", f.ctx());
+  ASSERT_TRUE(std::holds_alternative<Completion>(r.action));
+  EXPECT_EQ(std::get<Completion>(r.action).request.sampling.grammar, R"(root ::= {"type":"object"})");
+  r = route(http::verb::post, "/v1/chat/completions",
+            head + R"({"type":"json_schema","json_schema":{"schema":{"$ref":"#/x"}}}})", f.ctx());
+  ASSERT_TRUE(std::holds_alternative<Reply>(r.action));
+  EXPECT_EQ(reply_of(r).status, 400u);
+  EXPECT_EQ(json::parse(reply_of(r).body)["error"]["param"], "response_format");
+  SchemaToGrammar none;
+  Context without = f.ctx();
+  without.schema_to_grammar = &none;
+  r = route(http::verb::post, "/v1/chat/completions", head + R"({"type":"json_object"}})", without);
+  EXPECT_EQ(reply_of(r).status, 400u) << "no converter: refused, never ignored";
 }
 
 TEST(HttpRouter, ANonUtf8PathGetsA404WithValidJson) {

@@ -158,6 +158,7 @@ class HttpAdapter final : public ProtocolAdapter {
     ctx.chat_template = &site_.chat_template;
     ctx.limits = &site_.config.limits;
     ctx.default_sampling = &site_.config.default_sampling;
+    ctx.schema_to_grammar = &site_.config.schema_to_grammar;
     ctx.metrics = &site_.metrics;
     http_route::Routed routed = http_route::route(req.method(), req.target(), req.body(), ctx);
     if (routed.completion_endpoint) site_.metrics.requests_total++;

@@ -47,6 +47,7 @@ struct HttpConfig {
   std::size_t max_tx_bytes = 1 << 20;         // unsent reply bytes (queued and in flight) before a slow reader is dropped
   openai::Limits limits;
   SamplingParams default_sampling;
+  SchemaToGrammar schema_to_grammar;          // response_format json_object / json_schema
 };
 
 // What every connection's adapter reads: the configuration and the model's state.

@@ -9,7 +9,8 @@
 namespace uma::openai {
 namespace {
 
-using json = nlohmann::json;
+// Requests are read in their own key order: a JSON schema's property order is the output's.
+using json = nlohmann::ordered_json;
 using ojson = nlohmann::ordered_json;
 
 Status bad(std::string_view field, std::string_view what) {
@@ -101,7 +102,7 @@ constexpr FieldRule kFields[] = {
     {"logprobs", Use::kNoOpOnly, true, true},
     {"top_logprobs", Use::kNoOpOnly, true, false},
     {"logit_bias", Use::kNoOpOnly, true, true},
-    {"response_format", Use::kNoOpOnly, true, false},
+    {"response_format", Use::kParsed, true, false},
     {"tools", Use::kNoOpOnly, true, false},
     {"tool_choice", Use::kNoOpOnly, true, false},
     {"parallel_tool_calls", Use::kNoOpOnly, true, false},
@@ -127,10 +128,6 @@ bool is_noop(std::string_view name, const json& v, const json& request) {
   if (name == "logprobs") return v.is_boolean() ? !v.get<bool>() : (v.is_number_integer() && v.get<std::int64_t>() == 0);
   if (name == "top_logprobs") return v.is_number_integer() && v.get<std::int64_t>() == 0;
   if (name == "logit_bias") return v.is_object() && v.empty();
-  if (name == "response_format") {
-    const auto type = v.is_object() ? v.find("type") : v.end();
-    return type != v.end() && type->is_string() && *type == "text";
-  }
   if (name == "tools" || name == "functions") return v.is_array() && v.empty();
   if (name == "tool_choice") return no_tools() && v.is_string() && (v == "none" || v == "auto");
   if (name == "parallel_tool_calls") return no_tools() && v.is_boolean();
@@ -139,6 +136,31 @@ bool is_noop(std::string_view name, const json& v, const json& request) {
   if (name == "best_of") return v.is_number_integer() && v.get<std::int64_t>() == 1;
   if (name == "suffix") return v.is_string() && v.get_ref<const std::string&>().empty();
   return false;  // function_call, audio, prediction, reasoning_effort, ...: only null asks for nothing
+}
+
+// response_format: {"type":"text"}, {"type":"json_object"} or {"type":"json_schema",
+// "json_schema":{"name":..., "schema":{...}, "strict":...}} (the schema is always enforced: a
+// grammar cannot be loose).
+Status response_format(const json& v, std::string* schema) {
+  const char* field = "response_format";
+  const auto type = v.is_object() ? v.find("type") : v.end();
+  if (type == v.end() || !type->is_string()) return bad(field, "must be an object with a string 'type'");
+  if (*type == "text") return Status::Ok();
+  if (*type == "json_object") {
+    *schema = R"({"type":"object"})";
+    return Status::Ok();
+  }
+  if (*type != "json_schema") return bad(field, "type must be text, json_object or json_schema");
+  const auto js = v.find("json_schema");
+  if (js == v.end() || !js->is_object()) return bad("response_format.json_schema", "must be an object");
+  const auto name = js->find("name");
+  if (name != js->end() && !name->is_null() && !name->is_string()) return bad("response_format.json_schema.name", "must be a string");
+  const auto strict = js->find("strict");
+  if (strict != js->end() && !strict->is_null() && !strict->is_boolean()) return bad("response_format.json_schema.strict", "must be a boolean");
+  const auto s = js->find("schema");
+  if (s == js->end() || !s->is_object()) return bad("response_format.json_schema.schema", "must be a JSON schema object");
+  *schema = to_json_text(*s);
+  return Status::Ok();
 }
 
 Status check_fields(const json& j, bool chat) {
@@ -264,6 +286,9 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     }
   }
   if (Status st = optional_string(j, "user", &r->user); !st.ok()) return st;
+  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
+    if (Status st = response_format(*it, &r->json_schema); !st.ok()) return st;
+  }
   return Status::Ok();
 }
 

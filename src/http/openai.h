@@ -30,6 +30,9 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   std::string user;                   // -> metadata tenant
+  // response_format json_object / json_schema: the schema the output must match (json_object: any
+  // object); empty: free text. The router turns it into the grammar.
+  std::string json_schema;
 };
 
 struct Limits {

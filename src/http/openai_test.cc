@@ -70,7 +70,9 @@ TEST(OpenAi, BadInputIsATypedErrorNamingTheField) {
 TEST(OpenAi, AFieldUmadDoesNotImplementIsA400NamingItNeverASilentIgnore) {
   CompletionRequest r;
   const std::pair<const char*, const char*> chat_cases[] = {
-      {R"("response_format":{"type":"json_object"})", "response_format"},
+      {R"("response_format":{"type":"xml"})", "response_format"},
+      {R"("response_format":{"type":"json_schema"})", "response_format.json_schema"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"name":"x"}})", "response_format.json_schema.schema"},
       {R"("tools":[{"type":"function","function":{"name":"f"}}])", "tools"},
       {R"("tool_choice":"required")", "tool_choice"},
       {R"("logprobs":true)", "logprobs"},
@@ -91,10 +93,26 @@ TEST(OpenAi, AFieldUmadDoesNotImplementIsA400NamingItNeverASilentIgnore) {
   EXPECT_EQ(parse(R"({"prompt":"x","messages":[]})", false, &r).param(), "messages") << "a chat field on /v1/completions";
 }
 
+TEST(OpenAi, ResponseFormatGivesTheSchemaTheOutputMustMatch) {
+  CompletionRequest r;
+  const std::string msgs = R"("messages":[{"role":"user","content":"x"}])";
+  ASSERT_TRUE(parse("{" + msgs + R"(,"response_format":{"type":"json_object"}})", true, &r).ok());
+  EXPECT_EQ(json::parse(r.json_schema), json::parse(R"({"type":"object"})"));
+  r = {};
+  ASSERT_TRUE(parse("{" + msgs + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"n","strict":true,
+                    "schema":{"type":"object","properties":{"a":{"enum":[1,2]}}}}}})", true, &r).ok());
+  EXPECT_EQ(json::parse(r.json_schema), json::parse(R"({"type":"object","properties":{"a":{"enum":[1,2]}}})"));
+  r = {};
+  ASSERT_TRUE(parse("{" + msgs + R"(,"response_format":{"type":"text"}})", true, &r).ok());
+  EXPECT_TRUE(r.json_schema.empty());
+  EXPECT_EQ(parse(R"({"prompt":"x","response_format":{"type":"json_object"}})", false, &r).param(), "response_format")
+      << "a chat field on /v1/completions";
+}
+
 TEST(OpenAi, FieldsThatAskForNothingOrChangeNothingAreAccepted) {
   CompletionRequest r;
   EXPECT_TRUE(parse(R"({"messages":[{"role":"user","content":"x"}],"logprobs":false,"top_logprobs":0,
-                        "response_format":{"type":"text"},"tools":[],"tool_choice":"none","parallel_tool_calls":true,
+                        "tools":[],"tool_choice":"none","parallel_tool_calls":true,
                         "modalities":["text"],"metadata":{"a":"b"},"store":false,"service_tier":"auto",
                         "audio":null,"n":1})", true, &r).ok());
   EXPECT_TRUE(parse(R"({"prompt":"x","echo":false,"best_of":1,"suffix":"","logprobs":0,"user":"u"})", false, &r).ok());

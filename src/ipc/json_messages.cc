@@ -10,7 +10,8 @@
 
 namespace uma {
 
-using json = nlohmann::json;
+// Requests are read in their own key order: a JSON schema's property order is the output's.
+using json = nlohmann::ordered_json;
 using ojson = nlohmann::ordered_json;
 
 namespace {
@@ -88,6 +89,18 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
   s.seed = static_cast<std::uint32_t>(i);
   if (!(st = get_bool(j, wire::kStream, &r->stream)).ok()) return st;
   if (!(st = get_bool(j, wire::kKeepAlive, &r->keep_alive)).ok()) return st;
+  if (const json* g = find(j, wire::kGrammar)) {
+    if (!g->is_string() || g->get_ref<const std::string&>().empty() ||
+        g->get_ref<const std::string&>().size() > wire::kMaxGrammarBytes) {
+      return bad(wire::kGrammar, "must be a non-empty GBNF string of at most 64 KiB");
+    }
+    s.grammar = g->get<std::string>();
+  }
+  if (const json* schema = find(j, wire::kJsonSchema)) {
+    if (!schema->is_object()) return bad(wire::kJsonSchema, "must be a JSON schema object");
+    if (!s.grammar.empty()) return bad(wire::kJsonSchema, "and grammar exclude each other");
+    r->json_schema = to_json_text(*schema);
+  }
 
   if (const json* stop = find(j, wire::kStop)) {
     if (!stop->is_array()) return bad(wire::kStop, "must be an array of strings");
@@ -235,6 +248,12 @@ std::string encode_request(const WireRequest& r) {
   if (s.frequency_penalty != d.frequency_penalty) j["frequency_penalty"] = s.frequency_penalty;
   if (s.presence_penalty != d.presence_penalty) j["presence_penalty"] = s.presence_penalty;
   if (s.seed != d.seed) j["seed"] = s.seed;
+  if (!s.grammar.empty()) j["grammar"] = s.grammar;
+  if (!r.json_schema.empty()) {
+    // Text that is not JSON goes as a string: the server names the field rather than the frame.
+    ojson schema = ojson::parse(r.json_schema, nullptr, false);
+    j["json_schema"] = schema.is_discarded() ? ojson(r.json_schema) : std::move(schema);
+  }
   if (!r.stop.empty()) j["stop"] = r.stop;
   if (!r.stream) j["stream"] = false;
   if (r.keep_alive) j["keep_alive"] = true;

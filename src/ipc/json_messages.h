@@ -28,6 +28,7 @@ struct WireRequest {
   bool background = false;    // "priority": "background" (default "interactive")
   std::string tenant;         // metadata.tenant when it is a string
   std::string metadata_json;  // the request's `metadata` object, serialized; empty when absent
+  std::string json_schema;    // `json_schema` serialized; empty when absent (a grammar is in sampling.grammar)
 };
 struct WireCancel {
   std::string id;

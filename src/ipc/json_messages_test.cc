@@ -37,7 +37,7 @@ TEST(JsonMessages, FullRequestParsesIntoTypedFieldsAndUnknownFieldsAreIgnored) {
   EXPECT_TRUE(r.keep_alive);
   EXPECT_DOUBLE_EQ(r.slo_ttft_ms, 100);
   EXPECT_DOUBLE_EQ(r.slo_tbt_ms, 50);
-  EXPECT_EQ(r.metadata_json, R"({"n":[1,2],"tenant":"t1"})");
+  EXPECT_EQ(r.metadata_json, R"({"tenant":"t1","n":[1,2]})") << "echoed in the client's key order";
 }
 
 TEST(JsonMessages, EncodeThenParseRoundTrips) {
@@ -56,6 +56,15 @@ TEST(JsonMessages, EncodeThenParseRoundTrips) {
   EXPECT_EQ(back.stop, r.stop);
   EXPECT_FLOAT_EQ(back.sampling.temperature, 0.25f);
   EXPECT_EQ(back.metadata_json, r.metadata_json);
+
+  WireRequest g = r;
+  g.sampling.grammar = "root ::= \"yes\" | \"no\"";
+  ASSERT_TRUE(parse(encode_request(g), &msg).ok());
+  EXPECT_EQ(std::get<WireRequest>(msg).sampling.grammar, g.sampling.grammar);
+  WireRequest js = r;
+  js.json_schema = R"({"type":"object","properties":{"c":{"enum":["a"]}}})";
+  ASSERT_TRUE(parse(encode_request(js), &msg).ok());
+  EXPECT_EQ(std::get<WireRequest>(msg).json_schema, js.json_schema);
 }
 
 // A value nested a few hundred thousand deep once killed umad: the metadata is echoed, and
@@ -98,6 +107,10 @@ TEST(JsonMessages, EachBadFieldIsNamed) {
       {R"({"id":"a","prompt":""})", "prompt"},
       {R"({"id":"a","prompt":"x\u0000y"})", "prompt"},
       {R"({"id":"a","prompt":"x","max_tokens":"9"})", "max_tokens"},
+      {R"({"id":"a","prompt":"x","grammar":""})", "grammar"},
+      {R"({"id":"a","prompt":"x","grammar":5})", "grammar"},
+      {R"({"id":"a","prompt":"x","json_schema":"{}"})", "json_schema"},
+      {R"({"id":"a","prompt":"x","grammar":"root ::= \"a\"","json_schema":{}})", "json_schema"},
       {R"({"id":"a","prompt":"x","max_tokens":0})", "max_tokens"},
       {R"({"id":"a","prompt":"x","max_tokens":1073741825})", "max_tokens"},
       {R"({"id":"a","prompt":"x","max_tokens":2.5})", "max_tokens"},

@@ -55,6 +55,7 @@ struct ProtocolLimits {
   std::size_t max_prompt_bytes = 64 * 1024;
   std::size_t max_frame_bytes = 1 << 20;
   SamplingParams sampling;  // defaults for fields a request leaves out
+  SchemaToGrammar schema_to_grammar;  // json_schema requests; empty: refused
 };
 
 class Protocol {

@@ -101,6 +101,13 @@ class JsonProtocol final : public Protocol {
     s.request.prompt = std::move(w.prompt);
     s.request.max_tokens = w.max_tokens.value_or(0);  // 0: the daemon's default
     s.request.sampling = w.sampling;
+    if (!w.json_schema.empty()) {
+      // Turned into the grammar here, at the edge: a schema that cannot be is an error now.
+      const Status gs = limits_.schema_to_grammar
+                            ? limits_.schema_to_grammar(w.json_schema, &s.request.sampling.grammar)
+                            : Status(ErrorCode::kBadRequest, "structured output is not available");
+      if (!gs.ok()) return InputError{gs.code(), gs.message(), std::move(w.id), true, std::string(wire::kJsonSchema)};
+    }
     s.request.stop = std::move(w.stop);
     s.request.slo_ttft_ms = w.slo_ttft_ms;
     s.request.slo_tbt_ms = w.slo_tbt_ms;

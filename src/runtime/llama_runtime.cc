@@ -31,8 +31,19 @@ void log_from_llama(ggml_log_level level, const char* text, void*) {
   }
 }
 
-llama_sampler* make_sampler_chain(const SamplingParams& p, std::int32_t n_vocab) {
+// Null when the grammar does not parse.
+llama_sampler* make_sampler_chain(const SamplingParams& p, const llama_vocab* vocab) {
+  const std::int32_t n_vocab = llama_vocab_n_tokens(vocab);
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+  if (!p.grammar.empty()) {
+    // First: every later sampler sees only the tokens the grammar allows.
+    llama_sampler* g = llama_sampler_init_grammar(vocab, p.grammar.c_str(), "root");
+    if (g == nullptr) {
+      llama_sampler_free(chain);
+      return nullptr;
+    }
+    llama_sampler_chain_add(chain, g);
+  }
   if (p.temperature <= 0.0f) {
     llama_sampler_chain_add(chain, llama_sampler_init_greedy());
     return chain;
@@ -233,8 +244,10 @@ bool LlamaRuntime::is_end_of_generation(Token token) const { return llama_vocab_
 Status LlamaRuntime::start_sequence(std::int32_t seq, const SamplingParams& params) {
   if (seq < 0 || seq >= n_seq_max_) return Status(ErrorCode::kInternal, "sequence id out of range");
   end_sequence(seq);  // a sequence starts empty, whatever came before
-  samplers_[static_cast<size_t>(seq)] = make_sampler_chain(params, llama_vocab_n_tokens(vocab_));
-  greedy_[static_cast<size_t>(seq)] = greedy_only(samplers_[static_cast<size_t>(seq)]);
+  llama_sampler* chain = make_sampler_chain(params, vocab_);
+  if (chain == nullptr) return Status(ErrorCode::kBadRequest, "the grammar does not parse", "grammar");
+  samplers_[static_cast<size_t>(seq)] = chain;
+  greedy_[static_cast<size_t>(seq)] = greedy_only(chain);
   attach_backend_sampler(seq, greedy_[static_cast<size_t>(seq)]);
   return Status::Ok();
 }

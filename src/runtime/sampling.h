@@ -3,6 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/status.h"
 
 namespace uma {
 
@@ -16,6 +20,14 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   std::int32_t penalty_last_n = 64;
   std::uint32_t seed = 0xFFFFFFFFu;  // LLAMA_DEFAULT_SEED: random
+  // GBNF (root rule `root`) every sampled token must keep matching; empty: none. Front ends fill it
+  // from a JSON schema (chat/structured_output.h) or take it as given. A constrained request is
+  // sampled on the host (the grammar runs there), first in its chain.
+  std::string grammar;
 };
+
+// A JSON schema (text) to the GBNF that enforces it, or an error (chat/structured_output.h's, given
+// to the front ends by the daemon: they know no llama.cpp). Empty: structured output unavailable.
+using SchemaToGrammar = std::function<Status(const std::string& schema_json, std::string* gbnf)>;
 
 }  // namespace uma

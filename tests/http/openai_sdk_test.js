@@ -60,6 +60,22 @@ async function main() {
   await assert.rejects(client.completions.create({ ...base, max_tokens: 1000000 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens' && /context/.test(e.message));
 
+  // Structured output: JSON that matches the schema (the oracle's pick among what the grammar
+  // allows); a bounded schema ends with stop.
+  const schema = { type: 'object', properties: { c: { enum: ['x', 'y'] } }, required: ['c'], additionalProperties: false };
+  r = await client.chat.completions.create({ ...chat, max_tokens: 64,
+    response_format: { type: 'json_schema', json_schema: { name: 'pick', schema, strict: true } } });
+  assert.strictEqual(r.choices[0].finish_reason, 'stop', 'a bounded schema ends with stop');
+  assert.ok(['x', 'y'].includes(JSON.parse(r.choices[0].message.content).c), r.choices[0].message.content);
+  s = await collect(await client.chat.completions.create({ ...chat, max_tokens: 64, stream: true,
+    response_format: { type: 'json_schema', json_schema: { name: 'pick', schema } } }), (c) => ({ text: c.delta && c.delta.content }));
+  assert.strictEqual(s.text, r.choices[0].message.content, 'streamed the same JSON');
+  // json_object: an object, however long its strings run (whole when it stopped).
+  r = await client.chat.completions.create({ ...chat, max_tokens: 64, response_format: { type: 'json_object' } });
+  const text = r.choices[0].message.content;
+  if (r.choices[0].finish_reason === 'stop') assert.strictEqual(typeof JSON.parse(text), 'object', text);
+  else assert.ok(text.trimStart().startsWith('{'), text);
+
   // A field umad does not implement is a 400 naming it, never a silent ignore.
   await assert.rejects(client.chat.completions.create({ ...chat, web_search_options: {} }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'web_search_options');
