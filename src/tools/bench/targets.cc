@@ -31,6 +31,7 @@ class UdsTarget final : public Target {
     w.prompt = req.prompt;
     w.max_tokens = req.max_tokens;
     w.background = req.klass == "background";  // umad's request class; HTTP targets have none
+    w.json_schema = req.json_schema;
     if (!c->send_request(w).ok()) return fail(rec, "send");
     WireEvent ev;
     while ((st = c->read_event(&ev, 600000)).ok()) {

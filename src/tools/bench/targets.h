@@ -16,6 +16,7 @@ struct BenchRequest {
   std::string prompt;
   std::int32_t max_tokens = 64;
   std::string klass = "interactive";
+  std::string json_schema;  // umad (uds:) only: structured output, the cost of grammar sampling
 };
 
 class Target {

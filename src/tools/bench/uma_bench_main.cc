@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -130,6 +131,24 @@ std::vector<RequestRecord> only(const std::vector<RequestRecord>& all, const std
 }  // namespace
 }  // namespace uma::bench
 
+namespace {
+// Every request of the run carries the same JSON schema.
+class WithSchema final : public uma::bench::Target {
+ public:
+  WithSchema(std::unique_ptr<Target> inner, std::string schema) : inner_(std::move(inner)), schema_(std::move(schema)) {}
+  uma::bench::RequestRecord run(const uma::bench::BenchRequest& r) override {
+    uma::bench::BenchRequest with = r;
+    with.json_schema = schema_;
+    return inner_->run(with);
+  }
+  std::string describe() const override { return inner_->describe() + " (json_schema)"; }
+
+ private:
+  std::unique_ptr<Target> inner_;
+  std::string schema_;
+};
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace uma::bench;
   CLI::App app{"uma-bench: serving benchmark for umad and OpenAI-compatible servers"};
@@ -164,6 +183,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "requests sent first and not recorded")->capture_default_str();
   app.add_option("--seed", seed, "prompt and arrival seed")->capture_default_str();
   app.add_flag("--json", as_json, "print the report as JSON");
+  std::string schema_file;
+  app.add_option("--json-schema", schema_file, "uds: targets only: every request's output must match this JSON "
+                 "schema (file)")->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
   if (requests <= 0 && duration <= 0) requests = workload == "sweep" ? 3 : 16;
 
@@ -173,19 +195,28 @@ int main(int argc, char** argv) {
     std::cerr << "uma-bench: " << err << "\n";
     return 2;
   }
+  if (!schema_file.empty()) {
+    if (target_spec.rfind("uds:", 0) != 0) {
+      std::cerr << "uma-bench: --json-schema needs a uds: target\n";
+      return 2;
+    }
+    std::ifstream f(schema_file);
+    target = std::make_unique<WithSchema>(std::move(target),
+                                          std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()));
+  }
   PromptMaker words(seed);
   const std::string prefix = words.words(prefix_tokens);
   auto interactive = [&](int len) {
     return [&, len](int i) {
       PromptMaker m(seed * 1000003 + static_cast<std::uint64_t>(i));
-      return BenchRequest{"r" + std::to_string(i), m.words(len), output_tokens, "interactive"};
+      return BenchRequest{"r" + std::to_string(i), m.words(len), output_tokens, "interactive", {}};
     };
   };
   MakeRequest make = interactive(prompt_tokens);
   if (workload == "shared-prefix") {
     make = [&](int i) {
       PromptMaker m(seed * 1000003 + static_cast<std::uint64_t>(i));
-      return BenchRequest{"p" + std::to_string(i), prefix + " " + m.words(suffix_tokens), output_tokens, "interactive"};
+      return BenchRequest{"p" + std::to_string(i), prefix + " " + m.words(suffix_tokens), output_tokens, "interactive", {}};
     };
   }
 
@@ -220,7 +251,7 @@ int main(int argc, char** argv) {
     std::thread background([&] {
       MakeRequest bg = [&](int i) {
         PromptMaker m(seed * 7919 + static_cast<std::uint64_t>(i));
-        return BenchRequest{"bg" + std::to_string(i), m.words(bg_prompt_tokens), bg_output_tokens, "background"};
+        return BenchRequest{"bg" + std::to_string(i), m.words(bg_prompt_tokens), bg_output_tokens, "background", {}};
       };
       // The first long prompt arrives once the streams are running (and, with --background-start-s,
       // have shown their steady cadence for a while).
