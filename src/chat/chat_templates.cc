@@ -64,8 +64,7 @@ std::unique_ptr<ChatTemplates> ChatTemplates::from_text(const std::string& sourc
   return std::unique_ptr<ChatTemplates>(new ChatTemplates(std::move(impl)));
 }
 
-Status ChatTemplates::render(const std::vector<ChatTurn>& turns, std::string* prompt,
-                             std::chrono::system_clock::time_point now) const {
+Status ChatTemplates::render(const std::vector<ChatTurn>& turns, std::string* prompt) const {
   common_chat_templates_inputs in;
   in.messages.reserve(turns.size());
   for (const ChatTurn& t : turns) {
@@ -76,7 +75,6 @@ Status ChatTemplates::render(const std::vector<ChatTurn>& turns, std::string* pr
   }
   in.add_generation_prompt = true;
   in.use_jinja = impl_->jinja;
-  in.now = now;
   try {
     *prompt = common_chat_templates_apply(impl_->templates.get(), in).prompt;
   } catch (const std::exception& e) {

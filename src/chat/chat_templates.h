@@ -14,7 +14,6 @@
 // one thread at a time (umad: the I/O thread, after the compute thread built it before starting).
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,11 +41,11 @@ class ChatTemplates {
   static std::unique_ptr<ChatTemplates> from_text(const std::string& source, const std::string& bos,
                                                   const std::string& eos, Status* st);
 
-  // The prompt for `turns` followed by the assistant's turn. `now` is the date some templates
-  // print (Llama 3.x's "Today Date"). A template that refuses the conversation (roles that do
-  // not alternate, say) is a kBadRequest naming `messages`; never throws.
-  Status render(const std::vector<ChatTurn>& turns, std::string* prompt,
-                std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) const;
+  // The prompt for `turns` followed by the assistant's turn. A template that prints a date (Llama
+  // 3.x's "Today Date") gets today's, local time: llama.cpp reads the system clock itself. A
+  // template that refuses the conversation (roles that do not alternate, say) is a kBadRequest
+  // naming `messages`; never throws.
+  Status render(const std::vector<ChatTurn>& turns, std::string* prompt) const;
   // The default template's source text (or built-in name).
   std::string source() const;
 

@@ -80,6 +80,8 @@ class HttpAdapter final : public ProtocolAdapter {
     completion_id_ = (req_.chat ? "chatcmpl-" : "cmpl-") + std::to_string(id - HttpServer::kFirstId);
     created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     text_.clear();
+    logprobs_.clear();
+    sent_bytes_ = 0;
     first_chunk_ = true;
     headers_sent_ = req_.stream;
     if (req_.stream) {
@@ -97,20 +99,24 @@ class HttpAdapter final : public ProtocolAdapter {
       case Event::Kind::kToken:
         if (!r.stream) {
           text_ += ev.text;
+          logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
         } else {
-          append_sse(out, openai::chunk(r, completion_id_, created_, ev.text, "", first_chunk_));
+          append_sse(out, openai::chunk(r, completion_id_, created_, ev.text, "", first_chunk_, ev.logprobs, sent_bytes_));
           first_chunk_ = false;
+          sent_bytes_ += ev.text.size();
         }
         return;
       case Event::Kind::kDone: {
         const openai::Usage usage{ev.prompt_tokens, ev.completion_tokens};
         if (r.stream) {
-          append_sse(out, openai::chunk(r, completion_id_, created_, "", finish_reason(ev.reason), first_chunk_));
+          append_sse(out, openai::chunk(r, completion_id_, created_, "", finish_reason(ev.reason), first_chunk_,
+                                        ev.logprobs, sent_bytes_));
           if (r.include_usage) append_sse(out, openai::usage_chunk(r, completion_id_, created_, usage));
           append_stream_end(out);
         } else {
+          logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
           out += respond(200, "application/json",
-                         openai::response(r, completion_id_, created_, text_, finish_reason(ev.reason), usage));
+                         openai::response(r, completion_id_, created_, text_, finish_reason(ev.reason), usage, logprobs_));
         }
         break;
       }
@@ -191,6 +197,8 @@ class HttpAdapter final : public ProtocolAdapter {
   // The completion in flight.
   openai::CompletionRequest req_;
   std::string completion_id_, text_;
+  std::vector<LogprobEntry> logprobs_;  // not streamed: every token's, for the one response
+  std::size_t sent_bytes_ = 0;          // streamed: completion text sent so far (text_offset)
   std::int64_t created_ = 0;
   bool first_chunk_ = true;
   bool headers_sent_ = false;

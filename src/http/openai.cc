@@ -99,8 +99,8 @@ constexpr FieldRule kFields[] = {
     {"service_tier", Use::kHarmless, true, true},
     {"prompt_cache_key", Use::kHarmless, true, true},
     {"safety_identifier", Use::kHarmless, true, true},
-    {"logprobs", Use::kNoOpOnly, true, true},
-    {"top_logprobs", Use::kNoOpOnly, true, false},
+    {"logprobs", Use::kParsed, true, true},
+    {"top_logprobs", Use::kParsed, true, false},
     {"logit_bias", Use::kNoOpOnly, true, true},
     {"response_format", Use::kParsed, true, false},
     {"tools", Use::kNoOpOnly, true, false},
@@ -125,8 +125,6 @@ bool is_noop(std::string_view name, const json& v, const json& request) {
     const auto t = request.find("tools");
     return t == request.end() || t->is_null() || (t->is_array() && t->empty());
   };
-  if (name == "logprobs") return v.is_boolean() ? !v.get<bool>() : (v.is_number_integer() && v.get<std::int64_t>() == 0);
-  if (name == "top_logprobs") return v.is_number_integer() && v.get<std::int64_t>() == 0;
   if (name == "logit_bias") return v.is_object() && v.empty();
   if (name == "tools" || name == "functions") return v.is_array() && v.empty();
   if (name == "tool_choice") return no_tools() && v.is_string() && (v == "none" || v == "auto");
@@ -160,6 +158,36 @@ Status response_format(const json& v, std::string* schema) {
   const auto s = js->find("schema");
   if (s == js->end() || !s->is_object()) return bad("response_format.json_schema.schema", "must be a JSON schema object");
   *schema = to_json_text(*s);
+  return Status::Ok();
+}
+
+// chat: logprobs (boolean) and top_logprobs (0..20, only with logprobs); completions: logprobs
+// (the number of alternatives, 0..20). *out: -1 none, else the alternatives wanted.
+Status logprobs(const json& j, bool chat, std::int32_t* out) {
+  const auto lp = j.find("logprobs");
+  const auto top = chat ? j.find("top_logprobs") : j.end();
+  const bool has_top = top != j.end() && !top->is_null();
+  if (has_top && (!top->is_number_integer() || top->get<std::int64_t>() < 0 || top->get<std::int64_t>() > kMaxTopLogprobs)) {
+    return bad("top_logprobs", "must be an integer from 0 to 20");
+  }
+  if (lp == j.end() || lp->is_null()) {
+    if (has_top) return bad("top_logprobs", "needs logprobs: true");
+    return Status::Ok();
+  }
+  if (chat) {
+    if (!lp->is_boolean()) return bad("logprobs", "must be a boolean");
+    if (!lp->get<bool>()) {
+      if (has_top && top->get<std::int64_t>() > 0) return bad("top_logprobs", "needs logprobs: true");
+      return Status::Ok();
+    }
+    *out = has_top ? static_cast<std::int32_t>(top->get<std::int64_t>()) : 0;
+    return Status::Ok();
+  }
+  if (lp->is_boolean() && !lp->get<bool>()) return Status::Ok();
+  if (!lp->is_number_integer() || lp->get<std::int64_t>() < 0 || lp->get<std::int64_t>() > kMaxTopLogprobs) {
+    return bad("logprobs", "must be an integer from 0 to 20");
+  }
+  *out = static_cast<std::int32_t>(lp->get<std::int64_t>());
   return Status::Ok();
 }
 
@@ -286,6 +314,8 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     }
   }
   if (Status st = optional_string(j, "user", &r->user); !st.ok()) return st;
+  if (Status st = logprobs(j, chat, &r->logprobs); !st.ok()) return st;
+  r->sampling.logprobs = r->logprobs;
   if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
     if (Status st = response_format(*it, &r->json_schema); !st.ok()) return st;
   }
@@ -308,10 +338,47 @@ ojson usage_json(const Usage& u) {
           {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 
+ojson token_json(const TokenLogprob& t) {
+  ojson bytes = ojson::array();
+  for (unsigned char ch : t.text) bytes.push_back(ch);
+  return {{"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes}};
+}
+
+// OpenAI's chat shape: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]}.
+ojson chat_logprobs(std::span<const LogprobEntry> entries) {
+  ojson content = ojson::array();
+  for (const LogprobEntry& e : entries) {
+    ojson x = token_json(e.chosen);
+    ojson top = ojson::array();
+    for (const TokenLogprob& t : e.top) top.push_back(token_json(t));
+    x["top_logprobs"] = top;
+    content.push_back(std::move(x));
+  }
+  return {{"content", content}};
+}
+
+// The completions shape: tokens, token_logprobs, top_logprobs (token text -> logprob), text_offset.
+ojson completion_logprobs(std::span<const LogprobEntry> entries, std::size_t offset) {
+  ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+  for (const LogprobEntry& e : entries) {
+    tokens.push_back(e.chosen.text);
+    lps.push_back(e.chosen.logprob);
+    ojson top = ojson::object();
+    for (const TokenLogprob& t : e.top) {
+      if (!top.contains(t.text)) top[t.text] = t.logprob;  // two tokens may share a text
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += e.chosen.text.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 }  // namespace
 
 std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
-                  std::string_view finish_reason, bool first) {
+                  std::string_view finish_reason, bool first, std::span<const LogprobEntry> logprobs,
+                  std::size_t text_offset) {
   ojson j = envelope(r, id, created, r.chat ? "chat.completion.chunk" : "text_completion");
   ojson c;
   c["index"] = 0;
@@ -320,9 +387,10 @@ std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t 
     if (first) delta["role"] = "assistant";
     if (!text.empty()) delta["content"] = text;
     c["delta"] = delta;
+    if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(logprobs);
   } else {
     c["text"] = text;
-    c["logprobs"] = nullptr;
+    c["logprobs"] = r.logprobs >= 0 ? completion_logprobs(logprobs, text_offset) : ojson(nullptr);
   }
   c["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(finish_reason);
   j["choices"] = ojson::array({c});
@@ -337,15 +405,16 @@ std::string usage_chunk(const CompletionRequest& r, std::string_view id, std::in
 }
 
 std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
-                     std::string_view finish_reason, const Usage& u) {
+                     std::string_view finish_reason, const Usage& u, std::span<const LogprobEntry> logprobs) {
   ojson j = envelope(r, id, created, r.chat ? "chat.completion" : "text_completion");
   ojson c;
   c["index"] = 0;
   if (r.chat) {
     c["message"] = {{"role", "assistant"}, {"content", text}};
+    if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(logprobs);
   } else {
     c["text"] = text;
-    c["logprobs"] = nullptr;
+    c["logprobs"] = r.logprobs >= 0 ? completion_logprobs(logprobs, 0) : ojson(nullptr);
   }
   c["finish_reason"] = finish_reason;
   j["choices"] = ojson::array({c});

@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/status.h"
 #include "runtime/sampling.h"
+#include "sched/request.h"
 
 namespace uma::openai {
 
@@ -33,6 +35,9 @@ struct CompletionRequest {
   // response_format json_object / json_schema: the schema the output must match (json_object: any
   // object); empty: free text. The router turns it into the grammar.
   std::string json_schema;
+  // chat logprobs: true -> top_logprobs (0..20); completions logprobs: N (0..20); -1: none. Also
+  // in sampling.logprobs.
+  std::int32_t logprobs = -1;
 };
 
 struct Limits {
@@ -49,13 +54,16 @@ struct Usage {
   std::int32_t prompt_tokens = 0, completion_tokens = 0;
 };
 
-// Stream chunks (the JSON after "data: "). finish_reason empty: not finished.
+// Stream chunks (the JSON after "data: "). finish_reason empty: not finished. With r.logprobs,
+// `logprobs` are the tokens whose text the chunk carries; `text_offset`: bytes of completion text
+// before this chunk (completions' text_offset).
 std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
-                  std::string_view finish_reason, bool first);
+                  std::string_view finish_reason, bool first, std::span<const LogprobEntry> logprobs = {},
+                  std::size_t text_offset = 0);
 std::string usage_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const Usage& u);
 // A whole (non-streamed) response.
 std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
-                     std::string_view finish_reason, const Usage& u);
+                     std::string_view finish_reason, const Usage& u, std::span<const LogprobEntry> logprobs = {});
 std::string models(std::string_view model_id, std::int64_t created);
 
 // OpenAI's error body and the HTTP status for an internal error code (the one mapping). `param`:

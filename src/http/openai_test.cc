@@ -75,8 +75,9 @@ TEST(OpenAi, AFieldUmadDoesNotImplementIsA400NamingItNeverASilentIgnore) {
       {R"("response_format":{"type":"json_schema","json_schema":{"name":"x"}})", "response_format.json_schema.schema"},
       {R"("tools":[{"type":"function","function":{"name":"f"}}])", "tools"},
       {R"("tool_choice":"required")", "tool_choice"},
-      {R"("logprobs":true)", "logprobs"},
+      {R"("logprobs":"yes")", "logprobs"},
       {R"("top_logprobs":3)", "top_logprobs"},
+      {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"},
       {R"("logit_bias":{"50256":-100})", "logit_bias"},
       {R"("reasoning_effort":"high")", "reasoning_effort"},
       {R"("function_call":"auto")", "function_call"},
@@ -88,7 +89,7 @@ TEST(OpenAi, AFieldUmadDoesNotImplementIsA400NamingItNeverASilentIgnore) {
     EXPECT_EQ(st.code(), ErrorCode::kBadRequest) << body;
     EXPECT_EQ(st.param(), name) << body;
   }
-  EXPECT_EQ(parse(R"({"prompt":"x","logprobs":2})", false, &r).param(), "logprobs");
+  EXPECT_EQ(parse(R"({"prompt":"x","logprobs":-1})", false, &r).param(), "logprobs");
   EXPECT_EQ(parse(R"({"prompt":"x","echo":true})", false, &r).param(), "echo");
   EXPECT_EQ(parse(R"({"prompt":"x","messages":[]})", false, &r).param(), "messages") << "a chat field on /v1/completions";
 }
@@ -107,6 +108,43 @@ TEST(OpenAi, ResponseFormatGivesTheSchemaTheOutputMustMatch) {
   EXPECT_TRUE(r.json_schema.empty());
   EXPECT_EQ(parse(R"({"prompt":"x","response_format":{"type":"json_object"}})", false, &r).param(), "response_format")
       << "a chat field on /v1/completions";
+}
+
+TEST(OpenAi, LogprobsAskForTheChosenTokensAndSomeAlternatives) {
+  CompletionRequest r;
+  const std::string msgs = R"("messages":[{"role":"user","content":"x"}])";
+  ASSERT_TRUE(parse("{" + msgs + R"(,"logprobs":true,"top_logprobs":3})", true, &r).ok());
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_EQ(r.sampling.logprobs, 3) << "the sampler's side knows it too";
+  r = {};
+  ASSERT_TRUE(parse("{" + msgs + R"(,"logprobs":true})", true, &r).ok());
+  EXPECT_EQ(r.logprobs, 0);
+  r = {};
+  ASSERT_TRUE(parse(R"({"prompt":"x","logprobs":2})", false, &r).ok());
+  EXPECT_EQ(r.logprobs, 2);
+  r = {};
+  ASSERT_TRUE(parse(R"({"prompt":"x"})", false, &r).ok());
+  EXPECT_EQ(r.sampling.logprobs, -1);
+
+  LogprobEntry e;
+  e.chosen = {5, "\xC3", -0.5f};  // half a code point: bytes carry it exactly
+  e.top = {{5, "\xC3", -0.5f}, {9, "b", -1.5f}};
+  CompletionRequest chat;
+  chat.chat = true;
+  chat.logprobs = 2;
+  json j = json::parse(chunk(chat, "id", 1, "x", "", false, std::vector<LogprobEntry>{e}));
+  const json& c = j["choices"][0]["logprobs"]["content"][0];
+  EXPECT_FLOAT_EQ(c["logprob"].get<float>(), -0.5f);
+  EXPECT_EQ(c["bytes"], json::array({0xC3}));
+  EXPECT_EQ(c["top_logprobs"].size(), 2u);
+  EXPECT_EQ(c["top_logprobs"][1]["token"], "b");
+  CompletionRequest compl_req;
+  compl_req.logprobs = 1;
+  j = json::parse(response(compl_req, "id", 1, "ab", "stop", Usage{1, 2}, std::vector<LogprobEntry>{e, e}));
+  const json& lp = j["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["token_logprobs"].size(), 2u);
+  EXPECT_EQ(lp["text_offset"], json::array({0, 1}));
+  EXPECT_TRUE(json::parse(response(CompletionRequest{}, "id", 1, "ab", "stop", Usage{}))["choices"][0]["logprobs"].is_null());
 }
 
 TEST(OpenAi, FieldsThatAskForNothingOrChangeNothingAreAccepted) {

@@ -72,6 +72,9 @@ class Decoder {
   virtual void end_sequence(std::int32_t seq) = 0;
   virtual Status decode(std::span<const BatchEntry> batch) = 0;
   virtual Token sample(std::int32_t seq, std::int32_t batch_index) = 0;
+  // The logits row of a batch index of the last decode, when it is on the host (empty when the
+  // token was sampled on the device, or the decoder keeps none). Valid until the next decode.
+  virtual std::span<const float> logits(std::int32_t /*batch_index*/) { return {}; }
   // Makes positions [0, n) of `src` also part of `dst` (empty): in a unified KV the cells are
   // shared, not copied; per sequence they are copied (on the device, before the next decode).
   virtual void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) = 0;

@@ -45,6 +45,9 @@ llama_sampler* make_sampler_chain(const SamplingParams& p, const llama_vocab* vo
     llama_sampler_chain_add(chain, g);
   }
   if (p.temperature <= 0.0f) {
+    // A request that reports logprobs needs its logits row on the host: a chain of more than
+    // greedy alone is never given to the device (and the flag moves with the chain when parked).
+    if (p.logprobs >= 0) llama_sampler_chain_add(chain, llama_sampler_init_top_k(1));
     llama_sampler_chain_add(chain, llama_sampler_init_greedy());
     return chain;
   }

@@ -84,7 +84,7 @@ class LlamaRuntime final : public Decoder {
   Token sample(std::int32_t seq, std::int32_t batch_index) override;
   // The logits row of a batch entry that asked for it (n_vocab floats), valid until the next decode.
   // For tests that compare the model's output across KV manipulations.
-  std::span<const float> logits(std::int32_t batch_index);
+  std::span<const float> logits(std::int32_t batch_index) override;
   std::size_t kv_state_bytes(std::int32_t seq) const override;
   void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) override;
   void move_sequence(std::int32_t from, std::int32_t to) override;

@@ -24,7 +24,12 @@ struct SamplingParams {
   // from a JSON schema (chat/structured_output.h) or take it as given. A constrained request is
   // sampled on the host (the grammar runs there), first in its chain.
   std::string grammar;
+  // -1: none. 0..kMaxTopLogprobs: report each generated token's log-probability (of the model's
+  // distribution, before temperature and filters) and this many most likely alternatives. Such a
+  // request reads its logits row on the host (never device-sampled).
+  std::int32_t logprobs = -1;
 };
+inline constexpr std::int32_t kMaxTopLogprobs = 20;
 
 // A JSON schema (text) to the GBNF that enforces it, or an error (chat/structured_output.h's, given
 // to the front ends by the daemon: they know no llama.cpp). Empty: structured output unavailable.

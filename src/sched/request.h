@@ -52,12 +52,29 @@ enum class FinishReason : std::uint8_t { kStop, kLength, kCancelled };
 
 // Compute thread -> I/O thread. For one request: zero or more kToken, then exactly one kDone or
 // kError (a cancelled request ends with kDone, reason kCancelled).
+// One token and its log-probability under the model's distribution for that step.
+struct TokenLogprob {
+  std::int32_t token = -1;
+  std::string text;  // the token's bytes (may be part of a UTF-8 code point)
+  float logprob = 0.0f;
+};
+// A generated token's log-probability and the most likely alternatives (SamplingParams::logprobs).
+struct LogprobEntry {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // most likely first
+};
+
 struct Event {
   enum class Kind : std::uint8_t { kToken, kDone, kError };
   RequestId request_id = 0;
   Kind kind = Kind::kToken;
   std::string text;            // kToken: complete UTF-8 (never a split code point)
   std::int32_t token_id = -1;  // kToken: the token that completed `text` (-1 for held-back text)
+  // kToken (and kDone, for a code point cut at the end): with SamplingParams::logprobs, one entry
+  // per generated token whose text this event releases. A token held back by the stop filter comes
+  // with the event that releases its text; when a stop string matches, the tokens not yet released
+  // go with the text released before the stop string, or are dropped when there is none.
+  std::vector<LogprobEntry> logprobs;
   FinishReason reason = FinishReason::kStop;  // kDone
   Status error;                               // kError
   std::int32_t prompt_tokens = 0;             // kDone

@@ -1,5 +1,7 @@
 #include "sched/scheduler.h"
 
+#include "sched/logprobs.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -195,7 +197,10 @@ void Scheduler::tick(std::vector<Event>& out) {
   }
   record_tick(decode_ms, in.budget);
   sampled_.clear();
-  for (const LogitsRow& row : batch_.rows) sampled_.push_back(decoder_.sample(row.session->seq, row.batch_index));
+  for (const LogitsRow& row : batch_.rows) {
+    sampled_.push_back(decoder_.sample(row.session->seq, row.batch_index));
+    if (row.session->sampling.logprobs >= 0) note_logprobs(*row.session, row.batch_index, sampled_.back());
+  }
   apply_batch(t1, out);
   reap();
   start_waiting(out);
@@ -340,11 +345,26 @@ void Scheduler::apply_token(Session& s, Token token, Clock::time_point now, std:
   }
 }
 
+// Read from the row the sampler just used (valid until the next decode); the entry waits in the
+// session until an event carries its token's text.
+void Scheduler::note_logprobs(Session& s, std::int32_t batch_index, Token token) {
+  if (decoder_.is_end_of_generation(token)) return;  // ends the text; reported by no one
+  LogprobEntry e = logprob_entry(decoder_.logits(batch_index), token, std::min(s.sampling.logprobs, kMaxTopLogprobs));
+  e.chosen.text = decoder_.piece(token);
+  for (TokenLogprob& t : e.top) t.text = decoder_.piece(t.token);
+  s.pending_logprobs.push_back(std::move(e));
+}
+
 bool Scheduler::emit_text(Session& s, std::string_view text, Token token, std::vector<Event>& out) {
   if (text.empty()) return false;
   bool matched = false;
   std::string safe = s.stop.push(text, &matched);
-  if (!safe.empty()) out.push_back(token_event(s.id, std::move(safe), token));
+  if (!safe.empty()) {
+    out.push_back(token_event(s.id, std::move(safe), token));
+    out.back().logprobs = std::move(s.pending_logprobs);  // the tokens whose text this releases
+    s.pending_logprobs.clear();
+  }
+  if (matched) s.pending_logprobs.clear();  // nothing released: the stop string's tokens go unreported
   return matched;
 }
 
@@ -356,6 +376,8 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
       if (reason != FinishReason::kCancelled) reason = FinishReason::kStop;
     } else if (std::string held = s.stop.flush(); !held.empty()) {
       out.push_back(token_event(s.id, std::move(held), -1));
+      out.back().logprobs = std::move(s.pending_logprobs);
+      s.pending_logprobs.clear();
     }
   }
   const Clock::time_point now = time_.now();
@@ -368,6 +390,8 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
   done.queue_ms = ms_between(s.received_at, s.state == SessionState::kQueued ? now : s.started_at);
   done.ttft_ms = s.generated > 0 ? ms_between(s.received_at, s.first_token_at) : -1.0;
   done.total_ms = ms_between(s.received_at, now);
+  done.logprobs = std::move(s.pending_logprobs);  // tokens whose text never completed (a cut code point)
+  s.pending_logprobs.clear();
   out.push_back(std::move(done));
   finish(s, reason == FinishReason::kCancelled ? SessionState::kCancelled : SessionState::kFinished);
 }

@@ -131,6 +131,7 @@ class Scheduler {
   const Session* find_session(RequestId id) const;
   void expire_queued(std::vector<Event>& out);  // rejects requests that waited past max_queue_ms
   void apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out);
+  void note_logprobs(Session& s, std::int32_t batch_index, Token token);  // sampling.logprobs >= 0
   // Emits text through the stop filter; returns true when a stop string ended the request.
   bool emit_text(Session& s, std::string_view text, Token token, std::vector<Event>& out);
   // Flushes held text (unless a stop matched), appends kDone and finishes the session.

@@ -47,6 +47,7 @@ struct Session {
   SamplingParams sampling;
   Utf8Stream utf8;                  // token bytes -> complete code points
   StopFilter stop;                  // complete text -> text before any stop string
+  std::vector<LogprobEntry> pending_logprobs;  // sampling.logprobs: entries whose text is not yet out
   double slo_ttft_ms = 0.0;
   double slo_tbt_ms = 0.0;
 

@@ -158,15 +158,11 @@ TEST(UmadHttp, HealthSays503WhileTheModelLoadsThen200) {
   EXPECT_EQ(nlohmann::json::parse(body_of(t.response()))["choices"][0]["text"], oracle().expected_text("hello world", 5));
 }
 
-// A model that ships its own chat template (Qwen 2.5's, stored in the GGUF by uma-mkmodel) is
-// rendered with it: the oracle's continuation of exactly that prompt comes back.
+// A model that ships its own chat template (Qwen 2.5's, stored in the GGUF by uma-mkmodel
+// --chat-template-file, scripts/make_test_models.sh) is rendered with it: the oracle's
+// continuation of exactly that prompt comes back.
 TEST(UmadHttp, TheModelsOwnChatTemplateRendersChat) {
-  const std::string model = "oracle-qwen25-template.gguf";
-  std::string out;
-  ASSERT_EQ(run_command({bin_path("uma-mkmodel"), "--preset", "oracle", "--type", "f32", "--seed", "1",
-                         "--chat-template-file", UMA_LLAMA_TEMPLATES "/Qwen-Qwen2.5-7B-Instruct.jinja", "-o",
-                         model_path(model)}, &out, 120), 0) << out;
-  Daemon d(args({"--http", "127.0.0.1:0"}), model);
+  Daemon d(args({"--http", "127.0.0.1:0"}), "oracle-qwen25-template.gguf");
   ASSERT_TRUE(d.started()) << d.log();
   const std::string rendered =
       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";

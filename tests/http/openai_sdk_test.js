@@ -76,6 +76,27 @@ async function main() {
   if (r.choices[0].finish_reason === 'stop') assert.strictEqual(typeof JSON.parse(text), 'object', text);
   else assert.ok(text.trimStart().startsWith('{'), text);
 
+  // logprobs: one entry per generated token, whose bytes make up the text; greedy picks the most
+  // likely token, so it heads its own alternatives.
+  const joined = (entries) => Buffer.concat(entries.map((e) => Buffer.from(e.bytes))).toString('utf8');
+  r = await client.chat.completions.create({ ...chat, logprobs: true, top_logprobs: 2 });
+  let lp = r.choices[0].logprobs.content;
+  assert.strictEqual(lp.length, exp.n, 'an entry per token');
+  assert.strictEqual(joined(lp), exp.chat, 'the entries spell the reply');
+  for (const e of lp) {
+    assert.ok(e.logprob <= 0 && e.top_logprobs.length === 2, JSON.stringify(e));
+    assert.strictEqual(e.top_logprobs[0].token, e.token);
+    assert.ok(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob);
+  }
+  const streamed = [];
+  for await (const c of await client.chat.completions.create({ ...chat, logprobs: true, stream: true })) {
+    if (c.choices.length && c.choices[0].logprobs) streamed.push(...c.choices[0].logprobs.content);
+  }
+  assert.strictEqual(joined(streamed), exp.chat, 'streamed entries spell the reply');
+  r = await client.completions.create({ ...base, logprobs: 1 });
+  assert.strictEqual(r.choices[0].logprobs.token_logprobs.length, exp.n);
+  assert.strictEqual(r.choices[0].logprobs.tokens.length, exp.n);
+
   // A field umad does not implement is a 400 naming it, never a silent ignore.
   await assert.rejects(client.chat.completions.create({ ...chat, web_search_options: {} }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'web_search_options');
