@@ -38,10 +38,10 @@ void encode_completion(const uma::openai::CompletionRequest& api) {
 struct Harness {
   uma::HttpConfig config;
   uma::ServerMetrics metrics;
-  uma::http_route::ChatTemplate chat = [](const std::vector<uma::openai::ChatMessage>& msgs, std::string* out) {
-    for (const auto& m : msgs) {
+  uma::http_route::ChatTemplate chat = [](const uma::ChatRequest& r, uma::ChatPrompt* out) {
+    for (const auto& m : r.turns) {
       if (m.role == "tool") return uma::Status(uma::ErrorCode::kBadRequest, "unsupported role " + m.role);
-      *out += "<|" + m.role + "|>" + m.content;
+      out->text += "<|" + m.role + "|>" + m.content;
     }
     return uma::Status::Ok();
   };

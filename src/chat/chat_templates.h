@@ -18,16 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_types.h"
 #include "common/status.h"
 
 struct llama_model;
 
 namespace uma {
-
-struct ChatTurn {
-  std::string role;
-  std::string content;
-};
 
 class ChatTemplates {
  public:
@@ -46,6 +42,13 @@ class ChatTemplates {
   // template that refuses the conversation (roles that do not alternate, say) is a kBadRequest
   // naming `messages`; never throws.
   Status render(const std::vector<ChatTurn>& turns, std::string* prompt) const;
+  // The same for a whole chat request: with tools, also the grammar that holds the model to the
+  // family's tool-call syntax and the tools' schemas (lazy under kAuto: it starts at the family's
+  // call marker), and the parser that reads calls back out. kRequired makes the output start with
+  // a call: llama.cpp's grammar lets a model write text before its first call, which OpenAI's
+  // `required` does not, so umad takes that optional preamble out of the grammar's root rule.
+  // Bad tools (a parameters schema that is not a JSON schema) are a kBadRequest naming `tools`.
+  Status render(const ChatRequest& request, ChatPrompt* out) const;
   // The default template's source text (or built-in name).
   std::string source() const;
 

@@ -147,15 +147,8 @@ int main(int argc, char** argv) {
       spdlog::error("--chat-template: {}", chat_st.to_string());
       return 1;
     }
-    HttpServer::ChatTemplate render = [chat_st](const std::vector<openai::ChatMessage>&, std::string*) { return chat_st; };
-    if (chat) {
-      render = [chat](const std::vector<openai::ChatMessage>& msgs, std::string* out) {
-        std::vector<ChatTurn> turns;
-        turns.reserve(msgs.size());
-        for (const auto& m : msgs) turns.push_back({m.role, m.content});
-        return chat->render(turns, out);
-      };
-    }
+    HttpServer::ChatTemplate render = [chat_st](const ChatRequest&, ChatPrompt*) { return chat_st; };
+    if (chat) render = [chat](const ChatRequest& request, ChatPrompt* out) { return chat->render(request, out); };
     http->set_ready(std::filesystem::path(cfg.runtime.model_path).filename().string(), std::move(render));
   }
 

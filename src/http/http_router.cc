@@ -33,20 +33,38 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
       r.error = ErrorCode::kOk;
       return r;
     }
-    if (Status st = (*ctx.chat_template)(c.api.messages, &q.prompt); !st.ok()) return error_reply(st);
+    ChatRequest chat_request{c.api.messages, c.api.tools, c.api.tool_choice, c.api.forced_tool,
+                             c.api.parallel_tool_calls};
+    ChatPrompt prompt;
+    if (Status st = (*ctx.chat_template)(chat_request, &prompt); !st.ok()) return error_reply(st);
+    q.prompt = std::move(prompt.text);
     q.parse_special = true;  // the template's control tokens
+    q.sampling.grammar = std::move(prompt.grammar);
+    q.sampling.grammar_lazy = prompt.grammar_lazy;
+    q.sampling.grammar_triggers = std::move(prompt.grammar_triggers);
+    q.sampling.grammar_prefill = std::move(prompt.grammar_prefill);
+    q.stop.insert(q.stop.end(), prompt.stops.begin(), prompt.stops.end());
+    c.tool_parser = std::move(prompt.parser);
   } else {
     q.prompt = c.api.prompt;
   }
   q.max_tokens = c.api.max_tokens.value_or(0);  // 0: the daemon's default (the scheduler applies it)
-  q.sampling = c.api.sampling;
+  {
+    // The template's grammar (tools) stays; the request's own sampling settings join it.
+    SamplingParams s = c.api.sampling;
+    s.grammar = std::move(q.sampling.grammar);
+    s.grammar_lazy = q.sampling.grammar_lazy;
+    s.grammar_triggers = std::move(q.sampling.grammar_triggers);
+    s.grammar_prefill = std::move(q.sampling.grammar_prefill);
+    q.sampling = std::move(s);
+  }
   if (!c.api.json_schema.empty()) {
     const Status st = ctx.schema_to_grammar != nullptr && *ctx.schema_to_grammar
                           ? (*ctx.schema_to_grammar)(c.api.json_schema, &q.sampling.grammar)
                           : Status(ErrorCode::kBadRequest, "structured output is not available");
     if (!st.ok()) return error_reply(Status(st.code(), st.message(), "response_format"));
   }
-  q.stop = c.api.stop;
+  q.stop.insert(q.stop.begin(), c.api.stop.begin(), c.api.stop.end());
   q.tenant = c.api.user;
   return c;
 }

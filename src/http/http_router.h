@@ -11,6 +11,7 @@
 #include <boost/beast/http/verb.hpp>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -23,8 +24,9 @@
 
 namespace uma::http_route {
 
-// Renders chat messages (role, content) to a prompt with the model's or the configured template.
-using ChatTemplate = std::function<Status(const std::vector<openai::ChatMessage>&, std::string*)>;
+// Renders a chat request (turns, tools) to a prompt with the model's or the configured template,
+// and with tools, the grammar and the output parser (chat/chat_types.h).
+using ChatTemplate = std::function<Status(const ChatRequest&, ChatPrompt*)>;
 
 struct Context {
   bool ready = false;          // the model is loaded
@@ -50,6 +52,7 @@ struct Reply {
 struct Completion {
   openai::CompletionRequest api;
   Request request;
+  std::unique_ptr<ChatOutputParser> tool_parser;  // tools the model may call: reads its calls
 };
 
 struct Routed {

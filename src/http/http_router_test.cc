@@ -13,8 +13,22 @@ struct Fixture {
   openai::Limits limits{1000};
   SamplingParams sampling;
   ServerMetrics metrics;
-  ChatTemplate chat = [](const std::vector<openai::ChatMessage>& m, std::string* out) {
-    for (const auto& x : m) *out += "<" + x.role + ">" + x.content;
+  struct NoParser final : ChatOutputParser {
+    std::vector<ChatDelta> feed(std::string_view, bool) override { return {}; }
+    const std::string& content() const override { return text; }
+    const std::vector<ToolCall>& tool_calls() const override { return calls; }
+    std::string text;
+    std::vector<ToolCall> calls;
+  };
+  ChatTemplate chat = [](const ChatRequest& r, ChatPrompt* out) {
+    for (const auto& x : r.turns) out->text += "<" + x.role + ">" + x.content;
+    if (!r.tools.empty()) {  // what a family's template gives for tools
+      out->grammar = "root ::= \"call " + r.tools[0].name + "\"";
+      out->grammar_lazy = r.tool_choice == ToolChoice::kAuto;
+      out->grammar_triggers = {"call"};
+      out->stops = {"<end>"};
+      out->parser = std::make_unique<NoParser>();
+    }
     return Status::Ok();
   };
   SchemaToGrammar grammar = [](const std::string& schema, std::string* gbnf) {
@@ -51,6 +65,24 @@ TEST(HttpRouter, EndpointsAndMethods) {
   const Routed early = route(http::verb::post, "/v1/completions", R"({"prompt":"x"})", loading);
   EXPECT_EQ(reply_of(early).status, 503u);
   EXPECT_FALSE(early.completion_endpoint);  // not counted in requests_total
+}
+
+TEST(HttpRouter, ToolsBringTheTemplatesGrammarStopsAndParserBesideTheRequestsSampling) {
+  Fixture f;
+  const Routed r = route(http::verb::post, "/v1/chat/completions",
+                         R"({"messages":[{"role":"user","content":"x"}],"temperature":0.5,"stop":"zz",
+                             "tools":[{"type":"function","function":{"name":"f"}}]})", f.ctx());
+  ASSERT_TRUE(std::holds_alternative<Completion>(r.action));
+  const Completion& c = std::get<Completion>(r.action);
+  EXPECT_EQ(c.request.sampling.grammar, R"(root ::= "call f")");
+  EXPECT_TRUE(c.request.sampling.grammar_lazy);
+  EXPECT_EQ(c.request.sampling.grammar_triggers, std::vector<std::string>{"call"});
+  EXPECT_FLOAT_EQ(c.request.sampling.temperature, 0.5f);
+  EXPECT_EQ(c.request.stop, (std::vector<std::string>{"zz", "<end>"}));
+  EXPECT_TRUE(c.tool_parser != nullptr);
+  const Routed plain = route(http::verb::post, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})", f.ctx());
+  EXPECT_TRUE(std::get<Completion>(plain.action).tool_parser == nullptr);
+  EXPECT_TRUE(std::get<Completion>(plain.action).request.sampling.grammar.empty());
 }
 
 TEST(HttpRouter, AResponseFormatSchemaBecomesTheRequestsGrammarOrA400NamingIt) {

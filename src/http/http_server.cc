@@ -91,13 +91,27 @@ class HttpAdapter final : public ProtocolAdapter {
     }
   }
 
+  // Streamed: each delta of a tool-enabled reply as a chunk; the logprobs of the tokens whose text
+  // it released go with the first (text held back keeps them until then).
+  void send_deltas(const std::vector<ChatDelta>& deltas, std::string& out) {
+    if (!req_.stream) return;
+    for (const ChatDelta& d : deltas) {
+      append_sse(out, openai::delta_chunk(req_, completion_id_, created_, d, first_chunk_, logprobs_));
+      first_chunk_ = false;
+      logprobs_.clear();
+    }
+  }
+
   Answer refused(const Status& why) override { return error_answer(why); }
 
   void encode(const Event& ev, std::string& out) override {
     const openai::CompletionRequest& r = req_;
     switch (ev.kind) {
       case Event::Kind::kToken:
-        if (!r.stream) {
+        if (tool_parser_) {
+          logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
+          send_deltas(tool_parser_->feed(ev.text, false), out);
+        } else if (!r.stream) {
           text_ += ev.text;
           logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
         } else {
@@ -108,6 +122,23 @@ class HttpAdapter final : public ProtocolAdapter {
         return;
       case Event::Kind::kDone: {
         const openai::Usage usage{ev.prompt_tokens, ev.completion_tokens};
+        if (tool_parser_) {
+          logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
+          send_deltas(tool_parser_->feed("", true), out);
+          // OpenAI's finish reason for a reply that called tools (unless it was cut short).
+          const char* reason = ev.reason != FinishReason::kLength && !tool_parser_->tool_calls().empty()
+                                   ? "tool_calls" : finish_reason(ev.reason);
+          if (r.stream) {
+            append_sse(out, openai::chunk(r, completion_id_, created_, "", reason, first_chunk_, logprobs_));
+            if (r.include_usage) append_sse(out, openai::usage_chunk(r, completion_id_, created_, usage));
+            append_stream_end(out);
+          } else {
+            out += respond(200, "application/json",
+                           openai::response(r, completion_id_, created_, tool_parser_->content(), reason, usage, logprobs_,
+                                            tool_parser_->tool_calls()));
+          }
+          break;
+        }
         if (r.stream) {
           append_sse(out, openai::chunk(r, completion_id_, created_, "", finish_reason(ev.reason), first_chunk_,
                                         ev.logprobs, sent_bytes_));
@@ -173,6 +204,7 @@ class HttpAdapter final : public ProtocolAdapter {
     }
     http_route::Completion& completion = std::get<http_route::Completion>(routed.action);
     req_ = std::move(completion.api);
+    tool_parser_ = std::move(completion.tool_parser);
     return Start{std::move(completion.request)};
   }
 
@@ -196,6 +228,7 @@ class HttpAdapter final : public ProtocolAdapter {
   bool keep_alive_ = true;
   // The completion in flight.
   openai::CompletionRequest req_;
+  std::unique_ptr<ChatOutputParser> tool_parser_;  // tools the model may call: null otherwise
   std::string completion_id_, text_;
   std::vector<LogprobEntry> logprobs_;  // not streamed: every token's, for the one response
   std::size_t sent_bytes_ = 0;          // streamed: completion text sent so far (text_offset)

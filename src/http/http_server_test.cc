@@ -80,7 +80,7 @@ void expect_internal_error(const std::string& response) {
 }
 
 TEST(HttpServerBoundary, AThrowingChatRendererIsA500AndTheServerServesOn) {
-  LoopbackHttp s([](WorkItem) {}, [](const std::vector<openai::ChatMessage>&, std::string*) -> Status {
+  LoopbackHttp s([](WorkItem) {}, [](const ChatRequest&, ChatPrompt*) -> Status {
     throw std::runtime_error("renderer bug");
   });
   expect_internal_error(s.exchange(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})")));

@@ -103,9 +103,9 @@ constexpr FieldRule kFields[] = {
     {"top_logprobs", Use::kParsed, true, false},
     {"logit_bias", Use::kNoOpOnly, true, true},
     {"response_format", Use::kParsed, true, false},
-    {"tools", Use::kNoOpOnly, true, false},
-    {"tool_choice", Use::kNoOpOnly, true, false},
-    {"parallel_tool_calls", Use::kNoOpOnly, true, false},
+    {"tools", Use::kParsed, true, false},
+    {"tool_choice", Use::kParsed, true, false},
+    {"parallel_tool_calls", Use::kParsed, true, false},
     {"functions", Use::kNoOpOnly, true, false},
     {"function_call", Use::kNoOpOnly, true, false},
     {"modalities", Use::kNoOpOnly, true, false},
@@ -120,15 +120,9 @@ constexpr FieldRule kFields[] = {
 };
 
 // The value of a kNoOpOnly field that asks for nothing beyond what umad does anyway.
-bool is_noop(std::string_view name, const json& v, const json& request) {
-  const auto no_tools = [&] {
-    const auto t = request.find("tools");
-    return t == request.end() || t->is_null() || (t->is_array() && t->empty());
-  };
+bool is_noop(std::string_view name, const json& v) {
   if (name == "logit_bias") return v.is_object() && v.empty();
-  if (name == "tools" || name == "functions") return v.is_array() && v.empty();
-  if (name == "tool_choice") return no_tools() && v.is_string() && (v == "none" || v == "auto");
-  if (name == "parallel_tool_calls") return no_tools() && v.is_boolean();
+  if (name == "functions") return v.is_array() && v.empty();
   if (name == "modalities") return v.is_array() && v.size() == 1 && v[0] == "text";
   if (name == "echo") return v.is_boolean() && !v.get<bool>();
   if (name == "best_of") return v.is_number_integer() && v.get<std::int64_t>() == 1;
@@ -191,6 +185,93 @@ Status logprobs(const json& j, bool chat, std::int32_t* out) {
   return Status::Ok();
 }
 
+const json* member(const json& o, const char* key) {  // null when absent, null-valued or `o` is no object
+  if (!o.is_object()) return nullptr;
+  const auto it = o.find(key);
+  return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+
+// tools: [{"type":"function","function":{"name","description"?,"parameters"?,"strict"?}}]
+Status tools(const json& v, std::vector<ChatTool>* out) {
+  if (!v.is_array()) return bad("tools", "must be an array of function tools");
+  for (const json& t : v) {
+    const json* type = member(t, "type");
+    const json* fn = member(t, "function");
+    if (type == nullptr || *type != "function" || fn == nullptr || !fn->is_object()) {
+      return bad("tools", "entries must be {\"type\": \"function\", \"function\": {...}}");
+    }
+    const json* name = member(*fn, "name");
+    if (name == nullptr || !name->is_string() || name->get_ref<const std::string&>().empty()) {
+      return bad("tools[].function.name", "must be a non-empty string");
+    }
+    ChatTool tool{name->get<std::string>(), {}, "{}"};
+    if (const json* d = member(*fn, "description")) {
+      if (!d->is_string()) return bad("tools[].function.description", "must be a string");
+      tool.description = d->get<std::string>();
+    }
+    if (const json* params = member(*fn, "parameters")) {
+      if (!params->is_object()) return bad("tools[].function.parameters", "must be a JSON schema object");
+      tool.parameters = to_json_text(*params);
+    }
+    if (const json* strict = member(*fn, "strict"); strict != nullptr && !strict->is_boolean()) {
+      return bad("tools[].function.strict", "must be a boolean");
+    }
+    for (const ChatTool& other : *out) {
+      if (other.name == tool.name) return bad("tools", "names '" + tool.name + "' twice");
+    }
+    out->push_back(std::move(tool));
+  }
+  return Status::Ok();
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type":"function","function":{"name":...}}.
+Status tool_choice(const json& v, CompletionRequest* r) {
+  if (v.is_string()) {
+    if (v == "none") r->tool_choice = ToolChoice::kNone;
+    else if (v == "auto") r->tool_choice = ToolChoice::kAuto;
+    else if (v == "required") r->tool_choice = ToolChoice::kRequired;
+    else return bad("tool_choice", "must be none, auto, required or a named function");
+  } else {
+    const json* fn = member(v, "function");
+    const json* name = fn != nullptr ? member(*fn, "name") : nullptr;
+    if (member(v, "type") == nullptr || *member(v, "type") != "function" || name == nullptr || !name->is_string()) {
+      return bad("tool_choice", "must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    r->forced_tool = name->get<std::string>();
+    r->tool_choice = ToolChoice::kRequired;
+  }
+  if (r->tools.empty() && r->tool_choice != ToolChoice::kNone) {
+    // Asking for a call without tools to call: OpenAI refuses it too ("auto" asks for nothing).
+    if (r->tool_choice == ToolChoice::kAuto) return Status::Ok();
+    return bad("tool_choice", "needs 'tools'");
+  }
+  if (!r->forced_tool.empty()) {
+    bool known = false;
+    for (const ChatTool& t : r->tools) known = known || t.name == r->forced_tool;
+    if (!known) return bad("tool_choice", "names '" + r->forced_tool + "', which is not in 'tools'");
+  }
+  return Status::Ok();
+}
+
+// An assistant turn's tool_calls: [{"id","type":"function","function":{"name","arguments"}}].
+Status message_tool_calls(const json& v, std::vector<ToolCall>* out) {
+  if (!v.is_array()) return bad("messages[].tool_calls", "must be an array");
+  for (const json& c : v) {
+    const json* fn = member(c, "function");
+    const json* name = fn != nullptr ? member(*fn, "name") : nullptr;
+    const json* args = fn != nullptr ? member(*fn, "arguments") : nullptr;
+    const json* id = member(c, "id");
+    if (name == nullptr || !name->is_string() || (args != nullptr && !args->is_string()) ||
+        (id != nullptr && !id->is_string())) {
+      return bad("messages[].tool_calls", "entries must be {\"id\": string, \"type\": \"function\", "
+                                          "\"function\": {\"name\": string, \"arguments\": string}}");
+    }
+    out->push_back({id != nullptr ? id->get<std::string>() : std::string(), name->get<std::string>(),
+                    args != nullptr ? args->get<std::string>() : std::string("{}")});
+  }
+  return Status::Ok();
+}
+
 Status check_fields(const json& j, bool chat) {
   for (const auto& [key, value] : j.items()) {
     if (value.is_null()) continue;
@@ -202,7 +283,7 @@ Status check_fields(const json& j, bool chat) {
       return bad(key, std::string("is not a field of ") + (chat ? "/v1/chat/completions" : "/v1/completions") +
                           " that umad knows (docs/PROTOCOL.md lists them)");
     }
-    if (rule->use == Use::kNoOpOnly && !is_noop(key, value, j)) {
+    if (rule->use == Use::kNoOpOnly && !is_noop(key, value)) {
       return Status(ErrorCode::kBadRequest,
                     "'" + key + "' is not supported by umad yet (only the value that asks for nothing is accepted)",
                     key);
@@ -219,6 +300,7 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   if (j.is_discarded()) return Status(ErrorCode::kInvalidJson, "the request body is not valid JSON");
   if (!j.is_object()) return Status(ErrorCode::kBadRequest, "the request body must be a JSON object");
   if (Status st = check_fields(j, chat); !st.ok()) return st;
+  *r = CompletionRequest{};
   r->chat = chat;
   r->sampling = defaults;
   if (Status st = optional_string(j, "model", &r->model); !st.ok()) return st;
@@ -229,8 +311,19 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     for (const json& m : *it) {
       const auto role = m.is_object() ? m.find("role") : m.end();
       if (role == m.end() || !role->is_string()) return bad("messages[].role", "must be a string");
-      ChatMessage msg{role->get<std::string>(), {}};
+      ChatMessage msg{role->get<std::string>(), {}, {}, {}, {}};
       if (Status st = text_content(m, &msg.content); !st.ok()) return st;
+      if (const json* calls = member(m, "tool_calls")) {
+        if (Status st = message_tool_calls(*calls, &msg.tool_calls); !st.ok()) return st;
+      }
+      if (const json* id = member(m, "tool_call_id")) {
+        if (!id->is_string()) return bad("messages[].tool_call_id", "must be a string");
+        msg.tool_call_id = id->get<std::string>();
+      }
+      if (const json* name = member(m, "name")) {
+        if (!name->is_string()) return bad("messages[].name", "must be a string");
+        msg.name = name->get<std::string>();
+      }
       // A NUL would silently cut the message where the chat template copies C strings.
       if (msg.role.find('\0') != std::string::npos) return nul_inside("messages[].role");
       if (msg.content.find('\0') != std::string::npos) return nul_inside("messages[].content");
@@ -319,143 +412,22 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
     if (Status st = response_format(*it, &r->json_schema); !st.ok()) return st;
   }
+  if (const json* t = member(j, "tools")) {
+    if (Status st = tools(*t, &r->tools); !st.ok()) return st;
+  }
+  if (const json* c = member(j, "tool_choice")) {
+    if (Status st = tool_choice(*c, r); !st.ok()) return st;
+  } else if (!r->tools.empty()) {
+    r->tool_choice = ToolChoice::kAuto;
+  }
+  if (const json* par = member(j, "parallel_tool_calls")) {
+    if (!par->is_boolean()) return bad("parallel_tool_calls", "must be a boolean");
+    r->parallel_tool_calls = par->get<bool>();
+  }
+  if (!r->tools.empty() && r->tool_choice != ToolChoice::kNone && !r->json_schema.empty()) {
+    return bad("response_format", "cannot be combined with tools the model may call (use tool_choice: none)");
+  }
   return Status::Ok();
-}
-
-namespace {
-
-ojson envelope(const CompletionRequest& r, std::string_view id, std::int64_t created, const char* object) {
-  ojson j;
-  j["id"] = id;
-  j["object"] = object;
-  j["created"] = created;
-  j["model"] = r.model.empty() ? "umad" : r.model;
-  return j;
-}
-
-ojson usage_json(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
-}
-
-ojson token_json(const TokenLogprob& t) {
-  ojson bytes = ojson::array();
-  for (unsigned char ch : t.text) bytes.push_back(ch);
-  return {{"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes}};
-}
-
-// OpenAI's chat shape: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]}.
-ojson chat_logprobs(std::span<const LogprobEntry> entries) {
-  ojson content = ojson::array();
-  for (const LogprobEntry& e : entries) {
-    ojson x = token_json(e.chosen);
-    ojson top = ojson::array();
-    for (const TokenLogprob& t : e.top) top.push_back(token_json(t));
-    x["top_logprobs"] = top;
-    content.push_back(std::move(x));
-  }
-  return {{"content", content}};
-}
-
-// The completions shape: tokens, token_logprobs, top_logprobs (token text -> logprob), text_offset.
-ojson completion_logprobs(std::span<const LogprobEntry> entries, std::size_t offset) {
-  ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
-  for (const LogprobEntry& e : entries) {
-    tokens.push_back(e.chosen.text);
-    lps.push_back(e.chosen.logprob);
-    ojson top = ojson::object();
-    for (const TokenLogprob& t : e.top) {
-      if (!top.contains(t.text)) top[t.text] = t.logprob;  // two tokens may share a text
-    }
-    tops.push_back(std::move(top));
-    offsets.push_back(offset);
-    offset += e.chosen.text.size();
-  }
-  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-}
-
-}  // namespace
-
-std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
-                  std::string_view finish_reason, bool first, std::span<const LogprobEntry> logprobs,
-                  std::size_t text_offset) {
-  ojson j = envelope(r, id, created, r.chat ? "chat.completion.chunk" : "text_completion");
-  ojson c;
-  c["index"] = 0;
-  if (r.chat) {
-    ojson delta = ojson::object();
-    if (first) delta["role"] = "assistant";
-    if (!text.empty()) delta["content"] = text;
-    c["delta"] = delta;
-    if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(logprobs);
-  } else {
-    c["text"] = text;
-    c["logprobs"] = r.logprobs >= 0 ? completion_logprobs(logprobs, text_offset) : ojson(nullptr);
-  }
-  c["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(finish_reason);
-  j["choices"] = ojson::array({c});
-  return to_json_text(j);
-}
-
-std::string usage_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const Usage& u) {
-  ojson j = envelope(r, id, created, r.chat ? "chat.completion.chunk" : "text_completion");
-  j["choices"] = ojson::array();
-  j["usage"] = usage_json(u);
-  return to_json_text(j);
-}
-
-std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
-                     std::string_view finish_reason, const Usage& u, std::span<const LogprobEntry> logprobs) {
-  ojson j = envelope(r, id, created, r.chat ? "chat.completion" : "text_completion");
-  ojson c;
-  c["index"] = 0;
-  if (r.chat) {
-    c["message"] = {{"role", "assistant"}, {"content", text}};
-    if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(logprobs);
-  } else {
-    c["text"] = text;
-    c["logprobs"] = r.logprobs >= 0 ? completion_logprobs(logprobs, 0) : ojson(nullptr);
-  }
-  c["finish_reason"] = finish_reason;
-  j["choices"] = ojson::array({c});
-  j["usage"] = usage_json(u);
-  return to_json_text(j);
-}
-
-std::string models(std::string_view model_id, std::int64_t created) {
-  ojson m = {{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "umad"}};
-  return to_json_text(ojson{{"object", "list"}, {"data", ojson::array({m})}});
-}
-
-unsigned http_status(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kInvalidJson:
-    case ErrorCode::kBadRequest:
-    case ErrorCode::kInvalidArgument:
-    case ErrorCode::kInvalidUtf8:
-    case ErrorCode::kContainsNul:
-    case ErrorCode::kEmptyPrompt:
-    case ErrorCode::kContextExceeded: return 400;
-    case ErrorCode::kPromptTooLarge:
-    case ErrorCode::kFrameTooLarge: return 413;
-    case ErrorCode::kOverloaded:
-    case ErrorCode::kTooManySessions:
-    case ErrorCode::kBusy: return 429;
-    case ErrorCode::kShuttingDown:
-    case ErrorCode::kModelLoad: return 503;
-    default: return 500;
-  }
-}
-
-std::string error_body(ErrorCode code, std::string_view message, std::string_view param) {
-  const unsigned status = http_status(code);
-  const char* type = status == 400 || status == 413 ? "invalid_request_error"
-                     : status == 429                ? "rate_limit_error"
-                     : status == 503                ? "service_unavailable"
-                                                    : "server_error";
-  ojson e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", error_code_name(code)}};
-  if (!param.empty()) e["param"] = param;
-  return to_json_text(ojson{{"error", e}});
 }
 
 }  // namespace uma::openai

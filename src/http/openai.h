@@ -10,16 +10,14 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/chat_types.h"
 #include "common/status.h"
 #include "runtime/sampling.h"
 #include "sched/request.h"
 
 namespace uma::openai {
 
-struct ChatMessage {
-  std::string role;
-  std::string content;
-};
+using ChatMessage = ChatTurn;
 
 struct CompletionRequest {
   bool chat = false;
@@ -38,6 +36,12 @@ struct CompletionRequest {
   // chat logprobs: true -> top_logprobs (0..20); completions logprobs: N (0..20); -1: none. Also
   // in sampling.logprobs.
   std::int32_t logprobs = -1;
+  // chat tools: the functions the model may call, and how (a named tool_choice is kRequired with
+  // forced_tool naming it).
+  std::vector<ChatTool> tools;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string forced_tool;
+  bool parallel_tool_calls = true;
 };
 
 struct Limits {
@@ -60,10 +64,15 @@ struct Usage {
 std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
                   std::string_view finish_reason, bool first, std::span<const LogprobEntry> logprobs = {},
                   std::size_t text_offset = 0);
+// A chunk of a tool-enabled chat stream: one delta (content or a piece of a tool call).
+std::string delta_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const ChatDelta& d,
+                        bool first, std::span<const LogprobEntry> logprobs = {});
 std::string usage_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const Usage& u);
 // A whole (non-streamed) response.
+// `calls`: the tool calls of a chat reply (its content is then null when empty).
 std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
-                     std::string_view finish_reason, const Usage& u, std::span<const LogprobEntry> logprobs = {});
+                     std::string_view finish_reason, const Usage& u, std::span<const LogprobEntry> logprobs = {},
+                     std::span<const ToolCall> calls = {});
 std::string models(std::string_view model_id, std::int64_t created);
 
 // OpenAI's error body and the HTTP status for an internal error code (the one mapping). `param`:

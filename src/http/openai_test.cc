@@ -73,8 +73,17 @@ TEST(OpenAi, AFieldUmadDoesNotImplementIsA400NamingItNeverASilentIgnore) {
       {R"("response_format":{"type":"xml"})", "response_format"},
       {R"("response_format":{"type":"json_schema"})", "response_format.json_schema"},
       {R"("response_format":{"type":"json_schema","json_schema":{"name":"x"}})", "response_format.json_schema.schema"},
-      {R"("tools":[{"type":"function","function":{"name":"f"}}])", "tools"},
+      {R"("tools":[{"type":"function"}])", "tools"},
+      {R"("tools":{"type":"function"})", "tools"},
+      {R"("tools":[{"type":"function","function":{"name":""}}])", "tools[].function.name"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}])", "tools[].function.parameters"},
+      {R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}])", "tools"},
       {R"("tool_choice":"required")", "tool_choice"},
+      {R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes")", "tool_choice"},
+      {R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}})", "tool_choice"},
+      {R"("tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":1)", "parallel_tool_calls"},
+      {R"("tools":[{"type":"function","function":{"name":"f"}}],"response_format":{"type":"json_object"})", "response_format"},
+      {R"("functions":[{"name":"f"}])", "functions"},
       {R"("logprobs":"yes")", "logprobs"},
       {R"("top_logprobs":3)", "top_logprobs"},
       {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"},
@@ -92,6 +101,56 @@ TEST(OpenAi, AFieldUmadDoesNotImplementIsA400NamingItNeverASilentIgnore) {
   EXPECT_EQ(parse(R"({"prompt":"x","logprobs":-1})", false, &r).param(), "logprobs");
   EXPECT_EQ(parse(R"({"prompt":"x","echo":true})", false, &r).param(), "echo");
   EXPECT_EQ(parse(R"({"prompt":"x","messages":[]})", false, &r).param(), "messages") << "a chat field on /v1/completions";
+}
+
+TEST(OpenAi, ToolsToolChoiceAndToolTurnsAreRead) {
+  CompletionRequest r;
+  ASSERT_TRUE(parse(R"({"messages":[{"role":"user","content":"x"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},
+      {"role":"tool","tool_call_id":"call_1","name":"f","content":"ok"}],
+    "tools":[{"type":"function","function":{"name":"f","description":"does f","parameters":{"type":"object"}}},
+             {"type":"function","function":{"name":"g"}}],
+    "tool_choice":{"type":"function","function":{"name":"g"}},"parallel_tool_calls":false})", true, &r).ok());
+  ASSERT_EQ(r.tools.size(), 2u);
+  EXPECT_EQ(r.tools[0].name, "f");
+  EXPECT_EQ(r.tools[0].description, "does f");
+  EXPECT_EQ(json::parse(r.tools[0].parameters), json::parse(R"({"type":"object"})"));
+  EXPECT_EQ(r.tools[1].parameters, "{}") << "a tool without parameters takes none";
+  EXPECT_EQ(r.tool_choice, ToolChoice::kRequired);
+  EXPECT_EQ(r.forced_tool, "g");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "f");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"a":1})");
+  EXPECT_TRUE(r.messages[1].content.empty());
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+  EXPECT_EQ(r.messages[2].name, "f");
+  ASSERT_TRUE(parse(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]})",
+                    true, &r).ok());
+  EXPECT_EQ(r.tool_choice, ToolChoice::kAuto);
+  EXPECT_TRUE(r.parallel_tool_calls);
+  ASSERT_TRUE(parse(R"({"messages":[{"role":"user","content":"x"}],"tools":[],"tool_choice":"none"})", true, &r).ok());
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNone);
+}
+
+TEST(OpenAi, ToolCallsInOpenAisShapes) {
+  CompletionRequest r;
+  r.chat = true;
+  const std::vector<ToolCall> calls = {{"call_x", "f", R"({"a":1})"}};
+  json j = json::parse(response(r, "id", 1, "", "tool_calls", Usage{3, 4}, {}, calls));
+  const json& m = j["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["tool_calls"][0], json::parse(R"({"id":"call_x","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}})"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  j = json::parse(delta_chunk(r, "id", 1, ChatDelta{"", 0, "call_x", "f", ""}, true));
+  EXPECT_EQ(j["choices"][0]["delta"], json::parse(R"({"role":"assistant","tool_calls":[{"index":0,"id":"call_x","type":"function",
+                                                      "function":{"name":"f","arguments":""}}]})"));
+  j = json::parse(delta_chunk(r, "id", 1, ChatDelta{"", 0, "", "", "{\"a\""}, false));
+  EXPECT_EQ(j["choices"][0]["delta"], json::parse(R"({"tool_calls":[{"index":0,"function":{"arguments":"{\"a\""}}]})"));
+  j = json::parse(delta_chunk(r, "id", 1, ChatDelta{"hi", -1, "", "", ""}, false));
+  EXPECT_EQ(j["choices"][0]["delta"], json::parse(R"({"content":"hi"})"));
 }
 
 TEST(OpenAi, ResponseFormatGivesTheSchemaTheOutputMustMatch) {

@@ -2,6 +2,7 @@
 
 #include "runtime/argmax.h"
 #include "runtime/device_greedy.h"
+#include "runtime/sampler_chain.h"
 
 #include <ggml-backend.h>
 #include <llama.h>
@@ -9,7 +10,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cstdlib>
+#include <exception>
 #include <string_view>
 #include <cstring>
 #include <limits>
@@ -29,44 +32,6 @@ void log_from_llama(ggml_log_level level, const char* text, void*) {
     case GGML_LOG_LEVEL_WARN: spdlog::warn("llama: {}", line); break;
     default: spdlog::trace("llama: {}", line); break;
   }
-}
-
-// Null when the grammar does not parse.
-llama_sampler* make_sampler_chain(const SamplingParams& p, const llama_vocab* vocab) {
-  const std::int32_t n_vocab = llama_vocab_n_tokens(vocab);
-  llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
-  if (!p.grammar.empty()) {
-    // First: every later sampler sees only the tokens the grammar allows.
-    llama_sampler* g = llama_sampler_init_grammar(vocab, p.grammar.c_str(), "root");
-    if (g == nullptr) {
-      llama_sampler_free(chain);
-      return nullptr;
-    }
-    llama_sampler_chain_add(chain, g);
-  }
-  if (p.temperature <= 0.0f) {
-    // A request that reports logprobs needs its logits row on the host: a chain of more than
-    // greedy alone is never given to the device (and the flag moves with the chain when parked).
-    if (p.logprobs >= 0) llama_sampler_chain_add(chain, llama_sampler_init_top_k(1));
-    llama_sampler_chain_add(chain, llama_sampler_init_greedy());
-    return chain;
-  }
-  if (p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
-    llama_sampler_chain_add(chain, llama_sampler_init_penalties(n_vocab, p.penalty_last_n, p.repeat_penalty,
-                                                                 p.frequency_penalty, p.presence_penalty));
-  }
-  if (p.top_k > 0) llama_sampler_chain_add(chain, llama_sampler_init_top_k(p.top_k));
-  if (p.top_p < 1.0f) llama_sampler_chain_add(chain, llama_sampler_init_top_p(p.top_p, 1));
-  if (p.min_p > 0.0f) llama_sampler_chain_add(chain, llama_sampler_init_min_p(p.min_p, 1));
-  llama_sampler_chain_add(chain, llama_sampler_init_temp(p.temperature));
-  llama_sampler_chain_add(chain, llama_sampler_init_dist(p.seed));
-  return chain;
-}
-
-// The chain is greedy alone (sample() may take the argmax itself); asked of the chain, so the
-// answer moves with a parked sampler to whichever sequence id it resumes under.
-bool greedy_only(llama_sampler* chain) {
-  return llama_sampler_chain_n(chain) == 1 && std::strcmp(llama_sampler_name(llama_sampler_chain_get(chain, 0)), "greedy") == 0;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -24,6 +25,13 @@ struct SamplingParams {
   // from a JSON schema (chat/structured_output.h) or take it as given. A constrained request is
   // sampled on the host (the grammar runs there), first in its chain.
   std::string grammar;
+  // Lazy: the grammar constrains nothing until the output matches one of `grammar_triggers`
+  // (regexes; a tool call's marker), then holds from the match on. Otherwise `grammar_prefill`
+  // is text the grammar's root starts with that the prompt already holds (a chat template's
+  // generation prompt): the grammar reads its tokens before the first pick.
+  bool grammar_lazy = false;
+  std::vector<std::string> grammar_triggers;
+  std::string grammar_prefill;
   // -1: none. 0..kMaxTopLogprobs: report each generated token's log-probability (of the model's
   // distribution, before temperature and filters) and this many most likely alternatives. Such a
   // request reads its logits row on the host (never device-sampled).

@@ -70,6 +70,17 @@ TEST(UmadHttp, TheOpenAiNodeSdkGetsExactCompletionsAndChat) {
   EXPECT_NE(out.find("all checks passed"), std::string::npos) << out;
 }
 
+TEST(UmadHttp, TheOpenAiNodeSdkCallsToolsThroughTheModelsTemplate) {
+  Daemon d(args({"--http", "127.0.0.1:0"}), "oracle-qwen25-template.gguf");
+  ASSERT_TRUE(d.started()) << d.log();
+  std::string out;
+  const int rc = run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node",
+                              UMA_SOURCE_DIR "/tests/http/openai_sdk_tools_test.js",
+                              "http://127.0.0.1:" + std::to_string(http_port(d)) + "/v1"}, &out, 120);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("all checks passed"), std::string::npos) << out;
+}
+
 TEST(UmadHttp, HealthModelsMetricsAndKeepAlive) {
   Daemon d(http_args({}));
   ASSERT_TRUE(d.started()) << d.log();

@@ -1,0 +1,184 @@
+// openai.h's encoders: responses, stream chunks, errors in OpenAI's shapes. (Requests are read in
+// openai.cc.)
+#include <nlohmann/json.hpp>
+
+#include "common/json_text.h"
+#include "http/openai.h"
+
+namespace uma::openai {
+namespace {
+using ojson = nlohmann::ordered_json;
+}  // namespace
+
+namespace {
+
+ojson envelope(const CompletionRequest& r, std::string_view id, std::int64_t created, const char* object) {
+  ojson j;
+  j["id"] = id;
+  j["object"] = object;
+  j["created"] = created;
+  j["model"] = r.model.empty() ? "umad" : r.model;
+  return j;
+}
+
+ojson usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+ojson token_json(const TokenLogprob& t) {
+  ojson bytes = ojson::array();
+  for (unsigned char ch : t.text) bytes.push_back(ch);
+  return {{"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes}};
+}
+
+// OpenAI's chat shape: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]}.
+ojson chat_logprobs(std::span<const LogprobEntry> entries) {
+  ojson content = ojson::array();
+  for (const LogprobEntry& e : entries) {
+    ojson x = token_json(e.chosen);
+    ojson top = ojson::array();
+    for (const TokenLogprob& t : e.top) top.push_back(token_json(t));
+    x["top_logprobs"] = top;
+    content.push_back(std::move(x));
+  }
+  return {{"content", content}};
+}
+
+// The completions shape: tokens, token_logprobs, top_logprobs (token text -> logprob), text_offset.
+ojson completion_logprobs(std::span<const LogprobEntry> entries, std::size_t offset) {
+  ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+  for (const LogprobEntry& e : entries) {
+    tokens.push_back(e.chosen.text);
+    lps.push_back(e.chosen.logprob);
+    ojson top = ojson::object();
+    for (const TokenLogprob& t : e.top) {
+      if (!top.contains(t.text)) top[t.text] = t.logprob;  // two tokens may share a text
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += e.chosen.text.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+}  // namespace
+
+std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
+                  std::string_view finish_reason, bool first, std::span<const LogprobEntry> logprobs,
+                  std::size_t text_offset) {
+  ojson j = envelope(r, id, created, r.chat ? "chat.completion.chunk" : "text_completion");
+  ojson c;
+  c["index"] = 0;
+  if (r.chat) {
+    ojson delta = ojson::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty()) delta["content"] = text;
+    c["delta"] = delta;
+    if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(logprobs);
+  } else {
+    c["text"] = text;
+    c["logprobs"] = r.logprobs >= 0 ? completion_logprobs(logprobs, text_offset) : ojson(nullptr);
+  }
+  c["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(finish_reason);
+  j["choices"] = ojson::array({c});
+  return to_json_text(j);
+}
+
+std::string delta_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const ChatDelta& d,
+                        bool first, std::span<const LogprobEntry> logprobs) {
+  ojson j = envelope(r, id, created, "chat.completion.chunk");
+  ojson delta = ojson::object();
+  if (first) delta["role"] = "assistant";
+  if (!d.content.empty()) delta["content"] = d.content;
+  if (d.tool_index >= 0) {
+    // OpenAI's shape: the first piece of a call carries its id, type and name; later pieces only
+    // the index and more of the arguments.
+    ojson call = {{"index", d.tool_index}};
+    if (!d.tool_id.empty()) {
+      call["id"] = d.tool_id;
+      call["type"] = "function";
+    }
+    ojson fn = ojson::object();
+    if (!d.tool_name.empty()) fn["name"] = d.tool_name;
+    if (!d.tool_arguments.empty() || !d.tool_name.empty()) fn["arguments"] = d.tool_arguments;
+    call["function"] = fn;
+    delta["tool_calls"] = ojson::array({call});
+  }
+  ojson c = {{"index", 0}, {"delta", delta}};
+  if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(logprobs);
+  c["finish_reason"] = nullptr;
+  j["choices"] = ojson::array({c});
+  return to_json_text(j);
+}
+
+std::string usage_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const Usage& u) {
+  ojson j = envelope(r, id, created, r.chat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = ojson::array();
+  j["usage"] = usage_json(u);
+  return to_json_text(j);
+}
+
+std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
+                     std::string_view finish_reason, const Usage& u, std::span<const LogprobEntry> logprobs,
+                     std::span<const ToolCall> calls) {
+  ojson j = envelope(r, id, created, r.chat ? "chat.completion" : "text_completion");
+  ojson c;
+  c["index"] = 0;
+  if (r.chat) {
+    c["message"] = {{"role", "assistant"}, {"content", calls.empty() || !text.empty() ? ojson(text) : ojson(nullptr)}};
+    if (!calls.empty()) {
+      ojson list = ojson::array();
+      for (const ToolCall& t : calls) {
+        list.push_back({{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+      }
+      c["message"]["tool_calls"] = std::move(list);
+    }
+    if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(logprobs);
+  } else {
+    c["text"] = text;
+    c["logprobs"] = r.logprobs >= 0 ? completion_logprobs(logprobs, 0) : ojson(nullptr);
+  }
+  c["finish_reason"] = finish_reason;
+  j["choices"] = ojson::array({c});
+  j["usage"] = usage_json(u);
+  return to_json_text(j);
+}
+
+std::string models(std::string_view model_id, std::int64_t created) {
+  ojson m = {{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "umad"}};
+  return to_json_text(ojson{{"object", "list"}, {"data", ojson::array({m})}});
+}
+
+unsigned http_status(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidJson:
+    case ErrorCode::kBadRequest:
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kInvalidUtf8:
+    case ErrorCode::kContainsNul:
+    case ErrorCode::kEmptyPrompt:
+    case ErrorCode::kContextExceeded: return 400;
+    case ErrorCode::kPromptTooLarge:
+    case ErrorCode::kFrameTooLarge: return 413;
+    case ErrorCode::kOverloaded:
+    case ErrorCode::kTooManySessions:
+    case ErrorCode::kBusy: return 429;
+    case ErrorCode::kShuttingDown:
+    case ErrorCode::kModelLoad: return 503;
+    default: return 500;
+  }
+}
+
+std::string error_body(ErrorCode code, std::string_view message, std::string_view param) {
+  const unsigned status = http_status(code);
+  const char* type = status == 400 || status == 413 ? "invalid_request_error"
+                     : status == 429                ? "rate_limit_error"
+                     : status == 503                ? "service_unavailable"
+                                                    : "server_error";
+  ojson e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", error_code_name(code)}};
+  if (!param.empty()) e["param"] = param;
+  return to_json_text(ojson{{"error", e}});
+}
+
+}  // namespace uma::openai

@@ -1,0 +1,18 @@
+// A request's SamplingParams as a llama.cpp sampler chain: the grammar first (every later sampler
+// sees only the tokens it allows), then penalties, filters, temperature and the pick. One chain per
+// sequence, owned by the runtime (llama_runtime.cc), which frees it with llama_sampler_free.
+#pragma once
+
+#include <llama.h>
+
+#include "runtime/sampling.h"
+
+namespace uma {
+
+// Null when the grammar does not parse (or does not start with its prefill).
+llama_sampler* make_sampler_chain(const SamplingParams& p, const llama_vocab* vocab);
+// The chain is greedy alone (sample() may take the argmax itself); asked of the chain, so the
+// answer moves with a parked sampler to whichever sequence id it resumes under.
+bool greedy_only(llama_sampler* chain);
+
+}  // namespace uma

@@ -1,0 +1,101 @@
+// Tools (and n > 1) through the official OpenAI Node SDK, against umad serving the oracle model
+// with Qwen 2.5's own chat template (its tool-call syntax: <tool_call>{"name", "arguments"}</tool_call>).
+//   node openai_sdk_tools_test.js BASE_URL
+// The oracle picks, among what the grammar allows, a fixed token, so a forced call is the same call
+// every time; what it must be is what the schema allows.
+'use strict';
+const OpenAI = require('openai');
+const assert = require('assert');
+
+const weather = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The weather in a city',
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string', enum: ['Paris', 'Rome'] }, unit: { type: 'string', enum: ['c', 'f'] } },
+      required: ['city', 'unit'],
+    },
+  },
+};
+const clock = { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } };
+
+function checkArguments(text) {
+  const a = JSON.parse(text);
+  assert.ok(['Paris', 'Rome'].includes(a.city), text);
+  assert.ok(['c', 'f'].includes(a.unit), text);
+  return a;
+}
+
+async function main() {
+  const [baseURL] = process.argv.slice(2);
+  const client = new OpenAI({ baseURL, apiKey: 'not-needed', maxRetries: 0 });
+  const chat = { model: 'oracle', messages: [{ role: 'user', content: 'Weather in Paris?' }], temperature: 0, max_tokens: 200 };
+
+  // A forced call (named), one call: the reply is that call, its arguments valid for the schema.
+  const forced = { ...chat, tools: [weather, clock], tool_choice: { type: 'function', function: { name: 'get_weather' } },
+                   parallel_tool_calls: false };
+  let r = await client.chat.completions.create(forced);
+  const c = r.choices[0];
+  assert.strictEqual(c.finish_reason, 'tool_calls');
+  assert.strictEqual(c.message.content, null);
+  assert.strictEqual(c.message.tool_calls.length, 1);
+  const call = c.message.tool_calls[0];
+  assert.strictEqual(call.type, 'function');
+  assert.strictEqual(call.function.name, 'get_weather');
+  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+  checkArguments(call.function.arguments);
+
+  // Streamed with `required`: delta.tool_calls pieces (id and name first) that add up to the same call.
+  const stream = await client.chat.completions.create({ ...forced, tool_choice: 'required', tools: [weather], stream: true });
+  const calls = [];
+  let finish = null, chunks = 0;
+  for await (const ch of stream) {
+    const d = ch.choices[0].delta;
+    if (ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
+    for (const t of d.tool_calls || []) {
+      chunks++;
+      if (!calls[t.index]) {
+        assert.ok(t.id && t.function.name, 'a call starts with its id and name: ' + JSON.stringify(t));
+        calls[t.index] = { id: t.id, name: t.function.name, arguments: '' };
+      }
+      calls[t.index].arguments += t.function.arguments || '';
+    }
+  }
+  assert.strictEqual(finish, 'tool_calls');
+  assert.strictEqual(calls.length, 1);
+  assert.ok(chunks > 2, 'the arguments came in pieces');
+  assert.strictEqual(calls[0].name, 'get_weather');
+  assert.deepStrictEqual(checkArguments(calls[0].arguments), JSON.parse(call.function.arguments));
+
+  // The SDK's own helper for streamed tool calls reads the same thing.
+  const runner = client.beta && client.beta.chat && client.beta.chat.completions && client.beta.chat.completions.stream;
+  if (runner) {
+    const final = await client.beta.chat.completions.stream({ ...forced }).finalChatCompletion();
+    assert.strictEqual(final.choices[0].message.tool_calls[0].function.name, 'get_weather');
+    checkArguments(final.choices[0].message.tool_calls[0].function.arguments);
+  }
+
+  // The call's result goes back as a `tool` message; the model answers (the oracle: with text).
+  r = await client.chat.completions.create({ ...chat, max_tokens: 8, tools: [weather], messages: [
+    ...chat.messages, c.message, { role: 'tool', tool_call_id: call.id, content: '21 C, sunny' }] });
+  assert.strictEqual(r.choices[0].finish_reason, 'length');
+  assert.ok(r.usage.prompt_tokens > 0 && typeof r.choices[0].message.content === 'string');
+
+  // tool_choice none: tools described, nothing constrained or parsed; auto: the same text (the
+  // oracle never writes the call marker) through the family's parser, which drops leading blanks.
+  const none = await client.chat.completions.create({ ...chat, max_tokens: 16, tools: [weather], tool_choice: 'none' });
+  const auto = await client.chat.completions.create({ ...chat, max_tokens: 16, tools: [weather] });
+  assert.strictEqual(none.choices[0].message.tool_calls, undefined);
+  assert.strictEqual(auto.choices[0].message.tool_calls, undefined);
+  assert.strictEqual(auto.choices[0].finish_reason, 'length');
+  assert.strictEqual(auto.choices[0].message.content, none.choices[0].message.content.trimStart());
+
+  await assert.rejects(client.chat.completions.create({ ...chat, tools: [weather],
+    tool_choice: { type: 'function', function: { name: 'nope' } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+  console.log('openai sdk tools: all checks passed');
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });
