@@ -90,6 +90,7 @@ class CommonOutputParser final : public ChatOutputParser {
   explicit CommonOutputParser(const common_chat_params& p) : params_(p), rng_(std::random_device{}()) {
     params_.parser.load(p.parser);
   }
+  explicit CommonOutputParser(const common_chat_parser_params& p) : params_(p), rng_(std::random_device{}()) {}
 
   std::vector<ChatDelta> feed(std::string_view text, bool final) override {
     text_.append(text);
@@ -119,6 +120,7 @@ class CommonOutputParser final : public ChatOutputParser {
     return out;
   }
 
+  std::unique_ptr<ChatOutputParser> fresh() const override { return std::make_unique<CommonOutputParser>(params_); }
   const std::string& content() const override { return msg_.content; }
   const std::vector<ToolCall>& tool_calls() const override { return calls_; }
 

@@ -69,6 +69,8 @@ class ChatOutputParser {
   // turn out to be part of a call is held back until it is clear. `final`: the generation ended;
   // the rest comes out (text that does not parse as a call is content).
   virtual std::vector<ChatDelta> feed(std::string_view text, bool final) = 0;
+  // A parser for another output of the same request (another choice), from the start.
+  virtual std::unique_ptr<ChatOutputParser> fresh() const = 0;
   // The whole message so far.
   virtual const std::string& content() const = 0;
   virtual const std::vector<ToolCall>& tool_calls() const = 0;

@@ -79,10 +79,16 @@ class HttpAdapter final : public ProtocolAdapter {
   void started(RequestId id, std::string& out) override {
     completion_id_ = (req_.chat ? "chatcmpl-" : "cmpl-") + std::to_string(id - HttpServer::kFirstId);
     created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    text_.clear();
-    logprobs_.clear();
-    sent_bytes_ = 0;
-    first_chunk_ = true;
+    first_id_ = id;
+    choices_.clear();
+    choices_.resize(static_cast<std::size_t>(req_.n));
+    if (tool_parser_) {
+      for (std::size_t i = 1; i < choices_.size(); ++i) choices_[i].parser = tool_parser_->fresh();
+      choices_[0].parser = std::move(tool_parser_);
+    }
+    running_ = req_.n;
+    usage_ = {};
+    error_.reset();
     headers_sent_ = req_.stream;
     if (req_.stream) {
       out += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -93,72 +99,72 @@ class HttpAdapter final : public ProtocolAdapter {
 
   // Streamed: each delta of a tool-enabled reply as a chunk; the logprobs of the tokens whose text
   // it released go with the first (text held back keeps them until then).
-  void send_deltas(const std::vector<ChatDelta>& deltas, std::string& out) {
-    if (!req_.stream) return;
+  void send_deltas(std::size_t index, const std::vector<ChatDelta>& deltas, std::string& out) {
+    ChoiceState& ch = choices_[index];
+    if (!req_.stream || error_) return;
     for (const ChatDelta& d : deltas) {
-      append_sse(out, openai::delta_chunk(req_, completion_id_, created_, d, first_chunk_, logprobs_));
-      first_chunk_ = false;
-      logprobs_.clear();
+      append_sse(out, openai::delta_chunk(req_, completion_id_, created_, d, ch.first_chunk, ch.logprobs, index));
+      ch.first_chunk = false;
+      ch.logprobs.clear();
     }
   }
 
   Answer refused(const Status& why) override { return error_answer(why); }
 
+  // Each choice (ev.request_id - first_id_) streams its own chunks with its `index`; the reply ends
+  // when the last choice has: [DONE], or the one response with every choice.
   void encode(const Event& ev, std::string& out) override {
     const openai::CompletionRequest& r = req_;
+    const std::size_t index = static_cast<std::size_t>(ev.request_id - first_id_);
+    ChoiceState& ch = choices_.at(index);
     switch (ev.kind) {
       case Event::Kind::kToken:
-        if (tool_parser_) {
-          logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
-          send_deltas(tool_parser_->feed(ev.text, false), out);
+        ch.logprobs.insert(ch.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+        if (ch.parser) {
+          send_deltas(index, ch.parser->feed(ev.text, false), out);
         } else if (!r.stream) {
-          text_ += ev.text;
-          logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
-        } else {
-          append_sse(out, openai::chunk(r, completion_id_, created_, ev.text, "", first_chunk_, ev.logprobs, sent_bytes_));
-          first_chunk_ = false;
-          sent_bytes_ += ev.text.size();
+          ch.text += ev.text;
+        } else if (!error_) {
+          append_sse(out, openai::chunk(r, completion_id_, created_, ev.text, "", ch.first_chunk, ch.logprobs,
+                                        ch.sent_bytes, index));
+          ch.first_chunk = false;
+          ch.sent_bytes += ev.text.size();
+          ch.logprobs.clear();
         }
         return;
-      case Event::Kind::kDone: {
-        const openai::Usage usage{ev.prompt_tokens, ev.completion_tokens};
-        if (tool_parser_) {
-          logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
-          send_deltas(tool_parser_->feed("", true), out);
+      case Event::Kind::kDone:
+        ch.logprobs.insert(ch.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+        usage_.prompt_tokens = ev.prompt_tokens;  // the same prompt for every choice
+        usage_.completion_tokens += ev.completion_tokens;
+        ch.reason = finish_reason(ev.reason);
+        if (ch.parser) {
+          send_deltas(index, ch.parser->feed("", true), out);
           // OpenAI's finish reason for a reply that called tools (unless it was cut short).
-          const char* reason = ev.reason != FinishReason::kLength && !tool_parser_->tool_calls().empty()
-                                   ? "tool_calls" : finish_reason(ev.reason);
-          if (r.stream) {
-            append_sse(out, openai::chunk(r, completion_id_, created_, "", reason, first_chunk_, logprobs_));
-            if (r.include_usage) append_sse(out, openai::usage_chunk(r, completion_id_, created_, usage));
-            append_stream_end(out);
-          } else {
-            out += respond(200, "application/json",
-                           openai::response(r, completion_id_, created_, tool_parser_->content(), reason, usage, logprobs_,
-                                            tool_parser_->tool_calls()));
-          }
-          break;
+          if (ev.reason != FinishReason::kLength && !ch.parser->tool_calls().empty()) ch.reason = "tool_calls";
         }
-        if (r.stream) {
-          append_sse(out, openai::chunk(r, completion_id_, created_, "", finish_reason(ev.reason), first_chunk_,
-                                        ev.logprobs, sent_bytes_));
-          if (r.include_usage) append_sse(out, openai::usage_chunk(r, completion_id_, created_, usage));
-          append_stream_end(out);
-        } else {
-          logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
-          out += respond(200, "application/json",
-                         openai::response(r, completion_id_, created_, text_, finish_reason(ev.reason), usage, logprobs_));
+        if (r.stream && !error_) {
+          append_sse(out, openai::chunk(r, completion_id_, created_, "", ch.reason, ch.first_chunk, ch.logprobs,
+                                        ch.sent_bytes, index));
         }
         break;
-      }
       case Event::Kind::kError:
-        if (headers_sent_) {  // mid-stream: an error event, then the end of the stream
-          append_sse(out, openai::error_body(error_for(r, ev.error)));
-          append_stream_end(out);
-        } else {
-          out += respond(openai::http_status(ev.error.code()), "application/json", openai::error_body(error_for(r, ev.error)));
-        }
+        if (!error_ && headers_sent_) append_sse(out, openai::error_body(error_for(r, ev.error)));  // mid-stream
+        if (!error_) error_ = ev.error;
         break;
+    }
+    if (--running_ > 0) return;
+    if (r.stream) {
+      if (!error_ && r.include_usage) append_sse(out, openai::usage_chunk(r, completion_id_, created_, usage_));
+      append_stream_end(out);
+    } else if (error_) {
+      out += respond(openai::http_status(error_->code()), "application/json", openai::error_body(error_for(r, *error_)));
+    } else {
+      std::vector<openai::Choice> all;
+      for (const ChoiceState& c : choices_) {
+        all.push_back(c.parser ? openai::Choice{c.parser->content(), c.reason, c.logprobs, c.parser->tool_calls()}
+                               : openai::Choice{c.text, c.reason, c.logprobs, {}});
+      }
+      out += respond(200, "application/json", openai::response(r, completion_id_, created_, all, usage_));
     }
     headers_sent_ = false;  // the reply is whole
   }
@@ -205,7 +211,7 @@ class HttpAdapter final : public ProtocolAdapter {
     http_route::Completion& completion = std::get<http_route::Completion>(routed.action);
     req_ = std::move(completion.api);
     tool_parser_ = std::move(completion.tool_parser);
-    return Start{std::move(completion.request)};
+    return Start{std::move(completion.request), req_.n};
   }
 
   Answer error_answer(const Status& st) {
@@ -229,11 +235,22 @@ class HttpAdapter final : public ProtocolAdapter {
   // The completion in flight.
   openai::CompletionRequest req_;
   std::unique_ptr<ChatOutputParser> tool_parser_;  // tools the model may call: null otherwise
-  std::string completion_id_, text_;
-  std::vector<LogprobEntry> logprobs_;  // not streamed: every token's, for the one response
-  std::size_t sent_bytes_ = 0;          // streamed: completion text sent so far (text_offset)
+  // One per choice of the completion in flight.
+  struct ChoiceState {
+    std::string text;                     // not streamed: its text, for the one response
+    std::vector<LogprobEntry> logprobs;   // entries not yet sent (streamed) / all (not streamed)
+    std::size_t sent_bytes = 0;           // streamed: completion text sent so far (text_offset)
+    bool first_chunk = true;
+    std::string reason;                   // its finish_reason, once done
+    std::unique_ptr<ChatOutputParser> parser;
+  };
+  std::vector<ChoiceState> choices_;
+  RequestId first_id_ = 0;
+  std::int32_t running_ = 0;              // choices whose last event has not come
+  openai::Usage usage_;
+  std::optional<Status> error_;           // the first choice that failed: the reply is that error
+  std::string completion_id_;
   std::int64_t created_ = 0;
-  bool first_chunk_ = true;
   bool headers_sent_ = false;
 };
 

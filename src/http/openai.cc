@@ -378,7 +378,10 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     s.seed = static_cast<std::uint32_t>(it->get<std::int64_t>());
   }
   if (auto it = j.find("n"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<std::int64_t>() != 1) return bad("n", "must be 1 (one choice per request)");
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > kMaxChoices) {
+      return bad("n", "must be an integer from 1 to " + std::to_string(kMaxChoices));
+    }
+    r->n = static_cast<std::int32_t>(it->get<std::int64_t>());
   }
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {

@@ -42,7 +42,9 @@ struct CompletionRequest {
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string forced_tool;
   bool parallel_tool_calls = true;
+  std::int32_t n = 1;  // choices
 };
+inline constexpr std::int32_t kMaxChoices = 16;
 
 struct Limits {
   std::size_t max_prompt_bytes = 64 * 1024;
@@ -63,16 +65,28 @@ struct Usage {
 // before this chunk (completions' text_offset).
 std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
                   std::string_view finish_reason, bool first, std::span<const LogprobEntry> logprobs = {},
-                  std::size_t text_offset = 0);
+                  std::size_t text_offset = 0, std::size_t index = 0);
 // A chunk of a tool-enabled chat stream: one delta (content or a piece of a tool call).
 std::string delta_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const ChatDelta& d,
-                        bool first, std::span<const LogprobEntry> logprobs = {});
+                        bool first, std::span<const LogprobEntry> logprobs = {}, std::size_t index = 0);
 std::string usage_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const Usage& u);
 // A whole (non-streamed) response.
-// `calls`: the tool calls of a chat reply (its content is then null when empty).
-std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
-                     std::string_view finish_reason, const Usage& u, std::span<const LogprobEntry> logprobs = {},
-                     std::span<const ToolCall> calls = {});
+// One choice of a whole response. `calls`: the tool calls of a chat reply (its content is then
+// null when empty).
+struct Choice {
+  std::string_view text;
+  std::string_view finish_reason;
+  std::span<const LogprobEntry> logprobs = {};
+  std::span<const ToolCall> calls = {};
+};
+std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created,
+                     std::span<const Choice> choices, const Usage& u);
+inline std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
+                            std::string_view finish_reason, const Usage& u, std::span<const LogprobEntry> logprobs = {},
+                            std::span<const ToolCall> calls = {}) {
+  const Choice one{text, finish_reason, logprobs, calls};
+  return response(r, id, created, std::span<const Choice>(&one, 1), u);
+}
 std::string models(std::string_view model_id, std::int64_t created);
 
 // OpenAI's error body and the HTTP status for an internal error code (the one mapping). `param`:

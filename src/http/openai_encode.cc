@@ -66,10 +66,10 @@ ojson completion_logprobs(std::span<const LogprobEntry> entries, std::size_t off
 
 std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
                   std::string_view finish_reason, bool first, std::span<const LogprobEntry> logprobs,
-                  std::size_t text_offset) {
+                  std::size_t text_offset, std::size_t index) {
   ojson j = envelope(r, id, created, r.chat ? "chat.completion.chunk" : "text_completion");
   ojson c;
-  c["index"] = 0;
+  c["index"] = index;
   if (r.chat) {
     ojson delta = ojson::object();
     if (first) delta["role"] = "assistant";
@@ -86,7 +86,7 @@ std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t 
 }
 
 std::string delta_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const ChatDelta& d,
-                        bool first, std::span<const LogprobEntry> logprobs) {
+                        bool first, std::span<const LogprobEntry> logprobs, std::size_t index) {
   ojson j = envelope(r, id, created, "chat.completion.chunk");
   ojson delta = ojson::object();
   if (first) delta["role"] = "assistant";
@@ -105,7 +105,7 @@ std::string delta_chunk(const CompletionRequest& r, std::string_view id, std::in
     call["function"] = fn;
     delta["tool_calls"] = ojson::array({call});
   }
-  ojson c = {{"index", 0}, {"delta", delta}};
+  ojson c = {{"index", index}, {"delta", delta}};
   if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(logprobs);
   c["finish_reason"] = nullptr;
   j["choices"] = ojson::array({c});
@@ -119,28 +119,33 @@ std::string usage_chunk(const CompletionRequest& r, std::string_view id, std::in
   return to_json_text(j);
 }
 
-std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
-                     std::string_view finish_reason, const Usage& u, std::span<const LogprobEntry> logprobs,
-                     std::span<const ToolCall> calls) {
+std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created,
+                     std::span<const Choice> choices, const Usage& u) {
   ojson j = envelope(r, id, created, r.chat ? "chat.completion" : "text_completion");
-  ojson c;
-  c["index"] = 0;
-  if (r.chat) {
-    c["message"] = {{"role", "assistant"}, {"content", calls.empty() || !text.empty() ? ojson(text) : ojson(nullptr)}};
-    if (!calls.empty()) {
-      ojson list = ojson::array();
-      for (const ToolCall& t : calls) {
-        list.push_back({{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+  ojson list = ojson::array();
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    const Choice& ch = choices[i];
+    ojson c;
+    c["index"] = i;
+    if (r.chat) {
+      c["message"] = {{"role", "assistant"},
+                      {"content", ch.calls.empty() || !ch.text.empty() ? ojson(ch.text) : ojson(nullptr)}};
+      if (!ch.calls.empty()) {
+        ojson calls = ojson::array();
+        for (const ToolCall& t : ch.calls) {
+          calls.push_back({{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        }
+        c["message"]["tool_calls"] = std::move(calls);
       }
-      c["message"]["tool_calls"] = std::move(list);
+      if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(ch.logprobs);
+    } else {
+      c["text"] = ch.text;
+      c["logprobs"] = r.logprobs >= 0 ? completion_logprobs(ch.logprobs, 0) : ojson(nullptr);
     }
-    if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(logprobs);
-  } else {
-    c["text"] = text;
-    c["logprobs"] = r.logprobs >= 0 ? completion_logprobs(logprobs, 0) : ojson(nullptr);
+    c["finish_reason"] = ch.finish_reason;
+    list.push_back(std::move(c));
   }
-  c["finish_reason"] = finish_reason;
-  j["choices"] = ojson::array({c});
+  j["choices"] = std::move(list);
   j["usage"] = usage_json(u);
   return to_json_text(j);
 }

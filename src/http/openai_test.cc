@@ -45,7 +45,8 @@ TEST(OpenAi, BadInputIsATypedErrorNamingTheField) {
   CompletionRequest r;
   EXPECT_EQ(parse("{", false, &r).code(), ErrorCode::kInvalidJson);
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"prompt":"x","n":2})", "'n'"},
+      {R"({"prompt":"x","n":17})", "'n'"},
+      {R"({"prompt":"x","n":0})", "'n'"},
       {R"({"prompt":"x","max_tokens":2000000000})", "'max_tokens'"},
       {R"({"prompt":"x","max_tokens":0})", "'max_tokens'"},
       {R"({"prompt":"x","temperature":"hot"})", "'temperature'"},

@@ -3,8 +3,8 @@
 // gauge, request ids (one counter per server, so ids of two servers never meet), the request ->
 // connection map events are routed by, and snapshots for sweeps and shutdown.
 //
-// Conn is the server's connection type; it needs `std::uint64_t id()` and `std::uint64_t request`
-// (0: none in flight). Thread-safety: none; the server's I/O thread only. Ownership: the table
+// Conn is the server's connection type; it needs `std::uint64_t id()`, `std::uint64_t request`
+// (0: none in flight) and `std::int32_t choices` (how many ids from `request` on are its). Thread-safety: none; the server's I/O thread only. Ownership: the table
 // holds a shared_ptr per open connection and per bound request; async operations hold their own,
 // so removing a connection inside one of its callbacks never frees it there (it is freed after the
 // last callback returns).
@@ -37,15 +37,18 @@ class ConnectionTable {
     conns_.erase(c->id());
     publish();
   }
-  // A new request on `c`: its id, and events for it find `c` until unbind().
-  std::uint64_t bind(const Ptr& c) {
-    c->request = next_request_++;
-    by_request_[c->request] = c;
+  // A new request on `c` made of `n` scheduler requests (its choices) with consecutive ids: the
+  // first id; events for any of them find `c` until unbind().
+  std::uint64_t bind(const Ptr& c, std::int32_t n = 1) {
+    c->request = next_request_;
+    c->choices = n;
+    for (std::int32_t i = 0; i < n; ++i) by_request_[next_request_++] = c;
     return c->request;
   }
   void unbind(const Ptr& c) {
-    by_request_.erase(c->request);
+    for (std::int32_t i = 0; i < c->choices; ++i) by_request_.erase(c->request + static_cast<std::uint64_t>(i));
     c->request = 0;
+    c->choices = 0;
   }
   Ptr find(std::uint64_t request) const {
     const auto it = by_request_.find(request);

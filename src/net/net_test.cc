@@ -25,6 +25,10 @@ TEST(SessionSlots, OneLimitForAllFrontEndsWithAGaugeEach) {
   EXPECT_TRUE(slots.try_take(FrontEnd::kUnixSocket)) << "a slot given back by one front end serves another";
   EXPECT_EQ(unix_open.load(), 2);
   EXPECT_EQ(slots.in_use(FrontEnd::kUnixSocket), 2);
+  slots.give_back(FrontEnd::kHttp);
+  EXPECT_FALSE(slots.try_take(FrontEnd::kHttp, 2)) << "a request's choices take their slots all or none";
+  EXPECT_EQ(slots.in_use(), 2);
+  EXPECT_TRUE(slots.try_take(FrontEnd::kHttp, 1));
 }
 
 TEST(SessionSlotsDeathTest, GivingBackASlotNeverTakenAborts) {
@@ -60,6 +64,7 @@ struct FakeConn {
   std::uint64_t id() const { return conn_id; }
   std::uint64_t conn_id = 0;
   std::uint64_t request = 0;
+  std::int32_t choices = 0;
 };
 
 TEST(ConnectionTable, ConnectionsRequestsAndTheCap) {
@@ -93,6 +98,14 @@ TEST(ConnectionTable, ConnectionsRequestsAndTheCap) {
   table.remove(a);
   EXPECT_TRUE(table.empty());
   EXPECT_EQ(table.find(r1), a) << "unbinding is the owner's call, not the table's";
+  table.unbind(a);
+  // A request of three choices: three consecutive ids, all routed to its connection, all unbound together.
+  const std::uint64_t r3 = table.bind(a, 3);
+  EXPECT_EQ(r3, 102u);
+  for (std::uint64_t id : {r3, r3 + 1, r3 + 2}) EXPECT_EQ(table.find(id), a) << id;
+  EXPECT_EQ(table.bind(b), 105u) << "the next request's id follows the choices'";
+  table.unbind(a);
+  for (std::uint64_t id : {r3, r3 + 1, r3 + 2}) EXPECT_EQ(table.find(id), nullptr) << id;
 }
 
 }  // namespace

@@ -24,6 +24,10 @@ class ProtocolAdapter {
   // A request to run. The adapter keeps what it needs to encode the reply.
   struct Start {
     Request request;  // without id and received_at: the server assigns them
+    // Run it this many times (OpenAI's `n`): requests with consecutive ids from the one started()
+    // names, each with its own session slot, the same prompt (the prefix cache shares its KV) and
+    // choice i's seed + i. The request ends when the last of them has.
+    std::int32_t choices = 1;
   };
   // Cancel the request in flight.
   struct Cancel {};
@@ -44,13 +48,14 @@ class ProtocolAdapter {
   // connection is in flight (a protocol that cannot take another answers with an error, or waits).
   virtual std::optional<Input> next(bool busy) = 0;
 
-  // The Start last returned runs as request `id`; what to send before its first event (HTTP: the
-  // SSE headers), appended to `out`.
+  // The Start last returned runs as request `id` (its choices as id, id + 1, ...); what to send
+  // before its first event (HTTP: the SSE headers), appended to `out`.
   virtual void started(RequestId id, std::string& out) = 0;
   // The Start last returned was refused (`why`: every session slot is taken): the answer.
   virtual Answer refused(const Status& why) = 0;
-  // One event of the request in flight, appended to `out` (may append nothing: a non-streamed
-  // reply collects its text until the last event).
+  // One event of the request in flight (of one of its choices: ev.request_id says which),
+  // appended to `out` (may append nothing: a non-streamed reply collects its text until the last
+  // event).
   virtual void encode(const Event& ev, std::string& out) = 0;
   // Whether the connection stays open after the request in flight (or the last answer) ends.
   virtual bool keep_alive() const = 0;

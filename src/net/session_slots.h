@@ -35,10 +35,11 @@ class SessionSlots {
   std::int32_t in_use() const { return used_[0] + used_[1]; }
   std::int32_t in_use(FrontEnd f) const { return used_[index(f)]; }
 
-  // Takes a slot for one request of `f`; false when all max() are in use.
-  bool try_take(FrontEnd f) {
-    if (in_use() >= max_) return false;
-    ++used_[index(f)];
+  // Takes `n` slots for `n` requests of `f` (a request's choices), all or none; false when fewer
+  // than n are free.
+  bool try_take(FrontEnd f, std::int32_t n = 1) {
+    if (in_use() + n > max_) return false;
+    used_[index(f)] += n;
     publish(f);
     return true;
   }

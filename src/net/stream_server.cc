@@ -3,6 +3,8 @@
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "net/guarded.h"
 
 namespace uma {
@@ -15,7 +17,9 @@ struct StreamServer::Conn final : Connection {
       : Connection(std::move(socket), id, options, owner), adapter(std::move(a)) {}
   std::unique_ptr<ProtocolAdapter> adapter;
   RequestId request = 0;  // the request in flight while kBusy (and, once closed, until its last event)
-  bool has_slot = false;  // that request holds one of SessionSlots
+  std::int32_t choices = 0;  // its scheduler requests: ids request .. request + choices - 1
+  std::int32_t running = 0;  // of those, the ones whose last event has not come
+  bool has_slot = false;  // they hold `choices` of SessionSlots
 };
 
 StreamServerConfig serving_config(FrontEnd front_end, std::int32_t max_connections, std::size_t max_tx_bytes,
@@ -91,28 +95,49 @@ void StreamServer::serve(const ConnPtr& c) {
     } else if (auto* a = std::get_if<ProtocolAdapter::Answer>(&*in)) {
       answer(c, std::move(*a));
     } else if (c->request != 0) {  // Cancel
-      submit_(CancelRequest{c->request});
+      cancel_all(c);
     }
   }
   if (c->state() == ConnState::kIdle && (c->peer_eof() || shutting_down_)) c->close_when_flushed();
 }
 
 void StreamServer::start_request(const ConnPtr& c, ProtocolAdapter::Start start) {
-  if (!slots_.try_take(config_.front_end)) {
+  const std::int32_t n = std::max(1, start.choices);
+  if (n > slots_.max()) {  // never satisfiable: the client's error, not a busy server
+    return answer(c, c->adapter->refused(Status(ErrorCode::kBadRequest,
+                                                std::to_string(n) + " choices need more sessions than the " +
+                                                    std::to_string(slots_.max()) + " of --max-sessions", "n")));
+  }
+  if (!slots_.try_take(config_.front_end, n)) {
     metrics_.count_rejected(RejectReason::kSessionCap);
-    return answer(c, c->adapter->refused(Status(ErrorCode::kTooManySessions,
-                                                "all " + std::to_string(slots_.max()) + " sessions are in use")));
+    const std::string what = n == 1 ? "all " + std::to_string(slots_.max()) + " sessions are in use"
+                                    : std::to_string(n) + " choices need " + std::to_string(n) + " of " +
+                                          std::to_string(slots_.max()) + " sessions, and not that many are free";
+    return answer(c, c->adapter->refused(Status(ErrorCode::kTooManySessions, what)));
   }
   c->has_slot = true;
   Request r = std::move(start.request);
-  r.id = table_.bind(c);
+  r.id = table_.bind(c, n);
   r.received_at = Clock::now();
+  c->running = n;
   c->set_state(ConnState::kBusy);
   std::string out;
   c->adapter->started(r.id, out);
   c->send(out);
-  spdlog::debug("{} {}: request {} ({} bytes)", config_.log_name, c->id(), r.id, r.prompt.size());
+  spdlog::debug("{} {}: request {} ({} bytes, {} choices)", config_.log_name, c->id(), r.id, r.prompt.size(), n);
+  for (std::int32_t i = 1; i < n; ++i) {
+    Request copy = r;
+    copy.id = r.id + static_cast<RequestId>(i);
+    // Choices of one seeded request differ from each other and repeat with the same seed.
+    if (copy.sampling.seed != kRandomSeed) copy.sampling.seed += static_cast<std::uint32_t>(i);
+    submit_(std::move(copy));
+  }
   submit_(std::move(r));
+}
+
+void StreamServer::cancel_all(const ConnPtr& c) {
+  // Cancelling a request that already ended is a no-op (CancelRequest is idempotent).
+  for (std::int32_t i = 0; i < c->choices; ++i) submit_(CancelRequest{c->request + static_cast<RequestId>(i)});
 }
 
 void StreamServer::answer(const ConnPtr& c, ProtocolAdapter::Answer a) {
@@ -134,7 +159,7 @@ void StreamServer::on_events(std::vector<Event>& events) {
 }
 
 void StreamServer::on_event(const ConnPtr& c, const Event& ev) {
-  const bool last = ev.kind != Event::Kind::kToken;
+  const bool last = ev.kind != Event::Kind::kToken && --c->running == 0;
   if (ev.kind == Event::Kind::kError) metrics_.count_error(ev.error.code());
   if (!c->closed()) {  // nobody reads a closed one: only the request's end matters
     std::string out;
@@ -145,10 +170,12 @@ void StreamServer::on_event(const ConnPtr& c, const Event& ev) {
 }
 
 void StreamServer::release_request(const ConnPtr& c) {
+  const std::int32_t n = c->choices;
   table_.unbind(c);
+  c->running = 0;
   if (c->has_slot) {
     c->has_slot = false;
-    slots_.give_back(config_.front_end);
+    for (std::int32_t i = 0; i < n; ++i) slots_.give_back(config_.front_end);
   }
 }
 
@@ -167,7 +194,7 @@ void StreamServer::on_close(const ConnectionPtr& conn) {
     // The client left (or was dropped) mid-request: cancel it so its KV is freed at the next tick.
     // It keeps its table entry and session slot until its last event (end_request), so a new
     // request cannot take the slot while the scheduler still runs this one.
-    submit_(CancelRequest{c->request});
+    cancel_all(c);
     if (!shutting_down_) metrics_.disconnects_mid_stream_total++;
   }
   table_.remove(c);
@@ -181,7 +208,7 @@ void StreamServer::on_failure(const ConnectionPtr& conn, const char* what) {
   if (c->closed()) return;
   try {
     if (c->request != 0) {  // nothing more of it is sent: cancel it now; no event reaches it after
-      submit_(CancelRequest{c->request});
+      cancel_all(c);
       release_request(c);
     }
     c->send(c->adapter->internal_error());

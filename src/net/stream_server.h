@@ -94,7 +94,8 @@ class StreamServer final : public EventSink, private ConnectionOwner {
   void answer(const ConnPtr& c, ProtocolAdapter::Answer a);
   void on_events(std::vector<Event>& events);
   void on_event(const ConnPtr& c, const Event& ev);
-  void release_request(const ConnPtr& c);  // unbinds it and gives its slot back
+  void release_request(const ConnPtr& c);  // unbinds it and gives its slots back
+  void cancel_all(const ConnPtr& c);       // every choice of the request in flight
   void end_request(const ConnPtr& c);
   void sweep_idle();
   void maybe_done();

@@ -11,6 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace uma {
@@ -32,6 +33,10 @@ class LineAdapter final : public ProtocolAdapter {
     if (line == "boom") throw std::runtime_error("adapter bug");
     Request r;
     r.prompt = line;
+    if (line == "go3") {  // three choices, seeded
+      r.sampling.seed = 7;
+      return Start{std::move(r), 3};
+    }
     return Start{std::move(r)};
   }
   void started(RequestId, std::string& out) override { out += "started\n"; }
@@ -131,6 +136,35 @@ TEST(StreamServer, ASlotBelongsToARequestAndOutlivesAClientThatLeft) {
   EXPECT_NE(f.last_started(), first);
   EXPECT_EQ(f.slots.in_use(), 1);
   ::close(b);
+}
+
+TEST(StreamServer, ARequestsChoicesRunAsConsecutiveRequestsAndEndTogether) {
+  Fixture f(4);
+  const int a = f.connect();
+  send_text(a, "go3\n");
+  EXPECT_EQ(f.read_until(a, "started\n"), "started\n");
+  std::vector<std::pair<RequestId, std::uint32_t>> started;
+  for (const WorkItem& w : f.work) {
+    if (const auto* r = std::get_if<Request>(&w)) started.emplace_back(r->id, r->sampling.seed);
+  }
+  std::sort(started.begin(), started.end());
+  ASSERT_EQ(started.size(), 3u);
+  const RequestId first = started[0].first;
+  EXPECT_EQ(started, (std::vector<std::pair<RequestId, std::uint32_t>>{{first, 7}, {first + 1, 8}, {first + 2, 9}}))
+      << "consecutive ids; each choice its own seed";
+  EXPECT_EQ(f.slots.in_use(), 3);
+
+  ::close(a);  // the client leaves: every choice is cancelled; the slots stay until each one's end
+  ASSERT_TRUE(f.poll_until([&] {
+    return std::count_if(f.work.begin(), f.work.end(), [](const WorkItem& w) { return std::holds_alternative<CancelRequest>(w); }) == 3;
+  }));
+  f.end(first + 1);
+  f.end(first);
+  f.io.poll();  // runs the posted deliveries
+  f.io.restart();
+  EXPECT_EQ(f.slots.in_use(), 3) << "a choice still runs";
+  f.end(first + 2);
+  ASSERT_TRUE(f.poll_until([&] { return f.slots.in_use() == 0; }));
 }
 
 TEST(StreamServer, EventsReachTheirConnectionAndAKeptAliveOneServesTheNextRequest) {

@@ -20,7 +20,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
   std::int32_t penalty_last_n = 64;
-  std::uint32_t seed = 0xFFFFFFFFu;  // LLAMA_DEFAULT_SEED: random
+  std::uint32_t seed = 0xFFFFFFFFu;  // kRandomSeed (LLAMA_DEFAULT_SEED): random
   // GBNF (root rule `root`) every sampled token must keep matching; empty: none. Front ends fill it
   // from a JSON schema (chat/structured_output.h) or take it as given. A constrained request is
   // sampled on the host (the grammar runs there), first in its chain.
@@ -38,6 +38,7 @@ struct SamplingParams {
   std::int32_t logprobs = -1;
 };
 inline constexpr std::int32_t kMaxTopLogprobs = 20;
+inline constexpr std::uint32_t kRandomSeed = 0xFFFFFFFFu;
 
 // A JSON schema (text) to the GBNF that enforces it, or an error (chat/structured_output.h's, given
 // to the front ends by the daemon: they know no llama.cpp). Empty: structured output unavailable.

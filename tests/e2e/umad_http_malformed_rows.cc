@@ -126,7 +126,8 @@ std::vector<Row> table() {
   bad("frequency_penalty as string", kCompl, R"({"prompt":"hello world","frequency_penalty":"x"})");
   bad("seed as string", kCompl, R"({"prompt":"hello world","seed":"42"})");
   bad("seed as float", kCompl, R"({"prompt":"hello world","seed":1.5})");
-  bad("n = 2", kCompl, R"({"prompt":"hello world","n":2})");
+  bad("n = 17", kCompl, R"({"prompt":"hello world","n":17})");
+  bad("n = 0", kCompl, R"({"prompt":"hello world","n":0})");
   bad("n as string", kCompl, R"({"prompt":"hello world","n":"1"})");
   // ---- stop
   bad("stop as number", kCompl, R"({"prompt":"hello world","stop":5})");

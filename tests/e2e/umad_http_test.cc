@@ -81,6 +81,36 @@ TEST(UmadHttp, TheOpenAiNodeSdkCallsToolsThroughTheModelsTemplate) {
   EXPECT_NE(out.find("all checks passed"), std::string::npos) << out;
 }
 
+TEST(UmadHttp, ChoicesForkThePromptsKvAndEachIsExact) {
+  Daemon d(http_args({"--n-ctx", "8192", "--max-sessions", "8"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  const std::string prompt = Oracle::long_prompt(300, "choices");
+  const std::size_t prompt_tokens = oracle().tokenize(prompt).size();
+  const int n = 4, tokens = 10;
+  Tcp t(http_port(d));
+  nlohmann::json body = {{"prompt", prompt}, {"max_tokens", tokens}, {"n", n}};
+  ASSERT_TRUE(t.send(post("/v1/completions", body.dump())));
+  const std::string r = t.response();
+  ASSERT_EQ(status_of(r), 200) << r;
+  const nlohmann::json j = nlohmann::json::parse(body_of(r));
+  ASSERT_EQ(j["choices"].size(), static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], oracle().expected_text(prompt, tokens)) << "choice " << i;
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(j["usage"]["completion_tokens"], n * tokens);
+  // One choice prefilled the prompt; the others shared its KV (all but the last partial block).
+  const nlohmann::json m = metrics(d)["prefix_cache"];
+  EXPECT_EQ(m["hits_total"], n - 1) << m.dump();
+  EXPECT_GE(m["reused_tokens_total"].get<double>(), static_cast<double>((n - 1) * (prompt_tokens - 32))) << m.dump();
+  // More choices than there are sessions: a 400 naming n (never satisfiable, so not a 429).
+  ASSERT_TRUE(t.send(post("/v1/completions", nlohmann::json({{"prompt", "x"}, {"n", 9}}).dump())));
+  const std::string too_many = t.response();
+  EXPECT_EQ(status_of(too_many), 400) << too_many;
+  EXPECT_EQ(nlohmann::json::parse(body_of(too_many))["error"]["param"], "n");
+}
+
 TEST(UmadHttp, HealthModelsMetricsAndKeepAlive) {
   Daemon d(http_args({}));
   ASSERT_TRUE(d.started()) << d.log();

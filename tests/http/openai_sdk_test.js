@@ -54,8 +54,24 @@ async function main() {
   assert.strictEqual(s.role, 'assistant');
   assert.strictEqual(s.finish, 'length');
 
-  await assert.rejects(client.completions.create({ ...base, n: 2 }),
-                       (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /'n'/.test(e.message));
+  // n = 2: two choices of the same prompt (the oracle: the same text twice), usage counting both.
+  r = await client.completions.create({ ...base, n: 2 });
+  assert.deepStrictEqual(r.choices.map((c) => [c.index, c.text, c.finish_reason]),
+                         [[0, exp.completion, 'length'], [1, exp.completion, 'length']]);
+  assert.deepStrictEqual([r.usage.prompt_tokens, r.usage.completion_tokens], [exp.prompt_tokens, 2 * exp.n]);
+  r = await client.chat.completions.create({ ...chat, n: 2 });
+  assert.deepStrictEqual(r.choices.map((c) => [c.index, c.message.content]), [[0, exp.chat], [1, exp.chat]]);
+  const perChoice = ['', ''], finishes = [null, null];
+  for await (const ch of await client.chat.completions.create({ ...chat, n: 2, stream: true })) {
+    for (const c of ch.choices) {
+      perChoice[c.index] += (c.delta && c.delta.content) || '';
+      if (c.finish_reason) finishes[c.index] = c.finish_reason;
+    }
+  }
+  assert.deepStrictEqual(perChoice, [exp.chat, exp.chat], 'streamed choices, each by its index');
+  assert.deepStrictEqual(finishes, ['length', 'length']);
+  await assert.rejects(client.completions.create({ ...base, n: 17 }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
   // Any max_tokens the context can hold is served; past it, a 400 naming the field, as OpenAI does.
   await assert.rejects(client.completions.create({ ...base, max_tokens: 1000000 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens' && /context/.test(e.message));

@@ -47,6 +47,13 @@ async function main() {
   assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
   checkArguments(call.function.arguments);
 
+  // Two choices, each its own call (its own id), the same arguments (the oracle).
+  r = await client.chat.completions.create({ ...forced, n: 2 });
+  assert.deepStrictEqual(r.choices.map((x) => [x.index, x.finish_reason, x.message.tool_calls.length]),
+                         [[0, 'tool_calls', 1], [1, 'tool_calls', 1]]);
+  assert.notStrictEqual(r.choices[0].message.tool_calls[0].id, r.choices[1].message.tool_calls[0].id);
+  assert.strictEqual(r.choices[1].message.tool_calls[0].function.arguments, call.function.arguments);
+
   // Streamed with `required`: delta.tool_calls pieces (id and name first) that add up to the same call.
   const stream = await client.chat.completions.create({ ...forced, tool_choice: 'required', tools: [weather], stream: true });
   const calls = [];
