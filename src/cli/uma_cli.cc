@@ -11,11 +11,15 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <iterator>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "client/uma_client.h"
+#include "common/json_text.h"
 #include "ipc/frame_codec.h"
 
 namespace {
@@ -69,6 +73,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--grammar", grammar_file, "file with a GBNF grammar (root rule `root`) the output must match")
       ->check(CLI::ExistingFile)->excludes("--json-schema");
+  std::int32_t logprobs = -1;
+  app.add_option("--logprobs", logprobs, "print each token's log-probability and this many alternatives (0..20) to stderr")
+      ->check(CLI::Range(0, 20));
   app.add_flag("--json", raw_json, "print the raw events, one JSON object per line");
   app.add_flag("--prometheus", prometheus, "with 'metrics': Prometheus text exposition instead of JSON");
   CLI11_PARSE(app, argc, argv);
@@ -79,6 +86,7 @@ int main(int argc, char** argv) {
   };
   if (!schema_file.empty()) req.json_schema = slurp(schema_file);  // sent as the JSON object it holds
   if (!grammar_file.empty()) req.sampling.grammar = slurp(grammar_file);
+  req.sampling.logprobs = logprobs;
   const bool metrics = prompt == "metrics";
   if (prompt.empty()) {
     prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -107,8 +115,18 @@ int main(int argc, char** argv) {
     std::cerr << "uma-cli: " << st.message() << "\n";
     return 2;
   }
+  // --logprobs: one line per token on stderr: its logprob, its text (escaped) and the alternatives.
+  const auto print_logprobs = [](const uma::WireEvent& e) {
+    const auto quoted = [](const std::string& t) { return uma::to_json_text(nlohmann::json(t)); };
+    for (const uma::LogprobEntry& x : e.logprobs) {
+      std::cerr << std::fixed << std::setprecision(4) << x.chosen.logprob << " " << quoted(x.chosen.text);
+      for (const uma::TokenLogprob& t : x.top) std::cerr << "  " << quoted(t.text) << " " << t.logprob;
+      std::cerr << "\n";
+    }
+  };
   uma::WireEvent ev;
   while ((st = client->read_event(&ev)).ok()) {
+    if (!raw_json) print_logprobs(ev);
     if (ev.kind == uma::WireEvent::Kind::kMetrics && prometheus && !raw_json) {
       std::cout << ev.text << std::flush;
       return 0;

@@ -17,6 +17,31 @@ std::string to_json_text(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+// A string's exact bytes as a JSON array of numbers (a token may be part of a UTF-8 code point,
+// which its text, once emitted, shows as U+FFFD).
+template <typename Json>
+Json byte_array(std::string_view s) {
+  Json bytes = Json::array();
+  for (unsigned char ch : s) bytes.push_back(ch);
+  return bytes;
+}
+
+// Log-probability entries (each a `chosen` token and its `top` alternatives) as a JSON array:
+// every token as `token(t)` makes it, the alternatives go under `top_key`. One shape, spelled per
+// protocol (OpenAI's and the framed JSON's) by `token`.
+template <typename Json, typename Entries, typename TokenFn>
+Json logprob_entries(const Entries& entries, const char* top_key, TokenFn token) {
+  Json all = Json::array();
+  for (const auto& e : entries) {
+    Json x = token(e.chosen);
+    Json top = Json::array();
+    for (const auto& t : e.top) top.push_back(token(t));
+    x[top_key] = std::move(top);
+    all.push_back(std::move(x));
+  }
+  return all;
+}
+
 // nlohmann parses any depth (its parser keeps an explicit stack) but dump() recurses once per
 // level, so a client value nested a few hundred thousand deep that we echo back (framed requests'
 // metadata) would overflow the I/O thread's stack: no exception, the daemon dies. Checked on the

@@ -27,22 +27,12 @@ ojson usage_json(const Usage& u) {
 }
 
 ojson token_json(const TokenLogprob& t) {
-  ojson bytes = ojson::array();
-  for (unsigned char ch : t.text) bytes.push_back(ch);
-  return {{"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes}};
+  return {{"token", t.text}, {"logprob", t.logprob}, {"bytes", byte_array<ojson>(t.text)}};
 }
 
 // OpenAI's chat shape: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]}.
 ojson chat_logprobs(std::span<const LogprobEntry> entries) {
-  ojson content = ojson::array();
-  for (const LogprobEntry& e : entries) {
-    ojson x = token_json(e.chosen);
-    ojson top = ojson::array();
-    for (const TokenLogprob& t : e.top) top.push_back(token_json(t));
-    x["top_logprobs"] = top;
-    content.push_back(std::move(x));
-  }
-  return {{"content", content}};
+  return {{"content", logprob_entries<ojson>(entries, "top_logprobs", token_json)}};
 }
 
 // The completions shape: tokens, token_logprobs, top_logprobs (token text -> logprob), text_offset.

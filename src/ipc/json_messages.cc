@@ -87,6 +87,9 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
   i = s.seed;
   if (!(st = get_int(j, wire::kSeed, 0, std::numeric_limits<std::uint32_t>::max(), &i, nullptr)).ok()) return st;
   s.seed = static_cast<std::uint32_t>(i);
+  present = false;
+  if (!(st = get_int(j, wire::kLogprobs, 0, kMaxTopLogprobs, &i, &present)).ok()) return st;
+  if (present) s.logprobs = static_cast<std::int32_t>(i);
   if (!(st = get_bool(j, wire::kStream, &r->stream)).ok()) return st;
   if (!(st = get_bool(j, wire::kKeepAlive, &r->keep_alive)).ok()) return st;
   if (const json* g = find(j, wire::kGrammar)) {
@@ -194,6 +197,38 @@ T num_or(const json& obj, std::string_view key, T fallback) {
   return v != nullptr && v->is_number() ? v->get<T>() : fallback;
 }
 
+ojson logprob_json(const TokenLogprob& t) {
+  return {{"token_id", t.token}, {"text", t.text}, {"bytes", byte_array<ojson>(t.text)}, {"logprob", t.logprob}};
+}
+
+ojson logprobs_json(std::span<const LogprobEntry> entries) {
+  return logprob_entries<ojson>(entries, "top", logprob_json);
+}
+
+TokenLogprob read_logprob(const json& x) {
+  TokenLogprob t;
+  t.token = num_or<std::int32_t>(x, "token_id", -1);
+  t.logprob = num_or<float>(x, "logprob", 0.0f);
+  if (const json* b = x.is_object() ? find(x, "bytes") : nullptr; b != nullptr && b->is_array()) {
+    for (const json& ch : *b) t.text += static_cast<char>(ch.is_number_unsigned() ? ch.get<unsigned>() : 0u);
+  }
+  return t;
+}
+
+std::vector<LogprobEntry> read_logprobs(const json& j) {
+  std::vector<LogprobEntry> out;
+  const json* all = find(j, wire::kLogprobs);
+  if (all == nullptr || !all->is_array()) return out;
+  for (const json& x : *all) {
+    LogprobEntry e{read_logprob(x), {}};
+    if (const json* top = x.is_object() ? find(x, "top") : nullptr; top != nullptr && top->is_array()) {
+      for (const json& t : *top) e.top.push_back(read_logprob(t));
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 }  // namespace
 
 Status parse_event(std::string_view payload, WireEvent* e) {
@@ -207,6 +242,7 @@ Status parse_event(std::string_view payload, WireEvent* e) {
     e->kind = WireEvent::Kind::kToken;
     e->text = str_or(j, "text");
     e->token_id = num_or<std::int32_t>(j, "token_id", -1);
+    e->logprobs = read_logprobs(j);
   } else if (ev == wire::kEventEos) {
     e->kind = WireEvent::Kind::kEos;
     e->reason = str_or(j, "reason");
@@ -221,6 +257,7 @@ Status parse_event(std::string_view payload, WireEvent* e) {
       e->total_ms = num_or<double>(*t, "total_ms", 0.0);
     }
     if (const json* meta = find(j, "metadata")) e->metadata_json = to_json_text(*meta);
+    e->logprobs = read_logprobs(j);
   } else if (ev == wire::kEventError) {
     e->kind = WireEvent::Kind::kError;
     e->code = str_or(j, "code");
@@ -248,6 +285,7 @@ std::string encode_request(const WireRequest& r) {
   if (s.frequency_penalty != d.frequency_penalty) j["frequency_penalty"] = s.frequency_penalty;
   if (s.presence_penalty != d.presence_penalty) j["presence_penalty"] = s.presence_penalty;
   if (s.seed != d.seed) j["seed"] = s.seed;
+  if (s.logprobs >= 0) j["logprobs"] = s.logprobs;
   if (!s.grammar.empty()) j["grammar"] = s.grammar;
   if (!r.json_schema.empty()) {
     // Text that is not JSON goes as a string: the server names the field rather than the frame.
@@ -283,12 +321,14 @@ std::string encode_metrics_text_event(std::string_view text) {
   return to_json_text(ojson{{"event", wire::kEventMetrics}, {"format", "prometheus"}, {"text", text}});
 }
 
-std::string encode_token_event(std::string_view id, std::string_view text, std::int32_t token_id) {
+std::string encode_token_event(std::string_view id, std::string_view text, std::int32_t token_id,
+                               std::span<const LogprobEntry> logprobs) {
   ojson j;
   j["id"] = id;
   j["event"] = wire::kEventToken;
   j["text"] = text;
   j["token_id"] = token_id;
+  if (!logprobs.empty()) j["logprobs"] = logprobs_json(logprobs);
   return to_json_text(j);
 }
 
@@ -301,6 +341,7 @@ std::string encode_eos_event(std::string_view id, const EosFields& f) {
   j["usage"] = {{"prompt_tokens", f.prompt_tokens}, {"completion_tokens", f.completion_tokens}};
   j["timings"] = {{"queue_ms", f.queue_ms}, {"ttft_ms", f.ttft_ms}, {"total_ms", f.total_ms}};
   if (!f.metadata_json.empty()) j["metadata"] = ojson::parse(f.metadata_json, nullptr, false);
+  if (f.with_logprobs) j["logprobs"] = logprobs_json(f.logprobs);
   return to_json_text(j);
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -63,6 +64,7 @@ struct WireEvent {
   std::string code, message;   // error
   std::string param;           // error: the request field at fault (empty: none)
   std::string metadata_json;   // eos: echoed metadata
+  std::vector<LogprobEntry> logprobs;  // token / eos: the entries it carries (request's logprobs)
   std::string raw;             // the payload as received
 };
 Status parse_event(std::string_view payload, WireEvent* out);
@@ -71,13 +73,17 @@ Status parse_event(std::string_view payload, WireEvent* out);
 std::string encode_request(const WireRequest& r);
 std::string encode_cancel(std::string_view id);
 std::string encode_metrics_request(bool prometheus = false);
-std::string encode_token_event(std::string_view id, std::string_view text, std::int32_t token_id);
+std::string encode_token_event(std::string_view id, std::string_view text, std::int32_t token_id,
+                               std::span<const LogprobEntry> logprobs = {});
 struct EosFields {
   std::string_view reason;
   std::int32_t prompt_tokens = 0, completion_tokens = 0;
   double queue_ms = 0.0, ttft_ms = -1.0, total_ms = 0.0;
   const std::string* full_text = nullptr;  // stream:false
   std::string_view metadata_json;
+  // The entries of tokens it releases (stream:false: every token's); only when the request asked.
+  std::span<const LogprobEntry> logprobs = {};
+  bool with_logprobs = false;
 };
 std::string encode_eos_event(std::string_view id, const EosFields& f);
 std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message, std::string_view param = {});

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "ipc/wire.h"
 
 namespace uma {
@@ -65,6 +67,11 @@ TEST(JsonMessages, EncodeThenParseRoundTrips) {
   js.json_schema = R"({"type":"object","properties":{"c":{"enum":["a"]}}})";
   ASSERT_TRUE(parse(encode_request(js), &msg).ok());
   EXPECT_EQ(std::get<WireRequest>(msg).json_schema, js.json_schema);
+  EXPECT_EQ(std::get<WireRequest>(msg).sampling.logprobs, -1) << "none unless asked";
+  WireRequest lp = r;
+  lp.sampling.logprobs = 3;
+  ASSERT_TRUE(parse(encode_request(lp), &msg).ok());
+  EXPECT_EQ(std::get<WireRequest>(msg).sampling.logprobs, 3);
 }
 
 // A value nested a few hundred thousand deep once killed umad: the metadata is echoed, and
@@ -128,6 +135,8 @@ TEST(JsonMessages, EachBadFieldIsNamed) {
       {R"({"id":"a","prompt":"x","stop":[1]})", "stop"},
       {R"({"id":"a","prompt":"x","stop":[""]})", "stop"},
       {R"({"id":"a","prompt":"x","stream":"yes"})", "stream"},
+      {R"({"id":"a","prompt":"x","logprobs":21})", "logprobs"},
+      {R"({"id":"a","prompt":"x","logprobs":true})", "logprobs"},
       {R"({"id":"a","prompt":"x","keep_alive":1})", "keep_alive"},
       {R"({"id":"a","prompt":"x","slo":5})", "slo"},
       {R"({"id":"a","prompt":"x","slo":{"target_ttft_ms":"soon"}})", "slo.target_ttft_ms"},
@@ -177,6 +186,14 @@ TEST(JsonMessages, EventsRoundTripThroughTheClientParser) {
   EXPECT_EQ(e.completion_tokens, 4);
   EXPECT_DOUBLE_EQ(e.ttft_ms, 20.0);
   EXPECT_EQ(e.metadata_json, R"({"a":1})");
+  const std::vector<LogprobEntry> lp = {{{7, "\xe2\x82", -0.5f}, {{7, "\xe2\x82", -0.5f}, {9, "a", -1.25f}}}};
+  ASSERT_TRUE(parse_event(encode_token_event("r", "x", 7, lp), &e).ok());
+  ASSERT_EQ(e.logprobs.size(), 1u);
+  EXPECT_EQ(e.logprobs[0].chosen.text, "\xe2\x82") << "a token's exact bytes, even part of a code point";
+  EXPECT_FLOAT_EQ(e.logprobs[0].chosen.logprob, -0.5f);
+  ASSERT_EQ(e.logprobs[0].top.size(), 2u);
+  EXPECT_EQ(e.logprobs[0].top[1].token, 9);
+  EXPECT_EQ(nlohmann::json::parse(encode_token_event("r", "x", 7)).count("logprobs"), 0u) << "only when asked";
   ASSERT_TRUE(parse_event(encode_error_event("r", ErrorCode::kContextExceeded, "too long"), &e).ok());
   EXPECT_EQ(e.code, "E_LIMIT_CONTEXT");
   ASSERT_TRUE(parse_event(encode_metrics_event(R"({"x":1})"), &e).ok());

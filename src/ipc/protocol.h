@@ -49,6 +49,8 @@ struct ReplyState {
   std::string metadata_json;
   std::string text;         // stream:false: the text so far
   bool line_open = false;   // newline: reply bytes sent without the final '\n'
+  bool logprobs = false;    // the request asked for logprobs
+  std::vector<LogprobEntry> logprob_entries{};  // stream:false: every token's so far
 };
 
 struct ProtocolLimits {

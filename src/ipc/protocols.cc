@@ -119,9 +119,10 @@ class JsonProtocol final : public Protocol {
   void encode_token(ReplyState& reply, const Event& ev, std::string& out) override {
     if (!reply.stream) {
       reply.text += ev.text;
+      reply.logprob_entries.insert(reply.logprob_entries.end(), ev.logprobs.begin(), ev.logprobs.end());
       return;
     }
-    append_frame(out, encode_token_event(reply.client_id, ev.text, ev.token_id));
+    append_frame(out, encode_token_event(reply.client_id, ev.text, ev.token_id, ev.logprobs));
   }
   void encode_done(ReplyState& reply, const Event& ev, std::string& out) override {
     EosFields f;
@@ -133,6 +134,9 @@ class JsonProtocol final : public Protocol {
     f.total_ms = ev.total_ms;
     f.full_text = reply.stream ? nullptr : &reply.text;
     f.metadata_json = reply.metadata_json;
+    f.with_logprobs = reply.logprobs;
+    if (!reply.stream) reply.logprob_entries.insert(reply.logprob_entries.end(), ev.logprobs.begin(), ev.logprobs.end());
+    f.logprobs = reply.stream ? std::span<const LogprobEntry>(ev.logprobs) : std::span<const LogprobEntry>(reply.logprob_entries);
     append_frame(out, encode_eos_event(reply.client_id, f));
   }
   void encode_error(ReplyState*, const std::string& client_id, const Status& error, std::string& out) override {

@@ -36,7 +36,7 @@ class UdsAdapter final : public ProtocolAdapter {
                               start->client_id, false);
         }
         reply_ = ReplyState{std::move(start->client_id), start->stream, start->keep_alive,
-                            std::move(start->metadata_json), {}, false};
+                            std::move(start->metadata_json), {}, false, start->request.sampling.logprobs >= 0};
         return Start{std::move(start->request)};
       }
       if (auto* cancel = std::get_if<CancelInput>(&*action)) {

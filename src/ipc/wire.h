@@ -42,6 +42,9 @@ inline constexpr std::string_view kKeepAlive = "keep_alive";
 inline constexpr std::string_view kGrammar = "grammar";         // GBNF the output must match
 inline constexpr std::string_view kJsonSchema = "json_schema";  // a JSON schema the output must match
 inline constexpr std::size_t kMaxGrammarBytes = 64 * 1024;
+// Request: report each token's log-probability and this many alternatives (0..20); token and eos
+// events then carry "logprobs": [{"token_id","text","bytes","logprob","top":[...]}].
+inline constexpr std::string_view kLogprobs = "logprobs";
 inline constexpr std::string_view kType = "type";        // {"type":"metrics"}
 inline constexpr std::string_view kFormat = "format";    // {"type":"metrics","format":"prometheus"}
 inline constexpr std::string_view kEvent = "event";      // {"event":"cancel","id":...} and every reply

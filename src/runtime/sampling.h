@@ -40,6 +40,18 @@ struct SamplingParams {
 inline constexpr std::int32_t kMaxTopLogprobs = 20;
 inline constexpr std::uint32_t kRandomSeed = 0xFFFFFFFFu;
 
+// One token and its log-probability under the model's distribution for that step.
+struct TokenLogprob {
+  std::int32_t token = -1;
+  std::string text;  // the token's bytes (may be part of a UTF-8 code point)
+  float logprob = 0.0f;
+};
+// A generated token's log-probability and the most likely alternatives (SamplingParams::logprobs).
+struct LogprobEntry {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // most likely first
+};
+
 // A JSON schema (text) to the GBNF that enforces it, or an error (chat/structured_output.h's, given
 // to the front ends by the daemon: they know no llama.cpp). Empty: structured output unavailable.
 using SchemaToGrammar = std::function<Status(const std::string& schema_json, std::string* gbnf)>;

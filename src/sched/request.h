@@ -52,17 +52,6 @@ enum class FinishReason : std::uint8_t { kStop, kLength, kCancelled };
 
 // Compute thread -> I/O thread. For one request: zero or more kToken, then exactly one kDone or
 // kError (a cancelled request ends with kDone, reason kCancelled).
-// One token and its log-probability under the model's distribution for that step.
-struct TokenLogprob {
-  std::int32_t token = -1;
-  std::string text;  // the token's bytes (may be part of a UTF-8 code point)
-  float logprob = 0.0f;
-};
-// A generated token's log-probability and the most likely alternatives (SamplingParams::logprobs).
-struct LogprobEntry {
-  TokenLogprob chosen;
-  std::vector<TokenLogprob> top;  // most likely first
-};
 
 struct Event {
   enum class Kind : std::uint8_t { kToken, kDone, kError };

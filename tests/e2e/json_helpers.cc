@@ -28,8 +28,11 @@ Reply read_reply(UmaClient& c, bool check_close) {
     if (ev.kind == WireEvent::Kind::kToken) {
       r.text += ev.text;
       ++r.tokens;
+      r.token_ids.push_back(ev.token_id);
+      r.logprobs.insert(r.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
       continue;
     }
+    r.logprobs.insert(r.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
     r.end = ev;
     break;
   }

@@ -20,6 +20,8 @@ WireRequest request(const std::string& id, const std::string& prompt, int max_to
 struct Reply {
   std::string text;
   int tokens = 0;
+  std::vector<std::int32_t> token_ids;  // of the token events
+  std::vector<LogprobEntry> logprobs;   // of every event, in order
   WireEvent end;  // the eos or error
   bool closed_after = false;
 };

@@ -63,6 +63,38 @@ TEST(UmadJson, KeepAliveServesSeveralRequestsAndStreamFalseSendsOneEvent) {
   EXPECT_TRUE(rc.closed_after);
 }
 
+TEST(UmadJson, LogprobsComeWithEachTokenOrAllInTheEos) {
+  Daemon d(args({"--max-tokens", "64"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  auto c = connect(d);
+  WireRequest r = request("lp", "hello world", 12);
+  r.sampling.logprobs = 2;
+  r.keep_alive = true;
+  ASSERT_TRUE(c->send_request(r).ok());
+  const Reply streamed = read_reply(*c, false);
+  EXPECT_EQ(streamed.text, oracle().expected_text("hello world", 12));
+  ASSERT_EQ(streamed.logprobs.size(), 12u) << "an entry per token";
+  std::string bytes;
+  for (std::size_t i = 0; i < streamed.logprobs.size(); ++i) {
+    const LogprobEntry& e = streamed.logprobs[i];
+    EXPECT_EQ(e.chosen.token, streamed.token_ids[i]);
+    EXPECT_LE(e.chosen.logprob, 0.0f);
+    ASSERT_EQ(e.top.size(), 2u);
+    EXPECT_EQ(e.top[0].token, e.chosen.token) << "greedy picks the most likely token";
+    EXPECT_GE(e.top[0].logprob, e.top[1].logprob);
+    bytes += e.chosen.text;
+  }
+  EXPECT_EQ(bytes, streamed.text) << "the entries' bytes spell the reply";
+  r.id = "lp2";
+  r.stream = false;
+  r.keep_alive = false;
+  ASSERT_TRUE(c->send_request(r).ok());
+  const Reply whole = read_reply(*c);
+  EXPECT_EQ(whole.tokens, 0);
+  ASSERT_EQ(whole.logprobs.size(), 12u) << "stream:false: every entry in the eos";
+  for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(whole.logprobs[i].chosen.token, streamed.logprobs[i].chosen.token);
+}
+
 TEST(UmadJson, ByteAtATimeFramesWork) {
   Daemon d(args({}));
   ASSERT_TRUE(d.started()) << d.log();
