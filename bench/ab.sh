@@ -53,8 +53,9 @@ run() {  # name, umad binary
   kill -TERM "$pid"; wait "$pid" || true
 }
 for r in $(seq "$rounds"); do
-  run "old$r" "$old/build/bin/umad"
-  run "new$r" build/bin/umad
+  # Alternate which side goes first: on a shared machine the first run of a pair often differs.
+  if [ $((r % 2)) = 1 ]; then run "old$r" "$old/build/bin/umad"; run "new$r" build/bin/umad
+  else run "new$r" build/bin/umad; run "old$r" "$old/build/bin/umad"; fi
 done
 python3 - "$out" "$rounds" "$rev" <<'PY'
 import json, os, sys
