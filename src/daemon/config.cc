@@ -119,6 +119,13 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--test-load-delay-ms", out.test_load_delay_ms)->group("")->check(CLI::Range(0, 60000));
   app.add_option("--http", http_listen, "serve the OpenAI-compatible HTTP API on HOST:PORT (or PORT: loopback); "
                  "off unless given")->envname("UMA_HTTP");
+  app.add_flag("--agent", out.agent, "cluster agent: heartbeat this daemon's state to Redis every second "
+               "(needs --http)")->envname("UMA_AGENT");
+  app.add_option("--redis", out.redis, "the cluster's Redis, HOST:PORT")->envname("UMA_REDIS")->capture_default_str();
+  app.add_option("--agent-id", out.agent_id, "this agent's id in the cluster (default: the --http address)")
+      ->envname("UMA_AGENT_ID");
+  app.add_option("--advertise", out.advertise, "the base URL gateways reach this agent at (default: "
+                 "http://HOST:PORT of --http)")->envname("UMA_ADVERTISE");
   app.add_option("--http-timeout-sec", out.http.timeout_sec, "a request must arrive whole within this; idle "
                  "keep-alive connections close after it")
       ->envname("UMA_HTTP_TIMEOUT_SEC")->capture_default_str()->check(CLI::Range(1, 3600));
@@ -168,6 +175,11 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       return Status(ErrorCode::kInvalidArgument, "bad --http");
     }
     out.http.port = static_cast<std::uint16_t>(p);
+  }
+  if (out.agent && !out.http_enabled) {
+    std::cerr << "umad: --agent needs --http (gateways reach agents over HTTP)\n";
+    *exit_code = 2;
+    return Status(ErrorCode::kInvalidArgument, "--agent needs --http");
   }
   srv.limits.max_prompt_bytes = static_cast<std::size_t>(max_prompt_bytes);
   srv.limits.max_frame_bytes = static_cast<std::size_t>(max_frame_bytes);

@@ -20,6 +20,11 @@ struct DaemonConfig {
   bool min_prefill_given = false;  // --min-prefill (or its env twin) given: it holds for both KV layouts
   HttpConfig http;
   std::string chat_template;  // --chat-template: overrides the model's
+  // --agent: heartbeat this daemon's state to Redis for the cluster's gateways (cluster/).
+  bool agent = false;
+  std::string redis = "127.0.0.1:6379";  // --redis HOST:PORT
+  std::string agent_id;                  // --agent-id (default: the HTTP front end's host:port)
+  std::string advertise;                 // --advertise URL (default: http://host:port of --http)
   bool debug = false;
   int test_load_delay_ms = 0;  // tests only: a slow model load, to observe /health's 503
 };

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "chat/chat_templates.h"
+#include "cluster/agent_heartbeat.h"
 #include "chat/structured_output.h"
 #include "daemon/config.h"
 #include "http/http_server.h"
@@ -168,10 +169,29 @@ int main(int argc, char** argv) {
       });
     });
   });
+  std::unique_ptr<cluster::AgentHeartbeat> agent;
+  if (cfg.agent) {
+    cluster::AgentConfig ac;
+    const std::string hostport = cfg.http.host + ":" + std::to_string(http->port());
+    ac.id = cfg.agent_id.empty() ? hostport : cfg.agent_id;
+    ac.address = cfg.advertise.empty() ? "http://" + hostport : cfg.advertise;
+    if (!cluster::parse_redis_address(cfg.redis, &ac.redis)) {
+      spdlog::error("--redis: want HOST:PORT, got '{}'", cfg.redis);
+      return 2;
+    }
+    ac.model_name = std::filesystem::path(cfg.runtime.model_path).filename().string();
+    std::error_code ec;
+    ac.model_bytes = static_cast<std::int64_t>(std::filesystem::file_size(cfg.runtime.model_path, ec));
+    agent = std::make_unique<cluster::AgentHeartbeat>(std::move(ac), metrics);
+    agent->start();
+    spdlog::info("agent {} heartbeating to redis {} (boot {})", cfg.agent_id.empty() ? hostport : cfg.agent_id,
+                 cfg.redis, agent->boot_id());
+  }
   server.start();
   spdlog::info("listening on {} ({} protocol, max sessions {}, n_ctx {})", cfg.server.socket_path,
                cfg.server.protocol == ProtocolKind::kJson ? "json" : "newline", cfg.server.max_sessions, cfg.runtime.n_ctx);
   run_io(io, metrics);
+  if (agent) agent->stop();  // leaves the cluster at once rather than after the key's TTL
   compute->join();
   spdlog::info("stopped: {} tokens generated, {} requests", metrics.tokens_generated_total.load(),
                metrics.requests_total.load());

@@ -59,6 +59,10 @@ std::string slurp(const std::string& path) {
 
 }  // namespace
 
+pid_t spawn_process(const std::vector<std::string>& argv, const std::string& out_path) {
+  return spawn(argv, out_path, 0);
+}
+
 std::string bin_path(const std::string& name) { return std::string(UMA_BIN_DIR) + "/" + name; }
 std::string model_path(const std::string& name) { return std::string(UMA_MODELS_DIR) + "/" + name; }
 

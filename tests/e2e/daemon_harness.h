@@ -39,6 +39,9 @@ class Daemon {
   bool json_ = false;
 };
 
+// Starts a binary with its stdout+stderr in `out_path`; its pid (the caller waits for it).
+pid_t spawn_process(const std::vector<std::string>& argv, const std::string& out_path);
+
 // Runs a binary to completion; returns its exit status and output (stdout+stderr).
 int run_command(const std::vector<std::string>& argv, std::string* output, int timeout_sec = 60);
 

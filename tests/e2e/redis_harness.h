@@ -1,0 +1,28 @@
+// A real redis-server (Debian's) for the cluster tests: on a free loopback port, no persistence,
+// killed with the test. kill() is `kill -9` (a crash); start() again brings it back, empty, on the
+// same port.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+namespace uma::test {
+
+int free_loopback_port();
+
+class RedisServer {
+ public:
+  RedisServer();
+  ~RedisServer();
+  bool start();  // spawns it and waits until it answers PING (10 s at most)
+  void kill();   // SIGKILL, reaped
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int port_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace uma::test
