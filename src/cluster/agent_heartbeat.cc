@@ -1,6 +1,5 @@
 #include "cluster/agent_heartbeat.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -9,7 +8,7 @@
 #include <vector>
 #include <cstdio>
 
-#include "common/json_text.h"
+#include "cluster/agent_state.h"
 
 namespace uma::cluster {
 
@@ -78,23 +77,21 @@ void AgentHeartbeat::update_rates() {
 }
 
 std::string AgentHeartbeat::state_json(std::chrono::system_clock::time_point now) {
-  using ojson = nlohmann::ordered_json;
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  ojson j;
-  j["id"] = config_.id;
-  j["address"] = config_.address;
-  j["boot_id"] = boot_id_;
-  j["ts_ms"] = ms;
-  j["models"] = ojson::array({{{"name", config_.model_name}, {"bytes", config_.model_bytes}, {"state", "loaded"},
-                               {"tier", "dram"}}});
-  j["prefill_tok_s"] = rates_.prefill_tok_s;
-  j["decode_tok_s"] = rates_.decode_tok_s;
-  j["active_sessions"] = metrics_.active_sessions.load();
-  j["queued_sessions"] = metrics_.queued_sessions.load();
-  j["kv_cells_used"] = metrics_.kv_tokens_used.load();
-  j["kv_cells_total"] = metrics_.kv_cells_total.load();
-  j["free_memory_bytes"] = available_memory();
-  return to_json_text(j);
+  AgentState a;
+  a.id = config_.id;
+  a.address = config_.address;
+  a.boot_id = boot_id_;
+  a.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  a.models = {ModelState{config_.model_name, config_.model_bytes, "loaded", "dram"}};
+  a.prefill_tok_s = rates_.prefill_tok_s;
+  a.decode_tok_s = rates_.decode_tok_s;
+  a.active_sessions = metrics_.active_sessions.load();
+  a.queued_sessions = metrics_.queued_sessions.load();
+  a.prefill_backlog_tokens = metrics_.prefill_backlog_tokens.load();
+  a.kv_cells_used = metrics_.kv_tokens_used.load();
+  a.kv_cells_total = metrics_.kv_cells_total.load();
+  a.free_memory_bytes = available_memory();
+  return encode_agent_state(a);
 }
 
 void AgentHeartbeat::run() {

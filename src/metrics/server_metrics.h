@@ -64,6 +64,7 @@ class ServerMetrics {
   std::atomic<double> ttft_ms_last{-1.0};
   std::atomic<std::int64_t> active_sessions{0};   // prefill + decode
   std::atomic<std::int64_t> queued_sessions{0};   // admitted, waiting for KV room
+  std::atomic<std::int64_t> prefill_backlog_tokens{0};  // prompt tokens admitted, not yet prefilled
   std::atomic<std::int64_t> kv_tokens_used{0};    // tokens held in KV across all sequences
   std::atomic<std::int64_t> kv_sequences_used{0}; // sequences with any KV
   std::atomic<std::int64_t> kv_cells_total{0};

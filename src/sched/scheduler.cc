@@ -455,7 +455,9 @@ void Scheduler::publish_metrics() {
   std::array<std::int64_t, kGaugeStates> by_state{};
   std::vector<SessionTiming> table;
   table.reserve(sessions_.size());
+  std::int64_t backlog = 0;
   for (const auto& s : sessions_) {
+    if (!is_terminal(*s)) backlog += std::max(0, s->n_prompt - s->n_prefilled);
     switch (s->state) {
       case SessionState::kQueued: by_state[static_cast<std::size_t>(GaugeState::kQueued)]++; break;
       case SessionState::kPrefill: by_state[static_cast<std::size_t>(GaugeState::kPrefill)]++; break;
@@ -490,6 +492,7 @@ void Scheduler::publish_metrics() {
                              by_state[static_cast<std::size_t>(GaugeState::kDecode)];
   metrics_.queued_sessions = by_state[static_cast<std::size_t>(GaugeState::kQueued)] +
                              by_state[static_cast<std::size_t>(GaugeState::kPaused)];
+  metrics_.prefill_backlog_tokens = backlog;
   metrics_.kv_tokens_used = kv_tokens;
   metrics_.kv_sequences_used = kv_seqs;
   metrics_.kv_cells_granted = cells_granted() - cache_.cells();

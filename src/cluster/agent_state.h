@@ -1,0 +1,50 @@
+// AgentState: one agent's soft state as it travels through Redis (`uma:agent:{id}`, JSON), typed.
+// The agent encodes it (cluster/agent_heartbeat.h), gateways decode it (cluster/cluster_view.h):
+// the format lives here once. Decoding type-checks every field (the text comes from Redis, which
+// anyone on the network may write): a wrong type is an error, a missing optional number is 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace uma::cluster {
+
+struct ModelState {
+  std::string name;
+  std::int64_t bytes = 0;
+  std::string state = "loaded";  // loaded | loading | ... (the model store's issue adds the rest)
+  std::string tier = "dram";     // where its weights are: dram | nvme | remote
+};
+
+struct AgentState {
+  std::string id;
+  std::string address;  // base URL: http://host:port
+  std::string boot_id;
+  std::int64_t ts_ms = 0;  // wall clock of the beat, ms since the epoch
+  std::vector<ModelState> models;
+  double prefill_tok_s = 0.0;  // measured (EWMA over beats with such work); 0: not yet known
+  double decode_tok_s = 0.0;
+  std::int64_t active_sessions = 0;
+  std::int64_t queued_sessions = 0;
+  std::int64_t prefill_backlog_tokens = 0;  // prompt tokens admitted and not yet prefilled
+  std::int64_t kv_cells_used = 0;
+  std::int64_t kv_cells_total = 0;
+  std::int64_t free_memory_bytes = -1;
+
+  const ModelState* model(std::string_view name) const {
+    for (const ModelState& m : models) {
+      if (m.name == name) return &m;
+    }
+    return nullptr;
+  }
+};
+
+std::string encode_agent_state(const AgentState& s);
+// kInvalidJson / kBadRequest naming the field on a malformed state.
+Status decode_agent_state(std::string_view json_text, AgentState* out);
+
+}  // namespace uma::cluster

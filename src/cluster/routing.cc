@@ -1,0 +1,95 @@
+#include "cluster/routing.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace uma::cluster {
+
+namespace {
+
+const ModelState* model_of(const Candidate& c, const RouteRequest& r) {
+  if (c.agent == nullptr) return nullptr;
+  if (r.model.empty()) return c.agent->models.empty() ? nullptr : &c.agent->models.front();
+  return c.agent->model(r.model);
+}
+
+// The seed's cache level: 0 loaded, then by tier (where the weights must come from).
+int cache_level(const ModelState& m) {
+  if (m.state == "loaded") return 0;
+  if (m.tier == "dram") return 1;
+  if (m.tier == "nvme") return 2;
+  return 3;
+}
+
+}  // namespace
+
+bool parse_policy(std::string_view name, Policy* out) {
+  if (name == "predicted") *out = Policy::kPredicted;
+  else if (name == "seed") *out = Policy::kSeed;
+  else if (name == "round-robin") *out = Policy::kRoundRobin;
+  else if (name == "least-loaded") *out = Policy::kLeastLoaded;
+  else return false;
+  return true;
+}
+
+Prediction predict_ttft(const Candidate& c, const RouteRequest& r, const RoutingParams& p) {
+  Prediction t;
+  const ModelState* m = model_of(c, r);
+  if (m == nullptr) return t;
+  if (m->state != "loaded") {
+    const double bw = c.load_bandwidth_bytes_s > 0.0 ? c.load_bandwidth_bytes_s : p.default_load_bytes_s;
+    t.load = static_cast<double>(m->bytes + c.loader_queue_bytes) / bw;
+  }
+  const double rate = c.agent->prefill_tok_s > 0.0 ? c.agent->prefill_tok_s : p.default_prefill_tok_s;
+  t.queue = static_cast<double>(std::max<std::int64_t>(0, c.agent->prefill_backlog_tokens) + std::max<std::int64_t>(0, c.pending_tokens)) / rate;
+  const std::int64_t uncached = std::max<std::int64_t>(0, r.prompt_tokens - std::min(c.cached_tokens, r.prompt_tokens));
+  t.prefill = static_cast<double>(uncached) / rate;
+  return t;
+}
+
+RouteChoice choose(Policy policy, std::span<const Candidate> candidates, const RouteRequest& r, const RoutingParams& p,
+                   std::uint64_t* rr_cursor) {
+  RouteChoice best;
+  double best_score = std::numeric_limits<double>::infinity();
+  const int n = static_cast<int>(candidates.size());
+  if (policy == Policy::kRoundRobin) {
+    // The next eligible agent after the cursor.
+    for (int k = 0; k < n; ++k) {
+      const int i = static_cast<int>((*rr_cursor + static_cast<std::uint64_t>(k)) % static_cast<std::uint64_t>(n));
+      if (model_of(candidates[static_cast<std::size_t>(i)], r) == nullptr) continue;
+      *rr_cursor = static_cast<std::uint64_t>(i) + 1;
+      return RouteChoice{i, predict_ttft(candidates[static_cast<std::size_t>(i)], r, p)};
+    }
+    return best;
+  }
+  for (int i = 0; i < n; ++i) {
+    const Candidate& c = candidates[static_cast<std::size_t>(i)];
+    const ModelState* m = model_of(c, r);
+    if (m == nullptr) continue;
+    const Prediction t = predict_ttft(c, r, p);
+    double score = 0.0;
+    switch (policy) {
+      case Policy::kPredicted: score = t.total(); break;
+      case Policy::kSeed: {
+        const double hit = r.prompt_tokens > 0 ? static_cast<double>(std::min(c.cached_tokens, r.prompt_tokens)) /
+                                                     static_cast<double>(r.prompt_tokens)
+                                               : 0.0;
+        score = p.alpha * cache_level(*m) - p.beta * hit + p.gamma * t.queue + p.delta * t.load;
+        break;
+      }
+      case Policy::kLeastLoaded:
+        // Requests running and waiting, then the backlog (with this gateway's own dispatches).
+        score = static_cast<double>(c.agent->active_sessions + c.agent->queued_sessions) +
+                static_cast<double>(c.agent->prefill_backlog_tokens + c.pending_tokens) * 1e-9;
+        break;
+      case Policy::kRoundRobin: break;
+    }
+    if (score < best_score) {
+      best_score = score;
+      best = RouteChoice{i, t};
+    }
+  }
+  return best;
+}
+
+}  // namespace uma::cluster

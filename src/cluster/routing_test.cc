@@ -1,0 +1,100 @@
+// Routing as pure functions over synthetic cluster states: the predicted TTFT's three terms, and
+// what each policy picks.
+#include "cluster/routing.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace uma::cluster {
+namespace {
+
+AgentState agent(const std::string& id, double prefill_tok_s, std::int64_t backlog, std::int64_t active = 0) {
+  AgentState a;
+  a.id = id;
+  a.models = {{"m.gguf", 4'000'000'000, "loaded", "dram"}};
+  a.prefill_tok_s = prefill_tok_s;
+  a.prefill_backlog_tokens = backlog;
+  a.active_sessions = active;
+  return a;
+}
+
+TEST(Routing, PredictedTtftIsLoadPlusQueuePlusUncachedPrefill) {
+  AgentState a = agent("a", 1000.0, 500);
+  Candidate c{&a, /*cached*/ 800, /*pending*/ 300};
+  const RouteRequest r{"m.gguf", 1000};
+  RoutingParams p;
+  Prediction t = predict_ttft(c, r, p);
+  EXPECT_DOUBLE_EQ(t.load, 0.0) << "loaded";
+  EXPECT_DOUBLE_EQ(t.queue, 0.8) << "(500 backlog + 300 of ours) / 1000 tok/s";
+  EXPECT_DOUBLE_EQ(t.prefill, 0.2) << "200 uncached tokens";
+  a.models[0].state = "cold";
+  c.load_bandwidth_bytes_s = 2e9;
+  c.loader_queue_bytes = 1'000'000'000;
+  t = predict_ttft(c, r, p);
+  EXPECT_DOUBLE_EQ(t.load, 2.5) << "(4 GB + 1 GB queued) / 2 GB/s";
+  a.prefill_tok_s = 0.0;  // not measured yet: the default rate
+  p.default_prefill_tok_s = 100.0;
+  EXPECT_DOUBLE_EQ(predict_ttft(c, r, p).prefill, 2.0);
+  c.cached_tokens = 5000;  // more than the prompt: nothing to prefill, never negative
+  EXPECT_DOUBLE_EQ(predict_ttft(c, r, p).prefill, 0.0);
+}
+
+TEST(Routing, PredictedPrefersTheCachedPrefixUntilItsQueueCostsMore) {
+  AgentState hot = agent("hot", 1000.0, 0), cold = agent("cold", 1000.0, 0);
+  std::vector<Candidate> cs = {{&cold, 0, 0}, {&hot, 900, 0}};
+  const RouteRequest r{"m.gguf", 1000};
+  std::uint64_t cursor = 0;
+  EXPECT_EQ(choose(Policy::kPredicted, cs, r, RoutingParams{}, &cursor).index, 1) << "0.1 s against 1.0 s";
+  hot.prefill_backlog_tokens = 950;  // 0.95 + 0.1 > 1.0
+  const RouteChoice c = choose(Policy::kPredicted, cs, r, RoutingParams{}, &cursor);
+  EXPECT_EQ(c.index, 0);
+  EXPECT_DOUBLE_EQ(c.predicted.total(), 1.0);
+  cs[0].pending_tokens = 200;  // this gateway's own unreported dispatches count too
+  EXPECT_EQ(choose(Policy::kPredicted, cs, r, RoutingParams{}, &cursor).index, 1);
+}
+
+TEST(Routing, OnlyAgentsWithTheModelAndNoneIsMinusOne) {
+  AgentState a = agent("a", 1000.0, 0), b = agent("b", 1000.0, 0);
+  b.models[0].name = "other.gguf";
+  std::vector<Candidate> cs = {{&b, 0, 0}, {&a, 0, 0}};
+  std::uint64_t cursor = 0;
+  for (Policy p : {Policy::kPredicted, Policy::kSeed, Policy::kRoundRobin, Policy::kLeastLoaded}) {
+    EXPECT_EQ(choose(p, cs, RouteRequest{"m.gguf", 10}, RoutingParams{}, &cursor).index, 1);
+    EXPECT_EQ(choose(p, cs, RouteRequest{"nope.gguf", 10}, RoutingParams{}, &cursor).index, -1);
+  }
+  EXPECT_EQ(choose(Policy::kPredicted, {}, RouteRequest{"m.gguf", 10}, RoutingParams{}, &cursor).index, -1);
+}
+
+TEST(Routing, RoundRobinCyclesAndLeastLoadedPicksTheIdlest) {
+  AgentState a = agent("a", 1000.0, 0, 5), b = agent("b", 1000.0, 0, 1), c = agent("c", 1000.0, 0, 3);
+  std::vector<Candidate> cs = {{&a, 0, 0}, {&b, 0, 0}, {&c, 0, 0}};
+  std::uint64_t cursor = 0;
+  std::vector<int> order;
+  for (int k = 0; k < 6; ++k) order.push_back(choose(Policy::kRoundRobin, cs, RouteRequest{"m.gguf", 1}, {}, &cursor).index);
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(choose(Policy::kLeastLoaded, cs, RouteRequest{"m.gguf", 1}, {}, &cursor).index, 1);
+}
+
+TEST(Routing, TheSeedFormulaWeighsCacheLevelHitRateQueueAndLoad) {
+  AgentState loaded = agent("loaded", 1000.0, 2000), cold = agent("cold", 1000.0, 0);
+  cold.models[0].state = "cold";
+  cold.models[0].tier = "nvme";  // cache level 2
+  std::vector<Candidate> cs = {{&loaded, 0, 0}, {&cold, 0, 0, 4e9}};
+  std::uint64_t cursor = 0;
+  RoutingParams p;
+  // loaded: 1·0 − 0 + 1·2.0 + 0 = 2.0; cold: 1·2 − 0 + 0 + 1·(4 GB / 4 GB/s) = 3.0
+  EXPECT_EQ(choose(Policy::kSeed, cs, RouteRequest{"m.gguf", 100}, p, &cursor).index, 0);
+  p.gamma = 2.0;  // weigh the queue more: 4.0 against 3.0
+  EXPECT_EQ(choose(Policy::kSeed, cs, RouteRequest{"m.gguf", 100}, p, &cursor).index, 1);
+}
+
+TEST(Routing, PolicyNames) {
+  Policy p;
+  ASSERT_TRUE(parse_policy("least-loaded", &p));
+  EXPECT_EQ(p, Policy::kLeastLoaded);
+  EXPECT_FALSE(parse_policy("random", &p));
+}
+
+}  // namespace
+}  // namespace uma::cluster
