@@ -1,0 +1,48 @@
+#include "cluster/cluster_view.h"
+
+#include <algorithm>
+
+#include "cluster/agent_heartbeat.h"
+
+namespace uma::cluster {
+
+ClusterView::ClusterView(RedisAddress redis, std::chrono::milliseconds timeout, std::chrono::milliseconds max_age)
+    : redis_(std::move(redis), timeout), max_age_(max_age) {}
+
+Status ClusterView::refresh(std::chrono::system_clock::time_point now) {
+  RedisReply ids;
+  Status st = redis_.command({"SMEMBERS", kAgentsSet}, &ids);
+  if (!st.ok()) {
+    stale_ = true;
+    return st;
+  }
+  std::vector<std::string> members;
+  for (const RedisReply& e : ids.elements) members.push_back(e.str);
+  std::sort(members.begin(), members.end());  // a stable order for round-robin and ties
+  std::vector<AgentState> fresh;
+  if (!members.empty()) {
+    std::vector<std::string> mget = {"MGET"};
+    for (const std::string& id : members) mget.push_back(agent_key(id));
+    RedisReply values;
+    if (st = redis_.command(mget, &values); !st.ok()) {
+      stale_ = true;
+      return st;
+    }
+    const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    for (const RedisReply& v : values.elements) {
+      if (v.kind != RedisReply::Kind::kString) continue;  // its key expired: a dead agent
+      AgentState a;
+      if (!decode_agent_state(v.str, &a).ok()) {
+        ++undecodable_total_;
+        continue;
+      }
+      if (now_ms - a.ts_ms > max_age_.count()) continue;  // a beat too old: not alive
+      fresh.push_back(std::move(a));
+    }
+  }
+  agents_ = std::move(fresh);
+  stale_ = false;
+  return Status::Ok();
+}
+
+}  // namespace uma::cluster

@@ -1,0 +1,36 @@
+// ClusterView: a gateway's snapshot of the cluster's agents, read from Redis (the `uma:agents` set,
+// then every `uma:agent:{id}` key, in one pipelined round trip). Fail-static: when Redis cannot be
+// read, the last snapshot stays and routing goes on with it; `stale()` says so. An agent whose key
+// is gone (its TTL ran out) or whose beat is older than `max_age` is not in the snapshot; a key
+// that does not decode is skipped and counted.
+//
+// Thread-safety: none; one owner (the gateway's refresher). Clock: the caller passes `now`.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "cluster/agent_state.h"
+#include "cluster/redis_client.h"
+
+namespace uma::cluster {
+
+class ClusterView {
+ public:
+  ClusterView(RedisAddress redis, std::chrono::milliseconds timeout, std::chrono::milliseconds max_age);
+  // One read of Redis. On an error the snapshot is kept (fail-static) and the error returned.
+  Status refresh(std::chrono::system_clock::time_point now);
+  const std::vector<AgentState>& agents() const { return agents_; }
+  bool stale() const { return stale_; }
+  std::uint64_t undecodable_total() const { return undecodable_total_; }
+
+ private:
+  RedisClient redis_;
+  std::chrono::milliseconds max_age_;
+  std::vector<AgentState> agents_;
+  bool stale_ = true;  // nothing read yet
+  std::uint64_t undecodable_total_ = 0;
+};
+
+}  // namespace uma::cluster
