@@ -106,18 +106,31 @@ class CommonOutputParser final : public ChatOutputParser {
     }
     if (next.empty() && !final) return {};
     next.set_tool_call_ids(ids_, [this] { return new_tool_call_id(rng_); });
+    std::vector<common_chat_msg_diff> diffs;
+    try {
+      diffs = common_chat_msg_diff::compute_diffs(msg_, next);
+    } catch (const std::exception&) {
+      // The parse no longer extends what was sent (llama.cpp's diff refuses it): send nothing for
+      // it; at the end the message is still whole for a non-streamed reply.
+      if (final) adopt(std::move(next));
+      return {};
+    }
     std::vector<ChatDelta> out;
-    for (const common_chat_msg_diff& d : common_chat_msg_diff::compute_diffs(msg_, next)) {
+    for (const common_chat_msg_diff& d : diffs) {
       if (!d.content_delta.empty()) out.push_back(ChatDelta{d.content_delta, -1, {}, {}, {}});
       if (d.tool_call_index != std::string::npos) {
         out.push_back(ChatDelta{{}, static_cast<std::ptrdiff_t>(d.tool_call_index), d.tool_call_delta.id,
                                 d.tool_call_delta.name, d.tool_call_delta.arguments});
       }
     }
+    adopt(std::move(next));
+    return out;
+  }
+
+  void adopt(common_chat_msg next) {
     msg_ = std::move(next);
     calls_.clear();
     for (const common_chat_tool_call& c : msg_.tool_calls) calls_.push_back({c.id, c.name, c.arguments});
-    return out;
   }
 
   std::unique_ptr<ChatOutputParser> fresh() const override { return std::make_unique<CommonOutputParser>(params_); }
