@@ -81,6 +81,7 @@ std::string AgentHeartbeat::state_json(std::chrono::system_clock::time_point now
   a.id = config_.id;
   a.address = config_.address;
   a.boot_id = boot_id_;
+  a.events = config_.events;
   a.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
   a.models = {ModelState{config_.model_name, config_.model_bytes, "loaded", "dram"}};
   a.prefill_tok_s = rates_.prefill_tok_s;

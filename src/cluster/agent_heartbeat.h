@@ -31,6 +31,7 @@ namespace uma::cluster {
 struct AgentConfig {
   std::string id;           // unique in the cluster (default: host:port of the HTTP front end)
   std::string address;      // the base URL gateways send requests to (http://host:port)
+  std::string events;       // host:port of the KV-event stream
   RedisAddress redis;
   std::string model_name;   // the model file's name
   std::int64_t model_bytes = 0;

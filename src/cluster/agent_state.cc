@@ -38,6 +38,7 @@ std::string encode_agent_state(const AgentState& s) {
   j["id"] = s.id;
   j["address"] = s.address;
   j["boot_id"] = s.boot_id;
+  j["events"] = s.events;
   j["ts_ms"] = s.ts_ms;
   j["models"] = nlohmann::ordered_json::array();
   for (const ModelState& m : s.models) {
@@ -60,7 +61,8 @@ Status decode_agent_state(std::string_view text, AgentState* out) {
   AgentState s;
   Status st;
   if (!(st = read_string(j, "id", &s.id)).ok() || !(st = read_string(j, "address", &s.address)).ok() ||
-      !(st = read_string(j, "boot_id", &s.boot_id)).ok() || !(st = read_number(j, "ts_ms", &s.ts_ms)).ok() ||
+      !(st = read_string(j, "boot_id", &s.boot_id)).ok() ||
+      !(st = read_string(j, "events", &s.events, false)).ok() || !(st = read_number(j, "ts_ms", &s.ts_ms)).ok() ||
       !(st = read_number(j, "prefill_tok_s", &s.prefill_tok_s)).ok() ||
       !(st = read_number(j, "decode_tok_s", &s.decode_tok_s)).ok() ||
       !(st = read_number(j, "active_sessions", &s.active_sessions)).ok() ||

@@ -24,6 +24,7 @@ struct AgentState {
   std::string id;
   std::string address;  // base URL: http://host:port
   std::string boot_id;
+  std::string events;      // host:port of its KV-event stream (cluster/kv_event_server.h); empty: none
   std::int64_t ts_ms = 0;  // wall clock of the beat, ms since the epoch
   std::vector<ModelState> models;
   double prefill_tok_s = 0.0;  // measured (EWMA over beats with such work); 0: not yet known

@@ -126,6 +126,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_AGENT_ID");
   app.add_option("--advertise", out.advertise, "the base URL gateways reach this agent at (default: "
                  "http://HOST:PORT of --http)")->envname("UMA_ADVERTISE");
+  app.add_option("--agent-events-port", out.agent_events_port, "the agent's KV-event stream (GET /kv-events) on "
+                 "this port of the --http host; 0: any free one, advertised in its heartbeat")
+      ->envname("UMA_AGENT_EVENTS_PORT")->capture_default_str();
   app.add_option("--http-timeout-sec", out.http.timeout_sec, "a request must arrive whole within this; idle "
                  "keep-alive connections close after it")
       ->envname("UMA_HTTP_TIMEOUT_SEC")->capture_default_str()->check(CLI::Range(1, 3600));

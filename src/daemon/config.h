@@ -24,6 +24,7 @@ struct DaemonConfig {
   bool agent = false;
   std::string redis = "127.0.0.1:6379";  // --redis HOST:PORT
   std::string agent_id;                  // --agent-id (default: the HTTP front end's host:port)
+  std::uint16_t agent_events_port = 0;   // --agent-events-port (0: any free one)
   std::string advertise;                 // --advertise URL (default: http://host:port of --http)
   bool debug = false;
   int test_load_delay_ms = 0;  // tests only: a slow model load, to observe /health's 503

@@ -18,6 +18,7 @@
 
 #include "chat/chat_templates.h"
 #include "cluster/agent_heartbeat.h"
+#include "cluster/kv_event_server.h"
 #include "chat/structured_output.h"
 #include "daemon/config.h"
 #include "http/http_server.h"
@@ -27,6 +28,16 @@
 #include "sched/scheduler.h"
 
 namespace {
+
+// The host part of an advertised base URL (http://host:port/...), else `fallback`.
+std::string advertised_host(const std::string& url, const std::string& fallback) {
+  std::string_view rest = url;
+  if (const auto scheme = rest.find("://"); scheme != std::string_view::npos) rest.remove_prefix(scheme + 3);
+  rest = rest.substr(0, rest.find('/'));
+  if (!rest.empty() && rest.front() == '[') return std::string(rest.substr(0, rest.find(']') + 1));
+  rest = rest.substr(0, rest.rfind(':'));
+  return rest.empty() ? fallback : std::string(rest);
+}
 
 // Request ids of the two servers are disjoint (HttpServer's start at kFirstId).
 class EventRouter final : public uma::EventSink {
@@ -135,6 +146,10 @@ int main(int argc, char** argv) {
   // The whole-batch prefill floor of per-sequence KV was measured on a GPU; on a CPU, where a
   // prompt token costs far more, per-sequence KV keeps the unified floor unless asked otherwise.
   if (!runtime->on_gpu() && !cfg.min_prefill_given) cfg.scheduler.per_seq_min_prefill = cfg.scheduler.min_prefill;
+  // An agent publishes the prefix blocks it holds (cluster/kv_events.h): the journal hears the
+  // prefix index from the compute thread; the stream's server runs on the I/O thread.
+  cluster::BlockJournal block_journal;
+  if (cfg.agent) cfg.scheduler.prefix.block_observer = &block_journal;
   Scheduler scheduler(*runtime, metrics, cfg.scheduler);
   EventRouter router(server, http.get());
   compute = std::make_unique<ComputeThread>(scheduler, router);
@@ -153,9 +168,11 @@ int main(int argc, char** argv) {
     http->set_ready(std::filesystem::path(cfg.runtime.model_path).filename().string(), std::move(render));
   }
 
+  std::unique_ptr<cluster::KvEventServer> kv_events;
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     spdlog::info("signal {}: shutting down", sig);
+    if (kv_events) kv_events->stop();  // gateways see the stream end and send nothing new
     server.begin_shutdown();
     if (http) http->begin_shutdown();
     compute->request_stop();
@@ -171,10 +188,20 @@ int main(int argc, char** argv) {
   });
   std::unique_ptr<cluster::AgentHeartbeat> agent;
   if (cfg.agent) {
+    cluster::KvEventConfig kc;
+    kc.host = cfg.http.host;
+    kc.port = cfg.agent_events_port;
+    kc.block = cfg.scheduler.prefix.block;
+    kv_events = std::make_unique<cluster::KvEventServer>(io, kc, block_journal, metrics);
+    if (st = kv_events->listen(); !st.ok()) {
+      spdlog::error("--agent-events-port: {}", st.to_string());
+      return 1;
+    }
     cluster::AgentConfig ac;
     const std::string hostport = cfg.http.host + ":" + std::to_string(http->port());
     ac.id = cfg.agent_id.empty() ? hostport : cfg.agent_id;
     ac.address = cfg.advertise.empty() ? "http://" + hostport : cfg.advertise;
+    ac.events = advertised_host(ac.address, cfg.http.host) + ":" + std::to_string(kv_events->port());
     if (!cluster::parse_redis_address(cfg.redis, &ac.redis)) {
       spdlog::error("--redis: want HOST:PORT, got '{}'", cfg.redis);
       return 2;
@@ -184,6 +211,7 @@ int main(int argc, char** argv) {
     ac.model_bytes = static_cast<std::int64_t>(std::filesystem::file_size(cfg.runtime.model_path, ec));
     agent = std::make_unique<cluster::AgentHeartbeat>(std::move(ac), metrics);
     agent->start();
+    kv_events->start(agent->boot_id());
     spdlog::info("agent {} heartbeating to redis {} (boot {})", cfg.agent_id.empty() ? hostport : cfg.agent_id,
                  cfg.redis, agent->boot_id());
   }
@@ -191,6 +219,7 @@ int main(int argc, char** argv) {
   spdlog::info("listening on {} ({} protocol, max sessions {}, n_ctx {})", cfg.server.socket_path,
                cfg.server.protocol == ProtocolKind::kJson ? "json" : "newline", cfg.server.max_sessions, cfg.runtime.n_ctx);
   run_io(io, metrics);
+  if (kv_events) kv_events->stop();
   if (agent) agent->stop();  // leaves the cluster at once rather than after the key's TTL
   compute->join();
   spdlog::info("stopped: {} tokens generated, {} requests", metrics.tokens_generated_total.load(),

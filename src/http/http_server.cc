@@ -1,5 +1,7 @@
 #include "http/http_server.h"
 
+#include "net/tcp_listen.h"
+
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
@@ -278,25 +280,9 @@ HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& m
 
 HttpServer::~HttpServer() = default;
 
-Status HttpServer::listen() {
-  const HttpConfig& cfg = site_.config;
-  boost::system::error_code ec;
-  const auto addr = asio::ip::make_address(cfg.host, ec);
-  if (ec) return Status(ErrorCode::kInvalidArgument, "--http: bad address '" + cfg.host + "'");
-  const tcp::endpoint ep(addr, cfg.port);
-  if (acceptor_.open(ep.protocol(), ec); ec) return Status(ErrorCode::kIo, "http socket: " + ec.message());
-  acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-  if (acceptor_.bind(ep, ec); ec) {
-    return Status(ErrorCode::kIo, "cannot bind " + cfg.host + ":" + std::to_string(cfg.port) + ": " + ec.message());
-  }
-  if (acceptor_.listen(asio::socket_base::max_listen_connections, ec); ec) return Status(ErrorCode::kIo, ec.message());
-  return Status::Ok();
-}
+Status HttpServer::listen() { return listen_tcp(acceptor_, site_.config.host, site_.config.port, "--http"); }
 
-std::uint16_t HttpServer::port() const {
-  boost::system::error_code ec;
-  return acceptor_.local_endpoint(ec).port();
-}
+std::uint16_t HttpServer::port() const { return bound_port(acceptor_); }
 
 void HttpServer::start() {
   accept_loop_.start();

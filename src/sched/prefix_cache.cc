@@ -8,7 +8,9 @@ namespace uma {
 
 PrefixCache::PrefixCache(Decoder& decoder, ServerMetrics& metrics, const PrefixCacheConfig& config,
                          const TimeSource& time, SeqIdPool& ids)
-    : decoder_(decoder), metrics_(metrics), time_(time), ids_(ids), config_(config), index_(config.block, config.hash) {}
+    : decoder_(decoder), metrics_(metrics), time_(time), ids_(ids), config_(config), index_(config.block, config.hash) {
+  index_.set_observer(config.block_observer);
+}
 
 void PrefixCache::add_live(RequestId id, std::span<const Token> prompt) {
   if (config_.enabled) index_.insert(id | kLiveBit, prompt);

@@ -54,6 +54,7 @@ struct PrefixCacheConfig {
   // attention spans all used cells, so idle cells slow every running stream down.
   double idle_ms = 2000.0;
   PrefixIndex::Hash hash = &PrefixIndex::default_hash;  // tests inject a weak one
+  BlockObserver* block_observer = nullptr;  // hears the block hashes held (umad --agent's KV events)
 };
 
 class PrefixCache {

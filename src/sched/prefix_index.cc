@@ -18,21 +18,43 @@ std::uint64_t PrefixIndex::default_hash(std::uint64_t chain, std::span<const Tok
   return h ^ (h >> 31);
 }
 
+std::vector<std::uint64_t> PrefixIndex::block_hashes(std::span<const Token> tokens, std::int32_t block, Hash hash) {
+  std::vector<std::uint64_t> out;
+  std::uint64_t chain = 0;
+  for (std::size_t at = 0; block > 0 && at + static_cast<std::size_t>(block) <= tokens.size(); at += static_cast<std::size_t>(block)) {
+    chain = hash(chain, tokens.subspan(at, static_cast<std::size_t>(block)));
+    out.push_back(chain);
+  }
+  return out;
+}
+
 void PrefixIndex::insert(EntryId id, std::span<const Token> tokens) {
   erase(id);
   std::vector<Token>& stored = entries_[id];
   stored.assign(tokens.begin(), tokens.end());
-  std::uint64_t chain = 0;
-  const auto n = static_cast<std::int32_t>(stored.size());
-  for (std::int32_t at = 0; at + block_ <= n; at += block_) {
-    chain = hash_(chain, std::span<const Token>(stored).subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(block_)));
+  std::vector<std::uint64_t> fresh;
+  for (std::uint64_t chain : block_hashes(stored, block_, hash_)) {
+    if (observer_ != nullptr && by_hash_.count(chain) == 0) fresh.push_back(chain);
     by_hash_.emplace(chain, id);
   }
+  if (!fresh.empty()) observer_->blocks_changed(fresh, {});
 }
 
 void PrefixIndex::erase(EntryId id) {
-  if (entries_.erase(id) == 0) return;
-  std::erase_if(by_hash_, [id](const auto& kv) { return kv.second == id; });
+  auto entry = entries_.find(id);
+  if (entry == entries_.end()) return;
+  std::vector<std::uint64_t> gone;
+  for (std::uint64_t chain : block_hashes(entry->second, block_, hash_)) {
+    const auto [lo, hi] = by_hash_.equal_range(chain);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second != id) continue;
+      by_hash_.erase(it);
+      break;
+    }
+    if (observer_ != nullptr && by_hash_.count(chain) == 0) gone.push_back(chain);
+  }
+  entries_.erase(entry);
+  if (!gone.empty()) observer_->blocks_changed({}, gone);
 }
 
 std::span<const Token> PrefixIndex::tokens(EntryId id) const {

@@ -6,6 +6,10 @@
 // the tokens themselves, and extended token by token past the last whole block: a hash collision
 // can cost a lookup, never serve another prompt's KV. The hash is injectable so tests can force
 // collisions.
+// A BlockObserver hears which chained block hashes the index starts and stops holding (a hash held
+// by several entries is stored once and evicted when the last goes): the cluster's KV-event
+// stream publishes them, and a gateway that hashes a prompt the same way (default_hash, the same
+// block size, chain 0 at the start) knows which agent holds how much of it.
 // Not thread-safe; owned by the scheduler. Entries are identified by the caller's ids.
 #pragma once
 
@@ -18,6 +22,13 @@
 #include "runtime/decoder.h"
 
 namespace uma {
+
+// Called on the index owner's thread (the compute thread), inside insert()/erase(): keep it short.
+class BlockObserver {
+ public:
+  virtual ~BlockObserver() = default;
+  virtual void blocks_changed(std::span<const std::uint64_t> stored, std::span<const std::uint64_t> evicted) = 0;
+};
 
 class PrefixIndex {
  public:
@@ -44,10 +55,15 @@ class PrefixIndex {
              const std::function<bool(EntryId)>& prefer = nullptr) const;
 
   std::int32_t block() const { return block_; }
+  void set_observer(BlockObserver* observer) { observer_ = observer; }  // null: none; outlives the index
+
+  // The chained hashes of `tokens`' whole blocks (what the index keys them by).
+  static std::vector<std::uint64_t> block_hashes(std::span<const Token> tokens, std::int32_t block, Hash hash = &default_hash);
 
  private:
   std::int32_t block_;
   Hash hash_;
+  BlockObserver* observer_ = nullptr;
   std::unordered_map<EntryId, std::vector<Token>> entries_;
   // chained hash of blocks 0..i -> entries holding that many whole blocks with that hash
   std::unordered_multimap<std::uint64_t, EntryId> by_hash_;

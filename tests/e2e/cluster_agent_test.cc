@@ -6,11 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <algorithm>
 #include <functional>
+#include <set>
 #include <memory>
 #include <thread>
 
 #include "cluster/agent_heartbeat.h"
+#include "cluster/kv_events.h"
 #include "cluster/redis_client.h"
 #include "e2e/daemon_harness.h"
 #include "e2e/http_client.h"
@@ -121,6 +124,56 @@ TEST(ClusterAgent, ServesThroughARedisOutageAndRegistersAgainWhenItIsBack) {
   EXPECT_EQ((*s)["boot_id"], boot) << "the same process: the same boot id";
   std::printf("re-registered %lld ms after Redis answered again\n", static_cast<long long>(back->count()));
   EXPECT_EQ(complete(http_port(d), "the stone", 8), oracle().expected_text("the stone", 8));
+}
+
+// The KV-event stream: a snapshot first, then the prefix blocks of a served prompt, hashed exactly
+// as a gateway hashes the prompt it tokenized itself.
+TEST(ClusterAgent, PublishesThePrefixBlocksItHoldsOnItsKvEventStream) {
+  Cluster one("agent-e");
+  ASSERT_TRUE(one.up()) << one.daemon->log();
+  const std::string events = (*one.state)["events"];
+  ASSERT_EQ(events.rfind("127.0.0.1:", 0), 0u) << events;
+  Tcp sub(std::stoi(events.substr(events.find(':') + 1)));
+  ASSERT_TRUE(sub.send("GET /kv-events HTTP/1.1\r\nHost: x\r\n\r\n"));
+  const std::string head = sub.read_until([](const std::string& b) { return b.find("\n\n", b.find("\r\n\r\n")) != std::string::npos; }, 10s);
+  ASSERT_EQ(status_of(head), 200) << head;
+  EXPECT_NE(head.find("text/event-stream"), std::string::npos);
+  const std::string first = body_of(head);
+  cluster::KvEvent snap;
+  ASSERT_TRUE(cluster::decode_kv_event(first.substr(6, first.find("\n\n") - 6), &snap).ok()) << first;
+  EXPECT_TRUE(snap.snapshot);
+  EXPECT_EQ(snap.boot_id, (*one.state)["boot_id"]);
+  EXPECT_EQ(snap.block, 32);
+  EXPECT_TRUE(snap.stored.empty());
+
+  // Longer than the 256 tokens past which a first-seen prompt's KV is kept after it finishes.
+  const std::string prompt = Oracle::long_prompt(300, "end");
+  EXPECT_EQ(complete(http_port(*one.daemon), prompt, 4), oracle().expected_text(prompt, 4));
+  const std::vector<std::uint64_t> want = PrefixIndex::block_hashes(oracle().tokenize(prompt), 32);
+  ASSERT_GE(want.size(), 3u);
+  std::set<std::uint64_t> held;
+  const auto all_there = [&](const std::string& b) {
+    held.clear();
+    for (std::size_t at = b.find("data: "); at != std::string::npos; at = b.find("data: ", at + 1)) {
+      cluster::KvEvent e;
+      const std::size_t end = b.find("\n\n", at);
+      if (end == std::string::npos) break;
+      if (!cluster::decode_kv_event(b.substr(at + 6, end - at - 6), &e).ok()) continue;
+      for (std::uint64_t h : e.stored) held.insert(h);
+      for (std::uint64_t h : e.evicted) held.erase(h);
+    }
+    return std::all_of(want.begin(), want.end(), [&](std::uint64_t h) { return held.count(h) != 0; });
+  };
+  const std::string stream = sub.read_until(all_there, 10s);
+  EXPECT_TRUE(all_there(stream)) << stream;
+  EXPECT_NE(stream.find("\"load\""), std::string::npos);
+
+  Tcp wrong(std::stoi(events.substr(events.find(':') + 1)));
+  ASSERT_TRUE(wrong.send("GET /nope HTTP/1.1\r\n\r\n"));
+  EXPECT_EQ(status_of(wrong.response(5s)), 404);
+  // The agent stops: its stream ends (what a gateway takes as "gone").
+  one.daemon->stop();
+  EXPECT_TRUE(sub.closed_by_peer(10s));
 }
 
 TEST(ClusterAgent, NoRedisAtStartIsNotFatal) {
