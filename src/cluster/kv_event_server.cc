@@ -13,12 +13,24 @@ namespace {
 
 constexpr std::size_t kMaxRequestBytes = 8 * 1024;
 constexpr std::string_view kStreamHeaders =
-    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n";
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
+    "Connection: close\r\n\r\n";
 constexpr std::string_view kNotFound =
     "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 22\r\nConnection: close\r\n\r\n"
     "only GET /kv-events\r\n\r\n";
 
-std::string sse(const KvEvent& e) { return "data: " + encode_kv_event(e) + "\n\n"; }
+// One HTTP/1.1 chunk: the stream never ends, so it has no length; chunks let any HTTP client read
+// each event as it comes.
+std::string chunk(std::string_view data) {
+  char size[24];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  std::string out(size, static_cast<std::size_t>(n));
+  out.append(data);
+  out += "\r\n";
+  return out;
+}
+
+std::string sse(const KvEvent& e) { return chunk("data: " + encode_kv_event(e) + "\n\n"); }
 
 }  // namespace
 
@@ -127,7 +139,7 @@ void KvEventServer::publish(const BlockJournal::Delta& d, const AgentLoad& load)
     bytes = sse(e);
     last_load_ = load;
   } else if (now - last_sent_ >= config_.ping) {
-    bytes = ": ping\n\n";
+    bytes = chunk(": ping\n\n");
   } else {
     return;
   }

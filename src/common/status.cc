@@ -23,6 +23,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kOverloaded: return "overloaded";
     case ErrorCode::kKvExhausted: return "kv_exhausted";
     case ErrorCode::kKvPending: return "kv_pending";
+    case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kInternal: return "internal";
   }
   return "unknown";

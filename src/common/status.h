@@ -34,6 +34,7 @@ enum class ErrorCode : std::uint8_t {
   kOverloaded,        // the waiting queue is full, or a request waited too long for room
   kKvExhausted,       // no KV cells for a batch; the scheduler recovers (never sent to a client)
   kKvPending,         // a KV copy between streams waits for the next decode (never sent to a client)
+  kUnavailable,       // the gateway: no agent can serve the request now
   kInternal,          // a bug: an invariant did not hold (keep last: sizes tables)
 };
 

@@ -66,6 +66,8 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
   }
   q.stop.insert(q.stop.begin(), c.api.stop.begin(), c.api.stop.end());
   q.tenant = c.api.user;
+  q.continuation.assign(c.api.uma.resume.begin(), c.api.uma.resume.end());
+  q.sampling.report_tokens = c.api.uma.token_ids;
   return c;
 }
 

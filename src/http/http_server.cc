@@ -33,8 +33,16 @@ std::string chunked(std::string_view data) {  // one HTTP/1.1 chunk
   return out;
 }
 
-void append_sse(std::string& out, std::string_view data) {  // one `data:` event in one chunk
-  std::string event = "data: ";
+// One `data:` event in one chunk; with `tokens` (a gateway's uma.token_ids), a comment line before
+// it names the tokens whose text the event carries (SSE readers skip comments).
+void append_sse(std::string& out, std::string_view data, const std::vector<LogprobEntry>* tokens = nullptr) {
+  std::string event;
+  if (tokens != nullptr && !tokens->empty()) {
+    event = ": tokens";
+    for (const LogprobEntry& e : *tokens) event += " " + std::to_string(e.chosen.token);
+    event += "\n";
+  }
+  event += "data: ";
   event.append(data);
   event += "\n\n";
   out += chunked(event);
@@ -79,11 +87,14 @@ class HttpAdapter final : public ProtocolAdapter {
   }
 
   void started(RequestId id, std::string& out) override {
-    completion_id_ = (req_.chat ? "chatcmpl-" : "cmpl-") + std::to_string(id - HttpServer::kFirstId);
-    created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    // A stream a gateway resumes here keeps the id and time it began with elsewhere.
+    completion_id_ = !req_.uma.id.empty() ? req_.uma.id : (req_.chat ? "chatcmpl-" : "cmpl-") + std::to_string(id - HttpServer::kFirstId);
+    created_ = req_.uma.created > 0 ? req_.uma.created
+                                    : std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     first_id_ = id;
     choices_.clear();
     choices_.resize(static_cast<std::size_t>(req_.n));
+    if (!req_.uma.resume.empty()) choices_[0].first_chunk = false;  // the role went out with the stream's start
     if (tool_parser_) {
       for (std::size_t i = 1; i < choices_.size(); ++i) choices_[i].parser = tool_parser_->fresh();
       choices_[0].parser = std::move(tool_parser_);
@@ -105,7 +116,7 @@ class HttpAdapter final : public ProtocolAdapter {
     ChoiceState& ch = choices_[index];
     if (!req_.stream || error_) return;
     for (const ChatDelta& d : deltas) {
-      append_sse(out, openai::delta_chunk(req_, completion_id_, created_, d, ch.first_chunk, ch.logprobs, index));
+      append_sse(out, openai::delta_chunk(req_, completion_id_, created_, d, ch.first_chunk, ch.logprobs, index), tokens(ch));
       ch.first_chunk = false;
       ch.logprobs.clear();
     }
@@ -128,7 +139,7 @@ class HttpAdapter final : public ProtocolAdapter {
           ch.text += ev.text;
         } else if (!error_) {
           append_sse(out, openai::chunk(r, completion_id_, created_, ev.text, "", ch.first_chunk, ch.logprobs,
-                                        ch.sent_bytes, index));
+                                        ch.sent_bytes, index), tokens(ch));
           ch.first_chunk = false;
           ch.sent_bytes += ev.text.size();
           ch.logprobs.clear();
@@ -136,8 +147,12 @@ class HttpAdapter final : public ProtocolAdapter {
         return;
       case Event::Kind::kDone:
         ch.logprobs.insert(ch.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-        usage_.prompt_tokens = ev.prompt_tokens;  // the same prompt for every choice
-        usage_.completion_tokens += ev.completion_tokens;
+        {
+          // The same prompt for every choice; resumed tokens were the completion's, generated elsewhere.
+          const auto resumed = static_cast<std::int32_t>(r.uma.resume.size());
+          usage_.prompt_tokens = ev.prompt_tokens - resumed;
+          usage_.completion_tokens += ev.completion_tokens + resumed;
+        }
         ch.reason = finish_reason(ev.reason);
         if (ch.parser) {
           send_deltas(index, ch.parser->feed("", true), out);
@@ -146,7 +161,7 @@ class HttpAdapter final : public ProtocolAdapter {
         }
         if (r.stream && !error_) {
           append_sse(out, openai::chunk(r, completion_id_, created_, "", ch.reason, ch.first_chunk, ch.logprobs,
-                                        ch.sent_bytes, index));
+                                        ch.sent_bytes, index), tokens(ch));
         }
         break;
       case Event::Kind::kError:
@@ -247,6 +262,8 @@ class HttpAdapter final : public ProtocolAdapter {
     std::unique_ptr<ChatOutputParser> parser;
   };
   std::vector<ChoiceState> choices_;
+  // uma.token_ids: the tokens a chunk of `ch` carries, for the comment before it.
+  const std::vector<LogprobEntry>* tokens(const ChoiceState& ch) const { return req_.uma.token_ids ? &ch.logprobs : nullptr; }
   RequestId first_id_ = 0;
   std::int32_t running_ = 0;              // choices whose last event has not come
   openai::Usage usage_;

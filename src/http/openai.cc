@@ -114,6 +114,7 @@ constexpr FieldRule kFields[] = {
     {"reasoning_effort", Use::kNoOpOnly, true, false},
     {"verbosity", Use::kNoOpOnly, true, false},
     {"web_search_options", Use::kNoOpOnly, true, false},
+    {"uma", Use::kParsed, true, true},  // umad's own: what a gateway asks for (GatewayOptions)
     {"echo", Use::kNoOpOnly, false, true},
     {"best_of", Use::kNoOpOnly, false, true},
     {"suffix", Use::kNoOpOnly, false, true},
@@ -272,6 +273,34 @@ Status message_tool_calls(const json& v, std::vector<ToolCall>* out) {
   return Status::Ok();
 }
 
+Status gateway_options(const json& g, std::int32_t n, GatewayOptions* out) {
+  if (!g.is_object()) return bad("uma", "must be an object");
+  for (const auto& [key, v] : g.items()) {
+    if (key == "token_ids") {
+      if (!v.is_boolean()) return bad("uma.token_ids", "must be a boolean");
+      out->token_ids = v.get<bool>();
+    } else if (key == "resume") {
+      if (!v.is_array()) return bad("uma.resume", "must be an array of token ids");
+      if (n != 1) return bad("uma.resume", "needs n = 1");
+      for (const json& t : v) {
+        if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX) {
+          return bad("uma.resume", "must be an array of token ids");
+        }
+        out->resume.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+      }
+    } else if (key == "id") {
+      if (!v.is_string() || v.get_ref<const std::string&>().size() > 128) return bad("uma.id", "must be a string of at most 128 bytes");
+      out->id = v.get<std::string>();
+    } else if (key == "created") {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0) return bad("uma.created", "must be an integer >= 0");
+      out->created = v.get<std::int64_t>();
+    } else {
+      return bad("uma." + key, "is not a field of uma (token_ids, resume, id, created)");
+    }
+  }
+  return Status::Ok();
+}
+
 Status check_fields(const json& j, bool chat) {
   for (const auto& [key, value] : j.items()) {
     if (value.is_null()) continue;
@@ -426,6 +455,9 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   if (const json* par = member(j, "parallel_tool_calls")) {
     if (!par->is_boolean()) return bad("parallel_tool_calls", "must be a boolean");
     r->parallel_tool_calls = par->get<bool>();
+  }
+  if (const json* g = member(j, "uma")) {
+    if (Status st = gateway_options(*g, r->n, &r->uma); !st.ok()) return st;
   }
   if (!r->tools.empty() && r->tool_choice != ToolChoice::kNone && !r->json_schema.empty()) {
     return bad("response_format", "cannot be combined with tools the model may call (use tool_choice: none)");

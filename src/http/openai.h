@@ -19,6 +19,14 @@ namespace uma::openai {
 
 using ChatMessage = ChatTurn;
 
+// umad's own request field `uma`: what a gateway in front of it (uma-gw, docs/CLUSTER.md) asks for.
+struct GatewayOptions {
+  bool token_ids = false;            // each streamed chunk is preceded by `: tokens ID ...` (its tokens)
+  std::vector<std::int32_t> resume;  // tokens generated elsewhere: the prompt continues with them
+  std::string id;                    // the completion's id and creation time, when it began elsewhere
+  std::int64_t created = 0;
+};
+
 struct CompletionRequest {
   bool chat = false;
   std::string model;
@@ -43,6 +51,7 @@ struct CompletionRequest {
   std::string forced_tool;
   bool parallel_tool_calls = true;
   std::int32_t n = 1;  // choices
+  GatewayOptions uma;
 };
 inline constexpr std::int32_t kMaxChoices = 16;
 

@@ -160,6 +160,7 @@ unsigned http_status(ErrorCode code) {
     case ErrorCode::kTooManySessions:
     case ErrorCode::kBusy: return 429;
     case ErrorCode::kShuttingDown:
+    case ErrorCode::kUnavailable:
     case ErrorCode::kModelLoad: return 503;
     default: return 500;
   }

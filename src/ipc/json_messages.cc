@@ -384,7 +384,8 @@ std::string_view error_code(ErrorCode code) {
     case ErrorCode::kDecodeFailed:
     case ErrorCode::kKvExhausted:
     case ErrorCode::kKvPending: return "E_RUNTIME_DECODE";
-    case ErrorCode::kShuttingDown: return "E_SHUTTING_DOWN";
+    case ErrorCode::kShuttingDown:
+    case ErrorCode::kUnavailable: return "E_SHUTTING_DOWN";
     case ErrorCode::kOk:
     case ErrorCode::kIo:
     case ErrorCode::kModelLoad:

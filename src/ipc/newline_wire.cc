@@ -13,7 +13,8 @@ std::string_view newline_error_text(ErrorCode code) {
     case ErrorCode::kDecodeFailed:
     case ErrorCode::kKvExhausted:
     case ErrorCode::kKvPending: return "decode failed";
-    case ErrorCode::kShuttingDown: return "server shutting down";
+    case ErrorCode::kShuttingDown:
+    case ErrorCode::kUnavailable: return "server shutting down";
     case ErrorCode::kInvalidArgument: return "invalid request";
     case ErrorCode::kBadRequest: return "bad request";
     case ErrorCode::kBusy: return "busy";

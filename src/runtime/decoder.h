@@ -66,6 +66,7 @@ class Decoder {
   virtual Status tokenize(std::string_view text, std::vector<Token>& out, bool parse_special = false) const = 0;
   // Bytes of a token's text; may be a fragment of a UTF-8 code point.
   virtual std::string piece(Token token) const = 0;
+  virtual bool valid_token(Token token) const { return token >= 0; }  // in the vocabulary
   virtual bool is_end_of_generation(Token token) const = 0;
 
   virtual Status start_sequence(std::int32_t seq, const SamplingParams& params) = 0;

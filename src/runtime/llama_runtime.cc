@@ -1,5 +1,7 @@
 #include "runtime/llama_runtime.h"
 
+#include "runtime/vocab_model.h"
+
 #include "runtime/argmax.h"
 #include "runtime/device_greedy.h"
 #include "runtime/sampler_chain.h"
@@ -182,20 +184,10 @@ LlamaRuntime::~LlamaRuntime() {
 }
 
 Status LlamaRuntime::tokenize(std::string_view text, std::vector<Token>& out, bool parse_special) const {
-  const bool add_bos = llama_vocab_get_add_bos(vocab_);
-  // A token is at least one byte, plus the BOS/EOS that add_special may add.
-  out.resize(text.size() + 2);
-  int32_t n = llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), out.data(),
-                             static_cast<int32_t>(out.size()), add_bos, parse_special);
-  if (n < 0) {
-    out.resize(static_cast<size_t>(-n));
-    n = llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), out.data(),
-                       static_cast<int32_t>(out.size()), add_bos, parse_special);
-  }
-  if (n < 0) return Status(ErrorCode::kInternal, "tokenization failed");
-  out.resize(static_cast<size_t>(n));
-  return Status::Ok();
+  return tokenize_text(vocab_, text, out, parse_special);
 }
+
+bool LlamaRuntime::valid_token(Token token) const { return token >= 0 && token < llama_vocab_n_tokens(vocab_); }
 
 std::string LlamaRuntime::piece(Token token) const {
   char buf[128];

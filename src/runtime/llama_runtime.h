@@ -73,6 +73,7 @@ class LlamaRuntime final : public Decoder {
   bool kv_per_sequence() const override { return per_seq_; }
   std::int32_t n_ctx_seq() const override { return n_ctx_seq_; }
   Status tokenize(std::string_view text, std::vector<Token>& out, bool parse_special = false) const override;
+  bool valid_token(Token token) const override;
   // The loaded model (weights and vocabulary; read-only), for what is built from it before the
   // threads start, such as the chat templates (chat/chat_templates.h).
   const llama_model* model() const { return model_; }

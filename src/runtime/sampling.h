@@ -36,6 +36,9 @@ struct SamplingParams {
   // distribution, before temperature and filters) and this many most likely alternatives. Such a
   // request reads its logits row on the host (never device-sampled).
   std::int32_t logprobs = -1;
+  // Report the tokens whose text each event releases (as LogprobEntry with only `chosen.token`),
+  // without computing log-probabilities: what a gateway needs to resume a stream elsewhere.
+  bool report_tokens = false;
 };
 inline constexpr std::int32_t kMaxTopLogprobs = 20;
 inline constexpr std::uint32_t kRandomSeed = 0xFFFFFFFFu;

@@ -36,6 +36,9 @@ struct Request {
   SamplingParams sampling;
   std::vector<std::string> stop;  // generation ends before any of these; never emitted
   bool parse_special = false;     // the prompt holds control tokens as text (a chat template's)
+  // Tokens that follow the tokenized prompt: a stream resumed on this daemon after another one
+  // generated them (the gateway's mid-stream failover). Part of the prompt for everything else.
+  std::vector<std::int32_t> continuation;  // token ids (Token, runtime/decoder.h)
   double slo_ttft_ms = 0.0;       // 0: the daemon's default
   double slo_tbt_ms = 0.0;        // 0: the daemon's default
   Clock::time_point received_at{};

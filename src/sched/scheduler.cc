@@ -72,6 +72,10 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   if (Status st = decoder_.tokenize(request.prompt, s->tokens, request.parse_special); !st.ok()) {
     return reject(st.code(), st.message());
   }
+  for (Token t : request.continuation) {
+    if (!decoder_.valid_token(t)) return reject(ErrorCode::kBadRequest, "token " + std::to_string(t) + " is not in the vocabulary", "uma.resume");
+  }
+  s->tokens.insert(s->tokens.end(), request.continuation.begin(), request.continuation.end());
   const auto n_prompt = static_cast<std::int32_t>(s->tokens.size());
   if (n_prompt == 0) return reject(ErrorCode::kEmptyPrompt, "prompt has no tokens");
   const std::int32_t n_ctx = decoder_.n_ctx_seq();
@@ -199,7 +203,11 @@ void Scheduler::tick(std::vector<Event>& out) {
   sampled_.clear();
   for (const LogitsRow& row : batch_.rows) {
     sampled_.push_back(decoder_.sample(row.session->seq, row.batch_index));
-    if (row.session->sampling.logprobs >= 0) note_logprobs(*row.session, row.batch_index, sampled_.back());
+    if (row.session->sampling.logprobs >= 0) {
+      note_logprobs(*row.session, row.batch_index, sampled_.back());
+    } else if (row.session->sampling.report_tokens && !decoder_.is_end_of_generation(sampled_.back())) {
+      row.session->pending_logprobs.push_back(LogprobEntry{TokenLogprob{sampled_.back(), {}, 0.0f}, {}});
+    }
   }
   apply_batch(t1, out);
   reap();

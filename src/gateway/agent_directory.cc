@@ -1,0 +1,189 @@
+#include "gateway/agent_directory.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+namespace uma::gateway {
+
+AgentLink::AgentLink(AgentDirectory& dir, cluster::AgentState state) : dir_(dir), state_(std::move(state)) {}
+
+AgentLink::~AgentLink() {
+  if (stream_) stream_->abort();
+}
+
+std::int64_t AgentLink::cached_tokens(std::span<const std::uint64_t> prompt_blocks) const {
+  std::size_t n = 0;
+  while (n < prompt_blocks.size() && blocks_.count(prompt_blocks[n]) != 0) ++n;
+  return static_cast<std::int64_t>(n) * 32;
+}
+
+std::int64_t AgentLink::pending_tokens() const {
+  std::int64_t sum = 0;
+  for (const auto& [id, d] : dispatches_) {
+    if (d.at >= load_at_) sum += d.tokens;  // sent after its last report: not in that backlog
+  }
+  return sum;
+}
+
+void AgentLink::subscribe(SteadyClock::time_point now) {
+  HostPort to;
+  if (state_.events.empty() || !parse_host_port(state_.events, &to)) return;
+  last_dial_ = now;
+  sse_ = SseEvents();
+  std::string req = "GET /kv-events HTTP/1.1\r\nHost: " + state_.events + "\r\nAccept: text/event-stream\r\n\r\n";
+  stream_ = Upstream::start(dir_.io(), to, std::move(req), this, dir_.options().upstream);
+}
+
+void AgentLink::stream_down(const std::string& why) {
+  const bool was = live_;
+  live_ = false;
+  stream_.reset();  // the upstream holds itself while it calls us
+  blocks_.clear();
+  if (was) {
+    spdlog::warn("agent {}: event stream down ({}): out of routing", state_.id, why);
+    if (dir_.on_gone_) dir_.on_gone_(state_.id, false);
+  }
+}
+
+void AgentLink::on_head(unsigned status, bool event_stream) {
+  if (status != 200 || !event_stream) {
+    if (stream_) stream_->abort();
+    stream_down("event stream answered " + std::to_string(status));
+  }
+}
+
+void AgentLink::on_body(std::string_view bytes) {
+  std::vector<SseEvent> events;
+  if (Status st = sse_.feed(bytes, &events); !st.ok()) {
+    if (stream_) stream_->abort();
+    return stream_down(st.message());
+  }
+  for (const SseEvent& ev : events) {
+    if (ev.forward.rfind("data: ", 0) != 0) continue;
+    cluster::KvEvent e;
+    const std::string_view data = std::string_view(ev.forward).substr(6, ev.forward.size() - 8);
+    if (Status st = cluster::decode_kv_event(data, &e); !st.ok()) {
+      spdlog::warn("agent {}: bad kv event: {}", state_.id, st.message());
+      continue;
+    }
+    apply(e);
+  }
+}
+
+void AgentLink::apply(const cluster::KvEvent& e) {
+  if (e.snapshot) {
+    if (!state_.boot_id.empty() && e.boot_id != state_.boot_id) {
+      spdlog::warn("agent {}: stream of boot {} but the view says {}", state_.id, e.boot_id, state_.boot_id);
+    }
+    blocks_.clear();
+    if (!live_) spdlog::info("agent {}: event stream live ({} blocks)", state_.id, e.stored.size());
+    live_ = true;
+  }
+  for (std::uint64_t h : e.stored) blocks_.insert(h);
+  for (std::uint64_t h : e.evicted) blocks_.erase(h);
+  state_.active_sessions = e.load.active;
+  state_.queued_sessions = e.load.queued;
+  state_.prefill_backlog_tokens = e.load.backlog;
+  load_at_ = SteadyClock::now();
+}
+
+AgentDirectory::AgentDirectory(boost::asio::io_context& io, DirectoryOptions options, OnGone on_gone)
+    : io_(io), options_(options), on_gone_(std::move(on_gone)) {}
+
+AgentDirectory::~AgentDirectory() = default;
+
+void AgentDirectory::update(const std::vector<cluster::AgentState>& view, SteadyClock::time_point now) {
+  std::set<std::string> seen;
+  for (const cluster::AgentState& s : view) {
+    seen.insert(s.id);
+    auto it = links_.find(s.id);
+    if (it != links_.end() && it->second->state_.boot_id != s.boot_id) {
+      spdlog::info("agent {}: restarted (boot {} -> {})", s.id, it->second->state_.boot_id, s.boot_id);
+      links_.erase(it);  // a new process: nothing of the old one's KV or stream holds
+      if (on_gone_) on_gone_(s.id, false);
+      it = links_.end();
+    }
+    if (it == links_.end()) {
+      it = links_.emplace(s.id, std::make_unique<AgentLink>(*this, s)).first;
+    } else {
+      // The beat's measured rates, models and address; the load comes from the stream while it is live.
+      AgentLink& a = *it->second;
+      const cluster::AgentState fresh_load = a.state_;
+      a.state_ = s;
+      if (a.live_) {
+        a.state_.active_sessions = fresh_load.active_sessions;
+        a.state_.queued_sessions = fresh_load.queued_sessions;
+        a.state_.prefill_backlog_tokens = fresh_load.prefill_backlog_tokens;
+      }
+    }
+    AgentLink& a = *it->second;
+    if (!a.stream_ && !a.live_ && now - a.last_dial_ >= options_.redial) a.subscribe(now);
+  }
+  for (auto it = links_.begin(); it != links_.end();) {
+    if (seen.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    const std::string id = it->first;
+    spdlog::warn("agent {}: gone from the cluster view: out of routing", id);
+    it = links_.erase(it);
+    if (on_gone_) on_gone_(id, true);
+  }
+}
+
+void AgentDirectory::candidates(std::string_view model, std::span<const std::uint64_t> prompt_blocks,
+                                const std::unordered_set<std::string>& exclude, SteadyClock::time_point now,
+                                Candidates* out) {
+  out->list.clear();
+  out->links.clear();
+  for (auto& [id, link] : links_) {
+    AgentLink& a = *link;
+    if (!a.live_ || a.breaker_open(now) || exclude.count(id) != 0) continue;
+    if (!model.empty() && a.state_.model(model) == nullptr) continue;
+    cluster::Candidate c;
+    c.agent = &a.state_;
+    c.cached_tokens = a.cached_tokens(prompt_blocks);
+    c.pending_tokens = a.pending_tokens();
+    out->list.push_back(c);
+    out->links.push_back(&a);
+  }
+}
+
+AgentLink* AgentDirectory::find(const std::string& id) {
+  auto it = links_.find(id);
+  return it == links_.end() ? nullptr : it->second.get();
+}
+
+void AgentDirectory::dispatched(AgentLink& a, std::uint64_t request, std::int64_t tokens, SteadyClock::time_point now) {
+  a.dispatches_[request] = {tokens, now};
+}
+
+void AgentDirectory::first_byte(AgentLink& a, std::uint64_t request) { a.dispatches_.erase(request); }
+
+void AgentDirectory::succeeded(AgentLink& a) { a.failures_ = 0; }
+
+void AgentDirectory::failed(AgentLink& a, SteadyClock::time_point now) {
+  if (++a.failures_ >= options_.breaker_failures) {
+    a.open_until_ = now + options_.breaker_open;
+    a.failures_ = 0;
+    spdlog::warn("agent {}: {} failures in a row: breaker open for {} ms", a.id(), options_.breaker_failures,
+                 options_.breaker_open.count());
+  }
+}
+
+std::size_t AgentDirectory::live() const {
+  return static_cast<std::size_t>(std::count_if(links_.begin(), links_.end(), [](const auto& kv) { return kv.second->live_; }));
+}
+
+std::vector<std::string> AgentDirectory::models() const {
+  std::set<std::string> names;
+  for (const auto& [id, link] : links_) {
+    if (!link->live_) continue;
+    for (const cluster::ModelState& m : link->state_.models) names.insert(m.name);
+  }
+  return {names.begin(), names.end()};
+}
+
+}  // namespace uma::gateway

@@ -1,0 +1,129 @@
+// AgentDirectory: what one gateway knows about the agents, and the one place it is kept.
+// - The agents come from the cluster view (Redis, refreshed by the caller: update()); one gone
+//   from the view (its key expired: dead or hung for ~3 s) is dropped and on_gone() is told, so
+//   requests still waiting on it move elsewhere.
+// - For each agent the directory holds its KV-event stream (cluster/kv_event_server.h: GET
+//   /kv-events through an Upstream): the prefix blocks it holds and its load, fresher than its
+//   heartbeat. An agent is a candidate only while that stream is live: a stream that breaks
+//   (a killed agent's kernel closes it at once) takes it out of routing at once; it is dialled
+//   again every redial period while the view still lists it.
+// - A circuit breaker per agent: `breaker_failures` failed requests in a row open it for
+//   `breaker_open` (no requests), after which one request may try again.
+// - This gateway's own dispatches, until their first byte: the prompt tokens an agent has not yet
+//   reported in its load (routing's pending_tokens).
+// candidates() builds routing's input (cluster/routing.h) for one prompt.
+//
+// Threading: the I/O thread of `io`, all of it. Ownership: the directory owns its links and their
+// streams; AgentLink pointers handed out stay valid until the next update() or the directory's end.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "cluster/agent_state.h"
+#include "cluster/kv_events.h"
+#include "cluster/routing.h"
+#include "gateway/sse_events.h"
+#include "gateway/upstream.h"
+
+namespace uma::gateway {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct DirectoryOptions {
+  std::chrono::milliseconds redial{250};
+  std::int32_t breaker_failures = 3;
+  std::chrono::milliseconds breaker_open{5000};
+  Upstream::Options upstream;
+};
+
+class AgentDirectory;
+
+class AgentLink final : private UpstreamSink {
+ public:
+  AgentLink(AgentDirectory& dir, cluster::AgentState state);
+  ~AgentLink() override;
+  const cluster::AgentState& state() const { return state_; }
+  const std::string& id() const { return state_.id; }
+  bool live() const { return live_; }
+  bool breaker_open(SteadyClock::time_point now) const { return now < open_until_; }
+  // The prompt's leading tokens this agent holds, from its chained block hashes.
+  std::int64_t cached_tokens(std::span<const std::uint64_t> prompt_blocks) const;
+  std::int64_t pending_tokens() const;
+  std::size_t blocks_held() const { return blocks_.size(); }
+
+ private:
+  friend class AgentDirectory;
+  void subscribe(SteadyClock::time_point now);
+  void stream_down(const std::string& why);
+  void on_head(unsigned status, bool event_stream) override;
+  void on_body(std::string_view bytes) override;
+  void on_end() override { stream_down("stream ended"); }
+  void on_failed(const std::string& why, bool) override { stream_down(why); }
+  void apply(const cluster::KvEvent& e);
+
+  struct Dispatch {
+    std::int64_t tokens = 0;
+    SteadyClock::time_point at{};
+  };
+  AgentDirectory& dir_;
+  cluster::AgentState state_;
+  std::shared_ptr<Upstream> stream_;
+  SseEvents sse_;
+  bool live_ = false;  // its stream is up and has sent its snapshot
+  SteadyClock::time_point last_dial_{};
+  std::unordered_set<std::uint64_t> blocks_;
+  SteadyClock::time_point load_at_{};  // when its load was last reported
+  std::int32_t failures_ = 0;
+  SteadyClock::time_point open_until_{};
+  std::unordered_map<std::uint64_t, Dispatch> dispatches_;  // request id -> not yet at first byte
+};
+
+class AgentDirectory {
+ public:
+  // Told when an agent leaves the view (dead or hung) or its stream breaks (`hung`: the former).
+  using OnGone = std::function<void(const std::string& id, bool hung)>;
+  AgentDirectory(boost::asio::io_context& io, DirectoryOptions options, OnGone on_gone);
+  ~AgentDirectory();
+
+  void update(const std::vector<cluster::AgentState>& view, SteadyClock::time_point now);
+
+  struct Candidates {
+    std::vector<cluster::Candidate> list;
+    std::vector<AgentLink*> links;  // the same order
+  };
+  // Live agents serving `model` (empty: any) whose breaker is closed and that are not `exclude`.
+  void candidates(std::string_view model, std::span<const std::uint64_t> prompt_blocks,
+                  const std::unordered_set<std::string>& exclude, SteadyClock::time_point now, Candidates* out);
+
+  AgentLink* find(const std::string& id);
+  void dispatched(AgentLink& a, std::uint64_t request, std::int64_t tokens, SteadyClock::time_point now);
+  void first_byte(AgentLink& a, std::uint64_t request);  // also when it failed: no longer pending
+  void succeeded(AgentLink& a);
+  void failed(AgentLink& a, SteadyClock::time_point now);
+
+  std::size_t size() const { return links_.size(); }
+  std::size_t live() const;
+  std::vector<std::string> models() const;  // every model the live agents serve
+  boost::asio::io_context& io() { return io_; }
+  const DirectoryOptions& options() const { return options_; }
+
+ private:
+  friend class AgentLink;
+  boost::asio::io_context& io_;
+  DirectoryOptions options_;
+  OnGone on_gone_;
+  std::map<std::string, std::unique_ptr<AgentLink>> links_;
+};
+
+}  // namespace uma::gateway

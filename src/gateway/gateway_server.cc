@@ -1,0 +1,311 @@
+#include "gateway/gateway_server.h"
+
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <random>
+
+#include "common/json_text.h"
+#include "net/tcp_listen.h"
+#include "sched/prefix_index.h"
+
+namespace uma::gateway {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+std::string random_prefix() {
+  std::random_device rd;
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", rd());
+  return buf;
+}
+
+// A request the gateway only forwards may not carry what umad takes from a gateway.
+bool asks_for_gateway_fields(const openai::GatewayOptions& g) {
+  return g.token_ids || !g.resume.empty() || !g.id.empty() || g.created != 0;
+}
+
+}  // namespace
+
+GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDirectory& agents,
+                             const VocabModel& vocab, ChatTemplate chat_template, SchemaToGrammar schema_to_grammar)
+    : io_(io), config_(std::move(config)), agents_(agents), vocab_(vocab), chat_template_(std::move(chat_template)),
+      schema_to_grammar_(std::move(schema_to_grammar)), acceptor_(io),
+      accept_loop_(io, acceptor_, "gateway", [this](tcp::socket s) { adopt(std::move(s)); }), sweep_timer_(io),
+      id_prefix_(random_prefix()) {}
+
+GatewayServer::~GatewayServer() { stop(); }
+
+Status GatewayServer::listen() { return listen_tcp(acceptor_, config_.host, config_.port, "--listen"); }
+
+std::uint16_t GatewayServer::port() const { return bound_port(acceptor_); }
+
+void GatewayServer::start() {
+  stopped_ = false;
+  accept_loop_.start();
+  sweep();
+}
+
+void GatewayServer::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  accept_loop_.stop();
+  sweep_timer_.cancel();
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  std::vector<ConnectionPtr> open;
+  for (auto& [id, cl] : clients_) open.push_back(cl.conn);
+  for (const ConnectionPtr& c : open) c->close("gateway stopping");
+}
+
+void GatewayServer::adopt(tcp::socket s) {
+  boost::system::error_code ignored;
+  if (stopped_ || clients_.size() >= static_cast<std::size_t>(config_.max_connections)) {
+    s.close(ignored);
+    return;
+  }
+  s.set_option(tcp::no_delay(true), ignored);
+  ConnectionOptions options;
+  options.log_name = "gw";
+  options.max_tx_bytes = config_.max_tx_bytes;
+  options.eof_closes = true;
+  ConnectionOwner& owner = *this;
+  auto c = std::make_shared<Connection>(StreamSocket(std::move(s)), next_conn_++, options, owner);
+  clients_[c->id()].conn = c;
+  c->start_reading();
+}
+
+bool GatewayServer::input_full(const Connection& c) const {
+  auto it = clients_.find(c.id());
+  return it != clients_.end() && it->second.in.size() > config_.max_header_bytes + config_.max_body_bytes;
+}
+
+void GatewayServer::on_input(const ConnectionPtr& c, std::string_view bytes) {
+  auto it = clients_.find(c->id());
+  if (it == clients_.end()) return;
+  it->second.in.append(bytes);
+  serve(it->second);
+}
+
+void GatewayServer::on_close(const ConnectionPtr& c) {
+  auto it = clients_.find(c->id());
+  if (it == clients_.end()) return;
+  if (it->second.proxy) {
+    it->second.proxy->client_gone();
+    retire(std::move(it->second.proxy));
+  }
+  clients_.erase(it);
+}
+
+void GatewayServer::on_failure(const ConnectionPtr& c, const char* what) {
+  spdlog::error("gw {}: {}", c->id(), what);
+  c->close("failure");
+}
+
+void GatewayServer::retire(std::unique_ptr<Proxy> p) {
+  // Never freed inside its own callback: the loop frees it once the current handler returns.
+  asio::post(io_, [p = std::shared_ptr<Proxy>(std::move(p))] {});
+}
+
+void GatewayServer::serve(Client& cl) {
+  if (cl.proxy || cl.conn->closed() || cl.conn->state() == ConnState::kClosing) return;
+  if (cl.in.empty()) return;
+  if (!cl.parser) {
+    cl.parser.emplace();
+    cl.parser->eager(true);
+    cl.parser->body_limit(config_.max_body_bytes);
+    cl.parser->header_limit(static_cast<std::uint32_t>(config_.max_header_bytes));
+  }
+  beast::error_code ec;
+  while (!cl.in.empty() && !cl.parser->is_done()) {
+    const std::size_t used = cl.parser->put(asio::buffer(cl.in.data(), cl.in.size()), ec);
+    cl.in.erase(0, used);
+    if (ec == http::error::need_more) ec = {};
+    if (ec || used == 0) break;
+  }
+  if (ec) {
+    metrics_.bad_requests_total++;
+    const bool too_big = ec == http::error::body_limit;
+    return answer_error(cl, Status(too_big ? ErrorCode::kPromptTooLarge : ErrorCode::kBadRequest,
+                                   too_big ? "request body over the limit" : "malformed HTTP request: " + ec.message()),
+                        false);
+  }
+  if (!cl.parser->is_done()) return;
+  http::request<http::string_body> req = cl.parser->release();
+  cl.parser.reset();
+  handle(cl, req);
+}
+
+void GatewayServer::answer(Client& cl, unsigned status, std::string_view content_type, std::string_view body,
+                           bool keep_alive) {
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " " +
+                    std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\nContent-Type: " +
+                    std::string(content_type) + "\r\nContent-Length: " + std::to_string(body.size()) +
+                    "\r\nConnection: " + (keep_alive ? "keep-alive" : "close") + "\r\n\r\n";
+  out.append(body);
+  const ConnectionPtr c = cl.conn;
+  c->send(out);
+  if (!keep_alive) return c->close_when_flushed();
+  serve(cl);  // a pipelined request
+}
+
+void GatewayServer::answer_error(Client& cl, const Status& st, bool keep_alive) {
+  answer(cl, openai::http_status(st.code()), "application/json", openai::error_body(st), keep_alive);
+}
+
+void GatewayServer::handle(Client& cl, http::request<http::string_body>& req) {
+  std::string_view target = req.target();
+  target = target.substr(0, target.find('?'));
+  const bool keep_alive = req.keep_alive();
+  if (req.method() == http::verb::get && target == "/health") {
+    const std::size_t live = agents_.live();
+    const std::string body = "{\"status\":\"" + std::string(live > 0 ? "ok" : "no agents") +
+                             "\",\"agents\":" + std::to_string(agents_.size()) + ",\"live\":" + std::to_string(live) + "}";
+    return answer(cl, live > 0 ? 200 : 503, "application/json", body, keep_alive);
+  }
+  if (req.method() == http::verb::get && target == "/metrics") {
+    return answer(cl, 200, "text/plain; version=0.0.4", metrics_text(), keep_alive);
+  }
+  if (req.method() == http::verb::get && target == "/v1/models") {
+    nlohmann::ordered_json data = nlohmann::ordered_json::array();
+    for (const std::string& m : agents_.models()) data.push_back({{"id", m}, {"object", "model"}, {"owned_by", "uma"}});
+    return answer(cl, 200, "application/json", to_json_text(nlohmann::ordered_json{{"object", "list"}, {"data", data}}),
+                  keep_alive);
+  }
+  http_route::Context ctx;
+  ctx.ready = true;
+  ctx.model_id = "uma-gw";
+  ctx.chat_template = &chat_template_;
+  ctx.limits = &config_.limits;
+  ctx.default_sampling = &config_.default_sampling;
+  ctx.schema_to_grammar = &schema_to_grammar_;
+  http_route::Routed routed = http_route::route(req.method(), req.target(), req.body(), ctx);
+  if (auto* reply = std::get_if<http_route::Reply>(&routed.action)) {
+    if (reply->status >= 400) metrics_.bad_requests_total++;
+    return answer(cl, reply->status, reply->content_type, reply->body, keep_alive);
+  }
+  metrics_.requests_total++;
+  http_route::Completion& c = std::get<http_route::Completion>(routed.action);
+  if (asks_for_gateway_fields(c.api.uma)) {
+    metrics_.bad_requests_total++;
+    return answer_error(cl, Status(ErrorCode::kBadRequest, "'uma' is for the gateway's own use", "uma"), keep_alive);
+  }
+  std::vector<Token> tokens;
+  if (Status st = vocab_.tokenize(c.request.prompt, tokens, c.request.parse_special); !st.ok()) {
+    return answer_error(cl, st, keep_alive);
+  }
+  ProxyJob job;
+  job.chat = c.api.chat;
+  job.stream = c.api.stream;
+  job.resumable = c.api.n == 1 && (c.api.tools.empty() || c.api.tool_choice == ToolChoice::kNone) && c.api.logprobs < 0;
+  job.max_tokens = c.api.max_tokens;
+  const std::vector<std::string> models = agents_.models();
+  if (std::find(models.begin(), models.end(), c.api.model) != models.end()) job.model = c.api.model;
+  job.body = std::move(req.body());
+  job.prompt_tokens = static_cast<std::int64_t>(tokens.size());
+  job.blocks = PrefixIndex::block_hashes(tokens, 32);
+  const std::uint64_t id = next_request_++;
+  job.completion_id = (job.chat ? "chatcmpl-" : "cmpl-") + id_prefix_ + std::to_string(id);
+  job.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  job.keep_alive = keep_alive;
+  cl.conn->set_state(ConnState::kBusy);
+  cl.proxy = std::make_unique<Proxy>(*this, cl.conn, id, std::move(job));
+  cl.proxy->start();
+}
+
+void GatewayServer::proxy_done(const ConnectionPtr& client, bool keep_alive) {
+  auto it = clients_.find(client->id());
+  if (it == clients_.end()) return;
+  Client& cl = it->second;
+  if (cl.proxy) retire(std::move(cl.proxy));
+  if (client->closed()) return;
+  if (!keep_alive) return client->close_when_flushed();
+  client->set_state(ConnState::kIdle);
+  client->start_reading();
+  serve(cl);
+}
+
+void GatewayServer::agent_gone(const std::string& id, bool hung) {
+  if (!hung) return;  // a stream that broke: its requests' own connections say whether it died
+  std::vector<Proxy*> waiting;
+  for (auto& [cid, cl] : clients_) {
+    if (cl.proxy && cl.proxy->agent() == id && cl.proxy->state() != ProxyState::kDone) waiting.push_back(cl.proxy.get());
+  }
+  for (Proxy* p : waiting) p->agent_gone();
+}
+
+void GatewayServer::record_ttft(double predicted_s, double measured_s) {
+  metrics_.ttft_ms.observe(measured_s * 1e3);
+  if (measured_s <= 0) return;
+  const double signed_error = predicted_s / measured_s - 1.0;
+  metrics_.ttft_error.observe(std::abs(signed_error));
+  if (metrics_.ttft_errors.size() >= GatewayMetrics::kKeep) metrics_.ttft_errors.erase(metrics_.ttft_errors.begin());
+  metrics_.ttft_errors.push_back(signed_error);
+}
+
+void GatewayServer::sweep() {
+  const auto now = Connection::Clock::now();
+  std::vector<ConnectionPtr> idle;
+  for (auto& [id, cl] : clients_) {
+    if (!cl.proxy && now - cl.conn->quiet_since() > std::chrono::seconds(config_.timeout_sec)) idle.push_back(cl.conn);
+  }
+  for (const ConnectionPtr& c : idle) c->close("idle");
+  sweep_timer_.expires_after(std::chrono::seconds(1));
+  sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && !stopped_) sweep();
+  });
+}
+
+namespace {
+
+void histogram_text(std::string& out, const char* name, const char* help, const Histogram& h) {
+  const Histogram::Snapshot s = h.snapshot();
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  for (std::size_t i = 0; i < s.bounds.size(); ++i) {
+    out += std::string(name) + "_bucket{le=\"" + std::to_string(s.bounds[i]) + "\"} " + std::to_string(s.cumulative[i]) + "\n";
+  }
+  out += std::string(name) + "_bucket{le=\"+Inf\"} " + std::to_string(s.cumulative.back()) + "\n";
+  out += std::string(name) + "_sum " + std::to_string(s.sum) + "\n" + name + "_count " + std::to_string(s.count) + "\n";
+}
+
+void counter_text(std::string& out, const char* name, const char* help, double v, const char* type = "counter") {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+         std::to_string(v) + "\n";
+}
+
+}  // namespace
+
+std::string GatewayServer::metrics_text() const {
+  std::string out;
+  const GatewayMetrics& m = metrics_;
+  counter_text(out, "uma_gw_requests_total", "Completions routed.", static_cast<double>(m.requests_total));
+  counter_text(out, "uma_gw_bad_requests_total", "Requests the gateway answered with a 4xx itself.",
+               static_cast<double>(m.bad_requests_total));
+  counter_text(out, "uma_gw_retries_total", "Requests sent again before their first byte.", static_cast<double>(m.retries_total));
+  counter_text(out, "uma_gw_resumes_total", "Streams resumed on another agent mid-stream.", static_cast<double>(m.resumes_total));
+  counter_text(out, "uma_gw_failed_total", "Requests ended with an error the gateway wrote.", static_cast<double>(m.failed_total));
+  counter_text(out, "uma_gw_unavailable_total", "Requests no agent could take.", static_cast<double>(m.unavailable_total));
+  counter_text(out, "uma_gw_agents", "Agents in the cluster view.", static_cast<double>(agents_.size()), "gauge");
+  counter_text(out, "uma_gw_agents_live", "Agents whose KV-event stream is live (routable).",
+               static_cast<double>(agents_.live()), "gauge");
+  histogram_text(out, "uma_gw_route_decision_us", "Routing decision time (candidates, prefix match, choice).", m.route_us);
+  histogram_text(out, "uma_gw_ttft_ms", "Time to first token measured at the gateway (dispatch to first token).", m.ttft_ms);
+  histogram_text(out, "uma_gw_ttft_prediction_error", "|predicted - measured| / measured time to first token.",
+                 m.ttft_error);
+  if (!m.ttft_errors.empty()) {
+    std::vector<double> e = m.ttft_errors;
+    std::nth_element(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(e.size() / 2), e.end());
+    counter_text(out, "uma_gw_ttft_prediction_error_median", "Median of predicted/measured - 1 over the last 4096.",
+                 e[e.size() / 2], "gauge");
+  }
+  return out;
+}
+
+}  // namespace uma::gateway

@@ -1,0 +1,141 @@
+// GatewayServer: uma-gw's OpenAI-compatible front end (POST /v1/completions and
+// /v1/chat/completions, GET /v1/models (the cluster's models), /health, /metrics). Stateless: what
+// it knows of the cluster is the AgentDirectory's (Redis view + the agents' KV-event streams), so
+// any number of gateways can run side by side.
+//
+// A completion is parsed and checked exactly as umad checks it (http_route::route, the same field
+// table and errors: a bad request never reaches an agent), its prompt rendered with the model's
+// chat template and tokenized with its vocabulary (runtime/vocab_model.h) as an agent will, cut
+// into the same chained 32-token block hashes, and routed (cluster/routing.h) over the live agents;
+// a Proxy (gateway/proxy.h) then carries it. Every routed request records the predicted and
+// measured time to first token.
+//
+// Caps: max_connections open client connections (more are closed at once), a request's header and
+// body, unsent reply bytes per client (a slow reader is dropped), a whole request within
+// timeout_sec of the connection becoming idle.
+//
+// Threading: the I/O thread of `io`, all of it (the Redis refresher posts its view onto it).
+// Ownership: owns its client connections and their proxies; the directory and the vocabulary are
+// the caller's and outlive it.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cluster/routing.h"
+#include "gateway/agent_directory.h"
+#include "gateway/proxy.h"
+#include "http/http_router.h"
+#include "metrics/histogram.h"
+#include "net/accept_loop.h"
+#include "net/connection.h"
+#include "runtime/vocab_model.h"
+
+namespace uma::gateway {
+
+struct GatewayConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8000;  // 0: any free one
+  std::int32_t max_connections = 1024;
+  std::size_t max_body_bytes = 1 << 20;
+  std::size_t max_header_bytes = 16 * 1024;
+  std::size_t max_tx_bytes = 1 << 20;
+  std::int32_t timeout_sec = 30;
+  cluster::Policy policy = cluster::Policy::kPredicted;
+  cluster::RoutingParams routing;
+  std::int32_t max_attempts = 2;  // dispatches of a request before its first byte (a retry: 2)
+  std::int32_t max_resumes = 2;   // mid-stream failovers of one request
+  openai::Limits limits;
+  SamplingParams default_sampling;
+};
+
+struct GatewayMetrics {
+  std::uint64_t requests_total = 0;
+  std::uint64_t bad_requests_total = 0;   // answered by the gateway itself (4xx)
+  std::uint64_t retries_total = 0;        // re-dispatched before the first byte
+  std::uint64_t resumes_total = 0;        // resumed mid-stream on another agent
+  std::uint64_t failed_total = 0;         // ended with an error the gateway wrote (503, SSE error)
+  std::uint64_t unavailable_total = 0;    // no agent could take it
+  Histogram route_us{{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000}};
+  Histogram ttft_ms{latency_ms_bounds()};
+  // |predicted - measured| / measured, of the time to first token.
+  Histogram ttft_error{{0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0}};
+  std::vector<double> ttft_errors;  // the last kKeep signed errors (predicted/measured - 1), for the median
+  static constexpr std::size_t kKeep = 4096;
+};
+
+class GatewayServer final : private ConnectionOwner {
+ public:
+  using ChatTemplate = http_route::ChatTemplate;
+  GatewayServer(boost::asio::io_context& io, GatewayConfig config, AgentDirectory& agents, const VocabModel& vocab,
+                ChatTemplate chat_template, SchemaToGrammar schema_to_grammar);
+  ~GatewayServer() override;
+
+  Status listen();
+  std::uint16_t port() const;
+  void start();
+  void stop();
+  void agent_gone(const std::string& id, bool hung);  // the directory's news
+
+  const GatewayConfig& config() const { return config_; }
+  AgentDirectory& agents() { return agents_; }
+  GatewayMetrics& metrics() { return metrics_; }
+  boost::asio::io_context& io() { return io_; }
+  std::uint64_t* rr_cursor() { return &rr_cursor_; }
+  void record_ttft(double predicted_s, double measured_s);
+  // The proxy of `client` has finished its reply: serve the next request, or close.
+  void proxy_done(const ConnectionPtr& client, bool keep_alive);
+  std::string metrics_text() const;
+
+ private:
+  struct Client {
+    ConnectionPtr conn;
+    std::string in;
+    std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser;
+    std::unique_ptr<Proxy> proxy;  // the request in flight
+  };
+  void adopt(boost::asio::ip::tcp::socket s);
+  void on_input(const ConnectionPtr& c, std::string_view bytes) override;
+  void on_peer_eof(const ConnectionPtr& c) override { c->close("peer eof"); }
+  bool input_full(const Connection& c) const override;
+  void on_close(const ConnectionPtr& c) override;
+  void on_failure(const ConnectionPtr& c, const char* what) override;
+  void serve(Client& cl);
+  void handle(Client& cl, boost::beast::http::request<boost::beast::http::string_body>& req);
+  void answer(Client& cl, unsigned status, std::string_view content_type, std::string_view body, bool keep_alive);
+  void answer_error(Client& cl, const Status& st, bool keep_alive);
+  void start_completion(Client& cl, bool chat, std::string body, bool keep_alive);
+  void retire(std::unique_ptr<Proxy> p);
+  void sweep();
+
+  boost::asio::io_context& io_;
+  GatewayConfig config_;
+  AgentDirectory& agents_;
+  const VocabModel& vocab_;
+  ChatTemplate chat_template_;
+  SchemaToGrammar schema_to_grammar_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
+  boost::asio::steady_timer sweep_timer_;
+  std::unordered_map<std::uint64_t, Client> clients_;
+  std::uint64_t next_conn_ = 1;
+  std::uint64_t next_request_ = 1;
+  std::string id_prefix_;  // completion ids: unique across gateways
+  GatewayMetrics metrics_;
+  std::uint64_t rr_cursor_ = 0;
+  bool stopped_ = true;
+};
+
+}  // namespace uma::gateway

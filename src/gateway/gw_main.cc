@@ -1,0 +1,137 @@
+// uma-gw: the cluster's stateless OpenAI gateway (issue 16, docs/CLUSTER.md). One I/O thread runs
+// the front end, the proxied requests and the agents' KV-event streams; one more thread reads the
+// cluster view from Redis every --refresh-ms and hands it to the I/O thread (Redis is never on a
+// request's path; while it is down the last view stays: fail-static).
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <csignal>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "chat/chat_templates.h"
+#include "chat/structured_output.h"
+#include "cluster/cluster_view.h"
+#include "gateway/agent_directory.h"
+#include "gateway/gateway_server.h"
+#include "runtime/vocab_model.h"
+
+int main(int argc, char** argv) {
+  using namespace uma;
+  using namespace uma::gateway;
+  CLI::App app{"uma-gw: an OpenAI-compatible gateway in front of umad agents"};
+  std::string listen = "127.0.0.1:8000", redis = "127.0.0.1:6379", model, chat_template, policy = "predicted";
+  int refresh_ms = 200;
+  GatewayConfig gc;
+  bool debug = false;
+  app.add_option("--listen", listen, "HOST:PORT to serve on (port 0: any free one)")->envname("UMA_GW_LISTEN")->capture_default_str();
+  app.add_option("--redis", redis, "the cluster's Redis, HOST:PORT")->envname("UMA_REDIS")->capture_default_str();
+  app.add_option("--model", model, "the GGUF the agents serve: its vocabulary and chat template (weights are not read)")
+      ->envname("UMA_MODEL")->required();
+  app.add_option("--chat-template", chat_template, "as umad's --chat-template (the agents' must be the same)");
+  app.add_option("--policy", policy, "routing: predicted | seed | round-robin | least-loaded")->capture_default_str();
+  app.add_option("--refresh-ms", refresh_ms, "read the cluster view from Redis this often")->capture_default_str()
+      ->check(CLI::Range(10, 10000));
+  app.add_option("--max-connections", gc.max_connections)->capture_default_str();
+  app.add_option("--max-attempts", gc.max_attempts, "dispatches of a request before its first byte")->capture_default_str()
+      ->check(CLI::Range(1, 10));
+  app.add_option("--max-resumes", gc.max_resumes, "mid-stream failovers of one request")->capture_default_str()
+      ->check(CLI::Range(0, 10));
+  app.add_option("--default-prefill-tok-s", gc.routing.default_prefill_tok_s,
+                 "the prefill rate assumed for an agent that has not measured one")->capture_default_str();
+  app.add_flag("--debug", debug);
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("uma-gw"));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  spdlog::set_level(debug ? spdlog::level::debug : spdlog::level::info);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  if (!cluster::parse_policy(policy, &gc.policy)) {
+    std::cerr << "uma-gw: --policy: want predicted | seed | round-robin | least-loaded\n";
+    return 2;
+  }
+  HostPort lp;
+  if (!parse_host_port(listen, &lp) && listen.find(":0") == std::string::npos) {
+    std::cerr << "uma-gw: --listen: want HOST:PORT\n";
+    return 2;
+  }
+  if (listen.size() > 2 && listen.substr(listen.size() - 2) == ":0") lp = {listen.substr(0, listen.size() - 2), 0};
+  cluster::RedisAddress ra;
+  if (!cluster::parse_redis_address(redis, &ra)) {
+    std::cerr << "uma-gw: --redis: want HOST:PORT\n";
+    return 2;
+  }
+  Status st;
+  std::unique_ptr<VocabModel> vocab = VocabModel::open(model, &st);
+  if (!vocab) {
+    spdlog::error("{}", st.to_string());
+    return 1;
+  }
+  Status chat_st;
+  std::shared_ptr<const ChatTemplates> chat = ChatTemplates::load(vocab->model(), chat_template, &chat_st);
+  if (!chat && !chat_template.empty()) {
+    spdlog::error("--chat-template: {}", chat_st.to_string());
+    return 1;
+  }
+  GatewayServer::ChatTemplate render = [chat_st](const ChatRequest&, ChatPrompt*) { return chat_st; };
+  if (chat) render = [chat](const ChatRequest& request, ChatPrompt* out) { return chat->render(request, out); };
+
+  boost::asio::io_context io;
+  gc.host = lp.host;
+  gc.port = lp.port;
+  std::unique_ptr<GatewayServer> server;
+  AgentDirectory agents(io, DirectoryOptions{}, [&server](const std::string& id, bool hung) {
+    if (server) server->agent_gone(id, hung);
+  });
+  server = std::make_unique<GatewayServer>(io, gc, agents, *vocab, render, json_schema_to_gbnf);
+  if (st = server->listen(); !st.ok()) {
+    spdlog::error("{}", st.to_string());
+    return 1;
+  }
+  server->start();
+
+  // The Redis reader: its own thread and connection; each view goes to the I/O thread.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread refresher([&] {
+    cluster::ClusterView view(ra, std::chrono::milliseconds(200), std::chrono::milliseconds(3000));
+    bool was_down = false;
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping) {
+      lock.unlock();
+      const Status rs = view.refresh(std::chrono::system_clock::now());
+      if (!rs.ok() && !was_down) spdlog::warn("cannot read redis ({}): routing on the last view", rs.message());
+      if (rs.ok() && was_down) spdlog::info("redis answers again");
+      was_down = !rs.ok();
+      boost::asio::post(io, [&agents, agents_now = view.agents()] { agents.update(agents_now, SteadyClock::now()); });
+      lock.lock();
+      cv.wait_for(lock, std::chrono::milliseconds(refresh_ms), [&] { return stopping; });
+    }
+  });
+
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    server->stop();
+    io.stop();
+  });
+  spdlog::info("uma-gw: policy {}, redis {}, model {}", policy, redis, model);
+  std::cout << "uma-gw listening on http://" << gc.host << ":" << server->port() << std::endl;
+  io.run();
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    stopping = true;
+  }
+  cv.notify_all();
+  refresher.join();
+  server.reset();
+  return 0;
+}

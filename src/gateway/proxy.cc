@@ -1,0 +1,261 @@
+#include "gateway/proxy.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+
+#include "common/json_text.h"
+#include "gateway/gateway_server.h"
+#include "http/openai.h"
+
+namespace uma::gateway {
+
+namespace {
+
+std::string chunked(std::string_view data) {  // one HTTP/1.1 chunk
+  char size[24];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  std::string out(size, static_cast<std::size_t>(n));
+  out.append(data);
+  out += "\r\n";
+  return out;
+}
+
+bool legal(ProxyState from, ProxyState to) {
+  switch (from) {
+    case ProxyState::kDispatching: return to == ProxyState::kWaiting || to == ProxyState::kDone;
+    case ProxyState::kWaiting: return to == ProxyState::kRelaying || to == ProxyState::kDispatching || to == ProxyState::kDone;
+    case ProxyState::kRelaying: return to == ProxyState::kDispatching || to == ProxyState::kDone;
+    case ProxyState::kDone: return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+Proxy::Proxy(GatewayServer& gw, ConnectionPtr client, std::uint64_t id, ProxyJob job)
+    : gw_(gw), client_(std::move(client)), id_(id), job_(std::move(job)) {}
+
+Proxy::~Proxy() {
+  if (up_) up_->abort();
+}
+
+void Proxy::set_state(ProxyState to) {
+  if (!legal(state_, to)) {
+    spdlog::critical("proxy {}: illegal state change {} -> {}", id_, static_cast<int>(state_), static_cast<int>(to));
+    std::abort();
+  }
+  state_ = to;
+}
+
+void Proxy::dispatch() {
+  if (state_ != ProxyState::kDispatching) set_state(ProxyState::kDispatching);
+  AgentDirectory& agents = gw_.agents();
+  const auto now = SteadyClock::now();
+  AgentDirectory::Candidates cs;
+  agents.candidates(job_.model, job_.blocks, tried_, now, &cs);
+  cluster::RouteRequest rr{job_.model, job_.prompt_tokens};
+  const cluster::RouteChoice choice = cluster::choose(gw_.config().policy, cs.list, rr, gw_.config().routing, gw_.rr_cursor());
+  gw_.metrics().route_us.observe(std::chrono::duration<double, std::micro>(SteadyClock::now() - now).count());
+  if (choice.index < 0) {
+    gw_.metrics().unavailable_total++;
+    return end_with_error(Status(ErrorCode::kUnavailable, tried_.empty() ? "no agent is available" : "no agent left to serve this request"));
+  }
+  AgentLink& a = *cs.links[static_cast<std::size_t>(choice.index)];
+  HostPort to;
+  if (!parse_host_port(a.state().address, &to)) {
+    tried_.insert(a.id());
+    return dispatch();
+  }
+  agent_ = a.id();
+  predicted_s_ = choice.predicted.total();
+  if (!client_head_sent_) ++attempts_;
+  agents.dispatched(a, id_, job_.prompt_tokens - cs.list[static_cast<std::size_t>(choice.index)].cached_tokens, now);
+  status_ = 0;
+  agent_stream_ = false;
+  whole_.clear();
+  sse_ = SseEvents();
+  done_seen_ = false;
+  dispatched_at_ = now;
+  set_state(ProxyState::kWaiting);
+  up_ = Upstream::start(gw_.io(), to, upstream_request(a), this, agents.options().upstream);
+}
+
+// The client's body, asking the agent for token ids (what a resume continues after) and the
+// completion's id; a resumed one also carries the tokens the client already has and what is left
+// of max_tokens.
+std::string Proxy::upstream_request(const AgentLink& a) const {
+  std::string body;
+  if (emitted_.empty()) {
+    nlohmann::json uma = {{"token_ids", true}, {"id", job_.completion_id}, {"created", job_.created}};
+    body = job_.body;
+    const std::size_t brace = body.find('{');  // the body is an object: route() checked it
+    body.insert(brace + 1, "\"uma\":" + uma.dump() + ",");
+  } else {
+    nlohmann::json j = nlohmann::json::parse(job_.body);
+    j["uma"] = {{"token_ids", true}, {"id", job_.completion_id}, {"created", job_.created}, {"resume", emitted_}};
+    if (job_.max_tokens) {
+      j["max_tokens"] = *job_.max_tokens - static_cast<std::int32_t>(emitted_.size());
+      j.erase("max_completion_tokens");
+    }
+    body = j.dump();
+  }
+  std::string req = std::string("POST ") + (job_.chat ? "/v1/chat/completions" : "/v1/completions") +
+                    " HTTP/1.1\r\nHost: " + a.state().address.substr(a.state().address.find("://") + 3) +
+                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                    "\r\nConnection: close\r\n\r\n";
+  req += body;
+  return req;
+}
+
+void Proxy::on_head(unsigned status, bool event_stream) {
+  status_ = status;
+  agent_stream_ = event_stream;
+  // An agent that cannot take it now (overloaded, shutting down, broken) is one to try another for.
+  if (status == 429 || status >= 500) {
+    if (up_) up_->abort();
+    return failover("the agent answered " + std::to_string(status));
+  }
+  set_state(ProxyState::kRelaying);
+}
+
+void Proxy::on_body(std::string_view bytes) {
+  if (!(status_ == 200 && agent_stream_ && job_.stream)) {
+    whole_.append(bytes);
+    return;
+  }
+  std::vector<SseEvent> events;
+  if (Status st = sse_.feed(bytes, &events); !st.ok()) {
+    if (up_) up_->abort();
+    return failover(st.message());
+  }
+  std::string out;
+  for (const SseEvent& ev : events) {
+    if (!first_token_ && !ev.tokens.empty()) {
+      first_token_ = true;
+      if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().first_byte(*a, id_);
+      if (resumes_ == 0 && attempts_ == 1) {
+        gw_.record_ttft(predicted_s_, std::chrono::duration<double>(SteadyClock::now() - dispatched_at_).count());
+      }
+    }
+    emitted_.insert(emitted_.end(), ev.tokens.begin(), ev.tokens.end());
+    if (ev.done) done_seen_ = true;
+    out += chunked(ev.forward);
+  }
+  if (out.empty()) return;
+  if (!client_head_sent_) {
+    client_head_sent_ = true;
+    out.insert(0, std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                              "Transfer-Encoding: chunked\r\nConnection: ") +
+                      (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n");
+  }
+  client_->send(out);
+}
+
+void Proxy::on_end() {
+  up_.reset();
+  AgentLink* a = gw_.agents().find(agent_);
+  if (a != nullptr) gw_.agents().first_byte(*a, id_);
+  if (status_ == 200 && agent_stream_ && job_.stream) {
+    if (!done_seen_) return failover("the agent's stream ended before [DONE]");
+    if (a != nullptr) gw_.agents().succeeded(*a);
+    client_->send("0\r\n\r\n");
+    return done();
+  }
+  if (status_ == 200 && a != nullptr) gw_.agents().succeeded(*a);
+  // Not a stream (or an error the agent answered whole): passed on as it came.
+  if (status_ == 200 && !first_token_) {
+    gw_.record_ttft(predicted_s_, std::chrono::duration<double>(SteadyClock::now() - dispatched_at_).count());
+  }
+  std::string head = "HTTP/1.1 " + std::to_string(status_) + " " +
+                     std::string(boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status_))) +
+                     "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(whole_.size()) +
+                     "\r\nConnection: " + (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n";
+  client_->send(head + whole_);
+  done();
+}
+
+void Proxy::on_failed(const std::string& why, bool) {
+  if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().failed(*a, SteadyClock::now());
+  failover(why);
+}
+
+void Proxy::agent_gone() {
+  if (state_ != ProxyState::kWaiting && state_ != ProxyState::kRelaying) return;
+  if (up_) up_->abort();
+  failover("the agent stopped answering");
+}
+
+void Proxy::client_gone() {
+  if (up_) up_->abort();
+  up_.reset();
+  if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().first_byte(*a, id_);
+  if (state_ != ProxyState::kDone) set_state(ProxyState::kDone);
+}
+
+void Proxy::failover(const std::string& why) {
+  up_.reset();
+  if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().first_byte(*a, id_);
+  tried_.insert(agent_);
+  if (!client_head_sent_) {
+    if (attempts_ < gw_.config().max_attempts) {
+      spdlog::info("request {}: agent {} failed before its first byte ({}): sending it to another", id_, agent_, why);
+      gw_.metrics().retries_total++;
+      return dispatch();
+    }
+    gw_.metrics().failed_total++;
+    return end_with_error(Status(ErrorCode::kUnavailable, "the agent failed: " + why));
+  }
+  if (!job_.resumable) {
+    gw_.metrics().failed_total++;
+    return end_with_error(Status(ErrorCode::kUnavailable, "the agent failed mid-stream (" + why +
+                                                              ") and this request cannot resume elsewhere (n > 1, tools or logprobs)"));
+  }
+  if (resumes_ >= gw_.config().max_resumes) {
+    gw_.metrics().failed_total++;
+    return end_with_error(Status(ErrorCode::kUnavailable, "the agent failed mid-stream: " + why));
+  }
+  if (job_.max_tokens && static_cast<std::int32_t>(emitted_.size()) >= *job_.max_tokens) {
+    // Every token was out; only the finishing chunk was lost.
+    nlohmann::ordered_json c = {{"id", job_.completion_id},
+                                {"object", job_.chat ? "chat.completion.chunk" : "text_completion"},
+                                {"created", job_.created},
+                                {"model", "uma"}};
+    c["choices"] = nlohmann::ordered_json::array();
+    if (job_.chat) {
+      c["choices"].push_back({{"index", 0}, {"delta", nlohmann::ordered_json::object()}, {"finish_reason", "length"}});
+    } else {
+      c["choices"].push_back({{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", "length"}});
+    }
+    client_->send(chunked("data: " + to_json_text(c) + "\n\n") + chunked("data: [DONE]\n\n") + "0\r\n\r\n");
+    return done();
+  }
+  spdlog::info("request {}: agent {} failed mid-stream ({}) after {} tokens: resuming on another", id_, agent_, why,
+               emitted_.size());
+  ++resumes_;
+  gw_.metrics().resumes_total++;
+  dispatch();
+}
+
+void Proxy::end_with_error(const Status& st) {
+  if (client_head_sent_) {
+    // Mid-stream: an SSE error event, then the stream's end (never a silently short stream).
+    client_->send(chunked("data: " + openai::error_body(st) + "\n\n") + chunked("data: [DONE]\n\n") + "0\r\n\r\n");
+  } else {
+    const std::string body = openai::error_body(st);
+    const unsigned status = openai::http_status(st.code());
+    client_->send("HTTP/1.1 " + std::to_string(status) + " " +
+                  std::string(boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status))) +
+                  "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                  "\r\nConnection: " + (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n" + body);
+  }
+  done();
+}
+
+void Proxy::done() {
+  set_state(ProxyState::kDone);
+  gw_.proxy_done(client_, job_.keep_alive);
+}
+
+}  // namespace uma::gateway

@@ -1,0 +1,102 @@
+// Proxy: one client request's way through the gateway, from the moment it is parsed and routed
+// until its reply is whole. Explicit states (memcached's conn_states; set_state() asserts the
+// transitions):
+//   kDispatching -> kWaiting (sent to an agent, nothing back yet) -> kRelaying (the agent's reply
+//   is flowing to the client) -> kDone
+// with these ways back:
+// - kWaiting -> kDispatching: the agent failed before its first byte (unreachable, reset, 5xx):
+//   the request goes, once, to the next-best agent (`max_attempts`);
+// - kRelaying -> kDispatching: the agent died mid-stream: the request goes to another agent with
+//   the token ids the client has already received (uma.resume) and what is left of max_tokens, and
+//   that agent's stream continues the client's, same id and all (greedy sampling makes the text
+//   what one agent would have written). A request that cannot resume (n > 1, tools, logprobs) ends
+//   with an SSE error event, never a silently short stream.
+// The agent's SSE is passed through event by event as it arrives (no buffering beyond one event),
+// umad's `: tokens` comments taken out; a reply that is not a stream is passed on whole.
+//
+// Threading: the gateway's I/O thread. Ownership: the GatewayServer owns proxies (one per client
+// connection at a time) and retires them outside their own callbacks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "cluster/routing.h"
+#include "gateway/agent_directory.h"
+#include "gateway/sse_events.h"
+#include "gateway/upstream.h"
+#include "net/connection.h"
+
+namespace uma::gateway {
+
+class GatewayServer;
+
+// What routing and forwarding need to know of a request, from the gateway's parse of it.
+struct ProxyJob {
+  bool chat = false;
+  bool stream = false;
+  bool resumable = false;            // n = 1, no tools, no logprobs
+  std::optional<std::int32_t> max_tokens;
+  std::string model;                 // as the client named it (empty: any)
+  std::string body;                  // the client's JSON body
+  std::int64_t prompt_tokens = 0;
+  std::vector<std::uint64_t> blocks;  // the prompt's chained 32-token block hashes
+  std::string completion_id;
+  std::int64_t created = 0;
+  bool keep_alive = true;
+};
+
+enum class ProxyState : std::uint8_t { kDispatching, kWaiting, kRelaying, kDone };
+
+class Proxy final : private UpstreamSink {
+ public:
+  Proxy(GatewayServer& gw, ConnectionPtr client, std::uint64_t id, ProxyJob job);
+  ~Proxy() override;
+  void start() { dispatch(); }
+  ProxyState state() const { return state_; }
+  const std::string& agent() const { return agent_; }
+  // The agent it waits on is gone (hung): fail over as if its connection had broken.
+  void agent_gone();
+  void client_gone();  // the client left: the agent's request is dropped (the agent cancels it)
+
+ private:
+  void set_state(ProxyState to);
+  void dispatch();
+  std::string upstream_request(const AgentLink& a) const;
+  void failover(const std::string& why);
+  void finish_stream();
+  void end_with_error(const Status& st);
+  void done();
+  void on_head(unsigned status, bool event_stream) override;
+  void on_body(std::string_view bytes) override;
+  void on_end() override;
+  void on_failed(const std::string& why, bool before_head) override;
+
+  GatewayServer& gw_;
+  ConnectionPtr client_;
+  std::uint64_t id_;
+  ProxyJob job_;
+  ProxyState state_ = ProxyState::kDispatching;
+  std::shared_ptr<Upstream> up_;
+  std::string agent_;                      // the agent of the attempt in flight
+  std::unordered_set<std::string> tried_;  // agents that failed this request
+  std::int32_t attempts_ = 0;              // dispatches before any byte reached the client
+  std::int32_t resumes_ = 0;
+  SseEvents sse_;
+  unsigned status_ = 0;                    // the agent's reply
+  bool agent_stream_ = false;
+  std::string whole_;                      // a reply that is not a stream, collected
+  bool client_head_sent_ = false;
+  bool done_seen_ = false;                 // the agent's [DONE]
+  std::vector<std::int32_t> emitted_;      // token ids whose text the client has
+  // Predicted vs measured time to first token (from dispatch to the first token event).
+  std::chrono::steady_clock::time_point dispatched_at_{};
+  double predicted_s_ = 0.0;
+  bool first_token_ = false;
+};
+
+}  // namespace uma::gateway

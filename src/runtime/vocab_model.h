@@ -1,0 +1,42 @@
+// Tokenizing as umad does, in one place: tokenize_text() is what LlamaRuntime (the daemon) and
+// VocabModel (the gateway: a vocabulary-only load, no weights) both call, so a gateway cuts a
+// prompt into exactly the tokens, and so the prefix blocks, that an agent will.
+//
+// VocabModel owns a vocabulary-only llama_model (the GGUF's tokenizer and chat template, megabytes
+// instead of the weights). Thread-safety: tokenize() only reads the vocabulary, but llama.cpp does
+// not document its tokenizer as thread-safe: one thread (the gateway's I/O thread) uses it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/decoder.h"
+
+struct llama_model;
+struct llama_vocab;
+
+namespace uma {
+
+// With the vocabulary's BOS when it adds one; parse_special: control tokens written as text (a
+// chat template's) become those tokens.
+Status tokenize_text(const llama_vocab* vocab, std::string_view text, std::vector<Token>& out, bool parse_special);
+
+class VocabModel {
+ public:
+  static std::unique_ptr<VocabModel> open(const std::string& path, Status* st);
+  ~VocabModel();
+  VocabModel(const VocabModel&) = delete;
+  VocabModel& operator=(const VocabModel&) = delete;
+
+  Status tokenize(std::string_view text, std::vector<Token>& out, bool parse_special) const;
+  const llama_model* model() const { return model_; }
+
+ private:
+  VocabModel() = default;
+  llama_model* model_ = nullptr;
+};
+
+}  // namespace uma
