@@ -177,6 +177,12 @@ std::size_t AgentDirectory::live() const {
   return static_cast<std::size_t>(std::count_if(links_.begin(), links_.end(), [](const auto& kv) { return kv.second->live_; }));
 }
 
+std::vector<AgentDirectory::AgentSummary> AgentDirectory::summary() const {
+  std::vector<AgentSummary> out;
+  for (const auto& [id, link] : links_) out.push_back({id, link->live_, link->blocks_.size()});
+  return out;
+}
+
 std::vector<std::string> AgentDirectory::models() const {
   std::set<std::string> names;
   for (const auto& [id, link] : links_) {

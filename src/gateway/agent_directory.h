@@ -115,6 +115,12 @@ class AgentDirectory {
   std::size_t size() const { return links_.size(); }
   std::size_t live() const;
   std::vector<std::string> models() const;  // every model the live agents serve
+  struct AgentSummary {
+    std::string id;
+    bool live = false;
+    std::size_t blocks = 0;  // prefix blocks it holds, from its stream
+  };
+  std::vector<AgentSummary> summary() const;
   boost::asio::io_context& io() { return io_; }
   const DirectoryOptions& options() const { return options_; }
 

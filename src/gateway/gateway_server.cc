@@ -282,7 +282,7 @@ void counter_text(std::string& out, const char* name, const char* help, double v
 
 }  // namespace
 
-std::string GatewayServer::metrics_text() const {
+std::string GatewayServer::metrics_text() {
   std::string out;
   const GatewayMetrics& m = metrics_;
   counter_text(out, "uma_gw_requests_total", "Completions routed.", static_cast<double>(m.requests_total));
@@ -295,15 +295,25 @@ std::string GatewayServer::metrics_text() const {
   counter_text(out, "uma_gw_agents", "Agents in the cluster view.", static_cast<double>(agents_.size()), "gauge");
   counter_text(out, "uma_gw_agents_live", "Agents whose KV-event stream is live (routable).",
                static_cast<double>(agents_.live()), "gauge");
+  out += "# HELP uma_gw_agent_blocks Prefix blocks each agent holds (its KV-event stream).\n# TYPE uma_gw_agent_blocks gauge\n";
+  for (const AgentDirectory::AgentSummary& a : agents_.summary()) {
+    out += "uma_gw_agent_blocks{agent=\"" + a.id + "\",live=\"" + (a.live ? "1" : "0") + "\"} " + std::to_string(a.blocks) + "\n";
+  }
   histogram_text(out, "uma_gw_route_decision_us", "Routing decision time (candidates, prefix match, choice).", m.route_us);
   histogram_text(out, "uma_gw_ttft_ms", "Time to first token measured at the gateway (dispatch to first token).", m.ttft_ms);
   histogram_text(out, "uma_gw_ttft_prediction_error", "|predicted - measured| / measured time to first token.",
                  m.ttft_error);
   if (!m.ttft_errors.empty()) {
-    std::vector<double> e = m.ttft_errors;
-    std::nth_element(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(e.size() / 2), e.end());
-    counter_text(out, "uma_gw_ttft_prediction_error_median", "Median of predicted/measured - 1 over the last 4096.",
-                 e[e.size() / 2], "gauge");
+    const auto median = [](std::vector<double> e) {
+      std::nth_element(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(e.size() / 2), e.end());
+      return e[e.size() / 2];
+    };
+    std::vector<double> abs_errors = m.ttft_errors;
+    for (double& e : abs_errors) e = std::abs(e);
+    counter_text(out, "uma_gw_ttft_prediction_error_median", "Median |predicted/measured - 1| over the last 4096.",
+                 median(abs_errors), "gauge");
+    counter_text(out, "uma_gw_ttft_prediction_bias_median", "Median predicted/measured - 1 over the last 4096.",
+                 median(m.ttft_errors), "gauge");
   }
   return out;
 }

@@ -97,7 +97,7 @@ class GatewayServer final : private ConnectionOwner {
   void record_ttft(double predicted_s, double measured_s);
   // The proxy of `client` has finished its reply: serve the next request, or close.
   void proxy_done(const ConnectionPtr& client, bool keep_alive);
-  std::string metrics_text() const;
+  std::string metrics_text();
 
  private:
   struct Client {

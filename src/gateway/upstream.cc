@@ -42,6 +42,7 @@ Upstream::Upstream(asio::io_context& io, UpstreamSink* sink, const Options& opti
     : io_(io), sink_(sink), options_(options), socket_(io), timer_(io) {
   // Beast keeps a reference to the callback: it lives as long as the parser.
   on_chunk_ = [this](std::uint64_t, std::string_view body, boost::beast::error_code&) -> std::size_t {
+    note_head();  // an eager parser reads the head and the first chunk in one put()
     if (sink_ != nullptr && !finished_) sink_->on_body(body);
     return body.size();
   };
@@ -125,12 +126,7 @@ void Upstream::parse() {
     in_.erase(0, used);
     if (ec == http::error::need_more) ec = {};
     if (ec) return fail("bad reply: " + ec.message());
-    if (!head_seen_ && parser_->is_header_done()) {
-      head_seen_ = true;
-      const auto& head = parser_->get();
-      const bool sse = head[http::field::content_type].find("text/event-stream") != std::string_view::npos;
-      if (sink_ != nullptr) sink_->on_head(head.result_int(), sse);
-    }
+    note_head();
     if (used == 0) break;
   }
   if (finished_ || !parser_->is_done()) return;
@@ -139,6 +135,14 @@ void Upstream::parse() {
   if (sink_ != nullptr && !body.empty()) sink_->on_body(body);
   conn_->close("reply whole");
   if (sink_ != nullptr) sink_->on_end();
+}
+
+void Upstream::note_head() {
+  if (head_seen_ || !parser_->is_header_done()) return;
+  head_seen_ = true;
+  const auto& head = parser_->get();
+  const bool sse = head[http::field::content_type].find("text/event-stream") != std::string_view::npos;
+  if (sink_ != nullptr && !finished_) sink_->on_head(head.result_int(), sse);
 }
 
 void Upstream::on_peer_eof(const ConnectionPtr&) {

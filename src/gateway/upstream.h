@@ -71,6 +71,7 @@ class Upstream final : public std::enable_shared_from_this<Upstream>, private Co
   void on_close(const ConnectionPtr& c) override;
   void on_failure(const ConnectionPtr& c, const char* what) override;
   void parse();
+  void note_head();  // tells the sink the head, once, as soon as it is whole
 
   boost::asio::io_context& io_;
   UpstreamSink* sink_;

@@ -15,6 +15,7 @@
 #include "cluster/agent_heartbeat.h"
 #include "cluster/kv_events.h"
 #include "cluster/redis_client.h"
+#include "e2e/cluster_harness.h"
 #include "e2e/daemon_harness.h"
 #include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
@@ -27,16 +28,6 @@ namespace {
 using namespace std::chrono_literals;
 using cluster::RedisClient;
 using cluster::RedisReply;
-
-// Polls `pred` until it holds or `timeout` passes (the time it took, or nullopt).
-std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  const auto start = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - start < timeout) {
-    if (pred()) return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    std::this_thread::sleep_for(5ms);  // a poll interval, not a synchronisation
-  }
-  return std::nullopt;
-}
 
 std::optional<nlohmann::json> agent_state(RedisClient& c, const std::string& id) {
   RedisReply r;

@@ -50,14 +50,14 @@ int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
   return -2;
 }
 
+}  // namespace
+
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
 }
-
-}  // namespace
 
 pid_t spawn_process(const std::vector<std::string>& argv, const std::string& out_path) {
   return spawn(argv, out_path, 0);

@@ -16,6 +16,7 @@ using TestClock = std::chrono::steady_clock;
 std::string bin_path(const std::string& name);     // build/bin/<name>
 std::string model_path(const std::string& name);   // build/models/<name>
 std::string temp_dir();                            // unique per process, created on first use
+std::string slurp(const std::string& path);        // a whole file ("" when unreadable)
 
 class Daemon {
  public:

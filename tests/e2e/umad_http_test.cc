@@ -14,6 +14,7 @@
 #include "e2e/daemon_harness.h"
 #include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
+#include "e2e/openai_sdk_run.h"
 #include "e2e/oracle.h"
 #include "llama.h"
 
@@ -27,46 +28,8 @@ TEST(UmadHttp, TheOpenAiNodeSdkGetsExactCompletionsAndChat) {
   ASSERT_TRUE(d.started()) << d.log();
   const int port = http_port(d);
   ASSERT_GT(port, 0) << d.log();
-  const int n = 12;
-  const std::string prompt = "hello world";
-  nlohmann::json exp;
-  exp["prompt"] = prompt;
-  exp["n"] = n;
-  exp["prompt_tokens"] = oracle().tokenize(prompt).size();
-  exp["completion"] = oracle().expected_text(prompt, n);
-  // A stop string: a later piece of printable ASCII that first occurs where it is generated.
-  const std::vector<std::string> pieces = oracle().expected_pieces(prompt, n);
-  const std::string full = exp["completion"];
-  std::size_t at = 0;
-  for (int k = 0; k < n - 1; ++k) {
-    const std::string& p = pieces[static_cast<size_t>(k)];
-    const bool ascii = !p.empty() && std::all_of(p.begin(), p.end(), [](char ch) { return ch > ' ' && ch < 127; });
-    if (k >= 3 && ascii && full.find(p) == at) {
-      exp["stop"] = p;
-      exp["before_stop"] = full.substr(0, at);
-      break;
-    }
-    at += p.size();
-  }
-  ASSERT_TRUE(exp.contains("stop")) << "no usable stop string in " << full;
-  // The chat prompt as llama.cpp's chatml template renders it, then the oracle's continuation.
-  const std::vector<std::pair<std::string, std::string>> msgs = {{"system", "be brief"}, {"user", "hello world"}};
-  std::vector<llama_chat_message> cm;
-  for (const auto& [r, c] : msgs) cm.push_back({r.c_str(), c.c_str()});
-  std::string rendered(4096, '\0');
-  const int len = llama_chat_apply_template("chatml", cm.data(), cm.size(), true, rendered.data(), 4096);
-  ASSERT_GT(len, 0);
-  rendered.resize(static_cast<size_t>(len));
-  exp["messages"] = nlohmann::json::array();
-  for (const auto& [r, c] : msgs) exp["messages"].push_back({{"role", r}, {"content", c}});
-  exp["chat"] = oracle().expected_text(rendered, n);
-  const std::string exp_path = temp_dir() + "/openai-expectations.json";
-  std::ofstream(exp_path) << exp.dump();
-
   std::string out;
-  const int rc = run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node", UMA_SOURCE_DIR "/tests/http/openai_sdk_test.js",
-                              "http://127.0.0.1:" + std::to_string(port) + "/v1", exp_path}, &out, 120);
-  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(run_openai_sdk_test("http://127.0.0.1:" + std::to_string(port) + "/v1", &out), 0) << out;
   EXPECT_NE(out.find("all checks passed"), std::string::npos) << out;
 }
 

@@ -1,0 +1,239 @@
+// The cluster's data path (issue 16) with real processes: a redis-server, umad agents on the oracle
+// model and uma-gw gateways. Exact outputs through a gateway (raw HTTP and the OpenAI Node SDK),
+// failover (a killed agent, a hung one, a request that fails before its first byte, an agent dying
+// mid-stream: resumed exactly), fail-static routing while Redis is down, and two gateways sending
+// a shared prefix to the agent that holds it. Times are printed, not asserted beyond what proves
+// the mechanism (timing targets live in bench/cluster.sh).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "cluster/agent_heartbeat.h"
+#include "cluster/agent_state.h"
+#include "cluster/redis_client.h"
+#include "e2e/cluster_harness.h"
+#include "e2e/http_client.h"
+#include "e2e/openai_sdk_run.h"
+#include "e2e/oracle.h"
+
+namespace uma::test {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+// A completion through `port`: its text, or the whole response when it failed.
+std::string complete(int port, const std::string& prompt, int n) {
+  Tcp t(port);
+  if (!t.send(post("/v1/completions", json({{"prompt", prompt}, {"max_tokens", n}}).dump()))) return "no connection";
+  const std::string r = t.response();
+  if (status_of(r) != 200) return r;
+  return json::parse(body_of(r))["choices"][0]["text"];
+}
+
+// The streamed text of one SSE completion body (chunked), "ERROR ..." at an error event.
+std::string stream_text(const std::string& sse) {
+  std::string text;
+  for (std::size_t at = sse.find("data: "); at != std::string::npos; at = sse.find("data: ", at + 1)) {
+    const std::size_t end = sse.find("\n\n", at);
+    if (end == std::string::npos) break;
+    const std::string data = sse.substr(at + 6, end - at - 6);
+    if (data == "[DONE]") break;
+    const json j = json::parse(data, nullptr, false);
+    if (j.is_discarded()) continue;
+    if (j.contains("error")) return "ERROR " + data;
+    if (!j["choices"].empty()) text += j["choices"][0].value("text", "");
+  }
+  return text;
+}
+
+std::size_t data_events(const std::string& b) {
+  std::size_t n = 0;
+  for (std::size_t at = b.find("data: "); at != std::string::npos; at = b.find("data: ", at + 1)) ++n;
+  return n;
+}
+
+double gw_metric(const Gateway& g, const std::string& name) { return prometheus_value(body_of(http_get(g.port(), "/metrics")), name); }
+
+// The agent with a completion in flight (its HTTP sessions gauge), or -1.
+int busy_agent(const LocalCluster& c) {
+  for (std::size_t i = 0; i < c.agents.size(); ++i) {
+    const std::string page = body_of(http_get(c.agent_port(i), "/metrics"));
+    if (prometheus_value(page, "uma_sessions_open{front_end=\"http\"}") >= 1) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int live_agents(const Gateway& g) {
+  const json j = json::parse(body_of(http_get(g.port(), "/health")), nullptr, false);
+  return j.is_discarded() ? -1 : j.value("live", -1);
+}
+
+TEST(ClusterGateway, ExactOutputsThroughEitherGatewayAndTheNodeSdk) {
+  LocalCluster c;
+  ASSERT_TRUE(c.up(3, 2)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  for (const auto& g : c.gateways) {
+    EXPECT_EQ(complete(g->port(), "the river", 12), oracle().expected_text("the river", 12));
+    Tcp t(g->port());
+    ASSERT_TRUE(t.send(post("/v1/completions", json({{"prompt", "the stone"}, {"max_tokens", 9}, {"stream", true}}).dump())));
+    const std::string r = t.response();
+    EXPECT_EQ(status_of(r), 200) << r;
+    EXPECT_EQ(stream_text(dechunk(body_of(r))), oracle().expected_text("the stone", 9));
+    EXPECT_EQ(dechunk(body_of(r)).find(": tokens"), std::string::npos) << "umad's token comments stay in the gateway";
+  }
+  // Checked by the gateway as umad checks it: a field it does not know is a 400 naming it, and
+  // `uma` is the gateway's own.
+  Tcp bad(c.gateways[0]->port());
+  ASSERT_TRUE(bad.send(post("/v1/completions", R"({"prompt":"x","frobnicate":1})")));
+  std::string r = bad.response();
+  EXPECT_EQ(status_of(r), 400);
+  EXPECT_EQ(json::parse(body_of(r))["error"]["param"], "frobnicate");
+  ASSERT_TRUE(bad.send(post("/v1/completions", R"({"prompt":"x","uma":{"resume":[1]}})")));
+  r = bad.response();
+  EXPECT_EQ(status_of(r), 400);
+  EXPECT_EQ(json::parse(body_of(r))["error"]["param"], "uma");
+
+  std::string out;
+  EXPECT_EQ(run_openai_sdk_test(c.gateways[1]->url() + "/v1", &out), 0) << out;
+  EXPECT_NE(out.find("all checks passed"), std::string::npos) << out;
+}
+
+TEST(ClusterGateway, AKilledAgentIsDroppedAtOnceAndItsStreamResumesExactlyElsewhere) {
+  LocalCluster c;
+  ASSERT_TRUE(c.up(3, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  const Gateway& g = *c.gateways[0];
+  const std::string prompt = "the river";
+  const int n = 400;
+  Tcp t(g.port());
+  ASSERT_TRUE(t.send(post("/v1/completions", json({{"prompt", prompt}, {"max_tokens", n}, {"stream", true}}).dump())));
+  t.read_until([](const std::string& b) { return data_events(b) >= 60; }, 30s);
+  const int victim = busy_agent(c);
+  ASSERT_GE(victim, 0);
+  ::kill(c.agents[static_cast<std::size_t>(victim)]->pid(), SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  const auto detected = wait_for([&] { return live_agents(g) == 2; }, 10s);
+  ASSERT_TRUE(detected.has_value()) << g.log();
+  std::printf("killed agent out of routing after %lld ms\n", static_cast<long long>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - killed).count()));
+  // Its stream's break says so, well before its heartbeat's key could expire (3 s).
+  EXPECT_LT(*detected, 2500ms);
+  const std::string r = t.response(60s);
+  EXPECT_EQ(stream_text(dechunk(body_of(r))), oracle().expected_text(prompt, n)) << g.log();
+  EXPECT_EQ(gw_metric(g, "uma_gw_resumes_total"), 1);
+  // Nothing new goes to it: no request needs a retry.
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(complete(g.port(), "hello world", 8), oracle().expected_text("hello world", 8));
+  EXPECT_EQ(gw_metric(g, "uma_gw_retries_total"), 0);
+}
+
+TEST(ClusterGateway, AHungAgentIsDroppedWhenItsBeatStopsAndNothingIsSentToIt) {
+  LocalCluster c;
+  ASSERT_TRUE(c.up(3, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  const Gateway& g = *c.gateways[0];
+  const pid_t hung = c.agents[1]->pid();
+  ::kill(hung, SIGSTOP);
+  const auto detected = wait_for([&] { return live_agents(g) == 2; }, 15s);
+  ::kill(hung, SIGCONT);  // (after the measurement: the agent comes back as a fresh stream)
+  ASSERT_TRUE(detected.has_value()) << g.log();
+  std::printf("hung agent out of routing after %lld ms\n", static_cast<long long>(detected->count()));
+  EXPECT_GE(*detected, 1000ms) << "a stopped agent's stream stays open: only its beat can say";
+  ::kill(hung, SIGSTOP);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(complete(g.port(), "hello world", 8), oracle().expected_text("hello world", 8));
+  ::kill(hung, SIGCONT);
+  EXPECT_EQ(gw_metric(g, "uma_gw_retries_total"), 0);
+}
+
+TEST(ClusterGateway, ARequestThatFailsBeforeItsFirstByteIsRetriedOnTheNextAgent) {
+  LocalCluster c;
+  ASSERT_TRUE(c.up(2, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  const Gateway& g = *c.gateways[0];
+  // An agent that died a moment ago: still in Redis, its address refusing connections. It claims
+  // to be the fastest, so the gateway picks it first. (Its event stream is a live agent's.)
+  cluster::RedisClient redis({"127.0.0.1", c.redis.port()}, 500ms);
+  cluster::RedisReply reply;
+  ASSERT_TRUE(redis.command({"GET", cluster::agent_key("127.0.0.1:" + std::to_string(c.agent_port(0)))}, &reply).ok());
+  cluster::AgentState ghost;
+  ASSERT_TRUE(cluster::decode_agent_state(reply.str, &ghost).ok());
+  ghost.id = "ghost";
+  ghost.address = "http://127.0.0.1:" + std::to_string(free_loopback_port());
+  ghost.prefill_tok_s = 1e9;
+  ghost.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  ASSERT_TRUE(redis.command({"SET", cluster::agent_key("ghost"), cluster::encode_agent_state(ghost), "PX", "2500"}, &reply).ok());
+  ASSERT_TRUE(redis.command({"SADD", cluster::kAgentsSet, "ghost"}, &reply).ok());
+  ASSERT_TRUE(wait_for([&] { return live_agents(g) == 3; }, 5s).has_value()) << g.log();
+  EXPECT_EQ(complete(g.port(), "hello world", 8), oracle().expected_text("hello world", 8)) << g.log();
+  EXPECT_EQ(gw_metric(g, "uma_gw_retries_total"), 1);
+  Tcp t(g.port());
+  ASSERT_TRUE(t.send(post("/v1/completions", json({{"prompt", "the stone"}, {"max_tokens", 9}, {"stream", true}}).dump())));
+  EXPECT_EQ(stream_text(dechunk(body_of(t.response()))), oracle().expected_text("the stone", 9));
+  EXPECT_EQ(gw_metric(g, "uma_gw_retries_total"), 2);
+}
+
+TEST(ClusterGateway, RoutesOnItsLastViewWhileRedisIsDown) {
+  LocalCluster c;
+  ASSERT_TRUE(c.up(2, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  const Gateway& g = *c.gateways[0];
+  c.redis.kill();
+  // Longer than an agent's key lives: the view the gateway keeps is all it has.
+  const auto down = std::chrono::steady_clock::now();
+  int served = 0;
+  while (std::chrono::steady_clock::now() - down < 3500ms) {
+    ASSERT_EQ(complete(g.port(), "hello world", 8), oracle().expected_text("hello world", 8)) << g.log();
+    ++served;
+  }
+  EXPECT_EQ(live_agents(g), 2);
+  EXPECT_NE(g.log().find("routing on the last view"), std::string::npos) << g.log();
+  ASSERT_TRUE(c.redis.start());
+  cluster::RedisClient redis({"127.0.0.1", c.redis.port()}, 500ms);
+  const auto back = wait_for([&] {
+    cluster::RedisReply r;
+    return redis.command({"SMEMBERS", cluster::kAgentsSet}, &r).ok() && r.elements.size() == 2;
+  }, 10s);
+  ASSERT_TRUE(back.has_value());
+  std::printf("%d requests served while Redis was down; agents registered again %lld ms after it came back\n", served,
+              static_cast<long long>(back->count()));
+  EXPECT_EQ(complete(g.port(), "the stone", 8), oracle().expected_text("the stone", 8));
+}
+
+TEST(ClusterGateway, TwoGatewaysSendASharedPrefixToTheAgentHoldingIt) {
+  LocalCluster c;
+  ASSERT_TRUE(c.up(3, 2)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  // Long enough that the agent keeps its KV after it finishes (over 256 tokens).
+  const std::string prefix = Oracle::long_prompt(300, "shared");
+  EXPECT_EQ(complete(c.gateways[0]->port(), prefix, 4), oracle().expected_text(prefix, 4));
+  std::vector<double> hits_before;
+  for (std::size_t i = 0; i < c.agents.size(); ++i) {
+    hits_before.push_back(prometheus_value(body_of(http_get(c.agent_port(i), "/metrics")), "uma_prefix_cache_hit_tokens_total"));
+  }
+  // Both gateways hear from the agent's stream that it holds the prefix's blocks.
+  const auto holds = [](const Gateway& g) {
+    const std::string page = body_of(http_get(g.port(), "/metrics"));
+    for (std::size_t at = page.find("uma_gw_agent_blocks{"); at != std::string::npos; at = page.find("uma_gw_agent_blocks{", at + 1)) {
+      if (std::stod(page.substr(page.find("} ", at) + 2)) >= 9) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_for([&] { return holds(*c.gateways[0]) && holds(*c.gateways[1]); }, 5s).has_value());
+  for (int i = 0; i < 6; ++i) {
+    const std::string prompt = prefix + " turn" + std::to_string(i);
+    EXPECT_EQ(complete(c.gateways[static_cast<std::size_t>(i % 2)]->port(), prompt, 4), oracle().expected_text(prompt, 4));
+  }
+  // Every one of them reused the prefix on the one agent that held it.
+  int reused_on = -1;
+  for (std::size_t i = 0; i < c.agents.size(); ++i) {
+    const double hits = prometheus_value(body_of(http_get(c.agent_port(i), "/metrics")), "uma_prefix_cache_hit_tokens_total");
+    if (hits > hits_before[i]) {
+      EXPECT_EQ(reused_on, -1) << "prefix hits on two agents";
+      reused_on = static_cast<int>(i);
+      EXPECT_GE(hits - hits_before[i], 6 * 288) << "each of the 6 reused at least 9 blocks";
+    }
+  }
+  EXPECT_GE(reused_on, 0);
+}
+
+}  // namespace
+}  // namespace uma::test

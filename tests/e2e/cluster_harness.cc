@@ -1,0 +1,95 @@
+#include "e2e/cluster_harness.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/http_client.h"
+
+namespace uma::test {
+
+std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < timeout) {
+    if (pred()) return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a poll interval, not a synchronisation
+  }
+  return std::nullopt;
+}
+
+Gateway::Gateway(const std::string& redis_address, std::vector<std::string> extra) {
+  static int counter = 0;
+  log_path_ = temp_dir() + "/uma-gw-" + std::to_string(counter++) + ".log";
+  std::vector<std::string> argv = {bin_path("uma-gw"), "--model", model_path("oracle.gguf"), "--chat-template", "chatml",
+                                   "--redis", redis_address, "--listen", "127.0.0.1:0", "--refresh-ms", "100"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  pid_ = spawn_process(argv, log_path_);
+  const std::string marker = "listening on http://127.0.0.1:";
+  wait_for([&] {
+    const std::string log = slurp(log_path_);
+    const auto at = log.find(marker);
+    if (at == std::string::npos) return ::waitpid(pid_, nullptr, WNOHANG) == pid_;
+    port_ = std::stoi(log.substr(at + marker.size()));
+    return true;
+  }, std::chrono::seconds(30));
+}
+
+Gateway::~Gateway() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+std::string Gateway::log() const { return slurp(log_path_); }
+
+std::string http_get(int port, const std::string& path) {
+  Tcp t(port);
+  if (!t.connected() || !t.send("GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) return "";
+  return t.response(std::chrono::seconds(10));
+}
+
+double prometheus_value(const std::string& page, const std::string& name) {
+  std::istringstream in(page);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
+bool LocalCluster::up(int n_agents, int n_gateways, std::vector<std::string> agent_extra) {
+  if (!redis.start()) return false;
+  for (int i = 0; i < n_agents; ++i) {
+    std::vector<std::string> a = {"--agent", "--redis", redis.address()};
+    a.insert(a.end(), agent_extra.begin(), agent_extra.end());
+    agents.push_back(std::make_unique<Daemon>(http_args(a)));
+    if (!agents.back()->started()) return false;
+  }
+  for (int i = 0; i < n_gateways; ++i) {
+    gateways.push_back(std::make_unique<Gateway>(redis.address()));
+    if (!gateways.back()->started()) return false;
+  }
+  return all_live(static_cast<std::size_t>(n_agents));
+}
+
+bool LocalCluster::all_live(std::size_t n, std::chrono::milliseconds timeout) {
+  return wait_for([&] {
+    for (const auto& g : gateways) {
+      const std::string r = http_get(g->port(), "/health");
+      if (status_of(r) != 200) return false;
+      const auto j = nlohmann::json::parse(body_of(r), nullptr, false);
+      if (j.is_discarded() || j.value("live", 0) != static_cast<int>(n)) return false;
+    }
+    return true;
+  }, timeout).has_value();
+}
+
+int LocalCluster::agent_port(std::size_t i) const { return http_port(*agents.at(i)); }
+
+}  // namespace uma::test

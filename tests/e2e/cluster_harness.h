@@ -1,0 +1,53 @@
+// A local cluster for the gateway tests: a real redis-server, umad agents on the oracle model
+// (chatml), and uma-gw gateways, each a real process on loopback.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "e2e/daemon_harness.h"
+#include "e2e/redis_harness.h"
+
+namespace uma::test {
+
+// Polls `pred` until it holds or `timeout` passes: the time it took, or nullopt.
+std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+class Gateway {
+ public:
+  Gateway(const std::string& redis_address, std::vector<std::string> extra = {});
+  ~Gateway();  // SIGKILL if still running
+  bool started() const { return port_ > 0; }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string log() const;
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  std::string log_path_;
+  pid_t pid_ = -1;
+  int port_ = -1;
+};
+
+// GET `path` on 127.0.0.1:port: the whole response ("" when it could not be had).
+std::string http_get(int port, const std::string& path);
+// A gauge or counter of a Prometheus text page (-1 when absent).
+double prometheus_value(const std::string& page, const std::string& name);
+
+struct LocalCluster {
+  bool up(int agents, int gateways, std::vector<std::string> agent_extra = {});
+  // Every gateway routes to `n` agents (their event streams are live).
+  bool all_live(std::size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  int agent_port(std::size_t i) const;
+  RedisServer redis;
+  std::vector<std::unique_ptr<Daemon>> agents;
+  std::vector<std::unique_ptr<Gateway>> gateways;
+};
+
+}  // namespace uma::test

@@ -1,0 +1,12 @@
+// The OpenAI Node SDK test (tests/http/openai_sdk_test.js) against any OpenAI base URL serving the
+// oracle model with chatml (umad, or a gateway in front of such agents): its expectations computed
+// from the oracle, then node run on them. Returns node's exit status (-1: it could not be set up).
+#pragma once
+
+#include <string>
+
+namespace uma::test {
+
+int run_openai_sdk_test(const std::string& base_url, std::string* out);
+
+}  // namespace uma::test
