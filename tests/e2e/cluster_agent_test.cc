@@ -129,9 +129,12 @@ TEST(ClusterAgent, PublishesThePrefixBlocksItHoldsOnItsKvEventStream) {
   const std::string head = sub.read_until([](const std::string& b) { return b.find("\n\n", b.find("\r\n\r\n")) != std::string::npos; }, 10s);
   ASSERT_EQ(status_of(head), 200) << head;
   EXPECT_NE(head.find("text/event-stream"), std::string::npos);
-  const std::string first = body_of(head);
+  EXPECT_NE(head.find("Transfer-Encoding: chunked"), std::string::npos);
+  const std::string first = body_of(head);  // a chunk: its size line, then the event
+  const std::size_t data = first.find("data: ");
   cluster::KvEvent snap;
-  ASSERT_TRUE(cluster::decode_kv_event(first.substr(6, first.find("\n\n") - 6), &snap).ok()) << first;
+  ASSERT_NE(data, std::string::npos) << first;
+  ASSERT_TRUE(cluster::decode_kv_event(first.substr(data + 6, first.find("\n\n", data) - data - 6), &snap).ok()) << first;
   EXPECT_TRUE(snap.snapshot);
   EXPECT_EQ(snap.boot_id, (*one.state)["boot_id"]);
   EXPECT_EQ(snap.block, 32);
