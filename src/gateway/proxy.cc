@@ -254,6 +254,8 @@ void Proxy::end_with_error(const Status& st) {
 }
 
 void Proxy::done() {
+  // A send that dropped a slow client has ended this proxy already (client_gone).
+  if (state_ == ProxyState::kDone) return;
   set_state(ProxyState::kDone);
   gw_.proxy_done(client_, job_.keep_alive);
 }

@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 1;
   bool as_json = false;
   app.add_option("--target", target_spec, "uds:PATH (umad) or http://HOST:PORT (OpenAI /v1/completions)")->capture_default_str();
-  app.add_option("--workload", workload, "random | shared-prefix | mixed | sweep")->capture_default_str()
-      ->check(CLI::IsMember({"random", "shared-prefix", "mixed", "sweep"}));
+  app.add_option("--workload", workload, "random | shared-prefix | groups | mixed | sweep")->capture_default_str()
+      ->check(CLI::IsMember({"random", "shared-prefix", "groups", "mixed", "sweep"}));
   app.add_option("-c,--concurrency", concurrency, "closed loop: concurrent streams (mixed: interactive streams)")
       ->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--rate", rate, "open loop: Poisson arrivals per second (instead of --concurrency)")->check(CLI::Range(0.0, 1e6));
@@ -171,7 +171,13 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-tokens", prompt_tokens, "prompt length (random, mixed interactive)")->capture_default_str();
   app.add_option("--output-tokens", output_tokens, "max_tokens per request")->capture_default_str();
   app.add_option("--prefix-tokens", prefix_tokens, "shared-prefix: shared system prompt length")->capture_default_str();
-  app.add_option("--suffix-tokens", suffix_tokens, "shared-prefix: unique suffix length")->capture_default_str();
+  app.add_option("--suffix-tokens", suffix_tokens, "shared-prefix: unique suffix length; groups: one turn's length")
+      ->capture_default_str();
+  int groups = 4, users = 4;
+  app.add_option("--groups", groups, "groups: groups of users, each with its own system prompt (--prefix-tokens)")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--users", users, "groups: users per group, each a multi-turn conversation")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   app.add_option("--background-prompt-tokens", bg_prompt_tokens, "mixed: long background prompt length")->capture_default_str();
   app.add_option("--background-output-tokens", bg_output_tokens, "mixed: background max_tokens")->capture_default_str();
   app.add_option("--background-every-s", bg_every_s, "mixed: one background prompt every this many seconds")->capture_default_str();
@@ -217,6 +223,23 @@ int main(int argc, char** argv) {
     make = [&](int i) {
       PromptMaker m(seed * 1000003 + static_cast<std::uint64_t>(i));
       return BenchRequest{"p" + std::to_string(i), prefix + " " + m.words(suffix_tokens), output_tokens, "interactive", {}};
+    };
+  }
+
+  if (workload == "groups") {
+    // Request i: group i % G, user (i / G) % U of it, turn i / (G * U) of that user's conversation:
+    // the group's system prompt, then every earlier turn of the user's, then the new one (the
+    // llm-d / SGLang shared-prefix shape: a long per-group prefix, a growing per-user history).
+    make = [&](int i) {
+      const int g = i % groups, u = (i / groups) % users;
+      const int turn = i >= 1000000 ? 0 : i / (groups * users);  // a warm-up request (1000000 + k) opens a conversation
+      std::string prompt = PromptMaker(seed * 31 + static_cast<std::uint64_t>(g)).words(prefix_tokens);
+      for (int t = 0; t <= turn; ++t) {
+        PromptMaker m(seed * 1000003 + static_cast<std::uint64_t>(((g * 1000 + u) * 1000) + t));
+        prompt += " " + m.words(suffix_tokens);
+      }
+      return BenchRequest{"g" + std::to_string(g) + "u" + std::to_string(u) + "t" + std::to_string(turn), prompt,
+                          output_tokens, "interactive", {}};
     };
   }
 
