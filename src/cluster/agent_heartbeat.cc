@@ -65,7 +65,9 @@ void AgentHeartbeat::stop() {
 void AgentHeartbeat::update_rates() {
   const auto now = std::chrono::steady_clock::now();
   const double secs = std::chrono::duration<double>(now - rates_.at).count();
-  const std::uint64_t prompt = metrics_.prompt_tokens_total.load(), generated = metrics_.tokens_generated_total.load();
+  // Prompt tokens computed, not those served from cached KV (they cost no prefill).
+  const std::uint64_t prompt = metrics_.prompt_tokens_total.load() - metrics_.prefix_reused_tokens_total.load();
+  const std::uint64_t generated = metrics_.tokens_generated_total.load();
   if (secs > 0.0) {
     // Only beats that had such work count: an idle agent keeps its last measured rate.
     if (prompt > rates_.prompt_tokens) rates_.prefill_tok_s = ewma(rates_.prefill_tok_s, double(prompt - rates_.prompt_tokens) / secs);
@@ -84,7 +86,13 @@ std::string AgentHeartbeat::state_json(std::chrono::system_clock::time_point now
   a.events = config_.events;
   a.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
   a.models = {ModelState{config_.model_name, config_.model_bytes, "loaded", "dram"}};
-  a.prefill_tok_s = rates_.prefill_tok_s;
+  // The prefill rate the scheduler's cost model fitted (what a prompt costs while the agent works,
+  // contention included); before it has one, the rate seen over the beats.
+  const double ms_per_token = metrics_.prefill_ms_per_token.load();
+  a.prefill_tok_s = ms_per_token > 0.0 ? 1000.0 / ms_per_token : rates_.prefill_tok_s;
+  a.tick_fixed_ms = metrics_.prefill_fixed_ms.load();
+  a.decode_tick_ms = metrics_.decode_ms_ewma.load();
+  a.tick_tokens = metrics_.tick_budget.load();
   a.decode_tok_s = rates_.decode_tok_s;
   a.active_sessions = metrics_.active_sessions.load();
   a.queued_sessions = metrics_.queued_sessions.load();

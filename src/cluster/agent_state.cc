@@ -46,6 +46,9 @@ std::string encode_agent_state(const AgentState& s) {
   }
   j["prefill_tok_s"] = s.prefill_tok_s;
   j["decode_tok_s"] = s.decode_tok_s;
+  j["tick_fixed_ms"] = s.tick_fixed_ms;
+  j["decode_tick_ms"] = s.decode_tick_ms;
+  j["tick_tokens"] = s.tick_tokens;
   j["active_sessions"] = s.active_sessions;
   j["queued_sessions"] = s.queued_sessions;
   j["prefill_backlog_tokens"] = s.prefill_backlog_tokens;
@@ -65,6 +68,9 @@ Status decode_agent_state(std::string_view text, AgentState* out) {
       !(st = read_string(j, "events", &s.events, false)).ok() || !(st = read_number(j, "ts_ms", &s.ts_ms)).ok() ||
       !(st = read_number(j, "prefill_tok_s", &s.prefill_tok_s)).ok() ||
       !(st = read_number(j, "decode_tok_s", &s.decode_tok_s)).ok() ||
+      !(st = read_number(j, "tick_fixed_ms", &s.tick_fixed_ms)).ok() ||
+      !(st = read_number(j, "decode_tick_ms", &s.decode_tick_ms)).ok() ||
+      !(st = read_number(j, "tick_tokens", &s.tick_tokens)).ok() ||
       !(st = read_number(j, "active_sessions", &s.active_sessions)).ok() ||
       !(st = read_number(j, "queued_sessions", &s.queued_sessions)).ok() ||
       !(st = read_number(j, "prefill_backlog_tokens", &s.prefill_backlog_tokens)).ok() ||

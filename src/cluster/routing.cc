@@ -40,10 +40,22 @@ Prediction predict_ttft(const Candidate& c, const RouteRequest& r, const Routing
     const double bw = c.load_bandwidth_bytes_s > 0.0 ? c.load_bandwidth_bytes_s : p.default_load_bytes_s;
     t.load = static_cast<double>(m->bytes + c.loader_queue_bytes) / bw;
   }
-  const double rate = c.agent->prefill_tok_s > 0.0 ? c.agent->prefill_tok_s : p.default_prefill_tok_s;
-  t.queue = static_cast<double>(std::max<std::int64_t>(0, c.agent->prefill_backlog_tokens) + std::max<std::int64_t>(0, c.pending_tokens)) / rate;
-  const std::int64_t uncached = std::max<std::int64_t>(0, r.prompt_tokens - std::min(c.cached_tokens, r.prompt_tokens));
+  const AgentState& a = *c.agent;
+  const double rate = a.prefill_tok_s > 0.0 ? a.prefill_tok_s : p.default_prefill_tok_s;
+  const std::int64_t ahead = std::max<std::int64_t>(0, a.prefill_backlog_tokens) + std::max<std::int64_t>(0, c.pending_tokens);
+  // At least the last prompt token is computed (its logits give the first token).
+  const std::int64_t uncached = std::max<std::int64_t>(1, r.prompt_tokens - std::min(c.cached_tokens, r.prompt_tokens));
+  t.queue = static_cast<double>(ahead) / rate;
   t.prefill = static_cast<double>(uncached) / rate;
+  // Prompts are cut into ticks of tick_tokens; each tick also pays a fixed cost and, while other
+  // streams decode, their decode step: ticks ahead of the request go to Q, its own to P.
+  if (a.tick_tokens > 0) {
+    const double tick_s = (std::max(0.0, a.tick_fixed_ms) + (a.active_sessions > 0 ? std::max(0.0, a.decode_tick_ms) : 0.0)) / 1e3;
+    const std::int64_t ticks_ahead = ahead / a.tick_tokens;
+    const std::int64_t ticks_all = (ahead + uncached + a.tick_tokens - 1) / a.tick_tokens;
+    t.queue += static_cast<double>(ticks_ahead) * tick_s;
+    t.prefill += static_cast<double>(ticks_all - ticks_ahead) * tick_s;
+  }
   return t;
 }
 

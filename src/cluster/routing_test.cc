@@ -36,8 +36,24 @@ TEST(Routing, PredictedTtftIsLoadPlusQueuePlusUncachedPrefill) {
   a.prefill_tok_s = 0.0;  // not measured yet: the default rate
   p.default_prefill_tok_s = 100.0;
   EXPECT_DOUBLE_EQ(predict_ttft(c, r, p).prefill, 2.0);
-  c.cached_tokens = 5000;  // more than the prompt: nothing to prefill, never negative
-  EXPECT_DOUBLE_EQ(predict_ttft(c, r, p).prefill, 0.0);
+  c.cached_tokens = 5000;  // more than the prompt: only its last token is computed, never negative
+  EXPECT_DOUBLE_EQ(predict_ttft(c, r, p).prefill, 0.01);
+}
+
+TEST(Routing, EveryTickPaysItsFixedCostAndTheRunningStreamsDecodeStep) {
+  AgentState a = agent("a", 1000.0, /*backlog*/ 1024, /*active*/ 0);
+  a.tick_tokens = 512;
+  a.tick_fixed_ms = 10.0;
+  a.decode_tick_ms = 30.0;
+  Candidate c{&a, /*cached*/ 0, /*pending*/ 0};
+  const RouteRequest r{"m.gguf", 600};
+  Prediction t = predict_ttft(c, r, RoutingParams{});
+  EXPECT_DOUBLE_EQ(t.queue, 1.024 + 2 * 0.010) << "two whole ticks ahead";
+  EXPECT_DOUBLE_EQ(t.prefill, 0.6 + 2 * 0.010) << "1624 tokens end in the 4th tick: two of them are the request's";
+  a.active_sessions = 3;  // streams decoding: every tick is also their decode step
+  t = predict_ttft(c, r, RoutingParams{});
+  EXPECT_DOUBLE_EQ(t.queue, 1.024 + 2 * 0.040);
+  EXPECT_DOUBLE_EQ(t.prefill, 0.6 + 2 * 0.040);
 }
 
 TEST(Routing, PredictedPrefersTheCachedPrefixUntilItsQueueCostsMore) {

@@ -161,6 +161,7 @@ void GatewayServer::answer_error(Client& cl, const Status& st, bool keep_alive) 
 }
 
 void GatewayServer::handle(Client& cl, http::request<http::string_body>& req) {
+  const auto received_at = SteadyClock::now();
   std::string_view target = req.target();
   target = target.substr(0, target.find('?'));
   const bool keep_alive = req.keep_alive();
@@ -215,6 +216,7 @@ void GatewayServer::handle(Client& cl, http::request<http::string_body>& req) {
   job.completion_id = (job.chat ? "chatcmpl-" : "cmpl-") + id_prefix_ + std::to_string(id);
   job.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   job.keep_alive = keep_alive;
+  job.received_at = received_at;
   cl.conn->set_state(ConnState::kBusy);
   cl.proxy = std::make_unique<Proxy>(*this, cl.conn, id, std::move(job));
   cl.proxy->start();
@@ -299,6 +301,8 @@ std::string GatewayServer::metrics_text() {
   for (const AgentDirectory::AgentSummary& a : agents_.summary()) {
     out += "uma_gw_agent_blocks{agent=\"" + a.id + "\",live=\"" + (a.live ? "1" : "0") + "\"} " + std::to_string(a.blocks) + "\n";
   }
+  histogram_text(out, "uma_gw_added_us", "What the gateway adds before the agent starts: request whole to its bytes on the way.",
+                 m.added_us);
   histogram_text(out, "uma_gw_route_decision_us", "Routing decision time (candidates, prefix match, choice).", m.route_us);
   histogram_text(out, "uma_gw_ttft_ms", "Time to first token measured at the gateway (dispatch to first token).", m.ttft_ms);
   histogram_text(out, "uma_gw_ttft_prediction_error", "|predicted - measured| / measured time to first token.",

@@ -69,6 +69,8 @@ struct GatewayMetrics {
   std::uint64_t failed_total = 0;         // ended with an error the gateway wrote (503, SSE error)
   std::uint64_t unavailable_total = 0;    // no agent could take it
   Histogram route_us{{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000}};
+  // Request whole -> its bytes on the way to the agent (parse, check, render, tokenize, route, connect).
+  Histogram added_us{{25, 50, 75, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000, 5000, 10000}};
   Histogram ttft_ms{latency_ms_bounds()};
   // |predicted - measured| / measured, of the time to first token.
   Histogram ttft_error{{0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0}};

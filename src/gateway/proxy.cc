@@ -109,6 +109,14 @@ std::string Proxy::upstream_request(const AgentLink& a) const {
   return req;
 }
 
+// What the gateway adds before the agent can start: parsing, checking, rendering, tokenizing,
+// routing and the connection to the agent (its first dispatch only).
+void Proxy::on_sent() {
+  if (attempts_ == 1 && resumes_ == 0) {
+    gw_.metrics().added_us.observe(std::chrono::duration<double, std::micro>(SteadyClock::now() - job_.received_at).count());
+  }
+}
+
 void Proxy::on_head(unsigned status, bool event_stream) {
   status_ = status;
   agent_stream_ = event_stream;

@@ -48,6 +48,7 @@ struct ProxyJob {
   std::string completion_id;
   std::int64_t created = 0;
   bool keep_alive = true;
+  std::chrono::steady_clock::time_point received_at{};  // the request was whole
 };
 
 enum class ProxyState : std::uint8_t { kDispatching, kWaiting, kRelaying, kDone };
@@ -71,6 +72,7 @@ class Proxy final : private UpstreamSink {
   void finish_stream();
   void end_with_error(const Status& st);
   void done();
+  void on_sent() override;
   void on_head(unsigned status, bool event_stream) override;
   void on_body(std::string_view bytes) override;
   void on_end() override;

@@ -102,6 +102,7 @@ void Upstream::dial(const HostPort& to, std::string request) {
     self->parser_->on_chunk_body(self->on_chunk_);
     self->conn_->send(request);
     self->conn_->start_reading();
+    if (self->sink_ != nullptr) self->sink_->on_sent();
   });
 }
 

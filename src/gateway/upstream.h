@@ -32,6 +32,7 @@ namespace uma::gateway {
 class UpstreamSink {
  public:
   virtual ~UpstreamSink() = default;
+  virtual void on_sent() {}  // connected, and the request is on its way
   virtual void on_head(unsigned status, bool event_stream) = 0;
   virtual void on_body(std::string_view bytes) = 0;
   virtual void on_end() = 0;  // the whole reply has arrived

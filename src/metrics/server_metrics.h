@@ -59,6 +59,7 @@ class ServerMetrics {
   std::atomic<std::int64_t> tick_budget{0};
   std::atomic<std::int64_t> tick_prefill_floor{0};  // fewest prefill tokens a tick carries (TickBudget::floor)
   std::atomic<double> prefill_fixed_ms{0.0};        // fitted fixed cost of a prefill tick
+  std::atomic<double> prefill_ms_per_token{0.0};    // fitted marginal cost of a prompt token (0: not yet)
   std::atomic<double> decode_ms_last{0.0};
   std::atomic<double> decode_ms_ewma{0.0};
   std::atomic<double> ttft_ms_last{-1.0};

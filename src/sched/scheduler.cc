@@ -283,6 +283,7 @@ void Scheduler::record_tick(double decode_ms, std::int32_t budget) {
   metrics_.tick_budget = budget;
   metrics_.tick_prefill_floor = budget_.floor();
   metrics_.prefill_fixed_ms = budget_.prefill_fixed_ms();
+  metrics_.prefill_ms_per_token = budget_.ms_per_prefill_token();
 }
 
 void Scheduler::apply_batch(Clock::time_point decoded_at, std::vector<Event>& out) {
