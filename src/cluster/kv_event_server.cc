@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "net/http_chunk.h"
 #include "net/tcp_listen.h"
 
 namespace uma::cluster {
@@ -16,21 +17,10 @@ constexpr std::string_view kStreamHeaders =
     "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
     "Connection: close\r\n\r\n";
 constexpr std::string_view kNotFound =
-    "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 22\r\nConnection: close\r\n\r\n"
-    "only GET /kv-events\r\n\r\n";
+    "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\n\r\n"
+    "only GET /kv-events\n";
 
-// One HTTP/1.1 chunk: the stream never ends, so it has no length; chunks let any HTTP client read
-// each event as it comes.
-std::string chunk(std::string_view data) {
-  char size[24];
-  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-  std::string out(size, static_cast<std::size_t>(n));
-  out.append(data);
-  out += "\r\n";
-  return out;
-}
-
-std::string sse(const KvEvent& e) { return chunk("data: " + encode_kv_event(e) + "\n\n"); }
+std::string sse(const KvEvent& e) { return http_chunk("data: " + encode_kv_event(e) + "\n\n"); }
 
 }  // namespace
 
@@ -139,7 +129,7 @@ void KvEventServer::publish(const BlockJournal::Delta& d, const AgentLoad& load)
     bytes = sse(e);
     last_load_ = load;
   } else if (now - last_sent_ >= config_.ping) {
-    bytes = chunk(": ping\n\n");
+    bytes = http_chunk(": ping\n\n");
   } else {
     return;
   }

@@ -8,19 +8,11 @@
 #include "common/json_text.h"
 #include "gateway/gateway_server.h"
 #include "http/openai.h"
+#include "net/http_chunk.h"
 
 namespace uma::gateway {
 
 namespace {
-
-std::string chunked(std::string_view data) {  // one HTTP/1.1 chunk
-  char size[24];
-  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-  std::string out(size, static_cast<std::size_t>(n));
-  out.append(data);
-  out += "\r\n";
-  return out;
-}
 
 bool legal(ProxyState from, ProxyState to) {
   switch (from) {
@@ -149,7 +141,7 @@ void Proxy::on_body(std::string_view bytes) {
     }
     emitted_.insert(emitted_.end(), ev.tokens.begin(), ev.tokens.end());
     if (ev.done) done_seen_ = true;
-    out += chunked(ev.forward);
+    out += http_chunk(ev.forward);
   }
   if (out.empty()) return;
   if (!client_head_sent_) {
@@ -236,7 +228,7 @@ void Proxy::failover(const std::string& why) {
     } else {
       c["choices"].push_back({{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", "length"}});
     }
-    client_->send(chunked("data: " + to_json_text(c) + "\n\n") + chunked("data: [DONE]\n\n") + "0\r\n\r\n");
+    client_->send(http_chunk("data: " + to_json_text(c) + "\n\n") + http_chunk("data: [DONE]\n\n") + "0\r\n\r\n");
     return done();
   }
   spdlog::info("request {}: agent {} failed mid-stream ({}) after {} tokens: resuming on another", id_, agent_, why,
@@ -249,7 +241,7 @@ void Proxy::failover(const std::string& why) {
 void Proxy::end_with_error(const Status& st) {
   if (client_head_sent_) {
     // Mid-stream: an SSE error event, then the stream's end (never a silently short stream).
-    client_->send(chunked("data: " + openai::error_body(st) + "\n\n") + chunked("data: [DONE]\n\n") + "0\r\n\r\n");
+    client_->send(http_chunk("data: " + openai::error_body(st) + "\n\n") + http_chunk("data: [DONE]\n\n") + "0\r\n\r\n");
   } else {
     const std::string body = openai::error_body(st);
     const unsigned status = openai::http_status(st.code());

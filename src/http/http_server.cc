@@ -1,5 +1,6 @@
 #include "http/http_server.h"
 
+#include "net/http_chunk.h"
 #include "net/tcp_listen.h"
 
 #include <boost/beast/http.hpp>
@@ -24,15 +25,6 @@ Status error_for(const openai::CompletionRequest& r, const Status& st) {
   return st;
 }
 
-std::string chunked(std::string_view data) {  // one HTTP/1.1 chunk
-  char size[24];
-  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-  std::string out(size, static_cast<std::size_t>(n));
-  out.append(data);
-  out += "\r\n";
-  return out;
-}
-
 // One `data:` event in one chunk; with `tokens` (a gateway's uma.token_ids), a comment line before
 // it names the tokens whose text the event carries (SSE readers skip comments).
 void append_sse(std::string& out, std::string_view data, const std::vector<LogprobEntry>* tokens = nullptr) {
@@ -45,7 +37,7 @@ void append_sse(std::string& out, std::string_view data, const std::vector<Logpr
   event += "data: ";
   event.append(data);
   event += "\n\n";
-  out += chunked(event);
+  out += http_chunk(event);
 }
 
 void append_stream_end(std::string& out) {
