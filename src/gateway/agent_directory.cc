@@ -55,6 +55,7 @@ void AgentLink::on_head(unsigned status, bool event_stream) {
 }
 
 void AgentLink::on_body(std::string_view bytes) {
+  heard_at_ = SteadyClock::now();
   std::vector<SseEvent> events;
   if (Status st = sse_.feed(bytes, &events); !st.ok()) {
     if (stream_) stream_->abort();
@@ -122,7 +123,22 @@ void AgentDirectory::update(const std::vector<cluster::AgentState>& view, Steady
     if (!a.stream_ && !a.live_ && now - a.last_dial_ >= options_.redial) a.subscribe(now);
   }
   for (auto it = links_.begin(); it != links_.end();) {
-    if (seen.count(it->first) != 0) {
+    AgentLink& a = *it->second;
+    // A stream that stopped talking (no ping for `silent`): the agent hangs. Out of routing, and
+    // the requests waiting on it go elsewhere; it is dialled again while the view lists it.
+    if (a.live_ && now - a.heard_at_ > options_.silent) {
+      const std::string id = it->first;
+      if (a.stream_) a.stream_->abort();
+      a.live_ = false;
+      a.stream_.reset();
+      a.blocks_.clear();
+      a.last_dial_ = now;
+      spdlog::warn("agent {}: its event stream is silent: out of routing", id);
+      if (on_gone_) on_gone_(id, true);
+    }
+    // Gone from the view but its stream still talks: Redis lost it (restarted empty, say), the
+    // agent is fine and registers again within a beat (fail-static).
+    if (seen.count(it->first) != 0 || a.live_) {
       ++it;
       continue;
     }

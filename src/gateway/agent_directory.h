@@ -42,6 +42,8 @@ using SteadyClock = std::chrono::steady_clock;
 
 struct DirectoryOptions {
   std::chrono::milliseconds redial{250};
+  // A live stream silent this long (pings come every 500 ms) is a hung agent.
+  std::chrono::milliseconds silent{2000};
   std::int32_t breaker_failures = 3;
   std::chrono::milliseconds breaker_open{5000};
   Upstream::Options upstream;
@@ -84,6 +86,7 @@ class AgentLink final : private UpstreamSink {
   SteadyClock::time_point last_dial_{};
   std::unordered_set<std::uint64_t> blocks_;
   SteadyClock::time_point load_at_{};  // when its load was last reported
+  SteadyClock::time_point heard_at_{};  // when its stream last sent anything
   std::int32_t failures_ = 0;
   SteadyClock::time_point open_until_{};
   std::unordered_map<std::uint64_t, Dispatch> dispatches_;  // request id -> not yet at first byte

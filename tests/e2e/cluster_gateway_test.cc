@@ -130,6 +130,8 @@ TEST(ClusterGateway, AKilledAgentIsDroppedAtOnceAndItsStreamResumesExactlyElsewh
   EXPECT_EQ(gw_metric(g, "uma_gw_retries_total"), 0);
 }
 
+// A stopped process's sockets stay open: what says it hangs is its event stream falling silent
+// (pings every 500 ms; silent for 2 s: out of routing), or, later, its key's TTL.
 TEST(ClusterGateway, AHungAgentIsDroppedWhenItsBeatStopsAndNothingIsSentToIt) {
   LocalCluster c;
   ASSERT_TRUE(c.up(3, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
@@ -140,7 +142,7 @@ TEST(ClusterGateway, AHungAgentIsDroppedWhenItsBeatStopsAndNothingIsSentToIt) {
   ::kill(hung, SIGCONT);  // (after the measurement: the agent comes back as a fresh stream)
   ASSERT_TRUE(detected.has_value()) << g.log();
   std::printf("hung agent out of routing after %lld ms\n", static_cast<long long>(detected->count()));
-  EXPECT_GE(*detected, 1000ms) << "a stopped agent's stream stays open: only its beat can say";
+  EXPECT_GE(*detected, 1000ms) << "its stream stays open: only its silence can say";
   ::kill(hung, SIGSTOP);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(complete(g.port(), "hello world", 8), oracle().expected_text("hello world", 8));
   ::kill(hung, SIGCONT);
