@@ -248,7 +248,7 @@ void GatewayServer::record_ttft(double predicted_s, double measured_s) {
   if (measured_s <= 0) return;
   const double signed_error = predicted_s / measured_s - 1.0;
   metrics_.ttft_error.observe(std::abs(signed_error));
-  if (metrics_.ttft_errors.size() >= GatewayMetrics::kKeep) metrics_.ttft_errors.erase(metrics_.ttft_errors.begin());
+  if (metrics_.ttft_errors.size() >= GatewayMetrics::kKeep) metrics_.ttft_errors.pop_front();
   metrics_.ttft_errors.push_back(signed_error);
 }
 
@@ -308,11 +308,11 @@ std::string GatewayServer::metrics_text() {
   histogram_text(out, "uma_gw_ttft_prediction_error", "|predicted - measured| / measured time to first token.",
                  m.ttft_error);
   if (!m.ttft_errors.empty()) {
-    const auto median = [](std::vector<double> e) {
+    const auto median = [](std::deque<double> e) {
       std::nth_element(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(e.size() / 2), e.end());
       return e[e.size() / 2];
     };
-    std::vector<double> abs_errors = m.ttft_errors;
+    std::deque<double> abs_errors = m.ttft_errors;
     for (double& e : abs_errors) e = std::abs(e);
     counter_text(out, "uma_gw_ttft_prediction_error_median", "Median |predicted/measured - 1| over the last 4096.",
                  median(abs_errors), "gauge");

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,7 +75,7 @@ struct GatewayMetrics {
   Histogram ttft_ms{latency_ms_bounds()};
   // |predicted - measured| / measured, of the time to first token.
   Histogram ttft_error{{0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0}};
-  std::vector<double> ttft_errors;  // the last kKeep signed errors (predicted/measured - 1), for the median
+  std::deque<double> ttft_errors;  // the last kKeep signed errors (predicted/measured - 1), for the median
   static constexpr std::size_t kKeep = 4096;
 };
 

@@ -48,14 +48,7 @@ Upstream::Upstream(asio::io_context& io, UpstreamSink* sink, const Options& opti
   };
 }
 
-Upstream::~Upstream() {
-  sink_ = nullptr;
-  finished_ = true;
-  timer_.cancel();
-  boost::system::error_code ignored;
-  socket_.close(ignored);
-  if (conn_) conn_->close("upstream dropped");
-}
+Upstream::~Upstream() { abort(); }
 
 void Upstream::abort() {
   sink_ = nullptr;
