@@ -11,7 +11,12 @@
 # Env: bench/lib.sh's (UMA_BENCH_MODEL: small preset Q8_0), UMA_CLUSTER_AGENTS (3),
 #      UMA_CLUSTER_GROUPS (4), UMA_CLUSTER_USERS (3), UMA_CLUSTER_PREFIX (1000 tokens),
 #      UMA_CLUSTER_REQUESTS (36), UMA_CLUSTER_CONC (3), UMA_AGENT_THREADS (1; GPU: all layers on it),
-#      UMA_CLUSTER_POLICIES ("predicted round-robin least-loaded seed").
+#      UMA_CLUSTER_POLICIES ("predicted round-robin least-loaded seed"), UMA_CLUSTER_SUFFIX (30
+#      tokens a turn), UMA_CLUSTER_OUTPUT (16 tokens), UMA_CLUSTER_SESSIONS (16: each agent's
+#      --max-sessions), UMA_CLUSTER_OVERHEAD (1; 0 skips the overhead and decision-time part),
+#      UMA_AGENT_GPUS (scripts/cluster.sh: "0 1 2 3" gives agent i GPU i mod 4).
+# On a multi-GPU machine: UMA_AGENT_GPUS="0 1 2 3" UMA_CLUSTER_AGENTS=4 (and a larger model, prefix
+# and request count: the cold first request of each group must be well under 10% of the run).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -25,23 +30,29 @@ prefix=${UMA_CLUSTER_PREFIX:-1000}
 requests=${UMA_CLUSTER_REQUESTS:-36}
 conc=${UMA_CLUSTER_CONC:-3}
 policies=${UMA_CLUSTER_POLICIES:-predicted round-robin least-loaded seed}
+suffix=${UMA_CLUSTER_SUFFIX:-30}
+output=${UMA_CLUSTER_OUTPUT:-16}
+overhead_part=${UMA_CLUSTER_OVERHEAD:-1}
 mkdir -p "$out"
 bench_setup
 cmake --build build -j "$(nproc)" --target uma-gw >/dev/null
 export UMA_MODEL=$model UMA_CLUSTER_DIR=$out/cluster
-export UMA_AGENT_FLAGS="--threads ${UMA_AGENT_THREADS:-1} --n-ctx $ctx --max-sessions 16 ${UMA_AGENT_EXTRA:-}"
+export UMA_AGENT_FLAGS="--threads ${UMA_AGENT_THREADS:-1} --n-ctx $ctx --max-sessions ${UMA_CLUSTER_SESSIONS:-16} ${UMA_AGENT_EXTRA:-}"
 trap 'scripts/cluster.sh down' EXIT
 
 for policy in $policies; do
   log "policy $policy: $agents agents, $groups groups x $users users, prefix $prefix tokens, $requests requests, c=$conc"
-  url=$(UMA_GW_FLAGS="--policy $policy" scripts/cluster.sh up "$agents" | tail -1)
+  url=$(UMA_GW_FLAGS="--policy $policy --debug ${UMA_CLUSTER_GW_EXTRA:-}" scripts/cluster.sh up "$agents" | tail -1)
   build/bin/uma-bench --target "$url" --json --workload groups --groups "$groups" --users "$users" -c "$conc" \
-    -n "$requests" --prefix-tokens "$prefix" --suffix-tokens 30 --output-tokens 16 --warmup 0 --seed 5 >"$out/$policy.json"
+    -n "$requests" --prefix-tokens "$prefix" --suffix-tokens "$suffix" --output-tokens "$output" --warmup 0 --seed 5 \
+    >"$out/$policy.json"
+  cp "$out/cluster/gw.log" "$out/$policy-gw.log"
   curl -s "$url/metrics" >"$out/$policy-gw.metrics"
   for i in $(seq "$agents"); do curl -s "http://127.0.0.1:$(cat "$out/cluster/agent$i.port")/metrics" >"$out/$policy-agent$i.metrics"; done
   scripts/cluster.sh down
 done
 
+if [ "$overhead_part" = 1 ]; then
 log "gateway overhead and decision time: 1 agent (+63 registered)"
 url=$(scripts/cluster.sh up 1 | tail -1)
 agent="http://127.0.0.1:$(cat "$out/cluster/agent1.port")"
@@ -79,11 +90,12 @@ overhead gateway64 "$url" 1
 curl -s "$url/metrics" >"$out/route64.metrics"
 kill $gpid
 scripts/cluster.sh down
+fi
 trap - EXIT
 
-python3 - "$out" "$policies" <<'PY'
+python3 - "$out" "$policies" "$overhead_part" <<'PY'
 import json, re, sys
-out, policies = sys.argv[1], sys.argv[2].split()
+out, policies, overhead_part = sys.argv[1], sys.argv[2].split(), sys.argv[3] == "1"
 def prom(path, name):
     m = re.search(r"^%s (\S+)$" % re.escape(name), open(path).read(), re.M)
     return float(m.group(1)) if m else float("nan")
@@ -108,6 +120,7 @@ for p in policies:
         i += 1
     err = prom(f"{out}/{p}-gw.metrics", "uma_gw_ttft_prediction_error_median")
     print(f"{p:13} {r['ttft_ms']['p50']:11.0f} {r['ttft_ms']['p90']:8.0f} {r['output_tok_s']:9.1f} {r['ttft_ms']['p90'] / rr:8.2f} {err:12.2f} {hits:14.0f}")
+if not overhead_part: raise SystemExit(0)
 for name in ("direct", "gateway"):
     for rnd in (1, 2, 3, 4):
         t = json.load(open(f"{out}/overhead-{name}-{rnd}.json"))["runs"][0]["ttft_ms"]

@@ -6,7 +6,10 @@
 # State (pids, logs, sockets) lives in $UMA_CLUSTER_DIR (default /tmp/uma-cluster-$USER); the agents'
 # pids are in $UMA_CLUSTER_DIR/agents.pids, one per line (a test can kill one).
 # Env: UMA_BUILD (build dir, default build), UMA_AGENT_FLAGS (more umad flags, e.g. "--threads 1"),
-#      UMA_GW_FLAGS (more uma-gw flags, e.g. "--policy round-robin"), UMA_GW_PORT (default: any free).
+#      UMA_GW_FLAGS (more uma-gw flags, e.g. "--policy round-robin"), UMA_GW_PORT (default: any free),
+#      UMA_AGENT_GPUS (e.g. "0 1 2 3": agent i sees only GPU i mod 4, through CUDA_VISIBLE_DEVICES).
+# redis-server comes from Debian (scripts/setup.sh), or from an offline bundle's packages
+# (scripts/setup.sh --from-bundle) on a machine without it.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dir=${UMA_CLUSTER_DIR:-/tmp/uma-cluster-${USER:-uma}}
@@ -19,6 +22,15 @@ wait_until() {  # $1 = what, $2 = command; 60 s at most
   echo "cluster.sh: $1 did not come up (logs in $dir)" >&2
   return 1
 }
+
+# Debian's redis-server and redis-cli, else the ones an offline bundle unpacked (with their libraries).
+redis_env=()
+if ! command -v redis-server >/dev/null; then
+  prefix=$("$root/scripts/llama.sh" --print-prefix)
+  if [ -n "$prefix" ] && [ -x "$prefix/usr/bin/redis-server" ]; then
+    redis_env=(env "PATH=$prefix/usr/bin:$PATH" "LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}")
+  fi
+fi
 
 down() {
   [ -d "$dir" ] || return 0
@@ -48,14 +60,18 @@ up() {
   down
   mkdir -p "$dir"
   local rport; rport=$(free_port)
-  redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no >"$dir/redis.log" 2>&1 &
+  "${redis_env[@]}" redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no >"$dir/redis.log" 2>&1 &
   echo $! >"$dir/redis.pid"
-  wait_until redis "redis-cli -p $rport ping >/dev/null 2>&1"
+  wait_until redis "${redis_env[*]} redis-cli -p $rport ping >/dev/null 2>&1"
   : >"$dir/agents.pids"
+  # shellcheck disable=SC2206
+  local gpus=(${UMA_AGENT_GPUS:-})
   for i in $(seq "$n"); do
     local aport; aport=$(free_port)
+    local gpu_env=()
+    [ ${#gpus[@]} -gt 0 ] && gpu_env=(env "CUDA_VISIBLE_DEVICES=${gpus[$(((i - 1) % ${#gpus[@]}))]}")
     # shellcheck disable=SC2086
-    "$bdir/bin/umad" --model "$UMA_MODEL" --socket "$dir/agent$i.sock" --http "127.0.0.1:$aport" --agent \
+    "${gpu_env[@]}" "$bdir/bin/umad" --model "$UMA_MODEL" --socket "$dir/agent$i.sock" --http "127.0.0.1:$aport" --agent \
       --redis "127.0.0.1:$rport" ${UMA_AGENT_FLAGS:-} >"$dir/agent$i.log" 2>&1 &
     echo $! >>"$dir/agents.pids"
     echo "$aport" >"$dir/agent$i.port"

@@ -94,6 +94,7 @@ std::string AgentHeartbeat::state_json(std::chrono::system_clock::time_point now
   a.decode_tick_ms = metrics_.decode_ms_ewma.load();
   a.tick_tokens = metrics_.tick_budget.load();
   a.decode_tok_s = rates_.decode_tok_s;
+  a.max_sessions = config_.max_sessions;
   a.active_sessions = metrics_.active_sessions.load();
   a.queued_sessions = metrics_.queued_sessions.load();
   a.prefill_backlog_tokens = metrics_.prefill_backlog_tokens.load();

@@ -35,6 +35,7 @@ struct AgentConfig {
   RedisAddress redis;
   std::string model_name;   // the model file's name
   std::int64_t model_bytes = 0;
+  std::int64_t max_sessions = 0;  // the daemon's --max-sessions (gateways queue rather than overfill it)
   std::chrono::milliseconds interval{1000};
   std::chrono::milliseconds ttl{3000};
   std::chrono::milliseconds redis_timeout{200};

@@ -49,6 +49,7 @@ std::string encode_agent_state(const AgentState& s) {
   j["tick_fixed_ms"] = s.tick_fixed_ms;
   j["decode_tick_ms"] = s.decode_tick_ms;
   j["tick_tokens"] = s.tick_tokens;
+  j["max_sessions"] = s.max_sessions;
   j["active_sessions"] = s.active_sessions;
   j["queued_sessions"] = s.queued_sessions;
   j["prefill_backlog_tokens"] = s.prefill_backlog_tokens;
@@ -71,6 +72,7 @@ Status decode_agent_state(std::string_view text, AgentState* out) {
       !(st = read_number(j, "tick_fixed_ms", &s.tick_fixed_ms)).ok() ||
       !(st = read_number(j, "decode_tick_ms", &s.decode_tick_ms)).ok() ||
       !(st = read_number(j, "tick_tokens", &s.tick_tokens)).ok() ||
+      !(st = read_number(j, "max_sessions", &s.max_sessions)).ok() ||
       !(st = read_number(j, "active_sessions", &s.active_sessions)).ok() ||
       !(st = read_number(j, "queued_sessions", &s.queued_sessions)).ok() ||
       !(st = read_number(j, "prefill_backlog_tokens", &s.prefill_backlog_tokens)).ok() ||

@@ -34,6 +34,7 @@ struct AgentState {
   double tick_fixed_ms = 0.0;
   double decode_tick_ms = 0.0;
   std::int64_t tick_tokens = 0;
+  std::int64_t max_sessions = 0;     // requests it takes at once (--max-sessions); 0: not said
   std::int64_t active_sessions = 0;
   std::int64_t queued_sessions = 0;
   std::int64_t prefill_backlog_tokens = 0;  // prompt tokens admitted and not yet prefilled

@@ -16,6 +16,7 @@ TEST(AgentState, RoundTrips) {
   a.models = {{"llama-8b.gguf", 8'500'000'000, "loaded", "dram"}, {"qwen.gguf", 1'000, "cold", "nvme"}};
   a.prefill_tok_s = 9123.5;
   a.decode_tok_s = 812.25;
+  a.max_sessions = 16;
   a.active_sessions = 7;
   a.queued_sessions = 2;
   a.prefill_backlog_tokens = 4096;
@@ -34,6 +35,8 @@ TEST(AgentState, RoundTrips) {
   EXPECT_EQ(b.models[0].bytes, 8'500'000'000);
   EXPECT_DOUBLE_EQ(b.prefill_tok_s, a.prefill_tok_s);
   EXPECT_EQ(b.prefill_backlog_tokens, 4096);
+  EXPECT_EQ(b.max_sessions, 16);
+  EXPECT_EQ(b.active_sessions, 7);
   EXPECT_EQ(b.kv_cells_total, 65536);
   ASSERT_NE(b.model("qwen.gguf"), nullptr);
   EXPECT_EQ(b.model("nope"), nullptr);

@@ -45,6 +45,15 @@ Prediction predict_ttft(const Candidate& c, const RouteRequest& r, const Routing
   const std::int64_t ahead = std::max<std::int64_t>(0, a.prefill_backlog_tokens) + std::max<std::int64_t>(0, c.pending_tokens);
   // At least the last prompt token is computed (its logits give the first token).
   const std::int64_t uncached = std::max<std::int64_t>(1, r.prompt_tokens - std::min(c.cached_tokens, r.prompt_tokens));
+  t.uncached = uncached;
+  t.ahead = ahead;
+  if (c.fit != nullptr && c.fit->samples() >= p.min_fit_samples) {
+    const TtftCoefficients k = c.fit->coefficients({0.0, 1.0 / rate, 1.0 / rate});
+    t.queue = k.per_ahead_s * static_cast<double>(ahead);
+    t.prefill = k.fixed_s + k.per_uncached_s * static_cast<double>(uncached);
+    t.fitted = true;
+    return t;
+  }
   t.queue = static_cast<double>(ahead) / rate;
   t.prefill = static_cast<double>(uncached) / rate;
   // Prompts are cut into ticks of tick_tokens; each tick also pays a fixed cost and, while other

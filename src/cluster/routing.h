@@ -10,6 +10,9 @@
 //   Q  queue: prompt tokens ahead of the request (the agent's backlog plus this gateway's
 //      unreported dispatches) / the agent's measured prefill rate;
 //   P  prefill of the prompt tokens the agent does not hold / the same rate.
+// Once the gateway has measured an agent's answers (cluster/ttft_fit.h: min_fit_samples of them),
+// Q and P come from that fit instead — the same two quantities, ahead and uncached tokens, with
+// the costs the agent has shown (the physical model is the fit's prior).
 // `seed` keeps the seed's formula α·cache_level − β·kv_hit_rate + γ·queue_wait + δ·size/bandwidth;
 // `round-robin` and `least-loaded` exist for comparison.
 #pragma once
@@ -19,6 +22,7 @@
 #include <string_view>
 
 #include "cluster/agent_state.h"
+#include "cluster/ttft_fit.h"
 
 namespace uma::cluster {
 
@@ -31,6 +35,7 @@ struct Candidate {
   std::int64_t pending_tokens = 0;      // prompt tokens this gateway sent it that its state does not show yet
   double load_bandwidth_bytes_s = 0.0;  // of the tier holding the model, when not loaded (0: the default)
   std::int64_t loader_queue_bytes = 0;  // weights its loader reads before this model's
+  const TtftFit* fit = nullptr;         // its measured TTFTs (the gateway's), if any
 };
 
 struct RouteRequest {
@@ -42,10 +47,13 @@ struct RoutingParams {
   double default_prefill_tok_s = 500.0;  // an agent that has not measured yet
   double default_load_bytes_s = 1e9;     // a tier whose bandwidth is not known
   double alpha = 1.0, beta = 1.0, gamma = 1.0, delta = 1.0;  // the seed policy's weights
+  std::size_t min_fit_samples = 8;  // measured answers before an agent's fit replaces its beat's model
 };
 
 struct Prediction {  // seconds
   double load = 0.0, queue = 0.0, prefill = 0.0;
+  std::int64_t uncached = 0, ahead = 0;  // the tokens it was predicted from (what a fit learns on)
+  bool fitted = false;                   // from the agent's measured fit, not its beat's model
   double total() const { return load + queue + prefill; }
 };
 

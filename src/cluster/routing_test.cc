@@ -56,6 +56,26 @@ TEST(Routing, EveryTickPaysItsFixedCostAndTheRunningStreamsDecodeStep) {
   EXPECT_DOUBLE_EQ(t.prefill, 0.6 + 2 * 0.040);
 }
 
+// Once the gateway has measured enough of an agent's answers, the prediction is the fit's: here an
+// agent twice as slow as its beat says, with 50 ms of its own per request.
+TEST(Routing, AnAgentsMeasuredFitReplacesItsBeatsModel) {
+  AgentState a = agent("a", 1000.0, 0);
+  TtftFit fit;
+  Candidate c{&a, /*cached*/ 0, /*pending*/ 0};
+  c.fit = &fit;
+  const RouteRequest r{"m.gguf", 1000};
+  RoutingParams p;
+  for (std::size_t i = 0; i + 1 < p.min_fit_samples; ++i) fit.observe(500 + 100 * i, 0, 0.050 + 0.002 * (500 + 100 * i));
+  Prediction t = predict_ttft(c, r, p);
+  EXPECT_FALSE(t.fitted) << "one sample short";
+  EXPECT_DOUBLE_EQ(t.total(), 1.0);
+  for (int i = 0; i < 40; ++i) fit.observe(200 + 50 * (i % 9), 300 * (i % 4), 0.050 + 0.002 * (200 + 50 * (i % 9)) + 0.002 * 300 * (i % 4));
+  t = predict_ttft(c, r, p);
+  EXPECT_TRUE(t.fitted);
+  EXPECT_EQ(t.uncached, 1000);
+  EXPECT_NEAR(t.total(), 0.050 + 2.0, 0.1);
+}
+
 TEST(Routing, PredictedPrefersTheCachedPrefixUntilItsQueueCostsMore) {
   AgentState hot = agent("hot", 1000.0, 0), cold = agent("cold", 1000.0, 0);
   std::vector<Candidate> cs = {{&cold, 0, 0}, {&hot, 900, 0}};

@@ -108,8 +108,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                "reuse the KV of earlier prompts' shared prefixes (default on)")->envname("UMA_PREFIX_CACHE");
   app.add_option("--prefix-cache-seqs", sc.prefix.max_kept, "finished sequences kept in the KV cache for reuse")
       ->envname("UMA_PREFIX_CACHE_SEQS")->capture_default_str()->check(CLI::Range(0, 128));
-  app.add_option("--prefix-cache-idle-ms", sc.prefix.idle_ms, "a kept sequence unused this long moves to host "
-                 "memory (idle cells slow every decode in a unified KV)")
+  app.add_option("--prefix-cache-idle-ms", sc.prefix.idle_ms, "unified KV: a kept sequence unused this long moves to "
+                 "host memory (idle cells slow every decode there; per-sequence KV keeps them until room is needed)")
       ->envname("UMA_PREFIX_CACHE_IDLE_MS")->capture_default_str()->check(CLI::Range(0.0, 1e9));
   app.add_option("--prefix-cache-mb", prefix_cache_mb, "host memory for prefix snapshots evicted from the KV cache (MiB)")
       ->envname("UMA_PREFIX_CACHE_MB")->capture_default_str()->check(CLI::Range(0, 1 << 24));

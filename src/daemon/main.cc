@@ -209,6 +209,7 @@ int main(int argc, char** argv) {
     ac.model_name = std::filesystem::path(cfg.runtime.model_path).filename().string();
     std::error_code ec;
     ac.model_bytes = static_cast<std::int64_t>(std::filesystem::file_size(cfg.runtime.model_path, ec));
+    ac.max_sessions = cfg.server.max_sessions;
     agent = std::make_unique<cluster::AgentHeartbeat>(std::move(ac), metrics);
     agent->start();
     kv_events->start(agent->boot_id());

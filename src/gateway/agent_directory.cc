@@ -15,7 +15,7 @@ AgentLink::~AgentLink() {
 
 std::int64_t AgentLink::cached_tokens(std::span<const std::uint64_t> prompt_blocks) const {
   std::size_t n = 0;
-  while (n < prompt_blocks.size() && blocks_.count(prompt_blocks[n]) != 0) ++n;
+  while (n < prompt_blocks.size() && (blocks_.count(prompt_blocks[n]) != 0 || inflight_blocks_.count(prompt_blocks[n]) != 0)) ++n;
   return static_cast<std::int64_t>(n) * 32;
 }
 
@@ -25,6 +25,17 @@ std::int64_t AgentLink::pending_tokens() const {
     if (d.at >= load_at_) sum += d.tokens;  // sent after its last report: not in that backlog
   }
   return sum;
+}
+
+std::int64_t AgentLink::sessions_in_use() const {
+  std::int64_t mine = 0;
+  for (const auto& [id, d] : dispatches_) mine += d.at >= load_at_ ? 1 : 0;  // not in its last report
+  return state_.active_sessions + state_.queued_sessions + mine;
+}
+
+bool AgentLink::has_room(SteadyClock::time_point now) const {
+  if (now < full_until_) return false;
+  return state_.max_sessions <= 0 || sessions_in_use() < state_.max_sessions;
 }
 
 void AgentLink::subscribe(SteadyClock::time_point now) {
@@ -88,10 +99,12 @@ void AgentLink::apply(const cluster::KvEvent& e) {
   state_.queued_sessions = e.load.queued;
   state_.prefill_backlog_tokens = e.load.backlog;
   load_at_ = SteadyClock::now();
+  full_until_ = {};
+  if (dir_.on_room_) dir_.on_room_();
 }
 
-AgentDirectory::AgentDirectory(boost::asio::io_context& io, DirectoryOptions options, OnGone on_gone)
-    : io_(io), options_(options), on_gone_(std::move(on_gone)) {}
+AgentDirectory::AgentDirectory(boost::asio::io_context& io, DirectoryOptions options, OnGone on_gone, OnRoom on_room)
+    : io_(io), options_(options), on_gone_(std::move(on_gone)), on_room_(std::move(on_room)) {}
 
 AgentDirectory::~AgentDirectory() = default;
 
@@ -154,14 +167,20 @@ void AgentDirectory::candidates(std::string_view model, std::span<const std::uin
                                 Candidates* out) {
   out->list.clear();
   out->links.clear();
+  out->full = 0;
   for (auto& [id, link] : links_) {
     AgentLink& a = *link;
     if (!a.live_ || a.breaker_open(now) || exclude.count(id) != 0) continue;
     if (!model.empty() && a.state_.model(model) == nullptr) continue;
+    if (!a.has_room(now)) {
+      out->full++;
+      continue;
+    }
     cluster::Candidate c;
     c.agent = &a.state_;
     c.cached_tokens = a.cached_tokens(prompt_blocks);
     c.pending_tokens = a.pending_tokens();
+    c.fit = &a.fit_;
     out->list.push_back(c);
     out->links.push_back(&a);
   }
@@ -172,11 +191,37 @@ AgentLink* AgentDirectory::find(const std::string& id) {
   return it == links_.end() ? nullptr : it->second.get();
 }
 
-void AgentDirectory::dispatched(AgentLink& a, std::uint64_t request, std::int64_t tokens, SteadyClock::time_point now) {
-  a.dispatches_[request] = {tokens, now};
+void AgentDirectory::dispatched(AgentLink& a, std::uint64_t request, std::int64_t tokens,
+                                std::span<const std::uint64_t> blocks, SteadyClock::time_point now) {
+  ended(a, request);
+  AgentLink::Dispatch& d = a.dispatches_[request];
+  d = {tokens, now, {blocks.begin(), blocks.end()}};
+  for (std::uint64_t b : d.blocks) a.inflight_blocks_[b]++;
 }
 
-void AgentDirectory::first_byte(AgentLink& a, std::uint64_t request) { a.dispatches_.erase(request); }
+void AgentDirectory::first_byte(AgentLink& a, std::uint64_t request) {
+  auto it = a.dispatches_.find(request);
+  if (it != a.dispatches_.end()) it->second.tokens = 0;
+}
+
+void AgentDirectory::ended(AgentLink& a, std::uint64_t request) {
+  auto it = a.dispatches_.find(request);
+  if (it == a.dispatches_.end()) return;
+  for (std::uint64_t b : it->second.blocks) {
+    auto held = a.inflight_blocks_.find(b);
+    if (held != a.inflight_blocks_.end() && --held->second <= 0) a.inflight_blocks_.erase(held);
+  }
+  a.dispatches_.erase(it);
+  if (on_room_) on_room_();
+}
+
+void AgentDirectory::measured(AgentLink& a, const cluster::Prediction& p, double measured_s) {
+  a.fit_.observe(static_cast<double>(p.uncached), static_cast<double>(p.ahead), measured_s);
+}
+
+void AgentDirectory::refused_full(AgentLink& a, SteadyClock::time_point now) {
+  a.full_until_ = now + std::chrono::seconds(1);
+}
 
 void AgentDirectory::succeeded(AgentLink& a) { a.failures_ = 0; }
 
@@ -195,7 +240,7 @@ std::size_t AgentDirectory::live() const {
 
 std::vector<AgentDirectory::AgentSummary> AgentDirectory::summary() const {
   std::vector<AgentSummary> out;
-  for (const auto& [id, link] : links_) out.push_back({id, link->live_, link->blocks_.size()});
+  for (const auto& [id, link] : links_) out.push_back({id, link->live_, link->blocks_.size(), link->sessions_in_use()});
   return out;
 }
 

@@ -9,8 +9,17 @@
 //   again every redial period while the view still lists it.
 // - A circuit breaker per agent: `breaker_failures` failed requests in a row open it for
 //   `breaker_open` (no requests), after which one request may try again.
-// - This gateway's own dispatches, until their first byte: the prompt tokens an agent has not yet
-//   reported in its load (routing's pending_tokens).
+// - This gateway's own dispatches: until their first byte, the prompt tokens an agent has not yet
+//   reported in its load (routing's pending_tokens); until they end, their prompt's blocks count
+//   as held there (the agent will hold them once it admits the request and says so on its stream:
+//   without this, requests of one prefix arriving together would each look cold everywhere and
+//   be spread over the agents, each paying the whole prefill).
+// - Room: an agent takes max_sessions requests at once (its beat says how many) and refuses the
+//   next with a 429. The directory counts its sessions (the last load report plus this gateway's
+//   dispatches since) and leaves a full agent out of the candidates; one that answered 429 anyway
+//   (another gateway filled it) counts as full until its next load report. When a dispatch ends
+//   or a report comes, on_room() is told: the gateway's queue may move.
+// - Each agent's measured TTFTs (cluster/ttft_fit.h), which routing's prediction learns from.
 // candidates() builds routing's input (cluster/routing.h) for one prompt.
 //
 // Threading: the I/O thread of `io`, all of it. Ownership: the directory owns its links and their
@@ -60,8 +69,12 @@ class AgentLink final : private UpstreamSink {
   bool live() const { return live_; }
   bool breaker_open(SteadyClock::time_point now) const { return now < open_until_; }
   // The prompt's leading tokens this agent holds, from its chained block hashes.
+  // Counts its stream's blocks and this gateway's requests in flight there.
   std::int64_t cached_tokens(std::span<const std::uint64_t> prompt_blocks) const;
   std::int64_t pending_tokens() const;
+  // Requests it is serving or holding now, as far as this gateway can tell; whether one more fits.
+  std::int64_t sessions_in_use() const;
+  bool has_room(SteadyClock::time_point now) const;
   std::size_t blocks_held() const { return blocks_.size(); }
 
  private:
@@ -75,8 +88,9 @@ class AgentLink final : private UpstreamSink {
   void apply(const cluster::KvEvent& e);
 
   struct Dispatch {
-    std::int64_t tokens = 0;
+    std::int64_t tokens = 0;  // pending until the first byte, then 0
     SteadyClock::time_point at{};
+    std::vector<std::uint64_t> blocks;  // the prompt's, counted in inflight_blocks_
   };
   AgentDirectory& dir_;
   cluster::AgentState state_;
@@ -89,14 +103,19 @@ class AgentLink final : private UpstreamSink {
   SteadyClock::time_point heard_at_{};  // when its stream last sent anything
   std::int32_t failures_ = 0;
   SteadyClock::time_point open_until_{};
-  std::unordered_map<std::uint64_t, Dispatch> dispatches_;  // request id -> not yet at first byte
+  SteadyClock::time_point full_until_{};  // it answered 429: no room until its next report (or this)
+  cluster::TtftFit fit_;                  // its measured TTFTs against what routing knew
+  std::unordered_map<std::uint64_t, Dispatch> dispatches_;  // request id -> in flight here
+  std::unordered_map<std::uint64_t, std::int32_t> inflight_blocks_;  // block hash -> dispatches holding it
 };
 
 class AgentDirectory {
  public:
   // Told when an agent leaves the view (dead or hung) or its stream breaks (`hung`: the former).
   using OnGone = std::function<void(const std::string& id, bool hung)>;
-  AgentDirectory(boost::asio::io_context& io, DirectoryOptions options, OnGone on_gone);
+  // Told when an agent may have room for another request (a dispatch ended, a load report came).
+  using OnRoom = std::function<void()>;
+  AgentDirectory(boost::asio::io_context& io, DirectoryOptions options, OnGone on_gone, OnRoom on_room = {});
   ~AgentDirectory();
 
   void update(const std::vector<cluster::AgentState>& view, SteadyClock::time_point now);
@@ -104,16 +123,24 @@ class AgentDirectory {
   struct Candidates {
     std::vector<cluster::Candidate> list;
     std::vector<AgentLink*> links;  // the same order
+    std::size_t full = 0;           // agents left out only because they have no room now
   };
-  // Live agents serving `model` (empty: any) whose breaker is closed and that are not `exclude`.
+  // Live agents serving `model` (empty: any) whose breaker is closed, that have room and are not
+  // `exclude`.
   void candidates(std::string_view model, std::span<const std::uint64_t> prompt_blocks,
                   const std::unordered_set<std::string>& exclude, SteadyClock::time_point now, Candidates* out);
 
   AgentLink* find(const std::string& id);
-  void dispatched(AgentLink& a, std::uint64_t request, std::int64_t tokens, SteadyClock::time_point now);
-  void first_byte(AgentLink& a, std::uint64_t request);  // also when it failed: no longer pending
+  // A request sent to `a`: `tokens` of its prompt to compute, `blocks` its prompt's block hashes.
+  void dispatched(AgentLink& a, std::uint64_t request, std::int64_t tokens, std::span<const std::uint64_t> blocks,
+                  SteadyClock::time_point now);
+  void first_byte(AgentLink& a, std::uint64_t request);  // its prompt is computed: no longer pending
+  void ended(AgentLink& a, std::uint64_t request);       // done or failed there: forgotten
   void succeeded(AgentLink& a);
   void failed(AgentLink& a, SteadyClock::time_point now);
+  void refused_full(AgentLink& a, SteadyClock::time_point now);  // it answered 429
+  // A first token came `measured_s` after dispatch, for a request predicted from `p`.
+  void measured(AgentLink& a, const cluster::Prediction& p, double measured_s);
 
   std::size_t size() const { return links_.size(); }
   std::size_t live() const;
@@ -122,6 +149,7 @@ class AgentDirectory {
     std::string id;
     bool live = false;
     std::size_t blocks = 0;  // prefix blocks it holds, from its stream
+    std::int64_t sessions = 0;  // requests it serves or holds, as this gateway counts them
   };
   std::vector<AgentSummary> summary() const;
   boost::asio::io_context& io() { return io_; }
@@ -132,6 +160,7 @@ class AgentDirectory {
   boost::asio::io_context& io_;
   DirectoryOptions options_;
   OnGone on_gone_;
+  OnRoom on_room_;
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
 };
 

@@ -252,8 +252,49 @@ void GatewayServer::record_ttft(double predicted_s, double measured_s) {
   metrics_.ttft_errors.push_back(signed_error);
 }
 
+void GatewayServer::kick() {
+  if (kick_posted_ || queue_.empty() || stopped_) return;
+  kick_posted_ = true;
+  asio::post(io_, [this] {
+    kick_posted_ = false;
+    if (!stopped_) drain();
+  });
+}
+
+void GatewayServer::enqueue(Proxy* p, bool front) {
+  if (front) {
+    queue_.push_front(p);
+    return;
+  }
+  metrics_.queued_total++;
+  queue_.push_back(p);
+}
+
+void GatewayServer::dequeue(Proxy* p) {
+  auto it = std::find(queue_.begin(), queue_.end(), p);
+  if (it != queue_.end()) queue_.erase(it);
+}
+
+// First come, first served: the oldest waiting request goes first; once one finds no room the
+// rest wait too (they would find none either, or jump the queue).
+void GatewayServer::drain() {
+  while (!queue_.empty()) {
+    Proxy* p = queue_.front();
+    queue_.pop_front();
+    const auto queued_at = p->queued_at();
+    p->wake();
+    if (!queue_.empty() && queue_.front() == p) break;
+    metrics_.queue_wait_ms.observe(std::chrono::duration<double, std::milli>(SteadyClock::now() - queued_at).count());
+  }
+}
+
 void GatewayServer::sweep() {
   const auto now = Connection::Clock::now();
+  std::vector<Proxy*> expired;
+  for (Proxy* p : queue_) {
+    if (now - p->queued_at() > std::chrono::milliseconds(config_.queue_timeout_ms)) expired.push_back(p);
+  }
+  for (Proxy* p : expired) p->queue_expired();
   std::vector<ConnectionPtr> idle;
   for (auto& [id, cl] : clients_) {
     if (!cl.proxy && now - cl.conn->quiet_since() > std::chrono::seconds(config_.timeout_sec)) idle.push_back(cl.conn);
@@ -294,16 +335,28 @@ std::string GatewayServer::metrics_text() {
   counter_text(out, "uma_gw_resumes_total", "Streams resumed on another agent mid-stream.", static_cast<double>(m.resumes_total));
   counter_text(out, "uma_gw_failed_total", "Requests ended with an error the gateway wrote.", static_cast<double>(m.failed_total));
   counter_text(out, "uma_gw_unavailable_total", "Requests no agent could take.", static_cast<double>(m.unavailable_total));
+  counter_text(out, "uma_gw_overloaded_total", "Requests refused (429) because every agent was full and the queue was, or they waited too long.",
+               static_cast<double>(m.overloaded_total));
+  counter_text(out, "uma_gw_queued_total", "Requests that waited for room on an agent.", static_cast<double>(m.queued_total));
+  counter_text(out, "uma_gw_queued", "Requests waiting for room now.", static_cast<double>(queue_.size()), "gauge");
+  counter_text(out, "uma_gw_agent_full_total", "Times an agent answered 429 (the request went elsewhere or waited).",
+               static_cast<double>(m.agent_full_total));
   counter_text(out, "uma_gw_agents", "Agents in the cluster view.", static_cast<double>(agents_.size()), "gauge");
   counter_text(out, "uma_gw_agents_live", "Agents whose KV-event stream is live (routable).",
                static_cast<double>(agents_.live()), "gauge");
   out += "# HELP uma_gw_agent_blocks Prefix blocks each agent holds (its KV-event stream).\n# TYPE uma_gw_agent_blocks gauge\n";
-  for (const AgentDirectory::AgentSummary& a : agents_.summary()) {
+  const std::vector<AgentDirectory::AgentSummary> agents = agents_.summary();
+  for (const AgentDirectory::AgentSummary& a : agents) {
     out += "uma_gw_agent_blocks{agent=\"" + a.id + "\",live=\"" + (a.live ? "1" : "0") + "\"} " + std::to_string(a.blocks) + "\n";
+  }
+  out += "# HELP uma_gw_agent_sessions Requests each agent serves or holds, as this gateway counts them (its load reports and this gateway's dispatches since).\n# TYPE uma_gw_agent_sessions gauge\n";
+  for (const AgentDirectory::AgentSummary& a : agents) {
+    out += "uma_gw_agent_sessions{agent=\"" + a.id + "\"} " + std::to_string(a.sessions) + "\n";
   }
   histogram_text(out, "uma_gw_added_us", "What the gateway adds before the agent starts: request whole to its bytes on the way.",
                  m.added_us);
   histogram_text(out, "uma_gw_route_decision_us", "Routing decision time (candidates, prefix match, choice).", m.route_us);
+  histogram_text(out, "uma_gw_queue_wait_ms", "Time a request waited in the gateway for room on an agent.", m.queue_wait_ms);
   histogram_text(out, "uma_gw_ttft_ms", "Time to first token measured at the gateway (dispatch to first token).", m.ttft_ms);
   histogram_text(out, "uma_gw_ttft_prediction_error", "|predicted - measured| / measured time to first token.",
                  m.ttft_error);

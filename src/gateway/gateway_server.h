@@ -12,7 +12,9 @@
 //
 // Caps: max_connections open client connections (more are closed at once), a request's header and
 // body, unsent reply bytes per client (a slow reader is dropped), a whole request within
-// timeout_sec of the connection becoming idle.
+// timeout_sec of the connection becoming idle, max_queue requests waiting for room while every
+// agent is full (more get 429 at once), each for queue_timeout_ms at most (then 429). Waiting
+// requests go out first come, first served when the directory says an agent may have room.
 //
 // Threading: the I/O thread of `io`, all of it (the Redis refresher posts its view onto it).
 // Ownership: owns its client connections and their proxies; the directory and the vocabulary are
@@ -58,6 +60,8 @@ struct GatewayConfig {
   cluster::RoutingParams routing;
   std::int32_t max_attempts = 2;  // dispatches of a request before its first byte (a retry: 2)
   std::int32_t max_resumes = 2;   // mid-stream failovers of one request
+  std::int32_t max_queue = 4096;  // requests waiting for room on a full cluster
+  std::int32_t queue_timeout_ms = 60000;
   openai::Limits limits;
   SamplingParams default_sampling;
 };
@@ -69,6 +73,10 @@ struct GatewayMetrics {
   std::uint64_t resumes_total = 0;        // resumed mid-stream on another agent
   std::uint64_t failed_total = 0;         // ended with an error the gateway wrote (503, SSE error)
   std::uint64_t unavailable_total = 0;    // no agent could take it
+  std::uint64_t overloaded_total = 0;     // refused or timed out in the queue (429)
+  std::uint64_t queued_total = 0;         // waited for room
+  std::uint64_t agent_full_total = 0;     // an agent answered 429 (the request went elsewhere or waited)
+  Histogram queue_wait_ms{latency_ms_bounds()};
   Histogram route_us{{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000}};
   // Request whole -> its bytes on the way to the agent (parse, check, render, tokenize, route, connect).
   Histogram added_us{{25, 50, 75, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000, 5000, 10000}};
@@ -91,6 +99,12 @@ class GatewayServer final : private ConnectionOwner {
   void start();
   void stop();
   void agent_gone(const std::string& id, bool hung);  // the directory's news
+  void kick();  // an agent may have room: the queue moves (soon, outside the caller's stack)
+  // The queue of requests waiting for room (Proxy's kQueued): `front` for one woken that still
+  // found none (it keeps its place).
+  bool can_queue() const { return queue_.size() < static_cast<std::size_t>(config_.max_queue); }
+  void enqueue(Proxy* p, bool front);
+  void dequeue(Proxy* p);
 
   const GatewayConfig& config() const { return config_; }
   AgentDirectory& agents() { return agents_; }
@@ -122,6 +136,7 @@ class GatewayServer final : private ConnectionOwner {
   void start_completion(Client& cl, bool chat, std::string body, bool keep_alive);
   void retire(std::unique_ptr<Proxy> p);
   void sweep();
+  void drain();
 
   boost::asio::io_context& io_;
   GatewayConfig config_;
@@ -138,6 +153,8 @@ class GatewayServer final : private ConnectionOwner {
   std::string id_prefix_;  // completion ids: unique across gateways
   GatewayMetrics metrics_;
   std::uint64_t rr_cursor_ = 0;
+  std::deque<Proxy*> queue_;  // kQueued proxies, oldest first (owned by their clients)
+  bool kick_posted_ = false;
   bool stopped_ = true;
 };
 

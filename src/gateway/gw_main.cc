@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 10));
   app.add_option("--max-resumes", gc.max_resumes, "mid-stream failovers of one request")->capture_default_str()
       ->check(CLI::Range(0, 10));
+  app.add_option("--max-queue", gc.max_queue, "requests waiting for room on a full cluster at most; more get 429")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("--queue-timeout-ms", gc.queue_timeout_ms, "a request waiting longer for room gets 429")
+      ->capture_default_str()->check(CLI::Range(1, 3600 * 1000));
   app.add_option("--default-prefill-tok-s", gc.routing.default_prefill_tok_s,
                  "the prefill rate assumed for an agent that has not measured one")->capture_default_str();
   app.add_flag("--debug", debug);
@@ -87,9 +91,14 @@ int main(int argc, char** argv) {
   gc.host = lp.host;
   gc.port = lp.port;
   std::unique_ptr<GatewayServer> server;
-  AgentDirectory agents(io, DirectoryOptions{}, [&server](const std::string& id, bool hung) {
-    if (server) server->agent_gone(id, hung);
-  });
+  AgentDirectory agents(
+      io, DirectoryOptions{},
+      [&server](const std::string& id, bool hung) {
+        if (server) server->agent_gone(id, hung);
+      },
+      [&server] {
+        if (server) server->kick();
+      });
   server = std::make_unique<GatewayServer>(io, gc, agents, *vocab, render, json_schema_to_gbnf);
   if (st = server->listen(); !st.ok()) {
     spdlog::error("{}", st.to_string());

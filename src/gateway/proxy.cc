@@ -16,7 +16,8 @@ namespace {
 
 bool legal(ProxyState from, ProxyState to) {
   switch (from) {
-    case ProxyState::kDispatching: return to == ProxyState::kWaiting || to == ProxyState::kDone;
+    case ProxyState::kDispatching: return to == ProxyState::kWaiting || to == ProxyState::kQueued || to == ProxyState::kDone;
+    case ProxyState::kQueued: return to == ProxyState::kDispatching || to == ProxyState::kDone;
     case ProxyState::kWaiting: return to == ProxyState::kRelaying || to == ProxyState::kDispatching || to == ProxyState::kDone;
     case ProxyState::kRelaying: return to == ProxyState::kDispatching || to == ProxyState::kDone;
     case ProxyState::kDone: return false;
@@ -38,10 +39,12 @@ void Proxy::set_state(ProxyState to) {
     spdlog::critical("proxy {}: illegal state change {} -> {}", id_, static_cast<int>(state_), static_cast<int>(to));
     std::abort();
   }
+  if (state_ == ProxyState::kQueued && to == ProxyState::kDone) gw_.dequeue(this);
   state_ = to;
 }
 
 void Proxy::dispatch() {
+  const bool woken = state_ == ProxyState::kQueued;
   if (state_ != ProxyState::kDispatching) set_state(ProxyState::kDispatching);
   AgentDirectory& agents = gw_.agents();
   const auto now = SteadyClock::now();
@@ -50,6 +53,7 @@ void Proxy::dispatch() {
   cluster::RouteRequest rr{job_.model, job_.prompt_tokens};
   const cluster::RouteChoice choice = cluster::choose(gw_.config().policy, cs.list, rr, gw_.config().routing, gw_.rr_cursor());
   gw_.metrics().route_us.observe(std::chrono::duration<double, std::micro>(SteadyClock::now() - now).count());
+  if (choice.index < 0 && cs.full > 0) return wait_for_room(woken);
   if (choice.index < 0) {
     gw_.metrics().unavailable_total++;
     return end_with_error(Status(ErrorCode::kUnavailable, tried_.empty() ? "no agent is available" : "no agent left to serve this request"));
@@ -61,9 +65,10 @@ void Proxy::dispatch() {
     return dispatch();
   }
   agent_ = a.id();
-  predicted_s_ = choice.predicted.total();
+  predicted_ = choice.predicted;
+  cached_tokens_ = cs.list[static_cast<std::size_t>(choice.index)].cached_tokens;
   if (!client_head_sent_) ++attempts_;
-  agents.dispatched(a, id_, job_.prompt_tokens - cs.list[static_cast<std::size_t>(choice.index)].cached_tokens, now);
+  agents.dispatched(a, id_, job_.prompt_tokens - cached_tokens_, job_.blocks, now);
   status_ = 0;
   agent_stream_ = false;
   whole_.clear();
@@ -72,6 +77,25 @@ void Proxy::dispatch() {
   dispatched_at_ = now;
   set_state(ProxyState::kWaiting);
   up_ = Upstream::start(gw_.io(), to, upstream_request(a), this, agents.options().upstream);
+}
+
+void Proxy::wait_for_room(bool again) {
+  if (!again) {
+    if (!gw_.can_queue()) {
+      gw_.metrics().overloaded_total++;
+      return end_with_error(Status(ErrorCode::kOverloaded, "every agent is full and " + std::to_string(gw_.config().max_queue) +
+                                                               " requests wait already"));
+    }
+    queued_at_ = SteadyClock::now();
+  }
+  set_state(ProxyState::kQueued);
+  gw_.enqueue(this, again);
+}
+
+void Proxy::queue_expired() {
+  if (state_ != ProxyState::kQueued) return;
+  gw_.metrics().overloaded_total++;
+  end_with_error(Status(ErrorCode::kOverloaded, "no agent had room within " + std::to_string(gw_.config().queue_timeout_ms) + " ms"));
 }
 
 // The client's body, asking the agent for token ids (what a resume continues after) and the
@@ -112,8 +136,18 @@ void Proxy::on_sent() {
 void Proxy::on_head(unsigned status, bool event_stream) {
   status_ = status;
   agent_stream_ = event_stream;
-  // An agent that cannot take it now (overloaded, shutting down, broken) is one to try another for.
-  if (status == 429 || status >= 500) {
+  // A full agent (another gateway filled it): elsewhere or back to the queue, not a failure.
+  if (status == 429) {
+    if (up_) up_->abort();
+    up_.reset();
+    if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().refused_full(*a, SteadyClock::now());
+    leave_agent();
+    if (!client_head_sent_) --attempts_;
+    gw_.metrics().agent_full_total++;
+    return dispatch();
+  }
+  // An agent that cannot take it now (shutting down, broken) is one to try another for.
+  if (status >= 500) {
     if (up_) up_->abort();
     return failover("the agent answered " + std::to_string(status));
   }
@@ -135,9 +169,7 @@ void Proxy::on_body(std::string_view bytes) {
     if (!first_token_ && !ev.tokens.empty()) {
       first_token_ = true;
       if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().first_byte(*a, id_);
-      if (resumes_ == 0 && attempts_ == 1) {
-        gw_.record_ttft(predicted_s_, std::chrono::duration<double>(SteadyClock::now() - dispatched_at_).count());
-      }
+      record_ttft();
     }
     emitted_.insert(emitted_.end(), ev.tokens.begin(), ev.tokens.end());
     if (ev.done) done_seen_ = true;
@@ -153,10 +185,23 @@ void Proxy::on_body(std::string_view bytes) {
   client_->send(out);
 }
 
+// Predicted vs measured, for a first dispatch only (a retry's or a resume's clock started later).
+// The decision's parts go to the debug log: what the prediction error is made of.
+void Proxy::record_ttft() {
+  if (resumes_ != 0 || attempts_ != 1) return;
+  const double measured = std::chrono::duration<double>(SteadyClock::now() - dispatched_at_).count();
+  gw_.record_ttft(predicted_.total(), measured);
+  if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().measured(*a, predicted_, measured);
+  spdlog::debug("route {} -> {}: prompt {} cached {} ahead {} | predicted ({}) load {:.1f} queue {:.1f} prefill {:.1f} ms | "
+                "measured {:.1f} ms",
+                id_, agent_, job_.prompt_tokens, cached_tokens_, predicted_.ahead, predicted_.fitted ? "fit" : "model",
+                predicted_.load * 1e3, predicted_.queue * 1e3, predicted_.prefill * 1e3, measured * 1e3);
+}
+
 void Proxy::on_end() {
   up_.reset();
   AgentLink* a = gw_.agents().find(agent_);
-  if (a != nullptr) gw_.agents().first_byte(*a, id_);
+  if (a != nullptr) gw_.agents().ended(*a, id_);
   if (status_ == 200 && agent_stream_ && job_.stream) {
     if (!done_seen_) return failover("the agent's stream ended before [DONE]");
     if (a != nullptr) gw_.agents().succeeded(*a);
@@ -165,9 +210,7 @@ void Proxy::on_end() {
   }
   if (status_ == 200 && a != nullptr) gw_.agents().succeeded(*a);
   // Not a stream (or an error the agent answered whole): passed on as it came.
-  if (status_ == 200 && !first_token_) {
-    gw_.record_ttft(predicted_s_, std::chrono::duration<double>(SteadyClock::now() - dispatched_at_).count());
-  }
+  if (status_ == 200 && !first_token_) record_ttft();
   std::string head = "HTTP/1.1 " + std::to_string(status_) + " " +
                      std::string(boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status_))) +
                      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(whole_.size()) +
@@ -190,13 +233,13 @@ void Proxy::agent_gone() {
 void Proxy::client_gone() {
   if (up_) up_->abort();
   up_.reset();
-  if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().first_byte(*a, id_);
+  leave_agent();
   if (state_ != ProxyState::kDone) set_state(ProxyState::kDone);
 }
 
 void Proxy::failover(const std::string& why) {
   up_.reset();
-  if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().first_byte(*a, id_);
+  leave_agent();
   tried_.insert(agent_);
   if (!client_head_sent_) {
     if (attempts_ < gw_.config().max_attempts) {
@@ -253,9 +296,14 @@ void Proxy::end_with_error(const Status& st) {
   done();
 }
 
+void Proxy::leave_agent() {
+  if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().ended(*a, id_);
+}
+
 void Proxy::done() {
   // A send that dropped a slow client has ended this proxy already (client_gone).
   if (state_ == ProxyState::kDone) return;
+  leave_agent();
   set_state(ProxyState::kDone);
   gw_.proxy_done(client_, job_.keep_alive);
 }

@@ -4,6 +4,10 @@
 //   kDispatching -> kWaiting (sent to an agent, nothing back yet) -> kRelaying (the agent's reply
 //   is flowing to the client) -> kDone
 // with these ways back:
+// - kDispatching -> kQueued -> kDispatching: every agent that could serve it is full (its
+//   max_sessions in use): it waits in the gateway's FIFO (bounded, with a deadline) instead of
+//   being refused, and is dispatched again when an agent has room; an agent that answers 429
+//   anyway (another gateway filled it) sends it back here without counting as a failure;
 // - kWaiting -> kDispatching: the agent failed before its first byte (unreachable, reset, 5xx):
 //   the request goes, once, to the next-best agent (`max_attempts`);
 // - kRelaying -> kDispatching: the agent died mid-stream: the request goes to another agent with
@@ -51,7 +55,7 @@ struct ProxyJob {
   std::chrono::steady_clock::time_point received_at{};  // the request was whole
 };
 
-enum class ProxyState : std::uint8_t { kDispatching, kWaiting, kRelaying, kDone };
+enum class ProxyState : std::uint8_t { kDispatching, kQueued, kWaiting, kRelaying, kDone };
 
 class Proxy final : private UpstreamSink {
  public:
@@ -63,10 +67,16 @@ class Proxy final : private UpstreamSink {
   // The agent it waits on is gone (hung): fail over as if its connection had broken.
   void agent_gone();
   void client_gone();  // the client left: the agent's request is dropped (the agent cancels it)
+  // Queued: an agent may have room now (dispatch again; it may queue again, at the front).
+  void wake() { dispatch(); }
+  // Queued for longer than the gateway's queue deadline.
+  void queue_expired();
+  std::chrono::steady_clock::time_point queued_at() const { return queued_at_; }
 
  private:
   void set_state(ProxyState to);
   void dispatch();
+  void wait_for_room(bool again);
   std::string upstream_request(const AgentLink& a) const;
   void failover(const std::string& why);
   void finish_stream();
@@ -76,6 +86,8 @@ class Proxy final : private UpstreamSink {
   void on_head(unsigned status, bool event_stream) override;
   void on_body(std::string_view bytes) override;
   void on_end() override;
+  void record_ttft();
+  void leave_agent();  // the directory forgets this request's dispatch to agent_
   void on_failed(const std::string& why, bool before_head) override;
 
   GatewayServer& gw_;
@@ -97,7 +109,9 @@ class Proxy final : private UpstreamSink {
   std::vector<std::int32_t> emitted_;      // token ids whose text the client has
   // Predicted vs measured time to first token (from dispatch to the first token event).
   std::chrono::steady_clock::time_point dispatched_at_{};
-  double predicted_s_ = 0.0;
+  std::chrono::steady_clock::time_point queued_at_{};  // it first waited for room
+  cluster::Prediction predicted_;
+  std::int64_t cached_tokens_ = 0;         // of the prompt, on the chosen agent
   bool first_token_ = false;
 };
 

@@ -107,6 +107,7 @@ class Scheduler {
   Rank rank_of(const Session& s, Clock::time_point now) const;
   std::int32_t claim(const Session& s) const;    // cells granted to a session holding a sequence
   std::int32_t need(const Session& s) const;     // cells a waiting session is granted when it starts
+  std::int32_t reusable_now(const Session& s) const;  // its prompt's tokens the KV cache could share now
   std::int32_t cells_granted() const;            // every claim + the prefix cache's cells (unified KV; per-seq: 0)
   bool anyone_running() const;                   // some session holds a sequence (the watermark protects it)
   // The ledger's room test and arithmetic (kv_ledger.h) for session s, with the current claims.

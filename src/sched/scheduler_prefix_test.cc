@@ -81,6 +81,23 @@ TEST_F(SchedulerTest, ConcurrentRequestsFollowTheFirstOnesPrefill) {
   EXPECT_EQ(decoder_->shared_tokens_, 2 * 81);
 }
 
+// The backlog a router weighs (uma:agent's prefill_backlog_tokens): followers count only what they
+// will compute themselves, not the prefix their leader is computing for them.
+TEST_F(SchedulerTest, ThePrefillBacklogLeavesOutWhatFollowersWillShare) {
+  make(/*n_batch=*/16, 4096, 8, cache_config());
+  submit(1, kShared + "aaaaaaaa", 4);  // 89 tokens
+  submit(2, kShared + "bbbbbbbb", 4);
+  submit(3, kShared + "cccccccc", 4);
+  scheduler_->tick(events_);
+  scheduler_->publish_metrics();
+  // The leader's rest (at most 89) and 8 tokens for each follower (81 shared), not 2 x 89 more.
+  EXPECT_GT(metrics_.prefill_backlog_tokens.load(), 2 * 8);
+  EXPECT_LE(metrics_.prefill_backlog_tokens.load(), 89 + 2 * 8);
+  run_until_idle();
+  scheduler_->publish_metrics();
+  EXPECT_EQ(metrics_.prefill_backlog_tokens.load(), 0);
+}
+
 TEST_F(SchedulerTest, AFollowerWhoseLeaderIsCancelledPrefillsItself) {
   make(/*n_batch=*/16, 4096, 8, cache_config());
   submit(1, kShared + "aaaaaaaa", 40);

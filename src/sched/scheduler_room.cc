@@ -50,12 +50,17 @@ std::int32_t Scheduler::need(const Session& s) const {
   if (s.state != SessionState::kQueued) return n;  // a resumed session's cells are all its own
   // A new request whose prompt prefix is in the KV cache already (a running session's, or a kept
   // sequence) will share those cells: eight requests with one long system prompt fit as one.
+  return n - reusable_now(s);
+}
+
+std::int32_t Scheduler::reusable_now(const Session& s) const {
+  if (!cache_.enabled()) return 0;
   const auto live_ok = [&](RequestId id) {
     const Session* x = find_session(id);
     return x != nullptr && is_active(*x) && x->seq >= 0;
   };
   const std::span<const Token> prompt = std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_prompt));
-  return n - cache_.reusable(prompt, s.n_prompt - 1, live_ok);
+  return cache_.reusable(prompt, s.n_prompt - 1, live_ok);
 }
 
 std::int32_t Scheduler::cells_granted() const {

@@ -63,6 +63,9 @@ struct Session {
   // shares, to copy its cells rather than compute them again.
   RequestId follow = 0;             // 0: not following
   std::int32_t follow_len = 0;
+  // Prompt tokens the cache could share when the request arrived: while it waits, the prefill
+  // backlog counts only the rest (what a router weighs behind it; never used to grant cells).
+  std::int32_t reusable_at_arrival = 0;
   std::int32_t shared_prefix = 0;   // prompt tokens whose cells were shared from another sequence
   // Where they came from, while that source may still hold them (cells counted there, not here):
   // a kept sequence of the prefix cache, or a running session (the leader).

@@ -1,8 +1,8 @@
 // The cluster's data path (issue 16) with real processes: a redis-server, umad agents on the oracle
 // model and uma-gw gateways. Exact outputs through a gateway (raw HTTP and the OpenAI Node SDK),
 // failover (a killed agent, a hung one, a request that fails before its first byte, an agent dying
-// mid-stream: resumed exactly), fail-static routing while Redis is down, and two gateways sending
-// a shared prefix to the agent that holds it. Times are printed, not asserted beyond what proves
+// mid-stream: resumed exactly), and two gateways sending a shared prefix to the agent that holds
+// it. Under load (Redis down 30 s, a full cluster, 100 concurrent requests): cluster_load_test.cc. Times are printed, not asserted beyond what proves
 // the mechanism (timing targets live in bench/cluster.sh).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -27,15 +27,6 @@ namespace {
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
-// A completion through `port`: its text, or the whole response when it failed.
-std::string complete(int port, const std::string& prompt, int n) {
-  Tcp t(port);
-  if (!t.send(post("/v1/completions", json({{"prompt", prompt}, {"max_tokens", n}}).dump()))) return "no connection";
-  const std::string r = t.response();
-  if (status_of(r) != 200) return r;
-  return json::parse(body_of(r))["choices"][0]["text"];
-}
-
 // The streamed text of one SSE completion body (chunked), "ERROR ..." at an error event.
 std::string stream_text(const std::string& sse) {
   std::string text;
@@ -58,8 +49,6 @@ std::size_t data_events(const std::string& b) {
   return n;
 }
 
-double gw_metric(const Gateway& g, const std::string& name) { return prometheus_value(body_of(http_get(g.port(), "/metrics")), name); }
-
 // The agent with a completion in flight (its HTTP sessions gauge), or -1.
 int busy_agent(const LocalCluster& c) {
   for (std::size_t i = 0; i < c.agents.size(); ++i) {
@@ -67,11 +56,6 @@ int busy_agent(const LocalCluster& c) {
     if (prometheus_value(page, "uma_sessions_open{front_end=\"http\"}") >= 1) return static_cast<int>(i);
   }
   return -1;
-}
-
-int live_agents(const Gateway& g) {
-  const json j = json::parse(body_of(http_get(g.port(), "/health")), nullptr, false);
-  return j.is_discarded() ? -1 : j.value("live", -1);
 }
 
 TEST(ClusterGateway, ExactOutputsThroughEitherGatewayAndTheNodeSdk) {
@@ -175,32 +159,6 @@ TEST(ClusterGateway, ARequestThatFailsBeforeItsFirstByteIsRetriedOnTheNextAgent)
   EXPECT_EQ(gw_metric(g, "uma_gw_retries_total"), 2);
 }
 
-TEST(ClusterGateway, RoutesOnItsLastViewWhileRedisIsDown) {
-  LocalCluster c;
-  ASSERT_TRUE(c.up(2, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
-  const Gateway& g = *c.gateways[0];
-  c.redis.kill();
-  // Longer than an agent's key lives: the view the gateway keeps is all it has.
-  const auto down = std::chrono::steady_clock::now();
-  int served = 0;
-  while (std::chrono::steady_clock::now() - down < 3500ms) {
-    ASSERT_EQ(complete(g.port(), "hello world", 8), oracle().expected_text("hello world", 8)) << g.log();
-    ++served;
-  }
-  EXPECT_EQ(live_agents(g), 2);
-  EXPECT_NE(g.log().find("routing on the last view"), std::string::npos) << g.log();
-  ASSERT_TRUE(c.redis.start());
-  cluster::RedisClient redis({"127.0.0.1", c.redis.port()}, 500ms);
-  const auto back = wait_for([&] {
-    cluster::RedisReply r;
-    return redis.command({"SMEMBERS", cluster::kAgentsSet}, &r).ok() && r.elements.size() == 2;
-  }, 10s);
-  ASSERT_TRUE(back.has_value());
-  std::printf("%d requests served while Redis was down; agents registered again %lld ms after it came back\n", served,
-              static_cast<long long>(back->count()));
-  EXPECT_EQ(complete(g.port(), "the stone", 8), oracle().expected_text("the stone", 8));
-}
-
 TEST(ClusterGateway, TwoGatewaysSendASharedPrefixToTheAgentHoldingIt) {
   LocalCluster c;
   ASSERT_TRUE(c.up(3, 2)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
@@ -213,9 +171,8 @@ TEST(ClusterGateway, TwoGatewaysSendASharedPrefixToTheAgentHoldingIt) {
   }
   // Both gateways hear from the agent's stream that it holds the prefix's blocks.
   const auto holds = [](const Gateway& g) {
-    const std::string page = body_of(http_get(g.port(), "/metrics"));
-    for (std::size_t at = page.find("uma_gw_agent_blocks{"); at != std::string::npos; at = page.find("uma_gw_agent_blocks{", at + 1)) {
-      if (std::stod(page.substr(page.find("} ", at) + 2)) >= 9) return true;
+    for (double blocks : gw_series(g, "uma_gw_agent_blocks")) {
+      if (blocks >= 9) return true;
     }
     return false;
   };

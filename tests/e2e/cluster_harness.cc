@@ -63,7 +63,39 @@ double prometheus_value(const std::string& page, const std::string& name) {
   return -1;
 }
 
-bool LocalCluster::up(int n_agents, int n_gateways, std::vector<std::string> agent_extra) {
+std::string post_completion(int port, const std::string& prompt, int n) {
+  Tcp t(port);
+  if (!t.send(post("/v1/completions", nlohmann::json({{"prompt", prompt}, {"max_tokens", n}}).dump()))) return "no connection";
+  return t.response();
+}
+
+std::string complete(int port, const std::string& prompt, int n) {
+  const std::string r = post_completion(port, prompt, n);
+  if (status_of(r) != 200) return r;
+  const auto j = nlohmann::json::parse(body_of(r), nullptr, false);
+  if (j.is_discarded() || !j.contains("choices")) return r;
+  return j["choices"][0].value("text", r);
+}
+
+double gw_metric(const Gateway& g, const std::string& name) { return prometheus_value(body_of(http_get(g.port(), "/metrics")), name); }
+
+std::vector<double> gw_series(const Gateway& g, const std::string& name) {
+  const std::string page = body_of(http_get(g.port(), "/metrics"));
+  std::vector<double> out;
+  const std::string key = name + "{";
+  for (std::size_t at = page.find(key); at != std::string::npos; at = page.find(key, at + 1)) {
+    out.push_back(std::stod(page.substr(page.find("} ", at) + 2)));
+  }
+  return out;
+}
+
+int live_agents(const Gateway& g) {
+  const auto j = nlohmann::json::parse(body_of(http_get(g.port(), "/health")), nullptr, false);
+  return j.is_discarded() ? -1 : j.value("live", -1);
+}
+
+bool LocalCluster::up(int n_agents, int n_gateways, std::vector<std::string> agent_extra,
+                      std::vector<std::string> gateway_extra) {
   if (!redis.start()) return false;
   for (int i = 0; i < n_agents; ++i) {
     std::vector<std::string> a = {"--agent", "--redis", redis.address()};
@@ -72,7 +104,7 @@ bool LocalCluster::up(int n_agents, int n_gateways, std::vector<std::string> age
     if (!agents.back()->started()) return false;
   }
   for (int i = 0; i < n_gateways; ++i) {
-    gateways.push_back(std::make_unique<Gateway>(redis.address()));
+    gateways.push_back(std::make_unique<Gateway>(redis.address(), gateway_extra));
     if (!gateways.back()->started()) return false;
   }
   return all_live(static_cast<std::size_t>(n_agents));

@@ -40,8 +40,17 @@ std::string http_get(int port, const std::string& path);
 // A gauge or counter of a Prometheus text page (-1 when absent).
 double prometheus_value(const std::string& page, const std::string& name);
 
+// A completion of `n` tokens through the gateway (or agent) on `port`: the whole response, and its
+// text or, when it failed, the whole response.
+std::string post_completion(int port, const std::string& prompt, int n);
+std::string complete(int port, const std::string& prompt, int n);
+double gw_metric(const Gateway& g, const std::string& name);
+int live_agents(const Gateway& g);  // its /health's count, -1 when it does not answer
+// Every value of a labelled gauge `name` (uma_gw_agent_blocks, ...) on a gateway's /metrics.
+std::vector<double> gw_series(const Gateway& g, const std::string& name);
+
 struct LocalCluster {
-  bool up(int agents, int gateways, std::vector<std::string> agent_extra = {});
+  bool up(int agents, int gateways, std::vector<std::string> agent_extra = {}, std::vector<std::string> gateway_extra = {});
   // Every gateway routes to `n` agents (their event streams are live).
   bool all_live(std::size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(20));
   int agent_port(std::size_t i) const;

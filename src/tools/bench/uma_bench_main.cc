@@ -3,12 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -226,13 +228,30 @@ int main(int argc, char** argv) {
     };
   }
 
+  std::vector<std::vector<int>> order;  // groups: each round's order, built on first use (make runs on many threads)
+  std::mutex order_mu;
   if (workload == "groups") {
-    // Request i: group i % G, user (i / G) % U of it, turn i / (G * U) of that user's conversation:
-    // the group's system prompt, then every earlier turn of the user's, then the new one (the
-    // llm-d / SGLang shared-prefix shape: a long per-group prefix, a growing per-user history).
-    make = [&](int i) {
-      const int g = i % groups, u = (i / groups) % users;
-      const int turn = i >= 1000000 ? 0 : i / (groups * users);  // a warm-up request (1000000 + k) opens a conversation
+    // Round r (requests r*G*U ..) holds turn r of every conversation, G groups x U users, in a
+    // seeded shuffled order: a request is the group's system prompt, then every earlier turn of the
+    // user's, then the new one (the llm-d / SGLang shared-prefix shape: a long per-group prefix, a
+    // growing per-user history). Shuffled, because in a fixed cycle round-robin over A agents
+    // sends a group to the same agent every time whenever A divides G: cache-affine by accident.
+    const int per_round = groups * users;
+    make = [&, per_round](int i) {
+      int conversation = i % per_round;
+      const int turn = i >= 1000000 ? 0 : i / per_round;  // a warm-up request (1000000 + k) opens a conversation
+      if (i < 1000000) {
+        const std::lock_guard<std::mutex> lock(order_mu);
+        while (static_cast<int>(order.size()) <= turn) {
+          std::vector<int> round(static_cast<std::size_t>(per_round));
+          for (int k = 0; k < per_round; ++k) round[static_cast<std::size_t>(k)] = k;
+          std::mt19937_64 rng(seed * 7919 + order.size());
+          std::shuffle(round.begin(), round.end(), rng);
+          order.push_back(std::move(round));
+        }
+        conversation = order[static_cast<std::size_t>(turn)][static_cast<std::size_t>(conversation)];
+      }
+      const int g = conversation % groups, u = conversation / groups;
       std::string prompt = PromptMaker(seed * 31 + static_cast<std::uint64_t>(g)).words(prefix_tokens);
       for (int t = 0; t <= turn; ++t) {
         PromptMaker m(seed * 1000003 + static_cast<std::uint64_t>(((g * 1000 + u) * 1000) + t));
