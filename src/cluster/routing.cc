@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 namespace uma::cluster {
 
@@ -68,8 +69,23 @@ Prediction predict_ttft(const Candidate& c, const RouteRequest& r, const Routing
   return t;
 }
 
-RouteChoice choose(Policy policy, std::span<const Candidate> candidates, const RouteRequest& r, const RoutingParams& p,
+double cluster_prefill_tok_s(std::span<const Candidate> candidates, const RouteRequest& r) {
+  std::vector<double> rates;
+  for (const Candidate& c : candidates) {
+    if (model_of(c, r) != nullptr && c.agent->prefill_tok_s > 0.0) rates.push_back(c.agent->prefill_tok_s);
+  }
+  if (rates.empty()) return 0.0;
+  const auto mid = rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2);
+  std::nth_element(rates.begin(), mid, rates.end());
+  return *mid;
+}
+
+RouteChoice choose(Policy policy, std::span<const Candidate> candidates, const RouteRequest& r, const RoutingParams& params,
                    std::uint64_t* rr_cursor) {
+  // An agent that has not measured its rate yet is predicted at its peers' (same model, likely the
+  // same kind of machine), not at a constant that may be off several times either way.
+  RoutingParams p = params;
+  if (const double known = cluster_prefill_tok_s(candidates, r); known > 0.0) p.default_prefill_tok_s = known;
   RouteChoice best;
   double best_score = std::numeric_limits<double>::infinity();
   const int n = static_cast<int>(candidates.size());

@@ -44,7 +44,7 @@ struct RouteRequest {
 };
 
 struct RoutingParams {
-  double default_prefill_tok_s = 500.0;  // an agent that has not measured yet
+  double default_prefill_tok_s = 500.0;  // an agent that has not measured yet, when none of its peers has
   double default_load_bytes_s = 1e9;     // a tier whose bandwidth is not known
   double alpha = 1.0, beta = 1.0, gamma = 1.0, delta = 1.0;  // the seed policy's weights
   std::size_t min_fit_samples = 8;  // measured answers before an agent's fit replaces its beat's model
@@ -58,6 +58,10 @@ struct Prediction {  // seconds
 };
 
 Prediction predict_ttft(const Candidate& c, const RouteRequest& r, const RoutingParams& p);
+
+// The median measured prefill rate among the candidates serving the request's model; 0: none has
+// measured. choose() predicts an unmeasured agent at this rate (RoutingParams' default otherwise).
+double cluster_prefill_tok_s(std::span<const Candidate> candidates, const RouteRequest& r);
 
 struct RouteChoice {
   int index = -1;  // into the candidates; -1: none serves the model

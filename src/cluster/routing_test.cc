@@ -56,6 +56,27 @@ TEST(Routing, EveryTickPaysItsFixedCostAndTheRunningStreamsDecodeStep) {
   EXPECT_DOUBLE_EQ(t.prefill, 0.6 + 2 * 0.040);
 }
 
+// An agent that has not measured its rate (it just joined) is predicted at its peers' median, not at
+// the default: here the default would make its cold prefill look 5x cheaper than the measured
+// agent's queue behind a cached prefix.
+TEST(Routing, AnUnmeasuredAgentIsPredictedAtItsPeersRate) {
+  AgentState measured = agent("a", 100.0, /*backlog*/ 300);
+  AgentState other = agent("c", 120.0, 0);
+  other.models[0].name = "other.gguf";  // another model's rate says nothing about this one
+  AgentState fresh = agent("b", 0.0, 0);
+  std::vector<Candidate> cs = {{&measured, /*cached*/ 900, 0}, {&other, 0, 0}, {&fresh, 0, 0}};
+  const RouteRequest r{"m.gguf", 1000};
+  EXPECT_DOUBLE_EQ(cluster_prefill_tok_s(cs, r), 100.0);
+  RoutingParams p;  // default 500 tok/s
+  EXPECT_NEAR(predict_ttft(cs[2], r, p).total(), 2.0, 1e-9) << "alone, the default: it would beat the measured 4 s";
+  std::uint64_t cursor = 0;
+  const RouteChoice choice = choose(Policy::kPredicted, cs, r, p, &cursor);
+  EXPECT_EQ(choice.index, 0) << "(300 ahead + 100 uncached) / 100 tok/s = 4 s beats 1000 / 100 tok/s = 10 s";
+  EXPECT_NEAR(choice.predicted.total(), 4.0, 1e-9);
+  measured.prefill_tok_s = 0.0;  // nobody has measured: the default again
+  EXPECT_DOUBLE_EQ(cluster_prefill_tok_s(cs, r), 0.0);
+}
+
 // Once the gateway has measured enough of an agent's answers, the prediction is the fit's: here an
 // agent twice as slow as its beat says, with 50 ms of its own per request.
 TEST(Routing, AnAgentsMeasuredFitReplacesItsBeatsModel) {

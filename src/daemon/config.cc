@@ -129,6 +129,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--agent-events-port", out.agent_events_port, "the agent's KV-event stream (GET /kv-events) on "
                  "this port of the --http host; 0: any free one, advertised in its heartbeat")
       ->envname("UMA_AGENT_EVENTS_PORT")->capture_default_str();
+  app.add_option("--agent-calibrate-ms", out.agent_calibrate_ms, "an agent times prompt chunks for up to this long "
+                 "before its first heartbeat, so gateways route its first requests by its measured prefill rate; 0: none")
+      ->envname("UMA_AGENT_CALIBRATE_MS")->capture_default_str()->check(CLI::Range(0, 60000));
   app.add_option("--http-timeout-sec", out.http.timeout_sec, "a request must arrive whole within this; idle "
                  "keep-alive connections close after it")
       ->envname("UMA_HTTP_TIMEOUT_SEC")->capture_default_str()->check(CLI::Range(1, 3600));

@@ -26,6 +26,7 @@ struct DaemonConfig {
   std::string agent_id;                  // --agent-id (default: the HTTP front end's host:port)
   std::uint16_t agent_events_port = 0;   // --agent-events-port (0: any free one)
   std::string advertise;                 // --advertise URL (default: http://host:port of --http)
+  int agent_calibrate_ms = 1000;         // --agent-calibrate-ms: prefill timed before the first beat (0: none)
   bool debug = false;
   int test_load_delay_ms = 0;  // tests only: a slow model load, to observe /health's 503
 };

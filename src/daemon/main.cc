@@ -151,6 +151,14 @@ int main(int argc, char** argv) {
   cluster::BlockJournal block_journal;
   if (cfg.agent) cfg.scheduler.prefix.block_observer = &block_journal;
   Scheduler scheduler(*runtime, metrics, cfg.scheduler);
+  if (cfg.agent && cfg.agent_calibrate_ms > 0) {
+    // Before the compute thread starts (it owns the scheduler from then on) and before the first beat.
+    if (Status cal = scheduler.calibrate(cfg.agent_calibrate_ms); !cal.ok()) {
+      spdlog::warn("calibration: {} (routing learns this agent's rate from its first requests)", cal.to_string());
+    }
+    spdlog::info("calibrated: {:.3f} ms per prompt token, {:.2f} ms fixed per tick", metrics.prefill_ms_per_token.load(),
+                 metrics.prefill_fixed_ms.load());
+  }
   EventRouter router(server, http.get());
   compute = std::make_unique<ComputeThread>(scheduler, router);
   if (http) {

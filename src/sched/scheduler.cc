@@ -464,6 +464,40 @@ void Scheduler::reap() {
   std::erase_if(sessions_, [](const auto& s) { return is_terminal(*s); });
 }
 
+Status Scheduler::calibrate(double most_ms) {
+  if (!sessions_.empty() || ledger_.session_ids().empty()) {
+    return Status(ErrorCode::kInternal, "calibrate runs before the first request");
+  }
+  std::vector<Token> text;
+  if (Status st = decoder_.tokenize("Calibration: the quick brown fox jumps over the lazy dog.", text); !st.ok()) return st;
+  if (text.empty()) return Status::Ok();
+  // Two sizes, so the fit can tell a tick's fixed cost from its per-token cost (tick_budget.h).
+  const std::int32_t big = std::max(TickBudget::kMinSample, std::min({decoder_.n_batch(), 256, decoder_.n_ctx_seq() - 1}));
+  const std::int32_t small = std::max(TickBudget::kMinSample, big / 4);
+  const std::array<std::int32_t, 7> chunks = {small, small, big, small, big, small, big};  // the first warms up
+  const std::int32_t seq = ledger_.session_ids().take();
+  std::vector<BatchEntry> batch;
+  double spent_ms = 0.0;
+  Status result = Status::Ok();
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    batch.clear();
+    for (std::int32_t i = 0; i < chunks[k]; ++i) batch.push_back({text[static_cast<std::size_t>(i) % text.size()], i, seq, false});
+    if (result = decoder_.start_sequence(seq, SamplingParams{}); !result.ok()) break;
+    const Clock::time_point t0 = time_.now();
+    result = decoder_.decode(batch);
+    const double ms = ms_between(t0, time_.now());
+    decoder_.end_sequence(seq);
+    if (!result.ok()) break;
+    if (k > 0) budget_.observe_prefill(ms, chunks[k]);
+    spent_ms += ms;
+    if (k > 0 && spent_ms >= most_ms) break;
+  }
+  ledger_.session_ids().give_back(seq);
+  metrics_.prefill_fixed_ms = budget_.prefill_fixed_ms();
+  metrics_.prefill_ms_per_token = budget_.ms_per_prefill_token();
+  return result;
+}
+
 void Scheduler::publish_metrics() {
   const Clock::time_point now = time_.now();
   std::array<std::int64_t, kGaugeStates> by_state{};

@@ -100,6 +100,13 @@ class Scheduler {
   bool has_work() const;                 // some session is prefilling or decoding
   void tick(std::vector<Event>& out);    // exactly one decode
   void publish_metrics();                // refresh gauges and the per-session table
+  // Measures what a prompt token costs before the first request: prompt chunks of two sizes on a
+  // scratch sequence, timed like ticks and fed to the tick budget's cost fit (the first chunk
+  // only warms up: graph building, first kernel launches). A cluster agent runs it before its
+  // first beat, so routing's first decisions use this machine's prefill rate instead of a guess.
+  // Stops after `most_ms` of decoding (at least one measured chunk). Only before any admit();
+  // the sequence id comes from the ledger and goes back, its KV freed.
+  Status calibrate(double most_ms);
 
  private:
   // scheduler_room.cc: who holds KV.

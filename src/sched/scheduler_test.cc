@@ -275,5 +275,52 @@ TEST_F(SchedulerTest, ShutdownFailsEveryOpenRequest) {
   EXPECT_EQ(decoder_->total_kv(), 0);
 }
 
+// An agent's calibration (before its first beat): the tick budget's cost fit learns a tick's
+// fixed cost and a prompt token's cost from timed chunks; the scratch sequence's id and KV go back.
+TEST_F(SchedulerTest, CalibrationFitsThePrefillCostAndLeavesNothingBehind) {
+  make(256, 4096, 2);
+  decoder_->on_decode_ = [this](std::span<const BatchEntry> b) {
+    clock_.advance(std::chrono::microseconds(3000 + 50 * static_cast<long>(b.size())));  // 3 ms + 0.05 ms a token
+  };
+  EXPECT_EQ(metrics_.prefill_ms_per_token.load(), 0.0);
+  ASSERT_TRUE(scheduler_->calibrate(1e9).ok());
+  EXPECT_EQ(decoder_->decodes_, 7);
+  EXPECT_NEAR(metrics_.prefill_fixed_ms.load(), 3.0, 0.05);
+  EXPECT_NEAR(metrics_.prefill_ms_per_token.load(), 0.05, 0.001);
+  EXPECT_EQ(decoder_->total_kv(), 0);
+  // Both sequence ids are free again: two requests run at once, exactly.
+  submit(1, "ab", 3);
+  submit(2, "cd", 3);
+  scheduler_->tick(events_);
+  EXPECT_EQ(decoder_->last_.size(), 6u) << "both prompts in the first tick";
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'b', 3));
+  EXPECT_EQ(out_[2].text, expected(100 + 'd', 3));
+  EXPECT_EQ(decoder_->total_kv(), 0);
+}
+
+TEST_F(SchedulerTest, CalibrationStopsAtItsTimeBoundAndOnlyBeforeTheFirstRequest) {
+  make(256, 4096, 2);
+  decoder_->on_decode_ = [this](std::span<const BatchEntry>) { clock_.advance(std::chrono::milliseconds(100)); };
+  ASSERT_TRUE(scheduler_->calibrate(250).ok());
+  EXPECT_EQ(decoder_->decodes_, 3) << "a warm-up chunk and measured ones until 250 ms were spent in all";
+  EXPECT_GT(metrics_.prefill_ms_per_token.load(), 0.0);
+  submit(1, "ab", 3);
+  EXPECT_EQ(scheduler_->calibrate(150).code(), ErrorCode::kInternal);
+  EXPECT_EQ(decoder_->decodes_, 3);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'b', 3));
+}
+
+TEST_F(SchedulerTest, ACalibrationDecodeThatFailsGivesItsSequenceBack) {
+  make(256, 4096, 1);
+  decoder_->fail_next_ = true;
+  EXPECT_EQ(scheduler_->calibrate(1e9).code(), ErrorCode::kDecodeFailed);
+  EXPECT_EQ(decoder_->total_kv(), 0);
+  submit(1, "ab", 3);  // the one sequence id is free
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'b', 3));
+}
+
 }  // namespace
 }  // namespace uma

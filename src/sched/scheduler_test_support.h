@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -148,6 +149,7 @@ class FakeDecoder final : public Decoder {
   }
   Status decode(std::span<const BatchEntry> batch) override {
     ++decodes_;
+    if (on_decode_) on_decode_(batch);
     copy_pending_.clear();  // llama.cpp applies queued stream copies first
     EXPECT_LE(static_cast<std::int32_t>(batch.size()), n_batch_);
     last_.assign(batch.begin(), batch.end());
@@ -215,6 +217,7 @@ class FakeDecoder final : public Decoder {
   std::int32_t cells_used() const { return static_cast<std::int32_t>(refs_.size()); }  // distinct cells
 
   int decodes_ = 0;
+  std::function<void(std::span<const BatchEntry>)> on_decode_;  // e.g. advances a test's clock by the batch's cost
   int moves_ = 0;
   int max_passes_ = 0;  // per-sequence KV: most ubatches (passes over the weights) one decode took
   int max_excess_passes_ = 0;

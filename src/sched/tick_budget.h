@@ -86,6 +86,13 @@ class TickBudget {
   // EWMA of whole prefill cost per token.
   double ms_per_prefill_token() const { return fixed_ms_ > 0 ? affine_per_token_ : ms_per_prefill_token_; }
 
+  // A prompt chunk timed outside serving (Scheduler::calibrate): the cost model learns from it;
+  // the controller and the tick EWMA, which describe ticks with streams, do not.
+  void observe_prefill(double ms, std::int32_t n_prefill) {
+    if (n_prefill >= kMinSample) ms_per_prefill_token_ = ewma(ms_per_prefill_token_, ms / n_prefill);
+    if (n_prefill > 0) fit(n_prefill, ms);
+  }
+
   // prefill_pending: some prompt was waiting to be prefilled (a decode-only tick then is the
   // latency guard's, at whatever depth the arriving prompt has reached, not the steady cadence).
   void observe(double tick_ms, std::int32_t n_decode, std::int32_t n_prefill, bool prefill_pending = false) {
