@@ -91,7 +91,7 @@ std::string AgentHeartbeat::state_json(std::chrono::system_clock::time_point now
   const double ms_per_token = metrics_.prefill_ms_per_token.load();
   a.prefill_tok_s = ms_per_token > 0.0 ? 1000.0 / ms_per_token : rates_.prefill_tok_s;
   a.tick_fixed_ms = metrics_.prefill_fixed_ms.load();
-  a.decode_tick_ms = metrics_.decode_ms_ewma.load();
+  a.decode_tick_ms = metrics_.decode_step_ms.load();
   a.tick_tokens = metrics_.tick_budget.load();
   a.decode_tok_s = rates_.decode_tok_s;
   a.max_sessions = config_.max_sessions;

@@ -30,7 +30,8 @@ struct AgentState {
   double prefill_tok_s = 0.0;  // measured (EWMA over beats with such work); 0: not yet known
   double decode_tok_s = 0.0;
   // The agent's tick cost model (sched/tick_budget.h), for routing's prediction: a tick's fixed
-  // cost, the decode-only tick with its running streams, and the prompt tokens a tick carries.
+  // cost, the decode-only tick with the streams decoding now (0 when none decode: not the average
+  // tick, which a long prefill would swell), and the prompt tokens a tick carries.
   double tick_fixed_ms = 0.0;
   double decode_tick_ms = 0.0;
   std::int64_t tick_tokens = 0;

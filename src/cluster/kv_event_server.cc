@@ -115,6 +115,7 @@ AgentLoad KvEventServer::load() const {
   l.active = metrics_.active_sessions.load(std::memory_order_relaxed);
   l.queued = metrics_.queued_sessions.load(std::memory_order_relaxed);
   l.backlog = metrics_.prefill_backlog_tokens.load(std::memory_order_relaxed);
+  l.admitted = static_cast<std::int64_t>(metrics_.backlog_admitted.load(std::memory_order_relaxed));
   return l;
 }
 

@@ -63,7 +63,7 @@ std::string encode_kv_event(const KvEvent& e) {
   }
   j["stored"] = hex_array(e.stored);
   if (!e.snapshot) j["evicted"] = hex_array(e.evicted);
-  j["load"] = {{"active", e.load.active}, {"queued", e.load.queued}, {"backlog", e.load.backlog}};
+  j["load"] = {{"active", e.load.active}, {"queued", e.load.queued}, {"backlog", e.load.backlog}, {"admitted", e.load.admitted}};
   return to_json_text(j);
 }
 
@@ -92,7 +92,7 @@ Status decode_kv_event(std::string_view text, KvEvent* out) {
   if (const auto load = j.find("load"); load != j.end()) {
     if (!load->is_object()) return bad("load");
     if (!(st = read_int(*load, "active", &e.load.active)).ok() || !(st = read_int(*load, "queued", &e.load.queued)).ok() ||
-        !(st = read_int(*load, "backlog", &e.load.backlog)).ok()) {
+        !(st = read_int(*load, "backlog", &e.load.backlog)).ok() || !(st = read_int(*load, "admitted", &e.load.admitted)).ok()) {
       return st;
     }
   }

@@ -29,6 +29,10 @@ struct AgentLoad {
   std::int64_t active = 0;   // sessions prefilling or decoding
   std::int64_t queued = 0;   // admitted, waiting for KV room
   std::int64_t backlog = 0;  // prompt tokens admitted and not yet prefilled
+  // Requests the agent had admitted when it measured the three above (they cover those): its
+  // metrics lag a request's arrival by up to a tick, so a router cannot take a report that came
+  // after its dispatch as one that includes it.
+  std::int64_t admitted = 0;
   bool operator==(const AgentLoad&) const = default;
 };
 

@@ -80,7 +80,7 @@ TEST(KvEvents, EventsRoundTripAndBadOnesAreTypedErrors) {
   snap.boot_id = "b007";
   snap.block = 32;
   snap.stored = {0, 1, 0xffffffffffffffffull, 0x0123456789abcdefull};
-  snap.load = {3, 1, 4096};
+  snap.load = {3, 1, 4096, 17};
   KvEvent back;
   ASSERT_TRUE(decode_kv_event(encode_kv_event(snap), &back).ok());
   EXPECT_TRUE(back.snapshot);
@@ -100,6 +100,7 @@ TEST(KvEvents, EventsRoundTripAndBadOnesAreTypedErrors) {
   EXPECT_EQ(decode_kv_event(R"({"type":"delta","stored":["xyz"]})", &back).param(), "stored");
   EXPECT_EQ(decode_kv_event(R"({"type":"delta","stored":[12]})", &back).param(), "stored");
   EXPECT_EQ(decode_kv_event(R"({"type":"delta","evicted":["1"],"load":{"active":"x"}})", &back).param(), "active");
+  EXPECT_EQ(decode_kv_event(R"({"type":"delta","load":{"admitted":1.5}})", &back).param(), "admitted");
   EXPECT_EQ(decode_kv_event(R"({"type":"snapshot","boot_id":"x","block":0})", &back).param(), "block");
   EXPECT_EQ(decode_kv_event(R"({"type":"snapshot"})", &back).param(), "boot_id");
 }

@@ -60,7 +60,7 @@ Prediction predict_ttft(const Candidate& c, const RouteRequest& r, const Routing
   // Prompts are cut into ticks of tick_tokens; each tick also pays a fixed cost and, while other
   // streams decode, their decode step: ticks ahead of the request go to Q, its own to P.
   if (a.tick_tokens > 0) {
-    const double tick_s = (std::max(0.0, a.tick_fixed_ms) + (a.active_sessions > 0 ? std::max(0.0, a.decode_tick_ms) : 0.0)) / 1e3;
+    const double tick_s = (std::max(0.0, a.tick_fixed_ms) + std::max(0.0, a.decode_tick_ms)) / 1e3;
     const std::int64_t ticks_ahead = ahead / a.tick_tokens;
     const std::int64_t ticks_all = (ahead + uncached + a.tick_tokens - 1) / a.tick_tokens;
     t.queue += static_cast<double>(ticks_ahead) * tick_s;

@@ -44,13 +44,14 @@ TEST(Routing, EveryTickPaysItsFixedCostAndTheRunningStreamsDecodeStep) {
   AgentState a = agent("a", 1000.0, /*backlog*/ 1024, /*active*/ 0);
   a.tick_tokens = 512;
   a.tick_fixed_ms = 10.0;
-  a.decode_tick_ms = 30.0;
+  a.decode_tick_ms = 0.0;  // nobody decoding
   Candidate c{&a, /*cached*/ 0, /*pending*/ 0};
   const RouteRequest r{"m.gguf", 600};
   Prediction t = predict_ttft(c, r, RoutingParams{});
   EXPECT_DOUBLE_EQ(t.queue, 1.024 + 2 * 0.010) << "two whole ticks ahead";
   EXPECT_DOUBLE_EQ(t.prefill, 0.6 + 2 * 0.010) << "1624 tokens end in the 4th tick: two of them are the request's";
-  a.active_sessions = 3;  // streams decoding: every tick is also their decode step
+  a.active_sessions = 3;
+  a.decode_tick_ms = 30.0;  // streams decoding: every tick is also their decode step
   t = predict_ttft(c, r, RoutingParams{});
   EXPECT_DOUBLE_EQ(t.queue, 1.024 + 2 * 0.040);
   EXPECT_DOUBLE_EQ(t.prefill, 0.6 + 2 * 0.040);

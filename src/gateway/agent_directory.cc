@@ -22,14 +22,14 @@ std::int64_t AgentLink::cached_tokens(std::span<const std::uint64_t> prompt_bloc
 std::int64_t AgentLink::pending_tokens() const {
   std::int64_t sum = 0;
   for (const auto& [id, d] : dispatches_) {
-    if (d.at >= load_at_) sum += d.tokens;  // sent after its last report: not in that backlog
+    if (d.admitted_by > admitted_) sum += d.tokens;  // its last report does not cover it yet
   }
   return sum;
 }
 
 std::int64_t AgentLink::sessions_in_use() const {
   std::int64_t mine = 0;
-  for (const auto& [id, d] : dispatches_) mine += d.at >= load_at_ ? 1 : 0;  // not in its last report
+  for (const auto& [id, d] : dispatches_) mine += d.admitted_by > admitted_ ? 1 : 0;  // not in its last report
   return state_.active_sessions + state_.queued_sessions + mine;
 }
 
@@ -98,7 +98,9 @@ void AgentLink::apply(const cluster::KvEvent& e) {
   state_.active_sessions = e.load.active;
   state_.queued_sessions = e.load.queued;
   state_.prefill_backlog_tokens = e.load.backlog;
-  load_at_ = SteadyClock::now();
+  // Its count went back: it restarted, and nothing sent before counts toward the new one.
+  if (e.load.admitted < admitted_) assigned_ = e.load.admitted;
+  admitted_ = e.load.admitted;
   full_until_ = {};
   if (dir_.on_room_) dir_.on_room_();
 }
@@ -195,7 +197,10 @@ void AgentDirectory::dispatched(AgentLink& a, std::uint64_t request, std::int64_
                                 std::span<const std::uint64_t> blocks, SteadyClock::time_point now) {
   ended(a, request);
   AgentLink::Dispatch& d = a.dispatches_[request];
-  d = {tokens, now, {blocks.begin(), blocks.end()}};
+  // Its report covers this request once the agent has admitted this many (exact with one gateway;
+  // other senders' requests can make it look covered a little early).
+  a.assigned_ = std::max(a.assigned_, a.admitted_) + 1;
+  d = {tokens, now, a.assigned_, {blocks.begin(), blocks.end()}};
   for (std::uint64_t b : d.blocks) a.inflight_blocks_[b]++;
 }
 

@@ -10,13 +10,16 @@
 // - A circuit breaker per agent: `breaker_failures` failed requests in a row open it for
 //   `breaker_open` (no requests), after which one request may try again.
 // - This gateway's own dispatches: until their first byte, the prompt tokens an agent has not yet
-//   reported in its load (routing's pending_tokens); until they end, their prompt's blocks count
+//   reported in its load (routing's pending_tokens). A report covers a dispatch once the agent's
+//   admitted count (in the report) reaches the count expected for it: a report merely received
+//   after the dispatch may have been measured before the agent admitted it (its gauges lag by up
+//   to a tick, seconds during a long CPU prefill). Until they end, their prompt's blocks count
 //   as held there (the agent will hold them once it admits the request and says so on its stream:
 //   without this, requests of one prefix arriving together would each look cold everywhere and
 //   be spread over the agents, each paying the whole prefill).
 // - Room: an agent takes max_sessions requests at once (its beat says how many) and refuses the
 //   next with a 429. The directory counts its sessions (the last load report plus this gateway's
-//   dispatches since) and leaves a full agent out of the candidates; one that answered 429 anyway
+//   dispatches it does not cover yet) and leaves a full agent out of the candidates; one that answered 429 anyway
 //   (another gateway filled it) counts as full until its next load report. When a dispatch ends
 //   or a report comes, on_room() is told: the gateway's queue may move.
 // - Each agent's measured TTFTs (cluster/ttft_fit.h), which routing's prediction learns from.
@@ -76,6 +79,8 @@ class AgentLink final : private UpstreamSink {
   std::int64_t sessions_in_use() const;
   bool has_room(SteadyClock::time_point now) const;
   std::size_t blocks_held() const { return blocks_.size(); }
+  // One event of its KV-event stream (its blocks and load); public for tests, which feed them.
+  void apply(const cluster::KvEvent& e);
 
  private:
   friend class AgentDirectory;
@@ -85,11 +90,11 @@ class AgentLink final : private UpstreamSink {
   void on_body(std::string_view bytes) override;
   void on_end() override { stream_down("stream ended"); }
   void on_failed(const std::string& why, bool) override { stream_down(why); }
-  void apply(const cluster::KvEvent& e);
 
   struct Dispatch {
     std::int64_t tokens = 0;  // pending until the first byte, then 0
     SteadyClock::time_point at{};
+    std::int64_t admitted_by = 0;  // the agent's admitted count from which its load reports cover this request
     std::vector<std::uint64_t> blocks;  // the prompt's, counted in inflight_blocks_
   };
   AgentDirectory& dir_;
@@ -99,7 +104,8 @@ class AgentLink final : private UpstreamSink {
   bool live_ = false;  // its stream is up and has sent its snapshot
   SteadyClock::time_point last_dial_{};
   std::unordered_set<std::uint64_t> blocks_;
-  SteadyClock::time_point load_at_{};  // when its load was last reported
+  std::int64_t admitted_ = 0;  // requests its last load report covers (cluster::AgentLoad::admitted)
+  std::int64_t assigned_ = 0;  // the highest Dispatch::admitted_by given
   SteadyClock::time_point heard_at_{};  // when its stream last sent anything
   std::int32_t failures_ = 0;
   SteadyClock::time_point open_until_{};

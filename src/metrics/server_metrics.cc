@@ -82,6 +82,7 @@ const std::vector<Scalar>& scalars() {
       {"prefill_fixed_ms", "prefill_fixed_seconds", Type::kGauge, "Fitted fixed cost of a tick that prefills.", load(&M::prefill_fixed_ms), 0.001},
       {"decode_ms_last", "decode_last_seconds", Type::kGauge, "Duration of the last llama_decode.", load(&M::decode_ms_last), 0.001},
       {"decode_ms_ewma", "decode_ewma_seconds", Type::kGauge, "Moving average of llama_decode durations.", load(&M::decode_ms_ewma), 0.001},
+      {"decode_step_ms", "decode_step_seconds", Type::kGauge, "Decode-only tick with the streams decoding now (0 when none decode): what each tick of a new prompt's prefill also pays.", load(&M::decode_step_ms), 0.001},
       {"ttft_ms_last", "time_to_first_token_last_seconds", Type::kGauge, "Time to first token of the last request (-0.001 before any).", load(&M::ttft_ms_last), 0.001},
       {"active_sessions", "num_requests_running", Type::kGauge, "Requests prefilling or decoding.", load(&M::active_sessions)},
       {"queued_sessions", "num_requests_waiting", Type::kGauge, "Requests waiting for KV room.", load(&M::queued_sessions)},

@@ -62,10 +62,14 @@ class ServerMetrics {
   std::atomic<double> prefill_ms_per_token{0.0};    // fitted marginal cost of a prompt token (0: not yet)
   std::atomic<double> decode_ms_last{0.0};
   std::atomic<double> decode_ms_ewma{0.0};
+  std::atomic<double> decode_step_ms{0.0};  // decode-only tick with the streams decoding at the last tick (0: none)
   std::atomic<double> ttft_ms_last{-1.0};
   std::atomic<std::int64_t> active_sessions{0};   // prefill + decode
   std::atomic<std::int64_t> queued_sessions{0};   // admitted, waiting for KV room
   std::atomic<std::int64_t> prefill_backlog_tokens{0};  // prompt tokens admitted, not yet prefilled
+  // requests_admitted_total when the gauges above were last published: the requests they cover (a
+  // router that sent one more knows whether this backlog includes it yet).
+  std::atomic<std::uint64_t> backlog_admitted{0};
   std::atomic<std::int64_t> kv_tokens_used{0};    // tokens held in KV across all sequences
   std::atomic<std::int64_t> kv_sequences_used{0}; // sequences with any KV
   std::atomic<std::int64_t> kv_cells_total{0};

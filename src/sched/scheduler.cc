@@ -285,6 +285,7 @@ void Scheduler::record_tick(double decode_ms, std::int32_t budget) {
   metrics_.batch_tokens.observe(n_tokens);
   for (const PrefillChunk& c : batch_.prefilled) metrics_.prefill_chunk.observe(c.length);
   metrics_.decode_ms_ewma = budget_.decode_ms_ewma();
+  metrics_.decode_step_ms = batch_.decoded.empty() ? 0.0 : budget_.base_ms(static_cast<std::int32_t>(batch_.decoded.size()));
   metrics_.tick_budget = budget;
   metrics_.tick_prefill_floor = budget_.floor();
   metrics_.prefill_fixed_ms = budget_.prefill_fixed_ms();
@@ -547,6 +548,7 @@ void Scheduler::publish_metrics() {
   metrics_.queued_sessions = by_state[static_cast<std::size_t>(GaugeState::kQueued)] +
                              by_state[static_cast<std::size_t>(GaugeState::kPaused)];
   metrics_.prefill_backlog_tokens = backlog;
+  metrics_.backlog_admitted = metrics_.requests_admitted_total.load();  // admit() runs on this thread too
   metrics_.kv_tokens_used = kv_tokens;
   metrics_.kv_sequences_used = kv_seqs;
   metrics_.kv_cells_granted = cells_granted() - cache_.cells();

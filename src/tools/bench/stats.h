@@ -22,6 +22,7 @@ struct RequestRecord {
   std::int32_t prompt_tokens = 0;     // as reported by the server (0 if not reported)
   std::int32_t completion_tokens = 0; // as reported by the server, else streamed chunks
   Clock::time_point done{};
+  int index = -1;  // the request's number in a closed-loop run (its turn in the groups workload)
 };
 
 struct Summary {

@@ -1,0 +1,73 @@
+// AgentDirectory's own bookkeeping, fed synthetic stream events (no agent, no socket): what this
+// gateway counts as pending on an agent until the agent's load report covers it.
+#include "gateway/agent_directory.h"
+
+#include <gtest/gtest.h>
+
+namespace uma::gateway {
+namespace {
+
+cluster::KvEvent load_event(bool snapshot, std::int64_t active, std::int64_t backlog, std::int64_t admitted) {
+  cluster::KvEvent e;
+  e.snapshot = snapshot;
+  e.boot_id = "b1";
+  e.load = {active, 0, backlog, admitted};
+  return e;
+}
+
+struct DirectoryTest : ::testing::Test {
+  DirectoryTest() : dir(io, DirectoryOptions{}, nullptr) {
+    cluster::AgentState s;
+    s.id = "a1";
+    s.address = "http://127.0.0.1:1";
+    s.boot_id = "b1";  // no event stream address: the test is its stream
+    s.models = {{"m.gguf", 1, "loaded", "dram"}};
+    s.max_sessions = 4;
+    dir.update({s}, SteadyClock::now());
+    link = dir.find("a1");
+  }
+  boost::asio::io_context io;
+  AgentDirectory dir;
+  AgentLink* link = nullptr;
+};
+
+// A report that arrives after a dispatch but was measured before the agent admitted it (its gauges
+// lag by up to a tick) must not make the dispatch's prompt vanish from what is ahead there.
+TEST_F(DirectoryTest, ADispatchStaysPendingUntilAReportCoversIt) {
+  ASSERT_NE(link, nullptr);
+  link->apply(load_event(true, 0, 0, 5));  // live, 5 requests admitted so far
+  ASSERT_TRUE(link->live());
+  const auto now = SteadyClock::now();
+  dir.dispatched(*link, 1, 1000, {}, now);
+  dir.dispatched(*link, 2, 300, {}, now);
+  EXPECT_EQ(link->pending_tokens(), 1300);
+  EXPECT_EQ(link->sessions_in_use(), 2);
+  link->apply(load_event(false, 1, 0, 5));  // a report measured before either was admitted
+  EXPECT_EQ(link->pending_tokens(), 1300) << "a report received after the dispatch does not yet cover it";
+  EXPECT_EQ(link->sessions_in_use(), 3);
+  link->apply(load_event(false, 2, 1000, 6));  // covers the first
+  EXPECT_EQ(link->pending_tokens(), 300);
+  EXPECT_EQ(link->sessions_in_use(), 3);
+  link->apply(load_event(false, 3, 1300, 7));  // and the second
+  EXPECT_EQ(link->pending_tokens(), 0);
+  EXPECT_EQ(link->sessions_in_use(), 3);
+  dir.dispatched(*link, 3, 50, {}, now);  // the next one counts from the latest report
+  EXPECT_EQ(link->pending_tokens(), 50);
+  link->apply(load_event(false, 4, 1350, 8));
+  EXPECT_EQ(link->pending_tokens(), 0);
+}
+
+TEST_F(DirectoryTest, AFirstByteOrAnEndStopsTheCountWhateverTheReports) {
+  ASSERT_NE(link, nullptr);
+  link->apply(load_event(true, 0, 0, 0));
+  const auto now = SteadyClock::now();
+  dir.dispatched(*link, 1, 1000, {}, now);
+  dir.first_byte(*link, 1);
+  EXPECT_EQ(link->pending_tokens(), 0) << "its prompt is computed";
+  EXPECT_EQ(link->sessions_in_use(), 1) << "but it still holds a session";
+  dir.ended(*link, 1);
+  EXPECT_EQ(link->sessions_in_use(), 0);
+}
+
+}  // namespace
+}  // namespace uma::gateway
