@@ -73,7 +73,7 @@ void PrefixCache::count(std::int32_t prompt_tokens, std::int32_t reused) {
   }
 }
 
-bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared) {
+bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, std::uint32_t led) {
   const auto n = static_cast<std::int32_t>(kv_tokens.size());
   if (!config_.enabled || config_.max_kept <= 0 || n < std::max(config_.block, config_.min_reuse)) return false;
   const auto in_kv = [&](std::uint64_t id) { return !(id & kLiveBit) && kept_.at(id).seq >= 0; };
@@ -81,7 +81,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   if (same.length == n) {  // an entry already holds all of these tokens
     kept_.at(same.id).last_used = ++clock_;
     kept_.at(same.id).used_at = time_.now();
-    kept_.at(same.id).hits++;
+    kept_.at(same.id).hits += 1 + led;
     return false;
   }
   if (config_.keep_unseen_min > 0 && n < config_.keep_unseen_min && starts_with(kv_tokens) < 2) {
@@ -98,7 +98,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   index_.insert(id, kv_tokens);
   // Cells shared from another sequence are counted there.
   const std::int32_t own = n - std::min(shared, n);
-  kept_[id] = Kept{seq, own, {}, ++clock_, time_.now(), 0};
+  kept_[id] = Kept{seq, own, {}, ++clock_, time_.now(), led};
   cells_ += own;
   publish();
   return true;

@@ -90,8 +90,11 @@ class PrefixCache {
 
   // A finished session's sequence holding `kv_tokens` at positions 0.., the first `shared` of them
   // in cells shared from another sequence: kept (the cache takes the sequence id; returns true) or
-  // not (the caller frees it). May evict to stay within max_kept.
-  bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared);
+  // not (the caller frees it). May evict to stay within max_kept. `led`: requests that shared its
+  // prompt while it ran; they count as hits (a prefix that served others is worth host memory:
+  // a group's users arriving together follow one leader, and without this the prefix they all
+  // share would be dropped at the first idle offload, however often it comes back).
+  bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, std::uint32_t led = 0);
   void set_min_reuse(std::int32_t n) { config_.min_reuse = n; }
   void set_keep_unseen_min(std::int32_t n) { config_.keep_unseen_min = n; }
   // Counts a started request's first block, for keep()'s admission (a bounded, forgetting count).

@@ -423,7 +423,7 @@ void Scheduler::finish(Session& s, SessionState terminal) {
     // A sequence that ended well keeps its KV for later prompts with the same prefix.
     const bool kept = terminal != SessionState::kFailed &&
                       cache_.keep(s.seq, std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_past)),
-                                  s.shared_prefix);
+                                  s.shared_prefix, s.led);
     if (kept && ledger_.per_seq()) {
       // Kept sequences live above the sessions' ids. keep() left the cache at most max_kept
       // entries, this one in a session's id, so one of the cache's ids is free.

@@ -168,6 +168,33 @@ TEST_F(SchedulerTest, IdleKeptSequencesMoveToHostMemoryAndStillServeHits) {
   EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 2 * 81u) << "restored from host memory";
 }
 
+// A group's users arriving together: the later ones follow the first (a live hit, no kept entry
+// is hit), so neither finished sequence was ever "reused" as a kept entry. The leader's served its
+// followers, which counts: it goes to host memory at the idle offload, and the next request of the
+// group is a hit instead of a cold prompt.
+TEST_F(SchedulerTest, ALeadersSequenceThatServedFollowersIsWorthHostMemory) {
+  SchedulerConfig cfg = cache_config();
+  cfg.prefix.idle_ms = 5;
+  make(/*n_batch=*/16, 4096, 8, cfg);
+  submit(1, kShared + "aaaa", 4);
+  submit(2, kShared + "bbbb", 4);  // follows request 1 for the shared prefix
+  run_until_idle();
+  EXPECT_EQ(out_[2].text, expected(100 + 'b', 4));
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 2);
+  clock_.advance(std::chrono::milliseconds(10));
+  submit(3, std::string(20, 'z'), 2);  // unrelated work: its first tick offloads the idle entries
+  scheduler_->tick(events_);
+  collect();
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0) << "out of the KV cache";
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1) << "the leader's, which served a follower; the follower's was dropped";
+  run_until_idle();
+  const std::uint64_t reused_before = metrics_.prefix_reused_tokens_total.load();
+  submit(4, kShared + "cccc", 4);
+  run_until_idle();
+  EXPECT_EQ(out_[4].text, expected(100 + 'c', 4));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load() - reused_before, 81u) << "restored from host memory";
+}
+
 TEST_F(SchedulerTest, KeptSequencesGiveTheirIdsBackToWaitingRequests) {
   make(64, 4096, /*n_seq=*/2, cache_config(/*kept=*/4));
   submit(1, std::string(40, 'a'), 2);

@@ -294,6 +294,7 @@ void Scheduler::reuse_prefix(Session& s) {
     s.shared_from_seq = hit.seq;
   } else if (hit.kind == PrefixCache::Hit::Kind::kLive) {
     Session& leader = *find_session(hit.leader);
+    leader.led++;
     if (leader.n_prefilled >= hit.length && leader.follow == 0) {
       decoder_.share_prefix(leader.seq, s.seq, hit.length);
       reused = hit.length;

@@ -63,6 +63,7 @@ struct Session {
   // shares, to copy its cells rather than compute them again.
   RequestId follow = 0;             // 0: not following
   std::int32_t follow_len = 0;
+  std::uint32_t led = 0;            // requests that shared this one's prompt while it ran (its followers)
   // Prompt tokens the cache could share when the request arrived: while it waits, the prefill
   // backlog counts only the rest (what a router weighs behind it; never used to grant cells).
   std::int32_t reusable_at_arrival = 0;
