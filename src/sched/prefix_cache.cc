@@ -160,7 +160,7 @@ void PrefixCache::evict_one(std::uint64_t id) {
   metrics_.prefix_evictions_total++;
   const std::size_t bytes = decoder_.kv_state_bytes(k.seq);
   bool saved = false;
-  if (k.hits > 0 && bytes <= config_.host_bytes) {
+  if (worth_host_memory(id) && bytes <= config_.host_bytes) {
     // Make room among the host snapshots, least recently used first.
     while (host_bytes_ + bytes > config_.host_bytes) {
       std::uint64_t oldest = 0;
@@ -186,6 +186,15 @@ void PrefixCache::evict_one(std::uint64_t id) {
     kept_.erase(id);
   }
   publish();
+}
+
+bool PrefixCache::worth_host_memory(std::uint64_t id) const {
+  if (kept_.at(id).hits > 0) return true;
+  if (!config_.save_first_copies) return false;
+  const std::span<const Token> mine = index_.tokens(id);
+  const auto first = static_cast<std::int32_t>(std::min<std::size_t>(mine.size(), static_cast<std::size_t>(config_.block)));
+  const auto other = [&](std::uint64_t e) { return e != id && !(e & kLiveBit); };  // kept, in KV or host
+  return index_.find(mine, first, other).length < first;
 }
 
 bool PrefixCache::evict_one() {

@@ -53,6 +53,13 @@ struct PrefixCacheConfig {
   // A kept sequence not used for this long moves to host memory: in a unified KV every decode's
   // attention spans all used cells, so idle cells slow every running stream down.
   double idle_ms = 2000.0;
+  // Host memory admission. An entry goes to host memory when it served a hit (or followers while
+  // it ran). With `save_first_copies`, also when no other entry holds its first block: the only
+  // copy of a prefix survives whether or not it was reused yet. Unified KV (CPU) sets it: its idle
+  // offload runs every 2 s, a chat's next turn or a group's next user comes later than that, and
+  // the copy is a memcpy next to seconds of prefill; per-sequence KV (GPU) copies device to host on
+  // the compute thread, for every request with nothing shared (see docs/ARCHITECTURE.md).
+  bool save_first_copies = false;
   PrefixIndex::Hash hash = &PrefixIndex::default_hash;  // tests inject a weak one
   BlockObserver* block_observer = nullptr;  // hears the block hashes held (umad --agent's KV events)
 };
@@ -97,6 +104,7 @@ class PrefixCache {
   bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, std::uint32_t led = 0);
   void set_min_reuse(std::int32_t n) { config_.min_reuse = n; }
   void set_keep_unseen_min(std::int32_t n) { config_.keep_unseen_min = n; }
+  void set_save_first_copies(bool on) { config_.save_first_copies = on; }
   // Counts a started request's first block, for keep()'s admission (a bounded, forgetting count).
   void note_start(std::span<const Token> prompt);
   // The kept entry held in sequence `from` now lives in `to` (the caller moved its KV).
@@ -127,6 +135,7 @@ class PrefixCache {
   static constexpr std::uint64_t kLiveBit = std::uint64_t{1} << 63;
 
   void evict_one(std::uint64_t id);
+  bool worth_host_memory(std::uint64_t id) const;
   std::uint64_t victim() const;  // LRU kept-in-KV entry, leaves first; 0: none
   std::int32_t kept_in_kv() const;
   void drop_host(std::uint64_t id);

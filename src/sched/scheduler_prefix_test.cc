@@ -129,7 +129,10 @@ TEST_F(SchedulerTest, KeptSequencesGiveTheirCellsBackAndComeBackFromHostMemory) 
   EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 2 * 81u);
 }
 
-TEST_F(SchedulerTest, AKeptSequenceNeverReusedIsDroppedNotCopiedToHostMemory) {
+// Unified KV offloads idle entries every 2 s; a chat's next turn, or a group's next user, comes
+// later. The only copy of a prefix goes to host memory even before anyone reused it; a second
+// entry with the same first block, never reused, is dropped (the first copy serves that prefix).
+TEST_F(SchedulerTest, AnIdlePrefixsOnlyCopyGoesToHostMemoryAndOthersNeverReusedAreDropped) {
   SchedulerConfig cfg = cache_config();
   cfg.prefix.idle_ms = 5;
   make(64, 4096, 8, cfg);
@@ -140,10 +143,22 @@ TEST_F(SchedulerTest, AKeptSequenceNeverReusedIsDroppedNotCopiedToHostMemory) {
   submit(2, std::string(20, 'z'), 2);  // unrelated work: its first tick offloads the idle entry
   scheduler_->tick(events_);
   collect();
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0) << "out of the KV cache";
-  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 0) << "nothing ever reused it: no copy to host memory";
-  EXPECT_EQ(metrics_.prefix_host_bytes.load(), 0);
-  EXPECT_EQ(metrics_.prefix_evictions_total.load(), 1u);
+  run_until_idle();
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1) << "never reused, but the only copy of its prefix";
+  const std::uint64_t reused_before = metrics_.prefix_reused_tokens_total.load();
+  submit(3, kShared + "bbbb", 4);  // a hit on request 1's snapshot, restored
+  run_until_idle();
+  EXPECT_EQ(out_[3].text, expected(100 + 'b', 4));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load() - reused_before, 81u);
+  clock_.advance(std::chrono::milliseconds(10));
+  submit(4, std::string(20, 'y'), 2);
+  scheduler_->tick(events_);
+  collect();
+  run_until_idle();
+  // Request 1's entry (reused now) and request 2's (its own prefix's only copy) are in host
+  // memory; request 3's, never reused and sharing request 1's first block, was dropped.
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 2);
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1) << "request 4's, not idle yet";
 }
 
 TEST_F(SchedulerTest, IdleKeptSequencesMoveToHostMemoryAndStillServeHits) {
