@@ -181,6 +181,18 @@ void PrefixCache::evict_one(std::uint64_t id) {
   k.cells = 0;
   if (saved) {
     host_bytes_ += k.snapshot.size();
+    if (config_.save_leaves) {
+      // Host snapshots this one extends serve nothing it does not.
+      std::vector<std::uint64_t> redundant;
+      for (const auto& [hid, h] : kept_) {
+        if (h.seq < 0 && hid != id && extends(id, hid)) redundant.push_back(hid);
+      }
+      for (std::uint64_t hid : redundant) {
+        drop_host(hid);
+        index_.erase(hid);
+        kept_.erase(hid);
+      }
+    }
   } else {
     index_.erase(id);
     kept_.erase(id);
@@ -188,13 +200,14 @@ void PrefixCache::evict_one(std::uint64_t id) {
   publish();
 }
 
+bool PrefixCache::extends(std::uint64_t longer, std::uint64_t shorter) const {
+  const std::span<const Token> a = index_.tokens(longer), b = index_.tokens(shorter);
+  return a.size() > b.size() && std::equal(b.begin(), b.end(), a.begin());
+}
+
 bool PrefixCache::worth_host_memory(std::uint64_t id) const {
-  if (kept_.at(id).hits > 0) return true;
-  if (!config_.save_first_copies) return false;
-  const std::span<const Token> mine = index_.tokens(id);
-  const auto first = static_cast<std::int32_t>(std::min<std::size_t>(mine.size(), static_cast<std::size_t>(config_.block)));
-  const auto other = [&](std::uint64_t e) { return e != id && !(e & kLiveBit); };  // kept, in KV or host
-  return index_.find(mine, first, other).length < first;
+  if (!config_.save_leaves) return kept_.at(id).hits > 0;
+  return std::none_of(kept_.begin(), kept_.end(), [&](const auto& kv) { return kv.first != id && extends(kv.first, id); });
 }
 
 bool PrefixCache::evict_one() {

@@ -53,13 +53,16 @@ struct PrefixCacheConfig {
   // A kept sequence not used for this long moves to host memory: in a unified KV every decode's
   // attention spans all used cells, so idle cells slow every running stream down.
   double idle_ms = 2000.0;
-  // Host memory admission. An entry goes to host memory when it served a hit (or followers while
-  // it ran). With `save_first_copies`, also when no other entry holds its first block: the only
-  // copy of a prefix survives whether or not it was reused yet. Unified KV (CPU) sets it: its idle
-  // offload runs every 2 s, a chat's next turn or a group's next user comes later than that, and
-  // the copy is a memcpy next to seconds of prefill; per-sequence KV (GPU) copies device to host on
-  // the compute thread, for every request with nothing shared (see docs/ARCHITECTURE.md).
-  bool save_first_copies = false;
+  // Host memory admission. By default an entry goes to host memory when it served a hit (or
+  // followers while it ran). With `save_leaves`, every leaf goes instead (an entry no other kept
+  // entry extends; one that another extends is redundant, since whatever matches it matches as
+  // much of the longer one), and host snapshots the saved one extends are dropped: a chat keeps
+  // its latest turn, a group its prefix, whether or not they were reused yet. Unified KV (CPU) sets
+  // it: its idle offload runs every 2 s, a chat's next turn or a group's next user comes later
+  // than that, and the copy is a memcpy next to seconds of prefill. Per-sequence KV (GPU) copies
+  // device to host on the compute thread, for every request with nothing shared (see
+  // docs/ARCHITECTURE.md), and keeps the default.
+  bool save_leaves = false;
   PrefixIndex::Hash hash = &PrefixIndex::default_hash;  // tests inject a weak one
   BlockObserver* block_observer = nullptr;  // hears the block hashes held (umad --agent's KV events)
 };
@@ -104,7 +107,7 @@ class PrefixCache {
   bool keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, std::uint32_t led = 0);
   void set_min_reuse(std::int32_t n) { config_.min_reuse = n; }
   void set_keep_unseen_min(std::int32_t n) { config_.keep_unseen_min = n; }
-  void set_save_first_copies(bool on) { config_.save_first_copies = on; }
+  void set_save_leaves(bool on) { config_.save_leaves = on; }
   // Counts a started request's first block, for keep()'s admission (a bounded, forgetting count).
   void note_start(std::span<const Token> prompt);
   // The kept entry held in sequence `from` now lives in `to` (the caller moved its KV).
@@ -136,6 +139,7 @@ class PrefixCache {
 
   void evict_one(std::uint64_t id);
   bool worth_host_memory(std::uint64_t id) const;
+  bool extends(std::uint64_t longer, std::uint64_t shorter) const;  // strictly, token for token
   std::uint64_t victim() const;  // LRU kept-in-KV entry, leaves first; 0: none
   std::int32_t kept_in_kv() const;
   void drop_host(std::uint64_t id);

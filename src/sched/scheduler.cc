@@ -48,7 +48,7 @@ Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerCo
       ledger_(kv_shape(decoder, config)), cache_(decoder, metrics, config.prefix, time, ledger_.kept_ids()) {
   if (ledger_.per_seq()) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
   cache_.set_keep_unseen_min(ledger_.per_seq() ? config.per_seq_keep_unseen_min : config.unified_keep_unseen_min);
-  cache_.set_save_first_copies(!ledger_.per_seq());
+  cache_.set_save_leaves(!ledger_.per_seq());
   metrics_.kv_cells_total = decoder.n_ctx();
 }
 

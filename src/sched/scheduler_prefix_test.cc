@@ -122,7 +122,7 @@ TEST_F(SchedulerTest, KeptSequencesGiveTheirCellsBackAndComeBackFromHostMemory) 
   run_until_idle();
   EXPECT_EQ(out_[2].completion_tokens, 299);
   EXPECT_GE(metrics_.prefix_evictions_total.load(), 1u);
-  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1) << "the reused entry went to host memory, the other was dropped";
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 2) << "both leaves went to host memory";
   submit(3, kShared + "cccc", 4);  // evicts request 2's sequence; restores 1's snapshot, then shares
   run_until_idle();
   EXPECT_EQ(out_[3].text, expected(100 + 'c', 4));
@@ -130,35 +130,37 @@ TEST_F(SchedulerTest, KeptSequencesGiveTheirCellsBackAndComeBackFromHostMemory) 
 }
 
 // Unified KV offloads idle entries every 2 s; a chat's next turn, or a group's next user, comes
-// later. The only copy of a prefix goes to host memory even before anyone reused it; a second
-// entry with the same first block, never reused, is dropped (the first copy serves that prefix).
-TEST_F(SchedulerTest, AnIdlePrefixsOnlyCopyGoesToHostMemoryAndOthersNeverReusedAreDropped) {
+// later. Every leaf goes to host memory, reused yet or not; an entry that a later one extends (a
+// chat's earlier turn) is redundant and dropped, even though it served a hit.
+TEST_F(SchedulerTest, IdleLeavesGoToHostMemoryAndEntriesTheyExtendAreDropped) {
   SchedulerConfig cfg = cache_config();
   cfg.prefix.idle_ms = 5;
   make(64, 4096, 8, cfg);
-  submit(1, kShared + "aaaa", 4);
+  const auto offload = [&](RequestId id, char c) {  // unrelated work: its first tick offloads idle entries
+    clock_.advance(std::chrono::milliseconds(10));
+    submit(id, std::string(20, c), 1);
+    scheduler_->tick(events_);
+    collect();
+    run_until_idle();
+  };
+  submit(1, kShared + "aaaa", 1);  // one token: its sequence holds the prompt, 85 tokens
   run_until_idle();
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
-  clock_.advance(std::chrono::milliseconds(10));
-  submit(2, std::string(20, 'z'), 2);  // unrelated work: its first tick offloads the idle entry
-  scheduler_->tick(events_);
-  collect();
+  offload(2, 'z');
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1) << "never reused, but a leaf";
+  std::uint64_t reused = metrics_.prefix_reused_tokens_total.load();
+  submit(3, kShared + "aaaa" + "bbbb", 1);  // the next turn: request 1's whole sequence, restored
   run_until_idle();
-  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1) << "never reused, but the only copy of its prefix";
-  const std::uint64_t reused_before = metrics_.prefix_reused_tokens_total.load();
-  submit(3, kShared + "bbbb", 4);  // a hit on request 1's snapshot, restored
-  run_until_idle();
-  EXPECT_EQ(out_[3].text, expected(100 + 'b', 4));
-  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load() - reused_before, 81u);
-  clock_.advance(std::chrono::milliseconds(10));
-  submit(4, std::string(20, 'y'), 2);
-  scheduler_->tick(events_);
-  collect();
-  run_until_idle();
-  // Request 1's entry (reused now) and request 2's (its own prefix's only copy) are in host
-  // memory; request 3's, never reused and sharing request 1's first block, was dropped.
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load() - reused, 85u);
+  offload(4, 'y');
+  // Request 3's sequence and request 2's are leaves; request 1's, which request 3's extends, was
+  // dropped; request 4's is still in the KV cache.
   EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 2);
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1) << "request 4's, not idle yet";
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
+  reused = metrics_.prefix_reused_tokens_total.load();
+  submit(5, kShared + "cccc", 2);  // another user of the shared prefix: request 3's snapshot serves it
+  run_until_idle();
+  EXPECT_EQ(out_[5].text, expected(100 + 'c', 2));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load() - reused, 81u);
 }
 
 TEST_F(SchedulerTest, IdleKeptSequencesMoveToHostMemoryAndStillServeHits) {
@@ -175,7 +177,7 @@ TEST_F(SchedulerTest, IdleKeptSequencesMoveToHostMemoryAndStillServeHits) {
   scheduler_->tick(events_);
   collect();
   EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0) << "out of the KV cache";
-  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1) << "the reused one; request 11's was dropped";
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 2) << "both leaves";
   run_until_idle();
   submit(3, kShared + "cccc", 4);
   run_until_idle();
@@ -183,31 +185,24 @@ TEST_F(SchedulerTest, IdleKeptSequencesMoveToHostMemoryAndStillServeHits) {
   EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 2 * 81u) << "restored from host memory";
 }
 
-// A group's users arriving together: the later ones follow the first (a live hit, no kept entry
-// is hit), so neither finished sequence was ever "reused" as a kept entry. The leader's served its
-// followers, which counts: it goes to host memory at the idle offload, and the next request of the
-// group is a hit instead of a cold prompt.
-TEST_F(SchedulerTest, ALeadersSequenceThatServedFollowersIsWorthHostMemory) {
-  SchedulerConfig cfg = cache_config();
-  cfg.prefix.idle_ms = 5;
-  make(/*n_batch=*/16, 4096, 8, cfg);
-  submit(1, kShared + "aaaa", 4);
-  submit(2, kShared + "bbbb", 4);  // follows request 1 for the shared prefix
+// Per-sequence KV (the GPU's) sends an entry to host memory only once it served a hit: a copy
+// there is a device-to-host transfer. A group's users arriving together follow the first (a live
+// hit, no kept entry is hit): the leader's sequence served them, which counts.
+TEST_F(SchedulerTest, PerSequenceKvSendsALeaderThatServedFollowersToHostMemory) {
+  SchedulerConfig cfg = cache_config(/*kept=*/1);
+  cfg.per_seq_min_reuse = 0;
+  cfg.per_seq_keep_unseen_min = 0;
+  make(/*n_batch=*/64, /*n_ctx=*/4 * 256, /*n_seq=*/4, cfg, /*per_seq=*/true);
+  submit(1, kShared + "aaaa", 2);
+  submit(2, kShared + "bbbb", 8);  // follows request 1; ends later, when request 1's is kept
   run_until_idle();
-  EXPECT_EQ(out_[2].text, expected(100 + 'b', 4));
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 2);
-  clock_.advance(std::chrono::milliseconds(10));
-  submit(3, std::string(20, 'z'), 2);  // unrelated work: its first tick offloads the idle entries
-  scheduler_->tick(events_);
-  collect();
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0) << "out of the KV cache";
-  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1) << "the leader's, which served a follower; the follower's was dropped";
+  EXPECT_EQ(out_[2].text, expected(100 + 'b', 8));
+  // One kept id: request 2's sequence took it, and request 1's went to host memory.
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1) << "the leader's, which served a follower";
+  submit(3, std::string(40, 'q'), 2);  // an unrelated prompt: request 2's, never reused, is dropped
   run_until_idle();
-  const std::uint64_t reused_before = metrics_.prefix_reused_tokens_total.load();
-  submit(4, kShared + "cccc", 4);
-  run_until_idle();
-  EXPECT_EQ(out_[4].text, expected(100 + 'c', 4));
-  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load() - reused_before, 81u) << "restored from host memory";
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1);
 }
 
 TEST_F(SchedulerTest, KeptSequencesGiveTheirIdsBackToWaitingRequests) {
