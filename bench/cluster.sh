@@ -14,7 +14,14 @@
 #      UMA_CLUSTER_POLICIES ("predicted round-robin least-loaded seed"), UMA_CLUSTER_SUFFIX (30
 #      tokens a turn), UMA_CLUSTER_OUTPUT (16 tokens), UMA_CLUSTER_SESSIONS (16: each agent's
 #      --max-sessions), UMA_CLUSTER_OVERHEAD (1; 0 skips the overhead and decision-time part),
-#      UMA_AGENT_GPUS (scripts/cluster.sh: "0 1 2 3" gives agent i GPU i mod 4).
+#      UMA_AGENT_GPUS (scripts/cluster.sh: "0 1 2 3" gives agent i GPU i mod 4), UMA_AGENT_EXTRA (more
+#      umad flags for every agent), UMA_CLUSTER_GW_EXTRA (more uma-gw flags).
+# The figure in docs/BENCHMARKS.md (session 11: the working set larger than one agent's prefix
+# memory, a third of it within each's): UMA_AGENT_EXTRA="--prefix-cache-mb 512" UMA_CLUSTER_GROUPS=12
+#      UMA_CLUSTER_USERS=2 UMA_CLUSTER_REQUESTS=240 UMA_CLUSTER_POLICIES="predicted round-robin"
+#      UMA_CLUSTER_OVERHEAD=0 bench/cluster.sh
+# uma-bench reports the rounds after the first apart (its JSON's last run): the first opens every
+# conversation, and its requests wait for a prefix nobody holds yet under any policy.
 # On a multi-GPU machine: UMA_AGENT_GPUS="0 1 2 3" UMA_CLUSTER_AGENTS=4 (and a larger model, prefix
 # and request count: the cold first request of each group must be well under 10% of the run).
 set -euo pipefail

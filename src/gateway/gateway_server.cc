@@ -300,6 +300,10 @@ void GatewayServer::sweep() {
     if (!cl.proxy && now - cl.conn->quiet_since() > std::chrono::seconds(config_.timeout_sec)) idle.push_back(cl.conn);
   }
   for (const ConnectionPtr& c : idle) c->close("idle");
+  // An agent that answered 429 counts as full for a second or until its next load report; an
+  // idle agent sends no report (its load does not change), so nothing else would wake requests
+  // waiting for it: they tried again only at their queue timeout (seen under TSan: 30 s stalls).
+  kick();
   sweep_timer_.expires_after(std::chrono::seconds(1));
   sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec && !stopped_) sweep();

@@ -135,7 +135,7 @@ class GatewayServer final : private ConnectionOwner {
   void answer_error(Client& cl, const Status& st, bool keep_alive);
   void start_completion(Client& cl, bool chat, std::string body, bool keep_alive);
   void retire(std::unique_ptr<Proxy> p);
-  void sweep();
+  void sweep();  // every second: queue timeouts, idle clients, and a retry of the queue
   void drain();
 
   boost::asio::io_context& io_;
