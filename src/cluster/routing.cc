@@ -48,10 +48,12 @@ Prediction predict_ttft(const Candidate& c, const RouteRequest& r, const Routing
   const std::int64_t uncached = std::max<std::int64_t>(1, r.prompt_tokens - std::min(c.cached_tokens, r.prompt_tokens));
   t.uncached = uncached;
   t.ahead = ahead;
+  t.running = c.running;
   if (c.fit != nullptr && c.fit->samples() >= p.min_fit_samples) {
-    const TtftCoefficients k = c.fit->coefficients({0.0, 1.0 / rate, 1.0 / rate});
+    const TtftCoefficients k = c.fit->coefficients({0.0, 1.0 / rate, 1.0 / rate, 0.0});
     t.queue = k.per_ahead_s * static_cast<double>(ahead);
-    t.prefill = k.fixed_s + k.per_uncached_s * static_cast<double>(uncached);
+    t.prefill = k.fixed_s + k.per_uncached_s * static_cast<double>(uncached) +
+                k.per_running_s * static_cast<double>(std::max<std::int64_t>(0, c.running));
     t.fitted = true;
     return t;
   }
@@ -86,6 +88,11 @@ RouteChoice choose(Policy policy, std::span<const Candidate> candidates, const R
   // same kind of machine), not at a constant that may be off several times either way.
   RoutingParams p = params;
   if (const double known = cluster_prefill_tok_s(candidates, r); known > 0.0) p.default_prefill_tok_s = known;
+  std::int64_t cluster_running = 0, cluster_ahead = 0;
+  for (const Candidate& c : candidates) {
+    cluster_running += c.running;
+    cluster_ahead += std::max<std::int64_t>(0, c.agent->prefill_backlog_tokens) + std::max<std::int64_t>(0, c.pending_tokens);
+  }
   RouteChoice best;
   double best_score = std::numeric_limits<double>::infinity();
   const int n = static_cast<int>(candidates.size());
@@ -95,7 +102,10 @@ RouteChoice choose(Policy policy, std::span<const Candidate> candidates, const R
       const int i = static_cast<int>((*rr_cursor + static_cast<std::uint64_t>(k)) % static_cast<std::uint64_t>(n));
       if (model_of(candidates[static_cast<std::size_t>(i)], r) == nullptr) continue;
       *rr_cursor = static_cast<std::uint64_t>(i) + 1;
-      return RouteChoice{i, predict_ttft(candidates[static_cast<std::size_t>(i)], r, p)};
+      RouteChoice rc{i, predict_ttft(candidates[static_cast<std::size_t>(i)], r, p)};
+      rc.predicted.cluster_running = cluster_running;
+      rc.predicted.cluster_ahead = cluster_ahead;
+      return rc;
     }
     return best;
   }
@@ -126,6 +136,8 @@ RouteChoice choose(Policy policy, std::span<const Candidate> candidates, const R
       best = RouteChoice{i, t};
     }
   }
+  best.predicted.cluster_running = cluster_running;
+  best.predicted.cluster_ahead = cluster_ahead;
   return best;
 }
 

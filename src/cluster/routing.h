@@ -11,8 +11,9 @@
 //      unreported dispatches) / the agent's measured prefill rate;
 //   P  prefill of the prompt tokens the agent does not hold / the same rate.
 // Once the gateway has measured an agent's answers (cluster/ttft_fit.h: min_fit_samples of them),
-// Q and P come from that fit instead — the same two quantities, ahead and uncached tokens, with
-// the costs the agent has shown (the physical model is the fit's prior).
+// Q and P come from that fit instead — the same quantities, ahead and uncached tokens, plus the
+// requests running there (they share the prompt's ticks), with the costs the agent has shown (the
+// physical model is the fit's prior).
 // `seed` keeps the seed's formula α·cache_level − β·kv_hit_rate + γ·queue_wait + δ·size/bandwidth;
 // `round-robin` and `least-loaded` exist for comparison.
 #pragma once
@@ -36,6 +37,7 @@ struct Candidate {
   double load_bandwidth_bytes_s = 0.0;  // of the tier holding the model, when not loaded (0: the default)
   std::int64_t loader_queue_bytes = 0;  // weights its loader reads before this model's
   const TtftFit* fit = nullptr;         // its measured TTFTs (the gateway's), if any
+  std::int64_t running = 0;             // requests it serves or holds now (its report plus this gateway's unreported)
 };
 
 struct RouteRequest {
@@ -53,6 +55,8 @@ struct RoutingParams {
 struct Prediction {  // seconds
   double load = 0.0, queue = 0.0, prefill = 0.0;
   std::int64_t uncached = 0, ahead = 0;  // the tokens it was predicted from (what a fit learns on)
+  std::int64_t running = 0, cluster_running = 0;  // requests in flight on it / on every candidate
+  std::int64_t cluster_ahead = 0;                 // prompt tokens ahead on every candidate (for the debug log)
   bool fitted = false;                   // from the agent's measured fit, not its beat's model
   double total() const { return load + queue + prefill; }
 };

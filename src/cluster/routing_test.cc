@@ -87,11 +87,11 @@ TEST(Routing, AnAgentsMeasuredFitReplacesItsBeatsModel) {
   c.fit = &fit;
   const RouteRequest r{"m.gguf", 1000};
   RoutingParams p;
-  for (std::size_t i = 0; i + 1 < p.min_fit_samples; ++i) fit.observe(500 + 100 * i, 0, 0.050 + 0.002 * (500 + 100 * i));
+  for (std::size_t i = 0; i + 1 < p.min_fit_samples; ++i) fit.observe(500 + 100 * i, 0, 0, 0.050 + 0.002 * (500 + 100 * i));
   Prediction t = predict_ttft(c, r, p);
   EXPECT_FALSE(t.fitted) << "one sample short";
   EXPECT_DOUBLE_EQ(t.total(), 1.0);
-  for (int i = 0; i < 40; ++i) fit.observe(200 + 50 * (i % 9), 300 * (i % 4), 0.050 + 0.002 * (200 + 50 * (i % 9)) + 0.002 * 300 * (i % 4));
+  for (int i = 0; i < 40; ++i) fit.observe(200 + 50 * (i % 9), 300 * (i % 4), 0, 0.050 + 0.002 * (200 + 50 * (i % 9)) + 0.002 * 300 * (i % 4));
   t = predict_ttft(c, r, p);
   EXPECT_TRUE(t.fitted);
   EXPECT_EQ(t.uncached, 1000);

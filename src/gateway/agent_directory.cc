@@ -183,6 +183,7 @@ void AgentDirectory::candidates(std::string_view model, std::span<const std::uin
     c.cached_tokens = a.cached_tokens(prompt_blocks);
     c.pending_tokens = a.pending_tokens();
     c.fit = &a.fit_;
+    c.running = a.sessions_in_use();
     out->list.push_back(c);
     out->links.push_back(&a);
   }
@@ -221,7 +222,7 @@ void AgentDirectory::ended(AgentLink& a, std::uint64_t request) {
 }
 
 void AgentDirectory::measured(AgentLink& a, const cluster::Prediction& p, double measured_s) {
-  a.fit_.observe(static_cast<double>(p.uncached), static_cast<double>(p.ahead), measured_s);
+  a.fit_.observe(static_cast<double>(p.uncached), static_cast<double>(p.ahead), static_cast<double>(p.running), measured_s);
 }
 
 void AgentDirectory::refused_full(AgentLink& a, SteadyClock::time_point now) {

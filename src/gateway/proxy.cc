@@ -192,9 +192,10 @@ void Proxy::record_ttft() {
   const double measured = std::chrono::duration<double>(SteadyClock::now() - dispatched_at_).count();
   gw_.record_ttft(predicted_.total(), measured);
   if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().measured(*a, predicted_, measured);
-  spdlog::debug("route {} -> {}: prompt {} cached {} ahead {} | predicted ({}) load {:.1f} queue {:.1f} prefill {:.1f} ms | "
+  spdlog::debug("route {} -> {}: prompt {} cached {} ahead {} of {} running {} of {} | predicted ({}) load {:.1f} queue {:.1f} prefill {:.1f} ms | "
                 "measured {:.1f} ms",
-                id_, agent_, job_.prompt_tokens, cached_tokens_, predicted_.ahead, predicted_.fitted ? "fit" : "model",
+                id_, agent_, job_.prompt_tokens, cached_tokens_, predicted_.ahead, predicted_.cluster_ahead, predicted_.running,
+                predicted_.cluster_running, predicted_.fitted ? "fit" : "model",
                 predicted_.load * 1e3, predicted_.queue * 1e3, predicted_.prefill * 1e3, measured * 1e3);
 }
 
