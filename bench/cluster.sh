@@ -14,6 +14,7 @@
 #      UMA_CLUSTER_POLICIES ("predicted round-robin least-loaded seed"), UMA_CLUSTER_SUFFIX (30
 #      tokens a turn), UMA_CLUSTER_OUTPUT (16 tokens), UMA_CLUSTER_SESSIONS (16: each agent's
 #      --max-sessions), UMA_CLUSTER_OVERHEAD (1; 0 skips the overhead and decision-time part),
+#      UMA_CLUSTER_OVERHEAD_N (200 requests in each of its 4 rounds a side),
 #      UMA_AGENT_GPUS (scripts/cluster.sh: "0 1 2 3" gives agent i GPU i mod 4), UMA_AGENT_EXTRA (more
 #      umad flags for every agent), UMA_CLUSTER_GW_EXTRA (more uma-gw flags).
 # The figure in docs/BENCHMARKS.md (session 11: the working set larger than one agent's prefix
@@ -40,6 +41,7 @@ policies=${UMA_CLUSTER_POLICIES:-predicted round-robin least-loaded seed}
 suffix=${UMA_CLUSTER_SUFFIX:-30}
 output=${UMA_CLUSTER_OUTPUT:-16}
 overhead_part=${UMA_CLUSTER_OVERHEAD:-1}
+overhead_n=${UMA_CLUSTER_OVERHEAD_N:-200}
 mkdir -p "$out"
 bench_setup
 cmake --build build -j "$(nproc)" --target uma-gw >/dev/null
@@ -81,7 +83,7 @@ while True:
 PY
 }
 overhead() {  # $1 = name, $2 = target
-  build/bin/uma-bench --target "$2" --json --workload random -c 1 -n 200 --prompt-tokens 8 --output-tokens 2 --warmup 5 \
+  build/bin/uma-bench --target "$2" --json --workload random -c 1 -n "$overhead_n" --prompt-tokens 8 --output-tokens 2 --warmup 5 \
     --seed "$3" >"$out/overhead-$1-$3.json"
 }
 for round in 1 2 3 4; do overhead direct "$agent" "$round"; overhead gateway "$url" "$round"; done
