@@ -225,8 +225,10 @@ int main(int argc, char** argv) {
                  cfg.redis, agent->boot_id());
   }
   server.start();
-  spdlog::info("listening on {} ({} protocol, max sessions {}, n_ctx {})", cfg.server.socket_path,
-               cfg.server.protocol == ProtocolKind::kJson ? "json" : "newline", cfg.server.max_sessions, cfg.runtime.n_ctx);
+  spdlog::info("listening on {} ({} protocol, max sessions {}, n_ctx {}, prefix snapshots up to {} MiB of host memory)",
+               cfg.server.socket_path, cfg.server.protocol == ProtocolKind::kJson ? "json" : "newline",
+               cfg.server.max_sessions, cfg.runtime.n_ctx,
+               cfg.scheduler.prefix.enabled ? cfg.scheduler.prefix.host_bytes >> 20 : 0);
   run_io(io, metrics);
   if (kv_events) kv_events->stop();
   if (agent) agent->stop();  // leaves the cluster at once rather than after the key's TTL
