@@ -17,10 +17,10 @@
 #      UMA_CLUSTER_OVERHEAD_N (200 requests in each of its 4 rounds a side),
 #      UMA_AGENT_GPUS (scripts/cluster.sh: "0 1 2 3" gives agent i GPU i mod 4), UMA_AGENT_EXTRA (more
 #      umad flags for every agent), UMA_CLUSTER_GW_EXTRA (more uma-gw flags).
-# The figures in docs/BENCHMARKS.md (sessions 11 and 12): UMA_CLUSTER_GROUPS=12 UMA_CLUSTER_USERS=2
+# The figures in docs/BENCHMARKS.md (sessions 11 and 13): UMA_CLUSTER_GROUPS=12 UMA_CLUSTER_USERS=2
 #      UMA_CLUSTER_REQUESTS=240 UMA_CLUSTER_POLICIES="predicted round-robin" UMA_CLUSTER_OVERHEAD=0
 #      bench/cluster.sh (session 11 adds UMA_AGENT_EXTRA="--prefix-cache-mb 512": the working set
-#      larger than one agent's prefix memory, a third of it within each's; session 12 runs it at the
+#      larger than one agent's prefix memory, a third of it within each's; session 13 runs it at the
 #      default, an eighth of the machine's memory)
 # uma-bench reports the rounds after the first apart (its JSON's last run): the first opens every
 # conversation, and its requests wait for a prefix nobody holds yet under any policy.
