@@ -8,7 +8,10 @@
 //   ttft ≈ fixed + per_uncached · uncached + per_ahead · ahead + per_running · running,
 // pulled toward the physical model's coefficients (the prior) so that a feature that has not
 // varied yet keeps the prior's slope; the token slopes never fall below a quarter of the prior's (a
-// cold prompt must never look cheap), no slope below 0.
+// cold prompt must never look cheap), nothing below 0. The bounds are constraints of the solve (a
+// coefficient at its bound, the others solved again without it), not clamps after it: features
+// that move together (one request at a time: `running` is always 1) would otherwise keep an offset
+// that the clamped one no longer cancels.
 //
 // Each sample is weighted by 1 / measured: TTFTs span three orders of magnitude (a cache hit's
 // 50 ms, a cold prompt's seconds) and routing compares them relatively, so the fit minimises the
