@@ -96,7 +96,7 @@ TEST(TtftFit, HitsArePredictedRelativelyWellBesideScatteredColdPrompts) {
 // in every sample but the first, so it and the fixed cost share the same samples, and the first
 // cold prompt, measured faster than the rest, puts the fixed cost unconstrained below zero with
 // `running` making up for it. Clamping the fixed cost to 0 afterwards kept `running`'s offset and
-// predicted every 300 ms hit at 1.1-1.4 s (median error 2.15 in that run); a coefficient at its
+// predicted every ~340 ms hit at 0.7-1.4 s (median error 2.15 in that run); a coefficient at its
 // bound must leave the others solved without it (with the clamp this predicts the hit at 1.77x).
 TEST(TtftFit, ABoundReachedLeavesTheOtherCoefficientsFittedWithoutIt) {
   const TtftCoefficients prior{0.0, 0.0036, 0.0036, 0.0};
