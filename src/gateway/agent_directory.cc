@@ -66,7 +66,7 @@ void AgentLink::on_head(unsigned status, bool event_stream) {
 }
 
 void AgentLink::on_body(std::string_view bytes) {
-  heard_at_ = SteadyClock::now();
+  heard(SteadyClock::now());
   std::vector<SseEvent> events;
   if (Status st = sse_.feed(bytes, &events); !st.ok()) {
     if (stream_) stream_->abort();
@@ -108,7 +108,53 @@ void AgentLink::apply(const cluster::KvEvent& e) {
 AgentDirectory::AgentDirectory(boost::asio::io_context& io, DirectoryOptions options, OnGone on_gone, OnRoom on_room)
     : io_(io), options_(options), on_gone_(std::move(on_gone)), on_room_(std::move(on_room)) {}
 
-AgentDirectory::~AgentDirectory() = default;
+AgentDirectory::~AgentDirectory() {
+  if (check_timer_) check_timer_->cancel();
+}
+
+void AgentDirectory::start() {
+  check_timer_ = std::make_unique<boost::asio::steady_timer>(io_);
+  arm_check();
+}
+
+void AgentDirectory::arm_check() {
+  check_timer_->expires_after(options_.check_every);
+  check_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;  // cancelled: the directory ends
+    check_streams(SteadyClock::now());
+    arm_check();
+  });
+}
+
+void AgentDirectory::check_streams(SteadyClock::time_point now) {
+  // The I/O thread was away since the last check: what the agents sent meanwhile may not have
+  // been read yet, so no silence is judged over the gap.
+  if (last_check_ != SteadyClock::time_point{} && now - last_check_ > options_.loop_stall) {
+    spdlog::debug("gateway: its I/O thread was away {} ms: the agents' silence counts from now",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(now - last_check_).count());
+    listening_since_ = now;
+  }
+  last_check_ = now;
+  std::vector<std::string> hung;
+  for (auto& [id, link] : links_) {
+    AgentLink& a = *link;
+    if (a.live_ && now - std::max(a.heard_at_, listening_since_) > options_.silent) hung.push_back(id);
+  }
+  for (const std::string& id : hung) {
+    // Out of routing, and the requests waiting on it go elsewhere; it is dialled again while the
+    // view lists it.
+    auto it = links_.find(id);
+    if (it == links_.end() || !it->second->live_) continue;  // an earlier one's on_gone changed it
+    AgentLink& a = *it->second;
+    if (a.stream_) a.stream_->abort();
+    a.live_ = false;
+    a.stream_.reset();
+    a.blocks_.clear();
+    a.last_dial_ = now;
+    spdlog::warn("agent {}: its event stream is silent: out of routing", id);
+    if (on_gone_) on_gone_(id, true);
+  }
+}
 
 void AgentDirectory::update(const std::vector<cluster::AgentState>& view, SteadyClock::time_point now) {
   std::set<std::string> seen;
@@ -139,18 +185,6 @@ void AgentDirectory::update(const std::vector<cluster::AgentState>& view, Steady
   }
   for (auto it = links_.begin(); it != links_.end();) {
     AgentLink& a = *it->second;
-    // A stream that stopped talking (no ping for `silent`): the agent hangs. Out of routing, and
-    // the requests waiting on it go elsewhere; it is dialled again while the view lists it.
-    if (a.live_ && now - a.heard_at_ > options_.silent) {
-      const std::string id = it->first;
-      if (a.stream_) a.stream_->abort();
-      a.live_ = false;
-      a.stream_.reset();
-      a.blocks_.clear();
-      a.last_dial_ = now;
-      spdlog::warn("agent {}: its event stream is silent: out of routing", id);
-      if (on_gone_) on_gone_(id, true);
-    }
     // Gone from the view but its stream still talks: Redis lost it (restarted empty, say), the
     // agent is fine and registers again within a beat (fail-static).
     if (seen.count(it->first) != 0 || a.live_) {

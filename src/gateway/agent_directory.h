@@ -6,7 +6,13 @@
 //   /kv-events through an Upstream): the prefix blocks it holds and its load, fresher than its
 //   heartbeat. An agent is a candidate only while that stream is live: a stream that breaks
 //   (a killed agent's kernel closes it at once) takes it out of routing at once; it is dialled
-//   again every redial period while the view still lists it.
+//   again every redial period while the view still lists it. A stream that stays open but says
+//   nothing (no ping for `silent`) is a hung agent: check_streams(), every `check_every`, takes it
+//   out. Silence counts only time this gateway was listening: when the I/O thread itself was away
+//   longer than `loop_stall` (a long handler, the process descheduled, a sanitizer's slowdown),
+//   the agents' pings may sit unread in the socket, so every stream gets a whole window again from
+//   the check that notices (measured: two gateways under TSan tokenizing fifty 6000-token prompts
+//   were away ~8 s and took all three healthy agents for hung).
 // - A circuit breaker per agent: `breaker_failures` failed requests in a row open it for
 //   `breaker_open` (no requests), after which one request may try again.
 // - This gateway's own dispatches: until their first byte, the prompt tokens an agent has not yet
@@ -30,6 +36,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -56,6 +63,10 @@ struct DirectoryOptions {
   std::chrono::milliseconds redial{250};
   // A live stream silent this long (pings come every 500 ms) is a hung agent.
   std::chrono::milliseconds silent{2000};
+  // How often check_streams() runs once start() is called, and the gap between two checks that
+  // means the I/O thread was away (more than a ping's interval: a ping may have gone unread).
+  std::chrono::milliseconds check_every{100};
+  std::chrono::milliseconds loop_stall{500};
   std::int32_t breaker_failures = 3;
   std::chrono::milliseconds breaker_open{5000};
   Upstream::Options upstream;
@@ -81,6 +92,8 @@ class AgentLink final : private UpstreamSink {
   std::size_t blocks_held() const { return blocks_.size(); }
   // One event of its KV-event stream (its blocks and load); public for tests, which feed them.
   void apply(const cluster::KvEvent& e);
+  // Its stream sent something (an event or a ping) at `at`; public for tests.
+  void heard(SteadyClock::time_point at) { heard_at_ = at; }
 
  private:
   friend class AgentDirectory;
@@ -125,6 +138,10 @@ class AgentDirectory {
   ~AgentDirectory();
 
   void update(const std::vector<cluster::AgentState>& view, SteadyClock::time_point now);
+  // Runs check_streams() every options.check_every on the I/O thread until the directory ends.
+  void start();
+  // Takes out of routing each live stream silent for `silent` of the time this gateway listened.
+  void check_streams(SteadyClock::time_point now);
 
   struct Candidates {
     std::vector<cluster::Candidate> list;
@@ -168,6 +185,10 @@ class AgentDirectory {
   OnGone on_gone_;
   OnRoom on_room_;
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
+  SteadyClock::time_point last_check_{};      // the previous check_streams()
+  SteadyClock::time_point listening_since_{};  // the end of the I/O thread's last absence
+  std::unique_ptr<boost::asio::steady_timer> check_timer_;
+  void arm_check();
 };
 
 }  // namespace uma::gateway

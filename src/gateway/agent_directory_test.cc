@@ -69,5 +69,51 @@ TEST_F(DirectoryTest, AFirstByteOrAnEndStopsTheCountWhateverTheReports) {
   EXPECT_EQ(link->sessions_in_use(), 0);
 }
 
+// A hung agent keeps its socket open and says nothing: out of routing once its stream has been
+// silent for `silent` while this gateway listened (checks every 100 ms), not before.
+TEST_F(DirectoryTest, AStreamSilentForTheWholeWindowIsTakenOutOfRouting) {
+  ASSERT_NE(link, nullptr);
+  const auto t0 = SteadyClock::now();
+  link->heard(t0);
+  link->apply(load_event(true, 0, 0, 0));
+  ASSERT_TRUE(link->live());
+  auto t = t0;
+  while (t - t0 <= DirectoryOptions{}.silent) {
+    dir.check_streams(t);
+    ASSERT_TRUE(link->live()) << "silent only " << std::chrono::duration_cast<std::chrono::milliseconds>(t - t0).count() << " ms";
+    t += std::chrono::milliseconds(100);
+  }
+  dir.check_streams(t);
+  EXPECT_FALSE(link->live());
+  EXPECT_EQ(dir.live(), 0u);
+}
+
+// When the gateway's own I/O thread was away (checks 8 s apart), the agents' pings may be unread
+// in the socket: that gap is no evidence of silence. The window starts again where it noticed.
+TEST_F(DirectoryTest, SilenceCountsOnlyTheTimeTheGatewayListened) {
+  ASSERT_NE(link, nullptr);
+  const auto t0 = SteadyClock::now();
+  link->heard(t0);
+  link->apply(load_event(true, 0, 0, 0));
+  dir.check_streams(t0 + std::chrono::milliseconds(100));
+  const auto back = t0 + std::chrono::seconds(8);  // the loop was busy elsewhere
+  dir.check_streams(back);
+  EXPECT_TRUE(link->live()) << "the gateway was not listening";
+  // Listening again: the stream then has a whole window, and a ping within it keeps it.
+  for (auto t = back + std::chrono::milliseconds(100); t - back <= DirectoryOptions{}.silent; t += std::chrono::milliseconds(100)) {
+    dir.check_streams(t);
+    ASSERT_TRUE(link->live());
+  }
+  link->heard(back + std::chrono::milliseconds(2050));
+  dir.check_streams(back + std::chrono::milliseconds(2100));
+  EXPECT_TRUE(link->live()) << "it pinged";
+  // Truly silent from then on while the gateway listens: out.
+  auto t = back + std::chrono::milliseconds(2100);
+  while (link->live() && t < back + std::chrono::seconds(10)) dir.check_streams(t += std::chrono::milliseconds(100));
+  EXPECT_FALSE(link->live());
+  EXPECT_GT(t - (back + std::chrono::milliseconds(2050)), DirectoryOptions{}.silent);
+  EXPECT_LE(t - (back + std::chrono::milliseconds(2050)), DirectoryOptions{}.silent + std::chrono::milliseconds(100));
+}
+
 }  // namespace
 }  // namespace uma::gateway

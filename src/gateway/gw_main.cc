@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   server->start();
+  agents.start();  // the streams' silence checks
 
   // The Redis reader: its own thread and connection; each view goes to the I/O thread.
   std::mutex mu;
