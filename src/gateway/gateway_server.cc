@@ -34,14 +34,27 @@ bool asks_for_gateway_fields(const openai::GatewayOptions& g) {
 
 }  // namespace
 
+struct GatewayServer::Prepared {
+  http_route::Completion completion;
+  std::string body;
+  bool keep_alive = false;
+  SteadyClock::time_point received_at{};
+  Status status;  // the tokenizer's
+  std::vector<Token> tokens;
+  std::vector<std::uint64_t> blocks;
+};
+
 GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDirectory& agents,
                              const VocabModel& vocab, ChatTemplate chat_template, SchemaToGrammar schema_to_grammar)
     : io_(io), config_(std::move(config)), agents_(agents), vocab_(vocab), chat_template_(std::move(chat_template)),
       schema_to_grammar_(std::move(schema_to_grammar)), acceptor_(io),
       accept_loop_(io, acceptor_, "gateway", [this](tcp::socket s) { adopt(std::move(s)); }), sweep_timer_(io),
-      id_prefix_(random_prefix()) {}
+      tokenizers_(static_cast<std::size_t>(std::max(1, config_.tokenize_threads))), id_prefix_(random_prefix()) {}
 
-GatewayServer::~GatewayServer() { stop(); }
+GatewayServer::~GatewayServer() {
+  stop();
+  tokenizers_.join();  // nothing of ours runs on them past here
+}
 
 Status GatewayServer::listen() { return listen_tcp(acceptor_, config_.host, config_.port, "--listen"); }
 
@@ -115,7 +128,7 @@ void GatewayServer::retire(std::unique_ptr<Proxy> p) {
 }
 
 void GatewayServer::serve(Client& cl) {
-  if (cl.proxy || cl.conn->closed() || cl.conn->state() == ConnState::kClosing) return;
+  if (cl.proxy || cl.preparing || cl.conn->closed() || cl.conn->state() == ConnState::kClosing) return;
   if (cl.in.empty()) return;
   if (!cl.parser) {
     cl.parser.emplace();
@@ -198,10 +211,30 @@ void GatewayServer::handle(Client& cl, http::request<http::string_body>& req) {
     metrics_.bad_requests_total++;
     return answer_error(cl, Status(ErrorCode::kBadRequest, "'uma' is for the gateway's own use", "uma"), keep_alive);
   }
-  std::vector<Token> tokens;
-  if (Status st = vocab_.tokenize(c.request.prompt, tokens, c.request.parse_special); !st.ok()) {
-    return answer_error(cl, st, keep_alive);
-  }
+  // Tokenizing off the I/O thread (see the header); the connection reads nothing more meanwhile.
+  auto p = std::make_shared<Prepared>();
+  p->completion = std::move(c);
+  p->body = std::move(req.body());
+  p->keep_alive = keep_alive;
+  p->received_at = received_at;
+  cl.preparing = true;
+  cl.conn->set_state(ConnState::kBusy);
+  asio::post(tokenizers_, [this, conn_id = cl.conn->id(), p] {
+    const Request& r = p->completion.request;
+    p->status = vocab_.tokenize(r.prompt, p->tokens, r.parse_special);
+    if (p->status.ok()) p->blocks = PrefixIndex::block_hashes(p->tokens, 32);
+    asio::post(io_, [this, conn_id, p] { prepared(conn_id, *p); });
+  });
+}
+
+void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
+  auto it = clients_.find(conn_id);
+  if (stopped_ || it == clients_.end() || it->second.conn->closed()) return;  // the client went away
+  Client& cl = it->second;
+  cl.preparing = false;
+  cl.conn->set_state(ConnState::kIdle);
+  if (!p.status.ok()) return answer_error(cl, p.status, p.keep_alive);
+  const http_route::Completion& c = p.completion;
   ProxyJob job;
   job.chat = c.api.chat;
   job.stream = c.api.stream;
@@ -209,14 +242,14 @@ void GatewayServer::handle(Client& cl, http::request<http::string_body>& req) {
   job.max_tokens = c.api.max_tokens;
   const std::vector<std::string> models = agents_.models();
   if (std::find(models.begin(), models.end(), c.api.model) != models.end()) job.model = c.api.model;
-  job.body = std::move(req.body());
-  job.prompt_tokens = static_cast<std::int64_t>(tokens.size());
-  job.blocks = PrefixIndex::block_hashes(tokens, 32);
+  job.body = std::move(p.body);
+  job.prompt_tokens = static_cast<std::int64_t>(p.tokens.size());
+  job.blocks = std::move(p.blocks);
   const std::uint64_t id = next_request_++;
   job.completion_id = (job.chat ? "chatcmpl-" : "cmpl-") + id_prefix_ + std::to_string(id);
   job.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  job.keep_alive = keep_alive;
-  job.received_at = received_at;
+  job.keep_alive = p.keep_alive;
+  job.received_at = p.received_at;
   cl.conn->set_state(ConnState::kBusy);
   cl.proxy = std::make_unique<Proxy>(*this, cl.conn, id, std::move(job));
   cl.proxy->start();
@@ -297,7 +330,7 @@ void GatewayServer::sweep() {
   for (Proxy* p : expired) p->queue_expired();
   std::vector<ConnectionPtr> idle;
   for (auto& [id, cl] : clients_) {
-    if (!cl.proxy && now - cl.conn->quiet_since() > std::chrono::seconds(config_.timeout_sec)) idle.push_back(cl.conn);
+    if (!cl.proxy && !cl.preparing && now - cl.conn->quiet_since() > std::chrono::seconds(config_.timeout_sec)) idle.push_back(cl.conn);
   }
   for (const ConnectionPtr& c : idle) c->close("idle");
   // An agent that answered 429 counts as full for a second or until its next load report; an

@@ -16,7 +16,12 @@
 // agent is full (more get 429 at once), each for queue_timeout_ms at most (then 429). Waiting
 // requests go out first come, first served when the directory says an agent may have room.
 //
-// Threading: the I/O thread of `io`, all of it (the Redis refresher posts its view onto it).
+// Threading: the I/O thread of `io`, all of it (the Redis refresher posts its view onto it), but
+// tokenizing: a prompt's tokens and block hashes are computed on `tokenize_threads` threads of its
+// own (milliseconds for a long prompt, seconds under a sanitizer: on the I/O thread a burst of long
+// prompts stalled every stream through the gateway and the agents' event streams, measured ~5 s
+// under TSan), which only read the vocabulary (llama-server tokenizes on its HTTP threads too), and
+// the result comes back to the I/O thread; the connection is busy meanwhile.
 // Ownership: owns its client connections and their proxies; the directory and the vocabulary are
 // the caller's and outlive it.
 #pragma once
@@ -24,6 +29,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
@@ -62,6 +68,8 @@ struct GatewayConfig {
   std::int32_t max_resumes = 2;   // mid-stream failovers of one request
   std::int32_t max_queue = 4096;  // requests waiting for room on a full cluster
   std::int32_t queue_timeout_ms = 60000;
+  // Threads that tokenize prompts (and hash their blocks) off the I/O thread.
+  std::int32_t tokenize_threads = 2;
   openai::Limits limits;
   SamplingParams default_sampling;
 };
@@ -122,7 +130,9 @@ class GatewayServer final : private ConnectionOwner {
     std::string in;
     std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser;
     std::unique_ptr<Proxy> proxy;  // the request in flight
+    bool preparing = false;        // its request is being tokenized (off the I/O thread)
   };
+  struct Prepared;  // a completion on its way through a tokenizer thread
   void adopt(boost::asio::ip::tcp::socket s);
   void on_input(const ConnectionPtr& c, std::string_view bytes) override;
   void on_peer_eof(const ConnectionPtr& c) override { c->close("peer eof"); }
@@ -133,6 +143,7 @@ class GatewayServer final : private ConnectionOwner {
   void handle(Client& cl, boost::beast::http::request<boost::beast::http::string_body>& req);
   void answer(Client& cl, unsigned status, std::string_view content_type, std::string_view body, bool keep_alive);
   void answer_error(Client& cl, const Status& st, bool keep_alive);
+  void prepared(std::uint64_t conn_id, Prepared& p);  // back on the I/O thread: route and send it
   void start_completion(Client& cl, bool chat, std::string body, bool keep_alive);
   void retire(std::unique_ptr<Proxy> p);
   void sweep();  // every second: queue timeouts, idle clients, and a retry of the queue
@@ -147,6 +158,7 @@ class GatewayServer final : private ConnectionOwner {
   boost::asio::ip::tcp::acceptor acceptor_;
   AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
   boost::asio::steady_timer sweep_timer_;
+  boost::asio::thread_pool tokenizers_;  // joined first thing in the destructor
   std::unordered_map<std::uint64_t, Client> clients_;
   std::uint64_t next_conn_ = 1;
   std::uint64_t next_request_ = 1;

@@ -47,6 +47,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("--queue-timeout-ms", gc.queue_timeout_ms, "a request waiting longer for room gets 429")
       ->capture_default_str()->check(CLI::Range(1, 3600 * 1000));
+  app.add_option("--tokenize-threads", gc.tokenize_threads, "threads that tokenize prompts, off the I/O thread")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--default-prefill-tok-s", gc.routing.default_prefill_tok_s,
                  "the prefill rate assumed for an agent that has not measured one")->capture_default_str();
   app.add_flag("--debug", debug);
