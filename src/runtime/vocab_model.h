@@ -3,8 +3,9 @@
 // prompt into exactly the tokens, and so the prefix blocks, that an agent will.
 //
 // VocabModel owns a vocabulary-only llama_model (the GGUF's tokenizer and chat template, megabytes
-// instead of the weights). Thread-safety: tokenize() only reads the vocabulary, but llama.cpp does
-// not document its tokenizer as thread-safe: one thread (the gateway's I/O thread) uses it.
+// instead of the weights). Thread-safety: tokenize() only reads the vocabulary (each llama_tokenize
+// call keeps its state in a session of its own), so the gateway's tokenizer threads call it at once,
+// as llama-server's HTTP threads do with one vocabulary (tokenize_input_prompts at the pin).
 #pragma once
 
 #include <memory>
