@@ -20,8 +20,8 @@
 # The figures in docs/BENCHMARKS.md (sessions 11 and 13): UMA_CLUSTER_GROUPS=12 UMA_CLUSTER_USERS=2
 #      UMA_CLUSTER_REQUESTS=240 UMA_CLUSTER_POLICIES="predicted round-robin" UMA_CLUSTER_OVERHEAD=0
 #      bench/cluster.sh (session 11 adds UMA_AGENT_EXTRA="--prefix-cache-mb 512": the working set
-#      larger than one agent's prefix memory, a third of it within each's; session 13 with
-#      "--prefix-cache-mb 3013", an eighth of that machine's memory)
+#      larger than one agent's prefix memory, a third of it within each's; session 13 runs it at the
+#      default, an eighth of the machine's memory: 3013 MiB there)
 # uma-bench reports the rounds after the first apart (its JSON's last run): the first opens every
 # conversation, and its requests wait for a prefix nobody holds yet under any policy.
 # On a multi-GPU machine: UMA_AGENT_GPUS="0 1 2 3" UMA_CLUSTER_AGENTS=4 (and a larger model, prefix

@@ -2,11 +2,29 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
 
+#include <unistd.h>
+
 namespace uma {
+namespace {
+
+// Host memory for evicted prefixes when --prefix-cache-mb is not given: an eighth of the machine's
+// memory, at most 8 GiB (llama-server's --cache-ram default). A fixed small default held nothing
+// of a large model: one 4000-token prefix of an 8B model is 512 MiB, over the old 256 MiB cap, so on
+// an H100 every evicted group prefix was dropped and prefilled again (122 cold prompts where 32 groups
+// need 32). An eighth leaves room for several agents on one host and the weights' page cache.
+std::size_t default_prefix_host_bytes() {
+  constexpr std::size_t kCap = std::size_t{8} << 30;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::size_t{256} << 20;
+  return std::min(kCap, static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 8);
+}
+
+}  // namespace
 
 Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_code) {
   CLI::App app{"umad: keeps one GGUF model hot and serves many concurrent streams over a Unix socket"};
@@ -23,7 +41,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   bool mlock = false;
   std::string preempt = "auto";
   bool prefix_cache = true;
-  int prefix_cache_mb = static_cast<int>(sc.prefix.host_bytes >> 20);
+  int prefix_cache_mb = 0;
   std::string prefix_hash = "fnv";
   std::string http_listen;
   int http_max_body_kib = static_cast<int>(out.http.max_body_bytes / 1024);
@@ -111,8 +129,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--prefix-cache-idle-ms", sc.prefix.idle_ms, "unified KV: a kept sequence unused this long moves to "
                  "host memory (idle cells slow every decode there; per-sequence KV keeps them until room is needed)")
       ->envname("UMA_PREFIX_CACHE_IDLE_MS")->capture_default_str()->check(CLI::Range(0.0, 1e9));
-  app.add_option("--prefix-cache-mb", prefix_cache_mb, "host memory for prefix snapshots evicted from the KV cache (MiB)")
-      ->envname("UMA_PREFIX_CACHE_MB")->capture_default_str()->check(CLI::Range(0, 1 << 24));
+  auto* prefix_mb = app.add_option("--prefix-cache-mb", prefix_cache_mb, "host memory for prefix snapshots evicted from "
+                                   "the KV cache (MiB; default: an eighth of the machine's memory, at most 8192)")
+      ->envname("UMA_PREFIX_CACHE_MB")->check(CLI::Range(0, 1 << 24));
   // Tests only: a hash under which every block collides, to prove hits are confirmed by tokens.
   app.add_option("--prefix-hash", prefix_hash)->group("")->check(CLI::IsMember({"fnv", "weak"}));
   // Tests only: the model load takes this much longer, so "loading" states can be observed.
@@ -161,7 +180,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   out.min_prefill_given = min_prefill->count() > 0;
   if (out.min_prefill_given) sc.per_seq_min_prefill = sc.min_prefill;  // asked for: both layouts
   sc.prefix.enabled = prefix_cache;
-  sc.prefix.host_bytes = static_cast<std::size_t>(prefix_cache_mb) << 20;
+  sc.prefix.host_bytes = prefix_mb->count() > 0 ? static_cast<std::size_t>(prefix_cache_mb) << 20
+                                                : default_prefix_host_bytes();
   if (prefix_hash == "weak") sc.prefix.hash = [](std::uint64_t, std::span<const Token>) -> std::uint64_t { return 42; };
   // Kept prefix sequences take ids beyond the sessions' (llama.cpp allows 256 in all).
   if (!prefix_cache) sc.prefix.max_kept = 0;
