@@ -1,8 +1,8 @@
 // The cluster's data path (issue 16) with real processes: a redis-server, umad agents on the oracle
 // model and uma-gw gateways. Exact outputs through a gateway (raw HTTP and the OpenAI Node SDK),
 // failover (a killed agent, a hung one, a request that fails before its first byte, an agent dying
-// mid-stream: resumed exactly), and two gateways sending a shared prefix to the agent that holds
-// it. Under load (Redis down 30 s, a full cluster, 100 concurrent requests): cluster_load_test.cc. Times are printed, not asserted beyond what proves
+// mid-stream: resumed exactly), two gateways sending a shared prefix to the agent that holds
+// it, and clients that leave while their prompts are tokenized. Under load (Redis down 30 s, a full cluster, 100 concurrent requests): cluster_load_test.cc. Times are printed, not asserted beyond what proves
 // the mechanism (timing targets live in bench/cluster.sh).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -192,6 +192,32 @@ TEST(ClusterGateway, TwoGatewaysSendASharedPrefixToTheAgentHoldingIt) {
     }
   }
   EXPECT_GE(reused_on, 0);
+}
+
+// Prompts are tokenized off the gateway's I/O thread: a client that leaves meanwhile (or just
+// after its request went out) must cost nothing: no crash, no agent session left held, and the
+// next request is served exactly.
+TEST(ClusterGateway, ClientsThatLeaveWhileTheirPromptsAreTokenizedLeaveNothingBehind) {
+  LocalCluster c;
+  ASSERT_TRUE(c.up(2, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  const Gateway& g = *c.gateways[0];
+  const std::string body = json({{"prompt", Oracle::long_prompt(6000, "gone")}, {"max_tokens", 64}}).dump();
+  for (int k = 0; k < 20; ++k) {
+    Tcp t(g.port());
+    ASSERT_TRUE(t.send(post("/v1/completions", body)));
+  }  // closed at once
+  const std::string expected = oracle().expected_text("hello world", 8);
+  EXPECT_EQ(complete(g.port(), "hello world", 8), expected);
+  const auto nothing_held = [&] {
+    double in_use = 0;
+    for (double s : gw_series(g, "uma_gw_agent_sessions")) in_use += s;
+    for (std::size_t i = 0; i < c.agents.size(); ++i) {
+      in_use += prometheus_value(body_of(http_get(c.agent_port(i), "/metrics")), "uma_sessions_open{front_end=\"http\"}");
+    }
+    return in_use == 0;
+  };
+  EXPECT_TRUE(wait_for(nothing_held, 30s).has_value()) << g.log();
+  EXPECT_EQ(complete(g.port(), "hello world", 8), expected);
 }
 
 }  // namespace
