@@ -67,7 +67,7 @@ log "gateway overhead and decision time: 1 agent (+63 registered)"
 url=$(scripts/cluster.sh up 1 | tail -1)
 agent="http://127.0.0.1:$(cat "$out/cluster/agent1.port")"
 ghosts() {  # registers 63 more agents (the real one's address and stream) until killed
-  python3 - "$(cat "$out/cluster/redis.address")" <<'PY'
+  exec python3 - "$(cat "$out/cluster/redis.address")" <<'PY'  # exec: $! is the script, which kill ends
 import json, socket, sys, time
 host, port = sys.argv[1].split(":")
 def cmd(s, *args):
