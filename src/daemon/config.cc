@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -17,11 +19,23 @@ namespace {
 // of a large model: one 4000-token prefix of an 8B model is 512 MiB, over the old 256 MiB cap, so on
 // an H100 every evicted group prefix was dropped and prefilled again (122 cold prompts where 32 groups
 // need 32). An eighth leaves room for several agents on one host and the weights' page cache.
+// In a container the machine is what its memory cgroup allows (v2 memory.max, v1
+// memory.limit_in_bytes), not the host's RAM that sysconf reports.
+std::size_t cgroup_memory_limit() {
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    unsigned long long v = 0;
+    if (in >> v && v > 0) return static_cast<std::size_t>(v);  // "max" (no limit) does not parse
+  }
+  return SIZE_MAX;
+}
+
 std::size_t default_prefix_host_bytes() {
   constexpr std::size_t kCap = std::size_t{8} << 30;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return std::size_t{256} << 20;
-  return std::min(kCap, static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 8);
+  const std::size_t memory = std::min(static_cast<std::size_t>(pages) * static_cast<std::size_t>(page), cgroup_memory_limit());
+  return std::min(kCap, memory / 8);
 }
 
 }  // namespace

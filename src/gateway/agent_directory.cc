@@ -127,19 +127,25 @@ void AgentDirectory::arm_check() {
 }
 
 void AgentDirectory::check_streams(SteadyClock::time_point now) {
-  // The I/O thread was away since the last check: what the agents sent meanwhile may not have
-  // been read yet, so no silence is judged over the gap.
-  if (last_check_ != SteadyClock::time_point{} && now - last_check_ > options_.loop_stall) {
-    spdlog::debug("gateway: its I/O thread was away {} ms: the agents' silence counts from now",
-                  std::chrono::duration_cast<std::chrono::milliseconds>(now - last_check_).count());
-    listening_since_ = now;
+  // Time listened: the gap since the last check, but at most loop_stall of it. A longer gap means
+  // the I/O thread was away, and what the agents sent meanwhile may not have been read yet; it
+  // still counts for loop_stall, so that stalls that come back again and again (sustained
+  // overload) cannot hide a hung agent for ever.
+  const SteadyClock::duration gap = last_check_ == SteadyClock::time_point{} ? SteadyClock::duration{} : now - last_check_;
+  if (gap > options_.loop_stall) {
+    spdlog::debug("gateway: its I/O thread was away {} ms: {} ms of it count as listened",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(gap).count(), options_.loop_stall.count());
   }
-  last_check_ = now;
+  listened_ += std::min<SteadyClock::duration>(gap, options_.loop_stall);
   std::vector<std::string> hung;
   for (auto& [id, link] : links_) {
     AgentLink& a = *link;
-    if (a.live_ && now - std::max(a.heard_at_, listening_since_) > options_.silent) hung.push_back(id);
+    if (!a.live_) continue;
+    // Heard since the last check (or never checked since it went live): its silence starts here.
+    if (a.heard_at_ > last_check_) a.heard_mark_ = listened_;
+    if (listened_ - a.heard_mark_ > options_.silent) hung.push_back(id);
   }
+  last_check_ = now;
   for (const std::string& id : hung) {
     // Out of routing, and the requests waiting on it go elsewhere; it is dialled again while the
     // view lists it.

@@ -9,10 +9,10 @@
 //   again every redial period while the view still lists it. A stream that stays open but says
 //   nothing (no ping for `silent`) is a hung agent: check_streams(), every `check_every`, takes it
 //   out. Silence counts only time this gateway was listening: when the I/O thread itself was away
-//   longer than `loop_stall` (a long handler, the process descheduled, a sanitizer's slowdown),
-//   the agents' pings may sit unread in the socket, so every stream gets a whole window again from
-//   the check that notices (measured: two gateways under TSan tokenizing fifty 6000-token prompts
-//   were away ~8 s and took all three healthy agents for hung).
+//   longer than `loop_stall` between two checks (a long handler, the process descheduled, a
+//   sanitizer's slowdown), the agents' pings may sit unread in the socket, so that gap counts as
+//   `loop_stall` only (measured: two gateways under TSan tokenizing fifty 6000-token prompts on
+//   their I/O threads were away ~8 s and took all three healthy agents for hung).
 // - A circuit breaker per agent: `breaker_failures` failed requests in a row open it for
 //   `breaker_open` (no requests), after which one request may try again.
 // - This gateway's own dispatches: until their first byte, the prompt tokens an agent has not yet
@@ -31,7 +31,8 @@
 // - Each agent's measured TTFTs (cluster/ttft_fit.h), which routing's prediction learns from.
 // candidates() builds routing's input (cluster/routing.h) for one prompt.
 //
-// Threading: the I/O thread of `io`, all of it. Ownership: the directory owns its links and their
+// Threading: the I/O thread of `io`, all of it. Lifetime: `io` must not run handlers after the
+// directory is destroyed (its check timer's last completion may still be queued). Ownership: the directory owns its links and their
 // streams; AgentLink pointers handed out stay valid until the next update() or the directory's end.
 #pragma once
 
@@ -120,6 +121,7 @@ class AgentLink final : private UpstreamSink {
   std::int64_t admitted_ = 0;  // requests its last load report covers (cluster::AgentLoad::admitted)
   std::int64_t assigned_ = 0;  // the highest Dispatch::admitted_by given
   SteadyClock::time_point heard_at_{};  // when its stream last sent anything
+  SteadyClock::duration heard_mark_{};  // the directory's listened_ at the first check after that
   std::int32_t failures_ = 0;
   SteadyClock::time_point open_until_{};
   SteadyClock::time_point full_until_{};  // it answered 429: no room until its next report (or this)
@@ -185,8 +187,8 @@ class AgentDirectory {
   OnGone on_gone_;
   OnRoom on_room_;
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
-  SteadyClock::time_point last_check_{};      // the previous check_streams()
-  SteadyClock::time_point listening_since_{};  // the end of the I/O thread's last absence
+  SteadyClock::time_point last_check_{};  // the previous check_streams()
+  SteadyClock::duration listened_{};      // time listened to the streams, summed over the checks
   std::unique_ptr<boost::asio::steady_timer> check_timer_;
   void arm_check();
 };

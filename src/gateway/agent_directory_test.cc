@@ -89,30 +89,68 @@ TEST_F(DirectoryTest, AStreamSilentForTheWholeWindowIsTakenOutOfRouting) {
 }
 
 // When the gateway's own I/O thread was away (checks 8 s apart), the agents' pings may be unread
-// in the socket: that gap is no evidence of silence. The window starts again where it noticed.
-TEST_F(DirectoryTest, SilenceCountsOnlyTheTimeTheGatewayListened) {
+// in the socket: that gap counts as loop_stall (500 ms) of silence, not 8 s.
+TEST_F(DirectoryTest, AGapInTheGatewaysListeningCountsOnlyAsLoopStall) {
   ASSERT_NE(link, nullptr);
+  const DirectoryOptions o;
   const auto t0 = SteadyClock::now();
   link->heard(t0);
   link->apply(load_event(true, 0, 0, 0));
-  dir.check_streams(t0 + std::chrono::milliseconds(100));
+  dir.check_streams(t0);
   const auto back = t0 + std::chrono::seconds(8);  // the loop was busy elsewhere
   dir.check_streams(back);
   EXPECT_TRUE(link->live()) << "the gateway was not listening";
-  // Listening again: the stream then has a whole window, and a ping within it keeps it.
-  for (auto t = back + std::chrono::milliseconds(100); t - back <= DirectoryOptions{}.silent; t += std::chrono::milliseconds(100)) {
+  // Listening again: the stream has what is left of its window, and a ping within it keeps it.
+  const auto left = o.silent - o.loop_stall;
+  for (auto t = back + o.check_every; t - back <= left; t += o.check_every) {
     dir.check_streams(t);
     ASSERT_TRUE(link->live());
   }
-  link->heard(back + std::chrono::milliseconds(2050));
-  dir.check_streams(back + std::chrono::milliseconds(2100));
+  const auto ping = back + left + std::chrono::milliseconds(50);  // between two checks
+  link->heard(ping);
+  auto t = ping + o.check_every;
+  dir.check_streams(t);
   EXPECT_TRUE(link->live()) << "it pinged";
-  // Truly silent from then on while the gateway listens: out.
-  auto t = back + std::chrono::milliseconds(2100);
-  while (link->live() && t < back + std::chrono::seconds(10)) dir.check_streams(t += std::chrono::milliseconds(100));
+  // Truly silent from then on while the gateway listens: out one window after the ping.
+  while (link->live() && t < back + std::chrono::seconds(10)) dir.check_streams(t += o.check_every);
   EXPECT_FALSE(link->live());
-  EXPECT_GT(t - (back + std::chrono::milliseconds(2050)), DirectoryOptions{}.silent);
-  EXPECT_LE(t - (back + std::chrono::milliseconds(2050)), DirectoryOptions{}.silent + std::chrono::milliseconds(100));
+  EXPECT_GT(t - ping, o.silent);
+  EXPECT_LE(t - ping, o.silent + 2 * o.check_every);
+}
+
+// Checks late but within loop_stall (a busy loop, 250 ms apart) count in full: a hung agent is out
+// after the same 2 s.
+TEST_F(DirectoryTest, LateChecksStillCountInFull) {
+  ASSERT_NE(link, nullptr);
+  const DirectoryOptions o;
+  const auto t0 = SteadyClock::now();
+  link->heard(t0);
+  link->apply(load_event(true, 0, 0, 0));
+  auto t = t0;
+  dir.check_streams(t);
+  while (link->live() && t < t0 + std::chrono::seconds(10)) dir.check_streams(t += std::chrono::milliseconds(250));
+  EXPECT_FALSE(link->live());
+  EXPECT_GT(t - t0, o.silent);
+  EXPECT_LE(t - t0, o.silent + std::chrono::milliseconds(250));
+}
+
+// A loop stalled again and again (every check 1 s late) still finds a hung agent: each stall counts
+// as loop_stall, so it is out after silent / loop_stall of them, not never.
+TEST_F(DirectoryTest, RepeatedStallsDoNotHideAHungAgent) {
+  ASSERT_NE(link, nullptr);
+  const DirectoryOptions o;
+  const auto t0 = SteadyClock::now();
+  link->heard(t0);
+  link->apply(load_event(true, 0, 0, 0));
+  auto t = t0;
+  dir.check_streams(t);
+  int checks = 0;
+  while (link->live() && checks < 100) {
+    dir.check_streams(t += std::chrono::seconds(1));
+    ++checks;
+  }
+  EXPECT_FALSE(link->live());
+  EXPECT_EQ(checks, static_cast<int>(o.silent / o.loop_stall) + 1);
 }
 
 }  // namespace

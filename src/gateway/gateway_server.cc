@@ -35,6 +35,7 @@ bool asks_for_gateway_fields(const openai::GatewayOptions& g) {
 }  // namespace
 
 struct GatewayServer::Prepared {
+  std::atomic<bool> cancelled{false};  // set on the I/O thread when its client goes
   http_route::Completion completion;
   std::string body;
   bool keep_alive = false;
@@ -53,6 +54,7 @@ GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDi
 
 GatewayServer::~GatewayServer() {
   stop();
+  tokenizers_.stop();  // what is queued there is dropped, not tokenized
   tokenizers_.join();  // nothing of ours runs on them past here
 }
 
@@ -80,7 +82,9 @@ void GatewayServer::stop() {
 
 void GatewayServer::adopt(tcp::socket s) {
   boost::system::error_code ignored;
-  if (stopped_ || clients_.size() >= static_cast<std::size_t>(config_.max_connections)) {
+  // A client gone while its prompt was tokenized still holds its request until a tokenizer thread
+  // reaches it: it counts against the cap as an open connection would.
+  if (stopped_ || clients_.size() + orphans_ >= static_cast<std::size_t>(config_.max_connections)) {
     s.close(ignored);
     return;
   }
@@ -110,6 +114,10 @@ void GatewayServer::on_input(const ConnectionPtr& c, std::string_view bytes) {
 void GatewayServer::on_close(const ConnectionPtr& c) {
   auto it = clients_.find(c->id());
   if (it == clients_.end()) return;
+  if (it->second.preparing) {
+    it->second.preparing->cancelled = true;  // its tokenizer thread skips it
+    orphans_++;
+  }
   if (it->second.proxy) {
     it->second.proxy->client_gone();
     retire(std::move(it->second.proxy));
@@ -211,27 +219,38 @@ void GatewayServer::handle(Client& cl, http::request<http::string_body>& req) {
     metrics_.bad_requests_total++;
     return answer_error(cl, Status(ErrorCode::kBadRequest, "'uma' is for the gateway's own use", "uma"), keep_alive);
   }
-  // Tokenizing off the I/O thread (see the header); the connection reads nothing more meanwhile.
+  // Tokenizing off the I/O thread (see the header); the connection serves nothing more meanwhile
+  // (what comes in is kept, and a hang-up is seen).
   auto p = std::make_shared<Prepared>();
   p->completion = std::move(c);
   p->body = std::move(req.body());
   p->keep_alive = keep_alive;
   p->received_at = received_at;
-  cl.preparing = true;
+  cl.preparing = p;
   cl.conn->set_state(ConnState::kBusy);
-  asio::post(tokenizers_, [this, conn_id = cl.conn->id(), p] {
-    const Request& r = p->completion.request;
-    p->status = vocab_.tokenize(r.prompt, p->tokens, r.parse_special);
-    if (p->status.ok()) p->blocks = PrefixIndex::block_hashes(p->tokens, 32);
-    asio::post(io_, [this, conn_id, p] { prepared(conn_id, *p); });
+  asio::post(tokenizers_, [this, conn_id = cl.conn->id(), p]() mutable {
+    if (!p->cancelled) {
+      const Request& r = p->completion.request;
+      p->status = vocab_.tokenize(r.prompt, p->tokens, r.parse_special);
+      if (p->status.ok()) p->blocks = PrefixIndex::block_hashes(p->tokens, 32);
+    }
+    // Back on the I/O thread, which also drops the last reference there.
+    asio::post(io_, [this, conn_id, p = std::move(p)] { prepared(conn_id, *p); });
   });
 }
 
 void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
+  if (p.cancelled) {  // the client went away meanwhile
+    orphans_--;
+    metrics_.abandoned_total++;
+    return;
+  }
   auto it = clients_.find(conn_id);
-  if (stopped_ || it == clients_.end() || it->second.conn->closed()) return;  // the client went away
+  if (stopped_ || it == clients_.end() || it->second.preparing.get() != &p || it->second.conn->state() != ConnState::kBusy) {
+    return;
+  }
   Client& cl = it->second;
-  cl.preparing = false;
+  cl.preparing.reset();
   cl.conn->set_state(ConnState::kIdle);
   if (!p.status.ok()) return answer_error(cl, p.status, p.keep_alive);
   const http_route::Completion& c = p.completion;
@@ -366,6 +385,8 @@ std::string GatewayServer::metrics_text() {
   std::string out;
   const GatewayMetrics& m = metrics_;
   counter_text(out, "uma_gw_requests_total", "Completions routed.", static_cast<double>(m.requests_total));
+  counter_text(out, "uma_gw_abandoned_total", "Completions whose client left while their prompt was tokenized.",
+               static_cast<double>(m.abandoned_total));
   counter_text(out, "uma_gw_bad_requests_total", "Requests the gateway answered with a 4xx itself.",
                static_cast<double>(m.bad_requests_total));
   counter_text(out, "uma_gw_retries_total", "Requests sent again before their first byte.", static_cast<double>(m.retries_total));

@@ -23,7 +23,8 @@
 // under TSan), which only read the vocabulary (llama-server tokenizes on its HTTP threads too), and
 // the result comes back to the I/O thread; the connection is busy meanwhile.
 // Ownership: owns its client connections and their proxies; the directory and the vocabulary are
-// the caller's and outlive it.
+// the caller's and outlive it. Lifetime: `io` must not run handlers after the server is destroyed
+// (a tokenizer's result may still be queued there: uma-gw stops `io` first).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -77,6 +78,7 @@ struct GatewayConfig {
 struct GatewayMetrics {
   std::uint64_t requests_total = 0;
   std::uint64_t bad_requests_total = 0;   // answered by the gateway itself (4xx)
+  std::uint64_t abandoned_total = 0;      // its client left while its prompt was tokenized
   std::uint64_t retries_total = 0;        // re-dispatched before the first byte
   std::uint64_t resumes_total = 0;        // resumed mid-stream on another agent
   std::uint64_t failed_total = 0;         // ended with an error the gateway wrote (503, SSE error)
@@ -125,14 +127,14 @@ class GatewayServer final : private ConnectionOwner {
   std::string metrics_text();
 
  private:
+  struct Prepared;  // a completion on its way through a tokenizer thread (cancelled if its client goes)
   struct Client {
     ConnectionPtr conn;
     std::string in;
     std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser;
     std::unique_ptr<Proxy> proxy;  // the request in flight
-    bool preparing = false;        // its request is being tokenized (off the I/O thread)
+    std::shared_ptr<Prepared> preparing;  // its request, being tokenized (off the I/O thread)
   };
-  struct Prepared;  // a completion on its way through a tokenizer thread
   void adopt(boost::asio::ip::tcp::socket s);
   void on_input(const ConnectionPtr& c, std::string_view bytes) override;
   void on_peer_eof(const ConnectionPtr& c) override { c->close("peer eof"); }
@@ -158,7 +160,8 @@ class GatewayServer final : private ConnectionOwner {
   boost::asio::ip::tcp::acceptor acceptor_;
   AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
   boost::asio::steady_timer sweep_timer_;
-  boost::asio::thread_pool tokenizers_;  // joined first thing in the destructor
+  boost::asio::thread_pool tokenizers_;  // stopped and joined in the destructor, after stop()
+  std::size_t orphans_ = 0;  // requests still queued for a tokenizer whose client has gone
   std::unordered_map<std::uint64_t, Client> clients_;
   std::uint64_t next_conn_ = 1;
   std::uint64_t next_request_ = 1;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -194,15 +195,20 @@ TEST(ClusterGateway, TwoGatewaysSendASharedPrefixToTheAgentHoldingIt) {
   EXPECT_GE(reused_on, 0);
 }
 
-// Prompts are tokenized off the gateway's I/O thread: a client that leaves meanwhile (or just
-// after its request went out) must cost nothing: no crash, no agent session left held, and the
+// Prompts are tokenized off the gateway's I/O thread: a client that leaves meanwhile (skipped) or
+// just after its request went out must cost nothing: no crash, no agent session left held, and the
 // next request is served exactly.
 TEST(ClusterGateway, ClientsThatLeaveWhileTheirPromptsAreTokenizedLeaveNothingBehind) {
   LocalCluster c;
   ASSERT_TRUE(c.up(2, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
   const Gateway& g = *c.gateways[0];
-  const std::string body = json({{"prompt", Oracle::long_prompt(6000, "gone")}, {"max_tokens", 64}}).dump();
-  for (int k = 0; k < 20; ++k) {
+  // Long enough (tens of ms each to tokenize) that most are still queued for a tokenizer thread
+  // when their client's hang-up is read: those are skipped, not tokenized.
+  // The longest prompt under the 64 KiB prompt cap.
+  int words = 12000;
+  while (Oracle::long_prompt(words, "gone").size() > 60000) words -= 500;
+  const std::string body = json({{"prompt", Oracle::long_prompt(words, "gone")}, {"max_tokens", 64}}).dump();
+  for (int k = 0; k < 40; ++k) {
     Tcp t(g.port());
     ASSERT_TRUE(t.send(post("/v1/completions", body)));
   }  // closed at once
@@ -218,6 +224,9 @@ TEST(ClusterGateway, ClientsThatLeaveWhileTheirPromptsAreTokenizedLeaveNothingBe
   };
   EXPECT_TRUE(wait_for(nothing_held, 30s).has_value()) << g.log();
   EXPECT_EQ(complete(g.port(), "hello world", 8), expected);
+  std::printf("%.0f of 40 skipped at their tokenizer\n", gw_metric(g, "uma_gw_abandoned_total"));
+  EXPECT_GE(gw_metric(g, "uma_gw_abandoned_total"), 1) << "no request was skipped: the test did not reach its case\n"
+                                                        << body_of(http_get(g.port(), "/metrics"));
 }
 
 }  // namespace
