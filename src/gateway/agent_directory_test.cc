@@ -26,6 +26,20 @@ struct DirectoryTest : ::testing::Test {
     dir.update({s}, SteadyClock::now());
     link = dir.find("a1");
   }
+  // The link's stream live, last heard now, and checked then; the time it was.
+  SteadyClock::time_point live_and_checked() {
+    const auto t0 = SteadyClock::now();
+    link->heard(t0);
+    link->apply(load_event(true, 0, 0, 0));
+    dir.check_streams(t0);
+    return t0;
+  }
+  // Checks every `step` after `t` while the link is live (at most `n` times); the last check's time.
+  SteadyClock::time_point check_while_live(SteadyClock::time_point t, SteadyClock::duration step, int n = 1000) {
+    while (link->live() && n-- > 0) dir.check_streams(t += step);
+    return t;
+  }
+  const DirectoryOptions o;
   boost::asio::io_context io;
   AgentDirectory dir;
   AgentLink* link = nullptr;
@@ -73,84 +87,54 @@ TEST_F(DirectoryTest, AFirstByteOrAnEndStopsTheCountWhateverTheReports) {
 // silent for `silent` while this gateway listened (checks every 100 ms), not before.
 TEST_F(DirectoryTest, AStreamSilentForTheWholeWindowIsTakenOutOfRouting) {
   ASSERT_NE(link, nullptr);
-  const auto t0 = SteadyClock::now();
-  link->heard(t0);
-  link->apply(load_event(true, 0, 0, 0));
+  const auto t0 = live_and_checked();
   ASSERT_TRUE(link->live());
-  auto t = t0;
-  while (t - t0 <= DirectoryOptions{}.silent) {
-    dir.check_streams(t);
-    ASSERT_TRUE(link->live()) << "silent only " << std::chrono::duration_cast<std::chrono::milliseconds>(t - t0).count() << " ms";
-    t += std::chrono::milliseconds(100);
-  }
-  dir.check_streams(t);
+  const auto out = check_while_live(t0, o.check_every);
   EXPECT_FALSE(link->live());
   EXPECT_EQ(dir.live(), 0u);
+  EXPECT_EQ(out - t0, o.silent + o.check_every) << "out at the first check past the window, not before";
 }
 
 // When the gateway's own I/O thread was away (checks 8 s apart), the agents' pings may be unread
 // in the socket: that gap counts as loop_stall (500 ms) of silence, not 8 s.
 TEST_F(DirectoryTest, AGapInTheGatewaysListeningCountsOnlyAsLoopStall) {
   ASSERT_NE(link, nullptr);
-  const DirectoryOptions o;
-  const auto t0 = SteadyClock::now();
-  link->heard(t0);
-  link->apply(load_event(true, 0, 0, 0));
-  dir.check_streams(t0);
+  const auto t0 = live_and_checked();
   const auto back = t0 + std::chrono::seconds(8);  // the loop was busy elsewhere
   dir.check_streams(back);
   EXPECT_TRUE(link->live()) << "the gateway was not listening";
   // Listening again: the stream has what is left of its window, and a ping within it keeps it.
   const auto left = o.silent - o.loop_stall;
-  for (auto t = back + o.check_every; t - back <= left; t += o.check_every) {
-    dir.check_streams(t);
-    ASSERT_TRUE(link->live());
-  }
+  const int checks = static_cast<int>(left / o.check_every);
+  check_while_live(back, o.check_every, checks);
+  ASSERT_TRUE(link->live());
   const auto ping = back + left + std::chrono::milliseconds(50);  // between two checks
   link->heard(ping);
-  auto t = ping + o.check_every;
-  dir.check_streams(t);
-  EXPECT_TRUE(link->live()) << "it pinged";
   // Truly silent from then on while the gateway listens: out one window after the ping.
-  while (link->live() && t < back + std::chrono::seconds(10)) dir.check_streams(t += o.check_every);
+  const auto out = check_while_live(back + left, o.check_every);
   EXPECT_FALSE(link->live());
-  EXPECT_GT(t - ping, o.silent);
-  EXPECT_LE(t - ping, o.silent + 2 * o.check_every);
+  EXPECT_GT(out - ping, o.silent);
+  EXPECT_LE(out - ping, o.silent + 2 * o.check_every);
 }
 
 // Checks late but within loop_stall (a busy loop, 250 ms apart) count in full: a hung agent is out
 // after the same 2 s.
 TEST_F(DirectoryTest, LateChecksStillCountInFull) {
   ASSERT_NE(link, nullptr);
-  const DirectoryOptions o;
-  const auto t0 = SteadyClock::now();
-  link->heard(t0);
-  link->apply(load_event(true, 0, 0, 0));
-  auto t = t0;
-  dir.check_streams(t);
-  while (link->live() && t < t0 + std::chrono::seconds(10)) dir.check_streams(t += std::chrono::milliseconds(250));
+  const auto t0 = live_and_checked();
+  const auto out = check_while_live(t0, std::chrono::milliseconds(250));
   EXPECT_FALSE(link->live());
-  EXPECT_GT(t - t0, o.silent);
-  EXPECT_LE(t - t0, o.silent + std::chrono::milliseconds(250));
+  EXPECT_EQ(out - t0, o.silent + std::chrono::milliseconds(250));
 }
 
 // A loop stalled again and again (every check 1 s late) still finds a hung agent: each stall counts
 // as loop_stall, so it is out after silent / loop_stall of them, not never.
 TEST_F(DirectoryTest, RepeatedStallsDoNotHideAHungAgent) {
   ASSERT_NE(link, nullptr);
-  const DirectoryOptions o;
-  const auto t0 = SteadyClock::now();
-  link->heard(t0);
-  link->apply(load_event(true, 0, 0, 0));
-  auto t = t0;
-  dir.check_streams(t);
-  int checks = 0;
-  while (link->live() && checks < 100) {
-    dir.check_streams(t += std::chrono::seconds(1));
-    ++checks;
-  }
+  const auto t0 = live_and_checked();
+  const auto out = check_while_live(t0, std::chrono::seconds(1), 100);
   EXPECT_FALSE(link->live());
-  EXPECT_EQ(checks, static_cast<int>(o.silent / o.loop_stall) + 1);
+  EXPECT_EQ(out - t0, std::chrono::seconds(o.silent / o.loop_stall + 1));
 }
 
 }  // namespace
