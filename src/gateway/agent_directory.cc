@@ -47,14 +47,14 @@ void AgentLink::subscribe(SteadyClock::time_point now) {
   stream_ = Upstream::start(dir_.io(), to, std::move(req), this, dir_.options().upstream);
 }
 
-void AgentLink::stream_down(const std::string& why) {
+void AgentLink::stream_down(const std::string& why, bool hung) {
   const bool was = live_;
   live_ = false;
   stream_.reset();  // the upstream holds itself while it calls us
   blocks_.clear();
   if (was) {
     spdlog::warn("agent {}: event stream down ({}): out of routing", state_.id, why);
-    if (dir_.on_gone_) dir_.on_gone_(state_.id, false);
+    if (dir_.on_gone_) dir_.on_gone_(state_.id, hung);
   }
 }
 
@@ -153,12 +153,8 @@ void AgentDirectory::check_streams(SteadyClock::time_point now) {
     if (it == links_.end() || !it->second->live_) continue;  // an earlier one's on_gone changed it
     AgentLink& a = *it->second;
     if (a.stream_) a.stream_->abort();
-    a.live_ = false;
-    a.stream_.reset();
-    a.blocks_.clear();
     a.last_dial_ = now;
-    spdlog::warn("agent {}: its event stream is silent: out of routing", id);
-    if (on_gone_) on_gone_(id, true);
+    a.stream_down("silent: the agent hangs", true);
   }
 }
 

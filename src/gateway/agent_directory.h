@@ -99,7 +99,7 @@ class AgentLink final : private UpstreamSink {
  private:
   friend class AgentDirectory;
   void subscribe(SteadyClock::time_point now);
-  void stream_down(const std::string& why);
+  void stream_down(const std::string& why, bool hung = false);  // `hung`: told to on_gone
   void on_head(unsigned status, bool event_stream) override;
   void on_body(std::string_view bytes) override;
   void on_end() override { stream_down("stream ended"); }

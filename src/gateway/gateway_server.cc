@@ -251,8 +251,10 @@ void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
   }
   Client& cl = it->second;
   cl.preparing.reset();
-  cl.conn->set_state(ConnState::kIdle);
-  if (!p.status.ok()) return answer_error(cl, p.status, p.keep_alive);
+  if (!p.status.ok()) {
+    cl.conn->set_state(ConnState::kIdle);  // answered here: the next pipelined request may follow
+    return answer_error(cl, p.status, p.keep_alive);
+  }
   const http_route::Completion& c = p.completion;
   ProxyJob job;
   job.chat = c.api.chat;
@@ -269,7 +271,6 @@ void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
   job.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   job.keep_alive = p.keep_alive;
   job.received_at = p.received_at;
-  cl.conn->set_state(ConnState::kBusy);
   cl.proxy = std::make_unique<Proxy>(*this, cl.conn, id, std::move(job));
   cl.proxy->start();
 }
