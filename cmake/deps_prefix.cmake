@@ -14,3 +14,8 @@ if(UMA_DEPS_PREFIX)
   set(Boost_INCLUDE_DIR ${UMA_DEPS_PREFIX}/usr/include)
   set(UMA_DEPS_LIBDIR ${UMA_DEPS_PREFIX}/usr/lib/x86_64-linux-gnu)
 endif()
+# Debian's libssl-dev keeps opensslconf.h under the multiarch include folder.
+if(UMA_DEPS_PREFIX AND EXISTS ${UMA_DEPS_PREFIX}/usr/include/openssl)
+  set(OPENSSL_ROOT_DIR ${UMA_DEPS_PREFIX}/usr)
+  include_directories(SYSTEM ${UMA_DEPS_PREFIX}/usr/include/x86_64-linux-gnu)
+endif()

@@ -24,6 +24,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kKvExhausted: return "kv_exhausted";
     case ErrorCode::kKvPending: return "kv_pending";
     case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kNotFound: return "model_not_found";
     case ErrorCode::kInternal: return "internal";
   }
   return "unknown";

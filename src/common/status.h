@@ -35,6 +35,7 @@ enum class ErrorCode : std::uint8_t {
   kKvExhausted,       // no KV cells for a batch; the scheduler recovers (never sent to a client)
   kKvPending,         // a KV copy between streams waits for the next decode (never sent to a client)
   kUnavailable,       // the gateway: no agent can serve the request now
+  kNotFound,          // a model (or other named thing) that does not exist
   kInternal,          // a bug: an invariant did not hold (keep last: sizes tables)
 };
 

@@ -381,6 +381,7 @@ std::string_view error_code(ErrorCode code) {
     case ErrorCode::kContextExceeded: return "E_LIMIT_CONTEXT";
     case ErrorCode::kBusy: return "E_BUSY";
     case ErrorCode::kOverloaded: return "E_OVERLOADED";
+    case ErrorCode::kNotFound: return "E_NOT_FOUND";
     case ErrorCode::kDecodeFailed:
     case ErrorCode::kKvExhausted:
     case ErrorCode::kKvPending: return "E_RUNTIME_DECODE";

@@ -19,6 +19,7 @@ std::string_view newline_error_text(ErrorCode code) {
     case ErrorCode::kBadRequest: return "bad request";
     case ErrorCode::kBusy: return "busy";
     case ErrorCode::kOverloaded: return "server overloaded";
+    case ErrorCode::kNotFound: return "not found";
     case ErrorCode::kOk:
     case ErrorCode::kFrameTooLarge:
     case ErrorCode::kInvalidJson:

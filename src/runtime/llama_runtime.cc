@@ -3,6 +3,7 @@
 #include "runtime/vocab_model.h"
 
 #include "runtime/argmax.h"
+#include "runtime/image_loader.h"
 #include "runtime/device_greedy.h"
 #include "runtime/sampler_chain.h"
 
@@ -81,7 +82,13 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   mp.n_gpu_layers = !gpu ? 0 : config.n_gpu_layers < 0 ? std::numeric_limits<std::int32_t>::max() : config.n_gpu_layers;
   if (config.use_mmap) mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP;
   else mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE;
-  rt->model_ = llama_model_load_from_file(config.model_path.c_str(), mp);
+  if (config.image) {
+    rt->image_ = config.image;
+    rt->model_ = load_model_from_image(config.image, mp, status, nullptr, config.image_load);
+    if (rt->model_ == nullptr) return nullptr;
+  } else {
+    rt->model_ = llama_model_load_from_file(config.model_path.c_str(), mp);
+  }
   if (rt->model_ == nullptr) {
     *status = Status(ErrorCode::kModelLoad, "cannot load model '" + config.model_path + "'");
     return nullptr;

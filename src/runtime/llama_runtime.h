@@ -16,6 +16,8 @@
 #include "runtime/decoder.h"
 #include "runtime/device_greedy.h"
 #include "runtime/stream_batch.h"
+#include "runtime/image_loader.h"
+#include "store/model_image.h"
 
 struct llama_model;
 struct llama_context;
@@ -27,6 +29,10 @@ namespace uma {
 
 struct RuntimeConfig {
   std::string model_path;
+  // When set, the weights come from this image (the model store's, possibly still filling) through
+  // runtime/image_loader.h instead of llama.cpp reading model_path; model_path then only names it.
+  std::shared_ptr<store::ModelImage> image;
+  ImageLoadPath image_load = ImageLoadPath::kAuto;
   std::int32_t n_ctx = 4096;
   std::int32_t n_batch = 512;
   std::int32_t n_seq_max = 16;
@@ -108,6 +114,9 @@ class LlamaRuntime final : public Decoder {
  private:
   LlamaRuntime() = default;
 
+  // The image the weights came from, held while the model lives: a model mapped in place uses its
+  // pages, which must not go back to the tier's pool (host_pool.h) for another model meanwhile.
+  std::shared_ptr<store::ModelImage> image_;
   llama_model* model_ = nullptr;
   llama_context* ctx_ = nullptr;
   const llama_vocab* vocab_ = nullptr;

@@ -1,0 +1,181 @@
+#include "runtime/image_loader.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <unistd.h>
+
+#include "ggml-backend.h"
+#include "llama.h"
+#include "runtime/llama_runtime.h"
+
+namespace uma {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The stdio stream's state: a read position over the image.
+struct Cookie {
+  store::ModelImage* image = nullptr;
+  std::uint64_t pos = 0;
+  Status error;
+  ImageLoadStats stats;
+};
+
+ssize_t cookie_read(void* c, char* buf, size_t n) {
+  Cookie& k = *static_cast<Cookie*>(c);
+  const std::uint64_t size = k.image->manifest().bytes;
+  if (k.pos >= size || n == 0) return 0;
+  n = static_cast<size_t>(std::min<std::uint64_t>(n, size - k.pos));
+  const auto w = Clock::now();
+  if (Status s = k.image->wait(k.pos, n); !s.ok()) {
+    k.error = s;
+    errno = EIO;
+    return -1;
+  }
+  const auto c0 = Clock::now();
+  std::memcpy(buf, k.image->data() + k.pos, n);
+  k.stats.wait_seconds += std::chrono::duration<double>(c0 - w).count();
+  k.stats.copy_seconds += std::chrono::duration<double>(Clock::now() - c0).count();
+  k.stats.bytes_read += n;
+  k.pos += n;
+  return static_cast<ssize_t>(n);
+}
+
+int cookie_seek(void* c, off64_t* offset, int whence) {
+  Cookie& k = *static_cast<Cookie*>(c);
+  const std::int64_t size = static_cast<std::int64_t>(k.image->manifest().bytes);
+  const std::int64_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? static_cast<std::int64_t>(k.pos) : size;
+  const std::int64_t to = base + *offset;
+  if (to < 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  k.pos = static_cast<std::uint64_t>(to);
+  *offset = to;
+  return 0;
+}
+
+int cookie_close(void*) { return 0; }
+
+ggml_backend_dev_t first_gpu() {
+  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    ggml_backend_dev_t d = ggml_backend_dev_get(i);
+    if (ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_GPU) return d;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& image, const llama_model_params& params,
+                                   Status* status, ImageLoadStats* stats, ImageLoadPath path) {
+  init_llama_backend();
+  const auto t0 = Clock::now();
+  if (path == ImageLoadPath::kAuto) {
+    const bool gpu = llama_supports_gpu_offload() && params.n_gpu_layers != 0;
+    path = image->fd() >= 0 && !gpu ? ImageLoadPath::kMap : ImageLoadPath::kStream;
+  }
+  if (path == ImageLoadPath::kMap) {
+    if (image->fd() < 0) {
+      *status = {ErrorCode::kInternal, "mapping an image in place needs a memfd image"};
+      return nullptr;
+    }
+    if (Status s = image->wait_complete(); !s.ok()) {
+      *status = s;
+      return nullptr;
+    }
+    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    const int fd = ::dup(image->fd());
+    FILE* f = fd < 0 ? nullptr : ::fdopen(fd, "rb");
+    if (f == nullptr) {
+      if (fd >= 0) ::close(fd);
+      *status = {ErrorCode::kModelLoad, std::string("cannot open the image's memfd: ") + std::strerror(errno)};
+      return nullptr;
+    }
+    llama_model_params mp = params;
+    mp.load_mode = LLAMA_LOAD_MODE_MMAP;
+    llama_model* model = llama_model_load_from_file_ptr(f, mp);
+    std::fclose(f);  // the mapping keeps the pages
+    if (model == nullptr) *status = {ErrorCode::kModelLoad, image->manifest().id + ": llama.cpp could not map it"};
+    if (stats) {
+      *stats = {};
+      stats->wait_seconds = waited;
+      stats->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    return model;
+  }
+  Cookie cookie;
+  cookie.image = image.get();
+  cookie_io_functions_t io{cookie_read, nullptr, cookie_seek, cookie_close};
+  FILE* f = ::fopencookie(&cookie, "rb", io);
+  if (f == nullptr) {
+    *status = {ErrorCode::kModelLoad, std::string("fopencookie: ") + std::strerror(errno)};
+    return nullptr;
+  }
+  // Small reads (the metadata's strings) come from this buffer; large ones (tensors) bypass it and
+  // reach cookie_read with llama.cpp's own destination.
+  std::setvbuf(f, nullptr, _IOFBF, 256 << 10);
+  llama_model_params mp = params;
+  mp.load_mode = LLAMA_LOAD_MODE_NONE;  // reads, not a mapping: the stream is not a file
+  llama_model* model = llama_model_load_from_file_ptr(f, mp);
+  std::fclose(f);
+  cookie.stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (model == nullptr) {
+    *status = cookie.error.ok() ? Status(ErrorCode::kModelLoad, image->manifest().id + ": llama.cpp could not load it")
+                                : cookie.error;
+  }
+  if (stats) *stats = cookie.stats;
+  return model;
+}
+
+store::HostAllocator host_allocator_for_backend() {
+  init_llama_backend();
+  ggml_backend_dev_t gpu = first_gpu();
+  using Register = bool (*)(void*, size_t);
+  using Unregister = void (*)(void*);
+  ggml_backend_reg_t reg = gpu ? ggml_backend_dev_backend_reg(gpu) : nullptr;
+  auto reg_fn = reg ? reinterpret_cast<Register>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_register_host_buffer")) : nullptr;
+  auto unreg_fn = reg ? reinterpret_cast<Unregister>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_unregister_host_buffer")) : nullptr;
+  if (reg_fn && unreg_fn) {
+    return [reg_fn, unreg_fn](std::uint64_t bytes) -> store::HostMemory {
+      store::HostMemory m = store::allocate_shared(bytes);
+      if (m.data == nullptr || !reg_fn(m.data, bytes)) return m;  // pageable still works, slower
+      m.pinned = true;
+      auto release = std::move(m.release);
+      void* p = m.data;
+      m.release = [unreg_fn, p, release = std::move(release)] {
+        unreg_fn(p);
+        release();
+      };
+      return m;
+    };
+  }
+  ggml_backend_buffer_type_t buft = gpu ? ggml_backend_dev_host_buffer_type(gpu) : nullptr;
+  if (buft == nullptr) return store::allocate_shared;
+  return [buft](std::uint64_t bytes) -> store::HostMemory {
+    ggml_backend_buffer_t b = ggml_backend_buft_alloc_buffer(buft, bytes);
+    if (b == nullptr) return {};
+    store::HostMemory m;
+    m.data = static_cast<std::uint8_t*>(ggml_backend_buffer_get_base(b));
+    m.size = bytes;
+    m.pinned = true;
+    m.release = [b] { ggml_backend_buffer_free(b); };
+    if (reinterpret_cast<std::uintptr_t>(m.data) % store::kChunkAlign != 0) {  // O_DIRECT needs pages
+      ggml_backend_buffer_free(b);
+      return store::allocate_pageable(bytes);
+    }
+    return m;
+  };
+}
+
+bool backend_has_pinned_host_memory() {
+  init_llama_backend();
+  ggml_backend_dev_t gpu = first_gpu();
+  return gpu != nullptr && ggml_backend_dev_host_buffer_type(gpu) != nullptr;
+}
+
+}  // namespace uma

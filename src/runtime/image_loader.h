@@ -1,0 +1,53 @@
+// Loading a llama.cpp model from a store::ModelImage while the image is still being filled.
+//
+// llama.cpp reads the model through a FILE* (llama_model_load_from_file_ptr) that is the image:
+// a stdio stream whose reads wait for just the chunks they cover, then copy from the image. So
+// llama.cpp's own loader runs unchanged (every architecture, tied and optional tensors as it
+// decides, its pipelined upload through pinned staging buffers to a GPU) while the tier reader
+// keeps filling later chunks: reading tensor k+1 overlaps copying tensor k, and a cold start costs
+// about max(read, copy), not their sum. Only verified bytes are ever handed to llama.cpp.
+//
+// On the CPU there is a better way when the image lives in a memfd (store::allocate_shared, the
+// default): once the image is complete, llama.cpp maps the memfd itself (its mmap path through a
+// FILE* of it), so the weights are used where the tier put them: no copy and no second
+// allocation, which on a CPU cost more than the read (a fresh 1.2 GB buffer's page faults took
+// 0.6-1.2 s on this project's VMs). kAuto maps on the CPU and streams when layers go to a GPU.
+//
+// (llama_model_init_from_user, the pin's other entry point, cannot load a real checkpoint: it
+// creates every optional tensor an architecture knows, biases and rope factors included, and asks
+// for their data.)
+// Thread-safety: call from one thread; the image may be filled from others meanwhile.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "common/status.h"
+#include "store/model_image.h"
+
+struct llama_model;
+struct llama_model_params;
+
+namespace uma {
+
+struct ImageLoadStats {
+  double seconds = 0;       // the whole load
+  double wait_seconds = 0;  // of which waiting for chunks still being read or verified
+  double copy_seconds = 0;  // of which copying bytes out of the image into llama.cpp's buffers
+  std::uint64_t bytes_read = 0;
+};
+
+enum class ImageLoadPath { kAuto, kStream, kMap };
+
+llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& image, const llama_model_params& params,
+                                   Status* status, ImageLoadStats* stats = nullptr,
+                                   ImageLoadPath path = ImageLoadPath::kAuto);
+
+// Host memory for model images: a memfd (store::allocate_shared), registered with the first GPU
+// backend as pinned (page-locked, DMA-able: cudaHostRegister under CUDA) when llama.cpp was built
+// with one that can; else the backend's own pinned host buffers; on a CPU, the memfd as it is.
+store::HostAllocator host_allocator_for_backend();
+// True when the allocator above hands out pinned memory.
+bool backend_has_pinned_host_memory();
+
+}  // namespace uma
