@@ -141,6 +141,9 @@ store::HostAllocator host_allocator_for_backend() {
   auto reg_fn = reg ? reinterpret_cast<Register>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_register_host_buffer")) : nullptr;
   auto unreg_fn = reg ? reinterpret_cast<Unregister>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_unregister_host_buffer")) : nullptr;
   if (reg_fn && unreg_fn) {
+    // ggml's CUDA backend registers host memory only when this is set (the switch llama.cpp's
+    // own --mmap users flip); without it every registration says no and the copy is pageable.
+    ::setenv("GGML_CUDA_REGISTER_HOST", "1", /*overwrite=*/0);
     return [reg_fn, unreg_fn](std::uint64_t bytes) -> store::HostMemory {
       store::HostMemory m = store::allocate_shared(bytes);
       if (m.data == nullptr || !reg_fn(m.data, bytes)) return m;  // pageable still works, slower
