@@ -62,8 +62,19 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   int preempt_host_mb = static_cast<int>(sc.park_host_bytes >> 20);
   bool mmap = true;
 
-  app.add_option("-m,--model", rt.model_path, "GGUF model file")->envname("UMA_MODEL")->required()
+  CLI::Option* model_opt = app.add_option("-m,--model", rt.model_path, "GGUF model file")->envname("UMA_MODEL")
       ->check(CLI::ExistingFile);
+  CLI::Option* model_id_opt = app.add_option("--model-id", out.model_id, "a catalog model (uma-store add), loaded "
+                 "through the model store from --store-dir or its URL, every chunk verified (docs/STORE.md)")
+      ->envname("UMA_MODEL_ID");
+  model_opt->excludes(model_id_opt);
+  app.add_option("--store-dir", out.store_dir, "the model store's NVMe tier: a directory of models (with --model-id)")
+      ->envname("UMA_STORE_DIR");
+  std::uint64_t store_nvme_mb = 0, store_dram_mb = 0;
+  app.add_option("--store-nvme-mb", store_nvme_mb, "--store-dir holds at most this much (LRU; 0: no limit)")
+      ->envname("UMA_STORE_NVME_MB")->capture_default_str();
+  app.add_option("--store-dram-mb", store_dram_mb, "model images kept in host memory when unused (LRU)")
+      ->envname("UMA_STORE_DRAM_MB")->capture_default_str();
   app.add_option("--n-ctx", rt.n_ctx, "KV cells shared by all sessions (unified KV)")->envname("UMA_N_CTX")
       ->capture_default_str()->check(CLI::Range(16, 1 << 20));
   app.add_option("--n-batch", rt.n_batch, "most tokens in one decode (caps the tick budget)")->envname("UMA_N_BATCH")
@@ -216,6 +227,14 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
     }
     out.http.port = static_cast<std::uint16_t>(p);
   }
+  if (rt.model_path.empty() && out.model_id.empty()) {
+    std::cerr << "umad: --model FILE or --model-id ID is required\n";
+    *exit_code = 2;
+    return Status(ErrorCode::kInvalidArgument, "no model");
+  }
+  out.store_nvme_bytes = store_nvme_mb << 20;
+  out.store_dram_bytes = store_dram_mb << 20;
+  if (!out.model_id.empty()) rt.model_path = out.model_id;  // its name from here on
   if (out.agent && !out.http_enabled) {
     std::cerr << "umad: --agent needs --http (gateways reach agents over HTTP)\n";
     *exit_code = 2;

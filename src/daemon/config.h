@@ -27,6 +27,12 @@ struct DaemonConfig {
   std::uint16_t agent_events_port = 0;   // --agent-events-port (0: any free one)
   std::string advertise;                 // --advertise URL (default: http://host:port of --http)
   int agent_calibrate_ms = 1000;         // --agent-calibrate-ms: prefill timed before the first beat (0: none)
+  // --model-id: the model comes from the catalog (Redis at --redis) through the model store
+  // (store/tier_store.h: --store-dir as the NVMe tier, the catalog's URL as the remote tier).
+  std::string model_id;
+  std::string store_dir;              // --store-dir (empty: no NVMe tier)
+  std::uint64_t store_nvme_bytes = 0;  // --store-nvme-mb (0: no limit)
+  std::uint64_t store_dram_bytes = 0;  // --store-dram-mb: images kept in host memory when unused
   bool debug = false;
   int test_load_delay_ms = 0;  // tests only: a slow model load, to observe /health's 503
 };

@@ -20,6 +20,7 @@
 #include "cluster/agent_heartbeat.h"
 #include "cluster/kv_event_server.h"
 #include "chat/structured_output.h"
+#include "daemon/catalog_model.h"
 #include "daemon/config.h"
 #include "http/http_server.h"
 #include "ipc/uds_server.h"
@@ -121,6 +122,7 @@ int main(int argc, char** argv) {
     spdlog::info("http listening on {}:{}", cfg.http.host, http->port());
   }
   std::unique_ptr<LlamaRuntime> runtime;
+  std::unique_ptr<CatalogModel> catalog_model;  // --model-id: the store behind the model's image
   {
     // With HTTP, the loop runs during the load so /health can say 503 (nothing else is served).
     std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guard;
@@ -130,7 +132,8 @@ int main(int argc, char** argv) {
       loading_loop = std::thread([&io, &metrics] { run_io(io, metrics); });
     }
     if (cfg.test_load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.test_load_delay_ms));
-    runtime = LlamaRuntime::open(cfg.runtime, &st);
+    if (!cfg.model_id.empty()) st = CatalogModel::open(cfg, &cfg.runtime, &catalog_model);
+    if (st.ok()) runtime = LlamaRuntime::open(cfg.runtime, &st);
     if (http) {
       guard.reset();
       io.stop();
@@ -143,6 +146,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("model: {}", runtime->describe());
+  if (catalog_model) {
+    catalog_model->store().drain();
+    spdlog::info("model store: {} {}", cfg.model_id, catalog_model->describe_fill());
+  }
   // The whole-batch prefill floor of per-sequence KV was measured on a GPU; on a CPU, where a
   // prompt token costs far more, per-sequence KV keeps the unified floor unless asked otherwise.
   if (!runtime->on_gpu() && !cfg.min_prefill_given) cfg.scheduler.per_seq_min_prefill = cfg.scheduler.min_prefill;
@@ -216,7 +223,8 @@ int main(int argc, char** argv) {
     }
     ac.model_name = std::filesystem::path(cfg.runtime.model_path).filename().string();
     std::error_code ec;
-    ac.model_bytes = static_cast<std::int64_t>(std::filesystem::file_size(cfg.runtime.model_path, ec));
+    ac.model_bytes = catalog_model ? static_cast<std::int64_t>(catalog_model->bytes())
+                                   : static_cast<std::int64_t>(std::filesystem::file_size(cfg.runtime.model_path, ec));
     ac.max_sessions = cfg.server.max_sessions;
     agent = std::make_unique<cluster::AgentHeartbeat>(std::move(ac), metrics);
     agent->start();

@@ -79,7 +79,8 @@ Daemon::Daemon(std::vector<std::string> args, const std::string& model, int max_
   const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(counter++);
   socket_ = temp_dir() + "/umad-" + tag + ".sock";
   log_path_ = temp_dir() + "/umad-" + tag + ".log";
-  std::vector<std::string> argv = {bin_path("umad"), "--model", model_path(model), "--socket", socket_};
+  std::vector<std::string> argv = {bin_path("umad"), "--socket", socket_};
+  if (!model.empty()) argv.insert(argv.begin() + 1, {"--model", model_path(model)});
   // Two compute threads unless the test chooses (one is far steadier on a busy machine).
   if (std::find(args.begin(), args.end(), "--threads") == args.end()) args.insert(args.begin(), {"--threads", "2"});
   // Tests that do not choose a protocol speak the newline one (these helpers are line-based).

@@ -21,7 +21,8 @@ std::string slurp(const std::string& path);        // a whole file ("" when unre
 class Daemon {
  public:
   // Starts umad with --socket <tmp> plus `args` (and --threads 2 unless they say); waits until the
-  // socket accepts. max_open_files > 0: the daemon runs under that RLIMIT_NOFILE.
+  // socket accepts. max_open_files > 0: the daemon runs under that RLIMIT_NOFILE. An empty `model`
+  // passes no --model (the args name it: --model-id).
   explicit Daemon(std::vector<std::string> args, const std::string& model = "oracle.gguf", int max_open_files = 0);
   ~Daemon();  // SIGKILL if still running
   const std::string& socket() const { return socket_; }

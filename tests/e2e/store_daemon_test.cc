@@ -1,0 +1,57 @@
+// umad serving a catalog model (--model-id) through the model store: the first start fetches it
+// from the remote tier (a real nginx) onto its NVMe tier while loading, the next start reads it
+// from there, and both serve the oracle's exact continuation. An unknown id stops umad with a
+// clear error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cluster/model_catalog.h"
+#include "e2e/daemon_harness.h"
+#include "e2e/nginx_harness.h"
+#include "e2e/oracle.h"
+#include "e2e/redis_harness.h"
+
+namespace uma::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(StoreDaemon, ServesACatalogModelFromTheRemoteTierThenFromItsNvmeTierExactly) {
+  if (skip_remote_tier_tests()) GTEST_SKIP() << "no nginx or no libcurl here";
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  NginxServer nginx;
+  ASSERT_TRUE(nginx.start()) << nginx.log();
+  fs::copy_file(model_path("oracle.gguf"), fs::path(nginx.root()) / "oracle.gguf");
+  store::Manifest m;
+  ASSERT_TRUE(store::build_manifest(model_path("oracle.gguf"), "oracle-1", 1 << 20, 2, &m).ok());
+  cluster::RedisAddress addr;
+  ASSERT_TRUE(cluster::parse_redis_address(redis.address(), &addr));
+  cluster::RedisClient rc(addr, std::chrono::milliseconds(1000));
+  ASSERT_TRUE(cluster::catalog_put(rc, m, nginx.url("oracle.gguf")).ok());
+  const std::string dir = temp_dir() + "/store-daemon-nvme";
+  fs::remove_all(dir);
+  const std::vector<std::string> args = {"--model-id", "oracle-1", "--redis", redis.address(), "--store-dir", dir,
+                                         "--max-tokens", "16"};
+  for (const char* from : {"from remote", "from nvme"}) {
+    Daemon d(args, "");
+    ASSERT_TRUE(d.started()) << d.log();
+    Client c(d.socket());
+    ASSERT_TRUE(c.send("hello world\n"));
+    const auto line = c.read_line();
+    ASSERT_TRUE(line.has_value()) << d.log();
+    EXPECT_EQ(*line, oracle().expected_reply("hello world", 16));
+    EXPECT_EQ(d.stop(), 0) << d.log();
+    EXPECT_NE(d.log().find("model store: oracle-1"), std::string::npos) << d.log();
+    EXPECT_NE(d.log().find(from), std::string::npos) << d.log();
+    EXPECT_EQ(slurp(dir + "/oracle-1.gguf"), slurp(model_path("oracle.gguf"))) << "the NVMe tier holds the verified file";
+  }
+  Daemon unknown({"--model-id", "no-such-model", "--redis", redis.address()}, "");
+  EXPECT_FALSE(unknown.started());
+  EXPECT_NE(unknown.log().find("no-such-model"), std::string::npos) << unknown.log();
+  EXPECT_NE(unknown.log().find("not in the catalog"), std::string::npos) << unknown.log();
+}
+
+}  // namespace
+}  // namespace uma::test
