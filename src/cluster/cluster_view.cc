@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cluster/agent_heartbeat.h"
+#include "cluster/model_catalog.h"
 
 namespace uma::cluster {
 
@@ -10,12 +11,16 @@ ClusterView::ClusterView(RedisAddress redis, std::chrono::milliseconds timeout, 
     : redis_(std::move(redis), timeout), max_age_(max_age) {}
 
 Status ClusterView::refresh(std::chrono::system_clock::time_point now) {
-  RedisReply ids;
-  Status st = redis_.command({"SMEMBERS", kAgentsSet}, &ids);
-  if (!st.ok()) {
+  std::vector<RedisReply> sets;
+  Status st = redis_.pipeline({{"SMEMBERS", kAgentsSet}, {"SMEMBERS", kCatalogSet}}, &sets);
+  if (!st.ok() || sets.size() != 2) {
     stale_ = true;
-    return st;
+    return st.ok() ? Status(ErrorCode::kIo, "redis: short pipeline reply") : st;
   }
+  const RedisReply& ids = sets[0];
+  std::vector<std::string> catalog;
+  for (const RedisReply& e : sets[1].elements) catalog.push_back(e.str);
+  std::sort(catalog.begin(), catalog.end());
   std::vector<std::string> members;
   for (const RedisReply& e : ids.elements) members.push_back(e.str);
   std::sort(members.begin(), members.end());  // a stable order for round-robin and ties
@@ -41,6 +46,7 @@ Status ClusterView::refresh(std::chrono::system_clock::time_point now) {
     }
   }
   agents_ = std::move(fresh);
+  catalog_ = std::move(catalog);
   stale_ = false;
   return Status::Ok();
 }

@@ -2,13 +2,15 @@
 // then every `uma:agent:{id}` key, in one pipelined round trip). Fail-static: when Redis cannot be
 // read, the last snapshot stays and routing goes on with it; `stale()` says so. An agent whose key
 // is gone (its TTL ran out) or whose beat is older than `max_age` is not in the snapshot; a key
-// that does not decode is skipped and counted.
+// that does not decode is skipped and counted. The same round trip reads the model catalog's ids
+// (`uma:models`, cluster/model_catalog.h).
 //
 // Thread-safety: none; one owner (the gateway's refresher). Clock: the caller passes `now`.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cluster/agent_state.h"
@@ -22,6 +24,7 @@ class ClusterView {
   // One read of Redis. On an error the snapshot is kept (fail-static) and the error returned.
   Status refresh(std::chrono::system_clock::time_point now);
   const std::vector<AgentState>& agents() const { return agents_; }
+  const std::vector<std::string>& catalog() const { return catalog_; }  // sorted
   bool stale() const { return stale_; }
   std::uint64_t undecodable_total() const { return undecodable_total_; }
 
@@ -29,6 +32,7 @@ class ClusterView {
   RedisClient redis_;
   std::chrono::milliseconds max_age_;
   std::vector<AgentState> agents_;
+  std::vector<std::string> catalog_;
   bool stale_ = true;  // nothing read yet
   std::uint64_t undecodable_total_ = 0;
 };

@@ -8,7 +8,7 @@ namespace uma::cluster {
 namespace {
 
 using json = nlohmann::json;
-const std::string kModels = "uma:models";
+const std::string kModels = kCatalogSet;
 std::string model_key(const std::string& id) { return "uma:model:" + id; }
 std::string manifest_key(const std::string& id) { return "uma:manifest:" + id; }
 

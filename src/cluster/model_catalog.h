@@ -22,6 +22,8 @@
 
 namespace uma::cluster {
 
+inline constexpr const char* kCatalogSet = "uma:models";
+
 struct CatalogModel {
   std::string id;
   std::uint64_t bytes = 0;

@@ -286,6 +286,14 @@ std::vector<AgentDirectory::AgentSummary> AgentDirectory::summary() const {
   return out;
 }
 
+AgentDirectory::ModelLookup AgentDirectory::lookup(const std::string& model) const {
+  const std::vector<std::string> served = models();
+  if (model.empty() || catalog_.empty() || std::find(served.begin(), served.end(), model) != served.end()) {
+    return ModelLookup::kServed;
+  }
+  return std::binary_search(catalog_.begin(), catalog_.end(), model) ? ModelLookup::kCatalogOnly : ModelLookup::kUnknown;
+}
+
 std::vector<std::string> AgentDirectory::models() const {
   std::set<std::string> names;
   for (const auto& [id, link] : links_) {

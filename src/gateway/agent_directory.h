@@ -170,6 +170,13 @@ class AgentDirectory {
   std::size_t size() const { return links_.size(); }
   std::size_t live() const;
   std::vector<std::string> models() const;  // every model the live agents serve
+  // The catalog's model ids (cluster/model_catalog.h), from the same Redis reads as the agents.
+  void set_catalog(std::vector<std::string> ids) { catalog_ = std::move(ids); }
+  const std::vector<std::string>& catalog() const { return catalog_; }
+  // What a request naming `model` finds: a live agent serving it; only the catalog (no agent has
+  // it loaded); nothing. A cluster without a catalog takes any name (as one llama-server does).
+  enum class ModelLookup { kServed, kCatalogOnly, kUnknown };
+  ModelLookup lookup(const std::string& model) const;
   struct AgentSummary {
     std::string id;
     bool live = false;
@@ -187,6 +194,7 @@ class AgentDirectory {
   OnGone on_gone_;
   OnRoom on_room_;
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
+  std::vector<std::string> catalog_;
   SteadyClock::time_point last_check_{};  // the previous check_streams()
   SteadyClock::duration listened_{};      // time listened to the streams, summed over the checks
   std::unique_ptr<boost::asio::steady_timer> check_timer_;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 
 #include "common/json_text.h"
 #include "net/tcp_listen.h"
@@ -197,7 +198,10 @@ void GatewayServer::handle(Client& cl, http::request<http::string_body>& req) {
   }
   if (req.method() == http::verb::get && target == "/v1/models") {
     nlohmann::ordered_json data = nlohmann::ordered_json::array();
-    for (const std::string& m : agents_.models()) data.push_back({{"id", m}, {"object", "model"}, {"owned_by", "uma"}});
+    std::set<std::string> ids;
+    for (const std::string& m : agents_.models()) ids.insert(m);
+    for (const std::string& m : agents_.catalog()) ids.insert(m);
+    for (const std::string& m : ids) data.push_back({{"id", m}, {"object", "model"}, {"owned_by", "uma"}});
     return answer(cl, 200, "application/json", to_json_text(nlohmann::ordered_json{{"object", "list"}, {"data", data}}),
                   keep_alive);
   }
@@ -256,6 +260,16 @@ void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
     return answer_error(cl, p.status, p.keep_alive);
   }
   const http_route::Completion& c = p.completion;
+  switch (agents_.lookup(c.api.model)) {
+    case AgentDirectory::ModelLookup::kServed: break;
+    case AgentDirectory::ModelLookup::kUnknown:
+      cl.conn->set_state(ConnState::kIdle);
+      return answer_error(cl, Status(ErrorCode::kNotFound, "The model '" + c.api.model + "' does not exist", "model"), p.keep_alive);
+    case AgentDirectory::ModelLookup::kCatalogOnly:  // loads on demand come with agents serving many models (issue 30)
+      cl.conn->set_state(ConnState::kIdle);
+      return answer_error(cl, Status(ErrorCode::kUnavailable, "The model '" + c.api.model + "' is in the catalog but no agent has it loaded", "model"),
+                          p.keep_alive);
+  }
   ProxyJob job;
   job.chat = c.api.chat;
   job.stream = c.api.stream;

@@ -124,7 +124,10 @@ int main(int argc, char** argv) {
       if (!rs.ok() && !was_down) spdlog::warn("cannot read redis ({}): routing on the last view", rs.message());
       if (rs.ok() && was_down) spdlog::info("redis answers again");
       was_down = !rs.ok();
-      boost::asio::post(io, [&agents, agents_now = view.agents()] { agents.update(agents_now, SteadyClock::now()); });
+      boost::asio::post(io, [&agents, agents_now = view.agents(), catalog = view.catalog()]() mutable {
+        agents.set_catalog(std::move(catalog));
+        agents.update(agents_now, SteadyClock::now());
+      });
       lock.lock();
       cv.wait_for(lock, std::chrono::milliseconds(refresh_ms), [&] { return stopping; });
     }
