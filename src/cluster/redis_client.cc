@@ -4,6 +4,7 @@
 #include <sys/time.h>
 
 #include <charconv>
+#include <fstream>
 
 namespace uma::cluster {
 
@@ -50,6 +51,27 @@ bool parse_redis_address(const std::string& text, RedisAddress* out) {
   return true;
 }
 
+Status load_redis_credentials(const std::string& file, const std::string& user, RedisAddress* out) {
+  std::ifstream f(file);
+  std::string line;
+  if (!f || !std::getline(f, line)) return {ErrorCode::kInvalidArgument, "cannot read the Redis password file " + file};
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  if (line.empty()) return {ErrorCode::kInvalidArgument, "the Redis password file " + file + " has an empty first line"};
+  out->user = user;
+  out->password = line;
+  return {};
+}
+
+Status redis_address_from_flags(const std::string& host_port, const std::string& password_file, const std::string& user,
+                                RedisAddress* out) {
+  if (!parse_redis_address(host_port, out)) return {ErrorCode::kInvalidArgument, "--redis: want HOST:PORT, got '" + host_port + "'"};
+  if (password_file.empty()) {
+    if (!user.empty()) return {ErrorCode::kInvalidArgument, "--redis-user needs --redis-password-file"};
+    return {};
+  }
+  return load_redis_credentials(password_file, user, out);
+}
+
 RedisClient::RedisClient(RedisAddress address, std::chrono::milliseconds timeout)
     : address_(std::move(address)), timeout_(timeout) {}
 
@@ -69,6 +91,18 @@ Status RedisClient::dial() {
     return Status(ErrorCode::kIo, "redis " + address_.host + ":" + std::to_string(address_.port) + ": " + why);
   }
   redisSetTimeout(ctx_, to_timeval(timeout_));  // every later read and write
+  if (!address_.password.empty()) {
+    auto* r = static_cast<redisReply*>(address_.user.empty()
+                                           ? redisCommand(ctx_, "AUTH %b", address_.password.data(), address_.password.size())
+                                           : redisCommand(ctx_, "AUTH %b %b", address_.user.data(), address_.user.size(),
+                                                          address_.password.data(), address_.password.size()));
+    std::string why = r == nullptr ? std::string(ctx_->errstr) : r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "";
+    if (r != nullptr) freeReplyObject(r);
+    if (!why.empty()) {
+      drop();
+      return Status(ErrorCode::kIo, "redis " + address_.host + ":" + std::to_string(address_.port) + ": AUTH: " + why);
+    }
+  }
   return Status::Ok();
 }
 

@@ -15,16 +15,29 @@
 
 #include "common/status.h"
 
+
 struct redisContext;
 
 namespace uma::cluster {
 
 struct RedisAddress {
+  RedisAddress() = default;
+  RedisAddress(std::string h, int p, std::string u = "", std::string pw = "")
+      : host(std::move(h)), port(p), user(std::move(u)), password(std::move(pw)) {}
   std::string host = "127.0.0.1";
   int port = 6379;
+  // AUTH after every dial when the password is set (Redis `requirepass`, or an ACL user's).
+  std::string user;      // empty: the default user
+  std::string password;
 };
 // "HOST:PORT" (or "HOST", port 6379). False on a malformed text.
 bool parse_redis_address(const std::string& text, RedisAddress* out);
+// The password from the first line of `file` (never from the command line, where `ps` shows it),
+// and the ACL user; kInvalidArgument when the file cannot be read or its first line is empty.
+Status load_redis_credentials(const std::string& file, const std::string& user, RedisAddress* out);
+// Every binary's --redis, --redis-password-file (empty: none) and --redis-user, in one place.
+Status redis_address_from_flags(const std::string& host_port, const std::string& password_file, const std::string& user,
+                                RedisAddress* out);
 
 // One reply, reduced to what the cluster layer reads: a string (bulk or status), an integer, nil,
 // or an array of those.

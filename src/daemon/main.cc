@@ -217,8 +217,8 @@ int main(int argc, char** argv) {
     ac.id = cfg.agent_id.empty() ? hostport : cfg.agent_id;
     ac.address = cfg.advertise.empty() ? "http://" + hostport : cfg.advertise;
     ac.events = advertised_host(ac.address, cfg.http.host) + ":" + std::to_string(kv_events->port());
-    if (!cluster::parse_redis_address(cfg.redis, &ac.redis)) {
-      spdlog::error("--redis: want HOST:PORT, got '{}'", cfg.redis);
+    if (Status rs = cluster::redis_address_from_flags(cfg.redis, cfg.redis_password_file, cfg.redis_user, &ac.redis); !rs.ok()) {
+      spdlog::error("{}", rs.to_string());
       return 2;
     }
     ac.model_name = std::filesystem::path(cfg.runtime.model_path).filename().string();

@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   bool debug = false;
   app.add_option("--listen", listen, "HOST:PORT to serve on (port 0: any free one)")->envname("UMA_GW_LISTEN")->capture_default_str();
   app.add_option("--redis", redis, "the cluster's Redis, HOST:PORT")->envname("UMA_REDIS")->capture_default_str();
+  std::string redis_password_file, redis_user;
+  app.add_option("--redis-password-file", redis_password_file, "Redis's password: the first line of this file")
+      ->envname("UMA_REDIS_PASSWORD_FILE")->check(CLI::ExistingFile);
+  app.add_option("--redis-user", redis_user, "the Redis ACL user the password is for")->envname("UMA_REDIS_USER");
   app.add_option("--model", model, "the GGUF the agents serve: its vocabulary and chat template (weights are not read)")
       ->envname("UMA_MODEL")->required();
   app.add_option("--chat-template", chat_template, "as umad's --chat-template (the agents' must be the same)");
@@ -71,8 +75,8 @@ int main(int argc, char** argv) {
   }
   if (listen.size() > 2 && listen.substr(listen.size() - 2) == ":0") lp = {listen.substr(0, listen.size() - 2), 0};
   cluster::RedisAddress ra;
-  if (!cluster::parse_redis_address(redis, &ra)) {
-    std::cerr << "uma-gw: --redis: want HOST:PORT\n";
+  if (Status rs = cluster::redis_address_from_flags(redis, redis_password_file, redis_user, &ra); !rs.ok()) {
+    std::cerr << "uma-gw: " << rs.to_string() << "\n";
     return 2;
   }
   Status st;

@@ -30,14 +30,16 @@ int free_loopback_port() {
 }
 
 RedisServer::RedisServer() : port_(free_loopback_port()) {}
+RedisServer::RedisServer(std::string password) : port_(free_loopback_port()), password_(std::move(password)) {}
 
 RedisServer::~RedisServer() { kill(); }
 
 bool RedisServer::start() {
-  pid_ = spawn_process({"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
-                        "--appendonly", "no"},
-                       temp_dir() + "/redis-" + std::to_string(port_) + ".log");
-  cluster::RedisClient c({"127.0.0.1", port_}, std::chrono::milliseconds(200));
+  std::vector<std::string> argv = {"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                                   "--save", "", "--appendonly", "no"};
+  if (!password_.empty()) argv.insert(argv.end(), {"--requirepass", password_});
+  pid_ = spawn_process(argv, temp_dir() + "/redis-" + std::to_string(port_) + ".log");
+  cluster::RedisClient c({"127.0.0.1", port_, "", password_}, std::chrono::milliseconds(200));
   for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10); std::chrono::steady_clock::now() < end;) {
     cluster::RedisReply r;
     if (c.command({"PING"}, &r).ok() && r.str == "PONG") return true;

@@ -14,6 +14,8 @@ int free_loopback_port();
 class RedisServer {
  public:
   RedisServer();
+  // A server that requires this password (requirepass); the harness's own client sends it.
+  explicit RedisServer(std::string password);
   ~RedisServer();
   bool start();  // spawns it and waits until it answers PING (10 s at most)
   void kill();   // SIGKILL, reaped
@@ -22,6 +24,7 @@ class RedisServer {
 
  private:
   int port_;
+  std::string password_;
   pid_t pid_ = -1;
 };
 

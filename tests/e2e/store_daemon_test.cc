@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "cluster/model_catalog.h"
 #include "e2e/daemon_harness.h"
@@ -51,6 +52,50 @@ TEST(StoreDaemon, ServesACatalogModelFromTheRemoteTierThenFromItsNvmeTierExactly
   EXPECT_FALSE(unknown.started());
   EXPECT_NE(unknown.log().find("no-such-model"), std::string::npos) << unknown.log();
   EXPECT_NE(unknown.log().find("not in the catalog"), std::string::npos) << unknown.log();
+}
+
+// The catalog's Redis with a password (requirepass): every binary reads it from a file (never the
+// command line); without it, a clear refusal.
+TEST(StoreDaemon, ARedisWithAPasswordIsReachedThroughItsFileAndRefusedWithout) {
+  RedisServer redis("s3cret pass");
+  ASSERT_TRUE(redis.start());
+  const std::string pw = temp_dir() + "/redis-password";
+  std::ofstream(pw) << "s3cret pass\n";
+  cluster::RedisAddress bare, authed;
+  ASSERT_TRUE(cluster::parse_redis_address(redis.address(), &bare));
+  ASSERT_TRUE(cluster::redis_address_from_flags(redis.address(), pw, "", &authed).ok());
+  std::vector<cluster::CatalogModel> all;
+  cluster::RedisClient no_auth(bare, std::chrono::milliseconds(1000));
+  const Status refused = cluster::catalog_list(no_auth, &all);
+  EXPECT_EQ(refused.code(), ErrorCode::kIo);
+  EXPECT_NE(refused.message().find("NOAUTH"), std::string::npos) << refused.to_string();
+  cluster::RedisClient rc(authed, std::chrono::milliseconds(1000));
+  store::Manifest m;
+  ASSERT_TRUE(store::build_manifest(model_path("oracle.gguf"), "oracle-pw", 1 << 20, 2, &m).ok());
+  ASSERT_TRUE(cluster::catalog_put(rc, m, "").ok());
+
+  std::string out;
+  EXPECT_EQ(run_command({bin_path("uma-store"), "--redis-password-file", pw, "ls", "--redis", redis.address()}, &out), 0) << out;
+  EXPECT_NE(out.find("oracle-pw"), std::string::npos) << out;
+  EXPECT_NE(run_command({bin_path("uma-store"), "ls", "--redis", redis.address()}, &out), 0);
+  EXPECT_NE(out.find("NOAUTH"), std::string::npos) << out;
+
+  // umad reads its catalog model with the password; the NVMe tier already holds the file.
+  const std::string dir = temp_dir() + "/store-daemon-pw";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(model_path("oracle.gguf"), dir + "/oracle-pw.gguf");
+  Daemon d({"--model-id", "oracle-pw", "--redis", redis.address(), "--redis-password-file", pw, "--store-dir", dir,
+            "--max-tokens", "8"}, "");
+  ASSERT_TRUE(d.started()) << d.log();
+  Client c(d.socket());
+  ASSERT_TRUE(c.send("hello world\n"));
+  EXPECT_EQ(c.read_line().value_or(""), oracle().expected_reply("hello world", 8));
+  EXPECT_EQ(d.stop(), 0) << d.log();
+  EXPECT_NE(d.log().find("from nvme"), std::string::npos) << d.log();
+  Daemon refused_daemon({"--model-id", "oracle-pw", "--redis", redis.address(), "--store-dir", dir}, "");
+  EXPECT_FALSE(refused_daemon.started());
+  EXPECT_NE(refused_daemon.log().find("NOAUTH"), std::string::npos) << refused_daemon.log();
 }
 
 }  // namespace

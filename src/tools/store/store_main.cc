@@ -34,9 +34,11 @@ Status read_file(const std::string& path, std::string* out) {
   return {};
 }
 
+std::string g_password_file, g_redis_user;  // --redis-password-file, --redis-user (any subcommand)
+
 Status connect(const std::string& text, std::unique_ptr<cluster::RedisClient>* out) {
   cluster::RedisAddress a;
-  if (!cluster::parse_redis_address(text, &a)) return {ErrorCode::kInvalidArgument, "--redis: not HOST:PORT: " + text};
+  if (Status s = cluster::redis_address_from_flags(text, g_password_file, g_redis_user, &a); !s.ok()) return s;
   *out = std::make_unique<cluster::RedisClient>(a, std::chrono::milliseconds(2000));
   return {};
 }
@@ -46,6 +48,9 @@ Status connect(const std::string& text, std::unique_ptr<cluster::RedisClient>* o
 int main(int argc, char** argv) {
   CLI::App app{"uma-store: the model catalog and its checkpoint manifests"};
   app.require_subcommand(1);
+  app.add_option("--redis-password-file", g_password_file, "Redis's password: the first line of this file")
+      ->envname("UMA_REDIS_PASSWORD_FILE")->check(CLI::ExistingFile);
+  app.add_option("--redis-user", g_redis_user, "the Redis ACL user the password is for")->envname("UMA_REDIS_USER");
   std::string redis = "127.0.0.1:6379", file, id, url, idx, dir;
   int chunk_mb = 8, threads = 0;
 
