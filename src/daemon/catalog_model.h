@@ -24,6 +24,9 @@ class CatalogModel {
   std::uint64_t bytes() const { return manifest_->bytes; }
   // How the fill went, once the load is done: "4.11 GB from nvme in 2.59 s (1.59 GB/s), ..."
   std::string describe_fill() const;
+  // The runtime has loaded the model: the store's hold on its image ends (the runtime keeps what
+  // it maps; the DRAM tier keeps the image only within --store-dram-mb).
+  void loaded() { store_->release(manifest_->id); }
   store::TierStore& store() { return *store_; }
 
  private:

@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
     if (cfg.test_load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.test_load_delay_ms));
     if (!cfg.model_id.empty()) st = CatalogModel::open(cfg, &cfg.runtime, &catalog_model);
     if (st.ok()) runtime = LlamaRuntime::open(cfg.runtime, &st);
+    cfg.runtime.image.reset();  // the runtime holds what it maps; a streamed model's image may go
     if (http) {
       guard.reset();
       io.stop();
@@ -148,6 +149,7 @@ int main(int argc, char** argv) {
   spdlog::info("model: {}", runtime->describe());
   if (catalog_model) {
     catalog_model->store().drain();
+    catalog_model->loaded();
     spdlog::info("model store: {} {}", cfg.model_id, catalog_model->describe_fill());
   }
   // The whole-batch prefill floor of per-sequence KV was measured on a GPU; on a CPU, where a

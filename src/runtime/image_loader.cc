@@ -103,6 +103,7 @@ llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& ima
     if (model == nullptr) *status = {ErrorCode::kModelLoad, image->manifest().id + ": llama.cpp could not map it"};
     if (stats) {
       *stats = {};
+      stats->path = static_cast<int>(ImageLoadPath::kMap);
       stats->wait_seconds = waited;
       stats->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     }
@@ -128,6 +129,7 @@ llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& ima
     *status = cookie.error.ok() ? Status(ErrorCode::kModelLoad, image->manifest().id + ": llama.cpp could not load it")
                                 : cookie.error;
   }
+  cookie.stats.path = static_cast<int>(ImageLoadPath::kStream);
   if (stats) *stats = cookie.stats;
   return model;
 }

@@ -35,10 +35,14 @@ struct ImageLoadStats {
   double wait_seconds = 0;  // of which waiting for chunks still being read or verified
   double copy_seconds = 0;  // of which copying bytes out of the image into llama.cpp's buffers
   std::uint64_t bytes_read = 0;
+  int path = 0;  // the ImageLoadPath taken (kStream or kMap)
 };
 
 enum class ImageLoadPath { kAuto, kStream, kMap };
 
+// kMap: the model uses the image's pages for as long as it lives, so the caller must hold the
+// image until llama_model_free (else its block goes back to the pool and the next image
+// overwrites weights in use). kStream: the image may go once this returns.
 llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& image, const llama_model_params& params,
                                    Status* status, ImageLoadStats* stats = nullptr,
                                    ImageLoadPath path = ImageLoadPath::kAuto);

@@ -83,8 +83,9 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   if (config.use_mmap) mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP;
   else mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE;
   if (config.image) {
-    rt->image_ = config.image;
-    rt->model_ = load_model_from_image(config.image, mp, status, nullptr, config.image_load);
+    ImageLoadStats ls;
+    rt->model_ = load_model_from_image(config.image, mp, status, &ls, config.image_load);
+    if (ls.path == static_cast<int>(ImageLoadPath::kMap)) rt->image_ = config.image;  // its pages are the weights
     if (rt->model_ == nullptr) return nullptr;
   } else {
     rt->model_ = llama_model_load_from_file(config.model_path.c_str(), mp);

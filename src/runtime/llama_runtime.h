@@ -114,8 +114,9 @@ class LlamaRuntime final : public Decoder {
  private:
   LlamaRuntime() = default;
 
-  // The image the weights came from, held while the model lives: a model mapped in place uses its
-  // pages, which must not go back to the tier's pool (host_pool.h) for another model meanwhile.
+  // The image a model mapped in place uses (its pages are the weights), held while the model
+  // lives so they never go back to the tier's pool (host_pool.h) for another model meanwhile.
+  // A streamed model copied what it needed: it holds nothing.
   std::shared_ptr<store::ModelImage> image_;
   llama_model* model_ = nullptr;
   llama_context* ctx_ = nullptr;

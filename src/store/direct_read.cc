@@ -78,12 +78,15 @@ Status read_direct(const std::string& path, const std::shared_ptr<ModelImage>& i
   int in_flight = 0;
   const auto submit = [&](int slot) {
     Read& r = slots[static_cast<std::size_t>(slot)];
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);  // never null: at most `depth` in flight, the ring's size
     io_uring_prep_read(sqe, fd, image->data() + r.offset + r.done, r.size - r.done, r.offset + r.done);
     io_uring_sqe_set_data64(sqe, static_cast<std::uint64_t>(slot));
     ++in_flight;
   };
   while ((!todo.empty() && failure.ok()) || in_flight > 0) {
+    if (failure.ok() && options.cancel != nullptr && options.cancel->load()) {
+      failure = {ErrorCode::kShuttingDown, "the model store is stopping"};
+    }
     while (failure.ok() && !todo.empty() && !free_slots.empty()) {
       const int slot = free_slots.back();
       free_slots.pop_back();

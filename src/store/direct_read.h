@@ -12,6 +12,7 @@
 // started has finished.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +27,7 @@ namespace uma::store {
 struct DirectReadOptions {
   int depth = 8;                   // reads in flight
   std::uint64_t block = 4ull << 20;  // bytes a read (a multiple of 4096; a chunk is cut in blocks)
+  const std::atomic<bool>* cancel = nullptr;  // set: no new reads; the call ends with kShuttingDown
 };
 
 struct DirectReadStats {

@@ -37,6 +37,11 @@ class HostPool {
 
  private:
   struct State {
+    ~State() {  // the last reference: the free blocks go back to the kernel (and are unpinned)
+      for (HostMemory& m : free) {
+        if (m.release) m.release();
+      }
+    }
     HostAllocator base;
     std::uint64_t keep_bytes;
     std::mutex mu;

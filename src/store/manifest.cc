@@ -160,7 +160,8 @@ Status build_manifest(const std::string& path, const std::string& id, std::uint6
     if (std::string_view(gguf_get_key(g.get(), k)).starts_with("tokenizer.")) hash_kv(vocab, g.get(), k);
   }
   m.vocab_hash = to_hex(vocab.finish());
-  m.chunks.resize((m.bytes + chunk_bytes - 1) / chunk_bytes);
+  m.chunks.resize(m.bytes / chunk_bytes + (m.bytes % chunk_bytes != 0));
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (Status s = hash_chunks(path, m, threads); !s.ok()) return s;
   *out = std::move(m);
   return {};
@@ -199,12 +200,12 @@ Status decode_manifest(std::string_view text, Manifest* out) {
   };
   Manifest m;
   if (!str("id", &m.id) || m.id.empty()) return bad("id");
-  if (!u64("bytes", &m.bytes) || m.bytes == 0) return bad("bytes");
+  if (!u64("bytes", &m.bytes) || m.bytes == 0 || m.bytes > kMaxModelBytes) return bad("bytes");
   if (!u64("chunk_bytes", &m.chunk_bytes) || m.chunk_bytes == 0 || m.chunk_bytes % kChunkAlign != 0) return bad("chunk_bytes");
   if (!u64("data_offset", &m.data_offset) || m.data_offset > m.bytes) return bad("data_offset");
   if (!str("vocab_hash", &m.vocab_hash)) return bad("vocab_hash");
   auto ch = j.find("chunks");
-  if (ch == j.end() || !ch->is_array() || ch->size() != (m.bytes + m.chunk_bytes - 1) / m.chunk_bytes) return bad("chunks");
+  if (ch == j.end() || !ch->is_array() || ch->size() != m.bytes / m.chunk_bytes + (m.bytes % m.chunk_bytes != 0)) return bad("chunks");
   for (const json& c : *ch) {
     Digest d;
     if (!c.is_string() || !from_hex(c.get_ref<const std::string&>(), &d)) return bad("chunks");

@@ -32,6 +32,8 @@ namespace uma::store {
 
 inline constexpr std::uint64_t kChunkAlign = 4096;
 inline constexpr std::uint64_t kDefaultChunkBytes = 8ull << 20;
+// A decoded manifest claiming more is refused: it would make an agent allocate that much.
+inline constexpr std::uint64_t kMaxModelBytes = 1ull << 40;
 
 struct TensorEntry {
   std::string name;
@@ -63,7 +65,7 @@ struct Manifest {
 };
 
 // Reads the GGUF at `path` (its metadata through ggml's gguf reader, then every byte for the
-// chunk hashes, hashed on `threads` threads) into a manifest named `id`.
+// chunk hashes, hashed on `threads` threads, 0: all) into a manifest named `id`.
 Status build_manifest(const std::string& path, const std::string& id, std::uint64_t chunk_bytes, int threads,
                       Manifest* out);
 

@@ -249,6 +249,7 @@ Status Fetcher::run() {
     }
   }
   while (done_ < work_.size()) {
+    if (opt_.cancel != nullptr && opt_.cancel->load()) return fatal({ErrorCode::kShuttingDown, "the model store is stopping"});
     const auto now = Clock::now();
     if (Status s = start_ready(now); !s.ok()) return fatal(std::move(s));
     int running = 0;

@@ -40,6 +40,7 @@ struct RemoteOptions {
   std::int64_t low_speed_bytes_s = 1024;  // a transfer slower than this for low_speed_time breaks
   std::chrono::seconds low_speed_time{10};
   std::string bearer_token;     // sent as "Authorization: Bearer ..." when not empty
+  const std::atomic<bool>* cancel = nullptr;  // set: the fetch stops (kShuttingDown) within a poll
 };
 
 struct RemoteStats {

@@ -67,6 +67,8 @@ bool TierStore::valid_id(std::string_view id) {
 TierStore::TierStore(TierConfig config)
     : config_(std::move(config)), host_pool_(config_.alloc, config_.pool_bytes), pool_(config_.verify_threads) {
   if (!config_.nvme_dir.empty()) ::mkdir(config_.nvme_dir.c_str(), 0700);
+  config_.direct.cancel = &cancel_;
+  config_.remote.cancel = &cancel_;
   loader_ = std::thread([this] { run(); });
 }
 
@@ -75,6 +77,7 @@ TierStore::~TierStore() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
+    cancel_ = true;
     dropped.swap(jobs_);
   }
   cv_.notify_all();
@@ -121,20 +124,24 @@ std::shared_ptr<ModelImage> TierStore::acquire(const ModelSource& source, Status
   Entry& e = entries_[id];
   if (!e.source.manifest || e.source.manifest->chunks != source.manifest->chunks) e.source = source;
   if (e.image && !e.image->status().ok()) e.image.reset();  // a failed fill: try again
+  // The catalog's model changed (added again with another file): the old image is not it. Its
+  // users keep their copy; the NVMe file is checked against the new manifest when read.
+  if (e.image && e.image->manifest().chunks != source.manifest->chunks) e.image.reset();
   ++e.users;
   e.last_used = ++clock_;
   if (e.image) return e.image;
   lock.unlock();
   auto image = ModelImage::create(source.manifest, host_pool_.allocator(), status);
   lock.lock();
-  if (!image) {
+  if (!image || stopping_) {
     --entries_[id].users;
+    if (image) *status = {ErrorCode::kShuttingDown, "the model store is stopping"};
     return nullptr;
   }
   Entry& again = entries_[id];
   if (again.image) return again.image;  // another caller raced us here
   again.image = image;
-  again.filling = true;
+  ++again.fills;
   jobs_.push_back({id, source, image});
   cv_.notify_all();
   lock.unlock();
@@ -166,8 +173,8 @@ Status TierStore::prefetch(const ModelSource& source, Tier to) {
   Entry& e = entries_[source.manifest->id];
   if (!e.source.manifest) e.source = source;
   e.last_used = ++clock_;
-  if (tier_locked(source.manifest->id) <= Tier::kNvme || e.filling) return {};
-  e.filling = true;
+  if (nvme_complete(source.manifest->id) || e.fills > 0) return {};
+  ++e.fills;
   jobs_.push_back({source.manifest->id, source, nullptr});
   cv_.notify_all();
   return {};
@@ -176,7 +183,7 @@ Status TierStore::prefetch(const ModelSource& source, Tier to) {
 void TierStore::forget(const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
-  if (it != entries_.end() && (it->second.users > 0 || it->second.filling)) return;
+  if (it != entries_.end() && (it->second.users > 0 || it->second.fills > 0)) return;
   if (it != entries_.end()) entries_.erase(it);
   if (!config_.nvme_dir.empty()) ::unlink(nvme_path(id).c_str());
 }
@@ -192,7 +199,7 @@ void TierStore::evict_dram() {
     while (kept > config_.dram_bytes) {
       Entry* victim = nullptr;
       for (auto& [id, e] : entries_) {
-        if (!e.image || e.users > 0 || e.filling) continue;
+        if (!e.image || e.users > 0 || e.fills > 0) continue;
         if (!victim || e.last_used < victim->last_used) victim = &e;
       }
       if (!victim) break;  // everything left is in use: a budget is never a reason to fail a user
@@ -231,7 +238,7 @@ void TierStore::evict_nvme() {
   for (const File& f : files) {
     if (total <= config_.nvme_bytes) break;
     auto it = entries_.find(f.id);
-    if (it != entries_.end() && (it->second.filling || it->second.users > 0)) continue;
+    if (it != entries_.end() && (it->second.fills > 0 || it->second.users > 0)) continue;
     if (::unlink(nvme_path(f.id).c_str()) == 0) total -= f.bytes;
   }
 }
@@ -265,7 +272,7 @@ std::vector<ModelTierInfo> TierStore::list() const {
     ModelTierInfo i;
     i.id = id;
     i.tier = tier_locked(id);
-    i.filling = e.filling;
+    i.filling = e.fills > 0;
     i.bytes = e.source.manifest ? e.source.manifest->bytes : 0;
     i.ready_bytes = e.image ? e.image->ready_bytes() : 0;
     i.users = e.users;
@@ -291,13 +298,14 @@ void TierStore::run() {
     {
       std::lock_guard lock(mu_);
       auto it = entries_.find(job.id);
-      if (it != entries_.end()) it->second.filling = false;
-      if (rec.status.ok() && rec.from < Tier::kNone && rec.seconds > 0) {
+      if (it != entries_.end()) --it->second.fills;
+      if (rec.status.ok() && !rec.mixed && rec.from < Tier::kNone && rec.seconds > 0) {
         double& r = rate_[static_cast<int>(rec.from)];
         const double measured = static_cast<double>(rec.bytes) / rec.seconds;
         r = r == 0 ? measured : 0.7 * r + 0.3 * measured;
       }
       history_.push_back(rec);
+      if (history_.size() > 256) history_.erase(history_.begin());  // a long-lived agent's recent fills
       busy_ = false;
       current_.reset();
       current_left_ = 0;
@@ -367,8 +375,12 @@ FillRecord TierStore::fill(const Job& job) {
   rec.direct = ds.direct;
   if (rec.status.ok() && !image->complete()) {
     if (job.source.url.empty()) {
+      std::string which;
+      for (std::size_t k = 0; k < corrupt.size() && k < 8; ++k) which += (k ? ", " : "") + std::to_string(corrupt[k]);
+      if (corrupt.size() > 8) which += ", ...";
       rec.status = {ErrorCode::kIo, job.id + (corrupt.empty() ? ": no tier holds it (no NVMe file, no URL)"
-                                                              : ": " + std::to_string(corrupt.size()) + " corrupt chunks and no remote tier to fetch them from")};
+                                                              : ": " + std::to_string(corrupt.size()) + " corrupt chunks (" + which +
+                                                                    ") and no remote tier to fetch them from")};
     } else {
       RemoteStats rs;
       const ChunkCallback on_verified = [&out, &m](std::size_t i, std::span<const std::uint8_t> bytes) -> Status {
@@ -378,6 +390,7 @@ FillRecord TierStore::fill(const Job& job) {
       rec.corrupt_chunks += rs.corrupt_chunks.load();
       rec.resumed_transfers = rs.resumed_transfers.load();
       if (rec.from == Tier::kNvme) rec.refetched_chunks = corrupt.size();
+      rec.mixed = rec.from == Tier::kNvme || from_part;
     }
   }
   if (rec.status.ok() && out.data >= 0) {

@@ -19,6 +19,7 @@
 // Lifetime: the destructor fails queued fills (kShuttingDown) and joins the loader thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -63,7 +64,8 @@ struct TierConfig {
 
 struct FillRecord {
   std::string id;
-  Tier from = Tier::kNone;          // the slowest tier bytes came from
+  Tier from = Tier::kNone;          // the tier the fill read from: nvme (repairs from remote counted below) or remote
+  bool mixed = false;               // bytes came from two tiers (repairs, a resumed download): no tier rate from it
   std::uint64_t bytes = 0;
   double seconds = 0;
   std::uint64_t corrupt_chunks = 0;  // chunks that failed their hash (any tier)
@@ -92,7 +94,8 @@ class TierStore {
   // The model's image (kept, filling, or a new fill queued), held for the caller until release().
   std::shared_ptr<ModelImage> acquire(const ModelSource& source, Status* status);
   void release(const std::string& id);
-  // Brings the model to `to` (kNvme: its file; kDram: an image kept as unused) without a user.
+  // Brings the model to `to` (kNvme: its file, whatever DRAM holds; kDram: an image kept as
+  // unused, within the DRAM budget) without a user.
   Status prefetch(const ModelSource& source, Tier to);
   // Drops a kept image and the NVMe file of a model no one uses (uma-store rm, tests).
   void forget(const std::string& id);
@@ -114,7 +117,7 @@ class TierStore {
   struct Entry {
     ModelSource source;
     std::shared_ptr<ModelImage> image;  // kept or filling; null: none
-    bool filling = false;
+    int fills = 0;  // fills queued or running for it (a prefetch and a load may both be)
     int users = 0;
     std::uint64_t last_used = 0;
   };
@@ -142,6 +145,7 @@ class TierStore {
   std::uint64_t current_left_ = 0;
   std::shared_ptr<ModelImage> current_;
   bool stopping_ = false;
+  std::atomic<bool> cancel_{false};  // the destructor: the running fill stops at its next read or poll
   std::uint64_t clock_ = 0;
   double rate_[3] = {0, 0, 0};
   std::vector<FillRecord> history_;

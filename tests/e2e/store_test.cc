@@ -16,6 +16,7 @@
 #include "e2e/tiny_runtime.h"
 #include "store/direct_read.h"
 #include "store/manifest.h"
+#include "runtime/image_loader.h"
 #include "store/tier_store.h"
 
 namespace uma::test {
@@ -167,7 +168,7 @@ TEST_F(Store, ARemoteFetchStreamsOntoTheNvmeTierAndAPartialDownloadResumesAfterA
     EXPECT_EQ(ts.tier("tiny"), Tier::kNone);
     Status s;
     auto image = ts.acquire({m, nginx.url("tiny.gguf")}, &s);
-    ASSERT_TRUE(image && image->wait_complete().ok()) << image->status().to_string();
+    ASSERT_TRUE(image && image->wait_complete().ok()) << (image ? image->status().to_string() : s.to_string());
     EXPECT_TRUE(image_equals_file(*image, kTiny));
     ts.drain();
     EXPECT_EQ(ts.history().at(0).from, Tier::kRemote);
@@ -228,6 +229,60 @@ TEST_F(Store, DramKeepsTheLeastRecentlyUsedImagesUnderItsBudgetAndNeverDropsOneI
   ts.release("a");
   EXPECT_EQ(ts.tier("a"), Tier::kDram);
   EXPECT_EQ(ts.history().size(), 2u) << "one fill per model";
+}
+
+TEST_F(Store, DramDropsTheLeastRecentlyUsedOfTwoUnusedImages) {
+  auto a = manifest_of(kTiny, "a"), b = manifest_of(kTiny, "b");
+  fs::copy_file(kTiny, nvme() + "/a.gguf");
+  fs::copy_file(kTiny, nvme() + "/b.gguf");
+  store::TierConfig c = config();
+  c.dram_bytes = 2 * ((a->bytes + 4095) / 4096 * 4096);  // room for two images (whole pages), not three
+  store::TierStore ts(c);
+  Status s;
+  for (const auto& m : {a, b}) {
+    auto image = ts.acquire({m, ""}, &s);
+    ASSERT_TRUE(image && image->wait_complete().ok());
+    ts.release(m->id);
+  }
+  ASSERT_TRUE(ts.acquire({a, ""}, &s));  // a used again: b is now the least recently used
+  ts.release("a");
+  auto x = manifest_of(kTiny, "x");
+  fs::copy_file(kTiny, nvme() + "/x.gguf");
+  auto ix = ts.acquire({x, ""}, &s);
+  ASSERT_TRUE(ix && ix->wait_complete().ok());
+  ts.release("x");
+  EXPECT_EQ(ts.tier("a"), Tier::kDram);
+  EXPECT_EQ(ts.tier("b"), Tier::kNvme) << "the least recently used goes";
+  EXPECT_EQ(ts.tier("x"), Tier::kDram);
+}
+
+// llama.cpp's stream path waits for chunks the tier has not delivered yet: the image fills over
+// a slow link (nginx at 2 MB/s) while the model loads from it.
+TEST_F(Store, TheStreamPathLoadsWhileTheImageIsStillFilling) {
+  if (skip_remote_tier_tests()) GTEST_SKIP() << "no nginx or no libcurl here";
+  NginxServer::Options o;
+  o.limit_rate = "2m";
+  NginxServer nginx(o);
+  ASSERT_TRUE(nginx.start()) << nginx.log();
+  fs::copy_file(kTiny, fs::path(nginx.root()) / "tiny.gguf");
+  auto m = manifest_of(kTiny, "tiny");
+  store::TierConfig c = config();
+  c.remote.connections = 1;
+  store::TierStore ts(c);
+  Status s;
+  auto image = ts.acquire({m, nginx.url("tiny.gguf")}, &s);
+  ASSERT_TRUE(image);
+  ASSERT_FALSE(image->complete()) << "the link is slower than this";
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = 0;
+  ImageLoadStats ls;
+  llama_model* model = load_model_from_image(image, mp, &s, &ls, ImageLoadPath::kStream);
+  ASSERT_NE(model, nullptr) << s.to_string();
+  EXPECT_EQ(ls.path, static_cast<int>(ImageLoadPath::kStream));
+  EXPECT_GT(ls.wait_seconds, 0.5) << "it waited for chunks on their way";
+  EXPECT_GE(ls.bytes_read, m->bytes - m->data_offset);
+  llama_model_free(model);
+  ts.release("tiny");
 }
 
 TEST_F(Store, TheNvmeTierDropsItsLeastRecentlyUsedFilesUnderItsBudget) {
