@@ -86,6 +86,7 @@ std::string AgentHeartbeat::state_json(std::chrono::system_clock::time_point now
   a.events = config_.events;
   a.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
   a.models = {ModelState{config_.model_name, config_.model_bytes, "loaded", "dram"}};
+  if (config_.store_view) config_.store_view(a);
   // The prefill rate the scheduler's cost model fitted (what a prompt costs while the agent works,
   // contention included); before it has one, the rate seen over the beats.
   const double ms_per_token = metrics_.prefill_ms_per_token.load();

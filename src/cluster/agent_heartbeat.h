@@ -17,12 +17,14 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "cluster/agent_state.h"
 #include "cluster/redis_client.h"
 #include "metrics/server_metrics.h"
 
@@ -36,6 +38,9 @@ struct AgentConfig {
   std::string model_name;   // the model file's name
   std::int64_t model_bytes = 0;
   std::int64_t max_sessions = 0;  // the daemon's --max-sessions (gateways queue rather than overfill it)
+  // Called on the heartbeat's thread each beat to add the model store's view (its model's tier,
+  // the tiers' measured rates, the loader's queue); must be thread-safe. Empty: a file model.
+  std::function<void(AgentState&)> store_view;
   std::chrono::milliseconds interval{1000};
   std::chrono::milliseconds ttl{3000};
   std::chrono::milliseconds redis_timeout{200};

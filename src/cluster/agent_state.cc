@@ -56,6 +56,10 @@ std::string encode_agent_state(const AgentState& s) {
   j["kv_cells_used"] = s.kv_cells_used;
   j["kv_cells_total"] = s.kv_cells_total;
   j["free_memory_bytes"] = s.free_memory_bytes;
+  j["load_dram_bytes_s"] = s.load_dram_bytes_s;
+  j["load_nvme_bytes_s"] = s.load_nvme_bytes_s;
+  j["load_remote_bytes_s"] = s.load_remote_bytes_s;
+  j["load_queue_bytes"] = s.load_queue_bytes;
   return to_json_text(j);
 }
 
@@ -78,7 +82,11 @@ Status decode_agent_state(std::string_view text, AgentState* out) {
       !(st = read_number(j, "prefill_backlog_tokens", &s.prefill_backlog_tokens)).ok() ||
       !(st = read_number(j, "kv_cells_used", &s.kv_cells_used)).ok() ||
       !(st = read_number(j, "kv_cells_total", &s.kv_cells_total)).ok() ||
-      !(st = read_number(j, "free_memory_bytes", &s.free_memory_bytes)).ok()) {
+      !(st = read_number(j, "free_memory_bytes", &s.free_memory_bytes)).ok() ||
+      !(st = read_number(j, "load_dram_bytes_s", &s.load_dram_bytes_s)).ok() ||
+      !(st = read_number(j, "load_nvme_bytes_s", &s.load_nvme_bytes_s)).ok() ||
+      !(st = read_number(j, "load_remote_bytes_s", &s.load_remote_bytes_s)).ok() ||
+      !(st = read_number(j, "load_queue_bytes", &s.load_queue_bytes)).ok()) {
     return st;
   }
   const auto models = j.find("models");

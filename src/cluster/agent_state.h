@@ -42,6 +42,12 @@ struct AgentState {
   std::int64_t kv_cells_used = 0;
   std::int64_t kv_cells_total = 0;
   std::int64_t free_memory_bytes = -1;
+  // The model store's measured load rates per tier (bytes/s over its completed fills; 0: none
+  // yet) and the bytes its loader still has to move: routing's L term (docs/STORE.md).
+  double load_dram_bytes_s = 0.0;
+  double load_nvme_bytes_s = 0.0;
+  double load_remote_bytes_s = 0.0;
+  std::int64_t load_queue_bytes = 0;
 
   const ModelState* model(std::string_view name) const {
     for (const ModelState& m : models) {

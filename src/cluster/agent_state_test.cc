@@ -23,6 +23,9 @@ TEST(AgentState, RoundTrips) {
   a.kv_cells_used = 1000;
   a.kv_cells_total = 65536;
   a.free_memory_bytes = 1 << 30;
+  a.load_nvme_bytes_s = 1.9e9;
+  a.load_remote_bytes_s = 2.2e8;
+  a.load_queue_bytes = 4'108'922'752;
   AgentState b;
   ASSERT_TRUE(decode_agent_state(encode_agent_state(a), &b).ok());
   EXPECT_EQ(b.id, a.id);
@@ -38,6 +41,10 @@ TEST(AgentState, RoundTrips) {
   EXPECT_EQ(b.max_sessions, 16);
   EXPECT_EQ(b.active_sessions, 7);
   EXPECT_EQ(b.kv_cells_total, 65536);
+  EXPECT_DOUBLE_EQ(b.load_nvme_bytes_s, 1.9e9);
+  EXPECT_DOUBLE_EQ(b.load_remote_bytes_s, 2.2e8);
+  EXPECT_DOUBLE_EQ(b.load_dram_bytes_s, 0.0);
+  EXPECT_EQ(b.load_queue_bytes, 4'108'922'752);
   ASSERT_NE(b.model("qwen.gguf"), nullptr);
   EXPECT_EQ(b.model("nope"), nullptr);
 }

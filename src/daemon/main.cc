@@ -228,6 +228,17 @@ int main(int argc, char** argv) {
     ac.model_bytes = catalog_model ? static_cast<std::int64_t>(catalog_model->bytes())
                                    : static_cast<std::int64_t>(std::filesystem::file_size(cfg.runtime.model_path, ec));
     ac.max_sessions = cfg.server.max_sessions;
+    if (catalog_model) {
+      store::TierStore* ts = &catalog_model->store();  // outlives the heartbeat (declared before it)
+      ac.store_view = [ts, id = cfg.model_id](cluster::AgentState& a) {
+        // Loaded; `tier` says where its bytes would come from again (a restart, an unload).
+        if (!a.models.empty()) a.models.front().tier = std::string(store::tier_name(ts->tier(id)));
+        a.load_dram_bytes_s = ts->rate_bytes_s(store::Tier::kDram);
+        a.load_nvme_bytes_s = ts->rate_bytes_s(store::Tier::kNvme);
+        a.load_remote_bytes_s = ts->rate_bytes_s(store::Tier::kRemote);
+        a.load_queue_bytes = static_cast<std::int64_t>(ts->queued_bytes());
+      };
+    }
     agent = std::make_unique<cluster::AgentHeartbeat>(std::move(ac), metrics);
     agent->start();
     kv_events->start(agent->boot_id());

@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cluster/agent_state.h"
 #include "cluster/model_catalog.h"
+#include "e2e/cluster_harness.h"
 #include "e2e/daemon_harness.h"
 #include "e2e/nginx_harness.h"
 #include "e2e/oracle.h"
@@ -34,10 +36,24 @@ TEST(StoreDaemon, ServesACatalogModelFromTheRemoteTierThenFromItsNvmeTierExactly
   const std::string dir = temp_dir() + "/store-daemon-nvme";
   fs::remove_all(dir);
   const std::vector<std::string> args = {"--model-id", "oracle-1", "--redis", redis.address(), "--store-dir", dir,
-                                         "--max-tokens", "16"};
+                                         "--max-tokens", "16", "--http", "127.0.0.1:0", "--agent", "--agent-calibrate-ms", "0"};
   for (const char* from : {"from remote", "from nvme"}) {
     Daemon d(args, "");
     ASSERT_TRUE(d.started()) << d.log();
+    // Its beat says where the model's bytes are now and how fast the tier it came from loaded.
+    cluster::AgentState beat;
+    ASSERT_TRUE(wait_for([&] {
+      cluster::RedisReply ids, v;
+      if (!rc.command({"SMEMBERS", "uma:agents"}, &ids).ok() || ids.elements.size() != 1) return false;
+      return rc.command({"GET", "uma:agent:" + ids.elements[0].str}, &v).ok() && v.kind == cluster::RedisReply::Kind::kString &&
+             cluster::decode_agent_state(v.str, &beat).ok();
+    }, std::chrono::seconds(10))) << d.log();
+    ASSERT_EQ(beat.models.size(), 1u);
+    EXPECT_EQ(beat.models[0].name, "oracle-1");
+    EXPECT_EQ(beat.models[0].bytes, static_cast<std::int64_t>(m.bytes));
+    EXPECT_EQ(beat.models[0].tier, "nvme") << "the fetch left it on the NVMe tier; no DRAM budget keeps the image";
+    EXPECT_GT(std::string(from) == "from remote" ? beat.load_remote_bytes_s : beat.load_nvme_bytes_s, 0.0);
+    EXPECT_EQ(beat.load_queue_bytes, 0);
     Client c(d.socket());
     ASSERT_TRUE(c.send("hello world\n"));
     const auto line = c.read_line();
