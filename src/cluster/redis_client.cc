@@ -1,5 +1,7 @@
 #include "cluster/redis_client.h"
 
+#include "common/secret_file.h"
+
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
@@ -52,13 +54,10 @@ bool parse_redis_address(const std::string& text, RedisAddress* out) {
 }
 
 Status load_redis_credentials(const std::string& file, const std::string& user, RedisAddress* out) {
-  std::ifstream f(file);
-  std::string line;
-  if (!f || !std::getline(f, line)) return {ErrorCode::kInvalidArgument, "cannot read the Redis password file " + file};
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  if (line.empty()) return {ErrorCode::kInvalidArgument, "the Redis password file " + file + " has an empty first line"};
+  std::string password;
+  if (Status s = read_secret_file(file, "Redis password", &password); !s.ok()) return s;
   out->user = user;
-  out->password = line;
+  out->password = std::move(password);
   return {};
 }
 

@@ -25,6 +25,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kKvPending: return "kv_pending";
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kNotFound: return "model_not_found";
+    case ErrorCode::kUnauthorized: return "invalid_api_key";
     case ErrorCode::kInternal: return "internal";
   }
   return "unknown";

@@ -36,6 +36,7 @@ enum class ErrorCode : std::uint8_t {
   kKvPending,         // a KV copy between streams waits for the next decode (never sent to a client)
   kUnavailable,       // the gateway: no agent can serve the request now
   kNotFound,          // a model (or other named thing) that does not exist
+  kUnauthorized,      // a request without the key the server requires (--api-key-file)
   kInternal,          // a bug: an invariant did not hold (keep last: sizes tables)
 };
 

@@ -184,6 +184,11 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_HTTP_TIMEOUT_SEC")->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--http-max-body-kib", http_max_body_kib, "largest HTTP request body (KiB); more is 413")
       ->envname("UMA_HTTP_MAX_BODY_KIB")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--alias", out.alias, "the model's name in /v1/models and the cluster (default: --model-id, else "
+                 "the model file's name)")->envname("UMA_ALIAS");
+  app.add_option("--status-fd", out.status_fd, "run under a supervisor (uma-agent): JSON status lines on this "
+                 "inherited descriptor; SIGUSR1 stops the daemon if no request is in flight")->group("")
+      ->check(CLI::Range(3, 1 << 20));
   app.add_option("--chat-template", out.chat_template, "chat template for /v1/chat/completions: a Jinja template text or a "
                  "llama.cpp name (chatml, llama3, ...); default: the model's")->envname("UMA_CHAT_TEMPLATE");
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")

@@ -35,6 +35,12 @@ struct DaemonConfig {
   std::string store_dir;              // --store-dir (empty: no NVMe tier)
   std::uint64_t store_nvme_bytes = 0;  // --store-nvme-mb (0: no limit)
   std::uint64_t store_dram_bytes = 0;  // --store-dram-mb: images kept in host memory when unused
+  // --alias: the model's name in /v1/models and the beat (default: --model-id, else the file's name).
+  std::string alias;
+  // --status-fd N: umad runs under a supervisor (uma-agent, agent/model_process.h), which reads
+  // JSON lines from descriptor N: {"event":"ready",...} once serving, then "busy"/"idle" as the
+  // first request starts and the last ends; SIGUSR1 then asks it to stop if idle ("busy" if not).
+  int status_fd = -1;
   bool debug = false;
   int test_load_delay_ms = 0;  // tests only: a slow model load, to observe /health's 503
 };

@@ -22,6 +22,7 @@
 #include "chat/structured_output.h"
 #include "daemon/catalog_model.h"
 #include "daemon/config.h"
+#include "daemon/supervisor_link.h"
 #include "http/http_server.h"
 #include "ipc/uds_server.h"
 #include "runtime/llama_runtime.h"
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("model: {}", runtime->describe());
+  const std::string served_name =
+      cfg.alias.empty() ? std::filesystem::path(cfg.runtime.model_path).filename().string() : cfg.alias;
   if (catalog_model) {
     catalog_model->store().drain();
     catalog_model->loaded();
@@ -182,18 +185,41 @@ int main(int argc, char** argv) {
     }
     HttpServer::ChatTemplate render = [chat_st](const ChatRequest&, ChatPrompt*) { return chat_st; };
     if (chat) render = [chat](const ChatRequest& request, ChatPrompt* out) { return chat->render(request, out); };
-    http->set_ready(std::filesystem::path(cfg.runtime.model_path).filename().string(), std::move(render));
+    http->set_ready(served_name, std::move(render));
   }
 
   std::unique_ptr<cluster::KvEventServer> kv_events;
-  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    spdlog::info("signal {}: shutting down", sig);
+  SupervisorLink supervisor(cfg.status_fd);
+  bool stopping = false;
+  const auto shut_down = [&](const std::string& why) {
+    if (std::exchange(stopping, true)) return;
+    spdlog::info("{}: shutting down", why);
+    supervisor.stopping(why);
     if (kv_events) kv_events->stop();  // gateways see the stream end and send nothing new
     server.begin_shutdown();
     if (http) http->begin_shutdown();
     compute->request_stop();
+  };
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (!ec) shut_down("signal " + std::to_string(sig));
   });
+  // Supervised: the agent asks for an unload with SIGUSR1, honoured only while no request is in
+  // flight. Checked here, on the thread that admits requests, so none slips in between.
+  boost::asio::signal_set unload_signal(io);
+  std::function<void()> await_unload = [&] {
+    unload_signal.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      if (slots.in_use() == 0) return shut_down("unload (idle)");
+      spdlog::info("unload asked while {} requests are in flight: serving on", slots.in_use());
+      supervisor.refused_stop();
+      await_unload();
+    });
+  };
+  if (supervisor.attached()) {
+    unload_signal.add(SIGUSR1);
+    slots.set_observer([&supervisor](std::int32_t n) { supervisor.in_use(n); });
+    await_unload();
+  }
   compute->start([&] {
     // Runs on the compute thread after its last events were delivered; hop to the I/O thread.
     boost::asio::post(io, [&] {
@@ -223,7 +249,7 @@ int main(int argc, char** argv) {
       spdlog::error("{}", rs.to_string());
       return 2;
     }
-    ac.model_name = std::filesystem::path(cfg.runtime.model_path).filename().string();
+    ac.model_name = served_name;
     std::error_code ec;
     ac.model_bytes = catalog_model ? static_cast<std::int64_t>(catalog_model->bytes())
                                    : static_cast<std::int64_t>(std::filesystem::file_size(cfg.runtime.model_path, ec));
@@ -246,6 +272,7 @@ int main(int argc, char** argv) {
                  cfg.redis, agent->boot_id());
   }
   server.start();
+  supervisor.ready(http ? http->port() : 0, cfg.server.socket_path);
   spdlog::info("listening on {} ({} protocol, max sessions {}, n_ctx {}, prefix snapshots up to {} MiB of host memory)",
                cfg.server.socket_path, cfg.server.protocol == ProtocolKind::kJson ? "json" : "newline",
                cfg.server.max_sessions, cfg.runtime.n_ctx,

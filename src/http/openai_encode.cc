@@ -163,13 +163,14 @@ unsigned http_status(ErrorCode code) {
     case ErrorCode::kUnavailable:
     case ErrorCode::kModelLoad: return 503;
     case ErrorCode::kNotFound: return 404;
+    case ErrorCode::kUnauthorized: return 401;
     default: return 500;
   }
 }
 
 std::string error_body(ErrorCode code, std::string_view message, std::string_view param) {
   const unsigned status = http_status(code);
-  const char* type = status == 400 || status == 413 || status == 404 ? "invalid_request_error"
+  const char* type = status == 400 || status == 413 || status == 404 || status == 401 ? "invalid_request_error"
                      : status == 429                ? "rate_limit_error"
                      : status == 503                ? "service_unavailable"
                                                     : "server_error";

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 
 namespace uma {
 
@@ -30,6 +31,9 @@ class SessionSlots {
   SessionSlots(std::int32_t max, Gauges gauges = {}) : max_(max), gauges_(gauges) {}
   SessionSlots(const SessionSlots&) = delete;
   SessionSlots& operator=(const SessionSlots&) = delete;
+
+  // Told the slots in use after every change (a supervised umad reports busy/idle from it).
+  void set_observer(std::function<void(std::int32_t in_use)> observer) { observer_ = std::move(observer); }
 
   std::int32_t max() const { return max_; }
   std::int32_t in_use() const { return used_[0] + used_[1]; }
@@ -57,10 +61,12 @@ class SessionSlots {
   static std::size_t index(FrontEnd f) { return static_cast<std::size_t>(f); }
   void publish(FrontEnd f) {
     if (gauges_[index(f)] != nullptr) gauges_[index(f)]->store(used_[index(f)]);
+    if (observer_) observer_(in_use());
   }
   std::int32_t max_;
   Gauges gauges_;
   std::array<std::int32_t, kFrontEnds> used_{};
+  std::function<void(std::int32_t)> observer_;
 };
 
 }  // namespace uma

@@ -72,7 +72,10 @@ TierStore::TierStore(TierConfig config)
   loader_ = std::thread([this] { run(); });
 }
 
-TierStore::~TierStore() {
+TierStore::~TierStore() { stop(); }
+
+void TierStore::stop() {
+  if (!loader_.joinable()) return;
   std::deque<Job> dropped;
   {
     std::lock_guard lock(mu_);

@@ -16,7 +16,8 @@
 // Each completed fill updates the measured rate of the tier it came from.
 //
 // Thread-safety: every public method may be called from any thread.
-// Lifetime: the destructor fails queued fills (kShuttingDown) and joins the loader thread.
+// Lifetime: stop() (and the destructor) fails queued fills (kShuttingDown), cancels the running
+// one and joins the loader thread; acquire() fails from then on.
 #pragma once
 
 #include <atomic>
@@ -90,6 +91,7 @@ class TierStore {
   ~TierStore();
   TierStore(const TierStore&) = delete;
   TierStore& operator=(const TierStore&) = delete;
+  void stop();  // idempotent; from one thread (the owner's)
 
   // The model's image (kept, filling, or a new fill queued), held for the caller until release().
   std::shared_ptr<ModelImage> acquire(const ModelSource& source, Status* status);

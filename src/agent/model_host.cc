@@ -1,0 +1,497 @@
+#include "agent/model_host.h"
+
+#include <sys/wait.h>
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace uma::agent {
+
+namespace asio = boost::asio;
+
+const char* model_state_name(ModelState s) {
+  switch (s) {
+    case ModelState::kQueued: return "queued";
+    case ModelState::kFilling: return "filling";
+    case ModelState::kStarting: return "starting";
+    case ModelState::kLoaded: return "loaded";
+    case ModelState::kUnloading: return "unloading";
+  }
+  return "?";
+}
+
+bool model_transition_legal(ModelState from, ModelState to) {
+  using S = ModelState;
+  switch (from) {
+    case S::kQueued: return to == S::kFilling;
+    case S::kFilling: return to == S::kStarting;
+    case S::kStarting: return to == S::kLoaded || to == S::kUnloading;
+    case S::kLoaded: return to == S::kUnloading;
+    case S::kUnloading: return to == S::kLoaded;  // the child was busy when asked
+  }
+  return false;
+}
+
+struct ModelHost::Entry {
+  std::string id;
+  ModelState state = ModelState::kQueued;
+  store::ModelSource source;
+  std::uint64_t bytes = 0;
+  std::string tier;  // where the bytes were when the load began
+  std::shared_ptr<store::ModelImage> image;
+  bool holds_image = false;  // the store's hold (acquire) not yet released
+  std::unique_ptr<ModelProcess> process;
+  std::uint64_t generation = 0;
+  std::vector<LoadListener> waiters;
+  std::vector<UnloadDone> unload_waiters;
+  bool busy = false;
+  bool unload_when_idle = false;
+  bool reload = false;      // a load asked while it was unloading: load again after the exit
+  bool forced = false;      // the unload was SIGTERM
+  const char* unload_reason = "";
+  std::int64_t keep_alive_ms = 0;
+  Clock::time_point asked_at{};     // the load asked for
+  Clock::time_point state_since{};
+  Clock::time_point last_used{};
+  Clock::time_point loaded_at{};
+  std::uint16_t http_port = 0;
+};
+
+ModelHost::ModelHost(asio::io_context& io, HostConfig config, store::TierStore& store, Lookup lookup)
+    : io_(io), config_(std::move(config)), store_(store), lookup_(std::move(lookup)), sigchld_(io, SIGCHLD), timer_(io),
+      wall_epoch_ms_(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count()) {}
+
+ModelHost::~ModelHost() {
+  *alive_ = false;
+  timer_.cancel();
+  boost::system::error_code ignored;
+  sigchld_.cancel(ignored);
+  for (auto& [id, e] : entries_) {
+    e->process.reset();  // SIGKILL to a child still running
+    if (e->holds_image) store_.release(id);
+  }
+  for (auto& [gen, t] : fill_waits_) t.join();  // the store's stop fails what they wait for
+}
+
+void ModelHost::start() {
+  arm_reaper();
+  tick();
+}
+
+std::int64_t ModelHost::wall_ms(Clock::time_point t) const {
+  if (t == Clock::time_point{}) return 0;
+  return wall_epoch_ms_ + std::chrono::duration_cast<std::chrono::milliseconds>(t - steady_epoch_).count();
+}
+
+ModelHost::Entry* ModelHost::find(const std::string& id) {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : it->second.get();
+}
+
+void ModelHost::set_state(Entry& e, ModelState to) {
+  if (!model_transition_legal(e.state, to)) {
+    std::fprintf(stderr, "ModelHost: illegal transition %s -> %s (%s)\n", model_state_name(e.state), model_state_name(to),
+                 e.id.c_str());
+    std::abort();
+  }
+  spdlog::debug("model {}: {} -> {}", e.id, model_state_name(e.state), model_state_name(to));
+  e.state = to;
+  e.state_since = Clock::now();
+}
+
+void ModelHost::load(const std::string& id, std::optional<std::int64_t> keep_alive_ms, LoadListener listener) {
+  LoadUpdate refused;
+  refused.id = id;
+  refused.done = true;
+  if (stopping_) {
+    refused.status = Status(ErrorCode::kShuttingDown, "the agent is stopping");
+    return listener(refused);
+  }
+  if (Entry* e = find(id)) {
+    if (keep_alive_ms) e->keep_alive_ms = *keep_alive_ms;
+    if (e->state == ModelState::kLoaded) {
+      e->last_used = Clock::now();
+      e->unload_when_idle = false;
+      e->waiters.push_back(std::move(listener));
+      return finish_load(*e, {});
+    }
+    if (e->state == ModelState::kUnloading) e->reload = true;
+    e->unload_when_idle = false;
+    e->waiters.push_back(std::move(listener));
+    return progress(*e);
+  }
+  store::ModelSource source;
+  if (Status s = lookup_(id, &source); !s.ok()) {
+    refused.status = s;
+    return listener(refused);
+  }
+  auto e = std::make_unique<Entry>();
+  e->id = id;
+  e->source = std::move(source);
+  e->bytes = e->source.manifest->bytes;
+  e->keep_alive_ms = keep_alive_ms.value_or(config_.keep_alive_ms);
+  e->asked_at = e->state_since = Clock::now();
+  e->waiters.push_back(std::move(listener));
+  if (config_.budget.bytes > 0 && e->bytes > config_.budget.bytes) {
+    refused.status = Status(ErrorCode::kUnavailable, "model '" + id + "' (" + std::to_string(e->bytes >> 20) +
+                                                         " MiB) is larger than this agent's whole model budget (" +
+                                                         std::to_string(config_.budget.bytes >> 20) + " MiB)");
+    return e->waiters.front()(refused);
+  }
+  Entry& ref = *e;
+  entries_[id] = std::move(e);
+  queue_.push_back(id);
+  progress(ref);
+  pump();
+}
+
+std::vector<Resident> ModelHost::residents(bool unloading_as_leaving) const {
+  std::vector<Resident> out;
+  for (const auto& [id, e] : entries_) {
+    if (e->state == ModelState::kQueued) continue;
+    if (unloading_as_leaving && e->state == ModelState::kUnloading) continue;
+    Resident r;
+    r.id = id;
+    r.bytes = e->bytes;
+    r.idle = e->state == ModelState::kLoaded && !e->busy && !e->reload;
+    r.last_used_ms = std::chrono::duration_cast<std::chrono::milliseconds>(e->last_used - steady_epoch_).count();
+    r.keep_alive_ms = e->keep_alive_ms;
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::uint64_t ModelHost::held_bytes() const {
+  std::uint64_t held = 0;
+  for (const auto& [id, e] : entries_) held += e->state == ModelState::kQueued ? 0 : e->bytes;
+  return held;
+}
+
+void ModelHost::pump() {
+  // In arrival order: a later load never takes the room an earlier one waits for.
+  while (!queue_.empty() && !stopping_) {
+    Entry* e = find(queue_.front());
+    if (e == nullptr || e->state != ModelState::kQueued) {
+      queue_.pop_front();
+      continue;
+    }
+    const Room now = make_room(residents(false), e->bytes, config_.budget);
+    if (now.fits && now.unload.empty()) {
+      queue_.pop_front();
+      begin_fill(*e);
+      continue;
+    }
+    // Models already leaving will give their room back; ask the fewest idle ones for the rest.
+    const Room after = make_room(residents(true), e->bytes, config_.budget);
+    for (const std::string& victim : after.unload) {
+      if (Entry* v = find(victim)) begin_unload(*v, "room");
+    }
+    return;  // waits for exits, for models to become idle, or for its queue_timeout
+  }
+}
+
+void ModelHost::begin_fill(Entry& e) {
+  e.tier = std::string(store::tier_name(store_.tier(e.id)));
+  Status s;
+  e.image = store_.acquire(e.source, &s);
+  if (!e.image) return finish_load(e, s);
+  e.holds_image = true;
+  set_state(e, ModelState::kFilling);
+  progress(e);
+  const std::uint64_t gen = e.generation = next_generation_++;
+  fill_waits_[gen] = std::thread([this, alive = alive_, image = e.image, id = e.id, gen] {
+    const Status st = image->wait_complete();
+    asio::post(io_, [this, alive, id, gen, st] {
+      if (*alive) on_filled(id, gen, st);
+    });
+  });
+}
+
+void ModelHost::on_filled(const std::string& id, std::uint64_t generation, const Status& st) {
+  if (auto t = fill_waits_.find(generation); t != fill_waits_.end()) {
+    t->second.join();  // it posted this and returned
+    fill_waits_.erase(t);
+  }
+  Entry* e = find(id);
+  if (e == nullptr || e->generation != generation || e->state != ModelState::kFilling) return;
+  if (!st.ok()) return finish_load(*e, st);
+  begin_start(*e);
+}
+
+void ModelHost::begin_start(Entry& e) {
+  set_state(e, ModelState::kStarting);
+  ProcessSpec spec;
+  spec.program = config_.umad;
+  spec.image_fd = e.image->fd();
+  spec.log_path = config_.run_dir + "/" + e.id + ".log";
+  spec.args = config_.umad_args;
+  for (const char* a : {"--alias", e.id.c_str()}) spec.args.emplace_back(a);
+  spec.args.insert(spec.args.end(), {"--http", config_.http_host + ":0", "--socket", config_.run_dir + "/" + e.id + ".sock"});
+  if (spec.image_fd < 0) return finish_load(e, Status(ErrorCode::kModelLoad, "the store's image of '" + e.id + "' has no descriptor to hand over"));
+  Status s = ModelProcess::spawn(io_, spec, [this, id = e.id](const StatusLine& line) { on_status(id, line); }, &e.process);
+  if (!s.ok()) return finish_load(e, s);
+  spdlog::info("model {}: umad {} starting ({} MiB from {}, log {})", e.id, e.process->pid(), e.bytes >> 20, e.tier, spec.log_path);
+  progress(e);
+}
+
+void ModelHost::on_status(const std::string& id, const StatusLine& line) {
+  Entry* e = find(id);
+  if (e == nullptr) return;
+  if (line.event == "ready" && e->state == ModelState::kStarting) {
+    set_state(*e, ModelState::kLoaded);
+    e->http_port = line.http_port;
+    e->loaded_at = e->last_used = Clock::now();
+    counters_.loads++;
+    spdlog::info("model {}: loaded in {:.3f} s, serving at http://{}:{}", id,
+                 std::chrono::duration<double>(e->loaded_at - e->asked_at).count(), config_.http_host, e->http_port);
+    finish_load(*e, {});
+    if (e->unload_when_idle && !e->busy) begin_unload(*e, "request");
+    return pump();
+  }
+  if (line.event == "busy") {
+    e->busy = true;
+    if (e->state == ModelState::kUnloading && !e->forced) {  // a request came first: it serves on
+      counters_.unload_refusals++;
+      spdlog::info("model {}: unload refused, a request is in flight", id);
+      if (std::string_view(e->unload_reason) == "request") e->unload_when_idle = true;
+      set_state(*e, ModelState::kLoaded);
+      return pump();
+    }
+    return;
+  }
+  if (line.event == "idle") {
+    e->busy = false;
+    e->last_used = Clock::now();
+    if (e->state == ModelState::kLoaded && e->unload_when_idle) begin_unload(*e, "request");
+    return pump();  // a queued load may take its room now
+  }
+  if (line.event == "stopping") spdlog::info("model {}: umad stopping ({})", id, line.why);
+}
+
+void ModelHost::begin_unload(Entry& e, const char* reason) {
+  if (e.state != ModelState::kLoaded && e.state != ModelState::kStarting) return;
+  e.unload_reason = reason;
+  e.unload_when_idle = false;
+  set_state(e, ModelState::kUnloading);
+  spdlog::info("model {}: unloading ({})", e.id, reason);
+  if (e.forced) {
+    e.process->terminate();
+  } else {
+    e.process->ask_unload();
+  }
+}
+
+void ModelHost::unload(const std::string& id, bool force, UnloadDone done) {
+  Entry* e = find(id);
+  if (e == nullptr) return done(Status(ErrorCode::kNotFound, "model '" + id + "' is not loaded here"), "");
+  e->reload = false;
+  switch (e->state) {
+    case ModelState::kQueued:
+      finish_load(*e, Status(ErrorCode::kShuttingDown, "unloaded before its load began"));
+      return done({}, "unloaded");
+    case ModelState::kFilling:
+      e->unload_when_idle = true;  // once it serves (a fill cannot be stopped midway)
+      return done({}, "draining");
+    case ModelState::kStarting:
+    case ModelState::kLoaded:
+      if (e->state == ModelState::kLoaded && e->busy && !force) {
+        e->unload_when_idle = true;
+        return done({}, "draining");
+      }
+      e->forced = force || e->state == ModelState::kStarting;
+      e->unload_waiters.push_back(std::move(done));
+      return begin_unload(*e, "request");
+    case ModelState::kUnloading:
+      if (force && !e->forced) {
+        e->forced = true;
+        e->process->terminate();
+      }
+      e->unload_waiters.push_back(std::move(done));
+      return;
+  }
+}
+
+void ModelHost::arm_reaper() {
+  sigchld_.async_wait([this, alive = alive_](const boost::system::error_code& ec, int) {
+    if (ec || !*alive) return;
+    reap();
+    arm_reaper();
+  });
+}
+
+void ModelHost::reap() {
+  int status = 0;
+  for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
+    Entry* found = nullptr;
+    for (auto& [id, e] : entries_) {
+      if (e->process && e->process->pid() == pid) found = e.get();
+    }
+    if (found != nullptr) on_exit(*found, status);
+  }
+  if (stopping_ && entries_.empty() && stopped_) std::exchange(stopped_, nullptr)();
+}
+
+void ModelHost::on_exit(Entry& e, int status) {
+  e.process->exited(status);
+  const std::string how = ModelProcess::describe_exit(status);
+  const std::string id = e.id;
+  switch (e.state) {
+    case ModelState::kStarting:
+      finish_load(e, Status(ErrorCode::kModelLoad, "umad for '" + id + "' exited while loading (" + how + "; log " +
+                                                       config_.run_dir + "/" + id + ".log)"));
+      break;
+    case ModelState::kUnloading: {
+      const std::string_view reason = e.unload_reason;
+      (reason == "keep_alive" ? counters_.unloads_keep_alive : reason == "room" ? counters_.unloads_room : counters_.unloads_request)++;
+      spdlog::info("model {}: unloaded ({}, {})", id, reason, how);
+      break;
+    }
+    default:
+      counters_.crashes++;
+      spdlog::warn("model {}: umad exited unasked ({}); log {}/{}.log", id, how, config_.run_dir, id);
+      break;
+  }
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return pump();  // finish_load removed it
+  std::unique_ptr<Entry> gone = std::move(it->second);
+  entries_.erase(it);
+  if (gone->holds_image) store_.release(id);  // the DRAM tier keeps it within its budget
+  for (UnloadDone& d : gone->unload_waiters) d({}, "unloaded");
+  if (gone->reload && !gone->waiters.empty() && !stopping_) {
+    std::vector<LoadListener> waiters = std::move(gone->waiters);
+    const std::int64_t keep = gone->keep_alive_ms;
+    gone.reset();
+    for (LoadListener& w : waiters) load(id, keep, std::move(w));
+    return;
+  }
+  for (LoadListener& w : gone->waiters) {
+    LoadUpdate u;
+    u.id = id;
+    u.done = true;
+    u.status = Status(ErrorCode::kModelLoad, "model '" + id + "' ended (" + how + ")");
+    w(u);
+  }
+  pump();
+}
+
+void ModelHost::finish_load(Entry& e, const Status& st) {
+  LoadUpdate u;
+  u.id = e.id;
+  u.state = e.state;
+  u.tier = e.tier;
+  u.bytes = e.bytes;
+  u.ready_bytes = st.ok() ? e.bytes : (e.image ? e.image->ready_bytes() : 0);
+  u.seconds = std::chrono::duration<double>(Clock::now() - e.asked_at).count();
+  u.done = true;
+  u.status = st;
+  if (st.ok()) u.http = "http://" + config_.http_host + ":" + std::to_string(e.http_port);
+  std::vector<LoadListener> waiters = std::move(e.waiters);
+  e.waiters.clear();
+  if (!st.ok()) {
+    counters_.load_failures++;
+    spdlog::warn("model {}: load failed: {}", e.id, st.to_string());
+    if (e.process && e.process->running() && e.process->exit_status() < 0) {
+      // Still running (a start timeout): it goes when killed; the reaper finds no entry.
+      e.process.reset();
+    }
+    if (e.holds_image) store_.release(e.id);
+    const std::string id = e.id;
+    entries_.erase(id);  // `e` is gone from here on
+    std::erase(queue_, id);
+  }
+  for (LoadListener& w : waiters) w(u);
+}
+
+void ModelHost::progress(Entry& e) {
+  if (e.waiters.empty()) return;
+  LoadUpdate u;
+  u.id = e.id;
+  u.state = e.state;
+  u.tier = e.tier.empty() ? std::string(store::tier_name(store_.tier(e.id))) : e.tier;
+  u.bytes = e.bytes;
+  u.ready_bytes = e.image ? e.image->ready_bytes() : 0;
+  u.seconds = std::chrono::duration<double>(Clock::now() - e.asked_at).count();
+  for (LoadListener& w : e.waiters) w(u);
+}
+
+void ModelHost::tick() {
+  const auto now = Clock::now();
+  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - steady_epoch_).count();
+  if (!stopping_) {
+    for (const std::string& id : expired(residents(true), now_ms)) {
+      if (Entry* e = find(id)) begin_unload(*e, "keep_alive");
+    }
+  }
+  std::vector<std::string> late;
+  for (auto& [id, e] : entries_) {
+    if (e->state == ModelState::kQueued && now - e->state_since > config_.queue_timeout) late.push_back(id);
+    if (e->state == ModelState::kStarting && now - e->state_since > config_.start_timeout) late.push_back(id);
+  }
+  for (const std::string& id : late) {
+    Entry* e = find(id);
+    const bool queued = e->state == ModelState::kQueued;
+    finish_load(*e, Status(ErrorCode::kUnavailable,
+                           queued ? "no room for '" + id + "' within " + std::to_string(config_.queue_timeout.count()) +
+                                        " ms: the models holding this agent's budget are in use"
+                                  : "umad for '" + id + "' did not become ready within " +
+                                        std::to_string(config_.start_timeout.count()) + " ms"));
+  }
+  for (auto& [id, e] : entries_) {
+    if (e->state == ModelState::kFilling || e->state == ModelState::kStarting || e->state == ModelState::kQueued) progress(*e);
+  }
+  timer_.expires_after(config_.tick);
+  timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!ec && *alive) tick();
+  });
+}
+
+std::vector<ModelInfo> ModelHost::models() const {
+  std::vector<ModelInfo> out;
+  for (const auto& [id, e] : entries_) {
+    ModelInfo m;
+    m.id = id;
+    m.state = e->state;
+    m.bytes = e->bytes;
+    m.ready_bytes = e->state >= ModelState::kStarting ? e->bytes : e->image ? e->image->ready_bytes() : 0;
+    m.in_use = e->busy;
+    m.loaded_at_ms = wall_ms(e->loaded_at);
+    m.last_used_ms = wall_ms(e->last_used);
+    m.keep_alive_ms = e->keep_alive_ms;
+    if (e->http_port != 0) m.http = "http://" + config_.http_host + ":" + std::to_string(e->http_port);
+    m.pid = e->process ? e->process->pid() : 0;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+void ModelHost::stop(std::chrono::milliseconds grace, std::function<void()> done) {
+  stopping_ = true;
+  std::vector<std::string> queued(queue_.begin(), queue_.end());
+  for (const std::string& id : queued) {
+    if (Entry* e = find(id)) finish_load(*e, Status(ErrorCode::kShuttingDown, "the agent is stopping"));
+  }
+  for (auto& [id, e] : entries_) {
+    if (e->process) e->process->terminate();
+  }
+  stopped_ = std::move(done);
+  // Fills still running end when the store stops; their entries have no process to wait for.
+  std::vector<std::string> without;
+  for (auto& [id, e] : entries_) {
+    if (!e->process) without.push_back(id);
+  }
+  for (const std::string& id : without) finish_load(*find(id), Status(ErrorCode::kShuttingDown, "the agent is stopping"));
+  if (entries_.empty()) return std::exchange(stopped_, nullptr)();
+  auto timer = std::make_shared<asio::steady_timer>(io_, grace);
+  timer->async_wait([this, timer, alive = alive_](const boost::system::error_code&) {
+    if (!*alive) return;
+    for (auto& [id, e] : entries_) {
+      if (e->process) ::kill(e->process->pid(), SIGKILL);
+    }
+  });
+}
+
+}  // namespace uma::agent

@@ -1,0 +1,162 @@
+// ModelHost: the models one agent serves, each a umad of its own (agent/model_process.h) whose
+// image comes from the agent's model store (store/tier_store.h), loaded on demand, kept while used
+// and unloaded by keep_alive or for room (agent/residency.h).
+//
+// One model's states (one enum, one setter that aborts on a transition nobody wrote code for):
+//   queued    waiting for room under the budget (bounded by queue_timeout)
+//   filling   the store brings its bytes to an image (progress: ready bytes of bytes)
+//   starting  its umad maps the image and loads it (start_timeout)
+//   loaded    serving at its own HTTP port; busy/idle as its umad reports
+//   unloading its umad was asked to stop (SIGUSR1: only if idle) or told to (SIGTERM, forced)
+// A model leaves the table when its process has exited (the reaper: SIGCHLD), and only then gives
+// its room back, so the budget always counts memory that is really held. An unload that the
+// child refuses (a request arrived first) leaves it loaded and busy. A load of a model that is
+// unloading waits for the exit and loads it again.
+//
+// Threading: the I/O thread of `io` only (every public method, every callback); the store is
+// thread-safe and fills on its own thread; a fill's completion is waited for on a short-lived
+// thread that posts back. Ownership: the host owns its processes and their images' holds; stop()
+// ends them all. Destroy it after the store has stopped (TierStore::stop: fills it waits for end)
+// and before the store is destroyed. A forked child dies with the thread that forked it (PR_SET_PDEATHSIG), so the
+// I/O thread must be the agent's main thread.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/model_process.h"
+#include "agent/residency.h"
+#include "common/status.h"
+#include "store/tier_store.h"
+
+namespace uma::agent {
+
+enum class ModelState : std::uint8_t { kQueued, kFilling, kStarting, kLoaded, kUnloading };
+const char* model_state_name(ModelState s);
+bool model_transition_legal(ModelState from, ModelState to);
+
+struct HostConfig {
+  std::string umad;                    // the umad binary
+  std::vector<std::string> umad_args;  // given to every umad (threads, n_ctx, sessions, ...)
+  std::string run_dir;                 // umads' sockets and logs
+  std::string http_host = "127.0.0.1";  // where umads serve HTTP (each on a free port)
+  Budget budget;                       // memory of loaded models (their bytes) and their count
+  std::int64_t keep_alive_ms = 5 * 60 * 1000;  // default keep_alive (< 0: never unloaded for idleness)
+  std::chrono::milliseconds queue_timeout{30000};
+  std::chrono::milliseconds start_timeout{300000};
+  std::chrono::milliseconds tick{50};  // progress events, keep_alive and timeouts
+};
+
+// A load's progress and its end (done: status, and where it serves).
+struct LoadUpdate {
+  std::string id;
+  ModelState state = ModelState::kQueued;
+  std::string tier;  // where its bytes came from at the load's start: dram | nvme | remote
+  std::uint64_t bytes = 0;
+  std::uint64_t ready_bytes = 0;
+  double seconds = 0;  // since the load was asked for
+  bool done = false;
+  Status status;
+  std::string http;  // done and ok: the model's base URL (http://host:port)
+};
+using LoadListener = std::function<void(const LoadUpdate&)>;
+
+struct ModelInfo {
+  std::string id;
+  ModelState state = ModelState::kQueued;
+  std::uint64_t bytes = 0;
+  std::uint64_t ready_bytes = 0;
+  bool in_use = false;
+  std::int64_t loaded_at_ms = 0;  // wall clock, ms since the epoch; 0: not loaded
+  std::int64_t last_used_ms = 0;
+  std::int64_t keep_alive_ms = 0;
+  std::string http;
+  pid_t pid = 0;
+};
+
+struct HostCounters {
+  std::uint64_t loads = 0;          // loads that ended serving
+  std::uint64_t load_failures = 0;
+  std::uint64_t unloads_keep_alive = 0;
+  std::uint64_t unloads_room = 0;
+  std::uint64_t unloads_request = 0;
+  std::uint64_t unload_refusals = 0;  // a child busy when asked
+  std::uint64_t crashes = 0;          // a loaded model's umad exited unasked
+};
+
+class ModelHost {
+ public:
+  // The catalog: a model's manifest and URL (kNotFound for an id it does not have).
+  using Lookup = std::function<Status(const std::string& id, store::ModelSource* out)>;
+  ModelHost(boost::asio::io_context& io, HostConfig config, store::TierStore& store, Lookup lookup);
+  ~ModelHost();
+  ModelHost(const ModelHost&) = delete;
+  ModelHost& operator=(const ModelHost&) = delete;
+
+  void start();
+  // Loads `id` (or finds it loaded); `listener` hears progress and, once, the end. keep_alive:
+  // nullopt keeps the model's (or the default); a value sets it from now on.
+  void load(const std::string& id, std::optional<std::int64_t> keep_alive_ms, LoadListener listener);
+  // Unloads `id` once idle (force: now, ending its streams). `done(status, state)`: "unloaded"
+  // once its process exited, or at once "draining" while requests are in flight or it loads.
+  using UnloadDone = std::function<void(const Status&, const std::string& state)>;
+  void unload(const std::string& id, bool force, UnloadDone done);
+  std::vector<ModelInfo> models() const;
+  const HostCounters& counters() const { return counters_; }
+  std::uint64_t held_bytes() const;  // the budget in use
+  const HostConfig& config() const { return config_; }
+  // Ends every model (SIGTERM, SIGKILL after `grace`); `done` once all have exited.
+  void stop(std::chrono::milliseconds grace, std::function<void()> done);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Entry;
+  void set_state(Entry& e, ModelState to);
+  void pump();
+  void begin_fill(Entry& e);
+  void on_filled(const std::string& id, std::uint64_t generation, const Status& st);
+  void begin_start(Entry& e);
+  void on_status(const std::string& id, const StatusLine& line);
+  void begin_unload(Entry& e, const char* reason);
+  void reap();
+  void on_exit(Entry& e, int status);
+  void finish_load(Entry& e, const Status& st);
+  void progress(Entry& e);
+  void tick();
+  void arm_reaper();
+  std::vector<Resident> residents(bool unloading_as_leaving) const;
+  Entry* find(const std::string& id);
+  std::int64_t wall_ms(Clock::time_point t) const;
+
+  boost::asio::io_context& io_;
+  HostConfig config_;
+  store::TierStore& store_;
+  Lookup lookup_;
+  boost::asio::signal_set sigchld_;
+  boost::asio::steady_timer timer_;
+  std::map<std::string, std::unique_ptr<Entry>> entries_;
+  std::deque<std::string> queue_;
+  std::map<std::uint64_t, std::thread> fill_waits_;
+  std::uint64_t next_generation_ = 1;
+  HostCounters counters_;
+  const Clock::time_point steady_epoch_ = Clock::now();
+  const std::int64_t wall_epoch_ms_;
+  bool stopping_ = false;
+  std::function<void()> stopped_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace uma::agent

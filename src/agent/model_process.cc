@@ -1,0 +1,134 @@
+#include "agent/model_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+namespace uma::agent {
+
+namespace {
+
+constexpr int kImageFd = 3;
+constexpr int kStatusFd = 4;
+
+}  // namespace
+
+Status ModelProcess::spawn(boost::asio::io_context& io, const ProcessSpec& spec, Listener listener,
+                           std::unique_ptr<ModelProcess>* out) {
+  std::vector<std::string> args = {spec.program};
+  if (spec.image_fd >= 0) {
+    args.push_back("--model");
+    args.push_back("/proc/self/fd/" + std::to_string(kImageFd));
+  }
+  args.insert(args.end(), spec.args.begin(), spec.args.end());
+  args.push_back("--status-fd");
+  args.push_back(std::to_string(kStatusFd));
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return {ErrorCode::kIo, std::string("pipe: ") + std::strerror(errno)};
+  const int log_fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    return {ErrorCode::kIo, "cannot write " + spec.log_path + ": " + std::strerror(errno)};
+  }
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // The child: async-signal-safe calls only until exec. Descriptors are first moved above 4 so
+    // the dup2s below cannot overwrite one another; dup2 clears close-on-exec on its target.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    ::signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    const int image = spec.image_fd >= 0 ? ::fcntl(spec.image_fd, F_DUPFD_CLOEXEC, 10) : -1;
+    const int status = ::fcntl(pipefd[1], F_DUPFD_CLOEXEC, 10);
+    if (null_fd >= 0) ::dup2(null_fd, 0);
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    if (image >= 0) ::dup2(image, kImageFd);
+    ::dup2(status, kStatusFd);
+    ::execv(argv[0], argv.data());
+    static const char kMsg[] = "uma-agent: exec of umad failed\n";
+    [[maybe_unused]] auto n = ::write(2, kMsg, sizeof kMsg - 1);
+    ::_exit(127);
+  }
+  const int err = errno;
+  ::close(pipefd[1]);
+  ::close(log_fd);
+  if (null_fd >= 0) ::close(null_fd);
+  if (pid < 0) {
+    ::close(pipefd[0]);
+    return {ErrorCode::kIo, std::string("fork: ") + std::strerror(err)};
+  }
+  out->reset(new ModelProcess(io, pid, pipefd[0], std::move(listener)));
+  (*out)->read();
+  return {};
+}
+
+ModelProcess::ModelProcess(boost::asio::io_context& io, pid_t pid, int status_fd, Listener listener)
+    : pid_(pid), status_(io, status_fd), listener_(std::move(listener)) {}
+
+ModelProcess::~ModelProcess() {
+  *alive_ = false;
+  signal(SIGKILL);
+  boost::system::error_code ignored;
+  status_.close(ignored);
+}
+
+void ModelProcess::read() {
+  status_.async_read_some(boost::asio::buffer(buf_), [this, alive = alive_](const boost::system::error_code& ec, std::size_t n) {
+    if (!*alive) return;
+    if (ec) return;  // EOF: the child closed its end (exiting); the reaper reports the exit
+    pending_.append(buf_.data(), n);
+    for (std::size_t nl; (nl = pending_.find('\n')) != std::string::npos;) {
+      const std::string text = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      StatusLine line;
+      const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+      if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) {
+        spdlog::warn("umad {}: unreadable status line '{}'", pid_, text);
+        continue;
+      }
+      line.event = j["event"].get<std::string>();
+      if (j.contains("http_port") && j["http_port"].is_number_unsigned()) line.http_port = j["http_port"].get<std::uint16_t>();
+      if (j.contains("why") && j["why"].is_string()) line.why = j["why"].get<std::string>();
+      listener_(line);
+      if (!*alive) return;  // the listener let go of this process
+    }
+    if (pending_.size() > 4096) pending_.clear();  // no line is this long: not umad speaking
+    read();
+  });
+}
+
+void ModelProcess::signal(int sig) {
+  if (pid_ > 0 && exit_status_ < 0) ::kill(pid_, sig);
+}
+
+void ModelProcess::ask_unload() { signal(SIGUSR1); }
+void ModelProcess::terminate() { signal(SIGTERM); }
+
+void ModelProcess::exited(int status) {
+  exit_status_ = status;
+}
+
+std::string ModelProcess::describe_exit(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+}  // namespace uma::agent

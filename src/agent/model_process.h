@@ -1,0 +1,76 @@
+// ModelProcess: one umad serving one model under the agent (docs/ARCHITECTURE.md "Many models per
+// agent"). The agent forks and executes umad with the model's image as descriptor 3 (a memfd:
+// `--model /proc/self/fd/3`, mapped in place on a CPU, so a start from the DRAM tier copies
+// nothing) and a pipe as descriptor 4 (`--status-fd 4`) on which umad reports "ready" (with its
+// HTTP port), "busy"/"idle" and "stopping" (daemon/supervisor_link.h). The child dies with the
+// agent (PR_SET_PDEATHSIG), so no model outlives the process that accounts for its memory.
+//
+// Exit is seen by the agent's SIGCHLD reaper (agent/model_host.h), which calls exited(): the
+// status pipe's EOF only ends the reading.
+// Threading: the I/O thread of `io` only. Ownership: the agent owns it; the destructor kills a
+// child still running (SIGKILL) and reaps nothing (the reaper does).
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace uma::agent {
+
+struct ProcessSpec {
+  std::string program;             // umad
+  std::vector<std::string> args;   // after argv[0]; --status-fd and --model (with an image) are added
+  int image_fd = -1;               // a memfd with the model's bytes, or -1: args name the model
+  std::string log_path;            // the child's stdout and stderr (truncated)
+};
+
+// One status line from the child.
+struct StatusLine {
+  std::string event;  // ready | busy | idle | stopping
+  std::uint16_t http_port = 0;
+  std::string why;
+};
+
+class ModelProcess {
+ public:
+  using Listener = std::function<void(const StatusLine&)>;
+  // Starts the child; `listener` hears its status lines (never after the ModelProcess is gone).
+  static Status spawn(boost::asio::io_context& io, const ProcessSpec& spec, Listener listener,
+                      std::unique_ptr<ModelProcess>* out);
+  ~ModelProcess();
+  ModelProcess(const ModelProcess&) = delete;
+  ModelProcess& operator=(const ModelProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0; }
+  void ask_unload();  // SIGUSR1: umad stops if no request is in flight, else answers "busy"
+  void terminate();   // SIGTERM: umad ends its streams with an error and stops
+  // The reaper saw it exit with wait status `status`: no signal is sent from here on.
+  void exited(int status);
+  int exit_status() const { return exit_status_; }
+  static std::string describe_exit(int status);  // "exit 0", "killed by signal 9", ...
+
+ private:
+  ModelProcess(boost::asio::io_context& io, pid_t pid, int status_fd, Listener listener);
+  void read();
+  void signal(int sig);
+
+  pid_t pid_;
+  int exit_status_ = -1;
+  boost::asio::posix::stream_descriptor status_;
+  Listener listener_;
+  std::array<char, 512> buf_{};
+  std::string pending_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace uma::agent

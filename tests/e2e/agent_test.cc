@@ -1,0 +1,302 @@
+// uma-agent end to end: a real redis-server holding the catalog, the real uma-agent running a real
+// umad per loaded model (oracle models under several ids, served from the agent's NVMe tier), the
+// management API over HTTP. Loads on demand with progress, exact streams on one model while another
+// loads and unloads, unloads by keep_alive and for room (least recently used, never one in use),
+// a load that cannot fit, a crashed model, and the cluster key.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "cluster/model_catalog.h"
+#include "e2e/cluster_harness.h"
+#include "e2e/http_client.h"
+#include "e2e/oracle.h"
+#include "e2e/redis_harness.h"
+
+namespace uma::test {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+class Agent {
+ public:
+  Agent(const std::string& redis, const std::string& store_dir, std::vector<std::string> extra) {
+    static int counter = 0;
+    const std::string name = "uma-agent-" + std::to_string(counter++);
+    log_path_ = temp_dir() + "/" + name + ".log";
+    run_dir_ = temp_dir() + "/" + name;
+    std::vector<std::string> argv = {bin_path("uma-agent"), "--listen", "127.0.0.1:0", "--redis", redis,
+                                     "--store-dir", store_dir, "--run-dir", run_dir_};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    for (const char* a : {"--", "--threads", "1", "--max-tokens", "4000", "--n-ctx", "8192", "--max-sessions", "4"}) argv.emplace_back(a);
+    pid_ = spawn_process(argv, log_path_);
+    const std::string marker = "agent listening on 127.0.0.1:";
+    wait_for([&] {
+      const std::string log = slurp(log_path_);
+      const auto at = log.find(marker);
+      if (at == std::string::npos) return ::waitpid(pid_, nullptr, WNOHANG) == pid_;
+      port_ = std::stoi(log.substr(at + marker.size()));
+      return true;
+    }, std::chrono::seconds(30));
+  }
+  ~Agent() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  int stop() {
+    ::kill(pid_, SIGTERM);
+    int status = -1;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  int port() const { return port_; }
+  std::string log() const { return slurp(log_path_); }
+
+ private:
+  std::string log_path_, run_dir_;
+  pid_t pid_ = -1;
+  int port_ = -1;
+};
+
+std::string request(int port, const std::string& method, const std::string& path, const std::string& body,
+                    const std::string& key = "") {
+  Tcp t(port);
+  const std::string auth = key.empty() ? "" : "Authorization: Bearer " + key + "\r\n";
+  if (!t.send(method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + auth +
+              "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body)) {
+    return "";
+  }
+  return t.response(std::chrono::seconds(60));
+}
+
+// A streamed /load: every event, the last one the end.
+std::vector<json> load(int port, const std::string& model, const json& extra = json::object(), const std::string& key = "") {
+  json body = extra;
+  body["model"] = model;
+  const std::string r = request(port, "POST", "/load", body.dump(), key);
+  std::vector<json> events;
+  const std::string data = dechunk(body_of(r));
+  for (std::size_t at = data.find("data: "); at != std::string::npos; at = data.find("data: ", at + 1)) {
+    events.push_back(json::parse(data.substr(at + 6, data.find("\n\n", at) - at - 6), nullptr, false));
+  }
+  if (events.empty()) {  // "stream": false: one JSON answer
+    const json whole = json::parse(body_of(r), nullptr, false);
+    events.push_back(whole.is_object() ? whole : json{{"raw", r}});
+  }
+  return events;
+}
+
+int port_of(const json& loaded) {
+  const std::string url = loaded.value("http", "");
+  return url.empty() ? -1 : std::stoi(url.substr(url.rfind(':') + 1));
+}
+
+json models(int port, const std::string& key = "") { return json::parse(body_of(request(port, "GET", "/models", "", key)), nullptr, false); }
+
+json model_row(int port, const std::string& id) {
+  const json all = models(port);
+  if (!all.contains("models")) return json::object();
+  for (const json& m : all["models"]) {
+    if (m["model"] == id) return m;
+  }
+  return json::object();
+}
+
+std::string state_of(int port, const std::string& id) { return model_row(port, id).value("state", "absent"); }
+
+struct Catalog {
+  RedisServer redis;
+  std::string store_dir;
+  std::uint64_t bytes = 0;
+  bool up(const std::vector<std::string>& ids) {
+    if (!redis.start()) return false;
+    store_dir = temp_dir() + "/agent-store-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    fs::remove_all(store_dir);
+    fs::create_directories(store_dir);
+    cluster::RedisAddress addr;
+    if (!cluster::parse_redis_address(redis.address(), &addr)) return false;
+    cluster::RedisClient rc(addr, std::chrono::milliseconds(2000));
+    for (const std::string& id : ids) {
+      store::Manifest m;
+      if (!store::build_manifest(model_path("oracle.gguf"), id, 1 << 20, 2, &m).ok()) return false;
+      if (!cluster::catalog_put(rc, m, "").ok()) return false;
+      fs::copy_file(model_path("oracle.gguf"), store_dir + "/" + id + ".gguf");
+      bytes = m.bytes;
+    }
+    return true;
+  }
+  static inline int counter = 0;
+};
+
+TEST(Agent, LoadsOnDemandWithProgressAndServesOneModelExactlyWhileAnotherLoadsAndUnloads) {
+  Catalog cat;
+  ASSERT_TRUE(cat.up({"oracle-a", "oracle-b"}));
+  Agent agent(cat.redis.address(), cat.store_dir, {});
+  ASSERT_GT(agent.port(), 0) << agent.log();
+  EXPECT_EQ(state_of(agent.port(), "oracle-a"), "nvme") << models(agent.port()).dump();
+
+  const std::vector<json> events = load(agent.port(), "oracle-a");
+  ASSERT_FALSE(events.empty());
+  const json& end = events.back();
+  ASSERT_EQ(end.value("state", ""), "loaded") << end.dump() << agent.log();
+  EXPECT_EQ(end["tier"], "nvme");
+  EXPECT_EQ(end["bytes"], cat.bytes);
+  // Progress comes first, through the states in their order.
+  const std::vector<std::string> order = {"queued", "filling", "starting", "loaded"};
+  std::size_t last = 0;
+  for (const json& e : events) {
+    const auto at = std::find(order.begin(), order.end(), e.value("state", "?"));
+    ASSERT_NE(at, order.end()) << e.dump();
+    EXPECT_GE(static_cast<std::size_t>(at - order.begin()), last) << e.dump();
+    last = static_cast<std::size_t>(at - order.begin());
+  }
+  const int a = port_of(end);
+  ASSERT_GT(a, 0);
+  EXPECT_EQ(complete(a, "hello world", 8), oracle().expected_text("hello world", 8));
+  json row = model_row(agent.port(), "oracle-a");
+  EXPECT_EQ(row["state"], "loaded");
+  EXPECT_GT(row["loaded_at"].get<std::int64_t>(), 0);
+  EXPECT_EQ(row["keep_alive"], 300000) << "the default keep_alive is Ollama's 5 minutes";
+  // A second load of a loaded model answers at once with the same place.
+  EXPECT_EQ(port_of(load(agent.port(), "oracle-a").back()), a);
+
+  // A long stream on A while B loads, serves and unloads.
+  auto long_a = std::async(std::launch::async, [a] { return complete(a, "hello world", 3000); });
+  ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "oracle-a").value("in_use", false); }, std::chrono::seconds(10)));
+  const json b_loaded = load(agent.port(), "oracle-b", {{"stream", false}}).back();
+  ASSERT_EQ(b_loaded.value("state", ""), "loaded") << b_loaded.dump() << agent.log();
+  EXPECT_EQ(complete(port_of(b_loaded), "one two three", 12), oracle().expected_text("one two three", 12));
+  const std::string unloaded = request(agent.port(), "POST", "/unload", R"({"model":"oracle-b"})");
+  EXPECT_EQ(status_of(unloaded), 200) << unloaded;
+  EXPECT_NE(body_of(unloaded).find("\"unloaded\""), std::string::npos) << unloaded;
+  EXPECT_NE(state_of(agent.port(), "oracle-b"), "loaded");
+  EXPECT_TRUE(model_row(agent.port(), "oracle-a").value("in_use", false)) << "A's stream outlasted B's whole life";
+  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 3000));
+
+  // An unload of a model in use drains: it goes once its request ends.
+  auto again = std::async(std::launch::async, [a] { return complete(a, "hello world", 3000); });
+  ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "oracle-a").value("in_use", false); }, std::chrono::seconds(10)));
+  const std::string draining = request(agent.port(), "POST", "/unload", R"({"model":"oracle-a"})");
+  EXPECT_EQ(status_of(draining), 202) << draining;
+  EXPECT_EQ(again.get(), oracle().expected_text("hello world", 3000)) << "a draining model finishes its stream";
+  EXPECT_TRUE(wait_for([&] { return state_of(agent.port(), "oracle-a") != "loaded" && state_of(agent.port(), "oracle-a") != "unloading"; },
+                       std::chrono::seconds(20)));
+
+  // Bad requests are typed errors; an unknown model is a 404.
+  EXPECT_EQ(status_of(request(agent.port(), "POST", "/load", R"({"model":"no-such"})")), 200) << "streamed: the error is an event";
+  EXPECT_EQ(load(agent.port(), "no-such").back()["error"].value("code", ""), "model_not_found");
+  EXPECT_EQ(status_of(request(agent.port(), "POST", "/load", R"({"model":"no-such","stream":false})")), 404);
+  EXPECT_EQ(status_of(request(agent.port(), "POST", "/load", R"({"model":"../etc"})")), 400);
+  EXPECT_EQ(status_of(request(agent.port(), "POST", "/load", R"({"model":"oracle-a","keep_alive":"soon"})")), 400);
+  EXPECT_EQ(status_of(request(agent.port(), "POST", "/load", "not json")), 400);
+  EXPECT_EQ(status_of(request(agent.port(), "POST", "/unload", R"({"model":"oracle-b"})")), 404);
+  EXPECT_EQ(agent.stop(), 0) << agent.log();
+}
+
+TEST(Agent, IdleModelsGoByKeepAliveAndForRoomLeastRecentlyUsedFirstButNeverOneInUse) {
+  Catalog cat;
+  ASSERT_TRUE(cat.up({"m-a", "m-b", "m-c", "m-d"}));
+  // Room for two models.
+  const std::string budget_mb = std::to_string((cat.bytes * 5 / 2) >> 20);
+  Agent agent(cat.redis.address(), cat.store_dir, {"--models-mb", budget_mb, "--keep-alive", "-1"});
+  ASSERT_GT(agent.port(), 0) << agent.log();
+  const auto loaded = [&](const std::string& id) { return load(agent.port(), id).back(); };
+  const int pa = port_of(loaded("m-a"));
+  ASSERT_GT(pa, 0) << agent.log();
+  ASSERT_GT(port_of(loaded("m-b")), 0) << agent.log();
+  EXPECT_EQ(complete(pa, "hello world", 4), oracle().expected_text("hello world", 4));  // A used after B
+  // C takes B's room: B was used least recently.
+  ASSERT_GT(port_of(loaded("m-c")), 0) << agent.log();
+  EXPECT_EQ(state_of(agent.port(), "m-a"), "loaded");
+  EXPECT_NE(state_of(agent.port(), "m-b"), "loaded");
+  EXPECT_EQ(state_of(agent.port(), "m-c"), "loaded");
+  EXPECT_EQ(prometheus_value(body_of(http_get(agent.port(), "/metrics")), "uma_agent_unloads_total{reason=\"room\"}"), 1);
+
+  // A in use (and used longer ago than C): D takes C's room, never A's.
+  auto long_a = std::async(std::launch::async, [pa] { return complete(pa, "hello world", 3000); });
+  ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "m-a").value("in_use", false); }, std::chrono::seconds(10)));
+  ASSERT_GT(port_of(loaded("m-d")), 0) << agent.log();
+  EXPECT_EQ(state_of(agent.port(), "m-a"), "loaded");
+  EXPECT_NE(state_of(agent.port(), "m-c"), "loaded");
+  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 3000));
+  EXPECT_EQ(prometheus_value(body_of(http_get(agent.port(), "/metrics")), "uma_agent_unload_refusals_total"), 0)
+      << "the policy never asked a model in use";
+
+  // keep_alive from the load: D goes once idle that long; A (never) stays.
+  const json d = load(agent.port(), "m-d", {{"keep_alive", "300ms"}}).back();
+  ASSERT_EQ(d.value("state", ""), "loaded");
+  EXPECT_EQ(model_row(agent.port(), "m-d")["keep_alive"], 300);
+  const auto took = wait_for([&] { return state_of(agent.port(), "m-d") != "loaded" && state_of(agent.port(), "m-d") != "unloading"; },
+                             std::chrono::seconds(20));
+  ASSERT_TRUE(took.has_value()) << agent.log();
+  EXPECT_EQ(state_of(agent.port(), "m-a"), "loaded");
+  EXPECT_EQ(prometheus_value(body_of(http_get(agent.port(), "/metrics")), "uma_agent_unloads_total{reason=\"keep_alive\"}"), 1);
+  EXPECT_EQ(agent.stop(), 0) << agent.log();
+}
+
+TEST(Agent, ALoadThatCannotFitIsRefusedAndACrashedModelCanBeLoadedAgain) {
+  Catalog cat;
+  ASSERT_TRUE(cat.up({"x-a", "x-b"}));
+  const std::string budget_mb = std::to_string((cat.bytes * 3 / 2) >> 20);  // one model
+  Agent agent(cat.redis.address(), cat.store_dir, {"--models-mb", budget_mb, "--queue-timeout-ms", "500"});
+  ASSERT_GT(agent.port(), 0) << agent.log();
+  const int pa = port_of(load(agent.port(), "x-a").back());
+  ASSERT_GT(pa, 0) << agent.log();
+  auto long_a = std::async(std::launch::async, [pa] { return complete(pa, "hello world", 3000); });
+  ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "x-a").value("in_use", false); }, std::chrono::seconds(10)));
+  const std::string refused = request(agent.port(), "POST", "/load", R"({"model":"x-b","stream":false})");
+  EXPECT_EQ(status_of(refused), 503) << refused;
+  EXPECT_NE(body_of(refused).find("in use"), std::string::npos) << refused;
+  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 3000));
+  // Now A is idle: B takes its room.
+  const int pb = port_of(load(agent.port(), "x-b").back());
+  ASSERT_GT(pb, 0) << agent.log();
+  EXPECT_NE(state_of(agent.port(), "x-a"), "loaded");
+  // B's umad dies: the agent sees it, counts it, gives its room back and loads it again on demand.
+  const pid_t pid = model_row(agent.port(), "x-b")["pid"].get<pid_t>();
+  ASSERT_GT(pid, 0);
+  ::kill(pid, SIGKILL);
+  ASSERT_TRUE(wait_for([&] { return state_of(agent.port(), "x-b") != "loaded"; }, std::chrono::seconds(10)));
+  EXPECT_EQ(prometheus_value(body_of(http_get(agent.port(), "/metrics")), "uma_agent_model_crashes_total"), 1);
+  const int pb2 = port_of(load(agent.port(), "x-b").back());
+  ASSERT_GT(pb2, 0) << agent.log();
+  EXPECT_EQ(complete(pb2, "hello world", 6), oracle().expected_text("hello world", 6));
+  EXPECT_EQ(agent.stop(), 0) << agent.log();
+}
+
+TEST(Agent, NothingButHealthIsServedWithoutTheClusterKey) {
+  Catalog cat;
+  ASSERT_TRUE(cat.up({"k-a"}));
+  const std::string key_file = temp_dir() + "/agent-key";
+  std::ofstream(key_file) << "the-cluster-key\n";
+  Agent agent(cat.redis.address(), cat.store_dir, {"--api-key-file", key_file});
+  ASSERT_GT(agent.port(), 0) << agent.log();
+  for (const std::string key : {"", "wrong", "the-cluster-ke"}) {
+    for (const auto& [method, path, body] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"POST", "/load", R"({"model":"k-a"})"}, {"POST", "/unload", R"({"model":"k-a"})"},
+             {"POST", "/prefetch", R"({"model":"k-a","tier":"dram"})"}, {"GET", "/models", ""}, {"GET", "/metrics", ""}}) {
+      const std::string r = request(agent.port(), method, path, body, key);
+      EXPECT_EQ(status_of(r), 401) << method << " " << path << " key '" << key << "': " << r;
+      EXPECT_NE(body_of(r).find("invalid_api_key"), std::string::npos) << r;
+    }
+  }
+  EXPECT_EQ(status_of(request(agent.port(), "GET", "/health", "")), 200);
+  EXPECT_EQ(models(agent.port(), "the-cluster-key")["models"][0].value("state", ""), "nvme") << "nothing was loaded";
+  const json end = load(agent.port(), "k-a", json::object(), "the-cluster-key").back();
+  ASSERT_EQ(end.value("state", ""), "loaded") << end.dump();
+  EXPECT_EQ(complete(port_of(end), "hello world", 5), oracle().expected_text("hello world", 5));
+  EXPECT_EQ(agent.stop(), 0) << agent.log();
+}
+
+}  // namespace
+}  // namespace uma::test
