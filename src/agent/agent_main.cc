@@ -5,6 +5,7 @@
 // SIGINT/SIGTERM: every umad is told to stop (SIGKILL after 10 s), then the agent exits 0.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 
 #include "agent/agent_api.h"
 #include "agent/model_host.h"
+#include "cluster/loader_beat.h"
 #include "cluster/model_catalog.h"
 #include "cluster/redis_client.h"
 #include "common/secret_file.h"
@@ -40,7 +42,8 @@ int main(int argc, char** argv) {
   std::uint64_t store_nvme_mb = 0, store_dram_mb = 0, models_mb = 0;
   std::int32_t max_models = 0;
   std::int64_t queue_timeout_ms = 30000, start_timeout_ms = 300000;
-  bool debug = false;
+  bool debug = false, cluster_mode = false;
+  std::string agent_id;
   agent::HostConfig hc;
   hc.umad = beside_self("umad");
   hc.run_dir = "/tmp/uma-agent-" + std::to_string(::getpid());
@@ -62,6 +65,10 @@ int main(int argc, char** argv) {
                  "-1 never); a load may say its own")->capture_default_str();
   app.add_option("--queue-timeout-ms", queue_timeout_ms, "a load waits this long for room")->capture_default_str();
   app.add_option("--start-timeout-ms", start_timeout_ms, "a umad must serve within this of its start")->capture_default_str();
+  app.add_flag("--cluster", cluster_mode, "join the cluster at --redis: beat this loader's state (gateways load "
+               "models here on demand) and run every umad as a cluster agent (--agent)")->envname("UMA_AGENT_CLUSTER");
+  app.add_option("--agent-id", agent_id, "this agent's id in the cluster (default: the --listen address); its "
+                 "umads are ID/MODEL")->envname("UMA_AGENT_ID");
   app.add_option("--umad", hc.umad, "the umad binary (default: beside uma-agent)");
   app.add_option("--run-dir", hc.run_dir, "umads' sockets and logs (created)");
   app.add_flag("--debug", debug, "debug logs");
@@ -106,6 +113,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   hc.http_host = rc.host;
+  if (cluster_mode) {
+    hc.agent_id = agent_id;  // default: the bound address, once listening
+    hc.cluster_args = {"--agent", "--redis", redis};
+    if (!redis_password_file.empty()) hc.cluster_args.insert(hc.cluster_args.end(), {"--redis-password-file", redis_password_file});
+    if (!redis_user.empty()) hc.cluster_args.insert(hc.cluster_args.end(), {"--redis-user", redis_user});
+    // A cold start waits for no calibration unless asked (routing learns from the first requests).
+    if (std::find(hc.umad_args.begin(), hc.umad_args.end(), "--agent-calibrate-ms") == hc.umad_args.end()) {
+      hc.cluster_args.insert(hc.cluster_args.end(), {"--agent-calibrate-ms", "0"});
+    }
+  }
   hc.budget = {models_mb << 20, max_models};
   hc.queue_timeout = std::chrono::milliseconds(queue_timeout_ms);
   hc.start_timeout = std::chrono::milliseconds(start_timeout_ms);
@@ -139,15 +156,50 @@ int main(int argc, char** argv) {
 
   boost::asio::io_context io;
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  auto host = std::make_unique<agent::ModelHost>(io, hc, store, lookup);
-  agent::AgentApi api(*host, store, lookup, list);
-  RequestServer server(io, rc, [&api](const HttpExchangePtr& ex) { api.handle(ex); });
+  std::unique_ptr<agent::AgentApi> api;  // set before the server starts
+  RequestServer server(io, rc, [&api](const HttpExchangePtr& ex) { api->handle(ex); });
   if (Status s = server.listen(); !s.ok()) {
     spdlog::error("{}", s.to_string());
     return 1;
   }
+  if (cluster_mode && agent_id.empty()) hc.agent_id = rc.host + ":" + std::to_string(server.port());
+  auto host = std::make_unique<agent::ModelHost>(io, hc, store, lookup);
+  api = std::make_unique<agent::AgentApi>(*host, store, lookup, list);
   server.start();
   host->start();
+  // --cluster: this loader's state, composed on the I/O thread, written by the beat's thread.
+  std::unique_ptr<cluster::LoaderBeat> beat;
+  boost::asio::steady_timer beat_timer(io);
+  std::function<void()> compose;
+  if (cluster_mode) {
+    beat = std::make_unique<cluster::LoaderBeat>(ra);
+    compose = [&] {
+      cluster::LoaderState l;
+      l.id = host->config().agent_id;
+      l.address = "http://" + rc.host + ":" + std::to_string(server.port());
+      for (const store::ModelTierInfo& t : store.list()) {
+        if (t.tier == store::Tier::kDram || t.tier == store::Tier::kNvme) l.models.push_back({t.id, std::string(store::tier_name(t.tier))});
+      }
+      for (const agent::ModelInfo& m : host->models()) {
+        std::erase_if(l.models, [&](const cluster::LoaderModel& x) { return x.name == m.id; });
+        l.models.push_back({m.id, agent::model_state_name(m.state)});
+      }
+      l.budget_bytes = host->config().budget.bytes;
+      l.held_bytes = host->held_bytes();
+      l.idle_bytes = host->idle_bytes();
+      l.dram_bytes_s = store.rate_bytes_s(store::Tier::kDram);
+      l.nvme_bytes_s = store.rate_bytes_s(store::Tier::kNvme);
+      l.remote_bytes_s = store.rate_bytes_s(store::Tier::kRemote);
+      l.queue_bytes = store.queued_bytes();
+      beat->publish(std::move(l));
+      beat_timer.expires_after(std::chrono::milliseconds(250));
+      beat_timer.async_wait([&](const boost::system::error_code& e) {
+        if (!e) compose();
+      });
+    };
+    compose();
+    beat->start();
+  }
   spdlog::info("agent listening on {}:{} (models up to {} MiB and {} at once, keep_alive {} ms, key {}, umads log to {})",
                rc.host, server.port(), models_mb, max_models, hc.keep_alive_ms, rc.api_key.empty() ? "none" : "required",
                hc.run_dir);
@@ -155,10 +207,13 @@ int main(int argc, char** argv) {
     if (e) return;
     spdlog::info("signal {}: stopping every model", sig);
     server.stop();
+    beat_timer.cancel();
+    if (beat) beat->stop();  // gateways stop choosing this loader at once
     host->stop(std::chrono::seconds(10), [&io] { io.stop(); });
   });
   io.run();
   store.stop();  // fills the host may wait for end here
+  api.reset();
   host.reset();
   spdlog::info("stopped");
   return 0;

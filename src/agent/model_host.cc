@@ -171,6 +171,12 @@ std::uint64_t ModelHost::held_bytes() const {
   return held;
 }
 
+std::uint64_t ModelHost::idle_bytes() const {
+  std::uint64_t idle = 0;
+  for (const Resident& r : residents(true)) idle += r.idle ? r.bytes : 0;
+  return idle;
+}
+
 void ModelHost::pump() {
   // In arrival order: a later load never takes the room an earlier one waits for.
   while (!queue_.empty() && !stopping_) {
@@ -231,6 +237,10 @@ void ModelHost::begin_start(Entry& e) {
   spec.args = config_.umad_args;
   for (const char* a : {"--alias", e.id.c_str()}) spec.args.emplace_back(a);
   spec.args.insert(spec.args.end(), {"--http", config_.http_host + ":0", "--socket", config_.run_dir + "/" + e.id + ".sock"});
+  if (!config_.agent_id.empty()) {
+    spec.args.insert(spec.args.end(), {"--agent-id", config_.agent_id + "/" + e.id});
+    spec.args.insert(spec.args.end(), config_.cluster_args.begin(), config_.cluster_args.end());
+  }
   if (spec.image_fd < 0) return finish_load(e, Status(ErrorCode::kModelLoad, "the store's image of '" + e.id + "' has no descriptor to hand over"));
   Status s = ModelProcess::spawn(io_, spec, [this, id = e.id](const StatusLine& line) { on_status(id, line); }, &e.process);
   if (!s.ok()) return finish_load(e, s);

@@ -53,6 +53,10 @@ struct HostConfig {
   std::vector<std::string> umad_args;  // given to every umad (threads, n_ctx, sessions, ...)
   std::string run_dir;                 // umads' sockets and logs
   std::string http_host = "127.0.0.1";  // where umads serve HTTP (each on a free port)
+  // --cluster: every umad also beats as an agent (`--agent-id ID/MODEL` plus these flags), so
+  // gateways route to it as to any agent. Empty id: standalone.
+  std::string agent_id;
+  std::vector<std::string> cluster_args;
   Budget budget;                       // memory of loaded models (their bytes) and their count
   std::int64_t keep_alive_ms = 5 * 60 * 1000;  // default keep_alive (< 0: never unloaded for idleness)
   std::chrono::milliseconds queue_timeout{30000};
@@ -117,6 +121,7 @@ class ModelHost {
   std::vector<ModelInfo> models() const;
   const HostCounters& counters() const { return counters_; }
   std::uint64_t held_bytes() const;  // the budget in use
+  std::uint64_t idle_bytes() const;  // of it, idle loaded models' (room a load can take)
   const HostConfig& config() const { return config_; }
   // Ends every model (SIGTERM, SIGKILL after `grace`); `done` once all have exited.
   void stop(std::chrono::milliseconds grace, std::function<void()> done);

@@ -3,7 +3,8 @@
 // read, the last snapshot stays and routing goes on with it; `stale()` says so. An agent whose key
 // is gone (its TTL ran out) or whose beat is older than `max_age` is not in the snapshot; a key
 // that does not decode is skipped and counted. The same round trip reads the model catalog's ids
-// (`uma:models`, cluster/model_catalog.h).
+// (`uma:models`, cluster/model_catalog.h) and the loaders (`uma:loaders`, cluster/loader_state.h:
+// uma-agents that load models on demand), kept on the same terms as agents.
 //
 // Thread-safety: none; one owner (the gateway's refresher). Clock: the caller passes `now`.
 #pragma once
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cluster/agent_state.h"
+#include "cluster/loader_state.h"
 #include "cluster/redis_client.h"
 
 namespace uma::cluster {
@@ -25,6 +27,7 @@ class ClusterView {
   Status refresh(std::chrono::system_clock::time_point now);
   const std::vector<AgentState>& agents() const { return agents_; }
   const std::vector<std::string>& catalog() const { return catalog_; }  // sorted
+  const std::vector<LoaderState>& loaders() const { return loaders_; }  // sorted by id
   bool stale() const { return stale_; }
   std::uint64_t undecodable_total() const { return undecodable_total_; }
 
@@ -33,6 +36,7 @@ class ClusterView {
   std::chrono::milliseconds max_age_;
   std::vector<AgentState> agents_;
   std::vector<std::string> catalog_;
+  std::vector<LoaderState> loaders_;
   bool stale_ = true;  // nothing read yet
   std::uint64_t undecodable_total_ = 0;
 };

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "cluster/agent_state.h"
+#include "cluster/loader_state.h"
 #include "cluster/kv_events.h"
 #include "cluster/routing.h"
 #include "gateway/sse_events.h"
@@ -172,6 +173,9 @@ class AgentDirectory {
   std::vector<std::string> models() const;  // every model the live agents serve
   // The catalog's model ids (cluster/model_catalog.h), from the same Redis reads as the agents.
   void set_catalog(std::vector<std::string> ids) { catalog_ = std::move(ids); }
+  // The loaders (uma-agents that load models on demand), from the same reads.
+  void set_loaders(std::vector<cluster::LoaderState> loaders) { loaders_ = std::move(loaders); }
+  const std::vector<cluster::LoaderState>& loaders() const { return loaders_; }
   const std::vector<std::string>& catalog() const { return catalog_; }
   // What a request naming `model` finds: a live agent serving it; only the catalog (no agent has
   // it loaded); nothing. A cluster without a catalog takes any name (as one llama-server does).
@@ -195,6 +199,7 @@ class AgentDirectory {
   OnRoom on_room_;
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
   std::vector<std::string> catalog_;
+  std::vector<cluster::LoaderState> loaders_;
   SteadyClock::time_point last_check_{};  // the previous check_streams()
   SteadyClock::duration listened_{};      // time listened to the streams, summed over the checks
   std::unique_ptr<boost::asio::steady_timer> check_timer_;

@@ -47,11 +47,14 @@ struct GatewayServer::Prepared {
 };
 
 GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDirectory& agents,
-                             const VocabModel& vocab, ChatTemplate chat_template, SchemaToGrammar schema_to_grammar)
+                             const VocabModel& vocab, ChatTemplate chat_template, SchemaToGrammar schema_to_grammar,
+                             ColdLoads* cold_loads)
     : io_(io), config_(std::move(config)), agents_(agents), vocab_(vocab), chat_template_(std::move(chat_template)),
       schema_to_grammar_(std::move(schema_to_grammar)), acceptor_(io),
       accept_loop_(io, acceptor_, "gateway", [this](tcp::socket s) { adopt(std::move(s)); }), sweep_timer_(io),
-      tokenizers_(static_cast<std::size_t>(std::max(1, config_.tokenize_threads))), id_prefix_(random_prefix()) {}
+      tokenizers_(static_cast<std::size_t>(std::max(1, config_.tokenize_threads))), id_prefix_(random_prefix()) {
+  cold_loads_ = cold_loads;
+}
 
 GatewayServer::~GatewayServer() {
   stop();
@@ -265,7 +268,8 @@ void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
     case AgentDirectory::ModelLookup::kUnknown:
       cl.conn->set_state(ConnState::kIdle);
       return answer_error(cl, Status(ErrorCode::kNotFound, "The model '" + c.api.model + "' does not exist", "model"), p.keep_alive);
-    case AgentDirectory::ModelLookup::kCatalogOnly:  // loads on demand come with agents serving many models (issue 30)
+    case AgentDirectory::ModelLookup::kCatalogOnly:
+      if (loads_on_demand()) break;  // the proxy waits while it is loaded
       cl.conn->set_state(ConnState::kIdle);
       return answer_error(cl, Status(ErrorCode::kUnavailable, "The model '" + c.api.model + "' is in the catalog but no agent has it loaded", "model"),
                           p.keep_alive);
@@ -276,7 +280,10 @@ void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
   job.resumable = c.api.n == 1 && (c.api.tools.empty() || c.api.tool_choice == ToolChoice::kNone) && c.api.logprobs < 0;
   job.max_tokens = c.api.max_tokens;
   const std::vector<std::string> models = agents_.models();
-  if (std::find(models.begin(), models.end(), c.api.model) != models.end()) job.model = c.api.model;
+  if (std::find(models.begin(), models.end(), c.api.model) != models.end() ||
+      agents_.lookup(c.api.model) == AgentDirectory::ModelLookup::kCatalogOnly) {
+    job.model = c.api.model;
+  }
   job.body = std::move(p.body);
   job.prompt_tokens = static_cast<std::int64_t>(p.tokens.size());
   job.blocks = std::move(p.blocks);
@@ -320,12 +327,48 @@ void GatewayServer::record_ttft(double predicted_s, double measured_s) {
 }
 
 void GatewayServer::kick() {
-  if (kick_posted_ || queue_.empty() || stopped_) return;
+  if (kick_posted_ || (queue_.empty() && awaiting_.empty()) || stopped_) return;
   kick_posted_ = true;
   asio::post(io_, [this] {
     kick_posted_ = false;
-    if (!stopped_) drain();
+    if (stopped_) return;
+    drain();
+    wake_awaiting();
   });
+}
+
+void GatewayServer::await_model(Proxy* p) {
+  metrics_.awaited_model_total++;
+  awaiting_.push_back({p, SteadyClock::now()});
+  cold_loads_->ensure(p->model(), agents_.loaders());
+}
+
+void GatewayServer::stop_awaiting(Proxy* p) {
+  for (auto it = awaiting_.begin(); it != awaiting_.end(); ++it) {
+    if (it->proxy != p) continue;
+    metrics_.model_wait_ms.observe(std::chrono::duration<double, std::milli>(SteadyClock::now() - it->since).count());
+    awaiting_.erase(it);
+    return;
+  }
+}
+
+// Requests whose model an agent now serves go out; for the rest the load is seen to (again, if
+// the one that ran failed or another gateway's lock lapsed); those that waited too long end.
+void GatewayServer::wake_awaiting() {
+  const auto now = SteadyClock::now();
+  const std::vector<Awaiting> snapshot = awaiting_;  // a woken proxy leaves the list
+  for (const Awaiting& a : snapshot) {
+    Proxy* p = a.proxy;
+    if (std::none_of(awaiting_.begin(), awaiting_.end(), [p](const Awaiting& x) { return x.proxy == p; })) continue;
+    if (agents_.lookup(p->model()) != AgentDirectory::ModelLookup::kCatalogOnly) {
+      p->model_ready();
+    } else if (now - a.since > std::chrono::milliseconds(config_.queue_timeout_ms)) {
+      const std::string why = cold_loads_->last_error(p->model());
+      p->model_wait_expired(why.empty() ? "no agent served it within " + std::to_string(config_.queue_timeout_ms) + " ms" : why);
+    } else {
+      cold_loads_->ensure(p->model(), agents_.loaders());
+    }
+  }
 }
 
 void GatewayServer::enqueue(Proxy* p, bool front) {
@@ -362,6 +405,7 @@ void GatewayServer::sweep() {
     if (now - p->queued_at() > std::chrono::milliseconds(config_.queue_timeout_ms)) expired.push_back(p);
   }
   for (Proxy* p : expired) p->queue_expired();
+  wake_awaiting();
   std::vector<ConnectionPtr> idle;
   for (auto& [id, cl] : clients_) {
     if (!cl.proxy && !cl.preparing && now - cl.conn->quiet_since() > std::chrono::seconds(config_.timeout_sec)) idle.push_back(cl.conn);
@@ -414,7 +458,20 @@ std::string GatewayServer::metrics_text() {
   counter_text(out, "uma_gw_queued", "Requests waiting for room now.", static_cast<double>(queue_.size()), "gauge");
   counter_text(out, "uma_gw_agent_full_total", "Times an agent answered 429 (the request went elsewhere or waited).",
                static_cast<double>(m.agent_full_total));
+  counter_text(out, "uma_gw_awaited_model_total", "Requests that waited for their model to be loaded somewhere.",
+               static_cast<double>(m.awaited_model_total));
+  counter_text(out, "uma_gw_awaiting_model", "Requests waiting for their model now.", static_cast<double>(awaiting_.size()), "gauge");
+  if (cold_loads_ != nullptr) {
+    const ColdLoadCounters& c = cold_loads_->counters();
+    counter_text(out, "uma_gw_model_loads_started_total", "Loads this gateway asked a loader for (it held the model's lock).",
+                 static_cast<double>(c.started));
+    counter_text(out, "uma_gw_model_loads_failed_total", "Loads this gateway asked for that failed.", static_cast<double>(c.failed));
+    counter_text(out, "uma_gw_model_load_lock_busy_total", "Times another gateway held a model's load lock.",
+                 static_cast<double>(c.lock_busy));
+  }
   counter_text(out, "uma_gw_agents", "Agents in the cluster view.", static_cast<double>(agents_.size()), "gauge");
+  counter_text(out, "uma_gw_loaders", "Loaders (uma-agents that load models on demand) in the cluster view.",
+               static_cast<double>(agents_.loaders().size()), "gauge");
   counter_text(out, "uma_gw_agents_live", "Agents whose KV-event stream is live (routable).",
                static_cast<double>(agents_.live()), "gauge");
   out += "# HELP uma_gw_agent_blocks Prefix blocks each agent holds (its KV-event stream).\n# TYPE uma_gw_agent_blocks gauge\n";
@@ -430,6 +487,7 @@ std::string GatewayServer::metrics_text() {
                  m.added_us);
   histogram_text(out, "uma_gw_route_decision_us", "Routing decision time (candidates, prefix match, choice).", m.route_us);
   histogram_text(out, "uma_gw_queue_wait_ms", "Time a request waited in the gateway for room on an agent.", m.queue_wait_ms);
+  histogram_text(out, "uma_gw_model_wait_ms", "Time a request waited for its model to be loaded.", m.model_wait_ms);
   histogram_text(out, "uma_gw_ttft_ms", "Time to first token measured at the gateway (dispatch to first token).", m.ttft_ms);
   histogram_text(out, "uma_gw_ttft_prediction_error", "|predicted - measured| / measured time to first token.",
                  m.ttft_error);

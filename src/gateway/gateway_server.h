@@ -46,6 +46,7 @@
 
 #include "cluster/routing.h"
 #include "gateway/agent_directory.h"
+#include "gateway/cold_loads.h"
 #include "gateway/proxy.h"
 #include "http/http_router.h"
 #include "metrics/histogram.h"
@@ -86,6 +87,8 @@ struct GatewayMetrics {
   std::uint64_t overloaded_total = 0;     // refused or timed out in the queue (429)
   std::uint64_t queued_total = 0;         // waited for room
   std::uint64_t agent_full_total = 0;     // an agent answered 429 (the request went elsewhere or waited)
+  std::uint64_t awaited_model_total = 0;  // waited for its model to be loaded somewhere
+  Histogram model_wait_ms{latency_ms_bounds()};  // how long those waited
   Histogram queue_wait_ms{latency_ms_bounds()};
   Histogram route_us{{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000}};
   // Request whole -> its bytes on the way to the agent (parse, check, render, tokenize, route, connect).
@@ -101,7 +104,7 @@ class GatewayServer final : private ConnectionOwner {
  public:
   using ChatTemplate = http_route::ChatTemplate;
   GatewayServer(boost::asio::io_context& io, GatewayConfig config, AgentDirectory& agents, const VocabModel& vocab,
-                ChatTemplate chat_template, SchemaToGrammar schema_to_grammar);
+                ChatTemplate chat_template, SchemaToGrammar schema_to_grammar, ColdLoads* cold_loads = nullptr);
   ~GatewayServer() override;
 
   Status listen();
@@ -115,6 +118,11 @@ class GatewayServer final : private ConnectionOwner {
   bool can_queue() const { return queue_.size() < static_cast<std::size_t>(config_.max_queue); }
   void enqueue(Proxy* p, bool front);
   void dequeue(Proxy* p);
+  // Loads on demand (gateway/cold_loads.h): a request whose model no agent serves waits for it
+  // (Proxy's kAwaitingModel) while one load runs somewhere; on with a ColdLoads and a loader.
+  bool loads_on_demand() const { return cold_loads_ != nullptr && !agents_.loaders().empty(); }
+  void await_model(Proxy* p);
+  void stop_awaiting(Proxy* p);
 
   const GatewayConfig& config() const { return config_; }
   AgentDirectory& agents() { return agents_; }
@@ -169,6 +177,13 @@ class GatewayServer final : private ConnectionOwner {
   GatewayMetrics metrics_;
   std::uint64_t rr_cursor_ = 0;
   std::deque<Proxy*> queue_;  // kQueued proxies, oldest first (owned by their clients)
+  ColdLoads* cold_loads_ = nullptr;
+  struct Awaiting {
+    Proxy* proxy;
+    SteadyClock::time_point since;
+  };
+  std::vector<Awaiting> awaiting_;  // kAwaitingModel proxies
+  void wake_awaiting();
   bool kick_posted_ = false;
   bool stopped_ = true;
 };

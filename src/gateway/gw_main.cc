@@ -6,6 +6,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <random>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -18,6 +21,7 @@
 #include "chat/chat_templates.h"
 #include "chat/structured_output.h"
 #include "cluster/cluster_view.h"
+#include "common/secret_file.h"
 #include "gateway/agent_directory.h"
 #include "gateway/gateway_server.h"
 #include "runtime/vocab_model.h"
@@ -51,6 +55,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("--queue-timeout-ms", gc.queue_timeout_ms, "a request waiting longer for room gets 429")
       ->capture_default_str()->check(CLI::Range(1, 3600 * 1000));
+  std::string agent_key_file;
+  ColdLoadOptions cold;
+  std::int64_t load_lock_ms = cold.lock_ttl.count();
+  app.add_option("--agent-key-file", agent_key_file, "the cluster's key (first line of the file), sent to uma-agents "
+                 "with the loads this gateway asks for")->envname("UMA_AGENT_KEY_FILE")->check(CLI::ExistingFile);
+  app.add_option("--load-lock-ms", load_lock_ms, "a model's load lock lapses this long after its gateway stops renewing it")
+      ->capture_default_str()->check(CLI::Range(100, 600000));
   app.add_option("--tokenize-threads", gc.tokenize_threads, "threads that tokenize prompts, off the I/O thread")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -94,7 +105,20 @@ int main(int argc, char** argv) {
   GatewayServer::ChatTemplate render = [chat_st](const ChatRequest&, ChatPrompt*) { return chat_st; };
   if (chat) render = [chat](const ChatRequest& request, ChatPrompt* out) { return chat->render(request, out); };
 
+  if (!agent_key_file.empty()) {
+    if (Status ks = read_secret_file(agent_key_file, "agent key", &cold.api_key); !ks.ok()) {
+      std::cerr << "uma-gw: " << ks.to_string() << "\n";
+      return 2;
+    }
+  }
+  cold.lock_ttl = std::chrono::milliseconds(load_lock_ms);
+  {
+    std::random_device rd;
+    cold.owner = "gw-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
+  }
+
   boost::asio::io_context io;
+  ColdLoads cold_loads(io, ra, cold);
   gc.host = lp.host;
   gc.port = lp.port;
   std::unique_ptr<GatewayServer> server;
@@ -106,7 +130,7 @@ int main(int argc, char** argv) {
       [&server] {
         if (server) server->kick();
       });
-  server = std::make_unique<GatewayServer>(io, gc, agents, *vocab, render, json_schema_to_gbnf);
+  server = std::make_unique<GatewayServer>(io, gc, agents, *vocab, render, json_schema_to_gbnf, &cold_loads);
   if (st = server->listen(); !st.ok()) {
     spdlog::error("{}", st.to_string());
     return 1;
@@ -128,8 +152,9 @@ int main(int argc, char** argv) {
       if (!rs.ok() && !was_down) spdlog::warn("cannot read redis ({}): routing on the last view", rs.message());
       if (rs.ok() && was_down) spdlog::info("redis answers again");
       was_down = !rs.ok();
-      boost::asio::post(io, [&agents, agents_now = view.agents(), catalog = view.catalog()]() mutable {
+      boost::asio::post(io, [&agents, agents_now = view.agents(), catalog = view.catalog(), loaders = view.loaders()]() mutable {
         agents.set_catalog(std::move(catalog));
+        agents.set_loaders(std::move(loaders));
         agents.update(agents_now, SteadyClock::now());
       });
       lock.lock();

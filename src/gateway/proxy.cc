@@ -16,8 +16,10 @@ namespace {
 
 bool legal(ProxyState from, ProxyState to) {
   switch (from) {
-    case ProxyState::kDispatching: return to == ProxyState::kWaiting || to == ProxyState::kQueued || to == ProxyState::kDone;
-    case ProxyState::kQueued: return to == ProxyState::kDispatching || to == ProxyState::kDone;
+    case ProxyState::kDispatching:
+      return to == ProxyState::kWaiting || to == ProxyState::kQueued || to == ProxyState::kAwaitingModel || to == ProxyState::kDone;
+    case ProxyState::kQueued:
+    case ProxyState::kAwaitingModel: return to == ProxyState::kDispatching || to == ProxyState::kDone;
     case ProxyState::kWaiting: return to == ProxyState::kRelaying || to == ProxyState::kDispatching || to == ProxyState::kDone;
     case ProxyState::kRelaying: return to == ProxyState::kDispatching || to == ProxyState::kDone;
     case ProxyState::kDone: return false;
@@ -40,6 +42,7 @@ void Proxy::set_state(ProxyState to) {
     std::abort();
   }
   if (state_ == ProxyState::kQueued && to == ProxyState::kDone) gw_.dequeue(this);
+  if (state_ == ProxyState::kAwaitingModel && to != ProxyState::kAwaitingModel) gw_.stop_awaiting(this);
   state_ = to;
 }
 
@@ -47,6 +50,10 @@ void Proxy::dispatch() {
   const bool woken = state_ == ProxyState::kQueued;
   if (state_ != ProxyState::kDispatching) set_state(ProxyState::kDispatching);
   AgentDirectory& agents = gw_.agents();
+  if (!job_.model.empty() && agents.lookup(job_.model) == AgentDirectory::ModelLookup::kCatalogOnly && gw_.loads_on_demand()) {
+    set_state(ProxyState::kAwaitingModel);
+    return gw_.await_model(this);
+  }
   const auto now = SteadyClock::now();
   AgentDirectory::Candidates cs;
   agents.candidates(job_.model, job_.blocks, tried_, now, &cs);
@@ -96,6 +103,12 @@ void Proxy::queue_expired() {
   if (state_ != ProxyState::kQueued) return;
   gw_.metrics().overloaded_total++;
   end_with_error(Status(ErrorCode::kOverloaded, "no agent had room within " + std::to_string(gw_.config().queue_timeout_ms) + " ms"));
+}
+
+void Proxy::model_wait_expired(const std::string& why) {
+  if (state_ != ProxyState::kAwaitingModel) return;
+  gw_.metrics().unavailable_total++;
+  end_with_error(Status(ErrorCode::kUnavailable, "The model '" + job_.model + "' is not loaded anywhere yet: " + why, "model"));
 }
 
 // The client's body, asking the agent for token ids (what a resume continues after) and the

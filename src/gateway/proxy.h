@@ -8,6 +8,9 @@
 //   max_sessions in use): it waits in the gateway's FIFO (bounded, with a deadline) instead of
 //   being refused, and is dispatched again when an agent has room; an agent that answers 429
 //   anyway (another gateway filled it) sends it back here without counting as a failure;
+// - kDispatching -> kAwaitingModel -> kDispatching: the model is in the catalog and no agent serves
+//   it: the gateway has it loaded (gateway/cold_loads.h: one load in the whole cluster) and the
+//   request waits (bounded, with the queue's deadline) until an agent serving it is live;
 // - kWaiting -> kDispatching: the agent failed before its first byte (unreachable, reset, 5xx):
 //   the request goes, once, to the next-best agent (`max_attempts`);
 // - kRelaying -> kDispatching: the agent died mid-stream: the request goes to another agent with
@@ -55,7 +58,7 @@ struct ProxyJob {
   std::chrono::steady_clock::time_point received_at{};  // the request was whole
 };
 
-enum class ProxyState : std::uint8_t { kDispatching, kQueued, kWaiting, kRelaying, kDone };
+enum class ProxyState : std::uint8_t { kDispatching, kQueued, kAwaitingModel, kWaiting, kRelaying, kDone };
 
 class Proxy final : private UpstreamSink {
  public:
@@ -71,6 +74,10 @@ class Proxy final : private UpstreamSink {
   void wake() { dispatch(); }
   // Queued for longer than the gateway's queue deadline.
   void queue_expired();
+  // Awaiting its model: an agent serves it now (dispatch again), or it waited too long (`why`).
+  void model_ready() { dispatch(); }
+  void model_wait_expired(const std::string& why);
+  const std::string& model() const { return job_.model; }
   std::chrono::steady_clock::time_point queued_at() const { return queued_at_; }
 
  private:

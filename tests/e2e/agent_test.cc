@@ -13,6 +13,7 @@
 #include <future>
 #include <thread>
 
+#include "cluster/loader_state.h"
 #include "cluster/model_catalog.h"
 #include "e2e/cluster_harness.h"
 #include "e2e/http_client.h"
@@ -295,6 +296,70 @@ TEST(Agent, NothingButHealthIsServedWithoutTheClusterKey) {
   const json end = load(agent.port(), "k-a", json::object(), "the-cluster-key").back();
   ASSERT_EQ(end.value("state", ""), "loaded") << end.dump();
   EXPECT_EQ(complete(port_of(end), "hello world", 5), oracle().expected_text("hello world", 5));
+  EXPECT_EQ(agent.stop(), 0) << agent.log();
+}
+
+}  // namespace
+}  // namespace uma::test
+
+namespace uma::test {
+namespace {
+
+std::string complete_model(int port, const std::string& model, const std::string& prompt, int n) {
+  Tcp t(port);
+  const std::string body = json({{"model", model}, {"prompt", prompt}, {"max_tokens", n}}).dump();
+  if (!t.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\n\r\n" + body)) {
+    return "no connection";
+  }
+  const std::string r = t.response(std::chrono::seconds(60));
+  const json j = json::parse(body_of(r), nullptr, false);
+  if (status_of(r) != 200 || j.is_discarded() || !j.contains("choices")) return r;
+  return j["choices"][0].value("text", r);
+}
+
+// Two gateways, eight requests for a model no agent serves: one lock, one load on the agent, and
+// every request served exactly once it is up; an unknown model is still a 404.
+TEST(AgentCluster, TwoGatewaysOneLockOneLoadAndEveryRequestForTheColdModelServedExactly) {
+  Catalog cat;
+  ASSERT_TRUE(cat.up({"cold-1"}));
+  const std::string key_file = temp_dir() + "/cluster-key";
+  std::ofstream(key_file) << "cluster-secret\n";
+  Agent agent(cat.redis.address(), cat.store_dir, {"--cluster", "--api-key-file", key_file});
+  ASSERT_GT(agent.port(), 0) << agent.log();
+  Gateway g1(cat.redis.address(), {"--agent-key-file", key_file});
+  Gateway g2(cat.redis.address(), {"--agent-key-file", key_file});
+  ASSERT_TRUE(g1.started() && g2.started()) << g1.log() << g2.log();
+  for (const Gateway* g : {&g1, &g2}) {
+    ASSERT_TRUE(wait_for([&] { return gw_metric(*g, "uma_gw_loaders") == 1; }, std::chrono::seconds(10))) << g->log();
+  }
+  std::vector<std::future<std::string>> replies;
+  const std::vector<std::string> prompts = {"hello world", "one two three", "the quick brown fox", "a b c d"};
+  for (const Gateway* g : {&g1, &g2}) {
+    for (const std::string& p : prompts) {
+      replies.push_back(std::async(std::launch::async, [port = g->port(), p] { return complete_model(port, "cold-1", p, 12); }));
+    }
+  }
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    EXPECT_EQ(replies[i].get(), oracle().expected_text(prompts[i % prompts.size()], 12)) << g1.log() << g2.log() << agent.log();
+  }
+  EXPECT_EQ(prometheus_value(body_of(request(agent.port(), "GET", "/metrics", "", "cluster-secret")), "uma_agent_loads_total"), 1)
+      << agent.log();
+  EXPECT_EQ(gw_metric(g1, "uma_gw_model_loads_started_total") + gw_metric(g2, "uma_gw_model_loads_started_total"), 1);
+  EXPECT_EQ(gw_metric(g1, "uma_gw_awaited_model_total") + gw_metric(g2, "uma_gw_awaited_model_total"), 8);
+  EXPECT_EQ(gw_metric(g1, "uma_gw_failed_total") + gw_metric(g2, "uma_gw_failed_total"), 0);
+  // The lock is gone once the load ended; the model is served from now on without a wait.
+  cluster::RedisAddress addr;
+  ASSERT_TRUE(cluster::parse_redis_address(cat.redis.address(), &addr));
+  cluster::RedisClient rc(addr, std::chrono::milliseconds(1000));
+  EXPECT_TRUE(wait_for([&] {
+    cluster::RedisReply r;
+    return rc.command({"EXISTS", cluster::load_lock_key("cold-1")}, &r).ok() && r.integer == 0;
+  }, std::chrono::seconds(5)));
+  EXPECT_EQ(complete_model(g1.port(), "cold-1", "hello world", 5), oracle().expected_text("hello world", 5));
+  EXPECT_EQ(gw_metric(g1, "uma_gw_awaited_model_total") + gw_metric(g2, "uma_gw_awaited_model_total"), 8);
+  const std::string unknown = complete_model(g2.port(), "no-such-model", "hello", 4);
+  EXPECT_EQ(status_of(unknown), 404) << unknown;
   EXPECT_EQ(agent.stop(), 0) << agent.log();
 }
 

@@ -1,0 +1,63 @@
+#include "cluster/loader_beat.h"
+
+#include <spdlog/spdlog.h>
+
+namespace uma::cluster {
+
+LoaderBeat::LoaderBeat(RedisAddress redis, std::chrono::milliseconds interval, std::chrono::milliseconds ttl)
+    : redis_(std::move(redis)), interval_(interval), ttl_(ttl) {}
+
+LoaderBeat::~LoaderBeat() { stop(); }
+
+void LoaderBeat::publish(LoaderState state) {
+  {
+    std::lock_guard lock(mu_);
+    const bool first = !latest_;
+    latest_ = std::move(state);
+    if (!first) return;
+  }
+  cv_.notify_all();  // the first state is written at once
+}
+
+void LoaderBeat::start() { thread_ = std::thread([this] { run(); }); }
+
+void LoaderBeat::stop() {
+  if (!thread_.joinable()) return;
+  std::string id;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    if (latest_) id = latest_->id;
+  }
+  cv_.notify_all();
+  thread_.join();
+  if (id.empty()) return;
+  RedisClient redis(redis_, std::chrono::milliseconds(200));
+  (void)redis.pipeline({{"DEL", loader_key(id)}, {"SREM", kLoadersSet, id}});
+}
+
+void LoaderBeat::run() {
+  RedisClient redis(redis_, std::chrono::milliseconds(200));
+  bool was_up = true;
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, interval_, [this] { return stopping_ || latest_.has_value(); });
+    if (stopping_) return;
+    if (!latest_) continue;
+    LoaderState s = *latest_;
+    lock.unlock();
+    s.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const std::vector<std::vector<std::string>> beat = {
+        {"SET", loader_key(s.id), encode_loader_state(s), "PX", std::to_string(ttl_.count())}, {"SADD", kLoadersSet, s.id}};
+    const bool had_connection = redis.connected();
+    Status st = redis.pipeline(beat);
+    if (!st.ok() && had_connection) st = redis.pipeline(beat);  // Redis restarted: dial again now
+    if (!st.ok() && was_up) spdlog::warn("loader {}: cannot reach redis: {}", s.id, st.message());
+    if (st.ok() && !was_up) spdlog::info("loader {}: registered with redis again", s.id);
+    was_up = st.ok();
+    lock.lock();
+    cv_.wait_for(lock, interval_, [this] { return stopping_; });
+  }
+}
+
+}  // namespace uma::cluster

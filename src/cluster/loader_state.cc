@@ -1,0 +1,104 @@
+#include "cluster/loader_state.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/json_text.h"
+
+namespace uma::cluster {
+
+namespace {
+
+using json = nlohmann::json;
+
+Status bad(const std::string& field) {
+  return Status(ErrorCode::kBadRequest, "loader state: '" + field + "' is missing or of the wrong type", field);
+}
+
+Status read_string(const json& j, const char* key, std::string* out) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return bad(key);
+  *out = it->get<std::string>();
+  return {};
+}
+
+template <typename T>
+Status read_number(const json& j, const char* key, T* out) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  if (!it->is_number() || (std::is_unsigned_v<T> && !it->is_number_unsigned())) return bad(key);
+  *out = it->get<T>();
+  return {};
+}
+
+}  // namespace
+
+std::string encode_loader_state(const LoaderState& s) {
+  nlohmann::ordered_json j;
+  j["id"] = s.id;
+  j["address"] = s.address;
+  j["ts_ms"] = s.ts_ms;
+  j["models"] = nlohmann::ordered_json::array();
+  for (const LoaderModel& m : s.models) j["models"].push_back({{"name", m.name}, {"state", m.state}});
+  j["budget_bytes"] = s.budget_bytes;
+  j["held_bytes"] = s.held_bytes;
+  j["idle_bytes"] = s.idle_bytes;
+  j["dram_bytes_s"] = s.dram_bytes_s;
+  j["nvme_bytes_s"] = s.nvme_bytes_s;
+  j["remote_bytes_s"] = s.remote_bytes_s;
+  j["queue_bytes"] = s.queue_bytes;
+  return to_json_text(j);
+}
+
+Status decode_loader_state(std::string_view text, LoaderState* out) {
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status(ErrorCode::kInvalidJson, "loader state: not a JSON object");
+  LoaderState s;
+  Status st;
+  if (!(st = read_string(j, "id", &s.id)).ok() || !(st = read_string(j, "address", &s.address)).ok()) return st;
+  if (!(st = read_number(j, "ts_ms", &s.ts_ms)).ok() || !(st = read_number(j, "budget_bytes", &s.budget_bytes)).ok() ||
+      !(st = read_number(j, "held_bytes", &s.held_bytes)).ok() || !(st = read_number(j, "idle_bytes", &s.idle_bytes)).ok() ||
+      !(st = read_number(j, "dram_bytes_s", &s.dram_bytes_s)).ok() || !(st = read_number(j, "nvme_bytes_s", &s.nvme_bytes_s)).ok() ||
+      !(st = read_number(j, "remote_bytes_s", &s.remote_bytes_s)).ok() || !(st = read_number(j, "queue_bytes", &s.queue_bytes)).ok()) {
+    return st;
+  }
+  const auto models = j.find("models");
+  if (models == j.end() || !models->is_array()) return bad("models");
+  for (const json& m : *models) {
+    LoaderModel lm;
+    if (!m.is_object() || !read_string(m, "name", &lm.name).ok() || !read_string(m, "state", &lm.state).ok()) return bad("models");
+    s.models.push_back(std::move(lm));
+  }
+  *out = std::move(s);
+  return {};
+}
+
+double predicted_load_s(const LoaderState& l, const std::string& model, std::uint64_t bytes, const LoadPriors& priors) {
+  const LoaderModel* m = l.model(model);
+  const std::string state = m ? m->state : "remote";
+  if (state == "queued" || state == "filling" || state == "starting" || state == "loaded") return 0.0;
+  if (l.budget_bytes > 0 && l.held_bytes - std::min(l.idle_bytes, l.held_bytes) + bytes > l.budget_bytes) return -1.0;
+  const auto rate = [](double measured, double prior) { return measured > 0 ? measured : prior; };
+  const double from = state == "dram"   ? rate(l.dram_bytes_s, priors.dram_bytes_s)
+                      : state == "nvme" ? rate(l.nvme_bytes_s, priors.nvme_bytes_s)
+                                        : rate(l.remote_bytes_s, priors.remote_bytes_s);
+  // The queue moves at the disk's pace in the common case (prefetches, other loads).
+  return static_cast<double>(bytes) / from + static_cast<double>(l.queue_bytes) / rate(l.nvme_bytes_s, priors.nvme_bytes_s);
+}
+
+int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes, const LoadPriors& priors) {
+  int best = -1;
+  double best_s = 0;
+  for (std::size_t i = 0; i < loaders.size(); ++i) {
+    const double s = predicted_load_s(loaders[i], model, bytes, priors);
+    if (s < 0) continue;
+    const bool better = best < 0 || s < best_s ||
+                        (s == best_s && loaders[i].held_bytes < loaders[static_cast<std::size_t>(best)].held_bytes);
+    if (better) {
+      best = static_cast<int>(i);
+      best_s = s;
+    }
+  }
+  return best;
+}
+
+}  // namespace uma::cluster

@@ -1,0 +1,64 @@
+// LoaderState: one uma-agent's soft state as a loader of models (docs/AGENT.md), in Redis as
+// `uma:loader:{id}` (JSON, PX ttl) with the id in `uma:loaders`, beside the `uma:agent:{id}` keys
+// of the umads it runs (which serve, and are routed to, as any agent). Gateways read it to decide
+// where a model that no agent serves gets loaded: choose_loader(), a pure function.
+// Decoding type-checks every field (anyone on the network may write to Redis).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace uma::cluster {
+
+inline constexpr const char* kLoadersSet = "uma:loaders";
+inline std::string loader_key(const std::string& id) { return "uma:loader:" + id; }
+// The lock a gateway holds while it has a model loaded (SET NX PX, renewed while loading).
+inline std::string load_lock_key(const std::string& model) { return "uma:load-lock:" + model; }
+
+struct LoaderModel {
+  std::string name;
+  std::string state;  // dram | nvme (held in that tier) | queued | filling | starting | loaded | unloading
+};
+
+struct LoaderState {
+  std::string id;
+  std::string address;  // the management API's base URL (POST /load)
+  std::int64_t ts_ms = 0;
+  std::vector<LoaderModel> models;  // those it holds in a tier or has loaded; any other is remote for it
+  std::uint64_t budget_bytes = 0;   // 0: no limit
+  std::uint64_t held_bytes = 0;     // loaded (and loading) models' bytes
+  std::uint64_t idle_bytes = 0;     // of those, idle loaded models' (room it can make)
+  double dram_bytes_s = 0, nvme_bytes_s = 0, remote_bytes_s = 0;  // measured; 0: not yet
+  std::uint64_t queue_bytes = 0;    // what its store still has to move
+
+  const LoaderModel* model(std::string_view name) const {
+    for (const LoaderModel& m : models) {
+      if (m.name == name) return &m;
+    }
+    return nullptr;
+  }
+};
+
+std::string encode_loader_state(const LoaderState& s);
+Status decode_loader_state(std::string_view json_text, LoaderState* out);
+
+// Rates assumed where a loader has measured none yet.
+struct LoadPriors {
+  double dram_bytes_s = 4e9;
+  double nvme_bytes_s = 1e9;
+  double remote_bytes_s = 1e8;
+};
+
+// The predicted seconds until `model` (of `bytes`) serves on `l`: its bytes from the fastest tier
+// that holds them at that tier's measured rate, behind the store's queue; 0 when it is loading
+// there already. Negative: it cannot be admitted there (its budget is held by models in use).
+double predicted_load_s(const LoaderState& l, const std::string& model, std::uint64_t bytes, const LoadPriors& priors);
+// The loader with the lowest prediction (ties: the least held), or -1 when none can take it.
+int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes,
+                  const LoadPriors& priors = {});
+
+}  // namespace uma::cluster

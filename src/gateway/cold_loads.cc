@@ -1,0 +1,209 @@
+#include "gateway/cold_loads.h"
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cluster/model_catalog.h"
+#include "gateway/upstream.h"
+
+namespace uma::gateway {
+
+namespace asio = boost::asio;
+
+namespace {
+
+// Only the owner's lock is renewed or deleted: a lock that lapsed and was taken by another
+// gateway is left alone.
+constexpr const char* kRenew =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
+constexpr const char* kRelease =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+}  // namespace
+
+// One POST /load to a loader (stream: false): one JSON answer at the end.
+struct ColdLoads::Call final : UpstreamSink {
+  ColdLoads* owner = nullptr;
+  std::string model;
+  std::shared_ptr<Upstream> up;
+  unsigned status = 0;
+  std::string body;
+  void on_head(unsigned s, bool) override { status = s; }
+  void on_body(std::string_view bytes) override {
+    if (body.size() < 4096) body.append(bytes.substr(0, 4096 - body.size()));
+  }
+  void on_end() override {
+    const Status st = status == 200 ? Status() : Status(ErrorCode::kUnavailable, "the loader answered " + std::to_string(status) + ": " + body);
+    owner->finished(model, st);
+  }
+  void on_failed(const std::string& why, bool) override {
+    owner->finished(model, Status(ErrorCode::kUnavailable, "the loader could not be reached: " + why));
+  }
+};
+
+struct ColdLoads::Model {
+  bool busy = false;  // the lock is being tried, or a load of ours runs
+  std::chrono::steady_clock::time_point retry_at{};
+  std::vector<cluster::LoaderState> loaders;  // as ensure() last saw them
+  std::unique_ptr<Call> call;
+  std::unique_ptr<asio::steady_timer> renewal;
+  std::chrono::steady_clock::time_point started_at{};
+  std::string last_error;
+};
+
+ColdLoads::ColdLoads(asio::io_context& io, cluster::RedisAddress redis, ColdLoadOptions options)
+    : io_(io), redis_(std::move(redis)), options_(std::move(options)), thread_([this] { run(); }) {}
+
+ColdLoads::~ColdLoads() {
+  *alive_ = false;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& [id, m] : models_) {
+    if (m->call && m->call->up) m->call->up->abort();
+  }
+}
+
+void ColdLoads::on_redis(Task task) {
+  {
+    std::lock_guard lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_all();
+}
+
+void ColdLoads::run() {
+  cluster::RedisClient redis(redis_, std::chrono::milliseconds(500));
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+    if (stopping_) return;
+    Task t = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    t(redis);
+    lock.lock();
+  }
+}
+
+std::string ColdLoads::last_error(const std::string& model) const {
+  auto it = models_.find(model);
+  return it == models_.end() ? "" : it->second->last_error;
+}
+
+void ColdLoads::ensure(const std::string& model, const std::vector<cluster::LoaderState>& loaders) {
+  std::unique_ptr<Model>& slot = models_[model];
+  if (!slot) slot = std::make_unique<Model>();
+  Model& m = *slot;
+  if (m.busy || std::chrono::steady_clock::now() < m.retry_at) return;
+  m.busy = true;
+  m.loaders = loaders;
+  const std::string key = cluster::load_lock_key(model), owner = options_.owner, ttl = std::to_string(options_.lock_ttl.count());
+  on_redis([this, alive = alive_, model, key, owner, ttl](cluster::RedisClient& redis) {
+    cluster::RedisReply r;
+    Status st = redis.command({"SET", key, owner, "NX", "PX", ttl}, &r);
+    const bool acquired = st.ok() && r.kind == cluster::RedisReply::Kind::kString && r.str == "OK";
+    cluster::CatalogModel entry;
+    if (acquired) st = cluster::catalog_get(redis, model, &entry);
+    asio::post(io_, [this, alive, model, acquired, bytes = entry.bytes, st] {
+      if (*alive) locked(model, acquired, bytes, st);
+    });
+  });
+}
+
+void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t bytes, const Status& st) {
+  Model& m = *models_[model];
+  const auto release = [&] {
+    on_redis([key = cluster::load_lock_key(model), owner = options_.owner](cluster::RedisClient& redis) {
+      (void)redis.command({"EVAL", kRelease, "1", key, owner});
+    });
+  };
+  if (!acquired || !st.ok()) {
+    if (acquired) release();
+    if (!acquired && st.ok()) counters_.lock_busy++;
+    if (!st.ok()) m.last_error = st.message();
+    m.busy = false;
+    m.retry_at = std::chrono::steady_clock::now() + options_.retry;
+    return;
+  }
+  const int at = cluster::choose_loader(m.loaders, model, bytes);
+  if (at < 0) {
+    release();
+    m.last_error = m.loaders.empty() ? "no agent can load models (no loader is registered)"
+                                     : "no agent has room for it: their model budgets are held by models in use";
+    m.busy = false;
+    m.retry_at = std::chrono::steady_clock::now() + options_.retry;
+    return;
+  }
+  start_load(model, m.loaders[static_cast<std::size_t>(at)], bytes);
+}
+
+void ColdLoads::start_load(const std::string& model, const cluster::LoaderState& to, std::uint64_t bytes) {
+  Model& m = *models_[model];
+  HostPort hp;
+  if (!parse_host_port(to.address, &hp)) return finished(model, Status(ErrorCode::kUnavailable, "loader " + to.id + " has no address"));
+  counters_.started++;
+  spdlog::info("loading {} ({} MiB) on {} ({:.2f} s predicted)", model, bytes >> 20, to.id,
+               cluster::predicted_load_s(to, model, bytes, {}));
+  const std::string body = "{\"model\":\"" + model + "\",\"stream\":false}";
+  std::string req = "POST /load HTTP/1.1\r\nHost: " + hp.host + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\nConnection: close\r\n";
+  if (!options_.api_key.empty()) req += "Authorization: Bearer " + options_.api_key + "\r\n";
+  req += "\r\n" + body;
+  m.call = std::make_unique<Call>();
+  m.call->owner = this;
+  m.call->model = model;
+  Upstream::Options uo;
+  uo.max_body_bytes = 64 * 1024;
+  m.call->up = Upstream::start(io_, hp, std::move(req), m.call.get(), uo);
+  m.renewal = std::make_unique<asio::steady_timer>(io_);
+  m.started_at = std::chrono::steady_clock::now();
+  renew(model);
+}
+
+void ColdLoads::renew(const std::string& model) {
+  Model& m = *models_[model];
+  if (!m.renewal) return;
+  m.renewal->expires_after(options_.lock_ttl / 3);
+  m.renewal->async_wait([this, alive = alive_, model](const boost::system::error_code& ec) {
+    if (ec || !*alive) return;
+    Model& m = *models_[model];
+    if (std::chrono::steady_clock::now() - m.started_at > options_.load_timeout) {
+      if (m.call && m.call->up) m.call->up->abort();
+      return finished(model, Status(ErrorCode::kUnavailable, "the loader did not finish within " +
+                                                                  std::to_string(options_.load_timeout.count()) + " ms"));
+    }
+    on_redis([key = cluster::load_lock_key(model), owner = options_.owner,
+              ttl = std::to_string(options_.lock_ttl.count())](cluster::RedisClient& redis) {
+      (void)redis.command({"EVAL", kRenew, "1", key, owner, ttl});
+    });
+    renew(model);
+  });
+}
+
+void ColdLoads::finished(const std::string& model, const Status& st) {
+  Model& m = *models_[model];
+  if (st.ok()) {
+    counters_.succeeded++;
+    m.last_error.clear();
+    spdlog::info("{} loaded", model);
+  } else {
+    counters_.failed++;
+    m.last_error = st.message();
+    spdlog::warn("load of {} failed: {}", model, st.message());
+  }
+  m.renewal.reset();
+  // Not inside the call's own callback: the loop frees it once this handler returns.
+  asio::post(io_, [call = std::shared_ptr<Call>(std::move(m.call))] {});
+  on_redis([key = cluster::load_lock_key(model), owner = options_.owner](cluster::RedisClient& redis) {
+    (void)redis.command({"EVAL", kRelease, "1", key, owner});
+  });
+  m.busy = false;
+  // A success is seen when the model's agent beats; until then nobody loads it again.
+  m.retry_at = std::chrono::steady_clock::now() + (st.ok() ? options_.lock_ttl : options_.retry);
+}
+
+}  // namespace uma::gateway

@@ -1,0 +1,88 @@
+// ColdLoads: a gateway's loads of models that no agent serves (issue 30, docs/CLUSTER.md "Loads on
+// demand"). Whatever number of gateways and requests ask, one load of a model runs at a time in
+// the whole cluster: the gateway that takes the model's Redis lock (`SET uma:load-lock:{model}
+// OWNER NX PX ttl`, renewed every ttl/3 while the load runs, deleted when it ends if still its
+// own) chooses the loader with the lowest predicted load time (cluster/loader_state.h) and POSTs
+// `/load` to it with the cluster's key; every other gateway's requests wait for the model to
+// appear among the agents, and try the lock again only once it has lapsed (a gateway that died
+// mid-load leaves a lock that expires within ttl).
+//
+// Threading: ensure() and the results run on the gateway's I/O thread; Redis is spoken on a thread
+// of its own (its own RedisClient, every call with a deadline), which posts back. Ownership: the
+// gateway owns it; the destructor stops the thread and aborts loads in flight (their locks lapse).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/loader_state.h"
+#include "cluster/redis_client.h"
+#include "common/status.h"
+
+namespace uma::gateway {
+
+struct ColdLoadOptions {
+  std::string owner;                        // this gateway in the lock's value
+  std::string api_key;                      // sent to loaders (Authorization: Bearer)
+  std::chrono::milliseconds lock_ttl{10000};
+  std::chrono::milliseconds retry{500};     // a lock held elsewhere is tried again after this
+  std::chrono::milliseconds load_timeout{300000};
+};
+
+struct ColdLoadCounters {
+  std::uint64_t started = 0;    // loads this gateway asked a loader for
+  std::uint64_t succeeded = 0;
+  std::uint64_t failed = 0;
+  std::uint64_t lock_busy = 0;  // another gateway held the lock
+};
+
+class ColdLoads {
+ public:
+  ColdLoads(boost::asio::io_context& io, cluster::RedisAddress redis, ColdLoadOptions options);
+  ~ColdLoads();
+  ColdLoads(const ColdLoads&) = delete;
+  ColdLoads& operator=(const ColdLoads&) = delete;
+
+  // A request waits for `model`: see that someone loads it (`loaders`: the gateway's latest view).
+  void ensure(const std::string& model, const std::vector<cluster::LoaderState>& loaders);
+  // Why the last load of `model` failed here ("" when none did), for the requests that give up.
+  std::string last_error(const std::string& model) const;
+  const ColdLoadCounters& counters() const { return counters_; }
+
+ private:
+  struct Model;
+  struct Call;
+  using Task = std::function<void(cluster::RedisClient&)>;
+  void on_redis(Task task);  // runs `task` on the Redis thread
+  void locked(const std::string& model, bool acquired, std::uint64_t bytes, const Status& st);
+  void start_load(const std::string& model, const cluster::LoaderState& to, std::uint64_t bytes);
+  void finished(const std::string& model, const Status& st);
+  void renew(const std::string& model);
+  void run();
+
+  boost::asio::io_context& io_;
+  cluster::RedisAddress redis_;
+  ColdLoadOptions options_;
+  std::map<std::string, std::unique_ptr<Model>> models_;
+  ColdLoadCounters counters_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> tasks_;
+  bool stopping_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::thread thread_;
+};
+
+}  // namespace uma::gateway
