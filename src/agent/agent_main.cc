@@ -187,9 +187,11 @@ int main(int argc, char** argv) {
       l.budget_bytes = host->config().budget.bytes;
       l.held_bytes = host->held_bytes();
       l.idle_bytes = host->idle_bytes();
-      l.dram_bytes_s = store.rate_bytes_s(store::Tier::kDram);
-      l.nvme_bytes_s = store.rate_bytes_s(store::Tier::kNvme);
-      l.remote_bytes_s = store.rate_bytes_s(store::Tier::kRemote);
+      // Whole loads as this agent measured them; before one from a tier, its store's fills.
+      const auto rate = [&](store::Tier t) { return host->load_rate(t) > 0 ? host->load_rate(t) : store.rate_bytes_s(t); };
+      l.dram_bytes_s = rate(store::Tier::kDram);
+      l.nvme_bytes_s = rate(store::Tier::kNvme);
+      l.remote_bytes_s = rate(store::Tier::kRemote);
       l.queue_bytes = store.queued_bytes();
       beat->publish(std::move(l));
       beat_timer.expires_after(std::chrono::milliseconds(250));

@@ -41,6 +41,8 @@ struct ModelHost::Entry {
   store::ModelSource source;
   std::uint64_t bytes = 0;
   std::string tier;  // where the bytes were when the load began
+  store::Tier from = store::Tier::kNone;
+  Clock::time_point fill_started{};
   std::shared_ptr<store::ModelImage> image;
   bool holds_image = false;  // the store's hold (acquire) not yet released
   std::unique_ptr<ModelProcess> process;
@@ -201,7 +203,9 @@ void ModelHost::pump() {
 }
 
 void ModelHost::begin_fill(Entry& e) {
-  e.tier = std::string(store::tier_name(store_.tier(e.id)));
+  e.from = store_.tier(e.id);
+  e.tier = std::string(store::tier_name(e.from));
+  e.fill_started = Clock::now();
   Status s;
   e.image = store_.acquire(e.source, &s);
   if (!e.image) return finish_load(e, s);
@@ -256,6 +260,12 @@ void ModelHost::on_status(const std::string& id, const StatusLine& line) {
     e->http_port = line.http_port;
     e->loaded_at = e->last_used = Clock::now();
     counters_.loads++;
+    if (e->from != store::Tier::kNone) {
+      const double secs = std::chrono::duration<double>(e->loaded_at - e->fill_started).count();
+      double& rate = load_rate_[static_cast<int>(e->from)];
+      const double measured = static_cast<double>(e->bytes) / std::max(secs, 1e-3);
+      rate = rate == 0 ? measured : 0.7 * rate + 0.3 * measured;
+    }
     spdlog::info("model {}: loaded in {:.3f} s, serving at http://{}:{}", id,
                  std::chrono::duration<double>(e->loaded_at - e->asked_at).count(), config_.http_host, e->http_port);
     finish_load(*e, {});

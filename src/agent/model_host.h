@@ -122,6 +122,9 @@ class ModelHost {
   const HostCounters& counters() const { return counters_; }
   std::uint64_t held_bytes() const;  // the budget in use
   std::uint64_t idle_bytes() const;  // of it, idle loaded models' (room a load can take)
+  // Whole loads measured per tier the bytes came from (fill start to serving, umad's start and
+  // llama.cpp's load included), bytes/s EWMA; 0 until one: routing's L term.
+  double load_rate(store::Tier t) const { return t == store::Tier::kNone ? 0 : load_rate_[static_cast<int>(t)]; }
   const HostConfig& config() const { return config_; }
   // Ends every model (SIGTERM, SIGKILL after `grace`); `done` once all have exited.
   void stop(std::chrono::milliseconds grace, std::function<void()> done);
@@ -157,6 +160,7 @@ class ModelHost {
   std::map<std::uint64_t, std::thread> fill_waits_;
   std::uint64_t next_generation_ = 1;
   HostCounters counters_;
+  double load_rate_[3] = {0, 0, 0};
   const Clock::time_point steady_epoch_ = Clock::now();
   const std::int64_t wall_epoch_ms_;
   bool stopping_ = false;

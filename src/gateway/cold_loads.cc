@@ -1,6 +1,7 @@
 #include "gateway/cold_loads.h"
 
 #include <boost/asio/post.hpp>
+#include <random>
 #include <spdlog/spdlog.h>
 
 #include "cluster/model_catalog.h"
@@ -48,6 +49,7 @@ struct ColdLoads::Model {
   std::unique_ptr<Call> call;
   std::unique_ptr<asio::steady_timer> renewal;
   std::chrono::steady_clock::time_point started_at{};
+  double predicted_s = 0;
   std::string last_error;
 };
 
@@ -129,7 +131,15 @@ void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t by
     m.retry_at = std::chrono::steady_clock::now() + options_.retry;
     return;
   }
-  const int at = cluster::choose_loader(m.loaders, model, bytes);
+  int at = cluster::choose_loader(m.loaders, model, bytes);
+  if (at >= 0 && options_.policy != LoadPolicy::kPredicted) {
+    std::vector<int> room;
+    for (std::size_t i = 0; i < m.loaders.size(); ++i) {
+      if (cluster::predicted_load_s(m.loaders[i], model, bytes, {}) >= 0) room.push_back(static_cast<int>(i));
+    }
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    at = room[options_.policy == LoadPolicy::kRoundRobin ? cursor_++ % room.size() : rng() % room.size()];
+  }
   if (at < 0) {
     release();
     m.last_error = m.loaders.empty() ? "no agent can load models (no loader is registered)"
@@ -146,8 +156,8 @@ void ColdLoads::start_load(const std::string& model, const cluster::LoaderState&
   HostPort hp;
   if (!parse_host_port(to.address, &hp)) return finished(model, Status(ErrorCode::kUnavailable, "loader " + to.id + " has no address"));
   counters_.started++;
-  spdlog::info("loading {} ({} MiB) on {} ({:.2f} s predicted)", model, bytes >> 20, to.id,
-               cluster::predicted_load_s(to, model, bytes, {}));
+  m.predicted_s = cluster::predicted_load_s(to, model, bytes, {});
+  spdlog::info("loading {} ({} MiB) on {} ({:.3f} s predicted)", model, bytes >> 20, to.id, m.predicted_s);
   const std::string body = "{\"model\":\"" + model + "\",\"stream\":false}";
   std::string req = "POST /load HTTP/1.1\r\nHost: " + hp.host + "\r\nContent-Type: application/json\r\nContent-Length: " +
                     std::to_string(body.size()) + "\r\nConnection: close\r\n";
@@ -189,7 +199,12 @@ void ColdLoads::finished(const std::string& model, const Status& st) {
   if (st.ok()) {
     counters_.succeeded++;
     m.last_error.clear();
-    spdlog::info("{} loaded", model);
+    const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.started_at).count();
+    if (measured > 0) {
+      if (errors_.size() >= 1024) errors_.pop_front();
+      errors_.push_back(m.predicted_s / measured - 1.0);
+    }
+    spdlog::info("{} loaded in {:.3f} s ({:.3f} s predicted)", model, measured, m.predicted_s);
   } else {
     counters_.failed++;
     m.last_error = st.message();

@@ -33,7 +33,13 @@
 
 namespace uma::gateway {
 
+// Where a model no agent serves is loaded: the lowest predicted load time (the default), or, as
+// baselines for the benchmark (bench/serverless.sh), the loaders in turn or one at random (each
+// among those with room).
+enum class LoadPolicy : std::uint8_t { kPredicted, kRoundRobin, kRandom };
+
 struct ColdLoadOptions {
+  LoadPolicy policy = LoadPolicy::kPredicted;
   std::string owner;                        // this gateway in the lock's value
   std::string api_key;                      // sent to loaders (Authorization: Bearer)
   std::chrono::milliseconds lock_ttl{10000};
@@ -60,6 +66,8 @@ class ColdLoads {
   // Why the last load of `model` failed here ("" when none did), for the requests that give up.
   std::string last_error(const std::string& model) const;
   const ColdLoadCounters& counters() const { return counters_; }
+  // predicted / measured - 1 of this gateway's successful loads (the L term's error), the last 1024.
+  const std::deque<double>& prediction_errors() const { return errors_; }
 
  private:
   struct Model;
@@ -77,6 +85,8 @@ class ColdLoads {
   ColdLoadOptions options_;
   std::map<std::string, std::unique_ptr<Model>> models_;
   ColdLoadCounters counters_;
+  std::deque<double> errors_;
+  std::uint64_t cursor_ = 0;  // round-robin
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> tasks_;

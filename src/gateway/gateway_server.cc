@@ -468,6 +468,13 @@ std::string GatewayServer::metrics_text() {
     counter_text(out, "uma_gw_model_loads_failed_total", "Loads this gateway asked for that failed.", static_cast<double>(c.failed));
     counter_text(out, "uma_gw_model_load_lock_busy_total", "Times another gateway held a model's load lock.",
                  static_cast<double>(c.lock_busy));
+    if (!cold_loads_->prediction_errors().empty()) {
+      std::vector<double> e(cold_loads_->prediction_errors().begin(), cold_loads_->prediction_errors().end());
+      for (double& x : e) x = std::abs(x);
+      std::nth_element(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(e.size() / 2), e.end());
+      counter_text(out, "uma_gw_load_prediction_error_median", "Median |predicted/measured - 1| of the loads this gateway asked for.",
+                   e[e.size() / 2], "gauge");
+    }
   }
   counter_text(out, "uma_gw_agents", "Agents in the cluster view.", static_cast<double>(agents_.size()), "gauge");
   counter_text(out, "uma_gw_loaders", "Loaders (uma-agents that load models on demand) in the cluster view.",

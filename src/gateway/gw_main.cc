@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
   std::int64_t load_lock_ms = cold.lock_ttl.count();
   app.add_option("--agent-key-file", agent_key_file, "the cluster's key (first line of the file), sent to uma-agents "
                  "with the loads this gateway asks for")->envname("UMA_AGENT_KEY_FILE")->check(CLI::ExistingFile);
+  std::string load_policy = "predicted";
+  app.add_option("--load-policy", load_policy, "where a model no agent serves is loaded: predicted (lowest predicted "
+                 "load time) | round-robin | random (baselines)")->capture_default_str()
+      ->check(CLI::IsMember({"predicted", "round-robin", "random"}));
   app.add_option("--load-lock-ms", load_lock_ms, "a model's load lock lapses this long after its gateway stops renewing it")
       ->capture_default_str()->check(CLI::Range(100, 600000));
   app.add_option("--tokenize-threads", gc.tokenize_threads, "threads that tokenize prompts, off the I/O thread")
@@ -112,6 +116,7 @@ int main(int argc, char** argv) {
     }
   }
   cold.lock_ttl = std::chrono::milliseconds(load_lock_ms);
+  cold.policy = load_policy == "round-robin" ? LoadPolicy::kRoundRobin : load_policy == "random" ? LoadPolicy::kRandom : LoadPolicy::kPredicted;
   {
     std::random_device rd;
     cold.owner = "gw-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
