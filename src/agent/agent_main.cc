@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
       cluster::LoaderState l;
       l.id = host->config().agent_id;
       l.address = "http://" + rc.host + ":" + std::to_string(server.port());
-      for (const store::ModelTierInfo& t : store.list()) {
+      for (const store::ModelTierInfo& t : store.list()) {  // NVMe files included
         if (t.tier == store::Tier::kDram || t.tier == store::Tier::kNvme) l.models.push_back({t.id, std::string(store::tier_name(t.tier))});
       }
       for (const agent::ModelInfo& m : host->models()) {
@@ -187,8 +187,9 @@ int main(int argc, char** argv) {
       l.budget_bytes = host->config().budget.bytes;
       l.held_bytes = host->held_bytes();
       l.idle_bytes = host->idle_bytes();
-      // Whole loads as this agent measured them; before one from a tier, its store's fills.
-      const auto rate = [&](store::Tier t) { return host->load_rate(t) > 0 ? host->load_rate(t) : store.rate_bytes_s(t); };
+      // Fills as this agent's loads measured them; before one from a tier, its store's own fills.
+      const auto rate = [&](store::Tier t) { return host->fill_rate(t) > 0 ? host->fill_rate(t) : store.rate_bytes_s(t); };
+      l.start_s = host->start_s();
       l.dram_bytes_s = rate(store::Tier::kDram);
       l.nvme_bytes_s = rate(store::Tier::kNvme);
       l.remote_bytes_s = rate(store::Tier::kRemote);

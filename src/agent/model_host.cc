@@ -43,6 +43,7 @@ struct ModelHost::Entry {
   std::string tier;  // where the bytes were when the load began
   store::Tier from = store::Tier::kNone;
   Clock::time_point fill_started{};
+  Clock::time_point start_began{};
   std::shared_ptr<store::ModelImage> image;
   bool holds_image = false;  // the store's hold (acquire) not yet released
   std::unique_ptr<ModelProcess> process;
@@ -234,6 +235,7 @@ void ModelHost::on_filled(const std::string& id, std::uint64_t generation, const
 
 void ModelHost::begin_start(Entry& e) {
   set_state(e, ModelState::kStarting);
+  e.start_began = Clock::now();
   ProcessSpec spec;
   spec.program = config_.umad;
   spec.image_fd = e.image->fd();
@@ -260,12 +262,12 @@ void ModelHost::on_status(const std::string& id, const StatusLine& line) {
     e->http_port = line.http_port;
     e->loaded_at = e->last_used = Clock::now();
     counters_.loads++;
+    const auto ewma = [](double& avg, double x) { avg = avg == 0 ? x : 0.7 * avg + 0.3 * x; };
     if (e->from != store::Tier::kNone) {
-      const double secs = std::chrono::duration<double>(e->loaded_at - e->fill_started).count();
-      double& rate = load_rate_[static_cast<int>(e->from)];
-      const double measured = static_cast<double>(e->bytes) / std::max(secs, 1e-3);
-      rate = rate == 0 ? measured : 0.7 * rate + 0.3 * measured;
+      const double fill = std::chrono::duration<double>(e->start_began - e->fill_started).count();
+      ewma(fill_rate_[static_cast<int>(e->from)], static_cast<double>(e->bytes) / std::max(fill, 1e-3));
     }
+    ewma(start_s_, std::chrono::duration<double>(e->loaded_at - e->start_began).count());
     spdlog::info("model {}: loaded in {:.3f} s, serving at http://{}:{}", id,
                  std::chrono::duration<double>(e->loaded_at - e->asked_at).count(), config_.http_host, e->http_port);
     finish_load(*e, {});

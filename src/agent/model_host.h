@@ -122,9 +122,11 @@ class ModelHost {
   const HostCounters& counters() const { return counters_; }
   std::uint64_t held_bytes() const;  // the budget in use
   std::uint64_t idle_bytes() const;  // of it, idle loaded models' (room a load can take)
-  // Whole loads measured per tier the bytes came from (fill start to serving, umad's start and
-  // llama.cpp's load included), bytes/s EWMA; 0 until one: routing's L term.
-  double load_rate(store::Tier t) const { return t == store::Tier::kNone ? 0 : load_rate_[static_cast<int>(t)]; }
+  // Its own loads, measured (EWMA; 0 until one), routing's L term: the fill's rate per tier the
+  // bytes came from (bytes/s from the fill's start until the image is whole), and a umad's start
+  // (exec to serving: llama.cpp's load of the image, its context, the first tick).
+  double fill_rate(store::Tier t) const { return t == store::Tier::kNone ? 0 : fill_rate_[static_cast<int>(t)]; }
+  double start_s() const { return start_s_; }
   const HostConfig& config() const { return config_; }
   // Ends every model (SIGTERM, SIGKILL after `grace`); `done` once all have exited.
   void stop(std::chrono::milliseconds grace, std::function<void()> done);
@@ -160,7 +162,8 @@ class ModelHost {
   std::map<std::uint64_t, std::thread> fill_waits_;
   std::uint64_t next_generation_ = 1;
   HostCounters counters_;
-  double load_rate_[3] = {0, 0, 0};
+  double fill_rate_[3] = {0, 0, 0};
+  double start_s_ = 0;
   const Clock::time_point steady_epoch_ = Clock::now();
   const std::int64_t wall_epoch_ms_;
   bool stopping_ = false;

@@ -32,7 +32,8 @@ struct LoaderState {
   std::uint64_t budget_bytes = 0;   // 0: no limit
   std::uint64_t held_bytes = 0;     // loaded (and loading) models' bytes
   std::uint64_t idle_bytes = 0;     // of those, idle loaded models' (room it can make)
-  double dram_bytes_s = 0, nvme_bytes_s = 0, remote_bytes_s = 0;  // measured; 0: not yet
+  double dram_bytes_s = 0, nvme_bytes_s = 0, remote_bytes_s = 0;  // fills, measured; 0: not yet
+  double start_s = 0;               // a model server's start (exec to serving), measured; 0: not yet
   std::uint64_t queue_bytes = 0;    // what its store still has to move
 
   const LoaderModel* model(std::string_view name) const {
@@ -51,11 +52,12 @@ struct LoadPriors {
   double dram_bytes_s = 4e9;
   double nvme_bytes_s = 1e9;
   double remote_bytes_s = 1e8;
+  double start_s = 0.5;
 };
 
 // The predicted seconds until `model` (of `bytes`) serves on `l`: its bytes from the fastest tier
-// that holds them at that tier's measured rate, behind the store's queue; 0 when it is loading
-// there already. Negative: it cannot be admitted there (its budget is held by models in use).
+// that holds them at that tier's measured rate, behind the store's queue, then a model server's
+// start; 0 when it is loading there already. Negative: it cannot be admitted there (its budget is held by models in use).
 double predicted_load_s(const LoaderState& l, const std::string& model, std::uint64_t bytes, const LoadPriors& priors);
 // The loader with the lowest prediction (ties: the least held), or -1 when none can take it.
 int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes,

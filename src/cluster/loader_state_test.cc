@@ -13,6 +13,7 @@ LoaderState loader(std::string id, std::vector<LoaderModel> models = {}) {
   l.dram_bytes_s = 8e9;
   l.nvme_bytes_s = 2e9;
   l.remote_bytes_s = 2e8;
+  l.start_s = 0.25;
   return l;
 }
 
@@ -37,9 +38,9 @@ TEST(LoaderState, RoundTripsAndRefusesWrongTypes) {
 TEST(LoaderState, TheFastestTierThatHoldsTheModelWinsBehindEachStoresQueue) {
   const std::uint64_t gb = 1'000'000'000;
   std::vector<LoaderState> ls = {loader("remote-only"), loader("nvme", {{"m", "nvme"}}), loader("dram", {{"m", "dram"}})};
-  EXPECT_DOUBLE_EQ(predicted_load_s(ls[0], "m", 4 * gb, {}), 20.0);
-  EXPECT_DOUBLE_EQ(predicted_load_s(ls[1], "m", 4 * gb, {}), 2.0);
-  EXPECT_DOUBLE_EQ(predicted_load_s(ls[2], "m", 4 * gb, {}), 0.5);
+  EXPECT_DOUBLE_EQ(predicted_load_s(ls[0], "m", 4 * gb, {}), 20.25);
+  EXPECT_DOUBLE_EQ(predicted_load_s(ls[1], "m", 4 * gb, {}), 2.25);
+  EXPECT_DOUBLE_EQ(predicted_load_s(ls[2], "m", 4 * gb, {}), 0.75);
   EXPECT_EQ(choose_loader(ls, "m", 4 * gb), 2);
   ls[2].queue_bytes = 4 * gb;  // its disk is busy for 2 s more
   EXPECT_EQ(choose_loader(ls, "m", 4 * gb), 1);
@@ -51,7 +52,8 @@ TEST(LoaderState, TheFastestTierThatHoldsTheModelWinsBehindEachStoresQueue) {
 TEST(LoaderState, UnmeasuredRatesUseThePriorsAndABudgetHeldByModelsInUseExcludesALoader) {
   LoaderState fresh = loader("fresh", {{"m", "nvme"}});
   fresh.nvme_bytes_s = 0;
-  EXPECT_DOUBLE_EQ(predicted_load_s(fresh, "m", 3'000'000'000, {4e9, 1.5e9, 1e8}), 2.0);
+  fresh.start_s = 0;
+  EXPECT_DOUBLE_EQ(predicted_load_s(fresh, "m", 3'000'000'000, {4e9, 1.5e9, 1e8, 0.4}), 2.4);
   LoaderState full = loader("full", {{"m", "dram"}});
   full.budget_bytes = 10;
   full.held_bytes = 8;

@@ -1,5 +1,7 @@
 #include "store/tier_store.h"
 
+#include <filesystem>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -280,6 +282,21 @@ std::vector<ModelTierInfo> TierStore::list() const {
     i.ready_bytes = e.image ? e.image->ready_bytes() : 0;
     i.users = e.users;
     out.push_back(std::move(i));
+  }
+  // Complete files of the NVMe directory it has not been asked for yet (a restarted agent's, or
+  // put there by `uma-store fetch`).
+  if (config_.nvme_dir.empty()) return out;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(config_.nvme_dir, ec)) {
+    const std::string name = f.path().filename().string();
+    if (name.size() <= 5 || name.compare(name.size() - 5, 5, ".gguf") != 0) continue;
+    const std::string id = name.substr(0, name.size() - 5);
+    if (!valid_id(id) || entries_.count(id) > 0) continue;
+    ModelTierInfo i;
+    i.id = id;
+    i.tier = Tier::kNvme;
+    i.bytes = i.ready_bytes = f.file_size(ec);
+    if (!ec) out.push_back(std::move(i));
   }
   return out;
 }

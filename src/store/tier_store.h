@@ -108,6 +108,7 @@ class TierStore {
   // Blocks until every fill queued so far is done (tests, the benchmark's cold starts).
   void drain();
   std::vector<FillRecord> history() const;
+  // Every model it has been asked for, and the complete files of its NVMe directory.
   std::vector<ModelTierInfo> list() const;
   std::string nvme_path(const std::string& id) const;
   HostPool& pool() { return host_pool_; }
