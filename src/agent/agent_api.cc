@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cctype>
+#include <cstdlib>
 #include <map>
 
 #include "common/json_text.h"
@@ -87,7 +88,10 @@ Status parse_duration_ms(std::string_view text, std::int64_t* ms) {
     std::size_t n = 0;
     while (n < text.size() && (std::isdigit(static_cast<unsigned char>(text[n])) || text[n] == '.')) ++n;
     if (n == 0 || n > 12) return invalid;
-    const double value = std::stod(std::string(text.substr(0, n)));
+    const std::string number(text.substr(0, n));
+    char* end = nullptr;
+    const double value = std::strtod(number.c_str(), &end);
+    if (end != number.c_str() + number.size()) return invalid;  // ".", "1.2.3"
     text.remove_prefix(n);
     std::size_t u = 0;
     while (u < text.size() && std::isalpha(static_cast<unsigned char>(text[u]))) ++u;

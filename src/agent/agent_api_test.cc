@@ -34,7 +34,7 @@ TEST(AgentApi, KeepAliveDurationsAreOllamas) {
   EXPECT_EQ(duration("0"), 0);
   EXPECT_EQ(duration("-1"), -1) << "negative: never";
   EXPECT_EQ(duration("-5m"), -1);
-  for (const char* bad : {"", "-", "5x", "m", "5m3", "1 h", "12345678901234s", "3d", "5m-1"}) {
+  for (const char* bad : {"", "-", "5x", "m", "5m3", "1 h", "12345678901234s", "3d", "5m-1", ".", "1.2.3s", ".s"}) {
     EXPECT_EQ(duration(bad), -999) << bad;
   }
 }

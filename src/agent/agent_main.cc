@@ -190,6 +190,7 @@ int main(int argc, char** argv) {
       // Fills as this agent's loads measured them; before one from a tier, its store's own fills.
       const auto rate = [&](store::Tier t) { return host->fill_rate(t) > 0 ? host->fill_rate(t) : store.rate_bytes_s(t); };
       l.start_s = host->start_s();
+      l.stop_s = host->stop_s();
       l.dram_bytes_s = rate(store::Tier::kDram);
       l.nvme_bytes_s = rate(store::Tier::kNvme);
       l.remote_bytes_s = rate(store::Tier::kRemote);

@@ -368,6 +368,10 @@ void ModelHost::on_exit(Entry& e, int status) {
       break;
     case ModelState::kUnloading: {
       const std::string_view reason = e.unload_reason;
+      if (!e.forced) {
+        const double secs = std::chrono::duration<double>(Clock::now() - e.state_since).count();
+        stop_s_ = stop_s_ == 0 ? secs : 0.7 * stop_s_ + 0.3 * secs;
+      }
       (reason == "keep_alive" ? counters_.unloads_keep_alive : reason == "room" ? counters_.unloads_room : counters_.unloads_request)++;
       spdlog::info("model {}: unloaded ({}, {})", id, reason, how);
       break;

@@ -127,6 +127,8 @@ class ModelHost {
   // (exec to serving: llama.cpp's load of the image, its context, the first tick).
   double fill_rate(store::Tier t) const { return t == store::Tier::kNone ? 0 : fill_rate_[static_cast<int>(t)]; }
   double start_s() const { return start_s_; }
+  // An idle model's unload (asked to exit), measured: what a load that must make room waits first.
+  double stop_s() const { return stop_s_; }
   const HostConfig& config() const { return config_; }
   // Ends every model (SIGTERM, SIGKILL after `grace`); `done` once all have exited.
   void stop(std::chrono::milliseconds grace, std::function<void()> done);
@@ -164,6 +166,7 @@ class ModelHost {
   HostCounters counters_;
   double fill_rate_[3] = {0, 0, 0};
   double start_s_ = 0;
+  double stop_s_ = 0;
   const Clock::time_point steady_epoch_ = Clock::now();
   const std::int64_t wall_epoch_ms_;
   bool stopping_ = false;

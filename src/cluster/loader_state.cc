@@ -46,6 +46,7 @@ std::string encode_loader_state(const LoaderState& s) {
   j["nvme_bytes_s"] = s.nvme_bytes_s;
   j["remote_bytes_s"] = s.remote_bytes_s;
   j["start_s"] = s.start_s;
+  j["stop_s"] = s.stop_s;
   j["queue_bytes"] = s.queue_bytes;
   return to_json_text(j);
 }
@@ -59,7 +60,8 @@ Status decode_loader_state(std::string_view text, LoaderState* out) {
   if (!(st = read_number(j, "ts_ms", &s.ts_ms)).ok() || !(st = read_number(j, "budget_bytes", &s.budget_bytes)).ok() ||
       !(st = read_number(j, "held_bytes", &s.held_bytes)).ok() || !(st = read_number(j, "idle_bytes", &s.idle_bytes)).ok() ||
       !(st = read_number(j, "dram_bytes_s", &s.dram_bytes_s)).ok() || !(st = read_number(j, "nvme_bytes_s", &s.nvme_bytes_s)).ok() ||
-      !(st = read_number(j, "remote_bytes_s", &s.remote_bytes_s)).ok() || !(st = read_number(j, "start_s", &s.start_s)).ok() || !(st = read_number(j, "queue_bytes", &s.queue_bytes)).ok()) {
+      !(st = read_number(j, "remote_bytes_s", &s.remote_bytes_s)).ok() || !(st = read_number(j, "start_s", &s.start_s)).ok() ||
+      !(st = read_number(j, "stop_s", &s.stop_s)).ok() || !(st = read_number(j, "queue_bytes", &s.queue_bytes)).ok()) {
     return st;
   }
   const auto models = j.find("models");
@@ -83,8 +85,9 @@ double predicted_load_s(const LoaderState& l, const std::string& model, std::uin
                       : state == "nvme" ? rate(l.nvme_bytes_s, priors.nvme_bytes_s)
                                         : rate(l.remote_bytes_s, priors.remote_bytes_s);
   // The queue moves at the disk's pace in the common case (prefetches, other loads).
+  const bool make_room = l.budget_bytes > 0 && l.held_bytes + bytes > l.budget_bytes;
   return static_cast<double>(bytes) / from + static_cast<double>(l.queue_bytes) / rate(l.nvme_bytes_s, priors.nvme_bytes_s) +
-         rate(l.start_s, priors.start_s);
+         rate(l.start_s, priors.start_s) + (make_room ? rate(l.stop_s, priors.stop_s) : 0.0);
 }
 
 int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes, const LoadPriors& priors) {

@@ -34,6 +34,7 @@ struct LoaderState {
   std::uint64_t idle_bytes = 0;     // of those, idle loaded models' (room it can make)
   double dram_bytes_s = 0, nvme_bytes_s = 0, remote_bytes_s = 0;  // fills, measured; 0: not yet
   double start_s = 0;               // a model server's start (exec to serving), measured; 0: not yet
+  double stop_s = 0;                // an idle model's unload (room for a load), measured; 0: not yet
   std::uint64_t queue_bytes = 0;    // what its store still has to move
 
   const LoaderModel* model(std::string_view name) const {
@@ -53,11 +54,13 @@ struct LoadPriors {
   double nvme_bytes_s = 1e9;
   double remote_bytes_s = 1e8;
   double start_s = 0.5;
+  double stop_s = 0.2;
 };
 
 // The predicted seconds until `model` (of `bytes`) serves on `l`: its bytes from the fastest tier
 // that holds them at that tier's measured rate, behind the store's queue, then a model server's
-// start; 0 when it is loading there already. Negative: it cannot be admitted there (its budget is held by models in use).
+// start, after an idle model's unload where the budget needs its room; 0 when it is loading there
+// already. Negative: it cannot be admitted there (its budget is held by models in use).
 double predicted_load_s(const LoaderState& l, const std::string& model, std::uint64_t bytes, const LoadPriors& priors);
 // The loader with the lowest prediction (ties: the least held), or -1 when none can take it.
 int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes,

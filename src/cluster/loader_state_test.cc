@@ -59,8 +59,13 @@ TEST(LoaderState, UnmeasuredRatesUseThePriorsAndABudgetHeldByModelsInUseExcludes
   full.held_bytes = 8;
   full.idle_bytes = 0;
   EXPECT_LT(predicted_load_s(full, "m", 3, {}), 0);
-  full.idle_bytes = 1;  // room it can make by unloading an idle model
-  EXPECT_GE(predicted_load_s(full, "m", 3, {}), 0);
+  full.idle_bytes = 1;  // room it can make by unloading an idle model, first
+  full.start_s = 0.25;
+  full.stop_s = 0.125;
+  EXPECT_DOUBLE_EQ(predicted_load_s(full, "m", 3, {}), 3 / 8e9 + 0.25 + 0.125);
+  full.held_bytes = 7;  // room without an unload
+  EXPECT_DOUBLE_EQ(predicted_load_s(full, "m", 3, {}), 3 / 8e9 + 0.25);
+  full.held_bytes = 8;
   EXPECT_EQ(choose_loader({}, "m", 1), -1);
   full.idle_bytes = 0;
   EXPECT_EQ(choose_loader({full}, "m", 3), -1);

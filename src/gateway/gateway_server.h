@@ -115,7 +115,8 @@ class GatewayServer final : private ConnectionOwner {
   void kick();  // an agent may have room: the queue moves (soon, outside the caller's stack)
   // The queue of requests waiting for room (Proxy's kQueued): `front` for one woken that still
   // found none (it keeps its place).
-  bool can_queue() const { return queue_.size() < static_cast<std::size_t>(config_.max_queue); }
+  // --max-queue bounds both: requests waiting for room and those waiting for their model.
+  bool can_queue() const { return queue_.size() + awaiting_.size() < static_cast<std::size_t>(config_.max_queue); }
   void enqueue(Proxy* p, bool front);
   void dequeue(Proxy* p);
   // Loads on demand (gateway/cold_loads.h): a request whose model no agent serves waits for it

@@ -51,6 +51,11 @@ void Proxy::dispatch() {
   if (state_ != ProxyState::kDispatching) set_state(ProxyState::kDispatching);
   AgentDirectory& agents = gw_.agents();
   if (!job_.model.empty() && agents.lookup(job_.model) == AgentDirectory::ModelLookup::kCatalogOnly && gw_.loads_on_demand()) {
+    if (!gw_.can_queue()) {
+      gw_.metrics().overloaded_total++;
+      return end_with_error(Status(ErrorCode::kOverloaded, std::to_string(gw_.config().max_queue) +
+                                                               " requests wait already (for room or for their model)"));
+    }
     set_state(ProxyState::kAwaitingModel);
     return gw_.await_model(this);
   }
