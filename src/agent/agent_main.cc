@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "HOST:PORT of the management API (port 0: any free one); models serve on "
                  "HOST too")->envname("UMA_AGENT_LISTEN")->capture_default_str();
   app.add_option("--api-key-file", api_key_file, "the cluster's key (first line): every endpoint but /health needs "
-                 "'Authorization: Bearer KEY'")->envname("UMA_API_KEY_FILE")->check(CLI::ExistingFile);
+                 "'Authorization: Bearer KEY', the models' own APIs too")->envname("UMA_API_KEY_FILE")->check(CLI::ExistingFile);
   app.add_option("--redis", redis, "the cluster's Redis (the model catalog), HOST:PORT")->envname("UMA_REDIS")->capture_default_str();
   app.add_option("--redis-password-file", redis_password_file, "Redis's password: the first line of this file")
       ->envname("UMA_REDIS_PASSWORD_FILE")->check(CLI::ExistingFile);
@@ -102,6 +102,8 @@ int main(int argc, char** argv) {
       spdlog::error("{}", s.to_string());
       return 2;
     }
+    // The models' own OpenAI APIs take the same key.
+    hc.umad_args.insert(hc.umad_args.end(), {"--api-key-file", api_key_file});
   }
   if (Status s = agent::parse_duration_ms(keep_alive, &hc.keep_alive_ms); !s.ok()) {
     spdlog::error("--keep-alive: {}", s.message());

@@ -1,5 +1,7 @@
 #include "daemon/config.h"
 
+#include "common/secret_file.h"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -184,6 +186,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_HTTP_TIMEOUT_SEC")->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--http-max-body-kib", http_max_body_kib, "largest HTTP request body (KiB); more is 413")
       ->envname("UMA_HTTP_MAX_BODY_KIB")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  std::string api_key_file;
+  app.add_option("--api-key-file", api_key_file, "the HTTP API's key (first line of the file): every request but "
+                 "GET /health needs 'Authorization: Bearer KEY'")->envname("UMA_API_KEY_FILE")->check(CLI::ExistingFile);
   app.add_option("--alias", out.alias, "the model's name in /v1/models and the cluster (default: --model-id, else "
                  "the model file's name)")->envname("UMA_ALIAS");
   app.add_option("--status-fd", out.status_fd, "run under a supervisor (uma-agent): JSON status lines on this "
@@ -256,6 +261,13 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
   out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;
+  if (!api_key_file.empty()) {
+    if (Status ks = read_secret_file(api_key_file, "API key", &out.http.api_key); !ks.ok()) {
+      std::cerr << "umad: --api-key-file: " << ks.message() << "\n";
+      *exit_code = 2;
+      return ks;
+    }
+  }
   out.http.max_connections = srv.max_connections;
   out.http.max_tx_bytes = srv.max_tx_bytes;
   out.http.limits.max_prompt_bytes = srv.limits.max_prompt_bytes;

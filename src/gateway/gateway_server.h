@@ -72,6 +72,7 @@ struct GatewayConfig {
   std::int32_t queue_timeout_ms = 60000;
   // Threads that tokenize prompts (and hash their blocks) off the I/O thread.
   std::int32_t tokenize_threads = 2;
+  std::string agent_key;  // --agent-key-file: sent to agents (completions) and loaders (loads)
   openai::Limits limits;
   SamplingParams default_sampling;
 };

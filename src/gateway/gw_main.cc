@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
   std::string agent_key_file;
   ColdLoadOptions cold;
   std::int64_t load_lock_ms = cold.lock_ttl.count();
-  app.add_option("--agent-key-file", agent_key_file, "the cluster's key (first line of the file), sent to uma-agents "
-                 "with the loads this gateway asks for")->envname("UMA_AGENT_KEY_FILE")->check(CLI::ExistingFile);
+  app.add_option("--agent-key-file", agent_key_file, "the cluster's key (first line of the file), sent to agents "
+                 "with every request and to uma-agents with the loads this gateway asks for")->envname("UMA_AGENT_KEY_FILE")->check(CLI::ExistingFile);
   std::string load_policy = "predicted";
   app.add_option("--load-policy", load_policy, "where a model no agent serves is loaded: predicted (lowest predicted "
                  "load time) | round-robin | random (baselines)")->capture_default_str()
@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
     }
   }
   cold.lock_ttl = std::chrono::milliseconds(load_lock_ms);
+  gc.agent_key = cold.api_key;
   cold.policy = load_policy == "round-robin" ? LoadPolicy::kRoundRobin : load_policy == "random" ? LoadPolicy::kRandom : LoadPolicy::kPredicted;
   {
     std::random_device rd;

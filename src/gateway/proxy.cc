@@ -138,8 +138,9 @@ std::string Proxy::upstream_request(const AgentLink& a) const {
   std::string req = std::string("POST ") + (job_.chat ? "/v1/chat/completions" : "/v1/completions") +
                     " HTTP/1.1\r\nHost: " + a.state().address.substr(a.state().address.find("://") + 3) +
                     "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                    "\r\nConnection: close\r\n\r\n";
-  req += body;
+                    "\r\nConnection: close\r\n";
+  if (!gw_.config().agent_key.empty()) req += "Authorization: Bearer " + gw_.config().agent_key + "\r\n";
+  req += "\r\n" + body;
   return req;
 }
 

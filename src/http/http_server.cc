@@ -1,5 +1,7 @@
 #include "http/http_server.h"
 
+#include "http/api_key.h"
+
 #include "net/http_chunk.h"
 #include "net/tcp_listen.h"
 
@@ -203,6 +205,15 @@ class HttpAdapter final : public ProtocolAdapter {
   }
 
   Input route(const http::request<http::string_body>& req) {
+    if (!site_.config.api_key.empty()) {
+      std::string_view path = req.target();
+      path = path.substr(0, path.find('?'));
+      const auto auth = req.find(http::field::authorization);
+      const bool open = req.method() == http::verb::get && path == "/health";
+      if (!open && (auth == req.end() || !bearer_authorized(auth->value(), site_.config.api_key))) {
+        return error_answer(Status(ErrorCode::kUnauthorized, "a valid key is required: Authorization: Bearer KEY"));
+      }
+    }
     http_route::Context ctx;
     ctx.ready = site_.ready;
     ctx.shutting_down = site_.shutting_down;

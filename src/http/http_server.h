@@ -48,6 +48,8 @@ struct HttpConfig {
   openai::Limits limits;
   SamplingParams default_sampling;
   SchemaToGrammar schema_to_grammar;          // response_format json_object / json_schema
+  // --api-key-file: every request but GET /health needs "Authorization: Bearer KEY" (401 without).
+  std::string api_key;
 };
 
 // What every connection's adapter reads: the configuration and the model's state.

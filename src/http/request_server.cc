@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "http/api_key.h"
 #include "http/openai.h"
 #include "net/http_chunk.h"
 #include "net/tcp_listen.h"
@@ -22,13 +23,6 @@ std::string head(unsigned status, std::string_view content_type, bool keep_alive
   return "HTTP/1.1 " + std::to_string(status) + " " +
          std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\nContent-Type: " +
          std::string(content_type) + "\r\nConnection: " + (keep_alive ? "keep-alive" : "close") + "\r\n";
-}
-
-// Constant time in the key's length: a wrong key's prefix is not told by timing.
-bool same_key(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (std::size_t i = 0; i < b.size(); ++i) diff |= static_cast<unsigned char>(i < a.size() ? a[i] ^ b[i] : 1);
-  return diff == 0;
 }
 
 }  // namespace
@@ -148,9 +142,7 @@ bool RequestServer::authorized(std::string_view path, std::string_view authoriza
   for (const std::string& p : config_.open_paths) {
     if (p == path) return true;
   }
-  constexpr std::string_view kBearer = "Bearer ";
-  if (authorization.substr(0, kBearer.size()) != kBearer) return false;
-  return same_key(authorization.substr(kBearer.size()), config_.api_key);
+  return bearer_authorized(authorization, config_.api_key);
 }
 
 void RequestServer::serve(Client& cl) {

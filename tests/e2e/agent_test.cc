@@ -115,6 +115,20 @@ json model_row(int port, const std::string& id) {
 
 std::string state_of(int port, const std::string& id) { return model_row(port, id).value("state", "absent"); }
 
+std::string complete_model(int port, const std::string& model, const std::string& prompt, int n, const std::string& key = "") {
+  Tcp t(port);
+  const std::string body = json({{"model", model}, {"prompt", prompt}, {"max_tokens", n}}).dump();
+  const std::string auth = key.empty() ? "" : "Authorization: Bearer " + key + "\r\n";
+  if (!t.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + auth + "Content-Type: application/json\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\n\r\n" + body)) {
+    return "no connection";
+  }
+  const std::string r = t.response(std::chrono::seconds(60));
+  const json j = json::parse(body_of(r), nullptr, false);
+  if (status_of(r) != 200 || j.is_discarded() || !j.contains("choices")) return r;
+  return j["choices"][0].value("text", r);
+}
+
 struct Catalog {
   RedisServer redis;
   std::string store_dir;
@@ -275,7 +289,7 @@ TEST(Agent, ALoadThatCannotFitIsRefusedAndACrashedModelCanBeLoadedAgain) {
   EXPECT_EQ(agent.stop(), 0) << agent.log();
 }
 
-TEST(Agent, NothingButHealthIsServedWithoutTheClusterKey) {
+TEST(Agent, NothingButHealthIsServedWithoutTheClusterKeyOnTheAgentOrItsModels) {
   Catalog cat;
   ASSERT_TRUE(cat.up({"k-a"}));
   const std::string key_file = temp_dir() + "/agent-key";
@@ -295,7 +309,13 @@ TEST(Agent, NothingButHealthIsServedWithoutTheClusterKey) {
   EXPECT_EQ(models(agent.port(), "the-cluster-key")["models"][0].value("state", ""), "nvme") << "nothing was loaded";
   const json end = load(agent.port(), "k-a", json::object(), "the-cluster-key").back();
   ASSERT_EQ(end.value("state", ""), "loaded") << end.dump();
-  EXPECT_EQ(complete(port_of(end), "hello world", 5), oracle().expected_text("hello world", 5));
+  // The model's own OpenAI API takes the same key, and nothing without it.
+  const std::string refused = complete_model(port_of(end), "k-a", "hello world", 5);
+  EXPECT_EQ(status_of(refused), 401) << refused;
+  EXPECT_NE(body_of(refused).find("invalid_api_key"), std::string::npos) << refused;
+  EXPECT_EQ(status_of(complete_model(port_of(end), "k-a", "hello world", 5, "wrong")), 401);
+  EXPECT_EQ(status_of(http_get(port_of(end), "/health")), 200);
+  EXPECT_EQ(complete_model(port_of(end), "k-a", "hello world", 5, "the-cluster-key"), oracle().expected_text("hello world", 5));
   EXPECT_EQ(agent.stop(), 0) << agent.log();
 }
 
@@ -305,21 +325,9 @@ TEST(Agent, NothingButHealthIsServedWithoutTheClusterKey) {
 namespace uma::test {
 namespace {
 
-std::string complete_model(int port, const std::string& model, const std::string& prompt, int n) {
-  Tcp t(port);
-  const std::string body = json({{"model", model}, {"prompt", prompt}, {"max_tokens", n}}).dump();
-  if (!t.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
-              std::to_string(body.size()) + "\r\n\r\n" + body)) {
-    return "no connection";
-  }
-  const std::string r = t.response(std::chrono::seconds(60));
-  const json j = json::parse(body_of(r), nullptr, false);
-  if (status_of(r) != 200 || j.is_discarded() || !j.contains("choices")) return r;
-  return j["choices"][0].value("text", r);
-}
-
 // Two gateways, eight requests for a model no agent serves: one lock, one load on the agent, and
-// every request served exactly once it is up; an unknown model is still a 404.
+// every request served exactly once it is up (the gateways pass the cluster's key to the model's
+// umad, which takes nothing without it); an unknown model is still a 404.
 TEST(AgentCluster, TwoGatewaysOneLockOneLoadAndEveryRequestForTheColdModelServedExactly) {
   Catalog cat;
   ASSERT_TRUE(cat.up({"cold-1"}));
@@ -348,6 +356,11 @@ TEST(AgentCluster, TwoGatewaysOneLockOneLoadAndEveryRequestForTheColdModelServed
   EXPECT_EQ(gw_metric(g1, "uma_gw_model_loads_started_total") + gw_metric(g2, "uma_gw_model_loads_started_total"), 1);
   EXPECT_EQ(gw_metric(g1, "uma_gw_awaited_model_total") + gw_metric(g2, "uma_gw_awaited_model_total"), 8);
   EXPECT_EQ(gw_metric(g1, "uma_gw_failed_total") + gw_metric(g2, "uma_gw_failed_total"), 0);
+  // The gateways sent the cluster's key: the model's umad takes nothing without it.
+  const std::string direct = request(agent.port(), "GET", "/models", "", "cluster-secret");
+  const json rows = json::parse(body_of(direct), nullptr, false);
+  ASSERT_TRUE(rows.contains("models")) << direct;
+  EXPECT_EQ(status_of(complete_model(port_of(rows["models"][0]), "cold-1", "hello world", 3)), 401);
   // The lock is gone once the load ended; the model is served from now on without a wait.
   cluster::RedisAddress addr;
   ASSERT_TRUE(cluster::parse_redis_address(cat.redis.address(), &addr));
