@@ -10,7 +10,11 @@
 #      UMA_SL_SECONDS (120), UMA_SL_ZIPF (1.1), UMA_SL_HOLD (3: models an agent keeps loaded),
 #      UMA_SL_DRAM (3: images an agent keeps in host memory), UMA_SL_LINK_MBIT (800),
 #      UMA_SL_POLICIES ("predicted round-robin random"), UMA_SL_THREADS (1: per umad),
-#      UMA_SL_GPU_LAYERS (unset: umad's default), UMA_SL_DIR (build/serverless).
+#      UMA_SL_GPU_LAYERS (unset: umad's default), UMA_SL_GPUS ("0 1": agent i sees GPU i alone),
+#      UMA_SL_COPIES (0; 1: the models are copies of one file under different ids: the same cost,
+#      a fraction of the time to make), UMA_SL_DIR (build/serverless).
+# Without nginx (an offline GPU machine) there is no remote tier: every agent's NVMe tier holds
+# every model at the start and only the DRAM tier and what is loaded tell agents apart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n_models=${UMA_SL_MODELS:-12}
@@ -41,6 +45,7 @@ cleanup() {
   [ -f "$work/run/nginx.pid" ] && kill "$(cat "$work/run/nginx.pid")" 2>/dev/null || true
 }
 trap cleanup EXIT
+fetch() { python3 -c 'import sys,urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"; }
 wait_until() { for _ in $(seq 600); do eval "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done; log "timed out: $1"; return 1; }
 
 # Models: different seeds, so different bytes (and hashes) of one realistic shape.
@@ -49,33 +54,47 @@ ids=()
 for k in $(seq 0 $((n_models - 1))); do
   id=m$k; ids+=("$id")
   f=$work/models/$id.gguf
-  [ -s "$f" ] || "$B/uma-mkmodel" --preset "$shape" --type "$type" --seed $((k + 1)) -o "$f" >/dev/null
+  if [ ! -s "$f" ] && [ "${UMA_SL_COPIES:-0}" = 1 ] && [ "$k" -gt 0 ]; then
+    cp "$work/models/m0.gguf" "$f"
+  elif [ ! -s "$f" ]; then
+    "$B/uma-mkmodel" --preset "$shape" --type "$type" --seed $((k + 1)) -o "$f" >/dev/null
+  fi
   ln -f "$f" "$work/www/$id.gguf" 2>/dev/null || cp -f "$f" "$work/www/$id.gguf"
 done
 bytes=$(stat -c %s "$work/models/m0.gguf")
+# Debian's redis-server, else the one an offline bundle unpacked (with its libraries).
+if ! command -v redis-server >/dev/null; then
+  prefix=$(scripts/llama.sh --print-prefix)
+  export PATH=$prefix/usr/bin:$PATH LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+fi
+have_nginx=1; [ -x /usr/sbin/nginx ] || have_nginx=0
+# shellcheck disable=SC2206
+gpus=(${UMA_SL_GPUS:-})
 
 # The remote tier: nginx on loopback; the store fetches over 8 connections, each limited.
 nport=$(free_port)
-cat >"$work/run/nginx.conf" <<CONF
+[ "$have_nginx" = 1 ] && cat >"$work/run/nginx.conf" <<CONF
 daemon on; worker_processes 2; pid $work/run/nginx.pid; error_log $work/run/nginx-error.log;
 events { worker_connections 256; }
 http { access_log off; sendfile on; client_body_temp_path $work/run; proxy_temp_path $work/run;
   fastcgi_temp_path $work/run; uwsgi_temp_path $work/run; scgi_temp_path $work/run;
   server { listen 127.0.0.1:$nport; root $work/www; location / { limit_rate $((link_mbit * 125000 / 8)); } } }
 CONF
-/usr/sbin/nginx -c "$work/run/nginx.conf" -p "$work/run" -e "$work/run/nginx-error.log"
+[ "$have_nginx" = 1 ] && /usr/sbin/nginx -c "$work/run/nginx.conf" -p "$work/run" -e "$work/run/nginx-error.log"
 
 rport=$(free_port)
 redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no >"$work/run/redis.log" 2>&1 &
 pids+=($!)
 wait_until "redis-cli -p $rport ping"
 for id in "${ids[@]}"; do
-  "$B/uma-store" add "$work/models/$id.gguf" --id "$id" --url "http://127.0.0.1:$nport/$id.gguf" --redis "127.0.0.1:$rport" >/dev/null
+  url=""; [ "$have_nginx" = 1 ] && url=http://127.0.0.1:$nport/$id.gguf
+  "$B/uma-store" add "$work/models/$id.gguf" --id "$id" --url "$url" --redis "127.0.0.1:$rport" >/dev/null
 done
 models_csv=$(IFS=,; echo "${ids[*]}")
 budget_mb=$(( (bytes * hold + bytes / 2) >> 20 ))
 dram_mb=$(( (bytes * dram + bytes / 2) >> 20 ))
-log "$n_models models of $((bytes >> 20)) MiB ($preset), $n_agents agents holding $hold loaded ($budget_mb MiB) and $dram in DRAM; link $link_mbit Mbit/s; $rate req/s for $seconds s, Zipf $zipf"
+link="link $link_mbit Mbit/s"; [ "$have_nginx" = 1 ] || link="no remote tier (no nginx): every model on every NVMe tier"
+log "$n_models models of $((bytes >> 20)) MiB ($preset), $n_agents agents holding $hold loaded ($budget_mb MiB) and $dram in DRAM; $link; $rate req/s for $seconds s, Zipf $zipf"
 
 results=$work/results.jsonl
 : >"$results"
@@ -86,10 +105,10 @@ for policy in $policies; do
     rm -rf "$dir" "$work/run/agent-$a"; mkdir -p "$dir"
     # The starting placement: model k on agent k mod n_agents's NVMe tier.
     for k in $(seq 0 $((n_models - 1))); do
-      [ $((k % n_agents)) = "$a" ] && cp "$work/models/m$k.gguf" "$dir/m$k.gguf"
+      if [ "$have_nginx" = 0 ] || [ $((k % n_agents)) = "$a" ]; then cp "$work/models/m$k.gguf" "$dir/m$k.gguf"; fi
     done
     port=$(free_port)
-    "$B/uma-agent" --cluster --listen "127.0.0.1:$port" --redis "127.0.0.1:$rport" --store-dir "$dir" \
+    env ${gpus[$a]:+CUDA_VISIBLE_DEVICES=${gpus[$a]}} "$B/uma-agent" --cluster --listen "127.0.0.1:$port" --redis "127.0.0.1:$rport" --store-dir "$dir" \
       --store-dram-mb "$dram_mb" --models-mb "$budget_mb" --keep-alive 10m --run-dir "$work/run/agent-$a" \
       -- --threads "$threads" --n-ctx 2048 --max-sessions 8 --max-tokens 64 ${UMA_SL_GPU_LAYERS:+--gpu-layers $UMA_SL_GPU_LAYERS} \
       >"$work/run/agent-$a.log" 2>&1 &
@@ -99,15 +118,15 @@ for policy in $policies; do
   "$B/uma-gw" --model "$work/models/m0.gguf" --redis "127.0.0.1:$rport" --listen "127.0.0.1:$gport" --refresh-ms 100 \
     --load-policy "$policy" --queue-timeout-ms 120000 >"$work/run/gw-$policy.log" 2>&1 &
   gw=$!; pids+=($gw)
-  wait_until "curl -sf http://127.0.0.1:$gport/metrics | grep -q '^uma_gw_loaders $n_agents'"
+  wait_until "fetch http://127.0.0.1:$gport/metrics | grep -q '^uma_gw_loaders $n_agents'"
   log "policy $policy"
   summary=$(python3 bench/serverless_client.py "http://127.0.0.1:$gport" "$models_csv" "$rate" "$seconds" --zipf "$zipf")
   loads=0
   for p in "${agent_ports[@]}"; do
-    l=$(curl -sf "http://127.0.0.1:$p/metrics" | awk '/^uma_agent_loads_total /{print $2}')
+    l=$(fetch "http://127.0.0.1:$p/metrics" | awk '/^uma_agent_loads_total /{print $2}')
     loads=$((loads + ${l:-0}))
   done
-  err=$(curl -sf "http://127.0.0.1:$gport/metrics" | awk '/^uma_gw_load_prediction_error_median /{print $2}')
+  err=$(fetch "http://127.0.0.1:$gport/metrics" | awk '/^uma_gw_load_prediction_error_median /{print $2}')
   echo "$summary" | python3 -c "
 import json,sys; s=json.load(sys.stdin); s.update(policy='$policy', loads=$loads, loads_per_min=$loads*60.0/s['wall_s'],
     load_prediction_error_median=float('${err:-nan}')); print(json.dumps(s))" | tee -a "$results"
