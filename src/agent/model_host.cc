@@ -368,6 +368,7 @@ void ModelHost::on_exit(Entry& e, int status) {
       break;
     case ModelState::kUnloading: {
       const std::string_view reason = e.unload_reason;
+      if (reason == "stop") break;  // the agent stopping: not an unload to count
       if (!e.forced) {
         const double secs = std::chrono::duration<double>(Clock::now() - e.state_since).count();
         stop_s_ = stop_s_ == 0 ? secs : 0.7 * stop_s_ + 0.3 * secs;
@@ -501,7 +502,13 @@ void ModelHost::stop(std::chrono::milliseconds grace, std::function<void()> done
     if (Entry* e = find(id)) finish_load(*e, Status(ErrorCode::kShuttingDown, "the agent is stopping"));
   }
   for (auto& [id, e] : entries_) {
-    if (e->process) e->process->terminate();
+    if (!e->process) continue;
+    if (e->state == ModelState::kLoaded || e->state == ModelState::kStarting) {
+      e->forced = true;
+      e->unload_reason = "stop";
+      set_state(*e, ModelState::kUnloading);
+    }
+    e->process->terminate();
   }
   stopped_ = std::move(done);
   // Fills still running end when the store stops; their entries have no process to wait for.

@@ -19,6 +19,11 @@ constexpr const char* kRenew =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
 constexpr const char* kRelease =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+// After a load that succeeded the lock stays one more ttl (marked done): other gateways, whose
+// views may not show the new agent yet, keep waiting for it instead of loading it again.
+constexpr const char* kLoaded =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('set', KEYS[1], 'loaded-by-' .. ARGV[1], 'PX', ARGV[2]) "
+    "else return 0 end";
 
 }  // namespace
 
@@ -50,6 +55,8 @@ struct ColdLoads::Model {
   std::unique_ptr<asio::steady_timer> renewal;
   std::chrono::steady_clock::time_point started_at{};
   double predicted_s = 0;
+  std::string loader;  // where ours runs
+  std::uint64_t bytes = 0;
   std::string last_error;
 };
 
@@ -131,6 +138,11 @@ void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t by
     m.retry_at = std::chrono::steady_clock::now() + options_.retry;
     return;
   }
+  for (cluster::LoaderState& l : m.loaders) {
+    const std::uint64_t ours = inflight_.count(l.id) ? inflight_[l.id] : 0;
+    l.queue_bytes += ours;
+    l.held_bytes += ours;
+  }
   int at = cluster::choose_loader(m.loaders, model, bytes);
   if (at >= 0 && options_.policy != LoadPolicy::kPredicted) {
     std::vector<int> room;
@@ -156,6 +168,9 @@ void ColdLoads::start_load(const std::string& model, const cluster::LoaderState&
   HostPort hp;
   if (!parse_host_port(to.address, &hp)) return finished(model, Status(ErrorCode::kUnavailable, "loader " + to.id + " has no address"));
   counters_.started++;
+  m.loader = to.id;
+  m.bytes = bytes;
+  inflight_[to.id] += bytes;
   m.predicted_s = cluster::predicted_load_s(to, model, bytes, {});
   spdlog::info("loading {} ({} MiB) on {} ({:.3f} s predicted)", model, bytes >> 20, to.id, m.predicted_s);
   const std::string body = "{\"model\":\"" + model + "\",\"stream\":false}";
@@ -211,10 +226,20 @@ void ColdLoads::finished(const std::string& model, const Status& st) {
     spdlog::warn("load of {} failed: {}", model, st.message());
   }
   m.renewal.reset();
+  if (auto it = inflight_.find(m.loader); it != inflight_.end()) {
+    it->second -= std::min(it->second, m.bytes);
+    if (it->second == 0) inflight_.erase(it);
+  }
+  m.loader.clear();
   // Not inside the call's own callback: the loop frees it once this handler returns.
   asio::post(io_, [call = std::shared_ptr<Call>(std::move(m.call))] {});
-  on_redis([key = cluster::load_lock_key(model), owner = options_.owner](cluster::RedisClient& redis) {
-    (void)redis.command({"EVAL", kRelease, "1", key, owner});
+  on_redis([key = cluster::load_lock_key(model), owner = options_.owner, ok = st.ok(),
+            ttl = std::to_string(options_.lock_ttl.count())](cluster::RedisClient& redis) {
+    if (ok) {
+      (void)redis.command({"EVAL", kLoaded, "1", key, owner, ttl});
+    } else {
+      (void)redis.command({"EVAL", kRelease, "1", key, owner});
+    }
   });
   m.busy = false;
   // A success is seen when the model's agent beats; until then nobody loads it again.

@@ -1,8 +1,8 @@
 // ColdLoads: a gateway's loads of models that no agent serves (issue 30, docs/CLUSTER.md "Loads on
 // demand"). Whatever number of gateways and requests ask, one load of a model runs at a time in
 // the whole cluster: the gateway that takes the model's Redis lock (`SET uma:load-lock:{model}
-// OWNER NX PX ttl`, renewed every ttl/3 while the load runs, deleted when it ends if still its
-// own) chooses the loader with the lowest predicted load time (cluster/loader_state.h) and POSTs
+// OWNER NX PX ttl`, renewed every ttl/3 while the load runs; when it ends, deleted if it failed,
+// else kept one more ttl marked done, so gateways whose views lag do not load it again) chooses the loader with the lowest predicted load time (cluster/loader_state.h) and POSTs
 // `/load` to it with the cluster's key; every other gateway's requests wait for the model to
 // appear among the agents, and try the lock again only once it has lapsed (a gateway that died
 // mid-load leaves a lock that expires within ttl).
@@ -87,6 +87,9 @@ class ColdLoads {
   ColdLoadCounters counters_;
   std::deque<double> errors_;
   std::uint64_t cursor_ = 0;  // round-robin
+  // Bytes of the loads this gateway has running on each loader (by id): its beat may not show
+  // them yet, and without them loads asked for together all went to the same loader.
+  std::map<std::string, std::uint64_t> inflight_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> tasks_;
