@@ -281,6 +281,7 @@ int main(int argc, char** argv) {
   if (kv_events) kv_events->stop();
   if (agent) agent->stop();  // leaves the cluster at once rather than after the key's TTL
   compute->join();
+  slots.set_observer(nullptr);  // the link goes before the servers that may still give slots back
   spdlog::info("stopped: {} tokens generated, {} requests", metrics.tokens_generated_total.load(),
                metrics.requests_total.load());
   return 0;

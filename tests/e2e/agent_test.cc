@@ -186,7 +186,7 @@ TEST(Agent, LoadsOnDemandWithProgressAndServesOneModelExactlyWhileAnotherLoadsAn
   EXPECT_EQ(port_of(load(agent.port(), "oracle-a").back()), a);
 
   // A long stream on A while B loads, serves and unloads.
-  auto long_a = std::async(std::launch::async, [a] { return complete(a, "hello world", 3000); });
+  auto long_a = std::async(std::launch::async, [a] { return complete(a, "hello world", 1500); });
   ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "oracle-a").value("in_use", false); }, std::chrono::seconds(10)));
   const json b_loaded = load(agent.port(), "oracle-b", {{"stream", false}}).back();
   ASSERT_EQ(b_loaded.value("state", ""), "loaded") << b_loaded.dump() << agent.log();
@@ -196,14 +196,14 @@ TEST(Agent, LoadsOnDemandWithProgressAndServesOneModelExactlyWhileAnotherLoadsAn
   EXPECT_NE(body_of(unloaded).find("\"unloaded\""), std::string::npos) << unloaded;
   EXPECT_NE(state_of(agent.port(), "oracle-b"), "loaded");
   EXPECT_TRUE(model_row(agent.port(), "oracle-a").value("in_use", false)) << "A's stream outlasted B's whole life";
-  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 3000));
+  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 1500));
 
   // An unload of a model in use drains: it goes once its request ends.
-  auto again = std::async(std::launch::async, [a] { return complete(a, "hello world", 3000); });
+  auto again = std::async(std::launch::async, [a] { return complete(a, "hello world", 1500); });
   ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "oracle-a").value("in_use", false); }, std::chrono::seconds(10)));
   const std::string draining = request(agent.port(), "POST", "/unload", R"({"model":"oracle-a"})");
   EXPECT_EQ(status_of(draining), 202) << draining;
-  EXPECT_EQ(again.get(), oracle().expected_text("hello world", 3000)) << "a draining model finishes its stream";
+  EXPECT_EQ(again.get(), oracle().expected_text("hello world", 1500)) << "a draining model finishes its stream";
   EXPECT_TRUE(wait_for([&] { return state_of(agent.port(), "oracle-a") != "loaded" && state_of(agent.port(), "oracle-a") != "unloading"; },
                        std::chrono::seconds(20)));
 
@@ -238,12 +238,12 @@ TEST(Agent, IdleModelsGoByKeepAliveAndForRoomLeastRecentlyUsedFirstButNeverOneIn
   EXPECT_EQ(prometheus_value(body_of(http_get(agent.port(), "/metrics")), "uma_agent_unloads_total{reason=\"room\"}"), 1);
 
   // A in use (and used longer ago than C): D takes C's room, never A's.
-  auto long_a = std::async(std::launch::async, [pa] { return complete(pa, "hello world", 3000); });
+  auto long_a = std::async(std::launch::async, [pa] { return complete(pa, "hello world", 1500); });
   ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "m-a").value("in_use", false); }, std::chrono::seconds(10)));
   ASSERT_GT(port_of(loaded("m-d")), 0) << agent.log();
   EXPECT_EQ(state_of(agent.port(), "m-a"), "loaded");
   EXPECT_NE(state_of(agent.port(), "m-c"), "loaded");
-  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 3000));
+  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 1500));
   EXPECT_EQ(prometheus_value(body_of(http_get(agent.port(), "/metrics")), "uma_agent_unload_refusals_total"), 0)
       << "the policy never asked a model in use";
 
@@ -267,12 +267,12 @@ TEST(Agent, ALoadThatCannotFitIsRefusedAndACrashedModelCanBeLoadedAgain) {
   ASSERT_GT(agent.port(), 0) << agent.log();
   const int pa = port_of(load(agent.port(), "x-a").back());
   ASSERT_GT(pa, 0) << agent.log();
-  auto long_a = std::async(std::launch::async, [pa] { return complete(pa, "hello world", 3000); });
+  auto long_a = std::async(std::launch::async, [pa] { return complete(pa, "hello world", 1500); });
   ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "x-a").value("in_use", false); }, std::chrono::seconds(10)));
   const std::string refused = request(agent.port(), "POST", "/load", R"({"model":"x-b","stream":false})");
   EXPECT_EQ(status_of(refused), 503) << refused;
   EXPECT_NE(body_of(refused).find("in use"), std::string::npos) << refused;
-  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 3000));
+  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 1500));
   // Now A is idle: B takes its room.
   const int pb = port_of(load(agent.port(), "x-b").back());
   ASSERT_GT(pb, 0) << agent.log();
