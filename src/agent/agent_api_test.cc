@@ -2,11 +2,7 @@
 // and caps on a real loopback socket (the I/O loop on its own thread), before any handler runs.
 #include "agent/agent_api.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <boost/asio/post.hpp>
 
@@ -14,6 +10,7 @@
 #include <thread>
 
 #include "http/request_server.h"
+#include "net/loopback_test_client.h"
 
 namespace uma::agent {
 namespace {
@@ -64,26 +61,7 @@ class Loopback {
     });
     loop_.join();
   }
-  // Sends `request` on a new connection and reads until the server closes it (or 10 s pass).
-  std::string exchange(const std::string& request) const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port_);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd);
-      return "";
-    }
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    std::string out;
-    char buf[4096];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
-    ::close(fd);
-    return out;
-  }
+  std::string exchange(const std::string& request) const { return loopback_exchange(port_, request); }
   std::atomic<int> handled{0};
 
  private:

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cluster/agent_state.h"
@@ -32,6 +33,9 @@ class ClusterView {
   std::uint64_t undecodable_total() const { return undecodable_total_; }
 
  private:
+  template <typename State>
+  Status read_states(const std::vector<std::string>& ids, std::string (*key)(const std::string&),
+                     Status (*decode)(std::string_view, State*), std::int64_t now_ms, std::vector<State>* out);
   RedisClient redis_;
   std::chrono::milliseconds max_age_;
   std::vector<AgentState> agents_;

@@ -2,18 +2,16 @@
 // whatever a handler throws is a 500 in OpenAI's shape for that connection only.
 #include "http/http_server.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <nlohmann/json.hpp>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <boost/asio/post.hpp>
 
 #include <atomic>
 #include <stdexcept>
 #include <thread>
+
+#include "net/loopback_test_client.h"
 
 namespace uma {
 namespace {
@@ -37,26 +35,7 @@ class LoopbackHttp {
     });
     loop_.join();
   }
-  // Sends `request` on a new connection and reads until the server closes it (or 10 s pass).
-  std::string exchange(const std::string& request) const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port_);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd);
-      return "";
-    }
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    std::string out;
-    char buf[4096];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
-    ::close(fd);
-    return out;
-  }
+  std::string exchange(const std::string& request) const { return loopback_exchange(port_, request); }
   ServerMetrics metrics;
   SessionSlots slots{16, {nullptr, &metrics.http_sessions_open}};
 
