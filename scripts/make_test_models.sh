@@ -7,6 +7,8 @@ dir=${UMA_MODELS_DIR:?}
 mkdir -p "$dir"
 [ -s "$dir/oracle.gguf" ] || "$mk" --preset oracle --type f32 --seed 1 -o "$dir/oracle.gguf" >/dev/null
 [ -s "$dir/tiny-f16.gguf" ] || "$mk" --preset tiny --type f16 --seed 1 -o "$dir/tiny-f16.gguf" >/dev/null
+# Another vocabulary (no BOS): a gateway tokenizes each catalog model with its own.
+[ -s "$dir/tiny-nobos-f16.gguf" ] || "$mk" --preset tiny --type f16 --seed 1 --no-bos -o "$dir/tiny-nobos-f16.gguf" >/dev/null
 # The oracle carrying a model family's own chat template (Qwen 2.5's, from the pinned llama.cpp source).
 templates=$(cd "$(dirname "${BASH_SOURCE[0]}")" && ./llama.sh --print-root)/src/models/templates
 [ -s "$dir/oracle-qwen25-template.gguf" ] || "$mk" --preset oracle --type f32 --seed 1 \

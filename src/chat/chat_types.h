@@ -50,6 +50,7 @@ struct ChatRequest {
   // tool; the grammar and the parser know only this one.
   std::string forced_tool;
   bool parallel_tool_calls = true;
+  std::string model;  // the request's `model` (a gateway renders with that model's template)
 };
 
 // What the output of a tool-enabled request turned into so far, as increments: text for the

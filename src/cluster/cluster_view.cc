@@ -58,8 +58,16 @@ Status ClusterView::refresh(std::chrono::system_clock::time_point now) {
     stale_ = true;
     return st;
   }
+  std::vector<std::string> catalog = sorted_members(sets[1]);
+  std::vector<CatalogModel> entries;
+  if (!(st = catalog_entries(redis_, catalog, &entries)).ok()) {
+    stale_ = true;
+    return st;
+  }
+  catalog_vocab_.clear();
+  for (CatalogModel& m : entries) catalog_vocab_[m.id] = std::move(m.vocab_hash);
   agents_ = std::move(agents);
-  catalog_ = sorted_members(sets[1]);
+  catalog_ = std::move(catalog);
   loaders_ = std::move(loaders);
   stale_ = false;
   return Status::Ok();

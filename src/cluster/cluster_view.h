@@ -2,9 +2,10 @@
 // then every `uma:agent:{id}` key, in one pipelined round trip). Fail-static: when Redis cannot be
 // read, the last snapshot stays and routing goes on with it; `stale()` says so. An agent whose key
 // is gone (its TTL ran out) or whose beat is older than `max_age` is not in the snapshot; a key
-// that does not decode is skipped and counted. The same round trip reads the model catalog's ids
-// (`uma:models`, cluster/model_catalog.h) and the loaders (`uma:loaders`, cluster/loader_state.h:
-// uma-agents that load models on demand), kept on the same terms as agents.
+// that does not decode is skipped and counted. The same round trip reads the model catalog
+// (`uma:models` and each entry, cluster/model_catalog.h: what may be asked for, and each model's
+// vocabulary) and the loaders (`uma:loaders`, cluster/loader_state.h: uma-agents that load models
+// on demand), kept on the same terms as agents.
 //
 // Thread-safety: none; one owner (the gateway's refresher). Clock: the caller passes `now`.
 #pragma once
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "cluster/agent_state.h"
@@ -28,6 +30,8 @@ class ClusterView {
   Status refresh(std::chrono::system_clock::time_point now);
   const std::vector<AgentState>& agents() const { return agents_; }
   const std::vector<std::string>& catalog() const { return catalog_; }  // sorted
+  // Each catalog model's vocab hash (a model whose entry does not decode is listed without one).
+  const std::unordered_map<std::string, std::string>& catalog_vocab() const { return catalog_vocab_; }
   const std::vector<LoaderState>& loaders() const { return loaders_; }  // sorted by id
   bool stale() const { return stale_; }
   std::uint64_t undecodable_total() const { return undecodable_total_; }
@@ -40,6 +44,7 @@ class ClusterView {
   std::chrono::milliseconds max_age_;
   std::vector<AgentState> agents_;
   std::vector<std::string> catalog_;
+  std::unordered_map<std::string, std::string> catalog_vocab_;
   std::vector<LoaderState> loaders_;
   bool stale_ = true;  // nothing read yet
   std::uint64_t undecodable_total_ = 0;

@@ -11,6 +11,7 @@ using json = nlohmann::json;
 const std::string kModels = kCatalogSet;
 std::string model_key(const std::string& id) { return "uma:model:" + id; }
 std::string manifest_key(const std::string& id) { return "uma:manifest:" + id; }
+std::string vocab_key(const std::string& hash) { return "uma:vocab:" + hash; }
 
 }  // namespace
 
@@ -49,7 +50,8 @@ Status decode_catalog_model(std::string_view text, CatalogModel* out) {
   return {};
 }
 
-Status catalog_put(RedisClient& redis, const store::Manifest& manifest, const std::string& url) {
+Status catalog_put(RedisClient& redis, const store::Manifest& manifest, const std::string& url,
+                   const std::string& vocab_gguf) {
   CatalogModel m;
   m.id = manifest.id;
   m.bytes = manifest.bytes;
@@ -57,12 +59,21 @@ Status catalog_put(RedisClient& redis, const store::Manifest& manifest, const st
   m.vocab_hash = manifest.vocab_hash;
   m.chunk_bytes = manifest.chunk_bytes;
   m.added_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  // MULTI/EXEC: a reader never sees the entry without its manifest.
-  return redis.pipeline({{"MULTI"},
-                         {"SET", manifest_key(m.id), store::encode_manifest(manifest)},
-                         {"SET", model_key(m.id), encode_catalog_model(m)},
-                         {"SADD", kModels, m.id},
-                         {"EXEC"}});
+  // MULTI/EXEC: a reader never sees the entry without its manifest (or its vocabulary).
+  std::vector<std::vector<std::string>> cmds = {{"MULTI"}, {"SET", manifest_key(m.id), store::encode_manifest(manifest)}};
+  if (!vocab_gguf.empty()) cmds.push_back({"SET", vocab_key(m.vocab_hash), vocab_gguf});
+  cmds.push_back({"SET", model_key(m.id), encode_catalog_model(m)});
+  cmds.push_back({"SADD", kModels, m.id});
+  cmds.push_back({"EXEC"});
+  return redis.pipeline(cmds);
+}
+
+Status catalog_vocab(RedisClient& redis, const std::string& vocab_hash, std::string* gguf) {
+  RedisReply r;
+  if (Status s = redis.command({"GET", vocab_key(vocab_hash)}, &r); !s.ok()) return s;
+  if (r.kind != RedisReply::Kind::kString) return {ErrorCode::kNotFound, "the catalog has no vocabulary " + vocab_hash.substr(0, 16)};
+  *gguf = std::move(r.str);
+  return {};
 }
 
 Status catalog_get(RedisClient& redis, const std::string& id, CatalogModel* model,
@@ -81,19 +92,27 @@ Status catalog_get(RedisClient& redis, const std::string& id, CatalogModel* mode
   return {};
 }
 
-Status catalog_list(RedisClient& redis, std::vector<CatalogModel>* models) {
+Status catalog_entries(RedisClient& redis, const std::vector<std::string>& ids, std::vector<CatalogModel>* models) {
   models->clear();
-  RedisReply ids;
-  if (Status s = redis.command({"SMEMBERS", kModels}, &ids); !s.ok()) return s;
-  if (ids.elements.empty()) return {};
+  if (ids.empty()) return {};
   std::vector<std::string> mget{"MGET"};
-  for (const RedisReply& e : ids.elements) mget.push_back(model_key(e.str));
+  for (const std::string& id : ids) mget.push_back(model_key(id));
   RedisReply vals;
   if (Status s = redis.command(mget, &vals); !s.ok()) return s;
   for (const RedisReply& v : vals.elements) {
     CatalogModel m;
     if (v.kind == RedisReply::Kind::kString && decode_catalog_model(v.str, &m).ok()) models->push_back(std::move(m));
   }
+  return {};
+}
+
+Status catalog_list(RedisClient& redis, std::vector<CatalogModel>* models) {
+  models->clear();
+  RedisReply ids;
+  if (Status s = redis.command({"SMEMBERS", kModels}, &ids); !s.ok()) return s;
+  std::vector<std::string> names;
+  for (const RedisReply& e : ids.elements) names.push_back(e.str);
+  if (Status s = catalog_entries(redis, names, models); !s.ok()) return s;
   std::sort(models->begin(), models->end(), [](const CatalogModel& a, const CatalogModel& b) { return a.id < b.id; });
   return {};
 }

@@ -37,19 +37,21 @@ bool asks_for_gateway_fields(const openai::GatewayOptions& g) {
 
 struct GatewayServer::Prepared {
   std::atomic<bool> cancelled{false};  // set on the I/O thread when its client goes
-  http_route::Completion completion;
+  http::verb method = http::verb::post;
+  std::string target;
   std::string body;
+  std::optional<http_route::Reply> reply;  // answered by the gateway itself (a bad request, 404, ...)
+  http_route::Completion completion;
   bool keep_alive = false;
   SteadyClock::time_point received_at{};
-  Status status;  // the tokenizer's
+  Status status;  // the vocabulary's or the tokenizer's
   std::vector<Token> tokens;
   std::vector<std::uint64_t> blocks;
 };
 
-GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDirectory& agents,
-                             const VocabModel& vocab, ChatTemplate chat_template, SchemaToGrammar schema_to_grammar,
-                             ColdLoads* cold_loads)
-    : io_(io), config_(std::move(config)), agents_(agents), vocab_(vocab), chat_template_(std::move(chat_template)),
+GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDirectory& agents, VocabCache& vocabs,
+                             SchemaToGrammar schema_to_grammar, ColdLoads* cold_loads)
+    : io_(io), config_(std::move(config)), agents_(agents), vocabs_(vocabs),
       schema_to_grammar_(std::move(schema_to_grammar)), acceptor_(io),
       accept_loop_(io, acceptor_, "gateway", [this](tcp::socket s) { adopt(std::move(s)); }), sweep_timer_(io),
       tokenizers_(static_cast<std::size_t>(std::max(1, config_.tokenize_threads))), id_prefix_(random_prefix()) {
@@ -208,42 +210,62 @@ void GatewayServer::handle(Client& cl, http::request<http::string_body>& req) {
     return answer(cl, 200, "application/json", to_json_text(nlohmann::ordered_json{{"object", "list"}, {"data", data}}),
                   keep_alive);
   }
-  http_route::Context ctx;
-  ctx.ready = true;
-  ctx.model_id = "uma-gw";
-  ctx.chat_template = &chat_template_;
-  ctx.limits = &config_.limits;
-  ctx.default_sampling = &config_.default_sampling;
-  ctx.schema_to_grammar = &schema_to_grammar_;
-  http_route::Routed routed = http_route::route(req.method(), req.target(), req.body(), ctx);
-  if (auto* reply = std::get_if<http_route::Reply>(&routed.action)) {
-    if (reply->status >= 400) metrics_.bad_requests_total++;
-    return answer(cl, reply->status, reply->content_type, reply->body, keep_alive);
+  if (req.method() != http::verb::post) {  // nothing to parse or tokenize: a 404 or 405
+    const http_route::Routed routed = http_route::route(req.method(), req.target(), req.body(), route_context(nullptr));
+    const auto& reply = std::get<http_route::Reply>(routed.action);
+    if (reply.status >= 400) metrics_.bad_requests_total++;
+    return answer(cl, reply.status, reply.content_type, reply.body, keep_alive);
   }
-  metrics_.requests_total++;
-  http_route::Completion& c = std::get<http_route::Completion>(routed.action);
-  if (asks_for_gateway_fields(c.api.uma)) {
-    metrics_.bad_requests_total++;
-    return answer_error(cl, Status(ErrorCode::kBadRequest, "'uma' is for the gateway's own use", "uma"), keep_alive);
-  }
-  // Tokenizing off the I/O thread (see the header); the connection serves nothing more meanwhile
-  // (what comes in is kept, and a hang-up is seen).
+  // Parsing, rendering and tokenizing off the I/O thread (see the header); the connection serves
+  // nothing more meanwhile (what comes in is kept, and a hang-up is seen).
   auto p = std::make_shared<Prepared>();
-  p->completion = std::move(c);
+  p->method = req.method();
+  p->target = std::string(req.target());
   p->body = std::move(req.body());
   p->keep_alive = keep_alive;
   p->received_at = received_at;
   cl.preparing = p;
   cl.conn->set_state(ConnState::kBusy);
   asio::post(tokenizers_, [this, conn_id = cl.conn->id(), p]() mutable {
-    if (!p->cancelled) {
-      const Request& r = p->completion.request;
-      p->status = vocab_.tokenize(r.prompt, p->tokens, r.parse_special);
-      if (p->status.ok()) p->blocks = PrefixIndex::block_hashes(p->tokens, 32);
-    }
+    if (!p->cancelled) prepare(*p);
     // Back on the I/O thread, which also drops the last reference there.
     asio::post(io_, [this, conn_id, p = std::move(p)] { prepared(conn_id, *p); });
   });
+}
+
+http_route::Context GatewayServer::route_context(const ChatTemplate* chat_template) const {
+  http_route::Context ctx;
+  ctx.ready = true;
+  ctx.model_id = "uma-gw";
+  ctx.chat_template = chat_template;
+  ctx.limits = &config_.limits;
+  ctx.default_sampling = &config_.default_sampling;
+  ctx.schema_to_grammar = &schema_to_grammar_;
+  return ctx;
+}
+
+// On a tokenizer thread: the request checked as umad checks it, rendered with its model's template
+// and tokenized with its vocabulary (a vocabulary not yet resident is loaded here: gateway/vocab_cache.h).
+void GatewayServer::prepare(Prepared& p) {
+  std::shared_ptr<const Vocabulary> vocab;
+  Status vocab_status;
+  const ChatTemplate render = [&](const ChatRequest& request, ChatPrompt* out) {
+    vocab = vocabs_.get(request.model, &vocab_status);
+    return vocab ? vocab->render(request, out) : vocab_status;
+  };
+  http_route::Routed routed = http_route::route(p.method, p.target, p.body, route_context(&render));
+  if (auto* reply = std::get_if<http_route::Reply>(&routed.action)) {
+    p.reply = std::move(*reply);
+    return;
+  }
+  p.completion = std::move(std::get<http_route::Completion>(routed.action));
+  if (!vocab && !(vocab = vocabs_.get(p.completion.api.model, &vocab_status))) {
+    p.status = vocab_status;
+    return;
+  }
+  const Request& r = p.completion.request;
+  p.status = vocab->vocab->tokenize(r.prompt, p.tokens, r.parse_special);
+  if (p.status.ok()) p.blocks = PrefixIndex::block_hashes(p.tokens, 32);
 }
 
 void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
@@ -258,11 +280,22 @@ void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
   }
   Client& cl = it->second;
   cl.preparing.reset();
-  if (!p.status.ok()) {
+  if (p.reply) {
     cl.conn->set_state(ConnState::kIdle);  // answered here: the next pipelined request may follow
+    if (p.reply->status >= 400) metrics_.bad_requests_total++;
+    return answer(cl, p.reply->status, p.reply->content_type, p.reply->body, p.keep_alive);
+  }
+  metrics_.requests_total++;
+  const http_route::Completion& c = p.completion;
+  if (asks_for_gateway_fields(c.api.uma)) {
+    metrics_.bad_requests_total++;
+    cl.conn->set_state(ConnState::kIdle);
+    return answer_error(cl, Status(ErrorCode::kBadRequest, "'uma' is for the gateway's own use", "uma"), p.keep_alive);
+  }
+  if (!p.status.ok()) {
+    cl.conn->set_state(ConnState::kIdle);
     return answer_error(cl, p.status, p.keep_alive);
   }
-  const http_route::Completion& c = p.completion;
   switch (agents_.lookup(c.api.model)) {
     case AgentDirectory::ModelLookup::kServed: break;
     case AgentDirectory::ModelLookup::kUnknown:
@@ -476,6 +509,13 @@ std::string GatewayServer::metrics_text() {
                    e[e.size() / 2], "gauge");
     }
   }
+  const VocabCache::Stats vs = vocabs_.stats();
+  counter_text(out, "uma_gw_vocab_hits_total", "Requests tokenized with a resident vocabulary.", static_cast<double>(vs.hits));
+  counter_text(out, "uma_gw_vocab_loads_total", "Vocabularies loaded from the catalog.", static_cast<double>(vs.loads));
+  counter_text(out, "uma_gw_vocab_load_failures_total", "Vocabularies that could not be loaded.", static_cast<double>(vs.load_failures));
+  counter_text(out, "uma_gw_vocab_evictions_total", "Vocabularies dropped for room (least recently used).", static_cast<double>(vs.evictions));
+  counter_text(out, "uma_gw_vocab_load_seconds_total", "Time spent loading vocabularies.", vs.load_seconds);
+  counter_text(out, "uma_gw_vocabularies", "Catalog vocabularies resident (besides --model's).", static_cast<double>(vs.resident), "gauge");
   counter_text(out, "uma_gw_agents", "Agents in the cluster view.", static_cast<double>(agents_.size()), "gauge");
   counter_text(out, "uma_gw_loaders", "Loaders (uma-agents that load models on demand) in the cluster view.",
                static_cast<double>(agents_.loaders().size()), "gauge");

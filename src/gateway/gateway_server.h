@@ -4,8 +4,8 @@
 // any number of gateways can run side by side.
 //
 // A completion is parsed and checked exactly as umad checks it (http_route::route, the same field
-// table and errors: a bad request never reaches an agent), its prompt rendered with the model's
-// chat template and tokenized with its vocabulary (runtime/vocab_model.h) as an agent will, cut
+// table and errors: a bad request never reaches an agent), its prompt rendered with its model's
+// chat template and tokenized with its model's vocabulary (gateway/vocab_cache.h) as an agent will, cut
 // into the same chained 32-token block hashes, and routed (cluster/routing.h) over the live agents;
 // a Proxy (gateway/proxy.h) then carries it. Every routed request records the predicted and
 // measured time to first token.
@@ -17,12 +17,13 @@
 // requests go out first come, first served when the directory says an agent may have room.
 //
 // Threading: the I/O thread of `io`, all of it (the Redis refresher posts its view onto it), but
-// tokenizing: a prompt's tokens and block hashes are computed on `tokenize_threads` threads of its
+// preparing a completion: its parse, chat rendering, tokens and block hashes are computed on `tokenize_threads` threads of its
 // own (milliseconds for a long prompt, seconds under a sanitizer: on the I/O thread a burst of long
 // prompts stalled every stream through the gateway and the agents' event streams, measured ~5 s
-// under TSan), which only read the vocabulary (llama-server tokenizes on its HTTP threads too), and
+// under TSan; a vocabulary not yet resident is loaded there too), which only read the vocabularies
+// (llama-server tokenizes on its HTTP threads too), and
 // the result comes back to the I/O thread; the connection is busy meanwhile.
-// Ownership: owns its client connections and their proxies; the directory and the vocabulary are
+// Ownership: owns its client connections and their proxies; the directory and the vocabularies are
 // the caller's and outlive it. Lifetime: `io` must not run handlers after the server is destroyed
 // (a tokenizer's result may still be queued there: uma-gw stops `io` first).
 #pragma once
@@ -52,7 +53,7 @@
 #include "metrics/histogram.h"
 #include "net/accept_loop.h"
 #include "net/connection.h"
-#include "runtime/vocab_model.h"
+#include "gateway/vocab_cache.h"
 
 namespace uma::gateway {
 
@@ -104,8 +105,8 @@ struct GatewayMetrics {
 class GatewayServer final : private ConnectionOwner {
  public:
   using ChatTemplate = http_route::ChatTemplate;
-  GatewayServer(boost::asio::io_context& io, GatewayConfig config, AgentDirectory& agents, const VocabModel& vocab,
-                ChatTemplate chat_template, SchemaToGrammar schema_to_grammar, ColdLoads* cold_loads = nullptr);
+  GatewayServer(boost::asio::io_context& io, GatewayConfig config, AgentDirectory& agents, VocabCache& vocabs,
+                SchemaToGrammar schema_to_grammar, ColdLoads* cold_loads = nullptr);
   ~GatewayServer() override;
 
   Status listen();
@@ -137,7 +138,7 @@ class GatewayServer final : private ConnectionOwner {
   std::string metrics_text();
 
  private:
-  struct Prepared;  // a completion on its way through a tokenizer thread (cancelled if its client goes)
+  struct Prepared;  // a request on its way through a tokenizer thread (cancelled if its client goes)
   struct Client {
     ConnectionPtr conn;
     std::string in;
@@ -155,8 +156,9 @@ class GatewayServer final : private ConnectionOwner {
   void handle(Client& cl, boost::beast::http::request<boost::beast::http::string_body>& req);
   void answer(Client& cl, unsigned status, std::string_view content_type, std::string_view body, bool keep_alive);
   void answer_error(Client& cl, const Status& st, bool keep_alive);
+  http_route::Context route_context(const ChatTemplate* chat_template) const;
+  void prepare(Prepared& p);                          // on a tokenizer thread
   void prepared(std::uint64_t conn_id, Prepared& p);  // back on the I/O thread: route and send it
-  void start_completion(Client& cl, bool chat, std::string body, bool keep_alive);
   void retire(std::unique_ptr<Proxy> p);
   void sweep();  // every second: queue timeouts, idle clients, and a retry of the queue
   void drain();
@@ -164,8 +166,7 @@ class GatewayServer final : private ConnectionOwner {
   boost::asio::io_context& io_;
   GatewayConfig config_;
   AgentDirectory& agents_;
-  const VocabModel& vocab_;
-  ChatTemplate chat_template_;
+  VocabCache& vocabs_;
   SchemaToGrammar schema_to_grammar_;
   boost::asio::ip::tcp::acceptor acceptor_;
   AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;

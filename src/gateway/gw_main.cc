@@ -24,7 +24,6 @@
 #include "common/secret_file.h"
 #include "gateway/agent_directory.h"
 #include "gateway/gateway_server.h"
-#include "runtime/vocab_model.h"
 
 int main(int argc, char** argv) {
   using namespace uma;
@@ -40,9 +39,13 @@ int main(int argc, char** argv) {
   app.add_option("--redis-password-file", redis_password_file, "Redis's password: the first line of this file")
       ->envname("UMA_REDIS_PASSWORD_FILE")->check(CLI::ExistingFile);
   app.add_option("--redis-user", redis_user, "the Redis ACL user the password is for")->envname("UMA_REDIS_USER");
-  app.add_option("--model", model, "the GGUF the agents serve: its vocabulary and chat template (weights are not read)")
-      ->envname("UMA_MODEL")->required();
-  app.add_option("--chat-template", chat_template, "as umad's --chat-template (the agents' must be the same)");
+  app.add_option("--model", model, "a GGUF whose vocabulary and chat template serve models the catalog does not have "
+                 "(agents started with a file of their own; weights are not read). Catalog models bring their own")
+      ->envname("UMA_MODEL");
+  app.add_option("--chat-template", chat_template, "as umad's --chat-template, for every model (the agents' must be the same)");
+  VocabCache::Options vo;
+  app.add_option("--vocab-cache", vo.capacity, "catalog vocabularies kept loaded at most (least recently used out first)")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("--policy", policy, "routing: predicted | seed | round-robin | least-loaded")->capture_default_str();
   app.add_option("--refresh-ms", refresh_ms, "read the cluster view from Redis this often")->capture_default_str()
       ->check(CLI::Range(10, 10000));
@@ -95,19 +98,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   Status st;
-  std::unique_ptr<VocabModel> vocab = VocabModel::open(model, &st);
-  if (!vocab) {
-    spdlog::error("{}", st.to_string());
+  if (!chat_template.empty()) {  // a bad --chat-template is an error at start, not on every chat
+    Status chat_st;
+    if (!ChatTemplates::from_text(chat_template, "", "", &chat_st)) {
+      spdlog::error("--chat-template: {}", chat_st.to_string());
+      return 1;
+    }
+  }
+  std::shared_ptr<const Vocabulary> fallback;
+  if (!model.empty() && !(fallback = open_vocabulary(model, chat_template, &st))) {
+    spdlog::error("--model: {}", st.to_string());
     return 1;
   }
-  Status chat_st;
-  std::shared_ptr<const ChatTemplates> chat = ChatTemplates::load(vocab->model(), chat_template, &chat_st);
-  if (!chat && !chat_template.empty()) {
-    spdlog::error("--chat-template: {}", chat_st.to_string());
-    return 1;
-  }
-  GatewayServer::ChatTemplate render = [chat_st](const ChatRequest&, ChatPrompt*) { return chat_st; };
-  if (chat) render = [chat](const ChatRequest& request, ChatPrompt* out) { return chat->render(request, out); };
+  vo.chat_template = chat_template;
+  VocabCache vocabs(vo, ra, fallback);
 
   if (!agent_key_file.empty()) {
     if (Status ks = read_secret_file(agent_key_file, "agent key", &cold.api_key); !ks.ok()) {
@@ -136,7 +140,7 @@ int main(int argc, char** argv) {
       [&server] {
         if (server) server->kick();
       });
-  server = std::make_unique<GatewayServer>(io, gc, agents, *vocab, render, json_schema_to_gbnf, &cold_loads);
+  server = std::make_unique<GatewayServer>(io, gc, agents, vocabs, json_schema_to_gbnf, &cold_loads);
   if (st = server->listen(); !st.ok()) {
     spdlog::error("{}", st.to_string());
     return 1;
@@ -158,6 +162,7 @@ int main(int argc, char** argv) {
       if (!rs.ok() && !was_down) spdlog::warn("cannot read redis ({}): routing on the last view", rs.message());
       if (rs.ok() && was_down) spdlog::info("redis answers again");
       was_down = !rs.ok();
+      if (rs.ok()) vocabs.set_catalog(view.catalog_vocab());
       boost::asio::post(io, [&agents, agents_now = view.agents(), catalog = view.catalog(), loaders = view.loaders()]() mutable {
         agents.set_catalog(std::move(catalog));
         agents.set_loaders(std::move(loaders));
@@ -174,7 +179,8 @@ int main(int argc, char** argv) {
     server->stop();
     io.stop();
   });
-  spdlog::info("uma-gw: policy {}, redis {}, model {}", policy, redis, model);
+  spdlog::info("uma-gw: policy {}, redis {}, vocabulary for models outside the catalog: {}", policy, redis,
+               model.empty() ? "none" : model);
   std::cout << "uma-gw listening on http://" << gc.host << ":" << server->port() << std::endl;
   io.run();
   {

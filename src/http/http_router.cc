@@ -34,7 +34,7 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
       return r;
     }
     ChatRequest chat_request{c.api.messages, c.api.tools, c.api.tool_choice, c.api.forced_tool,
-                             c.api.parallel_tool_calls};
+                             c.api.parallel_tool_calls, c.api.model};
     ChatPrompt prompt;
     if (Status st = (*ctx.chat_template)(chat_request, &prompt); !st.ok()) return error_reply(st);
     q.prompt = std::move(prompt.text);

@@ -68,6 +68,14 @@ void hash_kv(Sha256& h, const gguf_context* g, std::int64_t k) {
   }
 }
 
+std::string vocab_hash_of(const gguf_context* g) {
+  Sha256 vocab;
+  for (std::int64_t k = 0; k < gguf_get_n_kv(g); ++k) {
+    if (std::string_view(gguf_get_key(g, k)).starts_with("tokenizer.")) hash_kv(vocab, g, k);
+  }
+  return to_hex(vocab.finish());
+}
+
 Status hash_chunks(const std::string& path, Manifest& m, int threads) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return {ErrorCode::kIo, path + ": " + std::strerror(errno)};
@@ -155,15 +163,23 @@ Status build_manifest(const std::string& path, const std::string& id, std::uint6
     if (e.offset + e.size > m.bytes) return {ErrorCode::kModelLoad, path + ": tensor " + e.name + " lies past the file's end"};
     m.tensors.push_back(std::move(e));
   }
-  Sha256 vocab;
-  for (std::int64_t k = 0; k < gguf_get_n_kv(g.get()); ++k) {
-    if (std::string_view(gguf_get_key(g.get(), k)).starts_with("tokenizer.")) hash_kv(vocab, g.get(), k);
-  }
-  m.vocab_hash = to_hex(vocab.finish());
+  m.vocab_hash = vocab_hash_of(g.get());
   m.chunks.resize(m.bytes / chunk_bytes + (m.bytes % chunk_bytes != 0));
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (Status s = hash_chunks(path, m, threads); !s.ok()) return s;
   *out = std::move(m);
+  return {};
+}
+
+Status vocab_gguf(const std::string& path, std::string* gguf, std::string* vocab_hash) {
+  gguf_init_params params{/*no_alloc=*/true, /*ctx=*/nullptr};
+  std::unique_ptr<gguf_context, GgufFree> g(gguf_init_from_file(path.c_str(), params));
+  if (!g) return {ErrorCode::kModelLoad, path + ": not a GGUF file llama.cpp can read"};
+  std::unique_ptr<gguf_context, GgufFree> meta(gguf_init_empty());
+  gguf_set_kv(meta.get(), g.get());
+  gguf->resize(gguf_get_meta_size(meta.get()));
+  gguf_get_meta_data(meta.get(), gguf->data());
+  *vocab_hash = vocab_hash_of(g.get());
   return {};
 }
 

@@ -69,6 +69,11 @@ struct Manifest {
 Status build_manifest(const std::string& path, const std::string& id, std::uint64_t chunk_bytes, int threads,
                       Manifest* out);
 
+// The GGUF at `path` reduced to its metadata (every key and value, no tensors): what a
+// vocabulary-only load reads (a gateway's tokenizer and chat template: kilobytes to megabytes, not
+// the weights), with its vocab hash (as build_manifest computes it).
+Status vocab_gguf(const std::string& path, std::string* gguf, std::string* vocab_hash);
+
 std::string encode_manifest(const Manifest& m);
 // kInvalidJson / kBadRequest naming the field.
 Status decode_manifest(std::string_view json_text, Manifest* out);

@@ -128,6 +128,7 @@ Status write_f32(const MkModelOptions& o, const std::string& path) {
   gguf_set_kv(g.get(), vocab.get());  // tokenizer.* (and the vocab file's own llama.* which we overwrite)
   set_hparams(g.get(), o.shape, n_vocab);
   if (!o.chat_template.empty()) gguf_set_val_str(g.get(), "tokenizer.chat_template", o.chat_template.c_str());
+  if (o.no_bos) gguf_set_val_bool(g.get(), "tokenizer.ggml.add_bos_token", false);
 
   const std::vector<TensorPlan> plan = plan_tensors(o.shape, n_vocab);
   ggml_init_params ip{ggml_tensor_overhead() * (plan.size() + 1), nullptr, /*no_alloc=*/true};

@@ -38,6 +38,7 @@ struct MkModelOptions {
   std::string out_path;
   std::int32_t threads = 0;   // for quantization; 0 = all
   std::string chat_template;  // written as tokenizer.chat_template when not empty (a model family's)
+  bool no_bos = false;        // tokenizer.ggml.add_bos_token = false: another vocabulary (tests)
 };
 
 Status write_model(const MkModelOptions& options);

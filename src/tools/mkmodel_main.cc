@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   std::string template_file;
   app.add_option("--chat-template-file", template_file, "a chat template (a model family's Jinja text) to store as "
                  "tokenizer.chat_template")->check(CLI::ExistingFile);
+  app.add_flag("--no-bos", o.no_bos, "tokenize without a BOS (tokenizer.ggml.add_bos_token = false)");
   CLI11_PARSE(app, argc, argv);
   if (!template_file.empty()) {
     std::ifstream f(template_file);

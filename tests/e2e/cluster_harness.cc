@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -25,8 +26,11 @@ std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& p
 Gateway::Gateway(const std::string& redis_address, std::vector<std::string> extra) {
   static int counter = 0;
   log_path_ = temp_dir() + "/uma-gw-" + std::to_string(counter++) + ".log";
-  std::vector<std::string> argv = {bin_path("uma-gw"), "--model", model_path("oracle.gguf"), "--chat-template", "chatml",
-                                   "--redis", redis_address, "--listen", "127.0.0.1:0", "--refresh-ms", "100"};
+  std::vector<std::string> argv = {bin_path("uma-gw"), "--redis", redis_address, "--listen", "127.0.0.1:0", "--refresh-ms", "100"};
+  // The oracle's vocabulary and chatml, unless `extra` names its own (an empty value: none).
+  const auto given = [&](const char* flag) { return std::find(extra.begin(), extra.end(), flag) != extra.end(); };
+  if (!given("--model")) argv.insert(argv.end(), {"--model", model_path("oracle.gguf")});
+  if (!given("--chat-template")) argv.insert(argv.end(), {"--chat-template", "chatml"});
   argv.insert(argv.end(), extra.begin(), extra.end());
   pid_ = spawn_process(argv, log_path_);
   const std::string marker = "listening on http://127.0.0.1:";

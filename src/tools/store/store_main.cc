@@ -89,8 +89,10 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(m.bytes), m.chunk_count(), m.tensors.size(), m.vocab_hash.substr(0, 16).c_str(), sec);
     if (redis == "none") return 0;
     if (Status s = connect(redis, &rc); !s.ok()) return fail(s);
-    if (Status s = cluster::catalog_put(*rc, m, url); !s.ok()) return fail(s);
-    std::printf("registered %s in %s\n", id.c_str(), redis.c_str());
+    std::string vocab, vocab_hash;  // for gateways: tokenizer and chat template, without the weights
+    if (Status s = store::vocab_gguf(file, &vocab, &vocab_hash); !s.ok()) return fail(s);
+    if (Status s = cluster::catalog_put(*rc, m, url, vocab); !s.ok()) return fail(s);
+    std::printf("registered %s in %s (vocabulary: %zu bytes)\n", id.c_str(), redis.c_str(), vocab.size());
     return 0;
   }
   if (*verify) {
