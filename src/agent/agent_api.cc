@@ -40,6 +40,8 @@ Status read_bool(const nlohmann::json& body, const char* name, bool* out) {
   return {};
 }
 
+}  // namespace
+
 Status read_keep_alive(const nlohmann::json& body, std::optional<std::int64_t>* out) {
   const auto it = body.find("keep_alive");
   if (it == body.end() || it->is_null()) return {};
@@ -56,6 +58,8 @@ Status read_keep_alive(const nlohmann::json& body, std::optional<std::int64_t>* 
   *out = ms;
   return {};
 }
+
+namespace {
 
 ojson update_json(const LoadUpdate& u) {
   ojson j = {{"model", u.id}};
@@ -165,9 +169,9 @@ void AgentApi::prefetch(const HttpExchangePtr& ex) {
   const auto t = body.find("tier");
   const std::string tier = t != body.end() && t->is_string() ? t->get<std::string>() : "";
   if (tier != "nvme" && tier != "dram") return ex->reply_error(bad("'tier' must be \"nvme\" or \"dram\"", "tier"));
-  store::ModelSource source;
-  if (Status st = lookup_(model, &source); !st.ok()) return ex->reply_error(st);
-  if (Status st = store_.prefetch(source, tier == "nvme" ? store::Tier::kNvme : store::Tier::kDram); !st.ok()) {
+  ModelOrigin origin;
+  if (Status st = lookup_(model, &origin); !st.ok()) return ex->reply_error(st);
+  if (Status st = store_.prefetch(origin.source, tier == "nvme" ? store::Tier::kNvme : store::Tier::kDram); !st.ok()) {
     return ex->reply_error(st);
   }
   ex->reply_json(202, to_json_text(ojson{{"model", model}, {"tier", tier}}));
@@ -220,8 +224,10 @@ void AgentApi::models(const HttpExchangePtr& ex) {
                                          {"held_bytes", host_.held_bytes()}}));
 }
 
-void AgentApi::metrics(const HttpExchangePtr& ex) {
-  const HostCounters& c = host_.counters();
+void AgentApi::metrics(const HttpExchangePtr& ex) { ex->reply(200, "text/plain; version=0.0.4", host_metrics_text(host_)); }
+
+std::string host_metrics_text(const ModelHost& host) {
+  const HostCounters& c = host.counters();
   std::string out;
   const auto counter = [&](const char* name, const char* help, std::uint64_t v, const char* labels = "") {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + labels + " " +
@@ -236,10 +242,10 @@ void AgentApi::metrics(const HttpExchangePtr& ex) {
   counter("uma_agent_unload_refusals_total", "unloads a model refused: a request was in flight", c.unload_refusals);
   counter("uma_agent_model_crashes_total", "model processes that exited unasked", c.crashes);
   out += "# HELP uma_agent_models_held_bytes model bytes holding the budget\n# TYPE uma_agent_models_held_bytes gauge\n";
-  out += "uma_agent_models_held_bytes " + std::to_string(host_.held_bytes()) + "\n";
+  out += "uma_agent_models_held_bytes " + std::to_string(host.held_bytes()) + "\n";
   out += "# HELP uma_agent_models_budget_bytes the budget (0: none)\n# TYPE uma_agent_models_budget_bytes gauge\n";
-  out += "uma_agent_models_budget_bytes " + std::to_string(host_.config().budget.bytes) + "\n";
-  ex->reply(200, "text/plain; version=0.0.4", out);
+  out += "uma_agent_models_budget_bytes " + std::to_string(host.config().budget.bytes) + "\n";
+  return out;
 }
 
 }  // namespace uma::agent

@@ -18,8 +18,11 @@
 // Threading: the I/O thread (the host's and the server's). JSON lives here, at the edge.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +35,10 @@ namespace uma::agent {
 // A duration as Ollama's keep_alive takes it: "-1", "0", "45s", "300ms", "5m", "1h30m" (a bare
 // number is seconds). Negative: -1 (forever).
 Status parse_duration_ms(std::string_view text, std::int64_t* ms);
+// A body's `keep_alive` (absent or null: nullopt), a 400 naming it when malformed.
+Status read_keep_alive(const nlohmann::json& body, std::optional<std::int64_t>* out);
+// The host's counters and budget as Prometheus text (uma_agent_*).
+std::string host_metrics_text(const ModelHost& host);
 
 class AgentApi {
  public:

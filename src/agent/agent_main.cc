@@ -142,11 +142,12 @@ int main(int argc, char** argv) {
   store::TierStore store(std::move(tc));
   // The catalog is read on the I/O thread: every call has a 2 s deadline.
   cluster::RedisClient catalog(ra, std::chrono::milliseconds(2000));
-  const agent::ModelHost::Lookup lookup = [&catalog](const std::string& id, store::ModelSource* out) {
+  const agent::ModelHost::Lookup lookup = [&catalog](const std::string& id, agent::ModelOrigin* out) {
     cluster::CatalogModel entry;
     std::shared_ptr<const store::Manifest> manifest;
     if (Status s = cluster::catalog_get(catalog, id, &entry, &manifest); !s.ok()) return s;
-    *out = {std::move(manifest), entry.url};
+    out->bytes = manifest->bytes;
+    out->source = {std::move(manifest), entry.url};
     return Status();
   };
   const agent::AgentApi::ListCatalog list = [&catalog](std::vector<agent::AgentApi::CatalogEntry>* out) {
@@ -165,7 +166,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (cluster_mode && agent_id.empty()) hc.agent_id = rc.host + ":" + std::to_string(server.port());
-  auto host = std::make_unique<agent::ModelHost>(io, hc, store, lookup);
+  auto host = std::make_unique<agent::ModelHost>(io, hc, &store, lookup);
   api = std::make_unique<agent::AgentApi>(*host, store, lookup, list);
   server.start();
   host->start();

@@ -38,7 +38,7 @@ bool model_transition_legal(ModelState from, ModelState to) {
 struct ModelHost::Entry {
   std::string id;
   ModelState state = ModelState::kQueued;
-  store::ModelSource source;
+  ModelOrigin origin;
   std::uint64_t bytes = 0;
   std::string tier;  // where the bytes were when the load began
   store::Tier from = store::Tier::kNone;
@@ -63,7 +63,7 @@ struct ModelHost::Entry {
   std::uint16_t http_port = 0;
 };
 
-ModelHost::ModelHost(asio::io_context& io, HostConfig config, store::TierStore& store, Lookup lookup)
+ModelHost::ModelHost(asio::io_context& io, HostConfig config, store::TierStore* store, Lookup lookup)
     : io_(io), config_(std::move(config)), store_(store), lookup_(std::move(lookup)), sigchld_(io, SIGCHLD), timer_(io),
       wall_epoch_ms_(std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::system_clock::now().time_since_epoch()).count()) {}
@@ -75,7 +75,7 @@ ModelHost::~ModelHost() {
   sigchld_.cancel(ignored);
   for (auto& [id, e] : entries_) {
     e->process.reset();  // SIGKILL to a child still running
-    if (e->holds_image) store_.release(id);
+    if (e->holds_image) store_->release(id);
   }
   for (auto& [gen, t] : fill_waits_) t.join();  // the store's stop fails what they wait for
 }
@@ -127,15 +127,19 @@ void ModelHost::load(const std::string& id, std::optional<std::int64_t> keep_ali
     e->waiters.push_back(std::move(listener));
     return progress(*e);
   }
-  store::ModelSource source;
-  if (Status s = lookup_(id, &source); !s.ok()) {
-    refused.status = s;
+  ModelOrigin origin;
+  Status looked = lookup_(id, &origin);
+  if (looked.ok() && origin.file.empty() && (store_ == nullptr || !origin.source.manifest)) {
+    looked = Status(ErrorCode::kInternal, "model '" + id + "' has neither a file nor a store to come from");
+  }
+  if (!looked.ok()) {
+    refused.status = looked;
     return listener(refused);
   }
   auto e = std::make_unique<Entry>();
   e->id = id;
-  e->source = std::move(source);
-  e->bytes = e->source.manifest->bytes;
+  e->origin = std::move(origin);
+  e->bytes = e->origin.file.empty() ? e->origin.source.manifest->bytes : e->origin.bytes;
   e->keep_alive_ms = keep_alive_ms.value_or(config_.keep_alive_ms);
   e->asked_at = e->state_since = Clock::now();
   e->waiters.push_back(std::move(listener));
@@ -204,11 +208,16 @@ void ModelHost::pump() {
 }
 
 void ModelHost::begin_fill(Entry& e) {
-  e.from = store_.tier(e.id);
-  e.tier = std::string(store::tier_name(e.from));
   e.fill_started = Clock::now();
+  if (!e.origin.file.empty()) {  // its umad reads the file itself
+    e.tier = "file";
+    set_state(e, ModelState::kFilling);
+    return begin_start(e);
+  }
+  e.from = store_->tier(e.id);
+  e.tier = std::string(store::tier_name(e.from));
   Status s;
-  e.image = store_.acquire(e.source, &s);
+  e.image = store_->acquire(e.origin.source, &s);
   if (!e.image) return finish_load(e, s);
   e.holds_image = true;
   set_state(e, ModelState::kFilling);
@@ -238,7 +247,7 @@ void ModelHost::begin_start(Entry& e) {
   e.start_began = Clock::now();
   ProcessSpec spec;
   spec.program = config_.umad;
-  spec.image_fd = e.image->fd();
+  spec.image_fd = e.image ? e.image->fd() : -1;
   spec.log_path = config_.run_dir + "/" + e.id + ".log";
   spec.args = config_.umad_args;
   for (const char* a : {"--alias", e.id.c_str()}) spec.args.emplace_back(a);
@@ -247,7 +256,11 @@ void ModelHost::begin_start(Entry& e) {
     spec.args.insert(spec.args.end(), {"--agent-id", config_.agent_id + "/" + e.id});
     spec.args.insert(spec.args.end(), config_.cluster_args.begin(), config_.cluster_args.end());
   }
-  if (spec.image_fd < 0) return finish_load(e, Status(ErrorCode::kModelLoad, "the store's image of '" + e.id + "' has no descriptor to hand over"));
+  if (!e.origin.file.empty()) {
+    spec.args.insert(spec.args.end(), {"--model", e.origin.file});
+  } else if (spec.image_fd < 0) {
+    return finish_load(e, Status(ErrorCode::kModelLoad, "the store's image of '" + e.id + "' has no descriptor to hand over"));
+  }
   Status s = ModelProcess::spawn(io_, spec, [this, id = e.id](const StatusLine& line) { on_status(id, line); }, &e.process);
   if (!s.ok()) return finish_load(e, s);
   spdlog::info("model {}: umad {} starting ({} MiB from {}, log {})", e.id, e.process->pid(), e.bytes >> 20, e.tier, spec.log_path);
@@ -386,7 +399,7 @@ void ModelHost::on_exit(Entry& e, int status) {
   if (it == entries_.end()) return pump();  // finish_load removed it
   std::unique_ptr<Entry> gone = std::move(it->second);
   entries_.erase(it);
-  if (gone->holds_image) store_.release(id);  // the DRAM tier keeps it within its budget
+  if (gone->holds_image) store_->release(id);  // the DRAM tier keeps it within its budget
   for (UnloadDone& d : gone->unload_waiters) d({}, "unloaded");
   if (gone->reload && !gone->waiters.empty() && !stopping_) {
     std::vector<LoadListener> waiters = std::move(gone->waiters);
@@ -425,7 +438,7 @@ void ModelHost::finish_load(Entry& e, const Status& st) {
       // Still running (a start timeout): it goes when killed; the reaper finds no entry.
       e.process.reset();
     }
-    if (e.holds_image) store_.release(e.id);
+    if (e.holds_image) store_->release(e.id);
     const std::string id = e.id;
     entries_.erase(id);  // `e` is gone from here on
     std::erase(queue_, id);
@@ -438,7 +451,7 @@ void ModelHost::progress(Entry& e) {
   LoadUpdate u;
   u.id = e.id;
   u.state = e.state;
-  u.tier = e.tier.empty() ? std::string(store::tier_name(store_.tier(e.id))) : e.tier;
+  u.tier = !e.tier.empty() ? e.tier : store_ ? std::string(store::tier_name(store_->tier(e.id))) : "file";
   u.bytes = e.bytes;
   u.ready_bytes = e.image ? e.image->ready_bytes() : 0;
   u.seconds = std::chrono::duration<double>(Clock::now() - e.asked_at).count();

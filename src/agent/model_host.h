@@ -1,10 +1,12 @@
 // ModelHost: the models one agent serves, each a umad of its own (agent/model_process.h) whose
-// image comes from the agent's model store (store/tier_store.h), loaded on demand, kept while used
-// and unloaded by keep_alive or for room (agent/residency.h).
+// image comes from the agent's model store (store/tier_store.h), or which opens a GGUF file of the
+// user's itself (umad's model router: no store), loaded on demand, kept while used and unloaded by
+// keep_alive or for room (agent/residency.h).
 //
 // One model's states (one enum, one setter that aborts on a transition nobody wrote code for):
 //   queued    waiting for room under the budget (bounded by queue_timeout)
-//   filling   the store brings its bytes to an image (progress: ready bytes of bytes)
+//   filling   the store brings its bytes to an image (progress: ready bytes of bytes); a file
+//             model passes through at once
 //   starting  its umad maps the image and loads it (start_timeout)
 //   loaded    serving at its own HTTP port; busy/idle as its umad reports
 //   unloading its umad was asked to stop (SIGUSR1: only if idle) or told to (SIGTERM, forced)
@@ -64,6 +66,13 @@ struct HostConfig {
   std::chrono::milliseconds tick{50};  // progress events, keep_alive and timeouts
 };
 
+// Where a model's bytes come from.
+struct ModelOrigin {
+  store::ModelSource source;  // a catalog model: through the store, verified, as an image
+  std::string file;           // or a GGUF file its umad opens itself (llama.cpp's mmap)
+  std::uint64_t bytes = 0;    // the file's size, or the manifest's
+};
+
 // A load's progress and its end (done: status, and where it serves).
 struct LoadUpdate {
   std::string id;
@@ -103,9 +112,10 @@ struct HostCounters {
 
 class ModelHost {
  public:
-  // The catalog: a model's manifest and URL (kNotFound for an id it does not have).
-  using Lookup = std::function<Status(const std::string& id, store::ModelSource* out)>;
-  ModelHost(boost::asio::io_context& io, HostConfig config, store::TierStore& store, Lookup lookup);
+  // The catalog: where a model's bytes come from (kNotFound for an id it does not have).
+  using Lookup = std::function<Status(const std::string& id, ModelOrigin* out)>;
+  // `store`: null when every model is a file.
+  ModelHost(boost::asio::io_context& io, HostConfig config, store::TierStore* store, Lookup lookup);
   ~ModelHost();
   ModelHost(const ModelHost&) = delete;
   ModelHost& operator=(const ModelHost&) = delete;
@@ -155,7 +165,7 @@ class ModelHost {
 
   boost::asio::io_context& io_;
   HostConfig config_;
-  store::TierStore& store_;
+  store::TierStore* store_;
   Lookup lookup_;
   boost::asio::signal_set sigchld_;
   boost::asio::steady_timer timer_;

@@ -64,12 +64,24 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   int preempt_host_mb = static_cast<int>(sc.park_host_bytes >> 20);
   bool mmap = true;
 
-  CLI::Option* model_opt = app.add_option("-m,--model", rt.model_path, "GGUF model file")->envname("UMA_MODEL")
+  CLI::Option* model_opt = app.add_option("-m,--model", out.models, "GGUF model file (several: one port serves them "
+                 "all, the request's `model` picking one, as with --models-dir)")->envname("UMA_MODEL")
       ->check(CLI::ExistingFile);
+  CLI::Option* models_dir_opt = app.add_option("--models-dir", out.models_dir, "serve every *.gguf here, each loaded on "
+                 "its first request (by its file name, with or without .gguf) and unloaded after --keep-alive idle "
+                 "or for room (--max-models, --models-mb); HTTP only")->envname("UMA_MODELS_DIR")->check(CLI::ExistingDirectory);
+  app.add_option("--max-models", out.max_models, "with several models: loaded at once at most")
+      ->envname("UMA_MAX_MODELS")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--models-mb", out.models_mb, "with several models: their file bytes loaded at once at most (0: no limit)")
+      ->envname("UMA_MODELS_MB")->capture_default_str();
+  app.add_option("--keep-alive", out.keep_alive, "with several models: an idle model is unloaded after this "
+                 "(seconds or \"5m\", \"1h\"; -1: never); a request's `keep_alive` sets its model's")
+      ->envname("UMA_KEEP_ALIVE")->capture_default_str();
   CLI::Option* model_id_opt = app.add_option("--model-id", out.model_id, "a catalog model (uma-store add), loaded "
                  "through the model store from --store-dir or its URL, every chunk verified (docs/STORE.md)")
       ->envname("UMA_MODEL_ID");
   model_opt->excludes(model_id_opt);
+  models_dir_opt->excludes(model_id_opt);
   app.add_option("--store-dir", out.store_dir, "the model store's NVMe tier: a directory of models (with --model-id)")
       ->envname("UMA_STORE_DIR");
   std::uint64_t store_nvme_mb = 0, store_dram_mb = 0;
@@ -240,8 +252,15 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
     }
     out.http.port = static_cast<std::uint16_t>(p);
   }
-  if (rt.model_path.empty() && out.model_id.empty()) {
-    std::cerr << "umad: --model FILE or --model-id ID is required\n";
+  if (out.models.size() == 1) rt.model_path = out.models.front();
+  if (out.router() && (!out.http_enabled || out.agent)) {
+    std::cerr << "umad: several models (--models-dir, or --model more than once) are served over --http, and not as a "
+                 "cluster agent (uma-agent is that)\n";
+    *exit_code = 2;
+    return Status(ErrorCode::kInvalidArgument, "several models need --http");
+  }
+  if (rt.model_path.empty() && out.model_id.empty() && !out.router()) {
+    std::cerr << "umad: --model FILE, --models-dir DIR or --model-id ID is required\n";
     *exit_code = 2;
     return Status(ErrorCode::kInvalidArgument, "no model");
   }

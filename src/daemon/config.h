@@ -2,7 +2,9 @@
 // bad value is a clear error at start, never a crash later.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "http/http_server.h"
@@ -41,6 +43,14 @@ struct DaemonConfig {
   // JSON lines from descriptor N: {"event":"ready",...} once serving, then "busy"/"idle" as the
   // first request starts and the last ends; SIGUSR1 then asks it to stop if idle ("busy" if not).
   int status_fd = -1;
+  // Several models behind one port (umad's model router, docs/AGENT.md): every *.gguf of
+  // --models-dir and each of several --model, a umad of its own each, loaded on first request.
+  std::vector<std::string> models;  // --model, as given (one: the plain single-model daemon)
+  std::string models_dir;           // --models-dir
+  int max_models = 3;               // --max-models: loaded at once
+  std::uint64_t models_mb = 0;      // --models-mb: their bytes at most (0: no limit)
+  std::string keep_alive = "5m";    // --keep-alive: an idle model's stay (Ollama's; -1: forever)
+  bool router() const { return !models_dir.empty() || models.size() > 1; }
   bool debug = false;
   int test_load_delay_ms = 0;  // tests only: a slow model load, to observe /health's 503
 };

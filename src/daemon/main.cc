@@ -22,6 +22,7 @@
 #include "chat/structured_output.h"
 #include "daemon/catalog_model.h"
 #include "daemon/config.h"
+#include "daemon/model_router.h"
 #include "daemon/supervisor_link.h"
 #include "http/http_server.h"
 #include "ipc/uds_server.h"
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(cfg.debug ? spdlog::level::debug : spdlog::level::info);
   std::signal(SIGPIPE, SIG_IGN);
+  if (cfg.router()) return run_model_router(cfg, argc, argv);  // several models: a umad each behind one port
 
   boost::asio::io_context io;
   // Signals are caught from here on; one that arrives during the (possibly long) model load is

@@ -55,7 +55,7 @@
 #include "cluster/kv_events.h"
 #include "cluster/routing.h"
 #include "gateway/sse_events.h"
-#include "gateway/upstream.h"
+#include "http/upstream.h"
 
 namespace uma::gateway {
 

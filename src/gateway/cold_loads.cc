@@ -5,7 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cluster/model_catalog.h"
-#include "gateway/upstream.h"
+#include "http/upstream.h"
 
 namespace uma::gateway {
 

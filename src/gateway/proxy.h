@@ -35,7 +35,7 @@
 #include "cluster/routing.h"
 #include "gateway/agent_directory.h"
 #include "gateway/sse_events.h"
-#include "gateway/upstream.h"
+#include "http/upstream.h"
 #include "net/connection.h"
 
 namespace uma::gateway {

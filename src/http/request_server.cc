@@ -60,6 +60,11 @@ void HttpExchange::event(std::string_view json) {
   conn_->send(http_chunk(data));
 }
 
+void HttpExchange::event_bytes(std::string_view sse) {
+  if (!streaming_ || answered_ || sse.empty()) return;
+  conn_->send(http_chunk(sse));
+}
+
 void HttpExchange::end_events() {
   if (!streaming_ || answered_) return;
   conn_->send("0\r\n\r\n");

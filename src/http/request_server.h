@@ -74,6 +74,7 @@ class HttpExchange {
   // An SSE stream: the head, then `data: JSON` events, then end_events().
   void start_events();
   void event(std::string_view json);
+  void event_bytes(std::string_view sse);  // already SSE text (`data: ...\n\n`): a relayed stream
   void end_events();
 
  private:

@@ -1,4 +1,4 @@
-#include "gateway/upstream.h"
+#include "http/upstream.h"
 
 #include <boost/asio/connect.hpp>
 #include <boost/beast/http/error.hpp>
@@ -6,7 +6,7 @@
 
 #include <charconv>
 
-namespace uma::gateway {
+namespace uma {
 
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
@@ -158,4 +158,4 @@ void Upstream::on_close(const ConnectionPtr&) {
 
 void Upstream::on_failure(const ConnectionPtr&, const char* what) { fail(std::string("sink threw: ") + what); }
 
-}  // namespace uma::gateway
+}  // namespace uma

@@ -1,5 +1,6 @@
-// Upstream: one HTTP/1.1 request from the gateway to an agent (a completion it proxies, or the
-// agent's KV-event stream), on the shared connection layer (net/connection.h): dial, send the
+// Upstream: one HTTP/1.1 request to a server of ours (the gateway's to an agent: a completion it
+// proxies, or the agent's KV-event stream; umad's model router's to one model's umad), on the
+// shared connection layer (net/connection.h): dial, send the
 // request, read the reply with Beast's resumable response parser, and hand its sink the head, the
 // body as it arrives (a chunked body's data as each chunk comes; a Content-Length body whole) and
 // the end, or one failure. A sink hears at most one of on_end / on_failed, and nothing after
@@ -27,7 +28,7 @@
 
 #include "net/connection.h"
 
-namespace uma::gateway {
+namespace uma {
 
 class UpstreamSink {
  public:
@@ -87,4 +88,4 @@ class Upstream final : public std::enable_shared_from_this<Upstream>, private Co
   bool finished_ = false;  // the sink heard on_end or on_failed
 };
 
-}  // namespace uma::gateway
+}  // namespace uma
