@@ -54,6 +54,7 @@
 #include "cluster/loader_state.h"
 #include "cluster/kv_events.h"
 #include "cluster/routing.h"
+#include "gateway/dispatch_policy.h"
 #include "gateway/sse_events.h"
 #include "http/upstream.h"
 
@@ -177,9 +178,8 @@ class AgentDirectory {
   void set_loaders(std::vector<cluster::LoaderState> loaders) { loaders_ = std::move(loaders); }
   const std::vector<cluster::LoaderState>& loaders() const { return loaders_; }
   const std::vector<std::string>& catalog() const { return catalog_; }
-  // What a request naming `model` finds: a live agent serving it; only the catalog (no agent has
-  // it loaded); nothing. A cluster without a catalog takes any name (as one llama-server does).
-  enum class ModelLookup { kServed, kCatalogOnly, kUnknown };
+  // What a request naming `model` finds (gateway/dispatch_policy.h).
+  using ModelLookup = gateway::ModelLookup;
   ModelLookup lookup(const std::string& model) const;
   struct AgentSummary {
     std::string id;

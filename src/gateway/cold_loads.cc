@@ -48,8 +48,7 @@ struct ColdLoads::Call final : UpstreamSink {
 };
 
 struct ColdLoads::Model {
-  bool busy = false;  // the lock is being tried, or a load of ours runs
-  std::chrono::steady_clock::time_point retry_at{};
+  LoadAttempt attempt;  // idle -> locking -> loading -> backoff (gateway/dispatch_policy.h)
   std::vector<cluster::LoaderState> loaders;  // as ensure() last saw them
   std::unique_ptr<Call> call;
   std::unique_ptr<asio::steady_timer> renewal;
@@ -107,8 +106,7 @@ void ColdLoads::ensure(const std::string& model, const std::vector<cluster::Load
   std::unique_ptr<Model>& slot = models_[model];
   if (!slot) slot = std::make_unique<Model>();
   Model& m = *slot;
-  if (m.busy || std::chrono::steady_clock::now() < m.retry_at) return;
-  m.busy = true;
+  if (!m.attempt.want_lock(std::chrono::steady_clock::now())) return;
   m.loaders = loaders;
   const std::string key = cluster::load_lock_key(model), owner = options_.owner, ttl = std::to_string(options_.lock_ttl.count());
   on_redis([this, alive = alive_, model, key, owner, ttl](cluster::RedisClient& redis) {
@@ -134,8 +132,7 @@ void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t by
     if (acquired) release();
     if (!acquired && st.ok()) counters_.lock_busy++;
     if (!st.ok()) m.last_error = st.message();
-    m.busy = false;
-    m.retry_at = std::chrono::steady_clock::now() + options_.retry;
+    m.attempt.lock_result(false, std::chrono::steady_clock::now(), options_.retry);
     return;
   }
   for (cluster::LoaderState& l : m.loaders) {
@@ -156,10 +153,10 @@ void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t by
     release();
     m.last_error = m.loaders.empty() ? "no agent can load models (no loader is registered)"
                                      : "no agent has room for it: their model budgets are held by models in use";
-    m.busy = false;
-    m.retry_at = std::chrono::steady_clock::now() + options_.retry;
+    m.attempt.no_loader(std::chrono::steady_clock::now(), options_.retry);
     return;
   }
+  m.attempt.lock_result(true, std::chrono::steady_clock::now(), options_.retry);
   start_load(model, m.loaders[static_cast<std::size_t>(at)], bytes);
 }
 
@@ -241,9 +238,8 @@ void ColdLoads::finished(const std::string& model, const Status& st) {
       (void)redis.command({"EVAL", kRelease, "1", key, owner});
     }
   });
-  m.busy = false;
   // A success is seen when the model's agent beats; until then nobody loads it again.
-  m.retry_at = std::chrono::steady_clock::now() + (st.ok() ? options_.lock_ttl : options_.retry);
+  m.attempt.load_result(st.ok(), std::chrono::steady_clock::now(), options_.retry, options_.lock_ttl);
 }
 
 }  // namespace uma::gateway

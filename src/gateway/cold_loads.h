@@ -30,6 +30,7 @@
 #include "cluster/loader_state.h"
 #include "cluster/redis_client.h"
 #include "common/status.h"
+#include "gateway/dispatch_policy.h"
 
 namespace uma::gateway {
 

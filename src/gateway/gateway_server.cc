@@ -54,7 +54,8 @@ GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDi
     : io_(io), config_(std::move(config)), agents_(agents), vocabs_(vocabs),
       schema_to_grammar_(std::move(schema_to_grammar)), acceptor_(io),
       accept_loop_(io, acceptor_, "gateway", [this](tcp::socket s) { adopt(std::move(s)); }), sweep_timer_(io),
-      tokenizers_(static_cast<std::size_t>(std::max(1, config_.tokenize_threads))), id_prefix_(random_prefix()) {
+      tokenizers_(static_cast<std::size_t>(std::max(1, config_.tokenize_threads))), id_prefix_(random_prefix()),
+      waiting_(static_cast<std::size_t>(std::max(0, config_.max_queue))) {
   cold_loads_ = cold_loads;
 }
 
@@ -360,7 +361,7 @@ void GatewayServer::record_ttft(double predicted_s, double measured_s) {
 }
 
 void GatewayServer::kick() {
-  if (kick_posted_ || (queue_.empty() && awaiting_.empty()) || stopped_) return;
+  if (kick_posted_ || waiting_.size() == 0 || stopped_) return;
   kick_posted_ = true;
   asio::post(io_, [this] {
     kick_posted_ = false;
@@ -372,72 +373,50 @@ void GatewayServer::kick() {
 
 void GatewayServer::await_model(Proxy* p) {
   metrics_.awaited_model_total++;
-  awaiting_.push_back({p, SteadyClock::now()});
+  waiting_.wait_for_model(p, p->model(), SteadyClock::now());
   cold_loads_->ensure(p->model(), agents_.loaders());
 }
 
 void GatewayServer::stop_awaiting(Proxy* p) {
-  for (auto it = awaiting_.begin(); it != awaiting_.end(); ++it) {
-    if (it->proxy != p) continue;
-    metrics_.model_wait_ms.observe(std::chrono::duration<double, std::milli>(SteadyClock::now() - it->since).count());
-    awaiting_.erase(it);
-    return;
+  if (const auto waited = waiting_.leave(p, SteadyClock::now())) {
+    metrics_.model_wait_ms.observe(std::chrono::duration<double, std::milli>(*waited).count());
   }
 }
 
 // Requests whose model an agent now serves go out; for the rest the load is seen to (again, if
 // the one that ran failed or another gateway's lock lapsed); those that waited too long end.
 void GatewayServer::wake_awaiting() {
-  const auto now = SteadyClock::now();
-  const std::vector<Awaiting> snapshot = awaiting_;  // a woken proxy leaves the list
-  for (const Awaiting& a : snapshot) {
-    Proxy* p = a.proxy;
-    if (std::none_of(awaiting_.begin(), awaiting_.end(), [p](const Awaiting& x) { return x.proxy == p; })) continue;
-    if (agents_.lookup(p->model()) != AgentDirectory::ModelLookup::kCatalogOnly) {
-      p->model_ready();
-    } else if (now - a.since > std::chrono::milliseconds(config_.queue_timeout_ms)) {
-      const std::string why = cold_loads_->last_error(p->model());
-      p->model_wait_expired(why.empty() ? "no agent served it within " + std::to_string(config_.queue_timeout_ms) + " ms" : why);
-    } else {
-      cold_loads_->ensure(p->model(), agents_.loaders());
-    }
+  const auto verdicts = waiting_.judge_models([this](const std::string& m) { return agents_.lookup(m); }, SteadyClock::now(),
+                                              std::chrono::milliseconds(config_.queue_timeout_ms));
+  for (Proxy* p : verdicts.ready) p->model_ready();
+  for (Proxy* p : verdicts.expired) {
+    const std::string why = cold_loads_->last_error(p->model());
+    p->model_wait_expired(why.empty() ? "no agent served it within " + std::to_string(config_.queue_timeout_ms) + " ms" : why);
   }
+  for (const std::string& model : verdicts.still_cold) cold_loads_->ensure(model, agents_.loaders());
 }
 
 void GatewayServer::enqueue(Proxy* p, bool front) {
-  if (front) {
-    queue_.push_front(p);
-    return;
-  }
-  metrics_.queued_total++;
-  queue_.push_back(p);
+  if (!front) metrics_.queued_total++;
+  waiting_.wait_for_room(p, p->queued_at(), front);
 }
 
-void GatewayServer::dequeue(Proxy* p) {
-  auto it = std::find(queue_.begin(), queue_.end(), p);
-  if (it != queue_.end()) queue_.erase(it);
-}
+void GatewayServer::dequeue(Proxy* p) { waiting_.leave(p, SteadyClock::now()); }
 
 // First come, first served: the oldest waiting request goes first; once one finds no room the
 // rest wait too (they would find none either, or jump the queue).
 void GatewayServer::drain() {
-  while (!queue_.empty()) {
-    Proxy* p = queue_.front();
-    queue_.pop_front();
-    const auto queued_at = p->queued_at();
+  while (const std::optional<Proxy*> next = waiting_.next_for_room()) {
+    Proxy* p = *next;
     p->wake();
-    if (!queue_.empty() && queue_.front() == p) break;
-    metrics_.queue_wait_ms.observe(std::chrono::duration<double, std::milli>(SteadyClock::now() - queued_at).count());
+    if (waiting_.front_for_room() == p) break;
+    metrics_.queue_wait_ms.observe(std::chrono::duration<double, std::milli>(SteadyClock::now() - p->queued_at()).count());
   }
 }
 
 void GatewayServer::sweep() {
   const auto now = Connection::Clock::now();
-  std::vector<Proxy*> expired;
-  for (Proxy* p : queue_) {
-    if (now - p->queued_at() > std::chrono::milliseconds(config_.queue_timeout_ms)) expired.push_back(p);
-  }
-  for (Proxy* p : expired) p->queue_expired();
+  for (Proxy* p : waiting_.room_expired(now, std::chrono::milliseconds(config_.queue_timeout_ms))) p->queue_expired();
   wake_awaiting();
   std::vector<ConnectionPtr> idle;
   for (auto& [id, cl] : clients_) {
@@ -488,12 +467,12 @@ std::string GatewayServer::metrics_text() {
   counter_text(out, "uma_gw_overloaded_total", "Requests refused (429) because every agent was full and the queue was, or they waited too long.",
                static_cast<double>(m.overloaded_total));
   counter_text(out, "uma_gw_queued_total", "Requests that waited for room on an agent.", static_cast<double>(m.queued_total));
-  counter_text(out, "uma_gw_queued", "Requests waiting for room now.", static_cast<double>(queue_.size()), "gauge");
+  counter_text(out, "uma_gw_queued", "Requests waiting for room now.", static_cast<double>(waiting_.waiting_for_room()), "gauge");
   counter_text(out, "uma_gw_agent_full_total", "Times an agent answered 429 (the request went elsewhere or waited).",
                static_cast<double>(m.agent_full_total));
   counter_text(out, "uma_gw_awaited_model_total", "Requests that waited for their model to be loaded somewhere.",
                static_cast<double>(m.awaited_model_total));
-  counter_text(out, "uma_gw_awaiting_model", "Requests waiting for their model now.", static_cast<double>(awaiting_.size()), "gauge");
+  counter_text(out, "uma_gw_awaiting_model", "Requests waiting for their model now.", static_cast<double>(waiting_.waiting_for_models()), "gauge");
   if (cold_loads_ != nullptr) {
     const ColdLoadCounters& c = cold_loads_->counters();
     counter_text(out, "uma_gw_model_loads_started_total", "Loads this gateway asked a loader for (it held the model's lock).",

@@ -48,6 +48,7 @@
 #include "cluster/routing.h"
 #include "gateway/agent_directory.h"
 #include "gateway/cold_loads.h"
+#include "gateway/dispatch_policy.h"
 #include "gateway/proxy.h"
 #include "http/http_router.h"
 #include "metrics/histogram.h"
@@ -118,7 +119,8 @@ class GatewayServer final : private ConnectionOwner {
   // The queue of requests waiting for room (Proxy's kQueued): `front` for one woken that still
   // found none (it keeps its place).
   // --max-queue bounds both: requests waiting for room and those waiting for their model.
-  bool can_queue() const { return queue_.size() + awaiting_.size() < static_cast<std::size_t>(config_.max_queue); }
+  std::size_t waiting() const { return waiting_.size(); }
+  std::size_t max_waiting() const { return waiting_.max_waiting(); }
   void enqueue(Proxy* p, bool front);
   void dequeue(Proxy* p);
   // Loads on demand (gateway/cold_loads.h): a request whose model no agent serves waits for it
@@ -179,13 +181,9 @@ class GatewayServer final : private ConnectionOwner {
   std::string id_prefix_;  // completion ids: unique across gateways
   GatewayMetrics metrics_;
   std::uint64_t rr_cursor_ = 0;
-  std::deque<Proxy*> queue_;  // kQueued proxies, oldest first (owned by their clients)
+  // kQueued (oldest first) and kAwaitingModel proxies (owned by their clients).
+  WaitLists<Proxy*> waiting_;
   ColdLoads* cold_loads_ = nullptr;
-  struct Awaiting {
-    Proxy* proxy;
-    SteadyClock::time_point since;
-  };
-  std::vector<Awaiting> awaiting_;  // kAwaitingModel proxies
   void wake_awaiting();
   bool kick_posted_ = false;
   bool stopped_ = true;

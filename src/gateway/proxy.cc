@@ -50,25 +50,45 @@ void Proxy::dispatch() {
   const bool woken = state_ == ProxyState::kQueued;
   if (state_ != ProxyState::kDispatching) set_state(ProxyState::kDispatching);
   AgentDirectory& agents = gw_.agents();
-  if (!job_.model.empty() && agents.lookup(job_.model) == AgentDirectory::ModelLookup::kCatalogOnly && gw_.loads_on_demand()) {
-    if (!gw_.can_queue()) {
-      gw_.metrics().overloaded_total++;
-      return end_with_error(Status(ErrorCode::kOverloaded, std::to_string(gw_.config().max_queue) +
-                                                               " requests wait already (for room or for their model)"));
-    }
-    set_state(ProxyState::kAwaitingModel);
-    return gw_.await_model(this);
-  }
+  DispatchFacts facts;
+  facts.model = job_.model.empty() ? ModelLookup::kServed : agents.lookup(job_.model);
+  facts.loads_on_demand = gw_.loads_on_demand();
+  facts.woken = woken;
+  facts.waiting = gw_.waiting();
+  facts.max_waiting = gw_.max_waiting();
+  DispatchStep step = decide_dispatch(facts);
   const auto now = SteadyClock::now();
   AgentDirectory::Candidates cs;
-  agents.candidates(job_.model, job_.blocks, tried_, now, &cs);
-  cluster::RouteRequest rr{job_.model, job_.prompt_tokens};
-  const cluster::RouteChoice choice = cluster::choose(gw_.config().policy, cs.list, rr, gw_.config().routing, gw_.rr_cursor());
-  gw_.metrics().route_us.observe(std::chrono::duration<double, std::micro>(SteadyClock::now() - now).count());
-  if (choice.index < 0 && cs.full > 0) return wait_for_room(woken);
-  if (choice.index < 0) {
-    gw_.metrics().unavailable_total++;
-    return end_with_error(Status(ErrorCode::kUnavailable, tried_.empty() ? "no agent is available" : "no agent left to serve this request"));
+  cluster::RouteChoice choice;
+  if (step == DispatchStep::kRoute) {
+    agents.candidates(job_.model, job_.blocks, tried_, now, &cs);
+    cluster::RouteRequest rr{job_.model, job_.prompt_tokens};
+    choice = cluster::choose(gw_.config().policy, cs.list, rr, gw_.config().routing, gw_.rr_cursor());
+    gw_.metrics().route_us.observe(std::chrono::duration<double, std::micro>(SteadyClock::now() - now).count());
+    facts.routed = true;
+    facts.chose = choice.index >= 0;
+    facts.full = cs.full;
+    step = decide_dispatch(facts);
+  }
+  switch (step) {
+    case DispatchStep::kRoute: break;  // decided above
+    case DispatchStep::kAwaitModel:
+      set_state(ProxyState::kAwaitingModel);
+      return gw_.await_model(this);
+    case DispatchStep::kQueue: queued_at_ = now; [[fallthrough]];
+    case DispatchStep::kQueueAgain:
+      set_state(ProxyState::kQueued);
+      return gw_.enqueue(this, step == DispatchStep::kQueueAgain);
+    case DispatchStep::kOverloaded:
+      gw_.metrics().overloaded_total++;
+      return end_with_error(Status(ErrorCode::kOverloaded, facts.routed ? "every agent is full and " + std::to_string(facts.max_waiting) +
+                                                                              " requests wait already"
+                                                                        : std::to_string(facts.max_waiting) +
+                                                                              " requests wait already (for room or for their model)"));
+    case DispatchStep::kUnavailable:
+      gw_.metrics().unavailable_total++;
+      return end_with_error(Status(ErrorCode::kUnavailable, tried_.empty() ? "no agent is available" : "no agent left to serve this request"));
+    case DispatchStep::kSend: break;
   }
   AgentLink& a = *cs.links[static_cast<std::size_t>(choice.index)];
   HostPort to;
@@ -89,19 +109,6 @@ void Proxy::dispatch() {
   dispatched_at_ = now;
   set_state(ProxyState::kWaiting);
   up_ = Upstream::start(gw_.io(), to, upstream_request(a), this, agents.options().upstream);
-}
-
-void Proxy::wait_for_room(bool again) {
-  if (!again) {
-    if (!gw_.can_queue()) {
-      gw_.metrics().overloaded_total++;
-      return end_with_error(Status(ErrorCode::kOverloaded, "every agent is full and " + std::to_string(gw_.config().max_queue) +
-                                                               " requests wait already"));
-    }
-    queued_at_ = SteadyClock::now();
-  }
-  set_state(ProxyState::kQueued);
-  gw_.enqueue(this, again);
 }
 
 void Proxy::queue_expired() {

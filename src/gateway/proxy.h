@@ -21,6 +21,8 @@
 // The agent's SSE is passed through event by event as it arrives (no buffering beyond one event),
 // umad's `: tokens` comments taken out; a reply that is not a stream is passed on whole.
 //
+// Where a dispatch goes (send, queue, await its model, refuse) is decide_dispatch()'s
+// (gateway/dispatch_policy.h: pure, unit-tested); the proxy carries it out.
 // Threading: the gateway's I/O thread. Ownership: the GatewayServer owns proxies (one per client
 // connection at a time) and retires them outside their own callbacks.
 #pragma once
@@ -83,7 +85,6 @@ class Proxy final : private UpstreamSink {
  private:
   void set_state(ProxyState to);
   void dispatch();
-  void wait_for_room(bool again);
   std::string upstream_request(const AgentLink& a) const;
   void failover(const std::string& why);
   void finish_stream();
