@@ -39,6 +39,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -181,6 +182,7 @@ class AgentDirectory {
   // What a request naming `model` finds (gateway/dispatch_policy.h).
   using ModelLookup = gateway::ModelLookup;
   ModelLookup lookup(const std::string& model) const;
+  bool in_catalog(const std::string& model) const { return std::binary_search(catalog_.begin(), catalog_.end(), model); }
   struct AgentSummary {
     std::string id;
     bool live = false;

@@ -47,6 +47,22 @@ struct ColdLoads::Call final : UpstreamSink {
   }
 };
 
+// One POST /prefetch (202 once the loader has queued it).
+struct ColdLoads::PrefetchCall final : UpstreamSink {
+  ColdLoads* owner = nullptr;
+  std::uint64_t id = 0;
+  std::string what;  // model -> loader, for the log
+  std::shared_ptr<Upstream> up;
+  unsigned status = 0;
+  std::string body;
+  void on_head(unsigned s, bool) override { status = s; }
+  void on_body(std::string_view bytes) override {
+    if (body.size() < 1024) body.append(bytes.substr(0, 1024 - body.size()));
+  }
+  void on_end() override { owner->prefetched(id, status == 202 || status == 200 ? "" : "answered " + std::to_string(status) + ": " + body); }
+  void on_failed(const std::string& why, bool) override { owner->prefetched(id, "could not be reached: " + why); }
+};
+
 struct ColdLoads::Model {
   LoadAttempt attempt;  // idle -> locking -> loading -> backoff (gateway/dispatch_policy.h)
   std::vector<cluster::LoaderState> loaders;  // as ensure() last saw them
@@ -72,6 +88,9 @@ ColdLoads::~ColdLoads() {
   thread_.join();
   for (auto& [id, m] : models_) {
     if (m->call && m->call->up) m->call->up->abort();
+  }
+  for (auto& [id, p] : prefetches_) {
+    if (p->up) p->up->abort();
   }
 }
 
@@ -160,21 +179,65 @@ void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t by
   start_load(model, m.loaders[static_cast<std::size_t>(at)], bytes);
 }
 
+std::string ColdLoads::loader_request(const std::string& host, const std::string& path, const std::string& body) const {
+  std::string req = "POST " + path + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\nConnection: close\r\n";
+  if (!options_.api_key.empty()) req += "Authorization: Bearer " + options_.api_key + "\r\n";
+  return req + "\r\n" + body;
+}
+
+std::vector<cluster::LoaderState> ColdLoads::with_own_loads(std::vector<cluster::LoaderState> loaders) const {
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [model, own] : own_loads_) {
+    if (now - own.at > options_.lock_ttl + options_.load_timeout) continue;
+    for (cluster::LoaderState& l : loaders) {
+      if (l.id == own.loader && l.model(model) == nullptr) l.models.push_back({model, "loading"});
+    }
+  }
+  return loaders;
+}
+
+void ColdLoads::prefetch(const std::string& model, const cluster::LoaderState& to, const std::string& tier) {
+  HostPort hp;
+  if (!parse_host_port(to.address, &hp)) return;
+  counters_.prefetches++;
+  spdlog::info("fan-out: prefetching {} to {} on {}", model, tier, to.id);
+  auto call = std::make_unique<PrefetchCall>();
+  call->owner = this;
+  call->id = next_prefetch_++;
+  call->what = model + " -> " + to.id;
+  Upstream::Options uo;
+  uo.max_body_bytes = 64 * 1024;
+  PrefetchCall& ref = *call;
+  prefetches_[call->id] = std::move(call);
+  ref.up = Upstream::start(io_, hp, loader_request(hp.host, "/prefetch", "{\"model\":\"" + model + "\",\"tier\":\"" + tier + "\"}"),
+                           &ref, uo);
+}
+
+void ColdLoads::prefetched(std::uint64_t id, const std::string& error) {
+  auto it = prefetches_.find(id);
+  if (it == prefetches_.end()) return;
+  if (!error.empty()) {
+    counters_.prefetch_failures++;
+    spdlog::warn("fan-out: prefetch {} failed: {}", it->second->what, error);
+  }
+  // Not inside the call's own callback: the loop frees it once this handler returns.
+  asio::post(io_, [call = std::shared_ptr<PrefetchCall>(std::move(it->second))] {});
+  prefetches_.erase(it);
+}
+
 void ColdLoads::start_load(const std::string& model, const cluster::LoaderState& to, std::uint64_t bytes) {
   Model& m = *models_[model];
   HostPort hp;
   if (!parse_host_port(to.address, &hp)) return finished(model, Status(ErrorCode::kUnavailable, "loader " + to.id + " has no address"));
   counters_.started++;
   m.loader = to.id;
+  own_loads_[model] = {to.id, std::chrono::steady_clock::now()};
   m.bytes = bytes;
   inflight_[to.id] += bytes;
   m.predicted_s = cluster::predicted_load_s(to, model, bytes, {});
   spdlog::info("loading {} ({} MiB) on {} ({:.3f} s predicted)", model, bytes >> 20, to.id, m.predicted_s);
-  const std::string body = "{\"model\":\"" + model + "\",\"stream\":false}";
-  std::string req = "POST /load HTTP/1.1\r\nHost: " + hp.host + "\r\nContent-Type: application/json\r\nContent-Length: " +
-                    std::to_string(body.size()) + "\r\nConnection: close\r\n";
-  if (!options_.api_key.empty()) req += "Authorization: Bearer " + options_.api_key + "\r\n";
-  req += "\r\n" + body;
+  std::string req = loader_request(hp.host, "/load", "{\"model\":\"" + model + "\",\"stream\":false}");
   m.call = std::make_unique<Call>();
   m.call->owner = this;
   m.call->model = model;
@@ -217,8 +280,10 @@ void ColdLoads::finished(const std::string& model, const Status& st) {
       errors_.push_back(m.predicted_s / measured - 1.0);
     }
     spdlog::info("{} loaded in {:.3f} s ({:.3f} s predicted)", model, measured, m.predicted_s);
+    own_loads_[model].at = std::chrono::steady_clock::now();
   } else {
     counters_.failed++;
+    own_loads_.erase(model);
     m.last_error = st.message();
     spdlog::warn("load of {} failed: {}", model, st.message());
   }

@@ -53,6 +53,8 @@ struct ColdLoadCounters {
   std::uint64_t succeeded = 0;
   std::uint64_t failed = 0;
   std::uint64_t lock_busy = 0;  // another gateway held the lock
+  std::uint64_t prefetches = 0;         // prefetches asked of loaders (gateway/fan_out.h)
+  std::uint64_t prefetch_failures = 0;  // refused, or the loader could not be reached
 };
 
 class ColdLoads {
@@ -64,6 +66,11 @@ class ColdLoads {
 
   // A request waits for `model`: see that someone loads it (`loaders`: the gateway's latest view).
   void ensure(const std::string& model, const std::vector<cluster::LoaderState>& loaders);
+  // `loaders` as this gateway knows them: each with the models this gateway had loaded there within
+  // a lock time added (loaders' beats lag their loads by about a second).
+  std::vector<cluster::LoaderState> with_own_loads(std::vector<cluster::LoaderState> loaders) const;
+  // Asks loader `to` to bring `model` to its `tier` (nvme | dram) ahead of a load (fan-out).
+  void prefetch(const std::string& model, const cluster::LoaderState& to, const std::string& tier);
   // Why the last load of `model` failed here ("" when none did), for the requests that give up.
   std::string last_error(const std::string& model) const;
   const ColdLoadCounters& counters() const { return counters_; }
@@ -73,11 +80,14 @@ class ColdLoads {
  private:
   struct Model;
   struct Call;
+  struct PrefetchCall;
+  std::string loader_request(const std::string& host, const std::string& path, const std::string& body) const;
   using Task = std::function<void(cluster::RedisClient&)>;
   void on_redis(Task task);  // runs `task` on the Redis thread
   void locked(const std::string& model, bool acquired, std::uint64_t bytes, const Status& st);
   void start_load(const std::string& model, const cluster::LoaderState& to, std::uint64_t bytes);
   void finished(const std::string& model, const Status& st);
+  void prefetched(std::uint64_t id, const std::string& error);
   void renew(const std::string& model);
   void run();
 
@@ -85,6 +95,13 @@ class ColdLoads {
   cluster::RedisAddress redis_;
   ColdLoadOptions options_;
   std::map<std::string, std::unique_ptr<Model>> models_;
+  std::map<std::uint64_t, std::unique_ptr<PrefetchCall>> prefetches_;
+  struct OwnLoad {
+    std::string loader;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<std::string, OwnLoad> own_loads_;  // model -> where this gateway last loaded it
+  std::uint64_t next_prefetch_ = 1;
   ColdLoadCounters counters_;
   std::deque<double> errors_;
   std::uint64_t cursor_ = 0;  // round-robin

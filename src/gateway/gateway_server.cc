@@ -55,7 +55,7 @@ GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDi
       schema_to_grammar_(std::move(schema_to_grammar)), acceptor_(io),
       accept_loop_(io, acceptor_, "gateway", [this](tcp::socket s) { adopt(std::move(s)); }), sweep_timer_(io),
       tokenizers_(static_cast<std::size_t>(std::max(1, config_.tokenize_threads))), id_prefix_(random_prefix()),
-      waiting_(static_cast<std::size_t>(std::max(0, config_.max_queue))) {
+      waiting_(static_cast<std::size_t>(std::max(0, config_.max_queue))), fan_out_(config_.fan_out) {
   cold_loads_ = cold_loads;
 }
 
@@ -308,6 +308,7 @@ void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
       return answer_error(cl, Status(ErrorCode::kUnavailable, "The model '" + c.api.model + "' is in the catalog but no agent has it loaded", "model"),
                           p.keep_alive);
   }
+  if (cold_loads_ != nullptr && agents_.in_catalog(c.api.model)) fan_out_.arrived(c.api.model, SteadyClock::now());
   ProxyJob job;
   job.chat = c.api.chat;
   job.stream = c.api.stream;
@@ -417,6 +418,13 @@ void GatewayServer::drain() {
 void GatewayServer::sweep() {
   const auto now = Connection::Clock::now();
   for (Proxy* p : waiting_.room_expired(now, std::chrono::milliseconds(config_.queue_timeout_ms))) p->queue_expired();
+  if (cold_loads_ != nullptr) {
+    const std::vector<cluster::LoaderState> loaders = cold_loads_->with_own_loads(agents_.loaders());
+    for (const FanOut::Prefetch& f : fan_out_.due(loaders, now)) {
+      const auto l = std::find_if(loaders.begin(), loaders.end(), [&](const cluster::LoaderState& x) { return x.id == f.loader; });
+      if (l != loaders.end()) cold_loads_->prefetch(f.model, *l, fan_out_.options().tier);
+    }
+  }
   wake_awaiting();
   std::vector<ConnectionPtr> idle;
   for (auto& [id, cl] : clients_) {
@@ -480,6 +488,9 @@ std::string GatewayServer::metrics_text() {
     counter_text(out, "uma_gw_model_loads_failed_total", "Loads this gateway asked for that failed.", static_cast<double>(c.failed));
     counter_text(out, "uma_gw_model_load_lock_busy_total", "Times another gateway held a model's load lock.",
                  static_cast<double>(c.lock_busy));
+    counter_text(out, "uma_gw_prefetches_total", "Prefetches of busy models this gateway asked loaders for (fan-out).",
+                 static_cast<double>(c.prefetches));
+    counter_text(out, "uma_gw_prefetch_failures_total", "Prefetches refused or unreachable.", static_cast<double>(c.prefetch_failures));
     if (!cold_loads_->prediction_errors().empty()) {
       std::vector<double> e(cold_loads_->prediction_errors().begin(), cold_loads_->prediction_errors().end());
       for (double& x : e) x = std::abs(x);

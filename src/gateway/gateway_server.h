@@ -49,6 +49,7 @@
 #include "gateway/agent_directory.h"
 #include "gateway/cold_loads.h"
 #include "gateway/dispatch_policy.h"
+#include "gateway/fan_out.h"
 #include "gateway/proxy.h"
 #include "http/http_router.h"
 #include "metrics/histogram.h"
@@ -75,6 +76,7 @@ struct GatewayConfig {
   // Threads that tokenize prompts (and hash their blocks) off the I/O thread.
   std::int32_t tokenize_threads = 2;
   std::string agent_key;  // --agent-key-file: sent to agents (completions) and loaders (loads)
+  FanOutOptions fan_out;  // busy catalog models prefetched to more loaders (with loads on demand)
   openai::Limits limits;
   SamplingParams default_sampling;
 };
@@ -183,6 +185,7 @@ class GatewayServer final : private ConnectionOwner {
   std::uint64_t rr_cursor_ = 0;
   // kQueued (oldest first) and kAwaitingModel proxies (owned by their clients).
   WaitLists<Proxy*> waiting_;
+  FanOut fan_out_;
   ColdLoads* cold_loads_ = nullptr;
   void wake_awaiting();
   bool kick_posted_ = false;

@@ -69,6 +69,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"predicted", "round-robin", "random"}));
   app.add_option("--load-lock-ms", load_lock_ms, "a model's load lock lapses this long after its gateway stops renewing it")
       ->capture_default_str()->check(CLI::Range(100, 600000));
+  app.add_option("--fan-out", gc.fan_out.copies, "loaders that should hold a busy catalog model in a fast tier (the "
+                 "one serving it included): the others are asked to prefetch it; 1: off")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--fan-out-rps", gc.fan_out.min_rps, "a model's request rate (per second, through this gateway) that makes it busy")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--fan-out-tier", gc.fan_out.tier, "where fan-out copies go")->capture_default_str()
+      ->check(CLI::IsMember({"nvme", "dram"}));
   app.add_option("--tokenize-threads", gc.tokenize_threads, "threads that tokenize prompts, off the I/O thread")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

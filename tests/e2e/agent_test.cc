@@ -17,6 +17,7 @@
 #include "cluster/model_catalog.h"
 #include "e2e/cluster_harness.h"
 #include "e2e/http_client.h"
+#include "e2e/nginx_harness.h"
 #include "e2e/oracle.h"
 #include "e2e/redis_harness.h"
 
@@ -377,6 +378,51 @@ TEST(AgentCluster, TwoGatewaysOneLockOneLoadAndEveryRequestForTheColdModelServed
   const std::string unknown = complete_model(g2.port(), "no-such-model", "hello", 4);
   EXPECT_EQ(status_of(unknown), 404) << unknown;
   EXPECT_EQ(agent.stop(), 0) << agent.log();
+}
+
+// Fan-out: a model asked for often enough is prefetched to the loader that lacks it (from the
+// remote tier, nginx), so a load there would start from its NVMe tier.
+TEST(AgentCluster, ABusyModelIsPrefetchedToTheOtherLoadersNvmeTierFromTheRemoteTier) {
+  if (skip_remote_tier_tests()) GTEST_SKIP() << "no remote tier on this machine";
+  NginxServer nginx;
+  ASSERT_TRUE(nginx.start()) << nginx.log();
+  fs::copy_file(model_path("oracle.gguf"), fs::path(nginx.root()) / "oracle.gguf");
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  cluster::RedisAddress addr;
+  ASSERT_TRUE(cluster::parse_redis_address(redis.address(), &addr));
+  cluster::RedisClient rc(addr, std::chrono::milliseconds(2000));
+  store::Manifest m;
+  ASSERT_TRUE(store::build_manifest(model_path("oracle.gguf"), "busy", 1 << 20, 2, &m).ok());
+  ASSERT_TRUE(cluster::catalog_put(rc, m, nginx.url("oracle.gguf")).ok());
+  std::vector<std::unique_ptr<Agent>> agents;
+  for (int i = 0; i < 2; ++i) {
+    const std::string dir = temp_dir() + "/fan-out-store-" + std::to_string(i);
+    fs::create_directories(dir);
+    agents.push_back(std::make_unique<Agent>(redis.address(), dir, std::vector<std::string>{"--cluster"}));
+    ASSERT_GT(agents.back()->port(), 0) << agents.back()->log();
+  }
+  Gateway g(redis.address(), {"--fan-out", "2", "--fan-out-rps", "0.2"});
+  ASSERT_TRUE(g.started()) << g.log();
+  ASSERT_TRUE(wait_for([&] { return gw_metric(g, "uma_gw_loaders") == 2; }, std::chrono::seconds(10))) << g.log();
+  // 0.2/s with the rate's 30 s half-life: about ten requests in a few seconds make it busy.
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(complete_model(g.port(), "busy", "hello world", 4), oracle().expected_text("hello world", 4));
+  const auto row_on = [&](const Agent& a) {  // "state/tier" of the model on `a`
+    const json rows = json::parse(body_of(request(a.port(), "GET", "/models", "")), nullptr, false);
+    if (!rows.contains("models")) return std::string();
+    for (const json& r : rows["models"]) {
+      if (r["model"] == "busy") return r["state"].get<std::string>() + "/" + r["tier"].get<std::string>();
+    }
+    return std::string("none");
+  };
+  // One agent loaded it from the remote tier; the other gets it on its NVMe tier by fan-out.
+  ASSERT_TRUE(wait_for([&] {
+    const std::string a = row_on(*agents[0]), b = row_on(*agents[1]);
+    return (a.starts_with("loaded/") && b == "nvme/nvme") || (b.starts_with("loaded/") && a == "nvme/nvme");
+  }, std::chrono::seconds(20))) << row_on(*agents[0]) << " " << row_on(*agents[1]) << "\n" << g.log();
+  EXPECT_EQ(gw_metric(g, "uma_gw_prefetches_total"), 1) << g.log();
+  EXPECT_EQ(gw_metric(g, "uma_gw_prefetch_failures_total"), 0);
+  EXPECT_EQ(gw_metric(g, "uma_gw_model_loads_started_total"), 1);
 }
 
 }  // namespace
