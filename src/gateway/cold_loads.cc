@@ -27,10 +27,10 @@ constexpr const char* kLoaded =
 
 }  // namespace
 
-// One POST /load to a loader (stream: false): one JSON answer at the end.
+// One POST to a loader's management API (/load with stream false, /prefetch): one answer at the
+// end, `done` with an error unless it was a 2xx.
 struct ColdLoads::Call final : UpstreamSink {
-  ColdLoads* owner = nullptr;
-  std::string model;
+  std::function<void(const Status&)> done;
   std::shared_ptr<Upstream> up;
   unsigned status = 0;
   std::string body;
@@ -39,28 +39,11 @@ struct ColdLoads::Call final : UpstreamSink {
     if (body.size() < 4096) body.append(bytes.substr(0, 4096 - body.size()));
   }
   void on_end() override {
-    const Status st = status == 200 ? Status() : Status(ErrorCode::kUnavailable, "the loader answered " + std::to_string(status) + ": " + body);
-    owner->finished(model, st);
+    done(status / 100 == 2 ? Status() : Status(ErrorCode::kUnavailable, "the loader answered " + std::to_string(status) + ": " + body));
   }
   void on_failed(const std::string& why, bool) override {
-    owner->finished(model, Status(ErrorCode::kUnavailable, "the loader could not be reached: " + why));
+    done(Status(ErrorCode::kUnavailable, "the loader could not be reached: " + why));
   }
-};
-
-// One POST /prefetch (202 once the loader has queued it).
-struct ColdLoads::PrefetchCall final : UpstreamSink {
-  ColdLoads* owner = nullptr;
-  std::uint64_t id = 0;
-  std::string what;  // model -> loader, for the log
-  std::shared_ptr<Upstream> up;
-  unsigned status = 0;
-  std::string body;
-  void on_head(unsigned s, bool) override { status = s; }
-  void on_body(std::string_view bytes) override {
-    if (body.size() < 1024) body.append(bytes.substr(0, 1024 - body.size()));
-  }
-  void on_end() override { owner->prefetched(id, status == 202 || status == 200 ? "" : "answered " + std::to_string(status) + ": " + body); }
-  void on_failed(const std::string& why, bool) override { owner->prefetched(id, "could not be reached: " + why); }
 };
 
 struct ColdLoads::Model {
@@ -202,27 +185,26 @@ void ColdLoads::prefetch(const std::string& model, const cluster::LoaderState& t
   if (!parse_host_port(to.address, &hp)) return;
   counters_.prefetches++;
   spdlog::info("fan-out: prefetching {} to {} on {}", model, tier, to.id);
-  auto call = std::make_unique<PrefetchCall>();
-  call->owner = this;
-  call->id = next_prefetch_++;
-  call->what = model + " -> " + to.id;
+  auto call = std::make_unique<Call>();
+  const std::uint64_t id = next_prefetch_++;
+  call->done = [this, id, what = model + " -> " + to.id](const Status& st) { prefetched(id, what, st); };
   Upstream::Options uo;
   uo.max_body_bytes = 64 * 1024;
-  PrefetchCall& ref = *call;
-  prefetches_[call->id] = std::move(call);
+  Call& ref = *call;
+  prefetches_[id] = std::move(call);
   ref.up = Upstream::start(io_, hp, loader_request(hp.host, "/prefetch", "{\"model\":\"" + model + "\",\"tier\":\"" + tier + "\"}"),
                            &ref, uo);
 }
 
-void ColdLoads::prefetched(std::uint64_t id, const std::string& error) {
+void ColdLoads::prefetched(std::uint64_t id, const std::string& what, const Status& st) {
   auto it = prefetches_.find(id);
   if (it == prefetches_.end()) return;
-  if (!error.empty()) {
+  if (!st.ok()) {
     counters_.prefetch_failures++;
-    spdlog::warn("fan-out: prefetch {} failed: {}", it->second->what, error);
+    spdlog::warn("fan-out: prefetch {} failed: {}", what, st.message());
   }
   // Not inside the call's own callback: the loop frees it once this handler returns.
-  asio::post(io_, [call = std::shared_ptr<PrefetchCall>(std::move(it->second))] {});
+  asio::post(io_, [call = std::shared_ptr<Call>(std::move(it->second))] {});
   prefetches_.erase(it);
 }
 
@@ -239,8 +221,7 @@ void ColdLoads::start_load(const std::string& model, const cluster::LoaderState&
   spdlog::info("loading {} ({} MiB) on {} ({:.3f} s predicted)", model, bytes >> 20, to.id, m.predicted_s);
   std::string req = loader_request(hp.host, "/load", "{\"model\":\"" + model + "\",\"stream\":false}");
   m.call = std::make_unique<Call>();
-  m.call->owner = this;
-  m.call->model = model;
+  m.call->done = [this, model](const Status& st) { finished(model, st); };
   Upstream::Options uo;
   uo.max_body_bytes = 64 * 1024;
   m.call->up = Upstream::start(io_, hp, std::move(req), m.call.get(), uo);

@@ -80,14 +80,13 @@ class ColdLoads {
  private:
   struct Model;
   struct Call;
-  struct PrefetchCall;
   std::string loader_request(const std::string& host, const std::string& path, const std::string& body) const;
   using Task = std::function<void(cluster::RedisClient&)>;
   void on_redis(Task task);  // runs `task` on the Redis thread
   void locked(const std::string& model, bool acquired, std::uint64_t bytes, const Status& st);
   void start_load(const std::string& model, const cluster::LoaderState& to, std::uint64_t bytes);
   void finished(const std::string& model, const Status& st);
-  void prefetched(std::uint64_t id, const std::string& error);
+  void prefetched(std::uint64_t id, const std::string& what, const Status& st);
   void renew(const std::string& model);
   void run();
 
@@ -95,7 +94,7 @@ class ColdLoads {
   cluster::RedisAddress redis_;
   ColdLoadOptions options_;
   std::map<std::string, std::unique_ptr<Model>> models_;
-  std::map<std::uint64_t, std::unique_ptr<PrefetchCall>> prefetches_;
+  std::map<std::uint64_t, std::unique_ptr<Call>> prefetches_;
   struct OwnLoad {
     std::string loader;
     std::chrono::steady_clock::time_point at;
