@@ -3,13 +3,15 @@
 # hold, requests with a Zipf popularity over the models and Poisson arrivals through one gateway,
 # every model in the catalog with nginx as the remote tier (limit_rate per connection emulates a
 # link) and half of them on each agent's NVMe tier at the start. One run per load placement policy
-# (the gateway's --load-policy: predicted | round-robin | random), each on fresh agents (DRAM
+# (the gateway's --load-policy: predicted | round-robin | random; "POLICY+fan-out" adds the
+# gateway's fan-out, --fan-out 2 --fan-out-rps UMA_SL_FANOUT_RPS; without it, fan-out is off), each on fresh agents (DRAM
 # empty, NVMe tiers back to the starting placement): TTFT p50/p90/p99 at the client, loads per
 # minute, requests failed (must be 0), and the L term's median prediction error (the gateway's).
 # Env: UMA_SL_MODELS (12), UMA_SL_AGENTS (2), UMA_SL_PRESET (small:q8_0), UMA_SL_RATE (1.5 req/s),
 #      UMA_SL_SECONDS (120), UMA_SL_ZIPF (1.1), UMA_SL_HOLD (3: models an agent keeps loaded),
 #      UMA_SL_DRAM (3: images an agent keeps in host memory), UMA_SL_LINK_MBIT (800),
-#      UMA_SL_POLICIES ("predicted round-robin random"), UMA_SL_THREADS (1: per umad),
+#      UMA_SL_POLICIES ("predicted predicted+fan-out round-robin random"), UMA_SL_FANOUT_RPS (0.2),
+#      UMA_SL_THREADS (1: per umad),
 #      UMA_SL_GPU_LAYERS (unset: umad's default), UMA_SL_GPUS ("0 1": agent i sees GPU i alone),
 #      UMA_SL_COPIES (0; 1: the models are copies of one file under different ids: the same cost,
 #      a fraction of the time to make), UMA_SL_DIR (build/serverless).
@@ -26,7 +28,8 @@ zipf=${UMA_SL_ZIPF:-1.1}
 hold=${UMA_SL_HOLD:-3}
 dram=${UMA_SL_DRAM:-3}
 link_mbit=${UMA_SL_LINK_MBIT:-800}
-policies=${UMA_SL_POLICIES:-predicted round-robin random}
+policies=${UMA_SL_POLICIES:-predicted predicted+fan-out round-robin random}
+fanout_rps=${UMA_SL_FANOUT_RPS:-0.2}
 threads=${UMA_SL_THREADS:-1}
 work=${UMA_SL_DIR:-$PWD/build/serverless}
 bdir=build${UMA_GPU:+-$UMA_GPU}
@@ -115,8 +118,10 @@ for policy in $policies; do
     agent_pids+=($!); pids+=($!); agent_ports+=("$port")
   done
   gport=$(free_port)
+  fan_out=(--fan-out 1)
+  [ "${policy%+fan-out}" != "$policy" ] && fan_out=(--fan-out 2 --fan-out-rps "$fanout_rps")
   "$B/uma-gw" --model "$work/models/m0.gguf" --redis "127.0.0.1:$rport" --listen "127.0.0.1:$gport" --refresh-ms 100 \
-    --load-policy "$policy" --queue-timeout-ms 120000 >"$work/run/gw-$policy.log" 2>&1 &
+    --load-policy "${policy%+fan-out}" "${fan_out[@]}" --queue-timeout-ms 120000 >"$work/run/gw-$policy.log" 2>&1 &
   gw=$!; pids+=($gw)
   wait_until "fetch http://127.0.0.1:$gport/metrics | grep -q '^uma_gw_loaders $n_agents'"
   log "policy $policy"
@@ -127,9 +132,10 @@ for policy in $policies; do
     loads=$((loads + ${l:-0}))
   done
   err=$(fetch "http://127.0.0.1:$gport/metrics" | awk '/^uma_gw_load_prediction_error_median /{print $2}')
+  prefetches=$(fetch "http://127.0.0.1:$gport/metrics" | awk '/^uma_gw_prefetches_total /{print $2}')
   echo "$summary" | python3 -c "
 import json,sys; s=json.load(sys.stdin); s.update(policy='$policy', loads=$loads, loads_per_min=$loads*60.0/s['wall_s'],
-    load_prediction_error_median=float('${err:-nan}')); print(json.dumps(s))" | tee -a "$results"
+    prefetches=int(float('${prefetches:-0}')), load_prediction_error_median=float('${err:-nan}')); print(json.dumps(s))" | tee -a "$results"
   kill -TERM "$gw" "${agent_pids[@]}" 2>/dev/null || true
   for p in "$gw" "${agent_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   redis-cli -p "$rport" del uma:loaders >/dev/null
@@ -138,10 +144,10 @@ done
 python3 - "$results" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("| policy | requests | failed | TTFT p50 ms | p90 ms | p99 ms | loads/min | L error median |")
-print("|---|---|---|---|---|---|---|---|")
+print("| policy | requests | failed | TTFT p50 ms | p90 ms | p99 ms | loads/min | prefetches | L error median |")
+print("|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     t = r["ttft_ms"]
     print(f"| {r['policy']} | {r['requests']} | {r['failed']} | {t['p50']:.0f} | {t['p90']:.0f} | {t['p99']:.0f} | "
-          f"{r['loads_per_min']:.1f} | {r['load_prediction_error_median']:.2f} |")
+          f"{r['loads_per_min']:.1f} | {r.get('prefetches', 0)} | {r['load_prediction_error_median']:.2f} |")
 PY

@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
       }
       for (const agent::ModelInfo& m : host->models()) {
         std::erase_if(l.models, [&](const cluster::LoaderModel& x) { return x.name == m.id; });
-        l.models.push_back({m.id, agent::model_state_name(m.state)});
+        l.models.push_back({m.id, agent::model_state_name(m.state), m.bytes, m.in_use});
       }
       l.budget_bytes = host->config().budget.bytes;
       l.held_bytes = host->held_bytes();

@@ -253,6 +253,7 @@ void ModelHost::begin_start(Entry& e) {
   for (const char* a : {"--alias", e.id.c_str()}) spec.args.emplace_back(a);
   spec.args.insert(spec.args.end(), {"--http", config_.http_host + ":0", "--socket", config_.run_dir + "/" + e.id + ".sock"});
   if (!config_.agent_id.empty()) {
+    // LOADER/MODEL: how a gateway finds a model's streams on a loader (cluster::loaded_model_agent_id).
     spec.args.insert(spec.args.end(), {"--agent-id", config_.agent_id + "/" + e.id});
     spec.args.insert(spec.args.end(), config_.cluster_args.begin(), config_.cluster_args.end());
   }

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "common/json_text.h"
 
 namespace uma::cluster {
@@ -38,7 +40,9 @@ std::string encode_loader_state(const LoaderState& s) {
   j["address"] = s.address;
   j["ts_ms"] = s.ts_ms;
   j["models"] = nlohmann::ordered_json::array();
-  for (const LoaderModel& m : s.models) j["models"].push_back({{"name", m.name}, {"state", m.state}});
+  for (const LoaderModel& m : s.models) {
+    j["models"].push_back({{"name", m.name}, {"state", m.state}, {"bytes", m.bytes}, {"in_use", m.in_use}});
+  }
   j["budget_bytes"] = s.budget_bytes;
   j["held_bytes"] = s.held_bytes;
   j["idle_bytes"] = s.idle_bytes;
@@ -68,7 +72,14 @@ Status decode_loader_state(std::string_view text, LoaderState* out) {
   if (models == j.end() || !models->is_array()) return bad("models");
   for (const json& m : *models) {
     LoaderModel lm;
-    if (!m.is_object() || !read_string(m, "name", &lm.name).ok() || !read_string(m, "state", &lm.state).ok()) return bad("models");
+    if (!m.is_object() || !read_string(m, "name", &lm.name).ok() || !read_string(m, "state", &lm.state).ok() ||
+        !read_number(m, "bytes", &lm.bytes).ok()) {
+      return bad("models");
+    }
+    if (const auto u = m.find("in_use"); u != m.end() && !u->is_null()) {
+      if (!u->is_boolean()) return bad("models");
+      lm.in_use = u->get<bool>();
+    }
     s.models.push_back(std::move(lm));
   }
   *out = std::move(s);
@@ -101,6 +112,42 @@ int choose_loader(const std::vector<LoaderState>& loaders, const std::string& mo
     if (better) {
       best = static_cast<int>(i);
       best_s = s;
+    }
+  }
+  return best;
+}
+
+Migration choose_migration(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes,
+                           const std::function<bool(const std::string& model, const std::string& loader)>& served_elsewhere) {
+  Migration best;
+  std::uint64_t best_moved = 0;
+  for (std::size_t i = 0; i < loaders.size(); ++i) {
+    const LoaderState& l = loaders[i];
+    const LoaderModel* there = l.model(model);
+    if (l.budget_bytes == 0 || bytes > l.budget_bytes || (there != nullptr && there->state != "dram" && there->state != "nvme")) {
+      continue;  // no budget to make room in, never room, or it is loading or loaded there already
+    }
+    // Room it has (idle models go on their own), then the models in use that can move, smallest
+    // first, until the model fits.
+    std::uint64_t busy = l.held_bytes - std::min(l.idle_bytes, l.held_bytes);
+    std::vector<const LoaderModel*> movable;
+    for (const LoaderModel& m : l.models) {
+      if (m.in_use && m.state == "loaded" && served_elsewhere(m.name, l.id)) movable.push_back(&m);
+    }
+    std::sort(movable.begin(), movable.end(), [](const LoaderModel* a, const LoaderModel* b) { return a->bytes < b->bytes; });
+    Migration m;
+    m.loader = static_cast<int>(i);
+    std::uint64_t moved = 0;
+    for (const LoaderModel* x : movable) {
+      if (busy + bytes <= l.budget_bytes) break;
+      m.models.push_back(x->name);
+      busy -= std::min(busy, x->bytes);
+      moved += x->bytes;
+    }
+    if (busy + bytes > l.budget_bytes || m.models.empty()) continue;
+    if (best.loader < 0 || moved < best_moved) {
+      best = std::move(m);
+      best_moved = moved;
     }
   }
   return best;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,8 @@ inline std::string load_lock_key(const std::string& model) { return "uma:load-lo
 struct LoaderModel {
   std::string name;
   std::string state;  // dram | nvme (held in that tier) | queued | filling | starting | loaded | unloading
+  std::uint64_t bytes = 0;  // loaded (and loading) models: what they hold of the budget
+  bool in_use = false;      // loaded and serving a request now
 };
 
 struct LoaderState {
@@ -65,5 +68,19 @@ double predicted_load_s(const LoaderState& l, const std::string& model, std::uin
 // The loader with the lowest prediction (ties: the least held), or -1 when none can take it.
 int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes,
                   const LoadPriors& priors = {});
+
+// Live migration (issue 30): when no loader has room for `model` because its budget is held by
+// models in use, the loader where moving the fewest bytes of in-use models makes room, and those
+// models, each of which `served_elsewhere(model, loader id)` says another agent serves (its streams
+// can resume there: the gateway's token-exact resume, planned). A loaded model's agent id is the
+// loader's id, "/", and the model (agent/model_host.h), which is how a gateway finds its streams.
+// loader -1: none.
+struct Migration {
+  int loader = -1;
+  std::vector<std::string> models;  // to move off it
+};
+Migration choose_migration(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes,
+                           const std::function<bool(const std::string& model, const std::string& loader)>& served_elsewhere);
+inline std::string loaded_model_agent_id(const std::string& loader, const std::string& model) { return loader + "/" + model; }
 
 }  // namespace uma::cluster

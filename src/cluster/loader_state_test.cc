@@ -18,7 +18,7 @@ LoaderState loader(std::string id, std::vector<LoaderModel> models = {}) {
 }
 
 TEST(LoaderState, RoundTripsAndRefusesWrongTypes) {
-  LoaderState s = loader("a:1", {{"m", "nvme"}, {"n", "loaded"}});
+  LoaderState s = loader("a:1", {{"m", "nvme"}, {"n", "loaded", 123, true}});
   s.ts_ms = 1700000000123;
   s.budget_bytes = 1ull << 40;
   s.held_bytes = 5;
@@ -28,9 +28,12 @@ TEST(LoaderState, RoundTripsAndRefusesWrongTypes) {
   ASSERT_TRUE(decode_loader_state(encode_loader_state(s), &back).ok());
   EXPECT_EQ(encode_loader_state(back), encode_loader_state(s));
   EXPECT_EQ(back.model("n")->state, "loaded");
+  EXPECT_EQ(back.model("n")->bytes, 123u);
+  EXPECT_TRUE(back.model("n")->in_use);
   for (const char* bad : {"[]", "{}", R"({"id":"a","address":"x","models":{}})", R"({"id":1,"address":"x","models":[]})",
                           R"({"id":"a","address":"x","models":[{"name":"m"}]})", R"({"id":"a","address":"x","models":[],"held_bytes":-1})",
-                          R"({"id":"a","address":"x","models":[],"queue_bytes":"9"})", "not json"}) {
+                          R"({"id":"a","address":"x","models":[],"queue_bytes":"9"})",
+                          R"({"id":"a","address":"x","models":[{"name":"m","state":"loaded","in_use":1}]})", "not json"}) {
     EXPECT_FALSE(decode_loader_state(bad, &back).ok()) << bad;
   }
 }
@@ -73,6 +76,38 @@ TEST(LoaderState, UnmeasuredRatesUseThePriorsAndABudgetHeldByModelsInUseExcludes
   LoaderState heavy = loader("heavy", {{"m", "dram"}});
   heavy.held_bytes = 100;
   EXPECT_EQ(choose_loader({heavy, light}, "m", 1), 1) << "ties go to the least held";
+}
+
+// Two loaders of 3 units each, every unit held by models in use: room for a cold model of 2 units
+// is made where moving the fewest bytes of models served elsewhere too frees it.
+TEST(LoaderState, LiveMigrationMovesTheFewestBytesOfModelsServedElsewhere) {
+  LoaderState a = loader("a", {{"big", "loaded", 3, true}, {"cold", "nvme"}});
+  LoaderState b = loader("b", {{"s1", "loaded", 1, true}, {"s2", "loaded", 1, true}, {"solo", "loaded", 1, true}});
+  for (LoaderState* l : {&a, &b}) {
+    l->budget_bytes = 3;
+    l->held_bytes = 3;
+    l->idle_bytes = 0;
+  }
+  const std::vector<LoaderState> ls = {a, b};
+  ASSERT_EQ(choose_loader(ls, "cold", 2), -1) << "no room anywhere";
+  const auto everywhere = [](const std::string&, const std::string&) { return true; };
+  Migration m = choose_migration(ls, "cold", 2, everywhere);
+  EXPECT_EQ(m.loader, 1) << "two units moved on b against three on a";
+  EXPECT_EQ(m.models.size(), 2u);
+  // `solo` is served nowhere else: b can free only one unit; a's model moves.
+  const auto not_solo = [](const std::string& model, const std::string&) { return model != "solo"; };
+  m = choose_migration(ls, "cold", 3, not_solo);
+  EXPECT_EQ(m.loader, 0);
+  EXPECT_EQ(m.models, (std::vector<std::string>{"big"}));
+  const auto nowhere = [](const std::string&, const std::string&) { return false; };
+  EXPECT_EQ(choose_migration(ls, "cold", 2, nowhere).loader, -1) << "streams that cannot resume elsewhere stay";
+  EXPECT_EQ(choose_migration(ls, "cold", 4, everywhere).loader, -1) << "larger than any budget";
+  // Room from idle models needs no migration: choose_loader finds it.
+  LoaderState idle = a;
+  idle.models[0].in_use = false;
+  idle.idle_bytes = 3;
+  EXPECT_EQ(choose_loader({idle}, "cold", 2), 0);
+  EXPECT_EQ(choose_migration({idle}, "cold", 2, everywhere).loader, -1);
 }
 
 }  // namespace

@@ -294,6 +294,15 @@ AgentDirectory::ModelLookup AgentDirectory::lookup(const std::string& model) con
   return std::binary_search(catalog_.begin(), catalog_.end(), model) ? ModelLookup::kCatalogOnly : ModelLookup::kUnknown;
 }
 
+std::size_t AgentDirectory::serving(const std::string& model, const std::string& except) const {
+  std::size_t n = 0;
+  for (const auto& [id, link] : links_) {
+    if (!link->live_ || id == except) continue;
+    for (const cluster::ModelState& m : link->state_.models) n += m.name == model;
+  }
+  return n;
+}
+
 std::vector<std::string> AgentDirectory::models() const {
   std::set<std::string> names;
   for (const auto& [id, link] : links_) {

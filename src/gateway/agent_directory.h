@@ -182,6 +182,8 @@ class AgentDirectory {
   // What a request naming `model` finds (gateway/dispatch_policy.h).
   using ModelLookup = gateway::ModelLookup;
   ModelLookup lookup(const std::string& model) const;
+  // Live agents serving `model` but `except` (an agent id): where its streams could resume.
+  std::size_t serving(const std::string& model, const std::string& except) const;
   bool in_catalog(const std::string& model) const { return std::binary_search(catalog_.begin(), catalog_.end(), model); }
   struct AgentSummary {
     std::string id;

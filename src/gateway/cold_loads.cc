@@ -151,6 +151,19 @@ void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t by
     static thread_local std::mt19937_64 rng{std::random_device{}()};
     at = room[options_.policy == LoadPolicy::kRoundRobin ? cursor_++ % room.size() : rng() % room.size()];
   }
+  if (at < 0 && options_.live_migration && served_elsewhere_ && move_streams_) {
+    const cluster::Migration mg = cluster::choose_migration(m.loaders, model, bytes, served_elsewhere_);
+    if (mg.loader >= 0) {
+      // Its load waits at the loader for the room those models leave once their streams are gone.
+      counters_.migrations++;
+      at = mg.loader;
+      std::string moved;
+      for (const std::string& x : mg.models) moved += (moved.empty() ? "" : ", ") + x;
+      spdlog::info("live migration: moving the streams of {} off {} to make room for {}", moved,
+                   m.loaders[static_cast<std::size_t>(at)].id, model);
+      move_streams_(m.loaders[static_cast<std::size_t>(at)].id, mg.models);
+    }
+  }
   if (at < 0) {
     release();
     m.last_error = m.loaders.empty() ? "no agent can load models (no loader is registered)"

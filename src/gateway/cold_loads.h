@@ -46,6 +46,7 @@ struct ColdLoadOptions {
   std::chrono::milliseconds lock_ttl{10000};
   std::chrono::milliseconds retry{500};     // a lock held elsewhere is tried again after this
   std::chrono::milliseconds load_timeout{300000};
+  bool live_migration = true;  // make room by moving streams of models served elsewhere too
 };
 
 struct ColdLoadCounters {
@@ -53,6 +54,7 @@ struct ColdLoadCounters {
   std::uint64_t succeeded = 0;
   std::uint64_t failed = 0;
   std::uint64_t lock_busy = 0;  // another gateway held the lock
+  std::uint64_t migrations = 0;         // loads that made room by moving streams (live migration)
   std::uint64_t prefetches = 0;         // prefetches asked of loaders (gateway/fan_out.h)
   std::uint64_t prefetch_failures = 0;  // refused, or the loader could not be reached
 };
@@ -64,6 +66,15 @@ class ColdLoads {
   ColdLoads(const ColdLoads&) = delete;
   ColdLoads& operator=(const ColdLoads&) = delete;
 
+  // Live migration (cluster::choose_migration): whether another agent serves a model that a loader
+  // has in use, and moving this gateway's streams of models off a loader (the gateway's proxies
+  // resume them elsewhere). Set by the gateway; unset: no migration.
+  using ServedElsewhere = std::function<bool(const std::string& model, const std::string& loader)>;
+  using MoveStreams = std::function<void(const std::string& loader, const std::vector<std::string>& models)>;
+  void set_migration(ServedElsewhere served_elsewhere, MoveStreams move_streams) {
+    served_elsewhere_ = std::move(served_elsewhere);
+    move_streams_ = std::move(move_streams);
+  }
   // A request waits for `model`: see that someone loads it (`loaders`: the gateway's latest view).
   void ensure(const std::string& model, const std::vector<cluster::LoaderState>& loaders);
   // `loaders` as this gateway knows them: each with the models this gateway had loaded there within
@@ -94,6 +105,8 @@ class ColdLoads {
   cluster::RedisAddress redis_;
   ColdLoadOptions options_;
   std::map<std::string, std::unique_ptr<Model>> models_;
+  ServedElsewhere served_elsewhere_;
+  MoveStreams move_streams_;
   std::map<std::uint64_t, std::unique_ptr<Call>> prefetches_;
   struct OwnLoad {
     std::string loader;

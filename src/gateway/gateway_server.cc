@@ -57,9 +57,19 @@ GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDi
       tokenizers_(static_cast<std::size_t>(std::max(1, config_.tokenize_threads))), id_prefix_(random_prefix()),
       waiting_(static_cast<std::size_t>(std::max(0, config_.max_queue))), fan_out_(config_.fan_out) {
   cold_loads_ = cold_loads;
+  if (cold_loads_ != nullptr) {
+    cold_loads_->set_migration(
+        [this](const std::string& model, const std::string& loader) {
+          return agents_.serving(model, cluster::loaded_model_agent_id(loader, model)) > 0;
+        },
+        [this](const std::string& loader, const std::vector<std::string>& models) {
+          for (const std::string& m : models) move_streams(cluster::loaded_model_agent_id(loader, m), "room for a load on " + loader);
+        });
+  }
 }
 
 GatewayServer::~GatewayServer() {
+  if (cold_loads_ != nullptr) cold_loads_->set_migration(nullptr, nullptr);
   stop();
   tokenizers_.stop();  // what is queued there is dropped, not tokenized
   tokenizers_.join();  // nothing of ours runs on them past here
@@ -352,6 +362,17 @@ void GatewayServer::agent_gone(const std::string& id, bool hung) {
   for (Proxy* p : waiting) p->agent_gone();
 }
 
+std::size_t GatewayServer::move_streams(const std::string& agent, const std::string& why) {
+  std::vector<Proxy*> at;
+  for (auto& [cid, cl] : clients_) {
+    if (cl.proxy && cl.proxy->agent() == agent) at.push_back(cl.proxy.get());
+  }
+  std::size_t moved = 0;
+  for (Proxy* p : at) moved += p->migrate(why);
+  metrics_.migrated_total += moved;
+  return moved;
+}
+
 void GatewayServer::record_ttft(double predicted_s, double measured_s) {
   metrics_.ttft_ms.observe(measured_s * 1e3);
   if (measured_s <= 0) return;
@@ -488,6 +509,10 @@ std::string GatewayServer::metrics_text() {
     counter_text(out, "uma_gw_model_loads_failed_total", "Loads this gateway asked for that failed.", static_cast<double>(c.failed));
     counter_text(out, "uma_gw_model_load_lock_busy_total", "Times another gateway held a model's load lock.",
                  static_cast<double>(c.lock_busy));
+    counter_text(out, "uma_gw_migrations_total", "Loads that made room by moving streams of models served elsewhere too.",
+                 static_cast<double>(c.migrations));
+    counter_text(out, "uma_gw_migrated_total", "Requests moved to another agent for such a load (resumed token-exactly).",
+                 static_cast<double>(m.migrated_total));
     counter_text(out, "uma_gw_prefetches_total", "Prefetches of busy models this gateway asked loaders for (fan-out).",
                  static_cast<double>(c.prefetches));
     counter_text(out, "uma_gw_prefetch_failures_total", "Prefetches refused or unreachable.", static_cast<double>(c.prefetch_failures));
@@ -511,6 +536,11 @@ std::string GatewayServer::metrics_text() {
                static_cast<double>(agents_.loaders().size()), "gauge");
   counter_text(out, "uma_gw_agents_live", "Agents whose KV-event stream is live (routable).",
                static_cast<double>(agents_.live()), "gauge");
+  out += "# HELP uma_gw_loader_busy_bytes Model bytes each loader holds in use, as this gateway's view has it (room it cannot make).\n"
+         "# TYPE uma_gw_loader_busy_bytes gauge\n";
+  for (const cluster::LoaderState& l : agents_.loaders()) {
+    out += "uma_gw_loader_busy_bytes{loader=\"" + l.id + "\"} " + std::to_string(l.held_bytes - std::min(l.idle_bytes, l.held_bytes)) + "\n";
+  }
   out += "# HELP uma_gw_agent_blocks Prefix blocks each agent holds (its KV-event stream).\n# TYPE uma_gw_agent_blocks gauge\n";
   const std::vector<AgentDirectory::AgentSummary> agents = agents_.summary();
   for (const AgentDirectory::AgentSummary& a : agents) {

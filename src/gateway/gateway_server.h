@@ -93,6 +93,7 @@ struct GatewayMetrics {
   std::uint64_t queued_total = 0;         // waited for room
   std::uint64_t agent_full_total = 0;     // an agent answered 429 (the request went elsewhere or waited)
   std::uint64_t awaited_model_total = 0;  // waited for its model to be loaded somewhere
+  std::uint64_t migrated_total = 0;       // moved to another agent to make room for a load (live migration)
   Histogram model_wait_ms{latency_ms_bounds()};  // how long those waited
   Histogram queue_wait_ms{latency_ms_bounds()};
   Histogram route_us{{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000}};
@@ -117,6 +118,8 @@ class GatewayServer final : private ConnectionOwner {
   void start();
   void stop();
   void agent_gone(const std::string& id, bool hung);  // the directory's news
+  // Live migration: this gateway's requests at agent `agent` go to other agents serving its model.
+  std::size_t move_streams(const std::string& agent, const std::string& why);
   void kick();  // an agent may have room: the queue moves (soon, outside the caller's stack)
   // The queue of requests waiting for room (Proxy's kQueued): `front` for one woken that still
   // found none (it keeps its place).

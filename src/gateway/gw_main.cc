@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"predicted", "round-robin", "random"}));
   app.add_option("--load-lock-ms", load_lock_ms, "a model's load lock lapses this long after its gateway stops renewing it")
       ->capture_default_str()->check(CLI::Range(100, 600000));
+  app.add_flag("--live-migration,!--no-live-migration", cold.live_migration, "when no loader has room for a model "
+               "because models in use hold it, move the streams of one served elsewhere too (resumed there exactly) "
+               "and load it in their place (default on)");
   app.add_option("--fan-out", gc.fan_out.copies, "loaders that should hold a busy catalog model in a fast tier (the "
                  "one serving it included): the others are asked to prefetch it; 1: off")
       ->capture_default_str()->check(CLI::Range(1, 1024));

@@ -257,6 +257,15 @@ void Proxy::agent_gone() {
   failover("the agent stopped answering");
 }
 
+bool Proxy::migrate(const std::string& why) {
+  if (state_ != ProxyState::kWaiting && state_ != ProxyState::kRelaying) return false;
+  if (client_head_sent_ && !job_.resumable) return false;
+  if (up_) up_->abort();
+  spdlog::info("request {}: moving off agent {} ({})", id_, agent_, why);
+  failover(why);
+  return true;
+}
+
 void Proxy::client_gone() {
   if (up_) up_->abort();
   up_.reset();

@@ -72,6 +72,9 @@ class Proxy final : private UpstreamSink {
   // The agent it waits on is gone (hung): fail over as if its connection had broken.
   void agent_gone();
   void client_gone();  // the client left: the agent's request is dropped (the agent cancels it)
+  // Live migration: leave the agent for another serving its model (resumed token-exactly, as after
+  // a failure, but planned). False when it cannot (not at an agent, or mid-stream and not resumable).
+  bool migrate(const std::string& why);
   // Queued: an agent may have room now (dispatch again; it may queue again, at the front).
   void wake() { dispatch(); }
   // Queued for longer than the gateway's queue deadline.

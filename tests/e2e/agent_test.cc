@@ -380,6 +380,79 @@ TEST(AgentCluster, TwoGatewaysOneLockOneLoadAndEveryRequestForTheColdModelServed
   EXPECT_EQ(agent.stop(), 0) << agent.log();
 }
 
+// Live migration: both loaders' budgets are held by one model with streams in flight, a request
+// comes for a cold model: the gateway moves its streams off one loader (resumed token-exactly on
+// the other, which serves the same model), and the cold model loads in the room they leave.
+std::string stream_model(int port, const std::string& model, const std::string& prompt, int n) {
+  Tcp t(port);
+  const std::string body = json({{"model", model}, {"prompt", prompt}, {"max_tokens", n}, {"stream", true}}).dump();
+  if (!t.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\n\r\n" + body)) {
+    return "no connection";
+  }
+  const std::string r = t.response(std::chrono::seconds(120));
+  const std::string sse = dechunk(body_of(r));
+  std::string text;
+  for (std::size_t at = sse.find("data: "); at != std::string::npos; at = sse.find("data: ", at + 1)) {
+    const json j = json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6), nullptr, false);
+    if (j.is_discarded()) continue;
+    if (j.contains("error")) return "ERROR " + j.dump();
+    if (j.contains("choices") && !j["choices"].empty()) text += j["choices"][0].value("text", "");
+  }
+  return text;
+}
+
+TEST(AgentCluster, LiveMigrationMovesStreamsOffALoaderToMakeRoomForAColdModelAndEveryStreamStaysExact) {
+  Catalog cat;
+  ASSERT_TRUE(cat.up({"busy", "cold"}));
+  const std::string second_store = cat.store_dir + "-2";
+  fs::create_directories(second_store);
+  for (const char* id : {"busy", "cold"}) fs::copy_file(cat.store_dir + "/" + id + ".gguf", second_store + "/" + id + ".gguf");
+  const std::string one_model_mb = std::to_string((cat.bytes >> 20) + 16);  // room for one model, not two
+  Agent a(cat.redis.address(), cat.store_dir, {"--cluster", "--models-mb", one_model_mb});
+  Agent c(cat.redis.address(), second_store, {"--cluster", "--models-mb", one_model_mb});
+  ASSERT_TRUE(a.port() > 0 && c.port() > 0) << a.log() << c.log();
+  for (const Agent* x : {&a, &c}) ASSERT_EQ(load(x->port(), "busy", {{"stream", false}}).back().value("state", ""), "loaded");
+  Gateway g(cat.redis.address(), {"--policy", "round-robin"});  // the streams spread over both
+  ASSERT_TRUE(g.started()) << g.log();
+  ASSERT_TRUE(wait_for([&] { return gw_metric(g, "uma_gw_loaders") == 2 && gw_metric(g, "uma_gw_agents_live") == 2; },
+                       std::chrono::seconds(10))) << g.log();
+  const auto busy_in_gateways_view = [&](const Agent& x) {
+    return gw_metric(g, "uma_gw_loader_busy_bytes{loader=\"127.0.0.1:" + std::to_string(x.port()) + "\"}") > 0;
+  };
+  // Streams until both loaders have the model in use (routing spreads them; at most four).
+  std::vector<std::future<std::string>> streams;
+  const std::vector<std::string> prompts = {"hello world", "one two three", "the quick brown fox", "a b c d"};
+  const auto in_use = [](const Agent& x) { return model_row(x.port(), "busy").value("in_use", false); };
+  for (std::size_t i = 0; i < prompts.size() && !(in_use(a) && in_use(c)); ++i) {
+    streams.push_back(std::async(std::launch::async, [port = g.port(), p = prompts[i]] { return stream_model(port, "busy", p, 1500); }));
+    wait_for([&] { return gw_metric(g, "uma_gw_requests_total") == static_cast<double>(i + 1) && (in_use(a) || in_use(c)); },
+             std::chrono::seconds(10));
+  }
+  ASSERT_TRUE(wait_for([&] { return busy_in_gateways_view(a) && busy_in_gateways_view(c); }, std::chrono::seconds(10)))
+      << "both busy: " << model_row(a.port(), "busy").dump() << " " << model_row(c.port(), "busy").dump() << "\n" << g.log();
+  const auto asked = std::chrono::steady_clock::now();
+  const std::string cold = stream_model(g.port(), "cold", "hello world", 12);
+  const auto served_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked).count();
+  EXPECT_EQ(cold, oracle().expected_text("hello world", 12)) << g.log();
+  const auto streams_done = std::chrono::steady_clock::now();
+  for (auto& s : streams) s.wait();
+  std::printf("cold model served in %lld ms with live migration; the busy model's streams went on %lld ms after\n",
+              static_cast<long long>(served_ms),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - streams_done).count()));
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    EXPECT_EQ(streams[i].get(), oracle().expected_text(prompts[i], 1500)) << "stream " << i << " stayed exact\n" << g.log();
+  }
+  EXPECT_EQ(gw_metric(g, "uma_gw_migrations_total"), 1) << g.log() << a.log() << c.log();
+  EXPECT_GE(gw_metric(g, "uma_gw_migrated_total"), 1);
+  EXPECT_EQ(gw_metric(g, "uma_gw_resumes_total"), gw_metric(g, "uma_gw_migrated_total"));
+  EXPECT_EQ(gw_metric(g, "uma_gw_failed_total"), 0);
+  const double room_unloads =
+      prometheus_value(body_of(request(a.port(), "GET", "/metrics", "")), "uma_agent_unloads_total{reason=\"room\"}") +
+      prometheus_value(body_of(request(c.port(), "GET", "/metrics", "")), "uma_agent_unloads_total{reason=\"room\"}");
+  EXPECT_EQ(room_unloads, 1);
+}
+
 // Fan-out: a model asked for often enough is prefetched to the loader that lacks it (from the
 // remote tier, nginx), so a load there would start from its NVMe tier.
 TEST(AgentCluster, ABusyModelIsPrefetchedToTheOtherLoadersNvmeTierFromTheRemoteTier) {
