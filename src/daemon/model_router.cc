@@ -25,8 +25,8 @@ namespace uma {
 namespace fs = std::filesystem;
 
 std::vector<std::string> model_umad_args(int argc, char** argv) {
-  static const char* kRouterFlags[] = {"-m", "--model", "--models-dir", "--max-models", "--models-mb",
-                                       "--keep-alive", "--http", "--socket", "--alias", "--status-fd"};
+  static const char* kRouterFlags[] = {"-m", "--model", "--models-dir", "--max-models", "--models-mb", "--keep-alive",
+                                       "--http", "-s", "--socket", "--alias", "--status-fd"};
   const auto is_router_flag = [](std::string_view a) {
     return std::any_of(std::begin(kRouterFlags), std::end(kRouterFlags), [&](const char* f) { return a == f; });
   };
@@ -95,6 +95,12 @@ int run_model_router(const DaemonConfig& cfg, int argc, char** argv) {
     return 1;
   }
   hc.umad_args = model_umad_args(argc, argv);
+  // The models' umads inherit the environment: the router's own variables would make each of them
+  // a router (UMA_MODELS_DIR) or name a model or a port of the router's.
+  for (const char* v : {"UMA_MODEL", "UMA_MODELS_DIR", "UMA_MAX_MODELS", "UMA_MODELS_MB", "UMA_KEEP_ALIVE", "UMA_HTTP",
+                        "UMA_SOCK", "UMA_ALIAS"}) {
+    ::unsetenv(v);
+  }
   hc.http_host = "127.0.0.1";
   hc.budget.bytes = cfg.models_mb << 20;
   hc.budget.models = cfg.max_models;

@@ -15,8 +15,8 @@ namespace uma {
 int run_model_router(const DaemonConfig& cfg, int argc, char** argv);
 
 // The models' umads' arguments: `argv` (less argv[0]) without the router's own flags and values
-// (--model, --models-dir, --max-models, --models-mb, --keep-alive, --http, --socket, --alias,
-// --status-fd; as "--flag value" or "--flag=value").
+// (--model/-m, --models-dir, --max-models, --models-mb, --keep-alive, --http, --socket/-s, --alias,
+// --status-fd; as "--flag value" or "--flag=value"). Their UMA_* twins are unset before any starts.
 std::vector<std::string> model_umad_args(int argc, char** argv);
 
 }  // namespace uma

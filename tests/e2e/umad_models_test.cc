@@ -97,7 +97,9 @@ TEST(UmadModels, OnePortServesADirectoryOfModelsEachLoadedOnFirstUseTheLeastRece
   fs::create_symlink(model_path("oracle.gguf"), dir + "/oracle.gguf");
   fs::create_symlink(model_path("oracle-qwen25-template.gguf"), dir + "/qwen.gguf");
   std::ofstream(dir + "/notes.txt") << "not a model";
-  Router r({"--models-dir", dir, "--max-models", "1"});
+  ::setenv("UMA_MODELS_DIR", dir.c_str(), 1);  // as a variable: its models' umads must not inherit it
+  Router r({"--max-models", "1"});
+  ::unsetenv("UMA_MODELS_DIR");
   ASSERT_GT(r.port(), 0) << r.log();
   const int port = r.port();
   const json models = json::parse(body_of(http_get(port, "/v1/models")));
@@ -144,7 +146,11 @@ TEST(UmadModels, OnePortServesADirectoryOfModelsEachLoadedOnFirstUseTheLeastRece
 TEST(UmadModels, SeveralModelFilesBehindOneKeyAndTheFlagsThatCannotGoTogether) {
   const std::string key_file = temp_dir() + "/router-key";
   std::ofstream(key_file) << "sesame\n";
-  Router r({"--model", model_path("oracle.gguf"), "--model", model_path("tiny-f16.gguf"), "--api-key-file", key_file});
+  // The flags' forms the router takes out of its models' command lines, and its environment.
+  ::setenv("UMA_KEEP_ALIVE", "10m", 1);  // the router's; a model's umad has no such flag
+  Router r({"-m", model_path("oracle.gguf"), "--model=" + model_path("tiny-f16.gguf"), "-s", temp_dir() + "/router.sock",
+            "--api-key-file", key_file});
+  ::unsetenv("UMA_KEEP_ALIVE");
   ASSERT_GT(r.port(), 0) << r.log();
   const json body = {{"model", "oracle"}, {"prompt", "the river"}, {"max_tokens", 6}};
   EXPECT_EQ(status_of(post_to(r.port(), "/v1/completions", body)), 401);
