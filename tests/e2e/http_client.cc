@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <regex>
@@ -27,11 +28,19 @@ std::vector<std::string> http_args(std::vector<std::string> extra) {
 
 namespace {
 
-// The value of header `name` (case-insensitive) in `head`, or "" if absent.
+// The value of header `name` (case-insensitive) in `head`, or "" if absent. Not std::regex: its
+// compilation in several client threads at once is a data race under TSan (libstdc++'s ctype cache).
 std::string header(const std::string& head, const std::string& name) {
-  std::smatch m;
-  if (std::regex_search(head, m, std::regex("\r\n" + name + ":[ \t]*([^\r]*)", std::regex::icase))) return m[1];
-  return {};
+  const auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string h = lower(head), key = "\r\n" + lower(name) + ":";
+  const std::size_t at = h.find(key);
+  if (at == std::string::npos) return {};
+  std::size_t from = at + key.size();
+  while (from < head.size() && (head[from] == ' ' || head[from] == '\t')) ++from;
+  return head.substr(from, head.find('\r', from) - from);
 }
 
 // A non-negative number in `text` (all of it), or npos.
