@@ -192,6 +192,9 @@ TEST(Agent, LoadsOnDemandWithProgressAndServesOneModelExactlyWhileAnotherLoadsAn
   const json b_loaded = load(agent.port(), "oracle-b", {{"stream", false}}).back();
   ASSERT_EQ(b_loaded.value("state", ""), "loaded") << b_loaded.dump() << agent.log();
   EXPECT_EQ(complete(port_of(b_loaded), "one two three", 12), oracle().expected_text("one two three", 12));
+  // Its umad says "idle" once the request's slot is free, which may come after the client has its
+  // answer (seen under TSan): an unload asked before that drains (202) instead.
+  ASSERT_TRUE(wait_for([&] { return !model_row(agent.port(), "oracle-b").value("in_use", true); }, std::chrono::seconds(10)));
   const std::string unloaded = request(agent.port(), "POST", "/unload", R"({"model":"oracle-b"})");
   EXPECT_EQ(status_of(unloaded), 200) << unloaded;
   EXPECT_NE(body_of(unloaded).find("\"unloaded\""), std::string::npos) << unloaded;
