@@ -136,7 +136,7 @@ TEST(ClusterAgent, PublishesThePrefixBlocksItHoldsOnItsKvEventStream) {
   ASSERT_NE(data, std::string::npos) << first;
   ASSERT_TRUE(cluster::decode_kv_event(first.substr(data + 6, first.find("\n\n", data) - data - 6), &snap).ok()) << first;
   EXPECT_TRUE(snap.snapshot);
-  EXPECT_EQ(snap.boot_id, (*one.state)["boot_id"]);
+  EXPECT_EQ(snap.boot_id, (*one.state)["boot_id"].get<std::string>());
   EXPECT_EQ(snap.block, 32);
   EXPECT_TRUE(snap.stored.empty());
 
