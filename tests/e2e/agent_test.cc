@@ -39,14 +39,7 @@ class Agent {
     argv.insert(argv.end(), extra.begin(), extra.end());
     for (const char* a : {"--", "--threads", "1", "--max-tokens", "4000", "--n-ctx", "8192", "--max-sessions", "4"}) argv.emplace_back(a);
     pid_ = spawn_process(argv, log_path_);
-    const std::string marker = "agent listening on 127.0.0.1:";
-    wait_for([&] {
-      const std::string log = slurp(log_path_);
-      const auto at = log.find(marker);
-      if (at == std::string::npos) return ::waitpid(pid_, nullptr, WNOHANG) == pid_;
-      port_ = std::stoi(log.substr(at + marker.size()));
-      return true;
-    }, std::chrono::seconds(30));
+    port_ = port_from_log(log_path_, "agent listening on 127.0.0.1:", &pid_);
   }
   ~Agent() {
     if (pid_ > 0) {
@@ -55,6 +48,7 @@ class Agent {
     }
   }
   int stop() {
+    if (pid_ <= 0) return -1;  // it never started, or exited already
     ::kill(pid_, SIGTERM);
     int status = -1;
     ::waitpid(pid_, &status, 0);
@@ -468,9 +462,7 @@ TEST(AgentCluster, ABusyModelIsPrefetchedToTheOtherLoadersNvmeTierFromTheRemoteT
   fs::copy_file(model_path("oracle.gguf"), fs::path(nginx.root()) / "oracle.gguf");
   RedisServer redis;
   ASSERT_TRUE(redis.start());
-  cluster::RedisAddress addr;
-  ASSERT_TRUE(cluster::parse_redis_address(redis.address(), &addr));
-  cluster::RedisClient rc(addr, std::chrono::milliseconds(2000));
+  cluster::RedisClient rc(redis.cluster_address(), std::chrono::milliseconds(2000));
   store::Manifest m;
   ASSERT_TRUE(store::build_manifest(model_path("oracle.gguf"), "busy", 1 << 20, 2, &m).ok());
   ASSERT_TRUE(cluster::catalog_put(rc, m, nginx.url("oracle.gguf")).ok());

@@ -37,9 +37,7 @@ TEST(ClusterCatalog, UnknownModelsAre404sOnceTheClusterHasACatalogWhichModelsLis
 
   store::Manifest m;
   ASSERT_TRUE(store::build_manifest(model_path("oracle.gguf"), "oracle-cold", 1 << 20, 2, &m).ok());
-  cluster::RedisAddress addr;
-  ASSERT_TRUE(cluster::parse_redis_address(c.redis.address(), &addr));
-  cluster::RedisClient rc(addr, std::chrono::milliseconds(1000));
+  cluster::RedisClient rc(c.redis.cluster_address(), std::chrono::milliseconds(1000));
   ASSERT_TRUE(cluster::catalog_put(rc, m, "").ok());
   ASSERT_TRUE(wait_for([&] { return http_get(port, "/v1/models").find("oracle-cold") != std::string::npos; }, 5s))
       << http_get(port, "/v1/models");
@@ -82,8 +80,7 @@ std::vector<Token> tokens_of(const gateway::Vocabulary& v, const std::string& te
 TEST(ClusterCatalog, EachModelIsTokenizedWithItsOwnVocabularyLoadedFromTheCatalogLeastRecentlyUsedOut) {
   RedisServer redis;
   ASSERT_TRUE(redis.start());
-  cluster::RedisAddress addr;
-  ASSERT_TRUE(cluster::parse_redis_address(redis.address(), &addr));
+  const cluster::RedisAddress addr = redis.cluster_address();
   cluster::RedisClient rc(addr, std::chrono::milliseconds(1000));
   put_model(rc, "oracle.gguf", "plain");
   put_model(rc, "oracle-qwen25-template.gguf", "qwen");
@@ -161,9 +158,7 @@ TEST(ClusterCatalog, EachModelIsTokenizedWithItsOwnVocabularyLoadedFromTheCatalo
 TEST(ClusterCatalog, TheGatewayRendersChatWithTheTemplateOfTheModelAsked) {
   RedisServer redis;
   ASSERT_TRUE(redis.start());
-  cluster::RedisAddress addr;
-  ASSERT_TRUE(cluster::parse_redis_address(redis.address(), &addr));
-  cluster::RedisClient rc(addr, std::chrono::milliseconds(1000));
+  cluster::RedisClient rc(redis.cluster_address(), std::chrono::milliseconds(1000));
   put_model(rc, "oracle-qwen25-template.gguf", "qwen");
   put_model(rc, "oracle.gguf", "plain");
   Daemon agent({"--http", "127.0.0.1:0", "--agent", "--redis", redis.address(), "--alias", "qwen"},

@@ -33,14 +33,25 @@ Gateway::Gateway(const std::string& redis_address, std::vector<std::string> extr
   if (!given("--chat-template")) argv.insert(argv.end(), {"--chat-template", "chatml"});
   argv.insert(argv.end(), extra.begin(), extra.end());
   pid_ = spawn_process(argv, log_path_);
-  const std::string marker = "listening on http://127.0.0.1:";
+  port_ = port_from_log(log_path_, "listening on http://127.0.0.1:", &pid_);
+}
+
+int port_from_log(const std::string& log_path, const std::string& marker, pid_t* pid, int* status) {
+  int port = -1;
   wait_for([&] {
-    const std::string log = slurp(log_path_);
+    const std::string log = slurp(log_path);
     const auto at = log.find(marker);
-    if (at == std::string::npos) return ::waitpid(pid_, nullptr, WNOHANG) == pid_;
-    port_ = std::stoi(log.substr(at + marker.size()));
+    if (at != std::string::npos) {
+      port = std::stoi(log.substr(at + marker.size()));
+      return true;
+    }
+    int st = 0;
+    if (::waitpid(*pid, &st, WNOHANG) != *pid) return false;
+    *pid = -1;
+    if (status != nullptr) *status = st;
     return true;
   }, std::chrono::seconds(30));
+  return port;
 }
 
 Gateway::~Gateway() {

@@ -18,6 +18,9 @@ namespace uma::test {
 
 // Polls `pred` until it holds or `timeout` passes: the time it took, or nullopt.
 std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+// The port a spawned server writes after `marker` in its log, once it does (30 s at most); -1 when
+// it exited first (reaped: *pid becomes -1, its wait status goes to *status) or never said it.
+int port_from_log(const std::string& log_path, const std::string& marker, pid_t* pid, int* status = nullptr);
 
 class Gateway {
  public:

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "cluster/redis_client.h"
+
 namespace uma::test {
 
 int free_loopback_port();
@@ -21,6 +23,8 @@ class RedisServer {
   void kill();   // SIGKILL, reaped
   int port() const { return port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // The address as the cluster layer takes it (the password included).
+  cluster::RedisAddress cluster_address() const { return {"127.0.0.1", port_, "", password_}; }
 
  private:
   int port_;

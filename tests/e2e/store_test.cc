@@ -344,9 +344,7 @@ INSTANTIATE_TEST_SUITE_P(Paths, StoreLoad, ::testing::Values(ImageLoadPath::kStr
 TEST(Catalog, AddListGetAndRemoveOnARealRedis) {
   RedisServer redis;
   ASSERT_TRUE(redis.start());
-  cluster::RedisAddress addr;
-  ASSERT_TRUE(cluster::parse_redis_address(redis.address(), &addr));
-  cluster::RedisClient rc(addr, std::chrono::milliseconds(1000));
+  cluster::RedisClient rc(redis.cluster_address(), std::chrono::milliseconds(1000));
   auto m = manifest_of(kTiny, "tiny");
   ASSERT_TRUE(cluster::catalog_put(rc, *m, "http://example.invalid/tiny.gguf").ok());
   ASSERT_TRUE(cluster::catalog_put(rc, *manifest_of(kOracle, "oracle"), "").ok());

@@ -30,18 +30,7 @@ class Router {
                                      "--max-sessions", "4"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     pid_ = spawn_process(argv, log_path_);
-    const std::string marker = "http listening on 127.0.0.1:";
-    wait_for([&] {
-      const std::string log = slurp(log_path_);
-      const auto at = log.find(marker);
-      if (at == std::string::npos) {
-        if (::waitpid(pid_, &status_, WNOHANG) != pid_) return false;
-        pid_ = -1;
-        return true;
-      }
-      port_ = std::stoi(log.substr(at + marker.size()));
-      return true;
-    }, 30s);
+    port_ = port_from_log(log_path_, "http listening on 127.0.0.1:", &pid_, &status_);
   }
   ~Router() {
     if (pid_ > 0) {
