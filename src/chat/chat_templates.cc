@@ -219,6 +219,11 @@ Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const 
                    : request.tool_choice == ToolChoice::kRequired ? COMMON_CHAT_TOOL_CHOICE_REQUIRED
                                                                   : COMMON_CHAT_TOOL_CHOICE_AUTO;
   in.parallel_tool_calls = request.parallel_tool_calls;
+  in.chat_template_kwargs = request.template_kwargs;
+  if (request.enable_thinking.has_value()) {
+    in.enable_thinking = *request.enable_thinking;
+    in.chat_template_kwargs["enable_thinking"] = *request.enable_thinking ? "true" : "false";
+  }
   in.add_generation_prompt = true;
   in.use_jinja = impl_->jinja;
   const bool calls = !request.tools.empty() && request.tool_choice != ToolChoice::kNone;

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -51,6 +53,9 @@ struct ChatRequest {
   std::string forced_tool;
   bool parallel_tool_calls = true;
   std::string model;  // the request's `model` (a gateway renders with that model's template)
+  // chat_template_kwargs (values as JSON text), and whether a thinking template thinks (unset: its default).
+  std::map<std::string, std::string> template_kwargs{};
+  std::optional<bool> enable_thinking{};
 };
 
 // What the output of a tool-enabled request turned into so far, as increments: text for the

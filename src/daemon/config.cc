@@ -200,7 +200,12 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_HTTP_MAX_BODY_KIB")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   std::string api_key_file;
   app.add_option("--api-key-file", api_key_file, "the HTTP API's key (first line of the file): every request but "
-                 "GET /health needs 'Authorization: Bearer KEY'")->envname("UMA_API_KEY_FILE")->check(CLI::ExistingFile);
+                 "GET /health needs 'Authorization: Bearer KEY' (or x-api-key: KEY)")->envname("UMA_API_KEY_FILE")->check(CLI::ExistingFile);
+  std::string api_key;
+  app.add_option("--api-key", api_key, "the HTTP API's key itself (as llama-server's and vLLM's --api-key; a file "
+                 "keeps it out of the process list)")->envname("UMA_API_KEY");
+  app.add_flag("--strict-fields", out.http.limits.strict_fields, "a request field umad does not know is a 400 (by "
+               "default it is ignored, named in X-Uma-Ignored-Fields and counted)")->envname("UMA_STRICT_FIELDS");
   app.add_option("--alias", out.alias, "the model's name in /v1/models and the cluster (default: --model-id, else "
                  "the model file's name)")->envname("UMA_ALIAS");
   app.add_option("--status-fd", out.status_fd, "run under a supervisor (uma-agent): JSON status lines on this "
@@ -280,6 +285,12 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
   out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;
+  if (!api_key.empty() && !api_key_file.empty()) {
+    std::cerr << "umad: --api-key and --api-key-file: give one\n";
+    *exit_code = 2;
+    return Status(ErrorCode::kInvalidArgument, "--api-key and --api-key-file both given");
+  }
+  out.http.api_key = api_key;
   if (!api_key_file.empty()) {
     if (Status ks = read_secret_file(api_key_file, "API key", &out.http.api_key); !ks.ok()) {
       std::cerr << "umad: --api-key-file: " << ks.message() << "\n";

@@ -275,7 +275,11 @@ void GatewayServer::prepare(Prepared& p) {
     return;
   }
   const Request& r = p.completion.request;
-  p.status = vocab->vocab->tokenize(r.prompt, p.tokens, r.parse_special);
+  if (!r.prompt_tokens.empty()) {
+    p.tokens = r.prompt_tokens;  // a token-id prompt is routed by its own tokens
+  } else {
+    p.status = vocab->vocab->tokenize(r.prompt, p.tokens, r.parse_special);
+  }
   if (p.status.ok()) p.blocks = PrefixIndex::block_hashes(p.tokens, 32);
 }
 

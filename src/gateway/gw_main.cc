@@ -84,6 +84,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--default-prefill-tok-s", gc.routing.default_prefill_tok_s,
                  "the prefill rate assumed for an agent that has not measured one")->capture_default_str();
+  app.add_flag("--strict-fields", gc.limits.strict_fields, "a request field umad does not know is a 400 (by default "
+               "it is ignored, as the agents do)");
   app.add_flag("--debug", debug);
   CLI11_PARSE(app, argc, argv);
 

@@ -34,7 +34,7 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
       return r;
     }
     ChatRequest chat_request{c.api.messages, c.api.tools, c.api.tool_choice, c.api.forced_tool,
-                             c.api.parallel_tool_calls, c.api.model};
+                             c.api.parallel_tool_calls, c.api.model, c.api.template_kwargs, c.api.enable_thinking};
     ChatPrompt prompt;
     if (Status st = (*ctx.chat_template)(chat_request, &prompt); !st.ok()) return error_reply(st);
     q.prompt = std::move(prompt.text);
@@ -46,7 +46,8 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
     q.stop.insert(q.stop.end(), prompt.stops.begin(), prompt.stops.end());
     c.tool_parser = std::move(prompt.parser);
   } else {
-    q.prompt = c.api.prompt;
+    q.prompt = c.api.prompts.front().text;
+    q.prompt_tokens = c.api.prompts.front().tokens;
   }
   q.max_tokens = c.api.max_tokens.value_or(0);  // 0: the daemon's default (the scheduler applies it)
   {
@@ -58,11 +59,13 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
     s.grammar_prefill = std::move(q.sampling.grammar_prefill);
     q.sampling = std::move(s);
   }
+  if (!c.api.grammar.empty()) q.sampling.grammar = c.api.grammar;
   if (!c.api.json_schema.empty()) {
     const Status st = ctx.schema_to_grammar != nullptr && *ctx.schema_to_grammar
                           ? (*ctx.schema_to_grammar)(c.api.json_schema, &q.sampling.grammar)
                           : Status(ErrorCode::kBadRequest, "structured output is not available");
     if (!st.ok()) return error_reply(Status(st.code(), st.message(), "response_format"));
+    q.sampling.grammar_lazy = false;
   }
   q.stop.insert(q.stop.begin(), c.api.stop.begin(), c.api.stop.end());
   q.tenant = c.api.user;

@@ -8,6 +8,8 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <optional>
 
@@ -87,21 +89,43 @@ class HttpAdapter final : public ProtocolAdapter {
                                     : std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     first_id_ = id;
     choices_.clear();
-    choices_.resize(static_cast<std::size_t>(req_.n));
+    choices_.resize(static_cast<std::size_t>(req_.n) * std::max<std::size_t>(1, req_.prompts.size()));
     if (!req_.uma.resume.empty()) choices_[0].first_chunk = false;  // the role went out with the stream's start
     if (tool_parser_) {
       for (std::size_t i = 1; i < choices_.size(); ++i) choices_[i].parser = tool_parser_->fresh();
       choices_[0].parser = std::move(tool_parser_);
     }
-    running_ = req_.n;
+    running_ = static_cast<std::int32_t>(choices_.size());
     usage_ = {};
     error_.reset();
-    headers_sent_ = req_.stream;
-    if (req_.stream) {
-      out += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-             "Transfer-Encoding: chunked\r\nConnection: ";
-      out += keep_alive_ ? "keep-alive\r\n\r\n" : "close\r\n\r\n";
+    headers_sent_ = false;  // a stream's head goes out with its first event: an error before it is an HTTP error
+  }
+
+  // A stream's head, once its first event is not an error; a chat stream's choices then each open
+  // with the role alone (OpenAI's first chunk).
+  void start_stream(std::string& out) {
+    if (headers_sent_ || !req_.stream || error_) return;
+    headers_sent_ = true;
+    out += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+           "Transfer-Encoding: chunked\r\n" + extra_headers() + "Connection: ";
+    out += keep_alive_ ? "keep-alive\r\n\r\n" : "close\r\n\r\n";
+    if (!req_.chat) return;
+    for (std::size_t i = 0; i < choices_.size(); ++i) {
+      if (!choices_[i].first_chunk) continue;
+      append_sse(out, openai::chunk(req_, completion_id_, created_, "", "", true, {}, 0, i));
+      choices_[i].first_chunk = false;
     }
+  }
+
+  // Headers every answer to the request carries: the fields it sent that umad ignored.
+  std::string extra_headers() const {
+    if (req_.ignored_fields.empty()) return {};
+    std::string names;
+    for (const std::string& f : req_.ignored_fields) {
+      if (!names.empty()) names += ", ";
+      for (char ch : f.substr(0, 64)) names += std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.' ? ch : '?';
+    }
+    return "X-Uma-Ignored-Fields: " + names + "\r\n";
   }
 
   // Streamed: each delta of a tool-enabled reply as a chunk; the logprobs of the tokens whose text
@@ -124,6 +148,7 @@ class HttpAdapter final : public ProtocolAdapter {
     const openai::CompletionRequest& r = req_;
     const std::size_t index = static_cast<std::size_t>(ev.request_id - first_id_);
     ChoiceState& ch = choices_.at(index);
+    if (ev.kind != Event::Kind::kError) start_stream(out);
     switch (ev.kind) {
       case Event::Kind::kToken:
         ch.logprobs.insert(ch.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
@@ -142,9 +167,10 @@ class HttpAdapter final : public ProtocolAdapter {
       case Event::Kind::kDone:
         ch.logprobs.insert(ch.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
         {
-          // The same prompt for every choice; resumed tokens were the completion's, generated elsewhere.
+          // Each prompt counted once (its n choices share it); resumed tokens were the
+          // completion's, generated elsewhere.
           const auto resumed = static_cast<std::int32_t>(r.uma.resume.size());
-          usage_.prompt_tokens = ev.prompt_tokens - resumed;
+          if (index % static_cast<std::size_t>(r.n) == 0) usage_.prompt_tokens += ev.prompt_tokens - resumed;
           usage_.completion_tokens += ev.completion_tokens + resumed;
         }
         ch.reason = finish_reason(ev.reason);
@@ -164,7 +190,7 @@ class HttpAdapter final : public ProtocolAdapter {
         break;
     }
     if (--running_ > 0) return;
-    if (r.stream) {
+    if (r.stream && headers_sent_) {
       if (!error_ && r.include_usage) append_sse(out, openai::usage_chunk(r, completion_id_, created_, usage_));
       append_stream_end(out);
     } else if (error_) {
@@ -209,9 +235,12 @@ class HttpAdapter final : public ProtocolAdapter {
       std::string_view path = req.target();
       path = path.substr(0, path.find('?'));
       const auto auth = req.find(http::field::authorization);
+      const auto x_key = req.find("x-api-key");
       const bool open = req.method() == http::verb::get && path == "/health";
-      if (!open && (auth == req.end() || !bearer_authorized(auth->value(), site_.config.api_key))) {
-        return error_answer(Status(ErrorCode::kUnauthorized, "a valid key is required: Authorization: Bearer KEY"));
+      const bool given = (auth != req.end() && bearer_authorized(auth->value(), site_.config.api_key)) ||
+                         (x_key != req.end() && key_matches(x_key->value(), site_.config.api_key));
+      if (!open && !given) {
+        return error_answer(Status(ErrorCode::kUnauthorized, "a valid key is required: Authorization: Bearer KEY (or x-api-key: KEY)"));
       }
     }
     http_route::Context ctx;
@@ -231,7 +260,9 @@ class HttpAdapter final : public ProtocolAdapter {
     http_route::Completion& completion = std::get<http_route::Completion>(routed.action);
     req_ = std::move(completion.api);
     tool_parser_ = std::move(completion.tool_parser);
-    return Start{std::move(completion.request), req_.n};
+    site_.metrics.ignored_fields_total += req_.ignored_fields.size();
+    const auto choices = static_cast<std::int32_t>(req_.n * std::max<std::size_t>(1, req_.prompts.size()));
+    return Start{std::move(completion.request), choices, req_.prompts.size() > 1 ? req_.prompts : std::vector<PromptInput>{}};
   }
 
   Answer error_answer(const Status& st) {
@@ -242,8 +273,8 @@ class HttpAdapter final : public ProtocolAdapter {
   std::string respond(unsigned status, std::string_view content_type, std::string_view body) const {
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " +
                       std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\nContent-Type: " +
-                      std::string(content_type) + "\r\nContent-Length: " + std::to_string(body.size()) +
-                      "\r\nConnection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
+                      std::string(content_type) + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+                      extra_headers() + "Connection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
     out.append(body);
     return out;
   }

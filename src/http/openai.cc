@@ -1,32 +1,14 @@
 #include "http/openai.h"
 
-#include <nlohmann/json.hpp>
-
 #include <limits>
 
 #include "common/json_text.h"
+#include "http/openai_json.h"
 
 namespace uma::openai {
 namespace {
 
-// Requests are read in their own key order: a JSON schema's property order is the output's.
-using json = nlohmann::ordered_json;
-using ojson = nlohmann::ordered_json;
-
-Status bad(std::string_view field, std::string_view what) {
-  return Status(ErrorCode::kBadRequest, "'" + std::string(field) + "' " + std::string(what), std::string(field));
-}
-
-template <typename T>
-Status number(const json& j, const char* key, double lo, double hi, T* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_number()) return bad(key, "must be a number");
-  const double v = it->get<double>();
-  if (v < lo || v > hi) return bad(key, "is out of range");
-  *out = static_cast<T>(v);
-  return Status::Ok();
-}
+using namespace detail;  // json, bad, member, number, ...
 
 Status nul_inside(std::string_view field) {
   return Status(ErrorCode::kContainsNul, "'" + std::string(field) + "' must not contain NUL", std::string(field));
@@ -61,76 +43,6 @@ Status text_content(const json& m, std::string* out) {
   return Status::Ok();
 }
 
-// Every field a request may carry, and what umad does with it. A field we do not implement is a
-// 400 naming it (an app that asks for JSON mode or tools and silently gets neither fails far from
-// the cause); a field that asks for nothing (logprobs false, n 1, an empty tools list, ...) or
-// changes nothing about the output (user, metadata, store, ...) is accepted. null is absent.
-enum class Use : std::uint8_t {
-  kParsed,    // read into the request below
-  kHarmless,  // accepted, changes nothing about the output
-  kNoOpOnly,  // accepted only with the value that asks for nothing (is_noop)
-};
-struct FieldRule {
-  const char* name;
-  Use use;
-  bool chat, completions;  // on which endpoint it exists
-};
-constexpr FieldRule kFields[] = {
-    {"model", Use::kParsed, true, true},
-    {"messages", Use::kParsed, true, false},
-    {"prompt", Use::kParsed, false, true},
-    {"max_tokens", Use::kParsed, true, true},
-    {"max_completion_tokens", Use::kParsed, true, false},
-    {"temperature", Use::kParsed, true, true},
-    {"top_p", Use::kParsed, true, true},
-    {"top_k", Use::kParsed, true, true},           // extensions, as llama-server and vLLM take them
-    {"min_p", Use::kParsed, true, true},
-    {"repeat_penalty", Use::kParsed, true, true},
-    {"presence_penalty", Use::kParsed, true, true},
-    {"frequency_penalty", Use::kParsed, true, true},
-    {"seed", Use::kParsed, true, true},
-    {"n", Use::kParsed, true, true},
-    {"stop", Use::kParsed, true, true},
-    {"stream", Use::kParsed, true, true},
-    {"stream_options", Use::kParsed, true, true},
-    {"user", Use::kParsed, true, true},
-    {"metadata", Use::kHarmless, true, true},
-    {"store", Use::kHarmless, true, true},
-    {"service_tier", Use::kHarmless, true, true},
-    {"prompt_cache_key", Use::kHarmless, true, true},
-    {"safety_identifier", Use::kHarmless, true, true},
-    {"logprobs", Use::kParsed, true, true},
-    {"top_logprobs", Use::kParsed, true, false},
-    {"logit_bias", Use::kNoOpOnly, true, true},
-    {"response_format", Use::kParsed, true, false},
-    {"tools", Use::kParsed, true, false},
-    {"tool_choice", Use::kParsed, true, false},
-    {"parallel_tool_calls", Use::kParsed, true, false},
-    {"functions", Use::kNoOpOnly, true, false},
-    {"function_call", Use::kNoOpOnly, true, false},
-    {"modalities", Use::kNoOpOnly, true, false},
-    {"audio", Use::kNoOpOnly, true, false},
-    {"prediction", Use::kNoOpOnly, true, false},
-    {"reasoning_effort", Use::kNoOpOnly, true, false},
-    {"verbosity", Use::kNoOpOnly, true, false},
-    {"web_search_options", Use::kNoOpOnly, true, false},
-    {"uma", Use::kParsed, true, true},  // umad's own: what a gateway asks for (GatewayOptions)
-    {"echo", Use::kNoOpOnly, false, true},
-    {"best_of", Use::kNoOpOnly, false, true},
-    {"suffix", Use::kNoOpOnly, false, true},
-};
-
-// The value of a kNoOpOnly field that asks for nothing beyond what umad does anyway.
-bool is_noop(std::string_view name, const json& v) {
-  if (name == "logit_bias") return v.is_object() && v.empty();
-  if (name == "functions") return v.is_array() && v.empty();
-  if (name == "modalities") return v.is_array() && v.size() == 1 && v[0] == "text";
-  if (name == "echo") return v.is_boolean() && !v.get<bool>();
-  if (name == "best_of") return v.is_number_integer() && v.get<std::int64_t>() == 1;
-  if (name == "suffix") return v.is_string() && v.get_ref<const std::string&>().empty();
-  return false;  // function_call, audio, prediction, reasoning_effort, ...: only null asks for nothing
-}
-
 // response_format: {"type":"text"}, {"type":"json_object"} or {"type":"json_schema",
 // "json_schema":{"name":..., "schema":{...}, "strict":...}} (the schema is always enforced: a
 // grammar cannot be loose).
@@ -140,7 +52,10 @@ Status response_format(const json& v, std::string* schema) {
   if (type == v.end() || !type->is_string()) return bad(field, "must be an object with a string 'type'");
   if (*type == "text") return Status::Ok();
   if (*type == "json_object") {
-    *schema = R"({"type":"object"})";
+    // llama-server's extension: a schema beside json_object is the one the object must match.
+    const auto given = v.find("schema");
+    if (given != v.end() && !given->is_null() && !given->is_object()) return bad("response_format.schema", "must be a JSON schema object");
+    *schema = given != v.end() && given->is_object() ? to_json_text(*given) : std::string(R"({"type":"object"})");
     return Status::Ok();
   }
   if (*type != "json_schema") return bad(field, "type must be text, json_object or json_schema");
@@ -184,12 +99,6 @@ Status logprobs(const json& j, bool chat, std::int32_t* out) {
   }
   *out = static_cast<std::int32_t>(lp->get<std::int64_t>());
   return Status::Ok();
-}
-
-const json* member(const json& o, const char* key) {  // null when absent, null-valued or `o` is no object
-  if (!o.is_object()) return nullptr;
-  const auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
 }
 
 // tools: [{"type":"function","function":{"name","description"?,"parameters"?,"strict"?}}]
@@ -301,22 +210,36 @@ Status gateway_options(const json& g, std::int32_t n, GatewayOptions* out) {
   return Status::Ok();
 }
 
-Status check_fields(const json& j, bool chat) {
-  for (const auto& [key, value] : j.items()) {
-    if (value.is_null()) continue;
-    const FieldRule* rule = nullptr;
-    for (const FieldRule& r : kFields) {
-      if (key == r.name && (chat ? r.chat : r.completions)) rule = &r;
+// prompt: a string, token ids, or an array of either (one choice set each; OpenAI allows all four).
+Status prompts(const json& v, std::vector<PromptInput>* out) {
+  const char* what = "must be a string, an array of token ids, or an array of those";
+  auto token_ids = [&](const json& a, PromptInput* p) -> Status {
+    for (const json& t : a) {
+      if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX) return bad("prompt", what);
+      p->tokens.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
     }
-    if (rule == nullptr) {
-      return bad(key, std::string("is not a field of ") + (chat ? "/v1/chat/completions" : "/v1/completions") +
-                          " that umad knows (docs/PROTOCOL.md lists them)");
+    return p->tokens.empty() ? bad("prompt", "must not be empty") : Status::Ok();
+  };
+  auto one = [&](const json& e) -> Status {
+    PromptInput p;
+    if (e.is_string()) {
+      p.text = e.get<std::string>();
+      if (p.text.empty()) return bad("prompt", "must not be empty");
+      if (p.text.find('\0') != std::string::npos) return nul_inside("prompt");
+    } else if (!e.is_array()) {
+      return bad("prompt", what);
+    } else if (Status st = token_ids(e, &p); !st.ok()) {
+      return st;
     }
-    if (rule->use == Use::kNoOpOnly && !is_noop(key, value)) {
-      return Status(ErrorCode::kBadRequest,
-                    "'" + key + "' is not supported by umad yet (only the value that asks for nothing is accepted)",
-                    key);
-    }
+    out->push_back(std::move(p));
+    return Status::Ok();
+  };
+  if (v.is_string()) return one(v);
+  if (!v.is_array() || v.empty()) return bad("prompt", what);
+  if (v[0].is_number()) return one(v);  // one prompt of token ids
+  if (v.size() > static_cast<std::size_t>(kMaxChoices)) return bad("prompt", "holds more than 16 prompts");
+  for (const json& e : v) {
+    if (Status st = one(e); !st.ok()) return st;
   }
   return Status::Ok();
 }
@@ -328,8 +251,8 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(ErrorCode::kInvalidJson, "the request body is not valid JSON");
   if (!j.is_object()) return Status(ErrorCode::kBadRequest, "the request body must be a JSON object");
-  if (Status st = check_fields(j, chat); !st.ok()) return st;
   *r = CompletionRequest{};
+  if (Status st = check_fields(j, chat, limits.strict_fields, &r->ignored_fields); !st.ok()) return st;
   r->chat = chat;
   r->sampling = defaults;
   if (Status st = optional_string(j, "model", &r->model); !st.ok()) return st;
@@ -362,16 +285,8 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   } else {
     auto it = j.find("prompt");
     if (it == j.end()) return bad("prompt", "is required");
-    if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-      r->prompt = (*it)[0].get<std::string>();
-    } else if (it->is_string()) {
-      r->prompt = it->get<std::string>();
-    } else {
-      return bad("prompt", "must be a string (or an array of one string)");
-    }
-    if (r->prompt.empty()) return bad("prompt", "must not be empty");
-    if (r->prompt.find('\0') != std::string::npos) return nul_inside("prompt");
-    bytes = r->prompt.size();
+    if (Status st = prompts(*it, &r->prompts); !st.ok()) return st;
+    for (const PromptInput& p : r->prompts) bytes += p.text.size() + 4 * p.tokens.size();
   }
   if (bytes > limits.max_prompt_bytes) {
     return Status(ErrorCode::kPromptTooLarge, "prompt of " + std::to_string(bytes) + " bytes is over the limit of " +
@@ -397,10 +312,11 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   if (!(st = number(j, "repeat_penalty", 0.0, 10.0, &s.repeat_penalty)).ok()) return st;
   if (s.repeat_penalty == 0.0f) return bad("repeat_penalty", "must be greater than 0");
   if (auto it = j.find("top_k"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > 1'000'000) {
-      return bad("top_k", "must be an integer >= 0");
+    // -1 (vLLM) and 0 (llama-server): off.
+    if (!it->is_number_integer() || it->get<std::int64_t>() < -1 || it->get<std::int64_t>() > 1'000'000) {
+      return bad("top_k", "must be an integer >= -1 (-1 or 0: off)");
     }
-    s.top_k = static_cast<std::int32_t>(it->get<std::int64_t>());
+    s.top_k = static_cast<std::int32_t>(std::max<std::int64_t>(0, it->get<std::int64_t>()));
   }
   if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer()) return bad("seed", "must be an integer");
@@ -412,16 +328,20 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     }
     r->n = static_cast<std::int32_t>(it->get<std::int64_t>());
   }
+  if (!chat && static_cast<std::size_t>(r->n) * r->prompts.size() > kMaxChoices) {
+    return bad("prompt", "asks for " + std::to_string(r->n * r->prompts.size()) + " choices (prompts x n); at most " +
+                             std::to_string(kMaxChoices));
+  }
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {
       r->stop.push_back(it->get<std::string>());
-    } else if (it->is_array() && it->size() <= 4) {
+    } else if (it->is_array() && it->size() <= kMaxStops) {
       for (const json& e : *it) {
-        if (!e.is_string()) return bad("stop", "must be a string or an array of up to 4 strings");
+        if (!e.is_string()) return bad("stop", "must be a string or an array of up to 16 strings");
         r->stop.push_back(e.get<std::string>());
       }
     } else {
-      return bad("stop", "must be a string or an array of up to 4 strings");
+      return bad("stop", "must be a string or an array of up to 16 strings");
     }
     for (const std::string& x : r->stop) {
       if (x.empty()) return bad("stop", "must not hold empty strings");
@@ -440,7 +360,6 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   }
   if (Status st = optional_string(j, "user", &r->user); !st.ok()) return st;
   if (Status st = logprobs(j, chat, &r->logprobs); !st.ok()) return st;
-  r->sampling.logprobs = r->logprobs;
   if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
     if (Status st = response_format(*it, &r->json_schema); !st.ok()) return st;
   }
@@ -459,9 +378,13 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   if (const json* g = member(j, "uma")) {
     if (Status st = gateway_options(*g, r->n, &r->uma); !st.ok()) return st;
   }
-  if (!r->tools.empty() && r->tool_choice != ToolChoice::kNone && !r->json_schema.empty()) {
+  if (Status st = read_extensions(j, chat, r); !st.ok()) return st;
+  r->sampling.logprobs = r->logprobs;
+  const bool calls = !r->tools.empty() && r->tool_choice != ToolChoice::kNone;
+  if (calls && !r->json_schema.empty()) {
     return bad("response_format", "cannot be combined with tools the model may call (use tool_choice: none)");
   }
+  if (calls && !r->grammar.empty()) return bad("grammar", "cannot be combined with tools the model may call");
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,7 +31,9 @@ struct GatewayOptions {
 struct CompletionRequest {
   bool chat = false;
   std::string model;
-  std::string prompt;                 // /v1/completions
+  // /v1/completions: one or more prompts (text or token ids), each run `n` times; choice i is
+  // prompt i / n's.
+  std::vector<PromptInput> prompts;
   std::vector<ChatMessage> messages;  // /v1/chat/completions
   std::optional<std::int32_t> max_tokens;
   SamplingParams sampling;            // starts as the daemon's defaults
@@ -50,13 +53,25 @@ struct CompletionRequest {
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string forced_tool;
   bool parallel_tool_calls = true;
-  std::int32_t n = 1;  // choices
+  std::int32_t n = 1;  // choices of each prompt
   GatewayOptions uma;
+  // Top-level `grammar` (GBNF, llama-server's and vLLM's extension); empty: none.
+  std::string grammar;
+  // chat_template_kwargs (values as JSON text) and the thinking switch (chat_template_kwargs
+  // enable_thinking, or reasoning_effort "none"); unset: the template's default.
+  std::map<std::string, std::string> template_kwargs;
+  std::optional<bool> enable_thinking;
+  // Fields no one defined, accepted and ignored (named in a response header, counted in /metrics).
+  std::vector<std::string> ignored_fields;
 };
+// Choices of one request in all (prompts x n): each takes a session.
 inline constexpr std::int32_t kMaxChoices = 16;
+inline constexpr std::size_t kMaxStops = 16;
 
 struct Limits {
   std::size_t max_prompt_bytes = 64 * 1024;
+  // --strict-fields: a field umad does not know is a 400 (by default it is ignored and named).
+  bool strict_fields = false;
 };
 // max_tokens above this is a 400 at once; below it, the context decides (the scheduler).
 inline constexpr std::int64_t kMaxTokensField = std::int64_t{1} << 30;

@@ -37,7 +37,7 @@ class UdsAdapter final : public ProtocolAdapter {
         }
         reply_ = ReplyState{std::move(start->client_id), start->stream, start->keep_alive,
                             std::move(start->metadata_json), {}, false, start->request.sampling.logprobs >= 0};
-        return Start{std::move(start->request)};
+        return Start{std::move(start->request), 1, {}};
       }
       if (auto* cancel = std::get_if<CancelInput>(&*action)) {
         if (busy && cancel->client_id == reply_.client_id) return Cancel{};

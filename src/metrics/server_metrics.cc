@@ -92,6 +92,7 @@ const std::vector<Scalar>& scalars() {
       {"kv_cells_total", "kv_cache_cells", Type::kGauge, "KV cells (n_ctx).", load(&M::kv_cells_total)},
       {"kv_cells_granted", "kv_cache_cells_granted", Type::kGauge, "KV cells granted to running requests (their tokens so far).", load(&M::kv_cells_granted)},
       {"requests_total", "requests_total", Type::kCounter, "Requests received.", load(&M::requests_total)},
+      {"ignored_fields_total", "ignored_fields_total", Type::kCounter, "Request fields no one defined, accepted and ignored (X-Uma-Ignored-Fields).", load(&M::ignored_fields_total)},
       {"requests_admitted_total", "requests_admitted_total", Type::kCounter, "Requests admitted by the scheduler.", load(&M::requests_admitted_total)},
       {"resumed_total", "resumptions_total", Type::kCounter, "Paused sessions resumed.", load(&M::resumed_total)},
       {"kv_sequence_moves_total", "kv_sequence_moves_total", Type::kCounter, "Per-sequence KV: running sequences moved to a lower id so a decode is one pass.", load(&M::kv_sequence_moves_total)},

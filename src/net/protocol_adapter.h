@@ -1,8 +1,8 @@
 // ProtocolAdapter: one connection's wire format as a front end serves it, between bytes and typed
 // inputs and events: framing and JSON, nothing else. The server under it (net/stream_server.h)
 // does everything else the same way for every front end: sockets, session slots, request ids,
-// cancelling, the write cap, timers, shutdown. Implementations: ipc/uds_adapter (framed JSON and
-// newline over the Unix socket) and http/http_adapter (HTTP/1.1 + the OpenAI API).
+// cancelling, the write cap, timers, shutdown. Implementations: ipc/protocols.cc (framed JSON and
+// newline over the Unix socket) and http/http_server.cc (HTTP/1.1 + the OpenAI API).
 //
 // Threading: none; one adapter per connection, used on the I/O thread. The server never calls
 // encode() or started() unless a request of this adapter is in flight.
@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "common/status.h"
 #include "sched/request.h"
@@ -28,6 +29,9 @@ class ProtocolAdapter {
     // names, each with its own session slot, the same prompt (the prefix cache shares its KV) and
     // choice i's seed + i. The request ends when the last of them has.
     std::int32_t choices = 1;
+    // More than one (OpenAI's prompt array): choice i runs prompts[i / (choices / prompts.size())]
+    // instead of the request's own prompt; choices is a multiple of their number.
+    std::vector<PromptInput> prompts;
   };
   // Cancel the request in flight.
   struct Cancel {};

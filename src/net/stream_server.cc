@@ -125,13 +125,23 @@ void StreamServer::start_request(const ConnPtr& c, ProtocolAdapter::Start start)
   c->adapter->started(r.id, out);
   c->send(out);
   spdlog::debug("{} {}: request {} ({} bytes, {} choices)", config_.log_name, c->id(), r.id, r.prompt.size(), n);
+  const std::size_t prompts = start.prompts.size();
+  const std::int32_t per_prompt = prompts > 1 ? std::max<std::int32_t>(1, n / static_cast<std::int32_t>(prompts)) : n;
+  auto prompt_of = [&](Request& q, std::int32_t i) {
+    if (prompts <= 1) return;
+    const PromptInput& p = start.prompts[std::min<std::size_t>(prompts - 1, static_cast<std::size_t>(i / per_prompt))];
+    q.prompt = p.text;
+    q.prompt_tokens = p.tokens;
+  };
   for (std::int32_t i = 1; i < n; ++i) {
     Request copy = r;
     copy.id = r.id + static_cast<RequestId>(i);
+    prompt_of(copy, i);
     // Choices of one seeded request differ from each other and repeat with the same seed.
     if (copy.sampling.seed != kRandomSeed) copy.sampling.seed += static_cast<std::uint32_t>(i);
     submit_(std::move(copy));
   }
+  prompt_of(r, 0);
   submit_(std::move(r));
 }
 

@@ -35,9 +35,9 @@ class LineAdapter final : public ProtocolAdapter {
     r.prompt = line;
     if (line == "go3") {  // three choices, seeded
       r.sampling.seed = 7;
-      return Start{std::move(r), 3};
+      return Start{std::move(r), 3, {}};
     }
-    return Start{std::move(r)};
+    return Start{std::move(r), 1, {}};
   }
   void started(RequestId, std::string& out) override { out += "started\n"; }
   Answer refused(const Status&) override { return Answer{"refused\n", ErrorCode::kTooManySessions, false}; }

@@ -1,8 +1,12 @@
 #include "runtime/sampler_chain.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 namespace uma {
@@ -40,13 +44,92 @@ llama_sampler* make_grammar(const SamplingParams& p, const llama_vocab* vocab) {
   return n < 0 ? (llama_sampler_free(g), nullptr) : g;
 }
 
+// The vocabulary's end-of-generation tokens, found once per vocabulary (a scan of every token).
+const std::vector<llama_token>& end_tokens(const llama_vocab* vocab) {
+  static std::mutex mu;
+  static std::unordered_map<const llama_vocab*, std::vector<llama_token>> known;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto [it, added] = known.try_emplace(vocab);
+  if (added) {
+    const std::int32_t n = llama_vocab_n_tokens(vocab);
+    for (llama_token t = 0; t < n; ++t) {
+      if (llama_vocab_is_eog(vocab, t)) it->second.push_back(t);
+    }
+  }
+  return it->second;
+}
+
+// Holds `tokens` at -inf until `until` tokens were accepted (ignore_eos: never lets go).
+struct EndGuard {
+  std::vector<llama_token> tokens;
+  std::int32_t until = 0;
+  std::int32_t accepted = 0;
+};
+llama_sampler* make_end_guard(EndGuard g);
+llama_sampler_i end_guard_iface() {
+  llama_sampler_i i{};
+  i.name = [](const llama_sampler*) { return "uma-end-guard"; };
+  i.accept = [](llama_sampler* s, llama_token) { static_cast<EndGuard*>(s->ctx)->accepted++; };
+  i.apply = [](llama_sampler* s, llama_token_data_array* cur) {
+    const auto* g = static_cast<const EndGuard*>(s->ctx);
+    if (g->accepted >= g->until) return;
+    for (llama_token t : g->tokens) {
+      // Rows are in token order until a sampler sorts them (the guard runs before any does);
+      // otherwise the id is looked up.
+      const auto at = static_cast<std::size_t>(t);
+      if (at < cur->size && cur->data[at].id == t) {
+        cur->data[at].logit = -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      for (std::size_t k = 0; k < cur->size; ++k) {
+        if (cur->data[k].id == t) cur->data[k].logit = -std::numeric_limits<float>::infinity();
+      }
+    }
+  };
+  i.reset = [](llama_sampler* s) { static_cast<EndGuard*>(s->ctx)->accepted = 0; };
+  i.clone = [](const llama_sampler* s) { return make_end_guard(*static_cast<const EndGuard*>(s->ctx)); };
+  i.free = [](llama_sampler* s) { delete static_cast<EndGuard*>(s->ctx); };
+  return i;
+}
+llama_sampler* make_end_guard(EndGuard g) {
+  static llama_sampler_i iface = end_guard_iface();
+  return llama_sampler_init(&iface, new EndGuard(std::move(g)));
+}
+
+// logit_bias, ignore_eos and min_tokens: before the grammar, the filters and the pick.
+void add_biases(llama_sampler* chain, const SamplingParams& p, const llama_vocab* vocab) {
+  const std::int32_t n_vocab = llama_vocab_n_tokens(vocab);
+  std::vector<llama_logit_bias> biases;
+  for (const SamplingParams::TokenBias& b : p.logit_bias) {
+    if (b.token >= 0 && b.token < n_vocab) biases.push_back({b.token, b.bias});
+  }
+  for (const auto& [text, bias] : p.text_bias) {
+    std::vector<llama_token> tokens(text.size() + 2);
+    const int n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
+                                 static_cast<int32_t>(tokens.size()), /*add_special=*/false, /*parse_special=*/false);
+    for (int i = 0; i < n; ++i) biases.push_back({tokens[static_cast<std::size_t>(i)], bias});
+  }
+  if (!biases.empty()) {
+    llama_sampler_chain_add(chain, llama_sampler_init_logit_bias(n_vocab, static_cast<int32_t>(biases.size()), biases.data()));
+  }
+  if (p.ignore_eos) {
+    llama_sampler_chain_add(chain, make_end_guard({end_tokens(vocab), std::numeric_limits<std::int32_t>::max(), 0}));
+  }
+  if (p.min_tokens > 0) {
+    EndGuard g{end_tokens(vocab), p.min_tokens, 0};
+    g.tokens.insert(g.tokens.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+    llama_sampler_chain_add(chain, make_end_guard(std::move(g)));
+  }
+}
+
 }  // namespace
 
 llama_sampler* make_sampler_chain(const SamplingParams& p, const llama_vocab* vocab) {
   const std::int32_t n_vocab = llama_vocab_n_tokens(vocab);
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+  add_biases(chain, p, vocab);
   if (!p.grammar.empty()) {
-    // First: every later sampler sees only the tokens the grammar allows.
+    // Every later sampler sees only the tokens the grammar allows.
     llama_sampler* g = make_grammar(p, vocab);
     if (g == nullptr) {
       llama_sampler_free(chain);

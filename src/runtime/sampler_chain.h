@@ -1,5 +1,6 @@
-// A request's SamplingParams as a llama.cpp sampler chain: the grammar first (every later sampler
-// sees only the tokens it allows), then penalties, filters, temperature and the pick. One chain per
+// A request's SamplingParams as a llama.cpp sampler chain: logit biases and the end-of-generation
+// guards (ignore_eos, min_tokens) first, then the grammar (every later sampler sees only the
+// tokens it allows), then penalties, filters, temperature and the pick. One chain per
 // sequence, owned by the runtime (llama_runtime.cc), which frees it with llama_sampler_free.
 #pragma once
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -39,7 +40,25 @@ struct SamplingParams {
   // Report the tokens whose text each event releases (as LogprobEntry with only `chosen.token`),
   // without computing log-probabilities: what a gateway needs to resume a stream elsewhere.
   bool report_tokens = false;
+  // End-of-generation: never picked (vLLM's and llama-server's ignore_eos: the output runs to
+  // max_tokens or a stop string), or not before min_tokens tokens were generated (vLLM's
+  // min_tokens, which holds back stop_token_ids too).
+  bool ignore_eos = false;
+  std::int32_t min_tokens = 0;
+  // Tokens that end the generation as the model's own end does (vLLM's stop_token_ids).
+  std::vector<std::int32_t> stop_token_ids;
+  // Added to a token's logit before anything else picks (OpenAI's logit_bias; -inf: never). A text
+  // bias applies to each token of its text (llama-server's ["text", bias] form), tokenized by the
+  // runtime.
+  struct TokenBias {
+    std::int32_t token = 0;
+    float bias = 0.0f;
+  };
+  std::vector<TokenBias> logit_bias;
+  std::vector<std::pair<std::string, float>> text_bias;
 };
+inline constexpr std::size_t kMaxStopTokenIds = 64;
+inline constexpr std::size_t kMaxLogitBias = 1024;
 inline constexpr std::int32_t kMaxTopLogprobs = 20;
 inline constexpr std::uint32_t kRandomSeed = 0xFFFFFFFFu;
 

@@ -24,11 +24,20 @@ inline double ms_between(Clock::time_point a, Clock::time_point b) {
 // is left, may be paused (preempted) for interactive work, and is never starved past a bound.
 enum class Priority : std::uint8_t { kInteractive, kBackground };
 
+// A prompt as a client gave it: text, or token ids (used as they are, no BOS added).
+struct PromptInput {
+  std::string text;
+  std::vector<std::int32_t> tokens;
+};
+
 struct Request {
   RequestId id = 0;
   Priority priority = Priority::kInteractive;
   std::string tenant;             // metadata.tenant; empty: none (no per-tenant cap applies)
   std::string prompt;             // valid UTF-8, checked at the edge
+  // The prompt as token ids, as a client gave them (OpenAI's token-array prompt): used as they are
+  // (no BOS added) instead of `prompt` when not empty.
+  std::vector<std::int32_t> prompt_tokens;
   // Tokens to generate at most, as the client asked: then prompt + max_tokens beyond the context is
   // an error (kContextExceeded, param "max_tokens"). 0: not asked; the daemon's default applies,
   // and generation simply stops at the context's end.

@@ -70,8 +70,19 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
     metrics_.count_error(code);
     out.push_back(error_event(request.id, Status(code, std::move(message), std::move(param))));
   };
-  if (Status st = decoder_.tokenize(request.prompt, s->tokens, request.parse_special); !st.ok()) {
+  if (!request.prompt_tokens.empty()) {
+    for (Token t : request.prompt_tokens) {
+      if (!decoder_.valid_token(t)) return reject(ErrorCode::kBadRequest, "token " + std::to_string(t) + " is not in the vocabulary", "prompt");
+    }
+    s->tokens = std::move(request.prompt_tokens);
+  } else if (Status st = decoder_.tokenize(request.prompt, s->tokens, request.parse_special); !st.ok()) {
     return reject(st.code(), st.message());
+  }
+  for (Token t : s->sampling.stop_token_ids) {
+    if (!decoder_.valid_token(t)) return reject(ErrorCode::kBadRequest, "token " + std::to_string(t) + " is not in the vocabulary", "stop_token_ids");
+  }
+  for (const SamplingParams::TokenBias& b : s->sampling.logit_bias) {
+    if (!decoder_.valid_token(b.token)) return reject(ErrorCode::kBadRequest, "token " + std::to_string(b.token) + " is not in the vocabulary", "logit_bias");
   }
   for (Token t : request.continuation) {
     if (!decoder_.valid_token(t)) return reject(ErrorCode::kBadRequest, "token " + std::to_string(t) + " is not in the vocabulary", "uma.resume");
@@ -207,7 +218,7 @@ void Scheduler::tick(std::vector<Event>& out) {
     sampled_.push_back(decoder_.sample(row.session->seq, row.batch_index));
     if (row.session->sampling.logprobs >= 0) {
       note_logprobs(*row.session, row.batch_index, sampled_.back());
-    } else if (row.session->sampling.report_tokens && !decoder_.is_end_of_generation(sampled_.back())) {
+    } else if (row.session->sampling.report_tokens && !ends_generation(*row.session, sampled_.back())) {
       row.session->pending_logprobs.push_back(LogprobEntry{TokenLogprob{sampled_.back(), {}, 0.0f}, {}});
     }
   }
@@ -328,6 +339,12 @@ void Scheduler::trace_tick(const TickPlan& plan, std::int32_t budget, double dec
   spdlog::debug("{}", line);
 }
 
+bool Scheduler::ends_generation(const Session& s, Token token) const {
+  if (decoder_.is_end_of_generation(token)) return true;
+  const auto& ids = s.sampling.stop_token_ids;
+  return !ids.empty() && std::find(ids.begin(), ids.end(), token) != ids.end();
+}
+
 void Scheduler::apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out) {
   if (s.generated == 0) {
     s.first_token_at = now;
@@ -344,7 +361,7 @@ void Scheduler::apply_token(Session& s, Token token, Clock::time_point now, std:
   }
   s.last_emit_at = now;
 
-  if (decoder_.is_end_of_generation(token)) {
+  if (ends_generation(s, token)) {
     complete(s, FinishReason::kStop, out);
     metrics_.requests_completed_total++;
     return;
@@ -364,7 +381,7 @@ void Scheduler::apply_token(Session& s, Token token, Clock::time_point now, std:
 // Read from the row the sampler just used (valid until the next decode); the entry waits in the
 // session until an event carries its token's text.
 void Scheduler::note_logprobs(Session& s, std::int32_t batch_index, Token token) {
-  if (decoder_.is_end_of_generation(token)) return;  // ends the text; reported by no one
+  if (ends_generation(s, token)) return;  // ends the text; reported by no one
   LogprobEntry e = logprob_entry(decoder_.logits(batch_index), token, std::min(s.sampling.logprobs, kMaxTopLogprobs));
   e.chosen.text = decoder_.piece(token);
   for (TokenLogprob& t : e.top) t.text = decoder_.piece(t.token);

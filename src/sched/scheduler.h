@@ -139,6 +139,8 @@ class Scheduler {
   const Session* find_session(RequestId id) const;
   void expire_queued(std::vector<Event>& out);  // rejects requests that waited past max_queue_ms
   void apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out);
+  // The model's end of generation, or one of the request's stop_token_ids.
+  bool ends_generation(const Session& s, Token token) const;
   void note_logprobs(Session& s, std::int32_t batch_index, Token token);  // sampling.logprobs >= 0
   // Emits text through the stop filter; returns true when a stop string ended the request.
   bool emit_text(Session& s, std::string_view text, Token token, std::vector<Event>& out);

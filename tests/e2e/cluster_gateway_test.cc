@@ -71,13 +71,13 @@ TEST(ClusterGateway, ExactOutputsThroughEitherGatewayAndTheNodeSdk) {
     EXPECT_EQ(stream_text(dechunk(body_of(r))), oracle().expected_text("the stone", 9));
     EXPECT_EQ(dechunk(body_of(r)).find(": tokens"), std::string::npos) << "umad's token comments stay in the gateway";
   }
-  // Checked by the gateway as umad checks it: a field it does not know is a 400 naming it, and
-  // `uma` is the gateway's own.
+  // Checked by the gateway as umad checks it: an OpenAI field umad cannot honour is a 400 naming
+  // it, and `uma` is the gateway's own.
   Tcp bad(c.gateways[0]->port());
-  ASSERT_TRUE(bad.send(post("/v1/completions", R"({"prompt":"x","frobnicate":1})")));
+  ASSERT_TRUE(bad.send(post("/v1/completions", R"({"prompt":"x","echo":true})")));
   std::string r = bad.response();
   EXPECT_EQ(status_of(r), 400);
-  EXPECT_EQ(json::parse(body_of(r))["error"]["param"], "frobnicate");
+  EXPECT_EQ(json::parse(body_of(r))["error"]["param"], "echo");
   ASSERT_TRUE(bad.send(post("/v1/completions", R"({"prompt":"x","uma":{"resume":[1]}})")));
   r = bad.response();
   EXPECT_EQ(status_of(r), 400);

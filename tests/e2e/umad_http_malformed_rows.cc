@@ -75,8 +75,14 @@ std::vector<Row> table() {
   bad("prompt as null", kCompl, R"({"prompt":null})");
   bad("prompt as bool", kCompl, R"({"prompt":true})");
   bad("prompt as object", kCompl, R"({"prompt":{"text":"hello"}})");
-  bad("prompt as array of two strings", kCompl, R"({"prompt":["hello","world"]})");
-  bad("prompt as array of token ids", kCompl, R"({"prompt":[22172,3186]})");
+  rows.push_back({"prompt as array of two strings: a choice each",
+                  {post(kCompl, R"({"prompt":["hello","world"],"max_tokens":2})")}, {Reply{{200}, {}, false, R"("index":1)"}}});
+  good("prompt as array of token ids (no BOS added)", {post(kCompl, R"({"prompt":[22172,3186],"max_tokens":8})")}, hw8);
+  bad("prompt token id out of the vocabulary", kCompl, R"({"prompt":[22172,99999999]})");
+  bad("prompt token id negative", kCompl, R"({"prompt":[-5]})");
+  bad("prompt token ids mixed with text", kCompl, R"({"prompt":[22172,"x"]})");
+  bad("prompt array of an empty token array", kCompl, R"({"prompt":[[]]})");
+  bad("prompts x n over 16 choices", kCompl, R"({"prompt":["a","b","c"],"n":6})");
   bad("prompt as empty array", kCompl, R"({"prompt":[]})");
   bad("prompt missing", kCompl, R"({"max_tokens":8})");
   bad("prompt empty", kCompl, R"({"prompt":""})");
@@ -132,7 +138,8 @@ std::vector<Row> table() {
   // ---- stop
   bad("stop as number", kCompl, R"({"prompt":"hello world","stop":5})");
   bad("stop as object", kCompl, R"({"prompt":"hello world","stop":{"a":"b"}})");
-  bad("stop array of 5", kCompl, R"({"prompt":"hello world","stop":["a","b","c","d","e"]})");
+  good("stop array of 5 (up to 16)", {post(kCompl, R"({"prompt":"hello world","max_tokens":8,"stop":["@1","@2","@3","@4","@5"]})")}, hw8);
+  bad("stop array of 17", kCompl, R"({"prompt":"hello world","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})");
   bad("stop array with a number", kCompl, R"({"prompt":"hello world","stop":["a",1]})");
   bad("stop empty string", kCompl, R"({"prompt":"hello world","stop":""})");
   bad("stop array with an empty string", kCompl, R"({"prompt":"hello world","stop":["a",""]})");
@@ -193,7 +200,40 @@ std::vector<Row> table() {
        {post(kCompl, R"({"prompt":"hello world","max_tokens":8,"metadata":)" + repeat(R"({"a":)", 20000) + "1" +
                          std::string(20000, '}') + "}")},
        hw8);
-  bad("a field umad does not know", kCompl, R"({"prompt":"hello world","x":1})");
+  good("a field no one defined is ignored", {post(kCompl, R"({"prompt":"hello world","max_tokens":8,"x":1})")}, hw8);
+  // ---- extensions (vLLM, llama-server)
+  good("ignore_eos false", {post(kCompl, R"({"prompt":"hello world","max_tokens":8,"ignore_eos":false})")}, hw8);
+  good("repetition_penalty 1.0 and top_k -1 (vllm bench serve)",
+       {post(kCompl, R"({"prompt":"hello world","max_tokens":8,"repetition_penalty":1.0,"top_k":-1})")}, hw8);
+  good("stop_token_ids end the text", {post(kCompl, R"({"prompt":"hello world","max_tokens":8,"stop_token_ids":[3190]})")},
+       oracle().expected_text("hello world", 3));
+  good("logit_bias {} and cache_prompt", {post(kCompl, R"({"prompt":"hello world","max_tokens":8,"logit_bias":{},"cache_prompt":true})")}, hw8);
+  bad("ignore_eos as string", kCompl, R"({"prompt":"hello world","ignore_eos":"yes"})");
+  bad("min_tokens negative", kCompl, R"({"prompt":"hello world","min_tokens":-1})");
+  bad("min_tokens as float", kCompl, R"({"prompt":"hello world","min_tokens":1.5})");
+  bad("repetition_penalty 0", kCompl, R"({"prompt":"hello world","repetition_penalty":0})");
+  bad("top_k -2", kCompl, R"({"prompt":"hello world","top_k":-2})");
+  bad("logit_bias as string", kCompl, R"({"prompt":"hello world","logit_bias":"x"})");
+  bad("logit_bias over 100", kCompl, R"({"prompt":"hello world","logit_bias":{"5":101}})");
+  bad("logit_bias token out of the vocabulary", kCompl, R"({"prompt":"hello world","logit_bias":{"99999999":1}})");
+  bad("logit_bias pair of three", kCompl, R"({"prompt":"hello world","logit_bias":[[1,2,3]]})");
+  bad("logit_bias empty text", kCompl, R"({"prompt":"hello world","logit_bias":[["",1]]})");
+  bad("stop_token_ids as number", kCompl, R"({"prompt":"hello world","stop_token_ids":5})");
+  bad("stop_token_ids out of the vocabulary", kCompl, R"({"prompt":"hello world","stop_token_ids":[99999999]})");
+  bad("grammar as number", kCompl, R"({"prompt":"hello world","grammar":5})");
+  bad("grammar that does not parse", kCompl, R"({"prompt":"hello world","grammar":"root ::= ("})");
+  bad("json_schema as string", kCompl, R"({"prompt":"hello world","json_schema":"{}"})");
+  bad("grammar and json_schema", kCompl, R"({"prompt":"hello world","grammar":"root ::= \"a\"","json_schema":{}})");
+  bad("n_predict -2", kCompl, R"({"prompt":"hello world","n_predict":-2})");
+  bad("n_probs 21", kCompl, R"({"prompt":"hello world","n_probs":21})");
+  bad("skip_special_tokens false", kCompl, R"({"prompt":"hello world","skip_special_tokens":false})");
+  bad("chat_template_kwargs as array", kChat, R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":[1]})");
+  bad("enable_thinking as string", kChat, R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":"no"}})");
+  bad("reasoning_effort unknown", kChat, R"({"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"max"})");
+  bad("response_format json_object with a schema of 123", kChat,
+      R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object","schema":123}})");
+  bad("stream with a prompt longer than the context: 400 before any SSE", kCompl,
+      R"({"prompt":")" + repeat(" hello", kNCtx + 100) + R"(","stream":true})");
   bad("a field umad does not implement", kChat, R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]})");
   bad("prompt over --max-prompt-bytes", kCompl, R"({"prompt":")" + std::string(kMaxPromptBytes + 100, 'a') + R"("})", 413);
   bad("prompt longer than the context", kCompl, R"({"prompt":")" + repeat(" hello", kNCtx + 100) + R"("})");

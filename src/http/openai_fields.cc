@@ -1,0 +1,246 @@
+// The field policy of the OpenAI endpoints and the extensions peer servers define (openai_json.h).
+// Every field a request may carry, and what umad does with it:
+//   - OpenAI's fields umad honours, and the extensions of vLLM and llama-server that benchmark
+//     clients and front ends send (ignore_eos, min_tokens, repetition_penalty, logit_bias, ...),
+//     with those servers' meaning;
+//   - OpenAI's fields umad cannot honour: a 400 naming them unless the value asks for nothing (an
+//     app that asks for audio or `echo` and silently gets neither fails far from the cause);
+//   - fields no one defined: ignored, as every peer server does, and named (the response header
+//     X-Uma-Ignored-Fields, /metrics); --strict-fields makes them a 400.
+// docs/PROTOCOL.md lists every field's status.
+#include <cmath>
+#include <limits>
+
+#include "common/json_text.h"
+#include "http/openai_json.h"
+
+namespace uma::openai::detail {
+namespace {
+
+enum class Use : std::uint8_t {
+  kParsed,    // read into the request
+  kHarmless,  // accepted, changes nothing about the output
+  kNoOpOnly,  // accepted only with the value that asks for nothing (is_noop)
+};
+struct FieldRule {
+  const char* name;
+  Use use;
+  bool chat, completions;  // on which endpoint it exists
+};
+constexpr FieldRule kFields[] = {
+    {"model", Use::kParsed, true, true},
+    {"messages", Use::kParsed, true, false},
+    {"prompt", Use::kParsed, false, true},
+    {"max_tokens", Use::kParsed, true, true},
+    {"max_completion_tokens", Use::kParsed, true, false},
+    {"temperature", Use::kParsed, true, true},
+    {"top_p", Use::kParsed, true, true},
+    {"presence_penalty", Use::kParsed, true, true},
+    {"frequency_penalty", Use::kParsed, true, true},
+    {"seed", Use::kParsed, true, true},
+    {"n", Use::kParsed, true, true},
+    {"stop", Use::kParsed, true, true},
+    {"stream", Use::kParsed, true, true},
+    {"stream_options", Use::kParsed, true, true},
+    {"user", Use::kParsed, true, true},
+    {"metadata", Use::kHarmless, true, true},
+    {"store", Use::kHarmless, true, true},
+    {"service_tier", Use::kHarmless, true, true},
+    {"prompt_cache_key", Use::kHarmless, true, true},
+    {"safety_identifier", Use::kHarmless, true, true},
+    {"logprobs", Use::kParsed, true, true},
+    {"top_logprobs", Use::kParsed, true, false},
+    {"logit_bias", Use::kParsed, true, true},
+    {"response_format", Use::kParsed, true, false},
+    {"tools", Use::kParsed, true, false},
+    {"tool_choice", Use::kParsed, true, false},
+    {"parallel_tool_calls", Use::kParsed, true, false},
+    {"reasoning_effort", Use::kParsed, true, false},
+    {"functions", Use::kNoOpOnly, true, false},
+    {"function_call", Use::kNoOpOnly, true, false},
+    {"modalities", Use::kNoOpOnly, true, false},
+    {"audio", Use::kNoOpOnly, true, false},
+    {"prediction", Use::kNoOpOnly, true, false},
+    {"verbosity", Use::kNoOpOnly, true, false},
+    {"web_search_options", Use::kNoOpOnly, true, false},
+    {"echo", Use::kNoOpOnly, false, true},
+    {"best_of", Use::kNoOpOnly, false, true},
+    {"suffix", Use::kNoOpOnly, false, true},
+    // Extensions (vLLM, llama-server), with their meaning.
+    {"top_k", Use::kParsed, true, true},
+    {"min_p", Use::kParsed, true, true},
+    {"repeat_penalty", Use::kParsed, true, true},
+    {"repetition_penalty", Use::kParsed, true, true},
+    {"ignore_eos", Use::kParsed, true, true},
+    {"min_tokens", Use::kParsed, true, true},
+    {"stop_token_ids", Use::kParsed, true, true},
+    {"n_predict", Use::kParsed, true, true},
+    {"n_probs", Use::kParsed, true, true},
+    {"grammar", Use::kParsed, true, true},
+    {"json_schema", Use::kParsed, true, true},
+    {"chat_template_kwargs", Use::kParsed, true, false},
+    {"cache_prompt", Use::kHarmless, true, true},  // umad's prefix cache is always on
+    {"skip_special_tokens", Use::kNoOpOnly, true, true},
+    {"uma", Use::kParsed, true, true},  // umad's own: what a gateway asks for (GatewayOptions)
+};
+
+// The value of a kNoOpOnly field that asks for nothing beyond what umad does anyway.
+bool is_noop(std::string_view name, const json& v) {
+  if (name == "functions") return v.is_array() && v.empty();
+  if (name == "modalities") return v.is_array() && v.size() == 1 && v[0] == "text";
+  if (name == "echo") return v.is_boolean() && !v.get<bool>();
+  if (name == "best_of") return v.is_number_integer() && v.get<std::int64_t>() == 1;
+  if (name == "suffix") return v.is_string() && v.get_ref<const std::string&>().empty();
+  if (name == "skip_special_tokens") return v.is_boolean() && v.get<bool>();  // umad's text never has them
+  return false;  // function_call, audio, prediction, ...: only null asks for nothing
+}
+
+constexpr std::size_t kMaxIgnoredNamed = 16;
+
+// logit_bias: OpenAI's {"TOKEN_ID": bias}; llama-server's also [[TOKEN_ID or "text", bias], ...]
+// and a key that is text; `false` as the bias: never (-inf). Bias in [-100, 100].
+Status logit_bias(const json& v, SamplingParams* s) {
+  const char* field = "logit_bias";
+  auto add = [&](const std::string* text, std::int64_t token, const json& b) -> Status {
+    float bias = 0.0f;
+    if (b.is_boolean() && !b.get<bool>()) {
+      bias = -std::numeric_limits<float>::infinity();
+    } else if (b.is_number() && b.get<double>() >= -100.0 && b.get<double>() <= 100.0) {
+      bias = static_cast<float>(b.get<double>());
+    } else {
+      return bad(field, "biases must be numbers from -100 to 100 (or false: never)");
+    }
+    if (s->logit_bias.size() + s->text_bias.size() >= kMaxLogitBias) return bad(field, "has too many entries");
+    if (text != nullptr) {
+      if (text->empty() || text->find('\0') != std::string::npos) return bad(field, "texts must be non-empty, without NUL");
+      s->text_bias.emplace_back(*text, bias);
+    } else {
+      if (token < 0 || token > INT32_MAX) return bad(field, "token ids must be integers >= 0");
+      s->logit_bias.push_back({static_cast<std::int32_t>(token), bias});
+    }
+    return Status::Ok();
+  };
+  if (v.is_object()) {
+    for (const auto& [key, b] : v.items()) {
+      std::size_t used = 0;
+      std::int64_t id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      Status st = used == key.size() && !key.empty() ? add(nullptr, id, b) : add(&key, 0, b);
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  }
+  if (!v.is_array()) return bad(field, "must be an object of token id -> bias (or llama-server's array of pairs)");
+  for (const json& pair : v) {
+    if (!pair.is_array() || pair.size() != 2) return bad(field, "array entries must be [token id or text, bias]");
+    Status st = pair[0].is_string()            ? add(&pair[0].get_ref<const std::string&>(), 0, pair[1])
+                : pair[0].is_number_integer() ? add(nullptr, pair[0].get<std::int64_t>(), pair[1])
+                                              : bad(field, "array entries must be [token id or text, bias]");
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status check_fields(const json& j, bool chat, bool strict, std::vector<std::string>* ignored) {
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_null()) continue;
+    const FieldRule* rule = nullptr;
+    bool elsewhere = false;  // a field of the other endpoint
+    for (const FieldRule& r : kFields) {
+      if (key != r.name) continue;
+      if (chat ? r.chat : r.completions) rule = &r;
+      else elsewhere = true;
+    }
+    if (rule == nullptr) {
+      if (strict || elsewhere) {
+        return bad(key, std::string("is not a field of ") + (chat ? "/v1/chat/completions" : "/v1/completions") +
+                            " that umad knows (docs/PROTOCOL.md lists them)");
+      }
+      if (ignored->size() < kMaxIgnoredNamed) ignored->push_back(key);
+      continue;
+    }
+    if (rule->use == Use::kNoOpOnly && !is_noop(key, value)) {
+      return Status(ErrorCode::kBadRequest,
+                    "'" + key + "' is not supported by umad yet (only the value that asks for nothing is accepted)",
+                    key);
+    }
+  }
+  return Status::Ok();
+}
+
+Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
+  SamplingParams& s = r->sampling;
+  Status st;
+  if (!(st = boolean(j, "ignore_eos", &s.ignore_eos)).ok()) return st;
+  std::int64_t v = s.min_tokens;
+  if (!(st = integer(j, "min_tokens", 0, kMaxTokensField, &v)).ok()) return st;
+  s.min_tokens = static_cast<std::int32_t>(v);
+  if (!(st = number(j, "repetition_penalty", 0.0, 10.0, &s.repeat_penalty)).ok()) return st;
+  if (s.repeat_penalty == 0.0f) return bad("repetition_penalty", "must be greater than 0");
+  if (const json* ids = member(j, "stop_token_ids")) {
+    if (!ids->is_array() || ids->size() > kMaxStopTokenIds) return bad("stop_token_ids", "must be an array of at most 64 token ids");
+    for (const json& t : *ids) {
+      if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX) {
+        return bad("stop_token_ids", "must be an array of token ids");
+      }
+      s.stop_token_ids.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+    }
+  }
+  if (const json* b = member(j, "logit_bias")) {
+    if (Status st2 = logit_bias(*b, &s); !st2.ok()) return st2;
+  }
+  if (const json* np = member(j, "n_predict"); np != nullptr && !member(j, "max_tokens")) {
+    // llama-server's max_tokens: -1 is "until the context ends" (not asked).
+    if (!np->is_number_integer() || np->get<std::int64_t>() < -1 || np->get<std::int64_t>() > kMaxTokensField) {
+      return bad("n_predict", "must be -1 or a positive integer");
+    }
+    if (np->get<std::int64_t>() > 0) r->max_tokens = static_cast<std::int32_t>(np->get<std::int64_t>());
+  }
+  if (const json* np = member(j, "n_probs"); np != nullptr && r->logprobs < 0) {
+    if (!np->is_number_integer() || np->get<std::int64_t>() < 0 || np->get<std::int64_t>() > kMaxTopLogprobs) {
+      return bad("n_probs", "must be an integer from 0 to 20");
+    }
+    if (np->get<std::int64_t>() > 0) r->logprobs = static_cast<std::int32_t>(np->get<std::int64_t>());
+  }
+  if (const json* g = member(j, "grammar")) {
+    if (!g->is_string()) return bad("grammar", "must be a GBNF grammar (a string)");
+    if (g->get_ref<const std::string&>().find('\0') != std::string::npos) return bad("grammar", "must not contain NUL");
+    r->grammar = g->get<std::string>();
+  }
+  if (const json* js = member(j, "json_schema")) {
+    if (!js->is_object()) return bad("json_schema", "must be a JSON schema object");
+    if (!r->json_schema.empty()) return bad("json_schema", "cannot be combined with response_format");
+    r->json_schema = to_json_text(*js);
+  }
+  if (!r->grammar.empty() && !r->json_schema.empty()) return bad("grammar", "cannot be combined with a JSON schema");
+  if (!chat) return Status::Ok();
+  if (const json* kw = member(j, "chat_template_kwargs")) {
+    if (!kw->is_object()) return bad("chat_template_kwargs", "must be an object");
+    for (const auto& [key, value] : kw->items()) {
+      if (key == "enable_thinking") {
+        if (!value.is_boolean()) return bad("chat_template_kwargs.enable_thinking", "must be a boolean");
+        r->enable_thinking = value.get<bool>();
+      }
+      r->template_kwargs[key] = to_json_text(value);
+    }
+  }
+  if (const json* effort = member(j, "reasoning_effort")) {
+    const std::string e = effort->is_string() ? effort->get<std::string>() : std::string();
+    if (e != "none" && e != "minimal" && e != "low" && e != "medium" && e != "high") {
+      return bad("reasoning_effort", "must be none, minimal, low, medium or high");
+    }
+    // "none" turns a thinking template's thinking off; the others leave it on, and templates that
+    // read the effort (gpt-oss's) get it.
+    if (!r->enable_thinking.has_value()) r->enable_thinking = e != "none";
+    if (!r->template_kwargs.contains("reasoning_effort")) r->template_kwargs["reasoning_effort"] = "\"" + e + "\"";
+  }
+  return Status::Ok();
+}
+
+}  // namespace uma::openai::detail

@@ -1,0 +1,147 @@
+// End to end over HTTP: what the ecosystem's clients send beyond OpenAI's own fields (benchmark
+// clients' fixed output lengths, vLLM's and llama-server's extensions, token-id prompts), the field
+// policy, keys and the stream's first chunks, against the oracle's known outputs. The oracle's
+// greedy next token is the last one + 1, so a prompt ending in BOS (token 1) is answered by EOS (2).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/daemon_harness.h"
+#include "e2e/http_client.h"
+#include "e2e/json_helpers.h"
+#include "e2e/oracle.h"
+
+namespace uma::test {
+namespace {
+
+using json = nlohmann::json;
+
+json completion(Tcp& t, const json& body, std::string* head = nullptr) {
+  EXPECT_TRUE(t.send(post("/v1/completions", body.dump())));
+  const std::string r = t.response();
+  if (head != nullptr) *head = head_of(r);
+  EXPECT_EQ(status_of(r), 200) << body.dump() << " -> " << r;
+  return json::parse(body_of(r), nullptr, false);
+}
+
+TEST(UmadApi, FixedOutputLengthsIgnoreEosMinTokensAndStopTokenIds) {
+  Daemon d(http_args({}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  // [1] is answered by EOS at once: nothing generated.
+  json j = completion(t, {{"prompt", json::array({1})}, {"max_tokens", 8}});
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0) << j.dump();
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  // ignore_eos (guidellm, inference-perf, aiperf): exactly max_tokens.
+  j = completion(t, {{"prompt", json::array({1})}, {"max_tokens", 8}, {"ignore_eos", true}});
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8) << j.dump();
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  // min_tokens: no end before 5 tokens; then the oracle runs on to max_tokens.
+  j = completion(t, {{"prompt", json::array({1})}, {"max_tokens", 8}, {"min_tokens", 5}});
+  EXPECT_GE(j["usage"]["completion_tokens"].get<int>(), 5) << j.dump();
+  // Streamed and sampled too (the guard sits in every chain).
+  j = completion(t, {{"prompt", json::array({1})}, {"max_tokens", 6}, {"ignore_eos", true}, {"temperature", 0.8}, {"seed", 3}});
+  EXPECT_EQ(j["usage"]["completion_tokens"], 6) << j.dump();
+  // stop_token_ids end the text as EOS does: "hello world" continues 3187, 3188, 3189, 3190, ...
+  j = completion(t, {{"prompt", "hello world"}, {"max_tokens", 8}, {"stop_token_ids", {3190}}});
+  EXPECT_EQ(j["choices"][0]["text"], oracle().expected_text("hello world", 3)) << j.dump();
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+}
+
+TEST(UmadApi, LogitBiasSteersTheGreedyPick) {
+  Daemon d(http_args({}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  const std::string expected = oracle().expected_text("hello world", 4);
+  json j = completion(t, {{"prompt", "hello world"}, {"max_tokens", 4}, {"logit_bias", {{"3187", -100}}}});
+  EXPECT_NE(j["choices"][0]["text"], expected) << "the oracle's pick is banned";
+  // A bias towards a token makes it the pick: token 500 first, then the oracle's 501, 502, ...
+  const json piece = completion(t, {{"prompt", json::array({499})}, {"max_tokens", 1}})["choices"][0]["text"];
+  j = completion(t, {{"prompt", "hello world"}, {"max_tokens", 1}, {"logit_bias", {{"500", 100}}}});
+  EXPECT_EQ(j["choices"][0]["text"], piece) << j.dump();
+  // llama-server's form: pairs, false is never.
+  j = completion(t, {{"prompt", "hello world"}, {"max_tokens", 4}, {"logit_bias", json::array({json::array({3187, false})})}});
+  EXPECT_NE(j["choices"][0]["text"], expected);
+}
+
+TEST(UmadApi, TokenPromptsAndSeveralPromptsEachGetTheirChoices) {
+  Daemon d(http_args({"--max-sessions", "8"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  const std::vector<std::int32_t> hw = oracle().tokenize("hello world");
+  json ids = json::array();
+  for (std::size_t i = 1; i < hw.size(); ++i) ids.push_back(hw[i]);  // without BOS
+  json j = completion(t, {{"prompt", json::array({"a b c", ids})}, {"max_tokens", 5}, {"n", 2}});
+  ASSERT_EQ(j["choices"].size(), 4u) << j.dump();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], oracle().expected_text(i < 2 ? "a b c" : "hello world", 5)) << i;
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], oracle().tokenize("a b c").size() + ids.size()) << "each prompt once";
+  EXPECT_EQ(j["usage"]["completion_tokens"], 20);
+}
+
+TEST(UmadApi, UnknownFieldsAreNamedAndCountedOrRefusedWhenStrict) {
+  Daemon d(http_args({}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  std::string head;
+  json j = completion(t, {{"prompt", "hello world"}, {"max_tokens", 3}, {"mirostat", 2}, {"x\r\nEvil: 1", 1}}, &head);
+  EXPECT_EQ(j["choices"][0]["text"], oracle().expected_text("hello world", 3));
+  EXPECT_NE(head.find("X-Uma-Ignored-Fields: mirostat, x??Evil?"), std::string::npos) << head;
+  EXPECT_EQ(head.find("\r\nEvil"), std::string::npos) << "a field name never becomes a header";
+  EXPECT_EQ(metrics(d)["ignored_fields_total"], 2);
+
+  Daemon strict(http_args({"--strict-fields"}));
+  ASSERT_TRUE(strict.started()) << strict.log();
+  Tcp s(http_port(strict));
+  ASSERT_TRUE(s.send(post("/v1/completions", R"({"prompt":"hello world","mirostat":2})")));
+  const std::string r = s.response();
+  EXPECT_EQ(status_of(r), 400) << r;
+  EXPECT_EQ(json::parse(body_of(r))["error"]["param"], "mirostat");
+}
+
+TEST(UmadApi, StreamsOpenWithTheRoleAloneAndErrorsKnownBeforeTheFirstTokenAreHttpErrors) {
+  Daemon d(http_args({"--n-ctx", "512"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  ASSERT_TRUE(t.send(post("/v1/chat/completions", json({{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                                        {"max_tokens", 3}, {"stream", true}}).dump())));
+  std::string r = t.response();
+  ASSERT_EQ(status_of(r), 200) << r;
+  const std::string events = dechunk(body_of(r));
+  const std::size_t first = events.find("data: ");
+  const json chunk = json::parse(events.substr(first + 6, events.find("\n", first) - first - 6));
+  EXPECT_EQ(chunk["choices"][0]["delta"], json({{"role", "assistant"}})) << events;
+  // A prompt the context cannot hold, streamed: a 400 before any SSE, as OpenAI and llama-server answer.
+  std::string long_prompt;
+  for (int i = 0; i < 600; ++i) long_prompt += " hello";
+  ASSERT_TRUE(t.send(post("/v1/completions", json({{"prompt", long_prompt}, {"stream", true}}).dump())));
+  r = t.response();
+  EXPECT_EQ(status_of(r), 400) << r;
+  EXPECT_EQ(head_of(r).find("text/event-stream"), std::string::npos) << r;
+  EXPECT_EQ(json::parse(body_of(r))["error"]["code"], "context_exceeded") << r;
+}
+
+TEST(UmadApi, TheKeyIsABearerTokenOrXApiKey) {
+  Daemon d(http_args({"--api-key", "sesame"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  const std::string body = R"({"prompt":"hello world","max_tokens":2})";
+  auto with = [&](const std::string& header) {
+    EXPECT_TRUE(t.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + header +
+                       "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body));
+    return status_of(t.response());
+  };
+  EXPECT_EQ(with(""), 401);
+  EXPECT_EQ(with("Authorization: Bearer wrong\r\n"), 401);
+  EXPECT_EQ(with("Authorization: Bearer sesame\r\n"), 200);
+  EXPECT_EQ(with("x-api-key: sesame\r\n"), 200);
+  EXPECT_EQ(with("x-api-key: sesam\r\n"), 401);
+  ASSERT_TRUE(t.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(status_of(t.response()), 200) << "health is open";
+}
+
+}  // namespace
+}  // namespace uma::test
