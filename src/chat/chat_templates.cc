@@ -117,10 +117,11 @@ class CommonOutputParser final : public ChatOutputParser {
     }
     std::vector<ChatDelta> out;
     for (const common_chat_msg_diff& d : diffs) {
-      if (!d.content_delta.empty()) out.push_back(ChatDelta{d.content_delta, -1, {}, {}, {}});
+      if (!d.reasoning_content_delta.empty()) out.push_back(ChatDelta{{}, -1, {}, {}, {}, d.reasoning_content_delta});
+      if (!d.content_delta.empty()) out.push_back(ChatDelta{d.content_delta, -1, {}, {}, {}, {}});
       if (d.tool_call_index != std::string::npos) {
         out.push_back(ChatDelta{{}, static_cast<std::ptrdiff_t>(d.tool_call_index), d.tool_call_delta.id,
-                                d.tool_call_delta.name, d.tool_call_delta.arguments});
+                                d.tool_call_delta.name, d.tool_call_delta.arguments, {}});
       }
     }
     adopt(std::move(next));
@@ -135,6 +136,7 @@ class CommonOutputParser final : public ChatOutputParser {
 
   std::unique_ptr<ChatOutputParser> fresh() const override { return std::make_unique<CommonOutputParser>(params_); }
   const std::string& content() const override { return msg_.content; }
+  const std::string& reasoning() const override { return msg_.reasoning_content; }
   const std::vector<ToolCall>& tool_calls() const override { return calls_; }
 
  private:

@@ -63,7 +63,8 @@ struct ChatRequest {
 struct ChatDelta {
   std::string content;
   std::ptrdiff_t tool_index = -1;  // >= 0: a tool-call piece
-  std::string tool_id, tool_name, tool_arguments;
+  std::string tool_id{}, tool_name{}, tool_arguments{};
+  std::string reasoning{};  // a thinking model's reasoning (reasoning_content), apart from content
 };
 
 // Reads a model family's tool-call syntax out of the generated text as it grows. One per request.
@@ -79,6 +80,7 @@ class ChatOutputParser {
   virtual std::unique_ptr<ChatOutputParser> fresh() const = 0;
   // The whole message so far.
   virtual const std::string& content() const = 0;
+  virtual const std::string& reasoning() const = 0;
   virtual const std::vector<ToolCall>& tool_calls() const = 0;
 };
 

@@ -27,6 +27,7 @@
 #include "http/http_server.h"
 #include "ipc/uds_server.h"
 #include "runtime/llama_runtime.h"
+#include "runtime/vocab_model.h"
 #include "sched/compute_thread.h"
 #include "sched/scheduler.h"
 
@@ -185,8 +186,24 @@ int main(int argc, char** argv) {
       spdlog::error("--chat-template: {}", chat_st.to_string());
       return 1;
     }
+    if (!chat) {
+      // As llama-server does: chat still serves, with chatml, and the start line says so.
+      chat = ChatTemplates::load(runtime->model(), "chatml", &chat_st);
+      spdlog::warn("the model has no chat template: chat uses chatml (--chat-template chooses another)");
+    }
     HttpServer::ChatTemplate render = [chat_st](const ChatRequest&, ChatPrompt*) { return chat_st; };
     if (chat) render = [chat](const ChatRequest& request, ChatPrompt* out) { return chat->render(request, out); };
+    const llama_vocab* vocab = model_vocab(runtime->model());
+    const ModelNumbers numbers = model_numbers(runtime->model());
+    http_route::ModelFacts facts{runtime->n_ctx(), runtime->n_ctx_seq(), numbers.n_ctx_train, numbers.n_vocab,
+                                 numbers.n_params, numbers.size_bytes, cfg.server.max_sessions, cfg.runtime.model_path,
+                                 chat ? chat->source() : std::string(),
+                                 std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()};
+    http->set_vocabulary(
+        [vocab](std::string_view text, bool add_special, bool parse_special, std::vector<std::int32_t>* out) {
+          return tokenize_text(vocab, text, *out, parse_special, add_special);
+        },
+        [vocab](std::int32_t token) { return token_piece(vocab, token); }, std::move(facts));
     http->set_ready(served_name, std::move(render));
   }
 

@@ -1,5 +1,9 @@
 #include "http/http_router.h"
 
+#include "http/anthropic.h"
+#include "http/llama_server_api.h"
+#include "http/responses_api.h"
+
 namespace uma::http_route {
 
 namespace http = boost::beast::http;
@@ -68,6 +72,8 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
     q.sampling.grammar_lazy = false;
   }
   q.stop.insert(q.stop.begin(), c.api.stop.begin(), c.api.stop.end());
+  c.writer = openai_writer;
+  c.id_prefix = chat ? "chatcmpl-" : "cmpl-";
   q.tenant = c.api.user;
   q.continuation.assign(c.api.uma.resume.begin(), c.api.uma.resume.end());
   q.sampling.report_tokens = c.api.uma.token_ids;
@@ -76,25 +82,71 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
 
 }  // namespace
 
+// An API's request translated to OpenAI's chat body, run as chat, answered in the API's shape.
+std::variant<Reply, Completion> translated(Status (*translate)(std::string_view, std::string*, std::vector<std::string>*),
+                                           WriterFactory writer, const char* id_prefix, std::string_view body,
+                                           const Context& ctx) {
+  std::string chat_body;
+  std::vector<std::string> ignored;
+  if (Status st = translate(body, &chat_body, &ignored); !st.ok()) return error_reply(st);
+  if (ctx.limits->strict_fields && !ignored.empty()) {
+    return error_reply(Status(ErrorCode::kBadRequest, "'" + ignored[0] + "' is not a field umad knows", ignored[0]));
+  }
+  auto result = completion(true, chat_body, ctx);
+  if (auto* c = std::get_if<Completion>(&result)) {
+    c->writer = std::move(writer);
+    c->id_prefix = id_prefix;
+    c->api.ignored_fields.insert(c->api.ignored_fields.end(), ignored.begin(), ignored.end());
+  }
+  return result;
+}
+
 Routed route(http::verb method, std::string_view target, std::string_view body, const Context& ctx) {
   if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
+  // llama-server's and vLLM's paths without /v1 are the same endpoints.
+  std::string path(target);
+  if (path == "/chat/completions" || path == "/completions" || path == "/models" || path == "/embeddings") path = "/v1" + path;
+  if (path == "/v1/health") path = "/health";
   const bool get = method == http::verb::get;
-  if (target == "/health" && get) {
+  const bool post = method == http::verb::post;
+  if (path == "/health" && get) {
     if (!ctx.ready || ctx.shutting_down) return {false, not_ready(ctx)};
     return {false, Reply{200, "application/json", R"({"status":"ok"})", ErrorCode::kOk}};
   }
-  if (target == "/v1/models" && get) return {false, Reply{200, "application/json", openai::models(ctx.model_id, 0)}};
-  if (target == "/metrics" && get) {
+  if (path == "/v1/models" && get) return {false, Reply{200, "application/json", models_body(ctx)}};
+  if (path == "/metrics" && get) {
     return {false, Reply{200, "text/plain; version=0.0.4", ctx.metrics != nullptr ? ctx.metrics->to_prometheus() : ""}};
   }
-  const bool chat = target == "/v1/chat/completions";
-  if ((chat || target == "/v1/completions") && method == http::verb::post) {
-    // Counted as a request once the daemon serves completions (not while loading or stopping).
-    return {ctx.ready && !ctx.shutting_down, completion(chat, body, ctx)};
+  const bool vocab = ctx.tokenize != nullptr && *ctx.tokenize && ctx.facts != nullptr;
+  if (vocab && (path == "/props" || path == "/slots") && get) {
+    return {false, Reply{200, "application/json", path == "/props" ? props_body(ctx) : slots_body(ctx)}};
   }
-  const bool known = chat || target == "/health" || target == "/v1/completions" || target == "/v1/models" || target == "/metrics";
+  if (post) {
+    // Counted as a request once the daemon serves completions (not while loading or stopping).
+    const bool serving = ctx.ready && !ctx.shutting_down;
+    if (path == "/v1/chat/completions" || path == "/v1/completions") {
+      return {serving, completion(path == "/v1/chat/completions", body, ctx)};
+    }
+    if (path == "/completion") {
+      auto result = completion(false, body, ctx);
+      if (auto* c = std::get_if<Completion>(&result)) c->writer = llama_server_writer;
+      return {serving, std::move(result)};
+    }
+    if (path == "/v1/messages") return {serving, translated(anthropic::to_chat_body, anthropic_writer, "msg_", body, ctx)};
+    if (path == "/v1/responses") return {serving, translated(responses::to_chat_body, responses_writer, "resp_", body, ctx)};
+    if (vocab && (path == "/tokenize" || path == "/detokenize" || path == "/apply-template" ||
+                  path == "/v1/messages/count_tokens")) {
+      if (!ctx.ready || ctx.shutting_down) return {false, not_ready(ctx)};
+      return {false, vocabulary_endpoint(path, body, ctx)};
+    }
+  }
+  static const char* const kKnown[] = {"/health", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions",
+                                       "/completion", "/v1/messages", "/v1/responses", "/props", "/slots", "/tokenize",
+                                       "/detokenize", "/apply-template", "/v1/messages/count_tokens"};
+  bool known = false;
+  for (const char* k : kKnown) known = known || path == k;
   Reply r = known ? error_reply(ErrorCode::kBadRequest, "method not allowed")
-                  : error_reply(ErrorCode::kBadRequest, "no such endpoint: " + std::string(target));
+                  : error_reply(ErrorCode::kNotFound, "no such endpoint: " + std::string(target));
   r.status = known ? 405 : 404;
   r.error = ErrorCode::kOk;
   return {false, std::move(r)};

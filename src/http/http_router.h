@@ -19,6 +19,7 @@
 
 #include "common/status.h"
 #include "http/openai.h"
+#include "http/reply_writer.h"
 #include "metrics/server_metrics.h"
 #include "sched/request.h"
 
@@ -27,6 +28,25 @@ namespace uma::http_route {
 // Renders a chat request (turns, tools) to a prompt with the model's or the configured template,
 // and with tools, the grammar and the output parser (chat/chat_types.h).
 using ChatTemplate = std::function<Status(const ChatRequest&, ChatPrompt*)>;
+
+// Text to tokens with the model's vocabulary (add_special: its BOS; parse_special: control tokens
+// written as text become theirs), and tokens back to text. Callable on the I/O thread.
+using Tokenize = std::function<Status(std::string_view text, bool add_special, bool parse_special, std::vector<std::int32_t>* out)>;
+using TokenText = std::function<std::string(std::int32_t token)>;  // a token's bytes ("" when not in the vocabulary)
+
+// What /v1/models, /props and /slots tell about the model and the daemon.
+struct ModelFacts {
+  std::int32_t n_ctx = 0;         // the context, all sequences together
+  std::int32_t n_ctx_seq = 0;     // the most one request may hold
+  std::int32_t n_ctx_train = 0;
+  std::int32_t n_vocab = 0;
+  std::int64_t n_params = 0;
+  std::int64_t size_bytes = 0;
+  std::int32_t max_sessions = 0;
+  std::string path;
+  std::string chat_template;      // the template's source (or built-in name)
+  std::int64_t created = 0;       // when the model was loaded (unix seconds)
+};
 
 struct Context {
   bool ready = false;          // the model is loaded
@@ -37,6 +57,11 @@ struct Context {
   const SamplingParams* default_sampling = nullptr;
   const SchemaToGrammar* schema_to_grammar = nullptr;  // null or empty: response_format json is refused
   const ServerMetrics* metrics = nullptr;
+  // Null (or empty) where the server has no vocabulary of its own (the gateway): the endpoints that
+  // need one are a 404.
+  const Tokenize* tokenize = nullptr;
+  const TokenText* token_text = nullptr;
+  const ModelFacts* facts = nullptr;
 };
 
 // A whole answer with a body. `error` is the kind the errors counter counts (kOk: not counted).
@@ -47,16 +72,23 @@ struct Reply {
   ErrorCode error = ErrorCode::kOk;
 };
 
+// The writer of a completion's answer in its API's shape (reply_writer.h), made once the request
+// has its id.
+using WriterFactory = std::function<std::unique_ptr<ReplyWriter>(const openai::CompletionRequest&, std::string id,
+                                                                 std::int64_t created)>;
+
 // A completion to run: the API's view (for encoding the answer) and the scheduler's (without an
 // id or arrival time yet: the server assigns those).
 struct Completion {
   openai::CompletionRequest api;
   Request request;
   std::unique_ptr<ChatOutputParser> tool_parser;  // tools the model may call: reads its calls
+  WriterFactory writer;
+  std::string id_prefix;  // the answer's id before the request's number: chatcmpl-, cmpl-, msg_, resp_
 };
 
 struct Routed {
-  bool completion_endpoint = false;  // POST /v1/completions or /v1/chat/completions while serving (requests_total)
+  bool completion_endpoint = false;  // a completion (any API's) while serving (requests_total)
   std::variant<Reply, Completion> action;
 };
 

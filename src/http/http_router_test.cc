@@ -17,6 +17,7 @@ struct Fixture {
     std::vector<ChatDelta> feed(std::string_view, bool) override { return {}; }
     std::unique_ptr<ChatOutputParser> fresh() const override { return std::make_unique<NoParser>(); }
     const std::string& content() const override { return text; }
+    const std::string& reasoning() const override { return text; }
     const std::vector<ToolCall>& tool_calls() const override { return calls; }
     std::string text;
     std::vector<ToolCall> calls;

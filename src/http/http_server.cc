@@ -2,7 +2,7 @@
 
 #include "http/api_key.h"
 
-#include "net/http_chunk.h"
+#include "http/reply_writer.h"
 #include "net/tcp_listen.h"
 
 #include <boost/beast/http.hpp>
@@ -21,32 +21,11 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-const char* finish_reason(FinishReason r) { return r == FinishReason::kLength ? "length" : "stop"; }
 
 // The scheduler names the prompt when it does not fit; a chat request's prompt is its messages.
 Status error_for(const openai::CompletionRequest& r, const Status& st) {
   if (r.chat && st.param() == "prompt") return Status(st.code(), st.message(), "messages");
   return st;
-}
-
-// One `data:` event in one chunk; with `tokens` (a gateway's uma.token_ids), a comment line before
-// it names the tokens whose text the event carries (SSE readers skip comments).
-void append_sse(std::string& out, std::string_view data, const std::vector<LogprobEntry>* tokens = nullptr) {
-  std::string event;
-  if (tokens != nullptr && !tokens->empty()) {
-    event = ": tokens";
-    for (const LogprobEntry& e : *tokens) event += " " + std::to_string(e.chosen.token);
-    event += "\n";
-  }
-  event += "data: ";
-  event.append(data);
-  event += "\n\n";
-  out += http_chunk(event);
-}
-
-void append_stream_end(std::string& out) {
-  append_sse(out, "[DONE]");
-  out += "0\r\n\r\n";
 }
 
 // HTTP/1.1 + the OpenAI API as the serving layer's adapter: Beast's request parser fed the bytes
@@ -83,14 +62,15 @@ class HttpAdapter final : public ProtocolAdapter {
   }
 
   void started(RequestId id, std::string& out) override {
+    (void)out;  // a stream's head goes out with its first event: an error before it is an HTTP error
     // A stream a gateway resumes here keeps the id and time it began with elsewhere.
-    completion_id_ = !req_.uma.id.empty() ? req_.uma.id : (req_.chat ? "chatcmpl-" : "cmpl-") + std::to_string(id - HttpServer::kFirstId);
-    created_ = req_.uma.created > 0 ? req_.uma.created
-                                    : std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::string reply_id = !req_.uma.id.empty() ? req_.uma.id : id_prefix_ + std::to_string(id - HttpServer::kFirstId);
+    const std::int64_t created = req_.uma.created > 0 ? req_.uma.created
+                                 : std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    writer_ = make_writer_(req_, std::move(reply_id), created);
     first_id_ = id;
     choices_.clear();
     choices_.resize(static_cast<std::size_t>(req_.n) * std::max<std::size_t>(1, req_.prompts.size()));
-    if (!req_.uma.resume.empty()) choices_[0].first_chunk = false;  // the role went out with the stream's start
     if (tool_parser_) {
       for (std::size_t i = 1; i < choices_.size(); ++i) choices_[i].parser = tool_parser_->fresh();
       choices_[0].parser = std::move(tool_parser_);
@@ -98,52 +78,47 @@ class HttpAdapter final : public ProtocolAdapter {
     running_ = static_cast<std::int32_t>(choices_.size());
     usage_ = {};
     error_.reset();
-    headers_sent_ = false;  // a stream's head goes out with its first event: an error before it is an HTTP error
+    headers_sent_ = false;
   }
 
-  // A stream's head, once its first event is not an error; a chat stream's choices then each open
-  // with the role alone (OpenAI's first chunk).
+  // A stream's head, once its first event is not an error, and what opens the stream.
   void start_stream(std::string& out) {
     if (headers_sent_ || !req_.stream || error_) return;
     headers_sent_ = true;
     out += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
            "Transfer-Encoding: chunked\r\n" + extra_headers() + "Connection: ";
     out += keep_alive_ ? "keep-alive\r\n\r\n" : "close\r\n\r\n";
-    if (!req_.chat) return;
-    for (std::size_t i = 0; i < choices_.size(); ++i) {
-      if (!choices_[i].first_chunk) continue;
-      append_sse(out, openai::chunk(req_, completion_id_, created_, "", "", true, {}, 0, i));
-      choices_[i].first_chunk = false;
-    }
+    writer_->open(choices_.size(), out);
   }
 
   // Headers every answer to the request carries: the fields it sent that umad ignored.
   std::string extra_headers() const {
-    if (req_.ignored_fields.empty()) return {};
+    std::string h = cors_headers();
+    if (req_.ignored_fields.empty()) return h;
     std::string names;
     for (const std::string& f : req_.ignored_fields) {
       if (!names.empty()) names += ", ";
       for (char ch : f.substr(0, 64)) names += std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.' ? ch : '?';
     }
-    return "X-Uma-Ignored-Fields: " + names + "\r\n";
+    return h + "X-Uma-Ignored-Fields: " + names + "\r\n";
   }
 
-  // Streamed: each delta of a tool-enabled reply as a chunk; the logprobs of the tokens whose text
-  // it released go with the first (text held back keeps them until then).
-  void send_deltas(std::size_t index, const std::vector<ChatDelta>& deltas, std::string& out) {
+  // Streamed: each piece as the writer shapes it; the logprobs of the tokens whose text it
+  // released go with the first (text held back keeps them until then).
+  void send(std::size_t index, const std::vector<ChatDelta>& deltas, std::string& out) {
     ChoiceState& ch = choices_[index];
     if (!req_.stream || error_) return;
     for (const ChatDelta& d : deltas) {
-      append_sse(out, openai::delta_chunk(req_, completion_id_, created_, d, ch.first_chunk, ch.logprobs, index), tokens(ch));
-      ch.first_chunk = false;
+      writer_->delta(index, d, ch.logprobs, ch.sent_bytes, out);
+      ch.sent_bytes += d.content.size();
       ch.logprobs.clear();
     }
   }
 
   Answer refused(const Status& why) override { return error_answer(why); }
 
-  // Each choice (ev.request_id - first_id_) streams its own chunks with its `index`; the reply ends
-  // when the last choice has: [DONE], or the one response with every choice.
+  // Each choice (ev.request_id - first_id_) streams its own pieces; the reply ends when the last
+  // choice has: the stream's close, or the one whole answer with every choice.
   void encode(const Event& ev, std::string& out) override {
     const openai::CompletionRequest& r = req_;
     const std::size_t index = static_cast<std::size_t>(ev.request_id - first_id_);
@@ -153,15 +128,11 @@ class HttpAdapter final : public ProtocolAdapter {
       case Event::Kind::kToken:
         ch.logprobs.insert(ch.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
         if (ch.parser) {
-          send_deltas(index, ch.parser->feed(ev.text, false), out);
+          send(index, ch.parser->feed(ev.text, false), out);
         } else if (!r.stream) {
           ch.text += ev.text;
-        } else if (!error_) {
-          append_sse(out, openai::chunk(r, completion_id_, created_, ev.text, "", ch.first_chunk, ch.logprobs,
-                                        ch.sent_bytes, index), tokens(ch));
-          ch.first_chunk = false;
-          ch.sent_bytes += ev.text.size();
-          ch.logprobs.clear();
+        } else {
+          send(index, {ChatDelta{ev.text, -1, {}, {}, {}, {}}}, out);
         }
         return;
       case Event::Kind::kDone:
@@ -173,35 +144,38 @@ class HttpAdapter final : public ProtocolAdapter {
           if (index % static_cast<std::size_t>(r.n) == 0) usage_.prompt_tokens += ev.prompt_tokens - resumed;
           usage_.completion_tokens += ev.completion_tokens + resumed;
         }
-        ch.reason = finish_reason(ev.reason);
+        ch.reason = ev.reason == FinishReason::kLength ? "length" : "stop";
+        ch.stop_word = ev.stop_word;
         if (ch.parser) {
-          send_deltas(index, ch.parser->feed("", true), out);
+          send(index, ch.parser->feed("", true), out);
           // OpenAI's finish reason for a reply that called tools (unless it was cut short).
           if (ev.reason != FinishReason::kLength && !ch.parser->tool_calls().empty()) ch.reason = "tool_calls";
         }
-        if (r.stream && !error_) {
-          append_sse(out, openai::chunk(r, completion_id_, created_, "", ch.reason, ch.first_chunk, ch.logprobs,
-                                        ch.sent_bytes, index), tokens(ch));
+        if (headers_sent_ && !error_) {
+          writer_->finish(index, {ch.reason, ch.stop_word}, ch.logprobs, ch.sent_bytes, out);
+          ch.logprobs.clear();
         }
         break;
       case Event::Kind::kError:
-        if (!error_ && headers_sent_) append_sse(out, openai::error_body(error_for(r, ev.error)));  // mid-stream
+        if (!error_ && headers_sent_) writer_->fail(error_for(r, ev.error), out);  // mid-stream
         if (!error_) error_ = ev.error;
         break;
     }
     if (--running_ > 0) return;
-    if (r.stream && headers_sent_) {
-      if (!error_ && r.include_usage) append_sse(out, openai::usage_chunk(r, completion_id_, created_, usage_));
-      append_stream_end(out);
+    if (headers_sent_) {
+      if (!error_) writer_->close(usage_, out);
+      out += "0\r\n\r\n";
     } else if (error_) {
-      out += respond(openai::http_status(error_->code()), "application/json", openai::error_body(error_for(r, *error_)));
+      const Status st = error_for(r, *error_);
+      out += respond(openai::http_status(st.code()), "application/json", writer_->error_body(st));
     } else {
-      std::vector<openai::Choice> all;
+      std::vector<WholeChoice> all;
       for (const ChoiceState& c : choices_) {
-        all.push_back(c.parser ? openai::Choice{c.parser->content(), c.reason, c.logprobs, c.parser->tool_calls()}
-                               : openai::Choice{c.text, c.reason, c.logprobs, {}});
+        all.push_back(c.parser ? WholeChoice{c.parser->content(), c.parser->reasoning(), {c.reason, c.stop_word},
+                                             c.logprobs, c.parser->tool_calls()}
+                               : WholeChoice{c.text, {}, {c.reason, c.stop_word}, c.logprobs, {}});
       }
-      out += respond(200, "application/json", openai::response(r, completion_id_, created_, all, usage_));
+      out += respond(200, "application/json", writer_->whole(all, usage_));
     }
     headers_sent_ = false;  // the reply is whole
   }
@@ -231,6 +205,13 @@ class HttpAdapter final : public ProtocolAdapter {
   }
 
   Input route(const http::request<http::string_body>& req) {
+    req_.ignored_fields.clear();  // a previous request's: never named on this one's answer
+    const auto origin = req.find(http::field::origin);
+    origin_ = origin != req.end() ? std::string(origin->value()) : std::string();
+    if (req.method() == http::verb::options && !site_.config.cors_origin.empty()) {
+      // A browser's preflight: answered before the key is asked for (it never carries one).
+      return Answer{respond(204, "text/plain", ""), ErrorCode::kOk, !keep_alive_};
+    }
     if (!site_.config.api_key.empty()) {
       std::string_view path = req.target();
       path = path.substr(0, path.find('?'));
@@ -252,6 +233,9 @@ class HttpAdapter final : public ProtocolAdapter {
     ctx.default_sampling = &site_.config.default_sampling;
     ctx.schema_to_grammar = &site_.config.schema_to_grammar;
     ctx.metrics = &site_.metrics;
+    ctx.tokenize = &site_.tokenize;
+    ctx.token_text = &site_.token_text;
+    ctx.facts = &site_.facts;
     http_route::Routed routed = http_route::route(req.method(), req.target(), req.body(), ctx);
     if (routed.completion_endpoint) site_.metrics.requests_total++;
     if (auto* reply = std::get_if<http_route::Reply>(&routed.action)) {
@@ -259,6 +243,8 @@ class HttpAdapter final : public ProtocolAdapter {
     }
     http_route::Completion& completion = std::get<http_route::Completion>(routed.action);
     req_ = std::move(completion.api);
+    make_writer_ = std::move(completion.writer);
+    id_prefix_ = std::move(completion.id_prefix);
     tool_parser_ = std::move(completion.tool_parser);
     site_.metrics.ignored_fields_total += req_.ignored_fields.size();
     const auto choices = static_cast<std::int32_t>(req_.n * std::max<std::size_t>(1, req_.prompts.size()));
@@ -268,6 +254,17 @@ class HttpAdapter final : public ProtocolAdapter {
   Answer error_answer(const Status& st) {
     return Answer{respond(openai::http_status(st.code()), "application/json", openai::error_body(st)), st.code(),
                   !keep_alive_};
+  }
+
+  // --cors-origin: the request's Origin allowed (every answer says so; a preflight also says what
+  // may be sent).
+  std::string cors_headers() const {
+    const std::string& allowed = site_.config.cors_origin;
+    if (allowed.empty() || origin_.empty() || (allowed != "*" && allowed != origin_)) return {};
+    return "Access-Control-Allow-Origin: " + (allowed == "*" ? std::string("*") : origin_) +
+           "\r\nVary: Origin\r\nAccess-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+           "Access-Control-Allow-Headers: Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, "
+           "OpenAI-Organization, OpenAI-Project\r\nAccess-Control-Max-Age: 600\r\n";
   }
 
   std::string respond(unsigned status, std::string_view content_type, std::string_view body) const {
@@ -291,19 +288,19 @@ class HttpAdapter final : public ProtocolAdapter {
     std::string text;                     // not streamed: its text, for the one response
     std::vector<LogprobEntry> logprobs;   // entries not yet sent (streamed) / all (not streamed)
     std::size_t sent_bytes = 0;           // streamed: completion text sent so far (text_offset)
-    bool first_chunk = true;
     std::string reason;                   // its finish_reason, once done
+    std::string stop_word;                // the stop string that ended it
     std::unique_ptr<ChatOutputParser> parser;
   };
   std::vector<ChoiceState> choices_;
-  // uma.token_ids: the tokens a chunk of `ch` carries, for the comment before it.
-  const std::vector<LogprobEntry>* tokens(const ChoiceState& ch) const { return req_.uma.token_ids ? &ch.logprobs : nullptr; }
   RequestId first_id_ = 0;
   std::int32_t running_ = 0;              // choices whose last event has not come
   openai::Usage usage_;
   std::optional<Status> error_;           // the first choice that failed: the reply is that error
-  std::string completion_id_;
-  std::int64_t created_ = 0;
+  std::unique_ptr<ReplyWriter> writer_;
+  http_route::WriterFactory make_writer_;
+  std::string id_prefix_;  // the reply's id before its number (chatcmpl-, msg_, resp_, ...)
+  std::string origin_;     // the request's Origin header (CORS)
   bool headers_sent_ = false;
 };
 
@@ -344,6 +341,12 @@ void HttpServer::set_ready(std::string model_id, ChatTemplate chat_template) {
   site_.model_id = std::move(model_id);
   site_.chat_template = std::move(chat_template);
   site_.ready = true;
+}
+
+void HttpServer::set_vocabulary(http_route::Tokenize tokenize, http_route::TokenText token_text, http_route::ModelFacts facts) {
+  site_.tokenize = std::move(tokenize);
+  site_.token_text = std::move(token_text);
+  site_.facts = std::move(facts);
 }
 
 void HttpServer::deliver(std::vector<Event> events) { server_.deliver(std::move(events)); }

@@ -50,6 +50,9 @@ struct HttpConfig {
   SchemaToGrammar schema_to_grammar;          // response_format json_object / json_schema
   // --api-key-file: every request but GET /health needs "Authorization: Bearer KEY" (401 without).
   std::string api_key;
+  // --cors-origin: "*" or one origin browsers may call from (Access-Control-Allow-Origin; OPTIONS
+  // preflights answered); empty: no CORS headers.
+  std::string cors_origin;
 };
 
 // What every connection's adapter reads: the configuration and the model's state.
@@ -61,6 +64,9 @@ struct HttpSite {
   bool shutting_down = false;
   std::string model_id = "umad";
   http_route::ChatTemplate chat_template;
+  http_route::Tokenize tokenize;   // empty: /tokenize and the like are a 404
+  http_route::TokenText token_text;
+  http_route::ModelFacts facts;
 };
 
 class HttpServer final : public EventSink {
@@ -78,6 +84,9 @@ class HttpServer final : public EventSink {
   void start();                      // accepts
   // The model is loaded: completions are served from now on.
   void set_ready(std::string model_id, ChatTemplate chat_template);
+  // The model's vocabulary on the I/O thread (/tokenize, /detokenize, count_tokens) and what
+  // /v1/models, /props and /slots tell; before set_ready.
+  void set_vocabulary(http_route::Tokenize tokenize, http_route::TokenText token_text, http_route::ModelFacts facts);
   // Stop accepting; idle connections close; completions in flight end as the compute thread ends them.
   void begin_shutdown();
   // Flush and close every connection, then `done` (at the latest after `deadline`).

@@ -102,6 +102,7 @@ struct Choice {
   std::string_view finish_reason;
   std::span<const LogprobEntry> logprobs = {};
   std::span<const ToolCall> calls = {};
+  std::string_view reasoning = {};  // a thinking model's reasoning_content
 };
 std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created,
                      std::span<const Choice> choices, const Usage& u);

@@ -81,6 +81,7 @@ std::string delta_chunk(const CompletionRequest& r, std::string_view id, std::in
   ojson delta = ojson::object();
   if (first) delta["role"] = "assistant";
   if (!d.content.empty()) delta["content"] = d.content;
+  if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
   if (d.tool_index >= 0) {
     // OpenAI's shape: the first piece of a call carries its id, type and name; later pieces only
     // the index and more of the arguments.
@@ -120,6 +121,7 @@ std::string response(const CompletionRequest& r, std::string_view id, std::int64
     if (r.chat) {
       c["message"] = {{"role", "assistant"},
                       {"content", ch.calls.empty() || !ch.text.empty() ? ojson(ch.text) : ojson(nullptr)}};
+      if (!ch.reasoning.empty()) c["message"]["reasoning_content"] = ch.reasoning;
       if (!ch.calls.empty()) {
         ojson calls = ojson::array();
         for (const ToolCall& t : ch.calls) {

@@ -7,7 +7,29 @@
 namespace uma {
 
 Status tokenize_text(const llama_vocab* vocab, std::string_view text, std::vector<Token>& out, bool parse_special) {
-  const bool add_bos = llama_vocab_get_add_bos(vocab);
+  return tokenize_text(vocab, text, out, parse_special, llama_vocab_get_add_bos(vocab));
+}
+
+std::string token_piece(const llama_vocab* vocab, Token token, bool special) {
+  if (token < 0 || token >= llama_vocab_n_tokens(vocab)) return {};
+  char buf[128];
+  int32_t n = llama_token_to_piece(vocab, token, buf, sizeof buf, 0, special);
+  if (n >= 0) return std::string(buf, static_cast<size_t>(n));
+  std::string big(static_cast<size_t>(-n), '\0');
+  n = llama_token_to_piece(vocab, token, big.data(), static_cast<int32_t>(big.size()), 0, special);
+  big.resize(static_cast<size_t>(std::max(0, n)));
+  return big;
+}
+
+const llama_vocab* model_vocab(const llama_model* model) { return llama_model_get_vocab(model); }
+
+ModelNumbers model_numbers(const llama_model* model) {
+  return {llama_model_n_ctx_train(model), llama_vocab_n_tokens(llama_model_get_vocab(model)),
+          static_cast<std::int64_t>(llama_model_n_params(model)), static_cast<std::int64_t>(llama_model_size(model))};
+}
+
+Status tokenize_text(const llama_vocab* vocab, std::string_view text, std::vector<Token>& out, bool parse_special,
+                     bool add_bos) {
   // A token is at least one byte, plus the BOS/EOS that add_special may add.
   out.resize(text.size() + 2);
   int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), out.data(),

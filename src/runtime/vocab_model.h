@@ -24,6 +24,21 @@ namespace uma {
 // With the vocabulary's BOS when it adds one; parse_special: control tokens written as text (a
 // chat template's) become those tokens.
 Status tokenize_text(const llama_vocab* vocab, std::string_view text, std::vector<Token>& out, bool parse_special);
+// The same with the BOS (and EOS, where the vocabulary adds one) as the caller says (/tokenize's add_special).
+Status tokenize_text(const llama_vocab* vocab, std::string_view text, std::vector<Token>& out, bool parse_special,
+                     bool add_special);
+// A token's bytes ("" when not in the vocabulary); `special`: control tokens as their text.
+std::string token_piece(const llama_vocab* vocab, Token token, bool special = false);
+
+// What a model says about itself (/v1/models, /props).
+struct ModelNumbers {
+  std::int32_t n_ctx_train = 0;
+  std::int32_t n_vocab = 0;
+  std::int64_t n_params = 0;
+  std::int64_t size_bytes = 0;
+};
+ModelNumbers model_numbers(const llama_model* model);
+const llama_vocab* model_vocab(const llama_model* model);
 
 class VocabModel {
  public:

@@ -77,6 +77,7 @@ struct Event {
   // go with the text released before the stop string, or are dropped when there is none.
   std::vector<LogprobEntry> logprobs;
   FinishReason reason = FinishReason::kStop;  // kDone
+  std::string stop_word;                      // kDone: the stop string that ended the text, if one did
   Status error;                               // kError
   std::int32_t prompt_tokens = 0;             // kDone
   std::int32_t completion_tokens = 0;         // kDone

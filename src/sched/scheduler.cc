@@ -418,6 +418,7 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
   done.request_id = s.id;
   done.kind = Event::Kind::kDone;
   done.reason = reason;
+  if (stop_matched) done.stop_word = s.stop.matched();
   done.prompt_tokens = s.n_prompt;
   done.completion_tokens = s.generated;
   done.queue_ms = ms_between(s.received_at, s.state == SessionState::kQueued ? now : s.started_at);

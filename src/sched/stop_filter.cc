@@ -14,7 +14,12 @@ std::string StopFilter::push(std::string_view text, bool* matched) {
   held_.append(text);
   // Earliest complete stop string wins.
   std::size_t cut = std::string::npos;
-  for (const std::string& s : stops_) cut = std::min(cut, held_.find(s));
+  for (const std::string& s : stops_) {
+    if (const std::size_t at = held_.find(s); at < cut) {
+      cut = at;
+      matched_ = s;
+    }
+  }
   if (cut != std::string::npos) {
     *matched = true;
     std::string out = held_.substr(0, cut);

@@ -24,9 +24,12 @@ class StopFilter {
   // End of generation for another reason: the held tail is ordinary text after all.
   std::string flush();
   bool empty() const { return stops_.empty(); }
+  // The stop string that ended the text (once push() said so).
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
+  std::string matched_;
   std::string held_;
 };
 

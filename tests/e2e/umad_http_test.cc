@@ -181,14 +181,18 @@ TEST(UmadHttp, TheModelsOwnChatTemplateRendersChat) {
   EXPECT_EQ(j["usage"]["prompt_tokens"], oracle().tokenize(rendered).size());
 }
 
-TEST(UmadHttp, ChatWithoutATemplateIsAClearError) {
+TEST(UmadHttp, ChatWithoutATemplateFallsBackToChatmlAndSaysSo) {
   Daemon d(args({"--http", "127.0.0.1:0"}));  // the oracle model has no chat template
   ASSERT_TRUE(d.started()) << d.log();
+  EXPECT_NE(d.log().find("chat uses chatml"), std::string::npos) << d.log();
   Tcp t(http_port(d));
-  ASSERT_TRUE(t.send(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})")));
+  ASSERT_TRUE(t.send(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":6})")));
   const std::string r = t.response();
-  EXPECT_EQ(status_of(r), 400) << r;
-  EXPECT_NE(r.find("--chat-template"), std::string::npos) << r;
+  ASSERT_EQ(status_of(r), 200) << r;
+  const llama_chat_message m{"user", "hi"};
+  std::string prompt(4096, '\0');
+  prompt.resize(static_cast<std::size_t>(std::max(0, llama_chat_apply_template("chatml", &m, 1, true, prompt.data(), 4096))));
+  EXPECT_EQ(nlohmann::json::parse(body_of(r))["choices"][0]["message"]["content"], oracle().expected_text(prompt, 6));
 }
 
 TEST(UmadHttp, IdleConnectionsTimeOutAndDisconnectCancelsTheStream) {
