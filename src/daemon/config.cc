@@ -204,6 +204,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   std::string api_key;
   app.add_option("--api-key", api_key, "the HTTP API's key itself (as llama-server's and vLLM's --api-key; a file "
                  "keeps it out of the process list)")->envname("UMA_API_KEY");
+  app.add_option("--cors-origin", out.http.cors_origin, "browsers may call the HTTP API from this origin ('*': any): "
+                 "Access-Control-Allow-* headers, OPTIONS preflights answered without the key")->envname("UMA_CORS_ORIGIN");
   app.add_flag("--strict-fields", out.http.limits.strict_fields, "a request field umad does not know is a 400 (by "
                "default it is ignored, named in X-Uma-Ignored-Fields and counted)")->envname("UMA_STRICT_FIELDS");
   app.add_option("--alias", out.alias, "the model's name in /v1/models and the cluster (default: --model-id, else "

@@ -98,7 +98,7 @@ Status messages(const json& m, json* out) {
 
 }  // namespace
 
-Status to_chat_body(std::string_view body, std::string* chat_body, std::vector<std::string>* ignored) {
+static Status translate(std::string_view body, bool counting, std::string* chat_body, std::vector<std::string>* ignored) {
   const json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) return Status(ErrorCode::kInvalidJson, "the request body is not valid JSON");
   if (!j.is_object()) return Status(ErrorCode::kBadRequest, "the request body must be a JSON object");
@@ -161,10 +161,19 @@ Status to_chat_body(std::string_view body, std::string* chat_body, std::vector<s
     }
   }
   if (!j.contains("messages") || j["messages"].is_null()) return bad("messages", "is required");
-  if (!j.contains("max_tokens") || j["max_tokens"].is_null()) return bad("max_tokens", "is required");
+  if (!counting && (!j.contains("max_tokens") || j["max_tokens"].is_null())) return bad("max_tokens", "is required");
   out["messages"] = std::move(msgs);
   *chat_body = to_json_text(out);
   return Status::Ok();
+}
+
+Status to_chat_body(std::string_view body, std::string* chat_body, std::vector<std::string>* ignored) {
+  return translate(body, false, chat_body, ignored);
+}
+
+Status count_body_to_chat_body(std::string_view body, std::string* chat_body) {
+  std::vector<std::string> ignored;
+  return translate(body, true, chat_body, &ignored);
 }
 
 }  // namespace uma::anthropic

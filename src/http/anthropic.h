@@ -17,8 +17,9 @@
 namespace uma::anthropic {
 
 // The request as OpenAI's chat body; fields no one defined are named in *ignored. kBadRequest
-// naming the field on bad input.
+// naming the field on bad input. count_tokens' body is a request without max_tokens.
 Status to_chat_body(std::string_view body, std::string* chat_body, std::vector<std::string>* ignored);
+Status count_body_to_chat_body(std::string_view body, std::string* chat_body);
 
 }  // namespace uma::anthropic
 

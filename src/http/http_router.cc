@@ -4,6 +4,8 @@
 #include "http/llama_server_api.h"
 #include "http/responses_api.h"
 
+#include <nlohmann/json.hpp>
+
 namespace uma::http_route {
 
 namespace http = boost::beast::http;
@@ -17,6 +19,16 @@ Reply error_reply(const Status& st) {
 }
 
 namespace {
+
+// An error reply's Status again (its code, message and param), to write it in another API's shape.
+Status status_of(const Reply& r) {
+  const auto j = nlohmann::json::parse(r.body, nullptr, false);
+  const auto* e = j.is_object() && j.contains("error") && j["error"].is_object() ? &j["error"] : nullptr;
+  auto text = [&](const char* key) {
+    return e != nullptr && e->contains(key) && (*e)[key].is_string() ? (*e)[key].get<std::string>() : std::string();
+  };
+  return Status(r.error, text("message"), text("param"));
+}
 
 Reply not_ready(const Context& ctx) {
   Reply r = error_reply(ErrorCode::kShuttingDown, ctx.ready ? "shutting down" : "loading the model");
@@ -88,11 +100,16 @@ std::variant<Reply, Completion> translated(Status (*translate)(std::string_view,
                                            const Context& ctx) {
   std::string chat_body;
   std::vector<std::string> ignored;
-  if (Status st = translate(body, &chat_body, &ignored); !st.ok()) return error_reply(st);
-  if (ctx.limits->strict_fields && !ignored.empty()) {
-    return error_reply(Status(ErrorCode::kBadRequest, "'" + ignored[0] + "' is not a field umad knows", ignored[0]));
+  Status st = translate(body, &chat_body, &ignored);
+  if (st.ok() && ctx.limits->strict_fields && !ignored.empty()) {
+    st = Status(ErrorCode::kBadRequest, "'" + ignored[0] + "' is not a field umad knows", ignored[0]);
   }
-  auto result = completion(true, chat_body, ctx);
+  auto result = st.ok() ? completion(true, chat_body, ctx) : std::variant<Reply, Completion>(error_reply(st));
+  if (auto* r = std::get_if<Reply>(&result); r != nullptr && r->status >= 400 && r->error != ErrorCode::kOk) {
+    // The API's own error shape.
+    const openai::CompletionRequest none;
+    r->body = writer(none, "", 0)->error_body(status_of(*r));
+  }
   if (auto* c = std::get_if<Completion>(&result)) {
     c->writer = std::move(writer);
     c->id_prefix = id_prefix;

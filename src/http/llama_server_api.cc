@@ -117,8 +117,7 @@ std::string slots_body(const Context& ctx) {
 Reply vocabulary_endpoint(const std::string& path, std::string_view body, const Context& ctx) {
   if (path == "/v1/messages/count_tokens") {
     std::string chat_body, prompt;
-    std::vector<std::string> ignored;
-    if (Status st = anthropic::to_chat_body(body, &chat_body, &ignored); !st.ok()) return error_reply(st);
+    if (Status st = anthropic::count_body_to_chat_body(body, &chat_body); !st.ok()) return error_reply(st);
     if (Status st = render(chat_body, ctx, &prompt); !st.ok()) return error_reply(st);
     std::vector<std::int32_t> tokens;
     if (Status st = (*ctx.tokenize)(prompt, true, true, &tokens); !st.ok()) return error_reply(st);

@@ -13,7 +13,10 @@
 
 namespace uma::test {
 
-int run_openai_sdk_test(const std::string& base_url, std::string* out) {
+namespace {
+
+// The expectations file both SDK tests read; "" with *out saying why when it cannot be made.
+std::string expectations(std::string* out) {
   const int n = 12;
   const std::string prompt = "hello world";
   nlohmann::json exp;
@@ -37,7 +40,7 @@ int run_openai_sdk_test(const std::string& base_url, std::string* out) {
   }
   if (!exp.contains("stop")) {
     *out = "no usable stop string in " + full;
-    return -1;
+    return {};
   }
   // The chat prompt as llama.cpp's chatml template renders it, then the oracle's continuation.
   const std::vector<std::pair<std::string, std::string>> msgs = {{"system", "be brief"}, {"user", "hello world"}};
@@ -47,17 +50,50 @@ int run_openai_sdk_test(const std::string& base_url, std::string* out) {
   const int len = llama_chat_apply_template("chatml", cm.data(), cm.size(), true, rendered.data(), 4096);
   if (len <= 0) {
     *out = "chatml did not render";
-    return -1;
+    return {};
   }
   rendered.resize(static_cast<size_t>(len));
   exp["messages"] = nlohmann::json::array();
   for (const auto& [r, c] : msgs) exp["messages"].push_back({{"role", r}, {"content", c}});
   exp["chat"] = oracle().expected_text(rendered, n);
+  exp["chat_prompt_tokens"] = oracle().tokenize(rendered).size();
+  // A stop string in the chat reply (its pieces are control bytes: any that first occurs where it is generated).
+  const std::vector<std::string> chat_pieces = oracle().expected_pieces(rendered, n);
+  const std::string chat_full = exp["chat"];
+  at = 0;
+  for (int k = 0; k < n - 1; ++k) {
+    const std::string& p = chat_pieces[static_cast<size_t>(k)];
+    if (k >= 3 && !p.empty() && chat_full.find(p) == at) {
+      exp["chat_stop"] = p;
+      exp["chat_before_stop"] = chat_full.substr(0, at);
+      break;
+    }
+    at += p.size();
+  }
+  if (!exp.contains("chat_stop")) {
+    *out = "no usable stop string in the chat reply";
+    return {};
+  }
   const std::string exp_path = temp_dir() + "/openai-expectations.json";
   std::ofstream(exp_path) << exp.dump();
+  return exp_path;
+}
 
+}  // namespace
+
+int run_openai_sdk_test(const std::string& base_url, std::string* out) {
+  const std::string exp_path = expectations(out);
+  if (exp_path.empty()) return -1;
   return run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node", UMA_SOURCE_DIR "/tests/http/openai_sdk_test.js",
                       base_url, exp_path}, out, 120);
+}
+
+int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out) {
+  const std::string exp_path = expectations(out);
+  if (exp_path.empty()) return -1;
+  if (!std::ifstream(exp_path).good()) return -1;
+  return run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node",
+                      UMA_SOURCE_DIR "/tests/http/anthropic_responses_sdk_test.js", base_url, exp_path}, out, 120);
 }
 
 }  // namespace uma::test

@@ -8,5 +8,7 @@
 namespace uma::test {
 
 int run_openai_sdk_test(const std::string& base_url, std::string* out);
+// The Anthropic SDK (Messages) and the OpenAI SDK's Responses API against `base_url` (no /v1).
+int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out);
 
 }  // namespace uma::test

@@ -9,6 +9,7 @@
 #include "e2e/daemon_harness.h"
 #include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
+#include "e2e/openai_sdk_run.h"
 #include "e2e/oracle.h"
 
 namespace uma::test {
@@ -22,6 +23,14 @@ json completion(Tcp& t, const json& body, std::string* head = nullptr) {
   if (head != nullptr) *head = head_of(r);
   EXPECT_EQ(status_of(r), 200) << body.dump() << " -> " << r;
   return json::parse(body_of(r), nullptr, false);
+}
+
+TEST(UmadApi, TheAnthropicSdkAndTheResponsesApiGetExactText) {
+  Daemon d(http_args({}));
+  ASSERT_TRUE(d.started()) << d.log();
+  std::string out;
+  EXPECT_EQ(run_anthropic_responses_sdk_test("http://127.0.0.1:" + std::to_string(http_port(d)), &out), 0) << out;
+  EXPECT_NE(out.find("all checks passed"), std::string::npos) << out;
 }
 
 TEST(UmadApi, FixedOutputLengthsIgnoreEosMinTokensAndStopTokenIds) {
@@ -141,6 +150,100 @@ TEST(UmadApi, TheKeyIsABearerTokenOrXApiKey) {
   EXPECT_EQ(with("x-api-key: sesam\r\n"), 401);
   ASSERT_TRUE(t.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
   EXPECT_EQ(status_of(t.response()), 200) << "health is open";
+}
+
+}  // namespace
+}  // namespace uma::test
+
+namespace uma::test {
+namespace {
+
+json get_json(Tcp& t, const std::string& path, int want = 200) {
+  EXPECT_TRUE(t.send("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+  const std::string r = t.response();
+  EXPECT_EQ(status_of(r), want) << path << " -> " << r;
+  return json::parse(body_of(r), nullptr, false);
+}
+
+json post_json(Tcp& t, const std::string& path, const json& body, int want = 200) {
+  EXPECT_TRUE(t.send(post(path, body.dump())));
+  const std::string r = t.response();
+  EXPECT_EQ(status_of(r), want) << path << " -> " << r;
+  return json::parse(body_of(r), nullptr, false);
+}
+
+TEST(UmadApi, LlamaServersOwnApiAndThePathsWithoutV1) {
+  Daemon d(http_args({"--n-ctx", "2048", "--max-sessions", "4", "--alias", "oracle"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  // /completion: llama-server's fields and answer.
+  json j = post_json(t, "/completion", {{"prompt", "hello world"}, {"n_predict", 5}, {"cache_prompt", true}});
+  EXPECT_EQ(j["content"], oracle().expected_text("hello world", 5)) << j.dump();
+  EXPECT_EQ(j["stop"], true);
+  EXPECT_EQ(j["stop_type"], "limit");
+  EXPECT_EQ(j["tokens_predicted"], 5);
+  j = post_json(t, "/completion", {{"prompt", "hello world"}, {"n_predict", 8}, {"stop", {oracle().expected_pieces("hello world", 8)[4]}}});
+  EXPECT_EQ(j["stop_type"], "word") << j.dump();
+  EXPECT_EQ(j["stopping_word"], oracle().expected_pieces("hello world", 8)[4]);
+  // Streamed: an object per data line, the last with stop: true; no [DONE].
+  ASSERT_TRUE(t.send(post("/completion", json({{"prompt", "hello world"}, {"n_predict", 4}, {"stream", true}}).dump())));
+  const std::string events = dechunk(body_of(t.response()));
+  std::string text;
+  int stops = 0;
+  for (std::size_t at = events.find("data: "); at != std::string::npos; at = events.find("data: ", at + 1)) {
+    const json e = json::parse(events.substr(at + 6, events.find('\n', at) - at - 6));
+    text += e["content"].get<std::string>();
+    stops += e["stop"].get<bool>() ? 1 : 0;
+  }
+  EXPECT_EQ(text, oracle().expected_text("hello world", 4));
+  EXPECT_EQ(stops, 1);
+  EXPECT_EQ(events.find("[DONE]"), std::string::npos);
+  // Tokens there and back.
+  j = post_json(t, "/tokenize", {{"content", "hello world"}});
+  std::vector<std::int32_t> want = oracle().tokenize("hello world");
+  want.erase(want.begin());  // add_special defaults to false
+  EXPECT_EQ(j["tokens"].get<std::vector<std::int32_t>>(), want);
+  j = post_json(t, "/tokenize", {{"content", "hello world"}, {"add_special", true}, {"with_pieces", true}});
+  EXPECT_EQ(j["tokens"][1]["piece"], " hello") << j.dump();
+  EXPECT_EQ(post_json(t, "/detokenize", {{"tokens", want}})["content"], " hello world");
+  post_json(t, "/detokenize", {{"tokens", {99999999}}}, 400);
+  j = post_json(t, "/apply-template", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  EXPECT_EQ(j["prompt"], "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  // What the server tells about itself.
+  j = get_json(t, "/props");
+  EXPECT_EQ(j["total_slots"], 4);
+  EXPECT_EQ(j["default_generation_settings"]["n_ctx"], 2048);
+  EXPECT_EQ(get_json(t, "/slots").size(), 4u);
+  for (const char* path : {"/v1/models", "/models"}) {
+    j = get_json(t, path);
+    EXPECT_EQ(j["data"][0]["id"], "oracle");
+    EXPECT_EQ(j["data"][0]["max_model_len"], 2048);
+    EXPECT_GT(j["data"][0]["created"].get<std::int64_t>(), 0);
+  }
+  EXPECT_EQ(get_json(t, "/v1/health")["status"], "ok");
+  j = post_json(t, "/completions", {{"prompt", "hello world"}, {"max_tokens", 3}});
+  EXPECT_EQ(j["choices"][0]["text"], oracle().expected_text("hello world", 3));
+  j = post_json(t, "/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}});
+  EXPECT_EQ(j["object"], "chat.completion");
+}
+
+TEST(UmadApi, CorsPreflightAndOriginHeaders) {
+  Daemon d(http_args({"--cors-origin", "http://app.example", "--api-key", "k"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  ASSERT_TRUE(t.send("OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n"
+                     "Access-Control-Request-Method: POST\r\n\r\n"));
+  std::string r = t.response();
+  EXPECT_EQ(status_of(r), 204) << "a preflight needs no key: " << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Origin: http://app.example"), std::string::npos) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Headers: Authorization"), std::string::npos) << r;
+  ASSERT_TRUE(t.send("GET /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\nAuthorization: Bearer k\r\n\r\n"));
+  r = t.response();
+  EXPECT_EQ(status_of(r), 200) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Origin: http://app.example"), std::string::npos) << r;
+  ASSERT_TRUE(t.send("GET /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: http://evil.example\r\nAuthorization: Bearer k\r\n\r\n"));
+  r = t.response();
+  EXPECT_EQ(r.find("Access-Control-Allow-Origin"), std::string::npos) << "another origin is not allowed: " << r;
 }
 
 }  // namespace
