@@ -45,6 +45,13 @@ struct Harness {
     }
     return uma::Status::Ok();
   };
+  // A byte tokenizer: each byte a token (what /tokenize and count_tokens run on here).
+  uma::http_route::Tokenize tokenize = [](std::string_view text, bool, bool, std::vector<std::int32_t>* out) {
+    for (unsigned char ch : text) out->push_back(ch);
+    return uma::Status::Ok();
+  };
+  uma::http_route::TokenText token_text = [](std::int32_t t) { return std::string(1, static_cast<char>(t)); };
+  uma::http_route::ModelFacts facts{1024, 512, 4096, 256, 1000, 2000, 4, "m.gguf", "chatml", 1};
   Harness() {
     config.limits.max_prompt_bytes = 4096;
     config.max_body_bytes = 16 * 1024;
@@ -57,6 +64,9 @@ struct Harness {
     ctx.limits = &config.limits;
     ctx.default_sampling = &config.default_sampling;
     ctx.metrics = &metrics;
+    ctx.tokenize = &tokenize;
+    ctx.token_text = &token_text;
+    ctx.facts = &facts;
     const uma::http_route::Routed r = uma::http_route::route(req.method(), req.target(), req.body(), ctx);
     if (const auto* reply = std::get_if<uma::http_route::Reply>(&r.action)) {
       if (reply->content_type == "application/json") must_be_json(reply->body);
@@ -64,8 +74,22 @@ struct Harness {
       return;
     }
     const auto& c = std::get<uma::http_route::Completion>(r.action);
-    if (c.request.prompt.empty() || c.request.max_tokens < 0) std::abort();
+    if ((c.request.prompt.empty() && c.request.prompt_tokens.empty()) || c.request.max_tokens < 0) std::abort();
     encode_completion(c.api);
+    // The answer in the request's API's shape: every streamed event and the whole body are JSON.
+    if (!c.writer) std::abort();
+    auto w = c.writer(c.api, "id-1", 1);
+    std::string out;
+    w->open(1, out);
+    w->delta(0, uma::ChatDelta{"tok\xe2\x82", -1, {}, {}, {}, "why"}, {}, 0, out);
+    w->delta(0, uma::ChatDelta{{}, 0, "call_1", "f", "{\"a\":", {}}, {}, 4, out);
+    w->finish(0, {"tool_calls", ""}, {}, 4, out);
+    w->close({3, 4}, out);
+    w->fail(uma::Status(uma::ErrorCode::kInternal, "x"), out);
+    const std::vector<uma::ToolCall> calls{{"call_1", "f", "{\"a\":1}"}};
+    const uma::WholeChoice whole{"text", "why", {"stop", "x"}, {}, calls};
+    must_be_json(w->whole(std::span<const uma::WholeChoice>(&whole, 1), {3, 4}));
+    must_be_json(w->error_body(uma::Status(uma::ErrorCode::kBadRequest, "bad\xff", "p")));
   }
 };
 

@@ -245,6 +245,14 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   sc.prefix.max_kept = std::min(sc.prefix.max_kept, 256 - srv.max_sessions);
   rt.n_seq_max = srv.max_sessions + sc.prefix.max_kept;
   rt.n_seq_sampling = srv.max_sessions;  // per-sequence KV: the kept prefixes' ids never sample
+  if (rt.n_batch < rt.n_seq_max) {
+    // llama.cpp reserves an output row per sequence in a batch: fewer rows than sequences aborts
+    // inside it at context creation. Adjusted and said, as a bad combination must never crash.
+    std::cerr << "umad: --n-batch " << rt.n_batch << " is below the " << rt.n_seq_max
+              << " sequences (--max-sessions " << srv.max_sessions << " + " << sc.prefix.max_kept
+              << " kept prefixes): n-batch raised to " << rt.n_seq_max << "\n";
+    rt.n_batch = rt.n_seq_max;
+  }
   if (!http_listen.empty()) {
     out.http_enabled = true;
     const auto colon = http_listen.rfind(':');

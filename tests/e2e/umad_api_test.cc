@@ -227,6 +227,15 @@ TEST(UmadApi, LlamaServersOwnApiAndThePathsWithoutV1) {
   EXPECT_EQ(j["object"], "chat.completion");
 }
 
+TEST(UmadApi, AnNBatchBelowTheSequencesIsRaisedAndSaidNotAnAbort) {
+  Daemon d(http_args({"--n-batch", "16", "--max-sessions", "16"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  EXPECT_NE(d.log().find("n-batch raised to"), std::string::npos) << d.log();
+  Tcp t(http_port(d));
+  const json j = post_json(t, "/v1/completions", {{"prompt", "hello world"}, {"max_tokens", 4}});
+  EXPECT_EQ(j["choices"][0]["text"], oracle().expected_text("hello world", 4));
+}
+
 TEST(UmadApi, CorsPreflightAndOriginHeaders) {
   Daemon d(http_args({"--cors-origin", "http://app.example", "--api-key", "k"}));
   ASSERT_TRUE(d.started()) << d.log();
