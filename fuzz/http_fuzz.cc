@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "http/embeddings.h"
 #include "http/http_router.h"
 #include "http/http_server.h"
 
@@ -51,7 +52,7 @@ struct Harness {
     return uma::Status::Ok();
   };
   uma::http_route::TokenText token_text = [](std::int32_t t) { return std::string(1, static_cast<char>(t)); };
-  uma::http_route::ModelFacts facts{1024, 512, 4096, 256, 1000, 2000, 4, "m.gguf", "chatml", 1};
+  uma::http_route::ModelFacts facts{1024, 512, 4096, 256, 8, 1000, 2000, 4, "m.gguf", "chatml", 1};
   Harness() {
     config.limits.max_prompt_bytes = 4096;
     config.max_body_bytes = 16 * 1024;
@@ -74,6 +75,11 @@ struct Harness {
       return;
     }
     const auto& c = std::get<uma::http_route::Completion>(r.action);
+    if (c.api.embedding) {
+      if (c.request.embed_inputs.empty()) std::abort();
+      must_be_json(uma::embeddings::response(c.api.model, {{0.5f, -1.0f}}, c.api.embedding_base64, 3));
+      return;
+    }
     if ((c.request.prompt.empty() && c.request.prompt_tokens.empty()) || c.request.max_tokens < 0) std::abort();
     encode_completion(c.api);
     // The answer in the request's API's shape: every streamed event and the whole body are JSON.

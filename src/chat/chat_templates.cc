@@ -87,8 +87,11 @@ bool drop_root_prefix(std::string* gbnf, const std::string& generation_prompt) {
 // (common_chat_parse over the whole text each time; llama-server does the same).
 class CommonOutputParser final : public ChatOutputParser {
  public:
-  explicit CommonOutputParser(const common_chat_params& p) : params_(p), rng_(std::random_device{}()) {
+  CommonOutputParser(const common_chat_params& p, common_reasoning_format reasoning, bool tools)
+      : params_(p), rng_(std::random_device{}()) {
     params_.parser.load(p.parser);
+    params_.reasoning_format = reasoning;
+    params_.parse_tool_calls = tools;
   }
   explicit CommonOutputParser(const common_chat_parser_params& p) : params_(p), rng_(std::random_device{}()) {}
 
@@ -153,7 +156,14 @@ class CommonOutputParser final : public ChatOutputParser {
 struct ChatTemplates::Impl {
   common_chat_templates_ptr templates;
   bool jinja = true;  // false: a built-in name, rendered by llama_chat_apply_template
+  common_reasoning_format reasoning = COMMON_REASONING_FORMAT_AUTO;
 };
+
+bool ChatTemplates::set_reasoning_format(const std::string& name) {
+  if (name != "none" && name != "auto" && name != "deepseek" && name != "deepseek-legacy") return false;
+  impl_->reasoning = common_reasoning_format_from_name(name);
+  return true;
+}
 
 ChatTemplates::ChatTemplates(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ChatTemplates::~ChatTemplates() = default;
@@ -221,6 +231,7 @@ Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const 
                    : request.tool_choice == ToolChoice::kRequired ? COMMON_CHAT_TOOL_CHOICE_REQUIRED
                                                                   : COMMON_CHAT_TOOL_CHOICE_AUTO;
   in.parallel_tool_calls = request.parallel_tool_calls;
+  in.reasoning_format = impl_->reasoning;
   in.chat_template_kwargs = request.template_kwargs;
   if (request.enable_thinking.has_value()) {
     in.enable_thinking = *request.enable_thinking;
@@ -254,7 +265,11 @@ Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const 
                   request.tools.empty() ? "messages" : "tools");
   }
   out->text = std::move(p.prompt);
-  if (!calls) return Status::Ok();
+  const bool thinking = p.supports_thinking && impl_->reasoning != COMMON_REASONING_FORMAT_NONE && impl_->jinja;
+  if (!calls) {
+    if (thinking) out->parser = std::make_unique<CommonOutputParser>(p, impl_->reasoning, /*tools=*/false);
+    return Status::Ok();
+  }
   out->grammar = p.grammar;
   out->grammar_lazy = p.grammar_lazy;
   if ((request.tool_choice == ToolChoice::kRequired || !request.forced_tool.empty()) && !out->grammar_lazy) {
@@ -275,7 +290,7 @@ Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const 
     out->grammar_prefill = p.generation_prompt;  // fed to the grammar as tokens (sampler_chain.cc)
   }
   out->stops = p.additional_stops;
-  out->parser = std::make_unique<CommonOutputParser>(p);
+  out->parser = std::make_unique<CommonOutputParser>(p, thinking ? impl_->reasoning : COMMON_REASONING_FORMAT_NONE, true);
   return Status::Ok();
 }
 

@@ -42,7 +42,9 @@ class ChatTemplates {
   // template that refuses the conversation (roles that do not alternate, say) is a kBadRequest
   // naming `messages`; never throws.
   Status render(const std::vector<ChatTurn>& turns, std::string* prompt) const;
-  // The same for a whole chat request: with tools, also the grammar that holds the model to the
+  // The same for a whole chat request: with a thinking template (Qwen 3's, DeepSeek R1's, ...), a
+  // parser that splits the reasoning from the answer (the request's enable_thinking, else the
+  // template's default, says whether the model thinks); with tools, also the grammar that holds the model to the
   // family's tool-call syntax and the tools' schemas (lazy under kAuto: it starts at the family's
   // call marker), and the parser that reads calls back out. kRequired makes the output start with
   // a call: llama.cpp's grammar lets a model write text before its first call, which OpenAI's
@@ -51,6 +53,11 @@ class ChatTemplates {
   Status render(const ChatRequest& request, ChatPrompt* out) const;
   // The default template's source text (or built-in name).
   std::string source() const;
+  // How a thinking model's reasoning is told apart from its answer (--reasoning-format, as
+  // llama-server's): "auto" / "deepseek" (default: a thinking template's reasoning becomes
+  // reasoning_content, streamed as its own deltas), "deepseek-legacy", or "none" (left in the
+  // content). Set before the object is shared; false for an unknown name.
+  bool set_reasoning_format(const std::string& name);
 
  private:
   struct Impl;

@@ -124,5 +124,51 @@ TEST(ChatTemplates, AModelWithoutATemplateAndNoOverrideSaysWhatToDo) {
   EXPECT_NE(st.message().find("--chat-template"), std::string::npos);
 }
 
+// Qwen 3's template (a thinking model): its reasoning, in <think> tags, is split from the answer
+// as the text streams, in whatever pieces it arrives.
+TEST(ChatTemplates, AThinkingTemplatesReasoningIsSplitFromTheAnswer) {
+  Status st;
+  auto t = ChatTemplates::from_text(read_template("Qwen-Qwen3-0.6B"), "", "<|im_end|>", &st);
+  ASSERT_TRUE(t != nullptr) << st.to_string();
+  ChatRequest r;
+  r.turns = {{"user", "Hi"}};
+  ChatPrompt p;
+  ASSERT_TRUE(t->render(r, &p).ok());
+  ASSERT_TRUE(p.parser != nullptr) << "a thinking template gets a parser without tools";
+  EXPECT_TRUE(p.grammar.empty());
+  const std::string out = "<think>\nLet me think.\n</think>\n\nHello!";
+  for (std::size_t step : {1u, 3u, 100u}) {
+    auto parser = p.parser->fresh();
+    std::string reasoning, content;
+    for (std::size_t i = 0; i < out.size(); i += step) {
+      for (const ChatDelta& d : parser->feed(out.substr(i, step), false)) {
+        reasoning += d.reasoning;
+        content += d.content;
+      }
+    }
+    for (const ChatDelta& d : parser->feed("", true)) {
+      reasoning += d.reasoning;
+      content += d.content;
+    }
+    // llama.cpp's parser keeps the newline before </think> (as llama-server answers).
+    EXPECT_EQ(reasoning, "Let me think.\n") << "pieces of " << step;
+    EXPECT_EQ(content, "Hello!") << "pieces of " << step;
+    EXPECT_EQ(parser->reasoning(), "Let me think.\n");
+    EXPECT_EQ(parser->content(), "Hello!");
+  }
+  // enable_thinking false: the template closes an empty think block in the prompt.
+  r.enable_thinking = false;
+  ChatPrompt off;
+  ASSERT_TRUE(t->render(r, &off).ok());
+  EXPECT_NE(off.text.find("<think>\n\n</think>"), std::string::npos) << off.text;
+  // --reasoning-format none: the reasoning stays in the content (no parser).
+  ASSERT_TRUE(t->set_reasoning_format("none"));
+  EXPECT_FALSE(t->set_reasoning_format("sideways"));
+  r.enable_thinking.reset();
+  ChatPrompt raw;
+  ASSERT_TRUE(t->render(r, &raw).ok());
+  EXPECT_EQ(raw.parser, nullptr);
+}
+
 }  // namespace
 }  // namespace uma

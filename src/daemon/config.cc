@@ -89,8 +89,10 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_STORE_NVME_MB")->capture_default_str();
   app.add_option("--store-dram-mb", store_dram_mb, "model images kept in host memory when unused (LRU)")
       ->envname("UMA_STORE_DRAM_MB")->capture_default_str();
-  app.add_option("--n-ctx", rt.n_ctx, "KV cells shared by all sessions (unified KV)")->envname("UMA_N_CTX")
-      ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  rt.n_ctx = 0;
+  app.add_option("--n-ctx", rt.n_ctx, "KV cells shared by all sessions (unified KV); 0: the model's trained context, "
+                 "or the largest whose KV fits memory (said in the start line)")->envname("UMA_N_CTX")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("--n-batch", rt.n_batch, "most tokens in one decode (caps the tick budget)")->envname("UMA_N_BATCH")
       ->capture_default_str()->check(CLI::Range(1, 1 << 16));
   app.add_option("-t,--threads", rt.n_threads, "compute threads (0: all hardware threads)")->envname("UMA_THREADS")
@@ -114,7 +116,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--max-connections", srv.max_connections, "open connections per front end (the Unix socket; HTTP too), sessions or not; more are closed at once")
       ->envname("UMA_MAX_CONNECTIONS")->capture_default_str()->check(CLI::Range(1, 65536));
-  app.add_option("--max-prompt-bytes", max_prompt_bytes, "largest prompt line in bytes")->envname("UMA_MAX_PROMPT_BYTES")
+  CLI::Option* prompt_opt = app.add_option("--max-prompt-bytes", max_prompt_bytes, "largest prompt in bytes (default: "
+                 "from the context, n_ctx per request x 8, at least 64 KiB)")->envname("UMA_MAX_PROMPT_BYTES")
       ->capture_default_str()->check(CLI::Range(1, 64 << 20));
   app.add_option("--max-tokens", sc.max_tokens_cap,
                  "the most tokens one reply generates; a request asking for more gets this many (0: no cap "
@@ -130,7 +133,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_KV_WATERMARK")->capture_default_str()->check(CLI::Range(0.0, 0.5));
   app.add_option("--protocol", protocol, "wire protocol: json (length-prefixed frames) or newline")
       ->envname("UMA_PROTOCOL")->capture_default_str()->check(CLI::IsMember({"json", "newline"}));
-  app.add_option("--max-frame-bytes", max_frame_bytes, "largest JSON frame accepted (checked from its header)")
+  CLI::Option* frame_opt = app.add_option("--max-frame-bytes", max_frame_bytes, "largest JSON frame accepted (checked from "
+                 "its header; default: from the prompt limit)")
       ->envname("UMA_MAX_FRAME_BYTES")->capture_default_str()->check(CLI::Range(64, 256 << 20));
   app.add_option("--max-tx-kib", max_tx_kib, "unsent reply bytes per session before a slow reader is dropped (KiB)")
       ->envname("UMA_MAX_TX_KIB")->capture_default_str()->check(CLI::Range(4, 1 << 20));
@@ -196,7 +200,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--http-timeout-sec", out.http.timeout_sec, "a request must arrive whole within this; idle "
                  "keep-alive connections close after it")
       ->envname("UMA_HTTP_TIMEOUT_SEC")->capture_default_str()->check(CLI::Range(1, 3600));
-  app.add_option("--http-max-body-kib", http_max_body_kib, "largest HTTP request body (KiB); more is 413")
+  CLI::Option* body_opt = app.add_option("--http-max-body-kib", http_max_body_kib, "largest HTTP request body (KiB; default: "
+                 "from the prompt limit); more is 413")
       ->envname("UMA_HTTP_MAX_BODY_KIB")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   std::string api_key_file;
   app.add_option("--api-key-file", api_key_file, "the HTTP API's key (first line of the file): every request but "
@@ -213,6 +218,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--status-fd", out.status_fd, "run under a supervisor (uma-agent): JSON status lines on this "
                  "inherited descriptor; SIGUSR1 stops the daemon if no request is in flight")->group("")
       ->check(CLI::Range(3, 1 << 20));
+  app.add_option("--reasoning-format", out.reasoning_format, "a thinking model's reasoning: auto / deepseek (apart, "
+                 "as reasoning_content), deepseek-legacy, or none (left in the content)")
+      ->envname("UMA_REASONING_FORMAT")->capture_default_str()->check(CLI::IsMember({"auto", "deepseek", "deepseek-legacy", "none"}));
   app.add_option("--chat-template", out.chat_template, "chat template for /v1/chat/completions: a Jinja template text or a "
                  "llama.cpp name (chatml, llama3, ...); default: the model's")->envname("UMA_CHAT_TEMPLATE");
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
@@ -287,6 +295,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
     *exit_code = 2;
     return Status(ErrorCode::kInvalidArgument, "--agent needs --http");
   }
+  out.prompt_limit_given = prompt_opt->count() > 0 || std::getenv("UMA_MAX_PROMPT_BYTES") != nullptr;
+  out.frame_limit_given = frame_opt->count() > 0 || std::getenv("UMA_MAX_FRAME_BYTES") != nullptr;
+  out.body_limit_given = body_opt->count() > 0 || std::getenv("UMA_HTTP_MAX_BODY_KIB") != nullptr;
   srv.limits.max_prompt_bytes = static_cast<std::size_t>(max_prompt_bytes);
   srv.limits.max_frame_bytes = static_cast<std::size_t>(max_frame_bytes);
   srv.protocol = protocol == "newline" ? ProtocolKind::kNewline : ProtocolKind::kJson;
@@ -322,6 +333,16 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   out.debug = debug != nullptr && std::string(debug) != "0" && std::string(debug) != "";
   *exit_code = -1;  // keep running
   return Status::Ok();
+}
+
+RequestLimits derive_request_limits(std::int32_t n_ctx_seq, const DaemonConfig& cfg) {
+  constexpr std::size_t kKiB = 1024;
+  RequestLimits l{cfg.server.limits.max_prompt_bytes, cfg.server.limits.max_frame_bytes, cfg.http.max_body_bytes};
+  if (!cfg.prompt_limit_given) l.max_prompt_bytes = std::max<std::size_t>(64 * kKiB, static_cast<std::size_t>(std::max(0, n_ctx_seq)) * 8);
+  const std::size_t room = std::max<std::size_t>(1024 * kKiB, 2 * l.max_prompt_bytes + 64 * kKiB);
+  if (!cfg.frame_limit_given) l.max_frame_bytes = room;
+  if (!cfg.body_limit_given) l.max_body_bytes = room;
+  return l;
 }
 
 }  // namespace uma

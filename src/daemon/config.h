@@ -20,8 +20,12 @@ struct DaemonConfig {
   SchedulerConfig scheduler;
   bool http_enabled = false;  // --http given
   bool min_prefill_given = false;  // --min-prefill (or its env twin) given: it holds for both KV layouts
+  // --max-prompt-bytes, --max-frame-bytes, --http-max-body-kib given: kept; otherwise derived from
+  // the context once the model is loaded (derive_request_limits).
+  bool prompt_limit_given = false, frame_limit_given = false, body_limit_given = false;
   HttpConfig http;
   std::string chat_template;  // --chat-template: overrides the model's
+  std::string reasoning_format = "auto";  // --reasoning-format: a thinking model's reasoning apart (ChatTemplates)
   // --agent: heartbeat this daemon's state to Redis for the cluster's gateways (cluster/).
   bool agent = false;
   std::string redis = "127.0.0.1:6379";  // --redis HOST:PORT
@@ -59,5 +63,13 @@ struct DaemonConfig {
 // *exit_code = 0 with the text already printed; for bad input returns an error (already printed
 // by the parser or to be printed by the caller) with *exit_code != 0.
 Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_code);
+
+// The request caps the flags did not set, from the context one request may use: a prompt of
+// n_ctx_seq tokens at 8 bytes a token (at least 64 KiB), and a body or frame twice that plus 64 KiB
+// (JSON escaping; at least 1 MiB). Still caps: past them a request is a typed 413.
+struct RequestLimits {
+  std::size_t max_prompt_bytes, max_frame_bytes, max_body_bytes;
+};
+RequestLimits derive_request_limits(std::int32_t n_ctx_seq, const DaemonConfig& cfg);
 
 }  // namespace uma

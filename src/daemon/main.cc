@@ -151,6 +151,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("model: {}", runtime->describe());
+  {
+    // Caps a client's request may reach, from the context one request may use (unless given).
+    const RequestLimits limits = derive_request_limits(runtime->n_ctx_seq(), cfg);
+    server.set_request_limits(limits.max_prompt_bytes, limits.max_frame_bytes);
+    if (http) http->set_request_limits(limits.max_prompt_bytes, limits.max_body_bytes);
+    spdlog::info("request limits: prompt {} KiB, frame {} KiB, HTTP body {} KiB", limits.max_prompt_bytes / 1024,
+                 limits.max_frame_bytes / 1024, limits.max_body_bytes / 1024);
+  }
   const std::string served_name =
       cfg.alias.empty() ? std::filesystem::path(cfg.runtime.model_path).filename().string() : cfg.alias;
   if (catalog_model) {
@@ -181,22 +189,24 @@ int main(int argc, char** argv) {
     // runtime. No template at all is not fatal (completions still serve; chat says why not); an
     // explicit --chat-template that does not parse is.
     Status chat_st;
-    std::shared_ptr<const ChatTemplates> chat = ChatTemplates::load(runtime->model(), cfg.chat_template, &chat_st);
-    if (!chat && !cfg.chat_template.empty()) {
+    std::unique_ptr<ChatTemplates> loaded = ChatTemplates::load(runtime->model(), cfg.chat_template, &chat_st);
+    if (!loaded && !cfg.chat_template.empty()) {
       spdlog::error("--chat-template: {}", chat_st.to_string());
       return 1;
     }
-    if (!chat) {
+    if (!loaded) {
       // As llama-server does: chat still serves, with chatml, and the start line says so.
-      chat = ChatTemplates::load(runtime->model(), "chatml", &chat_st);
+      loaded = ChatTemplates::load(runtime->model(), "chatml", &chat_st);
       spdlog::warn("the model has no chat template: chat uses chatml (--chat-template chooses another)");
     }
+    if (loaded) loaded->set_reasoning_format(cfg.reasoning_format);
+    std::shared_ptr<const ChatTemplates> chat = std::move(loaded);
     HttpServer::ChatTemplate render = [chat_st](const ChatRequest&, ChatPrompt*) { return chat_st; };
     if (chat) render = [chat](const ChatRequest& request, ChatPrompt* out) { return chat->render(request, out); };
     const llama_vocab* vocab = model_vocab(runtime->model());
     const ModelNumbers numbers = model_numbers(runtime->model());
     http_route::ModelFacts facts{runtime->n_ctx(), runtime->n_ctx_seq(), numbers.n_ctx_train, numbers.n_vocab,
-                                 numbers.n_params, numbers.size_bytes, cfg.server.max_sessions, cfg.runtime.model_path,
+                                 numbers.n_embd, numbers.n_params, numbers.size_bytes, cfg.server.max_sessions, cfg.runtime.model_path,
                                  chat ? chat->source() : std::string(),
                                  std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()};
     http->set_vocabulary(
@@ -294,7 +304,7 @@ int main(int argc, char** argv) {
   supervisor.ready(http ? http->port() : 0, cfg.server.socket_path);
   spdlog::info("listening on {} ({} protocol, max sessions {}, n_ctx {}, prefix snapshots up to {} MiB of host memory)",
                cfg.server.socket_path, cfg.server.protocol == ProtocolKind::kJson ? "json" : "newline",
-               cfg.server.max_sessions, cfg.runtime.n_ctx,
+               cfg.server.max_sessions, runtime->n_ctx(),
                cfg.scheduler.prefix.enabled ? cfg.scheduler.prefix.host_bytes >> 20 : 0);
   run_io(io, metrics);
   if (kv_events) kv_events->stop();

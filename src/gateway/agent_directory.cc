@@ -286,12 +286,23 @@ std::vector<AgentDirectory::AgentSummary> AgentDirectory::summary() const {
   return out;
 }
 
-AgentDirectory::ModelLookup AgentDirectory::lookup(const std::string& model) const {
+std::string AgentDirectory::served_name(const std::string& model) const {
+  if (model.empty()) return {};
   const std::vector<std::string> served = models();
-  if (model.empty() || catalog_.empty() || std::find(served.begin(), served.end(), model) != served.end()) {
-    return ModelLookup::kServed;
+  for (const std::string& m : served) {
+    if (m == model) return m;
   }
-  return std::binary_search(catalog_.begin(), catalog_.end(), model) ? ModelLookup::kCatalogOnly : ModelLookup::kUnknown;
+  for (const std::string& m : served) {
+    if (m == model + ".gguf") return m;
+  }
+  return {};
+}
+
+AgentDirectory::ModelLookup AgentDirectory::lookup(const std::string& model) const {
+  if (model.empty() || !served_name(model).empty()) return ModelLookup::kServed;
+  if (std::binary_search(catalog_.begin(), catalog_.end(), model)) return ModelLookup::kCatalogOnly;
+  // With no agent live and no catalog, what exists is not known yet: dispatch says unavailable.
+  return models().empty() && catalog_.empty() ? ModelLookup::kServed : ModelLookup::kUnknown;
 }
 
 std::size_t AgentDirectory::serving(const std::string& model, const std::string& except) const {

@@ -179,9 +179,13 @@ class AgentDirectory {
   void set_loaders(std::vector<cluster::LoaderState> loaders) { loaders_ = std::move(loaders); }
   const std::vector<cluster::LoaderState>& loaders() const { return loaders_; }
   const std::vector<std::string>& catalog() const { return catalog_; }
-  // What a request naming `model` finds (gateway/dispatch_policy.h).
+  // What a request naming `model` finds (gateway/dispatch_policy.h): served when a live agent
+  // serves it (by name, or by the file name's stem: "m" finds "m.gguf") or it names none; unknown
+  // (a 404) when neither an agent nor the catalog has it, while any agent is live.
   using ModelLookup = gateway::ModelLookup;
   ModelLookup lookup(const std::string& model) const;
+  // The served name a request's `model` finds ("" when none: any agent).
+  std::string served_name(const std::string& model) const;
   // Live agents serving `model` but `except` (an agent id): where its streams could resume.
   std::size_t serving(const std::string& model, const std::string& except) const;
   bool in_catalog(const std::string& model) const { return std::binary_search(catalog_.begin(), catalog_.end(), model); }

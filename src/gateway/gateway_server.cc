@@ -302,6 +302,16 @@ void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
   }
   metrics_.requests_total++;
   const http_route::Completion& c = p.completion;
+  const bool other_api = !c.chat_body.empty();  // Anthropic's, Responses': re-encoded (gateway/reencode.h)
+  if (!other_api && c.id_prefix != "chatcmpl-" && c.id_prefix != "cmpl-") {
+    // llama-server's /completion: agents are spoken to in OpenAI's APIs, and its answer's shape
+    // is not re-encoded here.
+    metrics_.bad_requests_total++;
+    cl.conn->set_state(ConnState::kIdle);
+    return answer_error(cl, Status(ErrorCode::kNotFound, "this endpoint is served by umad itself, not through uma-gw: "
+                                                         "use /v1/chat/completions, /v1/completions, /v1/messages or /v1/responses"),
+                        p.keep_alive);
+  }
   if (asks_for_gateway_fields(c.api.uma)) {
     metrics_.bad_requests_total++;
     cl.conn->set_state(ConnState::kIdle);
@@ -328,17 +338,23 @@ void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
   job.stream = c.api.stream;
   job.resumable = c.api.n == 1 && (c.api.tools.empty() || c.api.tool_choice == ToolChoice::kNone) && c.api.logprobs < 0;
   job.max_tokens = c.api.max_tokens;
-  const std::vector<std::string> models = agents_.models();
-  if (std::find(models.begin(), models.end(), c.api.model) != models.end() ||
-      agents_.lookup(c.api.model) == AgentDirectory::ModelLookup::kCatalogOnly) {
-    job.model = c.api.model;
-  }
+  job.model = agents_.served_name(c.api.model);
+  if (job.model.empty() && agents_.lookup(c.api.model) == AgentDirectory::ModelLookup::kCatalogOnly) job.model = c.api.model;
   job.body = std::move(p.body);
+  if (other_api) {
+    // The agent runs it as OpenAI chat, with usage in its stream (what the client's API reports).
+    nlohmann::json body = nlohmann::json::parse(c.chat_body, nullptr, false);
+    if (c.api.stream && body.is_object()) body["stream_options"] = {{"include_usage", true}};
+    job.body = body.is_object() ? body.dump() : c.chat_body;
+  }
   job.prompt_tokens = static_cast<std::int64_t>(p.tokens.size());
   job.blocks = std::move(p.blocks);
   const std::uint64_t id = next_request_++;
   job.completion_id = (job.chat ? "chatcmpl-" : "cmpl-") + id_prefix_ + std::to_string(id);
   job.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (other_api) {
+    job.reencoder = std::make_shared<gateway::Reencoder>(c.api, c.writer, c.id_prefix + id_prefix_ + std::to_string(id), job.created);
+  }
   job.keep_alive = p.keep_alive;
   job.received_at = p.received_at;
   cl.proxy = std::make_unique<Proxy>(*this, cl.conn, id, std::move(job));

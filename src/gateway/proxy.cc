@@ -199,14 +199,19 @@ void Proxy::on_body(std::string_view bytes) {
     }
     emitted_.insert(emitted_.end(), ev.tokens.begin(), ev.tokens.end());
     if (ev.done) done_seen_ = true;
-    out += http_chunk(ev.forward);
+    if (job_.reencoder) {
+      out += job_.reencoder->event(ev);
+    } else {
+      out += http_chunk(ev.forward);
+    }
   }
-  if (out.empty()) return;
+  if (out.empty() && (client_head_sent_ || !job_.reencoder || events.empty())) return;
   if (!client_head_sent_) {
     client_head_sent_ = true;
     out.insert(0, std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                               "Transfer-Encoding: chunked\r\nConnection: ") +
-                      (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n");
+                      (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n" +
+                      (job_.reencoder ? job_.reencoder->open() : std::string()));
   }
   client_->send(out);
 }
@@ -238,6 +243,7 @@ void Proxy::on_end() {
   if (status_ == 200 && a != nullptr) gw_.agents().succeeded(*a);
   // Not a stream (or an error the agent answered whole): passed on as it came.
   if (status_ == 200 && !first_token_) record_ttft();
+  if (job_.reencoder) whole_ = job_.reencoder->whole(status_, whole_);
   std::string head = "HTTP/1.1 " + std::to_string(status_) + " " +
                      std::string(boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status_))) +
                      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(whole_.size()) +
@@ -295,6 +301,15 @@ void Proxy::failover(const std::string& why) {
     gw_.metrics().failed_total++;
     return end_with_error(Status(ErrorCode::kUnavailable, "the agent failed mid-stream: " + why));
   }
+  if (job_.max_tokens && static_cast<std::int32_t>(emitted_.size()) >= *job_.max_tokens && job_.reencoder) {
+    // Every token was out; only the end was lost: the client's API closes as for length.
+    SseEvent finish;
+    finish.forward = R"(data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]})";
+    SseEvent last;
+    last.done = true;
+    client_->send(job_.reencoder->event(finish) + job_.reencoder->event(last) + "0\r\n\r\n");
+    return done();
+  }
   if (job_.max_tokens && static_cast<std::int32_t>(emitted_.size()) >= *job_.max_tokens) {
     // Every token was out; only the finishing chunk was lost.
     nlohmann::ordered_json c = {{"id", job_.completion_id},
@@ -318,11 +333,13 @@ void Proxy::failover(const std::string& why) {
 }
 
 void Proxy::end_with_error(const Status& st) {
-  if (client_head_sent_) {
+  if (client_head_sent_ && job_.reencoder) {
+    client_->send(job_.reencoder->fail(st));
+  } else if (client_head_sent_) {
     // Mid-stream: an SSE error event, then the stream's end (never a silently short stream).
     client_->send(http_chunk("data: " + openai::error_body(st) + "\n\n") + http_chunk("data: [DONE]\n\n") + "0\r\n\r\n");
   } else {
-    const std::string body = openai::error_body(st);
+    const std::string body = job_.reencoder ? job_.reencoder->error_body(st) : openai::error_body(st);
     const unsigned status = openai::http_status(st.code());
     client_->send("HTTP/1.1 " + std::to_string(status) + " " +
                   std::string(boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status))) +

@@ -36,6 +36,7 @@
 
 #include "cluster/routing.h"
 #include "gateway/agent_directory.h"
+#include "gateway/reencode.h"
 #include "gateway/sse_events.h"
 #include "http/upstream.h"
 #include "net/connection.h"
@@ -58,6 +59,9 @@ struct ProxyJob {
   std::int64_t created = 0;
   bool keep_alive = true;
   std::chrono::steady_clock::time_point received_at{};  // the request was whole
+  // A client of another API (Anthropic's, Responses'): `body` is the OpenAI chat body it runs as,
+  // and the answer is written in the client's API (gateway/reencode.h).
+  std::shared_ptr<Reencoder> reencoder;
 };
 
 enum class ProxyState : std::uint8_t { kDispatching, kQueued, kAwaitingModel, kWaiting, kRelaying, kDone };

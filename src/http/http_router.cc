@@ -1,6 +1,7 @@
 #include "http/http_router.h"
 
 #include "http/anthropic.h"
+#include "http/embeddings.h"
 #include "http/llama_server_api.h"
 #include "http/responses_api.h"
 
@@ -113,9 +114,39 @@ std::variant<Reply, Completion> translated(Status (*translate)(std::string_view,
   if (auto* c = std::get_if<Completion>(&result)) {
     c->writer = std::move(writer);
     c->id_prefix = id_prefix;
+    c->chat_body = std::move(chat_body);
     c->api.ignored_fields.insert(c->api.ignored_fields.end(), ignored.begin(), ignored.end());
   }
   return result;
+}
+
+// POST /v1/embeddings: text is tokenized here, on the front end; the scheduler embeds tokens.
+std::variant<Reply, Completion> embeddings_request(std::string_view body, const Context& ctx) {
+  if (!ctx.ready || ctx.shutting_down) return not_ready(ctx);
+  embeddings::Request e;
+  if (Status st = embeddings::parse(body, ctx.limits->max_prompt_bytes, ctx.limits->strict_fields, &e); !st.ok()) {
+    return error_reply(st);
+  }
+  if (e.dimensions && *e.dimensions != ctx.facts->n_embd) {
+    return error_reply(Status(ErrorCode::kBadRequest, "'dimensions' must be the model's " + std::to_string(ctx.facts->n_embd) +
+                                                          " (umad does not shorten embeddings)", "dimensions"));
+  }
+  Completion c;
+  c.api.model = e.model;
+  c.api.embedding = true;
+  c.api.embedding_base64 = e.base64;
+  c.api.ignored_fields = std::move(e.ignored);
+  c.id_prefix = "embd-";
+  for (const PromptInput& in : e.inputs) {
+    std::vector<std::int32_t> tokens = in.tokens;
+    if (tokens.empty()) {
+      if (Status st = (*ctx.tokenize)(in.text, /*add_special=*/true, /*parse_special=*/false, &tokens); !st.ok()) {
+        return error_reply(st);
+      }
+    }
+    c.request.embed_inputs.push_back(std::move(tokens));
+  }
+  return c;
 }
 
 Routed route(http::verb method, std::string_view target, std::string_view body, const Context& ctx) {
@@ -146,20 +177,33 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
     }
     if (path == "/completion") {
       auto result = completion(false, body, ctx);
-      if (auto* c = std::get_if<Completion>(&result)) c->writer = llama_server_writer;
+      if (auto* c = std::get_if<Completion>(&result)) {
+        c->writer = llama_server_writer;
+        c->id_prefix = "completion-";
+      }
       return {serving, std::move(result)};
+    }
+    if (path == "/v1/embeddings") {
+      if (vocab) return {serving, embeddings_request(body, ctx)};
+      Reply r = error_reply(ErrorCode::kNotFound, "embeddings are served by umad itself, not through this server");
+      r.error = ErrorCode::kOk;
+      return {false, std::move(r)};
     }
     if (path == "/v1/messages") return {serving, translated(anthropic::to_chat_body, anthropic_writer, "msg_", body, ctx)};
     if (path == "/v1/responses") return {serving, translated(responses::to_chat_body, responses_writer, "resp_", body, ctx)};
-    if (vocab && (path == "/tokenize" || path == "/detokenize" || path == "/apply-template" ||
-                  path == "/v1/messages/count_tokens")) {
+    if (path == "/tokenize" || path == "/detokenize" || path == "/apply-template" || path == "/v1/messages/count_tokens") {
+      if (!vocab) {
+        Reply r = error_reply(ErrorCode::kNotFound, "this endpoint is served by umad itself, not through this server");
+        r.error = ErrorCode::kOk;
+        return {false, std::move(r)};
+      }
       if (!ctx.ready || ctx.shutting_down) return {false, not_ready(ctx)};
       return {false, vocabulary_endpoint(path, body, ctx)};
     }
   }
   static const char* const kKnown[] = {"/health", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions",
                                        "/completion", "/v1/messages", "/v1/responses", "/props", "/slots", "/tokenize",
-                                       "/detokenize", "/apply-template", "/v1/messages/count_tokens"};
+                                       "/detokenize", "/apply-template", "/v1/messages/count_tokens", "/v1/embeddings"};
   bool known = false;
   for (const char* k : kKnown) known = known || path == k;
   Reply r = known ? error_reply(ErrorCode::kBadRequest, "method not allowed")

@@ -40,6 +40,7 @@ struct ModelFacts {
   std::int32_t n_ctx_seq = 0;     // the most one request may hold
   std::int32_t n_ctx_train = 0;
   std::int32_t n_vocab = 0;
+  std::int32_t n_embd = 0;        // an embedding's dimensions
   std::int64_t n_params = 0;
   std::int64_t size_bytes = 0;
   std::int32_t max_sessions = 0;
@@ -85,6 +86,9 @@ struct Completion {
   std::unique_ptr<ChatOutputParser> tool_parser;  // tools the model may call: reads its calls
   WriterFactory writer;
   std::string id_prefix;  // the answer's id before the request's number: chatcmpl-, cmpl-, msg_, resp_
+  // Another API's request (Anthropic's, Responses'): the OpenAI chat body it runs as (what a
+  // gateway sends an agent); empty for OpenAI's own.
+  std::string chat_body;
 };
 
 struct Routed {

@@ -2,6 +2,7 @@
 
 #include "http/api_key.h"
 
+#include "http/embeddings.h"
 #include "http/reply_writer.h"
 #include "net/tcp_listen.h"
 
@@ -67,7 +68,7 @@ class HttpAdapter final : public ProtocolAdapter {
     std::string reply_id = !req_.uma.id.empty() ? req_.uma.id : id_prefix_ + std::to_string(id - HttpServer::kFirstId);
     const std::int64_t created = req_.uma.created > 0 ? req_.uma.created
                                  : std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    writer_ = make_writer_(req_, std::move(reply_id), created);
+    writer_ = make_writer_ ? make_writer_(req_, std::move(reply_id), created) : nullptr;
     first_id_ = id;
     choices_.clear();
     choices_.resize(static_cast<std::size_t>(req_.n) * std::max<std::size_t>(1, req_.prompts.size()));
@@ -120,6 +121,7 @@ class HttpAdapter final : public ProtocolAdapter {
   // Each choice (ev.request_id - first_id_) streams its own pieces; the reply ends when the last
   // choice has: the stream's close, or the one whole answer with every choice.
   void encode(const Event& ev, std::string& out) override {
+    if (req_.embedding) return encode_embeddings(ev, out);
     const openai::CompletionRequest& r = req_;
     const std::size_t index = static_cast<std::size_t>(ev.request_id - first_id_);
     ChoiceState& ch = choices_.at(index);
@@ -178,6 +180,18 @@ class HttpAdapter final : public ProtocolAdapter {
       out += respond(200, "application/json", writer_->whole(all, usage_));
     }
     headers_sent_ = false;  // the reply is whole
+  }
+
+  // An embeddings request ends with its one event: the vectors, or an error.
+  void encode_embeddings(const Event& ev, std::string& out) {
+    if (ev.kind == Event::Kind::kToken) return;
+    if (ev.kind == Event::Kind::kError) {
+      out += respond(openai::http_status(ev.error.code()), "application/json", openai::error_body(ev.error));
+    } else if (ev.reason != FinishReason::kCancelled) {
+      out += respond(200, "application/json",
+                     embeddings::response(req_.model, ev.embeddings, req_.embedding_base64, ev.prompt_tokens));
+    }
+    running_ = 0;
   }
 
   bool keep_alive() const override { return keep_alive_; }
@@ -341,6 +355,11 @@ void HttpServer::set_ready(std::string model_id, ChatTemplate chat_template) {
   site_.model_id = std::move(model_id);
   site_.chat_template = std::move(chat_template);
   site_.ready = true;
+}
+
+void HttpServer::set_request_limits(std::size_t max_prompt_bytes, std::size_t max_body_bytes) {
+  site_.config.limits.max_prompt_bytes = max_prompt_bytes;
+  site_.config.max_body_bytes = max_body_bytes;
 }
 
 void HttpServer::set_vocabulary(http_route::Tokenize tokenize, http_route::TokenText token_text, http_route::ModelFacts facts) {

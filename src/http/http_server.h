@@ -82,6 +82,8 @@ class HttpServer final : public EventSink {
   Status listen();                   // binds and listens (before the model loads: /health says 503)
   std::uint16_t port() const;        // the bound port
   void start();                      // accepts
+  // Caps from the context (before set_ready): a prompt's bytes and a request body's.
+  void set_request_limits(std::size_t max_prompt_bytes, std::size_t max_body_bytes);
   // The model is loaded: completions are served from now on.
   void set_ready(std::string model_id, ChatTemplate chat_template);
   // The model's vocabulary on the I/O thread (/tokenize, /detokenize, count_tokens) and what

@@ -83,7 +83,7 @@ Reply detokenize(const json& j, const Context& ctx) {
 
 std::string models_body(const Context& ctx) {
   json m = {{"id", ctx.model_id}, {"object", "model"}, {"created", ctx.facts != nullptr ? ctx.facts->created : 0},
-            {"owned_by", "umad"}};
+            {"owned_by", "umad"}, {"root", ctx.model_id}};  // vLLM's `root`: vllm bench serve reads it
   if (ctx.facts != nullptr) {
     const ModelFacts& f = *ctx.facts;
     m["max_model_len"] = f.n_ctx_seq;  // vLLM's name for the context a request may use

@@ -63,6 +63,9 @@ struct CompletionRequest {
   std::optional<bool> enable_thinking;
   // Fields no one defined, accepted and ignored (named in a response header, counted in /metrics).
   std::vector<std::string> ignored_fields;
+  // An embeddings request (POST /v1/embeddings): its answer is vectors, base64 or floats.
+  bool embedding = false;
+  bool embedding_base64 = false;
 };
 // Choices of one request in all (prompts x n): each takes a session.
 inline constexpr std::int32_t kMaxChoices = 16;
@@ -87,9 +90,11 @@ struct Usage {
 // Stream chunks (the JSON after "data: "). finish_reason empty: not finished. With r.logprobs,
 // `logprobs` are the tokens whose text the chunk carries; `text_offset`: bytes of completion text
 // before this chunk (completions' text_offset).
+// A finishing chunk also carries vLLM's `stop_reason`: the stop string that ended the text (null
+// when none did).
 std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
                   std::string_view finish_reason, bool first, std::span<const LogprobEntry> logprobs = {},
-                  std::size_t text_offset = 0, std::size_t index = 0);
+                  std::size_t text_offset = 0, std::size_t index = 0, std::string_view stop_word = {});
 // A chunk of a tool-enabled chat stream: one delta (content or a piece of a tool call).
 std::string delta_chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, const ChatDelta& d,
                         bool first, std::span<const LogprobEntry> logprobs = {}, std::size_t index = 0);
@@ -103,6 +108,7 @@ struct Choice {
   std::span<const LogprobEntry> logprobs = {};
   std::span<const ToolCall> calls = {};
   std::string_view reasoning = {};  // a thinking model's reasoning_content
+  std::string_view stop_word = {};  // the stop string that ended it (vLLM's stop_reason)
 };
 std::string response(const CompletionRequest& r, std::string_view id, std::int64_t created,
                      std::span<const Choice> choices, const Usage& u);

@@ -56,7 +56,7 @@ ojson completion_logprobs(std::span<const LogprobEntry> entries, std::size_t off
 
 std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t created, std::string_view text,
                   std::string_view finish_reason, bool first, std::span<const LogprobEntry> logprobs,
-                  std::size_t text_offset, std::size_t index) {
+                  std::size_t text_offset, std::size_t index, std::string_view stop_word) {
   ojson j = envelope(r, id, created, r.chat ? "chat.completion.chunk" : "text_completion");
   ojson c;
   c["index"] = index;
@@ -71,6 +71,7 @@ std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t 
     c["logprobs"] = r.logprobs >= 0 ? completion_logprobs(logprobs, text_offset) : ojson(nullptr);
   }
   c["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(finish_reason);
+  if (!finish_reason.empty()) c["stop_reason"] = stop_word.empty() ? ojson(nullptr) : ojson(stop_word);
   j["choices"] = ojson::array({c});
   return to_json_text(j);
 }
@@ -135,6 +136,7 @@ std::string response(const CompletionRequest& r, std::string_view id, std::int64
       c["logprobs"] = r.logprobs >= 0 ? completion_logprobs(ch.logprobs, 0) : ojson(nullptr);
     }
     c["finish_reason"] = ch.finish_reason;
+    c["stop_reason"] = ch.stop_word.empty() ? ojson(nullptr) : ojson(ch.stop_word);
     list.push_back(std::move(c));
   }
   j["choices"] = std::move(list);

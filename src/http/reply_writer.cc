@@ -46,7 +46,8 @@ class OpenAiWriter final : public ReplyWriter {
 
   void finish(std::size_t index, const ChoiceEnd& end, std::span<const LogprobEntry> logprobs, std::size_t text_offset,
               std::string& out) override {
-    sse_event(out, openai::chunk(r_, id_, created_, "", end.reason, false, logprobs, text_offset, index), {}, tokens(logprobs));
+    sse_event(out, openai::chunk(r_, id_, created_, "", end.reason, false, logprobs, text_offset, index, end.stop_word), {},
+              tokens(logprobs));
   }
 
   void close(const openai::Usage& usage, std::string& out) override {
@@ -61,7 +62,7 @@ class OpenAiWriter final : public ReplyWriter {
 
   std::string whole(std::span<const WholeChoice> choices, const openai::Usage& usage) override {
     std::vector<openai::Choice> all;
-    for (const WholeChoice& c : choices) all.push_back({c.text, c.end.reason, c.logprobs, c.calls, c.reasoning});
+    for (const WholeChoice& c : choices) all.push_back({c.text, c.end.reason, c.logprobs, c.calls, c.reasoning, c.end.stop_word});
     return openai::response(r_, id_, created_, all, usage);
   }
 

@@ -84,6 +84,10 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
   i = s.top_k;
   if (!(st = get_int(j, wire::kTopK, 0, 1 << 20, &i, nullptr)).ok()) return st;
   s.top_k = static_cast<std::int32_t>(i);
+  if (!(st = get_bool(j, wire::kIgnoreEos, &s.ignore_eos)).ok()) return st;
+  i = s.min_tokens;
+  if (!(st = get_int(j, wire::kMinTokens, 0, kMaxTokensField, &i, nullptr)).ok()) return st;
+  s.min_tokens = static_cast<std::int32_t>(i);
   i = s.seed;
   if (!(st = get_int(j, wire::kSeed, 0, std::numeric_limits<std::uint32_t>::max(), &i, nullptr)).ok()) return st;
   s.seed = static_cast<std::uint32_t>(i);
@@ -285,6 +289,8 @@ std::string encode_request(const WireRequest& r) {
   if (s.frequency_penalty != d.frequency_penalty) j["frequency_penalty"] = s.frequency_penalty;
   if (s.presence_penalty != d.presence_penalty) j["presence_penalty"] = s.presence_penalty;
   if (s.seed != d.seed) j["seed"] = s.seed;
+  if (s.ignore_eos) j["ignore_eos"] = true;
+  if (s.min_tokens > 0) j["min_tokens"] = s.min_tokens;
   if (s.logprobs >= 0) j["logprobs"] = s.logprobs;
   if (!s.grammar.empty()) j["grammar"] = s.grammar;
   if (!r.json_schema.empty()) {

@@ -96,6 +96,11 @@ UdsServer::UdsServer(asio::io_context& io, ServerConfig config, ServerMetrics& m
       accept_loop_(io, acceptor_, "unix socket", [this](stream_protocol::socket s) { server_.adopt(std::move(s)); },
                    &metrics.accept_pauses_total) {}
 
+void UdsServer::set_request_limits(std::size_t max_prompt_bytes, std::size_t max_frame_bytes) {
+  config_.limits.max_prompt_bytes = max_prompt_bytes;
+  config_.limits.max_frame_bytes = max_frame_bytes;
+}
+
 UdsServer::~UdsServer() {
   if (listening_) ::unlink(config_.socket_path.c_str());
 }

@@ -56,6 +56,8 @@ class UdsServer final : public EventSink {
 
   Status listen();  // claims the path (see socket_path.h), binds with mode 0600, listens
   void start();     // accept loop and idle sweep
+  // Caps from the context, for connections accepted from now on (before start()).
+  void set_request_limits(std::size_t max_prompt_bytes, std::size_t max_frame_bytes);
   // Shutdown, step 1: stop accepting and starting requests. Open requests end when the compute
   // thread fails them (their error lines are then written).
   void begin_shutdown();

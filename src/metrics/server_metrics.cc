@@ -92,6 +92,8 @@ const std::vector<Scalar>& scalars() {
       {"kv_cells_total", "kv_cache_cells", Type::kGauge, "KV cells (n_ctx).", load(&M::kv_cells_total)},
       {"kv_cells_granted", "kv_cache_cells_granted", Type::kGauge, "KV cells granted to running requests (their tokens so far).", load(&M::kv_cells_granted)},
       {"requests_total", "requests_total", Type::kCounter, "Requests received.", load(&M::requests_total)},
+      {"embedding_requests_total", "embedding_requests_total", Type::kCounter, "Embeddings requests received by the scheduler.", load(&M::embedding_requests_total)},
+      {"embedding_tokens_total", "embedding_tokens_total", Type::kCounter, "Input tokens embedded.", load(&M::embedding_tokens_total)},
       {"ignored_fields_total", "ignored_fields_total", Type::kCounter, "Request fields no one defined, accepted and ignored (X-Uma-Ignored-Fields).", load(&M::ignored_fields_total)},
       {"requests_admitted_total", "requests_admitted_total", Type::kCounter, "Requests admitted by the scheduler.", load(&M::requests_admitted_total)},
       {"resumed_total", "resumptions_total", Type::kCounter, "Paused sessions resumed.", load(&M::resumed_total)},

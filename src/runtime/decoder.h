@@ -101,6 +101,14 @@ class Decoder {
   virtual Status unpark_sequence(std::int32_t seq, ParkedSequence& from) = 0;
   // Tokens the KV cache holds for a sequence (0 when empty). For metrics and leak checks.
   virtual std::int32_t kv_tokens(std::int32_t seq) const = 0;
+
+  // Pooled, L2-normalised embeddings of whole token sequences, one per input (runtime/embedder.h:
+  // a second context on the same weights, made on first use). Inputs are 1..embed_max_tokens()
+  // tokens each. A decoder that cannot embed says so.
+  virtual Status embed(std::span<const std::vector<Token>> /*inputs*/, std::vector<std::vector<float>>* /*out*/) {
+    return Status(ErrorCode::kBadRequest, "this daemon serves no embeddings", "input");
+  }
+  virtual std::int32_t embed_max_tokens() const { return 0; }
 };
 
 }  // namespace uma

@@ -1,5 +1,7 @@
 #include "runtime/llama_runtime.h"
 
+#include "runtime/context_size.h"
+#include "runtime/embedder.h"
 #include "runtime/vocab_model.h"
 
 #include "runtime/argmax.h"
@@ -99,12 +101,20 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
 
   llama_context_params cp = llama_context_default_params();
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  cp.n_ctx = static_cast<uint32_t>(config.n_ctx);
+  std::int32_t n_ctx = config.n_ctx;
+  if (n_ctx <= 0) {  // the model's trained context, or the largest whose KV fits
+    const ContextChoice c = choose_context(llama_model_n_ctx_train(rt->model_), kv_bytes_per_token(rt->model_),
+                                           kv_budget_bytes(llama_supports_gpu_offload() && mp.n_gpu_layers != 0));
+    n_ctx = c.n_ctx;
+    rt->n_ctx_why_ = c.why;
+  }
+  cp.n_ctx = static_cast<uint32_t>(n_ctx);
   cp.n_batch = static_cast<uint32_t>(config.n_batch);
   cp.n_ubatch = static_cast<uint32_t>(config.n_batch);
   cp.n_seq_max = static_cast<uint32_t>(config.n_seq_max);
   cp.n_threads = config.n_threads > 0 ? config.n_threads : hw;
   cp.n_threads_batch = cp.n_threads;
+  rt->n_threads_ = static_cast<std::int32_t>(cp.n_threads);
   const bool on_gpu = llama_supports_gpu_offload() && mp.n_gpu_layers != 0;
   rt->on_gpu_ = on_gpu;
   const bool per_seq = config.kv_layout == "per-seq" || (config.kv_layout == "auto" && on_gpu && config.n_seq_max > 1);
@@ -142,7 +152,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   }
   rt->ctx_ = llama_init_from_model(rt->model_, cp);
   if (rt->ctx_ == nullptr) {
-    *status = Status(ErrorCode::kModelLoad, "cannot create a context (n_ctx " + std::to_string(config.n_ctx) +
+    *status = Status(ErrorCode::kModelLoad, "cannot create a context (n_ctx " + std::to_string(n_ctx) +
                                                 ", sequences " + std::to_string(config.n_seq_max) + ")");
     return nullptr;
   }
@@ -182,6 +192,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
 }
 
 LlamaRuntime::~LlamaRuntime() {
+  embedder_.reset();  // its context uses the model
   for (llama_sampler* s : samplers_) {
     if (s != nullptr) llama_sampler_free(s);
   }
@@ -513,11 +524,31 @@ std::int32_t LlamaRuntime::kv_tokens(std::int32_t seq) const {
   return hi - llama_memory_seq_pos_min(mem, seq) + 1;
 }
 
+std::int32_t LlamaRuntime::embed_max_tokens() const {
+  // The model's trained context, at most 8192: an embeddings context holds one pass's inputs.
+  const std::int32_t trained = llama_model_n_ctx_train(model_);
+  return std::min<std::int32_t>(trained > 0 ? trained : kFallbackContext, 8192);
+}
+
+Status LlamaRuntime::embed(std::span<const std::vector<Token>> inputs, std::vector<std::vector<float>>* out) {
+  if (!embedder_) {
+    Status st;
+    embedder_ = Embedder::open(model_, embed_max_tokens(), n_threads_, &st);
+    if (!embedder_) return st;
+  }
+  for (const auto& in : inputs) {
+    for (Token t : in) {
+      if (!valid_token(t)) return Status(ErrorCode::kBadRequest, "token " + std::to_string(t) + " is not in the vocabulary", "input");
+    }
+  }
+  return embedder_->embed(inputs, out);
+}
+
 std::string LlamaRuntime::describe() const {
   char desc[256];
   llama_model_desc(model_, desc, sizeof desc);
   return std::string(desc) + ", " + std::to_string(llama_model_n_params(model_) / 1000000) + "M params, n_ctx " +
-         std::to_string(n_ctx_) + (per_seq_ ? " (per-sequence KV, " + std::to_string(n_ctx_seq_) + " each)" : std::string(" (unified KV)")) + ", n_batch " + std::to_string(n_batch_) + ", sequences " +
+         std::to_string(n_ctx_) + (n_ctx_why_.empty() ? "" : " (" + n_ctx_why_ + ")") + (per_seq_ ? " (per-sequence KV, " + std::to_string(n_ctx_seq_) + " each)" : std::string(" (unified KV)")) + ", n_batch " + std::to_string(n_batch_) + ", sequences " +
          std::to_string(n_seq_max_) + ", threads " + std::to_string(llama_n_threads(ctx_)) +
          (backend_greedy_.empty() ? "" : ", greedy sampled on the device") + "; weights: " + placement_;
 }

@@ -23,6 +23,10 @@ struct llama_model;
 struct llama_context;
 struct llama_vocab;
 struct llama_sampler;
+
+namespace uma {
+class Embedder;
+}
 struct llama_batch;
 
 namespace uma {
@@ -33,7 +37,7 @@ struct RuntimeConfig {
   // runtime/image_loader.h instead of llama.cpp reading model_path; model_path then only names it.
   std::shared_ptr<store::ModelImage> image;
   ImageLoadPath image_load = ImageLoadPath::kAuto;
-  std::int32_t n_ctx = 4096;
+  std::int32_t n_ctx = 4096;  // <= 0: the model's trained context, or the largest whose KV fits (context_size.h)
   std::int32_t n_batch = 512;
   std::int32_t n_seq_max = 16;
   std::int32_t n_threads = 0;  // 0: all hardware threads
@@ -78,6 +82,8 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_seq_max() const override { return n_seq_max_; }
   bool kv_per_sequence() const override { return per_seq_; }
   std::int32_t n_ctx_seq() const override { return n_ctx_seq_; }
+  Status embed(std::span<const std::vector<Token>> inputs, std::vector<std::vector<float>>* out) override;
+  std::int32_t embed_max_tokens() const override;
   Status tokenize(std::string_view text, std::vector<Token>& out, bool parse_special = false) const override;
   bool valid_token(Token token) const override;
   // The loaded model (weights and vocabulary; read-only), for what is built from it before the
@@ -140,6 +146,9 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_ctx_ = 0;
   std::int32_t n_seq_max_ = 0;
   std::int32_t n_ctx_seq_ = 0;
+  std::string n_ctx_why_;  // how an automatic n_ctx was chosen (describe())
+  std::unique_ptr<Embedder> embedder_;  // made on the first embeddings request
+  std::int32_t n_threads_ = 1;
   bool per_seq_ = false;
   bool on_gpu_ = false;
   // Per-sequence KV: llama.cpp queues a copy between streams until the next llama_decode, while a

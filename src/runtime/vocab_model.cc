@@ -24,7 +24,7 @@ std::string token_piece(const llama_vocab* vocab, Token token, bool special) {
 const llama_vocab* model_vocab(const llama_model* model) { return llama_model_get_vocab(model); }
 
 ModelNumbers model_numbers(const llama_model* model) {
-  return {llama_model_n_ctx_train(model), llama_vocab_n_tokens(llama_model_get_vocab(model)),
+  return {llama_model_n_ctx_train(model), llama_vocab_n_tokens(llama_model_get_vocab(model)), llama_model_n_embd_out(model),
           static_cast<std::int64_t>(llama_model_n_params(model)), static_cast<std::int64_t>(llama_model_size(model))};
 }
 

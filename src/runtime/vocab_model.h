@@ -34,6 +34,7 @@ std::string token_piece(const llama_vocab* vocab, Token token, bool special = fa
 struct ModelNumbers {
   std::int32_t n_ctx_train = 0;
   std::int32_t n_vocab = 0;
+  std::int32_t n_embd = 0;  // an embedding's dimensions
   std::int64_t n_params = 0;
   std::int64_t size_bytes = 0;
 };

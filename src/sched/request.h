@@ -48,6 +48,9 @@ struct Request {
   // Tokens that follow the tokenized prompt: a stream resumed on this daemon after another one
   // generated them (the gateway's mid-stream failover). Part of the prompt for everything else.
   std::vector<std::int32_t> continuation;  // token ids (Token, runtime/decoder.h)
+  // Not empty: an embeddings request (sched/embed_queue.h) of these inputs, each a whole token
+  // sequence; nothing is generated, and the one kDone event carries a vector per input.
+  std::vector<std::vector<std::int32_t>> embed_inputs;
   double slo_ttft_ms = 0.0;       // 0: the daemon's default
   double slo_tbt_ms = 0.0;        // 0: the daemon's default
   Clock::time_point received_at{};
@@ -84,6 +87,7 @@ struct Event {
   double queue_ms = 0.0;                      // kDone: received -> prefill started
   double ttft_ms = -1.0;                      // kDone: received -> first token (-1: none)
   double total_ms = 0.0;                      // kDone: received -> end
+  std::vector<std::vector<float>> embeddings;  // kDone of an embeddings request: one per input
 };
 
 inline Event error_event(RequestId id, Status status) {

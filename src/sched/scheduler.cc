@@ -60,6 +60,10 @@ Scheduler::~Scheduler() {
 }
 
 void Scheduler::admit(Request request, std::vector<Event>& out) {
+  if (!request.embed_inputs.empty()) {
+    metrics_.embedding_requests_total++;
+    return embeds_.add(decoder_, std::move(request), out);
+  }
   auto s = std::make_unique<Session>();
   s->id = request.id;
   s->received_at = request.received_at;
@@ -159,6 +163,7 @@ void Scheduler::expire_queued(std::vector<Event>& out) {
 }
 
 void Scheduler::cancel(RequestId id, std::vector<Event>& out) {
+  if (embeds_.cancel(id, out)) return;
   for (auto& s : sessions_) {
     if (s->id == id && !is_terminal(*s)) {
       complete(*s, FinishReason::kCancelled, out);
@@ -170,6 +175,7 @@ void Scheduler::cancel(RequestId id, std::vector<Event>& out) {
 }
 
 void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
+  embeds_.fail_all(why, out);
   for (auto& s : sessions_) {
     if (is_terminal(*s)) continue;
     finish(*s, SessionState::kFailed);
@@ -180,13 +186,25 @@ void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
 }
 
 bool Scheduler::has_work() const {
-  return std::any_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return is_active(*s); });
+  return !embeds_.empty() || std::any_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return is_active(*s); });
+}
+
+// An embeddings pass before the tick's decode: bounded by embed_tick_tokens while streams run
+// (their next token waits for it), as large as the embeddings context allows otherwise.
+void Scheduler::run_embeddings(std::vector<Event>& out) {
+  if (embeds_.empty()) return;
+  const bool streams = std::any_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return is_active(*s); });
+  const std::int64_t budget = streams ? config_.embed_tick_tokens : decoder_.embed_max_tokens();
+  const std::uint64_t before = embeds_.tokens_total();
+  embeds_.run(decoder_, budget, out);
+  metrics_.embedding_tokens_total += embeds_.tokens_total() - before;
 }
 
 // One tick: gather -> plan -> decode -> sample every row -> apply. Sessions change state only in
 // the last step, after every row of the batch has been sampled, so finishing one (which may end,
 // keep or move its sequence) never happens between two sample() calls of the same decode.
 void Scheduler::tick(std::vector<Event>& out) {
+  run_embeddings(out);
   prepare_tick(out);
   const Clock::time_point now = time_.now();
   if (!gather(now)) return;

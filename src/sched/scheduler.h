@@ -33,6 +33,7 @@
 #include "metrics/server_metrics.h"
 #include "runtime/decoder.h"
 #include "sched/batch_builder.h"
+#include "sched/embed_queue.h"
 #include "sched/kv_ledger.h"
 #include "sched/policy.h"
 #include "sched/prefix_cache.h"
@@ -44,6 +45,9 @@
 namespace uma {
 
 struct SchedulerConfig {
+  // Tokens of one embeddings pass while streams are running (sched/embed_queue.h): what a tick of
+  // theirs may wait for an embeddings burst, at most (as one prompt chunk).
+  std::int32_t embed_tick_tokens = 512;
   // max_tokens: a request's own, else default_max_tokens, else up to the context's end; above a
   // nonzero cap it is lowered to the cap (the reply ends with finish reason "length").
   std::int32_t max_tokens_cap = 0;
@@ -139,6 +143,7 @@ class Scheduler {
   const Session* find_session(RequestId id) const;
   void expire_queued(std::vector<Event>& out);  // rejects requests that waited past max_queue_ms
   void apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out);
+  void run_embeddings(std::vector<Event>& out);
   // The model's end of generation, or one of the request's stop_token_ids.
   bool ends_generation(const Session& s, Token token) const;
   void note_logprobs(Session& s, std::int32_t batch_index, Token token);  // sampling.logprobs >= 0
@@ -172,6 +177,7 @@ class Scheduler {
   TickBudget budget_;
   KvLedger ledger_;  // sequence ids and the room test: every take and give back goes through it
   PrefixCache cache_;  // draws its ids from ledger_.kept_ids()
+  EmbedQueue embeds_;
   std::vector<std::unique_ptr<Session>> sessions_;  // admission order
   std::int32_t gap_ticks_ = 0;  // per-sequence KV: consecutive ticks whose running ids had a gap
   std::size_t parked_bytes_ = 0;      // saved KV of paused sessions

@@ -78,6 +78,11 @@ TEST(ClusterGateway, ExactOutputsThroughEitherGatewayAndTheNodeSdk) {
   std::string r = bad.response();
   EXPECT_EQ(status_of(r), 400);
   EXPECT_EQ(json::parse(body_of(r))["error"]["param"], "echo");
+  // A model no agent serves (and no catalog holds): 404 naming it, never sent to an agent.
+  ASSERT_TRUE(bad.send(post("/v1/completions", R"({"prompt":"x","model":"no-such-model"})")));
+  r = bad.response();
+  EXPECT_EQ(status_of(r), 404) << r;
+  EXPECT_EQ(json::parse(body_of(r))["error"]["param"], "model");
   ASSERT_TRUE(bad.send(post("/v1/completions", R"({"prompt":"x","uma":{"resume":[1]}})")));
   r = bad.response();
   EXPECT_EQ(status_of(r), 400);

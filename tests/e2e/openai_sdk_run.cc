@@ -88,12 +88,12 @@ int run_openai_sdk_test(const std::string& base_url, std::string* out) {
                       base_url, exp_path}, out, 120);
 }
 
-int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out) {
+int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out, bool through_gateway) {
   const std::string exp_path = expectations(out);
   if (exp_path.empty()) return -1;
-  if (!std::ifstream(exp_path).good()) return -1;
   return run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node",
-                      UMA_SOURCE_DIR "/tests/http/anthropic_responses_sdk_test.js", base_url, exp_path}, out, 120);
+                      UMA_SOURCE_DIR "/tests/http/anthropic_responses_sdk_test.js", base_url, exp_path,
+                      through_gateway ? "gateway" : "direct"}, out, 120);
 }
 
 }  // namespace uma::test

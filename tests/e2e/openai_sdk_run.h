@@ -9,6 +9,6 @@ namespace uma::test {
 
 int run_openai_sdk_test(const std::string& base_url, std::string* out);
 // The Anthropic SDK (Messages) and the OpenAI SDK's Responses API against `base_url` (no /v1).
-int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out);
+int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out, bool through_gateway = false);
 
 }  // namespace uma::test

@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <sstream>
+
 #include "e2e/daemon_harness.h"
 #include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
@@ -234,6 +237,61 @@ TEST(UmadApi, AnNBatchBelowTheSequencesIsRaisedAndSaidNotAnAbort) {
   Tcp t(http_port(d));
   const json j = post_json(t, "/v1/completions", {{"prompt", "hello world"}, {"max_tokens", 4}});
   EXPECT_EQ(j["choices"][0]["text"], oracle().expected_text("hello world", 4));
+}
+
+// Qwen 3's template from the pinned source: the reply a grammar holds the oracle to is a thought in
+// <think> tags and an answer; the thought comes back as reasoning_content, whole and streamed.
+TEST(UmadApi, AThinkingTemplatesReasoningComesBackApart) {
+  std::ifstream f(UMA_LLAMA_TEMPLATES "/Qwen-Qwen3-0.6B.jinja");
+  std::stringstream tmpl;
+  tmpl << f.rdbuf();
+  ASSERT_FALSE(tmpl.str().empty());
+  Daemon d(args({"--http", "127.0.0.1:0", "--chat-template", tmpl.str()}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 64},
+                     {"grammar", "root ::= \"<think>\\nabc\\n</think>\\n\\nanswer\""}};
+  json j = post_json(t, "/v1/chat/completions", body);
+  // llama.cpp's parser keeps the newline before </think> (llama-server answers the same).
+  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "abc\n") << j.dump();
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "answer") << j.dump();
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  json streamed = body;
+  streamed["stream"] = true;
+  ASSERT_TRUE(t.send(post("/v1/chat/completions", streamed.dump())));
+  const std::string events = dechunk(body_of(t.response()));
+  std::string reasoning, content;
+  for (std::size_t at = events.find("data: {"); at != std::string::npos; at = events.find("data: {", at + 1)) {
+    const json e = json::parse(events.substr(at + 6, events.find('\n', at) - at - 6));
+    const json& delta = e["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, "abc\n") << events;
+  EXPECT_EQ(content, "answer") << events;
+}
+
+TEST(UmadApi, TheContextDefaultsToTheModelsAndTheRequestCapsFollowIt) {
+  {
+    Daemon d(http_args({}));  // no --n-ctx: the oracle's trained 4096
+    ASSERT_TRUE(d.started()) << d.log();
+    EXPECT_NE(d.log().find("n_ctx 4096 (the model's trained context)"), std::string::npos) << d.log();
+  }
+  // A coding assistant's large context: a 200 KiB prompt at n_ctx 65536, no limit flags.
+  Daemon d(http_args({"--n-ctx", "65536", "--max-sessions", "2"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  // Runs of 16 spaces are one token of the oracle's vocabulary: 200 KiB in ~13k tokens (a prefill
+  // this machine does in seconds), then the words whose continuation the oracle knows.
+  std::string prompt(200 * 1024, ' ');
+  prompt += "hello world";
+  Tcp t(http_port(d));
+  const json j = post_json(t, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 2}});
+  EXPECT_EQ(j["choices"][0]["text"], oracle().expected_text("hello world", 2)) << j.dump().substr(0, 300);
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 12000);
+  // Past the derived cap (65536 x 8 bytes), still a typed 413.
+  std::string huge(600 * 1024, 'a');
+  ASSERT_TRUE(t.send(post("/v1/completions", json({{"prompt", huge}}).dump())));
+  EXPECT_EQ(status_of(t.response()), 413);
 }
 
 TEST(UmadApi, CorsPreflightAndOriginHeaders) {

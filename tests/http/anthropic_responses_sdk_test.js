@@ -1,6 +1,7 @@
 // Drives umad's Anthropic Messages API with the official Anthropic Node SDK, and its Responses API
 // with the official OpenAI Node SDK, as real clients.
-//   node anthropic_responses_sdk_test.js BASE_URL EXPECTATIONS.json
+//   node anthropic_responses_sdk_test.js BASE_URL EXPECTATIONS.json [gateway]
+// (gateway: uma-gw in front, which has no count_tokens: it needs the model's vocabulary there)
 // BASE_URL without /v1 (each SDK adds its own path). The expectations come from the oracle model
 // (tests/e2e/openai_sdk_run.cc computes them): the chatml prompt of a system and a user message.
 'use strict';
@@ -9,7 +10,7 @@ const OpenAI = require('openai');
 const fs = require('fs');
 const assert = require('assert');
 
-async function anthropic(base, exp) {
+async function anthropic(base, exp, gateway) {
   const client = new Anthropic({ baseURL: base, apiKey: 'not-needed', maxRetries: 0 });
   const req = { model: 'oracle', max_tokens: exp.n, system: 'be brief', messages: [{ role: 'user', content: 'hello world' }] };
 
@@ -40,8 +41,10 @@ async function anthropic(base, exp) {
   assert.strictEqual(m.stop_reason, 'stop_sequence');
   assert.strictEqual(m.stop_sequence, exp.chat_stop);
 
-  const count = await client.messages.countTokens({ model: 'oracle', system: 'be brief', messages: req.messages });
-  assert.strictEqual(count.input_tokens, exp.chat_prompt_tokens, 'count_tokens');
+  if (!gateway) {
+    const count = await client.messages.countTokens({ model: 'oracle', system: 'be brief', messages: req.messages });
+    assert.strictEqual(count.input_tokens, exp.chat_prompt_tokens, 'count_tokens');
+  }
 
   await assert.rejects(client.messages.create({ model: 'oracle', messages: req.messages }),
                        (e) => e instanceof Anthropic.BadRequestError && e.error.type === 'error' &&
@@ -85,9 +88,9 @@ async function responses(base, exp) {
 }
 
 async function main() {
-  const [base, expFile] = process.argv.slice(2);
+  const [base, expFile, mode] = process.argv.slice(2);
   const exp = JSON.parse(fs.readFileSync(expFile, 'utf8'));
-  await anthropic(base, exp);
+  await anthropic(base, exp, mode === 'gateway');
   await responses(base, exp);
   console.log('all checks passed');
 }

@@ -32,6 +32,8 @@ class UdsTarget final : public Target {
     w.max_tokens = req.max_tokens;
     w.background = req.klass == "background";  // umad's request class; HTTP targets have none
     w.json_schema = req.json_schema;
+    w.sampling.ignore_eos = req.ignore_eos;
+    w.sampling.min_tokens = req.min_tokens;
     if (!c->send_request(w).ok()) return fail(rec, "send");
     WireEvent ev;
     while ((st = c->read_event(&ev, 600000)).ok()) {
@@ -78,6 +80,8 @@ class HttpTarget final : public Target {
       sock.set_option(asio::ip::tcp::no_delay(true));
       nlohmann::json body = {{"prompt", req.prompt}, {"max_tokens", req.max_tokens}, {"stream", true},
                              {"temperature", 0}, {"stream_options", {{"include_usage", true}}}};
+      if (req.ignore_eos) body["ignore_eos"] = true;
+      if (req.min_tokens > 0) body["min_tokens"] = req.min_tokens;
       http::request<http::string_body> hreq{http::verb::post, "/v1/completions", 11};
       hreq.set(http::field::host, host_);
       hreq.set(http::field::content_type, "application/json");

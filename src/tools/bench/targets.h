@@ -17,6 +17,10 @@ struct BenchRequest {
   std::int32_t max_tokens = 64;
   std::string klass = "interactive";
   std::string json_schema;  // umad (uds:) only: structured output, the cost of grammar sampling
+  // Fixed output lengths, as benchmark clients ask for them (vLLM's fields, which umad, vLLM and
+  // llama-server all take): never end before max_tokens / min_tokens.
+  bool ignore_eos = false;
+  std::int32_t min_tokens = 0;
 };
 
 class Target {

@@ -151,6 +151,29 @@ class WithSchema final : public uma::bench::Target {
   std::unique_ptr<Target> inner_;
   std::string schema_;
 };
+
+// Fixed output lengths: every request runs to its max_tokens (ignore_eos) or at least min_tokens,
+// as the benchmark clients that compare servers ask (guidellm, inference-perf, aiperf).
+class FixedLength final : public uma::bench::Target {
+ public:
+  FixedLength(std::unique_ptr<Target> inner, bool ignore_eos, int min_tokens)
+      : inner_(std::move(inner)), ignore_eos_(ignore_eos), min_tokens_(min_tokens) {}
+  uma::bench::RequestRecord run(const uma::bench::BenchRequest& r) override {
+    uma::bench::BenchRequest with = r;
+    with.ignore_eos = ignore_eos_;
+    with.min_tokens = min_tokens_;
+    return inner_->run(with);
+  }
+  std::string describe() const override {
+    return inner_->describe() + (ignore_eos_ ? " (ignore_eos)" : "") +
+           (min_tokens_ > 0 ? " (min_tokens " + std::to_string(min_tokens_) + ")" : "");
+  }
+
+ private:
+  std::unique_ptr<Target> inner_;
+  bool ignore_eos_;
+  int min_tokens_;
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +219,12 @@ int main(int argc, char** argv) {
   std::string schema_file;
   app.add_option("--json-schema", schema_file, "uds: targets only: every request's output must match this JSON "
                  "schema (file)")->check(CLI::ExistingFile);
+  bool ignore_eos = false;
+  int min_tokens = 0;
+  app.add_flag("--ignore-eos", ignore_eos, "every request generates exactly --output-tokens (vLLM's ignore_eos; "
+               "umad, vLLM and llama-server take it)");
+  app.add_option("--min-tokens", min_tokens, "no request ends before this many tokens (vLLM's min_tokens)")
+      ->check(CLI::Range(0, 1 << 20));
   CLI11_PARSE(app, argc, argv);
   if (requests <= 0 && duration <= 0) requests = workload == "sweep" ? 3 : 16;
 
@@ -214,6 +243,7 @@ int main(int argc, char** argv) {
     target = std::make_unique<WithSchema>(std::move(target),
                                           std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()));
   }
+  if (ignore_eos || min_tokens > 0) target = std::make_unique<FixedLength>(std::move(target), ignore_eos, min_tokens);
   PromptMaker words(seed);
   const std::string prefix = words.words(prefix_tokens);
   auto interactive = [&](int len) {

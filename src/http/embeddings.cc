@@ -1,0 +1,113 @@
+#include "http/embeddings.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+
+#include "common/json_text.h"
+
+namespace uma::embeddings {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+Status bad(const std::string& field, const std::string& what) {
+  return Status(ErrorCode::kBadRequest, "'" + field + "' " + what, field);
+}
+
+std::string base64_of(const std::vector<float>& v) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes(v.size() * sizeof(float), '\0');
+  std::memcpy(bytes.data(), v.data(), bytes.size());  // little-endian on every machine umad builds for
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    const auto b0 = static_cast<unsigned char>(bytes[i]);
+    const auto b1 = i + 1 < bytes.size() ? static_cast<unsigned char>(bytes[i + 1]) : 0u;
+    const auto b2 = i + 2 < bytes.size() ? static_cast<unsigned char>(bytes[i + 2]) : 0u;
+    out += kAlphabet[b0 >> 2];
+    out += kAlphabet[((b0 & 3) << 4) | (b1 >> 4)];
+    out += i + 1 < bytes.size() ? kAlphabet[((b1 & 15) << 2) | (b2 >> 6)] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[b2 & 63] : '=';
+  }
+  return out;
+}
+
+}  // namespace
+
+Status parse(std::string_view body, std::size_t max_bytes, bool strict, Request* out) {
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) return Status(ErrorCode::kInvalidJson, "the request body is not valid JSON");
+  if (!j.is_object()) return Status(ErrorCode::kBadRequest, "the request body must be a JSON object");
+  *out = Request{};
+  std::size_t bytes = 0;
+  const char* what = "must be a string, token ids, or an array of either";
+  auto one = [&](const json& e) -> Status {
+    PromptInput p;
+    if (e.is_string()) {
+      p.text = e.get<std::string>();
+      if (p.text.empty()) return bad("input", "must not hold empty strings");
+      if (p.text.find('\0') != std::string::npos) return Status(ErrorCode::kContainsNul, "'input' must not contain NUL", "input");
+      bytes += p.text.size();
+    } else if (e.is_array() && !e.empty()) {
+      for (const json& t : e) {
+        if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX) return bad("input", what);
+        p.tokens.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+      }
+      bytes += 4 * p.tokens.size();
+    } else {
+      return bad("input", what);
+    }
+    out->inputs.push_back(std::move(p));
+    return Status::Ok();
+  };
+  for (const auto& [key, v] : j.items()) {
+    if (v.is_null()) continue;
+    if (key == "input") {
+      Status st;
+      if (v.is_string() || (v.is_array() && !v.empty() && v[0].is_number())) {
+        st = one(v);
+      } else if (v.is_array() && !v.empty() && v.size() <= kMaxInputs) {
+        for (const json& e : v) {
+          if (!(st = one(e)).ok()) break;
+        }
+      } else {
+        st = bad("input", std::string(what) + " (1 to 2048 inputs)");
+      }
+      if (!st.ok()) return st;
+    } else if (key == "model") {
+      if (!v.is_string()) return bad("model", "must be a string");
+      out->model = v.get<std::string>();
+    } else if (key == "encoding_format") {
+      if (v != "float" && v != "base64") return bad("encoding_format", "must be float or base64");
+      out->base64 = v == "base64";
+    } else if (key == "dimensions") {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 1) return bad("dimensions", "must be a positive integer");
+      out->dimensions = v.get<std::int64_t>();
+    } else if (key == "user") {
+      if (!v.is_string()) return bad("user", "must be a string");
+    } else if (strict) {
+      return bad(key, "is not a field of /v1/embeddings that umad knows");
+    } else {
+      out->ignored.push_back(key);
+    }
+  }
+  if (out->inputs.empty()) return bad("input", "is required");
+  if (bytes > max_bytes) {
+    return Status(ErrorCode::kPromptTooLarge, "input of " + std::to_string(bytes) + " bytes is over the limit of " + std::to_string(max_bytes));
+  }
+  return Status::Ok();
+}
+
+std::string response(const std::string& model, const std::vector<std::vector<float>>& vectors, bool base64,
+                     std::int32_t prompt_tokens) {
+  json data = json::array();
+  for (std::size_t i = 0; i < vectors.size(); ++i) {
+    data.push_back({{"object", "embedding"}, {"index", i},
+                    {"embedding", base64 ? json(base64_of(vectors[i])) : json(vectors[i])}});
+  }
+  return to_json_text(json{{"object", "list"}, {"data", data}, {"model", model.empty() ? "umad" : model},
+                           {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}});
+}
+
+}  // namespace uma::embeddings

@@ -1,0 +1,31 @@
+// The context umad opens when --n-ctx is not given (0): the model's trained context when its KV
+// fits the memory it would live in, else the largest that does, with the reason said in the start
+// line. choose_context() is pure (unit-tested on synthetic sizes); the two readers ask the model
+// and the machine.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+struct llama_model;
+
+namespace uma {
+
+struct ContextChoice {
+  std::int32_t n_ctx = 0;
+  std::string why;  // for the start line
+};
+
+inline constexpr std::int32_t kContextStep = 256;   // a chosen context is a multiple of this
+inline constexpr std::int32_t kFallbackContext = 4096;  // a model that does not say its trained context
+
+// n_ctx_train <= 0: the model does not say (kFallbackContext). The result is at least kContextStep.
+ContextChoice choose_context(std::int32_t n_ctx_train, std::int64_t kv_bytes_per_token, std::int64_t kv_budget_bytes);
+
+// K and V of one token in every layer, at f16 (llama.cpp's default cache type).
+std::int64_t kv_bytes_per_token(const llama_model* model);
+// What KV may take: 85% of the least free memory of the GPUs that hold layers, less 512 MiB for
+// compute buffers; on the CPU half of MemAvailable. -1 when it cannot be told.
+std::int64_t kv_budget_bytes(bool layers_on_gpu);
+
+}  // namespace uma
