@@ -3,14 +3,14 @@
 # pooling mean, same batches), and a decode stream's inter-token gaps alone and beside an
 # embeddings burst (umad: the burst runs between its ticks, at most 512 tokens a pass).
 #   bench/embeddings.sh [OUT_DIR]      (default build/bench-results/embeddings)
-# Env: as bench/lib.sh; UMA_EMB_REQUESTS (64), UMA_EMB_INPUTS (16 per request), UMA_EMB_WORDS (48).
+# Env: as bench/lib.sh; UMA_EMB_REQUESTS (16), UMA_EMB_INPUTS (16 per request), UMA_EMB_WORDS (48).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 source bench/lib.sh
 out=${1:-build/bench-results/embeddings}
 mkdir -p "$out"
-requests=${UMA_EMB_REQUESTS:-64}
+requests=${UMA_EMB_REQUESTS:-16}
 inputs=${UMA_EMB_INPUTS:-16}
 words=${UMA_EMB_WORDS:-48}
 bench_setup llama-server

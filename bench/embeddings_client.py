@@ -59,7 +59,7 @@ def throughput(base, requests, per, words, conc):
             "errors": state["errors"]}
 
 
-def itl(base, tokens, burst, per, words):
+def itl(base, tokens, burst=0, per=16, words=48):
     stop = threading.Event()
 
     def embed_burst():

@@ -178,6 +178,7 @@ class Scheduler {
   KvLedger ledger_;  // sequence ids and the room test: every take and give back goes through it
   PrefixCache cache_;  // draws its ids from ledger_.kept_ids()
   EmbedQueue embeds_;
+  double embed_ms_per_token_ = 0.0;  // an embeddings pass's measured cost per token (EWMA)
   std::vector<std::unique_ptr<Session>> sessions_;  // admission order
   std::int32_t gap_ticks_ = 0;  // per-sequence KV: consecutive ticks whose running ids had a gap
   std::size_t parked_bytes_ = 0;      // saved KV of paused sessions
