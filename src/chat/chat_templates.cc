@@ -2,6 +2,9 @@
 // JSON library); everything crosses as strings and our own structs.
 #include "chat/chat_templates.h"
 
+#include "chat/generic_calls.h"
+#include "chat/structured_output.h"
+
 #include <algorithm>
 #include <exception>
 #include <random>
@@ -264,6 +267,10 @@ Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const 
     return Status(ErrorCode::kBadRequest, std::string("the chat template refused the request: ") + e.what(),
                   request.tools.empty() ? "messages" : "tools");
   }
+  if (calls && p.grammar.empty() && request.tool_choice == ToolChoice::kRequired) {
+    // The template cannot express calls and one is required: the generic JSON call (generic_calls.h).
+    return render_generic_call(request, out);
+  }
   out->text = std::move(p.prompt);
   const bool thinking = p.supports_thinking && impl_->reasoning != COMMON_REASONING_FORMAT_NONE && impl_->jinja;
   if (!calls) {
@@ -291,6 +298,28 @@ Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const 
   }
   out->stops = p.additional_stops;
   out->parser = std::make_unique<CommonOutputParser>(p, thinking ? impl_->reasoning : COMMON_REASONING_FORMAT_NONE, true);
+  return Status::Ok();
+}
+
+Status ChatTemplates::render_generic_call(const ChatRequest& request, ChatPrompt* out) const {
+  std::vector<ChatTurn> turns = request.turns;
+  const std::string describe = generic_tools_prompt(request.tools);
+  if (!turns.empty() && turns.front().role == "system") {
+    turns.front().content += "\n\n" + describe;
+  } else {
+    turns.insert(turns.begin(), ChatTurn{"system", describe});
+  }
+  ChatRequest plain = request;
+  plain.turns = std::move(turns);
+  plain.tools.clear();
+  ChatPrompt rendered;
+  if (Status st = render(plain, &rendered); !st.ok()) return st;
+  out->text = std::move(rendered.text);
+  if (Status st = json_schema_to_gbnf(generic_call_schema(request.tools, request.forced_tool), &out->grammar); !st.ok()) {
+    return Status(ErrorCode::kBadRequest, "a tool's parameters cannot be enforced: " + st.message(), "tools");
+  }
+  out->grammar_lazy = false;
+  out->parser = generic_call_parser();
   return Status::Ok();
 }
 

@@ -49,7 +49,9 @@ class ChatTemplates {
   // call marker), and the parser that reads calls back out. kRequired makes the output start with
   // a call: llama.cpp's grammar lets a model write text before its first call, which OpenAI's
   // `required` does not, so umad takes that optional preamble out of the grammar's root rule.
-  // Bad tools (a parameters schema that is not a JSON schema) are a kBadRequest naming `tools`.
+  // Bad tools (a parameters schema that is not a JSON schema) are a kBadRequest naming `tools`. A
+  // required call with a template that has no call syntax (a plain chatml one) falls back to
+  // llama-server's generic JSON call (chat/generic_calls.h).
   Status render(const ChatRequest& request, ChatPrompt* out) const;
   // The default template's source text (or built-in name).
   std::string source() const;
@@ -62,6 +64,8 @@ class ChatTemplates {
  private:
   struct Impl;
   explicit ChatTemplates(std::unique_ptr<Impl> impl);
+  // A required call where the template has no call syntax: the generic JSON call (generic_calls.h).
+  Status render_generic_call(const ChatRequest& request, ChatPrompt* out) const;
   std::unique_ptr<Impl> impl_;
 };
 

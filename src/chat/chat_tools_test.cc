@@ -209,5 +209,37 @@ TEST(ChatTools, ABuiltInNameCannotCallToolsAndABadSchemaIsNamed) {
   EXPECT_EQ(st.param(), "tools");
 }
 
+// A Jinja template with no tool syntax (plain chatml): a required call falls back to the generic
+// JSON call, as llama-server's generic format: described in a system message, held by a grammar
+// to the named tool's schema, read back as the call.
+TEST(ChatTools, ARequiredCallWithATemplateThatHasNoToolSyntaxIsAGenericJsonCall) {
+  Status st;
+  auto t = ChatTemplates::from_text(
+      "{%- for message in messages -%}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}"
+      "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+      "", "<|im_end|>", &st);
+  ASSERT_TRUE(t != nullptr) << st.to_string();
+  ChatRequest r = ask({kWeather, kTime}, ToolChoice::kRequired);
+  r.forced_tool = "get_weather";
+  ChatPrompt p;
+  ASSERT_TRUE(t->render(r, &p).ok());
+  EXPECT_NE(p.text.find("<|im_start|>system\nYou can call these tools"), std::string::npos) << p.text;
+  EXPECT_NE(p.text.find("get_time"), std::string::npos) << "every tool is described";
+  EXPECT_FALSE(p.grammar.empty());
+  EXPECT_FALSE(p.grammar_lazy) << "from the first token";
+  EXPECT_NE(p.grammar.find("get_weather"), std::string::npos) << p.grammar;
+  EXPECT_EQ(p.grammar.find("get_time"), std::string::npos) << "only the named tool may be called";
+  ASSERT_TRUE(p.parser != nullptr);
+  const std::vector<ChatDelta> d = stream(*p.parser, R"({"name": "get_weather", "arguments": {"city": "Paris"}})", 5);
+  ASSERT_EQ(p.parser->tool_calls().size(), 1u);
+  EXPECT_EQ(p.parser->tool_calls()[0].name, "get_weather");
+  EXPECT_EQ(p.parser->tool_calls()[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(p.parser->tool_calls()[0].id.rfind("call_", 0), 0u);
+  // auto stays free text with such a template: nothing forces or reads a call.
+  ChatPrompt free;
+  ASSERT_TRUE(t->render(ask({kWeather}, ToolChoice::kAuto), &free).ok());
+  EXPECT_TRUE(free.grammar.empty());
+}
+
 }  // namespace
 }  // namespace uma

@@ -9,6 +9,8 @@
 #include <set>
 
 #include "common/json_text.h"
+#include "http/api_key.h"
+#include "http/cors.h"
 #include "net/tcp_listen.h"
 #include "sched/prefix_index.h"
 
@@ -185,8 +187,8 @@ void GatewayServer::answer(Client& cl, unsigned status, std::string_view content
                            bool keep_alive) {
   std::string out = "HTTP/1.1 " + std::to_string(status) + " " +
                     std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\nContent-Type: " +
-                    std::string(content_type) + "\r\nContent-Length: " + std::to_string(body.size()) +
-                    "\r\nConnection: " + (keep_alive ? "keep-alive" : "close") + "\r\n\r\n";
+                    std::string(content_type) + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+                    cl.cors + "Connection: " + (keep_alive ? "keep-alive" : "close") + "\r\n\r\n";
   out.append(body);
   const ConnectionPtr c = cl.conn;
   c->send(out);
@@ -203,6 +205,19 @@ void GatewayServer::handle(Client& cl, http::request<http::string_body>& req) {
   std::string_view target = req.target();
   target = target.substr(0, target.find('?'));
   const bool keep_alive = req.keep_alive();
+  const auto origin = req.find(http::field::origin);
+  cl.cors = cors_headers(config_.cors_origin, origin != req.end() ? std::string_view(origin->value()) : std::string_view());
+  if (req.method() == http::verb::options && !config_.cors_origin.empty()) return answer(cl, 204, "text/plain", "", keep_alive);
+  if (!config_.api_key.empty() && !(req.method() == http::verb::get && target == "/health")) {
+    const auto auth = req.find(http::field::authorization);
+    const auto x_key = req.find("x-api-key");
+    if (!((auth != req.end() && bearer_authorized(auth->value(), config_.api_key)) ||
+          (x_key != req.end() && key_matches(x_key->value(), config_.api_key)))) {
+      metrics_.bad_requests_total++;
+      return answer_error(cl, Status(ErrorCode::kUnauthorized, "a valid key is required: Authorization: Bearer KEY (or x-api-key: KEY)"),
+                          keep_alive);
+    }
+  }
   if (req.method() == http::verb::get && target == "/health") {
     const std::size_t live = agents_.live();
     const std::string body = "{\"status\":\"" + std::string(live > 0 ? "ok" : "no agents") +
@@ -357,6 +372,7 @@ void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {
   }
   job.keep_alive = p.keep_alive;
   job.received_at = p.received_at;
+  job.extra_headers = cl.cors;
   cl.proxy = std::make_unique<Proxy>(*this, cl.conn, id, std::move(job));
   cl.proxy->start();
 }

@@ -79,6 +79,10 @@ struct GatewayConfig {
   FanOutOptions fan_out;  // busy catalog models prefetched to more loaders (with loads on demand)
   openai::Limits limits;
   SamplingParams default_sampling;
+  // --api-key / --api-key-file: what a client must send (Bearer or x-api-key; /health is open).
+  std::string api_key;
+  // --cors-origin: "*" or one origin browsers may call from (http/cors.h).
+  std::string cors_origin;
 };
 
 struct GatewayMetrics {
@@ -152,6 +156,7 @@ class GatewayServer final : private ConnectionOwner {
     std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser;
     std::unique_ptr<Proxy> proxy;  // the request in flight
     std::shared_ptr<Prepared> preparing;  // its request, being tokenized (off the I/O thread)
+    std::string cors;  // the CORS headers the current request's answers carry ("" when none)
   };
   void adopt(boost::asio::ip::tcp::socket s);
   void on_input(const ConnectionPtr& c, std::string_view bytes) override;

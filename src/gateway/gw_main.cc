@@ -84,6 +84,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--default-prefill-tok-s", gc.routing.default_prefill_tok_s,
                  "the prefill rate assumed for an agent that has not measured one")->capture_default_str();
+  std::string client_key_file;
+  app.add_option("--api-key", gc.api_key, "what clients must send: Authorization: Bearer KEY or x-api-key: KEY "
+                 "(GET /health is open)")->envname("UMA_GW_API_KEY");
+  app.add_option("--api-key-file", client_key_file, "the same, from the first line of a file")->check(CLI::ExistingFile);
+  app.add_option("--cors-origin", gc.cors_origin, "browsers may call from this origin ('*': any); preflights answered");
   app.add_flag("--strict-fields", gc.limits.strict_fields, "a request field umad does not know is a 400 (by default "
                "it is ignored, as the agents do)");
   app.add_flag("--debug", debug);
@@ -125,6 +130,16 @@ int main(int argc, char** argv) {
   vo.chat_template = chat_template;
   VocabCache vocabs(vo, ra, fallback);
 
+  if (!client_key_file.empty()) {
+    if (!gc.api_key.empty()) {
+      std::cerr << "uma-gw: --api-key and --api-key-file: give one\n";
+      return 2;
+    }
+    if (Status ks = read_secret_file(client_key_file, "API key", &gc.api_key); !ks.ok()) {
+      std::cerr << "uma-gw: " << ks.to_string() << "\n";
+      return 2;
+    }
+  }
   if (!agent_key_file.empty()) {
     if (Status ks = read_secret_file(agent_key_file, "agent key", &cold.api_key); !ks.ok()) {
       std::cerr << "uma-gw: " << ks.to_string() << "\n";

@@ -209,7 +209,7 @@ void Proxy::on_body(std::string_view bytes) {
   if (!client_head_sent_) {
     client_head_sent_ = true;
     out.insert(0, std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                              "Transfer-Encoding: chunked\r\nConnection: ") +
+                              "Transfer-Encoding: chunked\r\n") + job_.extra_headers + "Connection: " +
                       (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n" +
                       (job_.reencoder ? job_.reencoder->open() : std::string()));
   }
@@ -246,8 +246,8 @@ void Proxy::on_end() {
   if (job_.reencoder) whole_ = job_.reencoder->whole(status_, whole_);
   std::string head = "HTTP/1.1 " + std::to_string(status_) + " " +
                      std::string(boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status_))) +
-                     "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(whole_.size()) +
-                     "\r\nConnection: " + (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n";
+                     "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(whole_.size()) + "\r\n" +
+                     job_.extra_headers + "Connection: " + (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n";
   client_->send(head + whole_);
   done();
 }
@@ -343,8 +343,8 @@ void Proxy::end_with_error(const Status& st) {
     const unsigned status = openai::http_status(st.code());
     client_->send("HTTP/1.1 " + std::to_string(status) + " " +
                   std::string(boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status))) +
-                  "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                  "\r\nConnection: " + (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n" + body);
+                  "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+                  job_.extra_headers + "Connection: " + (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n" + body);
   }
   done();
 }

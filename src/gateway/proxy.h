@@ -62,6 +62,7 @@ struct ProxyJob {
   // A client of another API (Anthropic's, Responses'): `body` is the OpenAI chat body it runs as,
   // and the answer is written in the client's API (gateway/reencode.h).
   std::shared_ptr<Reencoder> reencoder;
+  std::string extra_headers;  // header lines every answer to the client carries (CORS)
 };
 
 enum class ProxyState : std::uint8_t { kDispatching, kQueued, kAwaitingModel, kWaiting, kRelaying, kDone };

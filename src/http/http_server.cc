@@ -1,6 +1,7 @@
 #include "http/http_server.h"
 
 #include "http/api_key.h"
+#include "http/cors.h"
 
 #include "http/embeddings.h"
 #include "http/reply_writer.h"
@@ -270,16 +271,7 @@ class HttpAdapter final : public ProtocolAdapter {
                   !keep_alive_};
   }
 
-  // --cors-origin: the request's Origin allowed (every answer says so; a preflight also says what
-  // may be sent).
-  std::string cors_headers() const {
-    const std::string& allowed = site_.config.cors_origin;
-    if (allowed.empty() || origin_.empty() || (allowed != "*" && allowed != origin_)) return {};
-    return "Access-Control-Allow-Origin: " + (allowed == "*" ? std::string("*") : origin_) +
-           "\r\nVary: Origin\r\nAccess-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
-           "Access-Control-Allow-Headers: Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, "
-           "OpenAI-Organization, OpenAI-Project\r\nAccess-Control-Max-Age: 600\r\n";
-  }
+  std::string cors_headers() const { return uma::cors_headers(site_.config.cors_origin, origin_); }
 
   std::string respond(unsigned status, std::string_view content_type, std::string_view body) const {
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " +

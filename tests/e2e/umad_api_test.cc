@@ -294,6 +294,31 @@ TEST(UmadApi, TheContextDefaultsToTheModelsAndTheRequestCapsFollowIt) {
   EXPECT_EQ(status_of(t.response()), 413);
 }
 
+// A Jinja template with no tool syntax and a forced tool_choice: the generic JSON call under a
+// grammar (llama-server's fallback), never silently free text.
+TEST(UmadApi, AForcedToolWithATemplateWithoutToolSyntaxIsAGenericCall) {
+  const std::string chatml =
+      "{%- for message in messages -%}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}"
+      "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+  Daemon d(args({"--http", "127.0.0.1:0", "--chat-template", chatml}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  const json tool = {{"type", "function"},
+                     {"function", {{"name", "get_weather"},
+                                   {"parameters", {{"type", "object"},
+                                                   {"properties", {{"city", {{"type", "string"}, {"enum", {"Paris", "Rome"}}}}}},
+                                                   {"required", {"city"}}}}}}};
+  const json j = post_json(t, "/v1/chat/completions",
+                           {{"messages", {{{"role", "user"}, {"content", "weather?"}}}}, {"max_tokens", 80}, {"tools", {tool}},
+                            {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
+  const json& choice = j["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << j.dump();
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << j.dump();
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  const json args = json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>());
+  EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Rome") << args.dump();
+}
+
 TEST(UmadApi, CorsPreflightAndOriginHeaders) {
   Daemon d(http_args({"--cors-origin", "http://app.example", "--api-key", "k"}));
   ASSERT_TRUE(d.started()) << d.log();
