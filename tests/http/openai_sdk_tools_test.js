@@ -102,7 +102,57 @@ async function main() {
   await assert.rejects(client.chat.completions.create({ ...chat, tools: [weather],
     tool_choice: { type: 'function', function: { name: 'nope' } } }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+
+  await anthropicTools(baseURL.replace(/\/v1$/, ''), call);
+  await responsesTools(client, call);
   console.log('openai sdk tools: all checks passed');
+}
+
+// The same forced call through Anthropic's Messages API (tool_use blocks, input_json_delta) and
+// the result back as a tool_result block; the oracle makes the same call as through chat.
+async function anthropicTools(base, call) {
+  const Anthropic = require('@anthropic-ai/sdk');
+  const client = new Anthropic({ baseURL: base, apiKey: 'not-needed', maxRetries: 0 });
+  const tool = { name: 'get_weather', description: weather.function.description, input_schema: weather.function.parameters };
+  const req = { model: 'oracle', max_tokens: 200, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools: [tool],
+                tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true } };
+  const m = await client.messages.create(req);
+  assert.strictEqual(m.stop_reason, 'tool_use', JSON.stringify(m));
+  const use = m.content.find((b) => b.type === 'tool_use');
+  assert.ok(use, JSON.stringify(m.content));
+  assert.strictEqual(use.name, 'get_weather');
+  assert.deepStrictEqual(use.input, JSON.parse(call.function.arguments), 'the same call as through chat');
+  const streamed = await client.messages.stream(req).finalMessage();
+  const suse = streamed.content.find((b) => b.type === 'tool_use');
+  assert.deepStrictEqual(suse.input, use.input, 'streamed: input_json_delta pieces make the same input');
+  assert.strictEqual(streamed.stop_reason, 'tool_use');
+  const answered = await client.messages.create({ model: 'oracle', max_tokens: 8, tools: [tool], messages: [
+    ...req.messages, { role: 'assistant', content: m.content },
+    { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '21 C, sunny' }] }] });
+  assert.strictEqual(answered.stop_reason, 'max_tokens');
+  assert.ok(answered.usage.input_tokens > 0);
+}
+
+// And through the Responses API: a function_call item, and its output sent back.
+async function responsesTools(client, call) {
+  const tool = { type: 'function', name: 'get_weather', description: weather.function.description,
+                 parameters: weather.function.parameters };
+  const req = { model: 'oracle', input: 'Weather in Paris?', tools: [tool], max_output_tokens: 200,
+                tool_choice: { type: 'function', name: 'get_weather' }, parallel_tool_calls: false };
+  const r = await client.responses.create(req);
+  const fc = r.output.find((o) => o.type === 'function_call');
+  assert.ok(fc, JSON.stringify(r.output));
+  assert.strictEqual(fc.name, 'get_weather');
+  assert.deepStrictEqual(JSON.parse(fc.arguments), JSON.parse(call.function.arguments));
+  let args = '';
+  for await (const e of await client.responses.create({ ...req, stream: true })) {
+    if (e.type === 'response.function_call_arguments.delta') args += e.delta;
+  }
+  assert.deepStrictEqual(JSON.parse(args), JSON.parse(fc.arguments), 'streamed arguments');
+  const next = await client.responses.create({ model: 'oracle', tools: [tool], max_output_tokens: 8,
+    input: [{ role: 'user', content: 'Weather in Paris?' }, { type: 'function_call', call_id: fc.call_id, name: fc.name, arguments: fc.arguments },
+            { type: 'function_call_output', call_id: fc.call_id, output: '21 C, sunny' }] });
+  assert.strictEqual(next.status, 'incomplete');
 }
 
 main().catch((e) => { console.error(e); process.exit(1); });
