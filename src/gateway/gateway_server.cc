@@ -211,8 +211,9 @@ void GatewayServer::handle(Client& cl, http::request<http::string_body>& req) {
   if (!config_.api_key.empty() && !(req.method() == http::verb::get && target == "/health")) {
     const auto auth = req.find(http::field::authorization);
     const auto x_key = req.find("x-api-key");
-    if (!((auth != req.end() && bearer_authorized(auth->value(), config_.api_key)) ||
-          (x_key != req.end() && key_matches(x_key->value(), config_.api_key)))) {
+    const std::string_view a = auth != req.end() ? std::string_view(auth->value()) : std::string_view();
+    const std::string_view x = x_key != req.end() ? std::string_view(x_key->value()) : std::string_view();
+    if (!client_authorized(auth != req.end() ? &a : nullptr, x_key != req.end() ? &x : nullptr, config_.api_key)) {
       metrics_.bad_requests_total++;
       return answer_error(cl, Status(ErrorCode::kUnauthorized, "a valid key is required: Authorization: Bearer KEY (or x-api-key: KEY)"),
                           keep_alive);

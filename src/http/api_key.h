@@ -22,4 +22,11 @@ inline bool bearer_authorized(std::string_view authorization, std::string_view k
   return key_matches(authorization.substr(kBearer.size()), key);
 }
 
+// A client's request carries `key` in either header (each null when absent): what umad's API and
+// uma-gw check.
+inline bool client_authorized(const std::string_view* authorization, const std::string_view* x_api_key, std::string_view key) {
+  return (authorization != nullptr && bearer_authorized(*authorization, key)) ||
+         (x_api_key != nullptr && key_matches(*x_api_key, key));
+}
+
 }  // namespace uma

@@ -233,8 +233,9 @@ class HttpAdapter final : public ProtocolAdapter {
       const auto auth = req.find(http::field::authorization);
       const auto x_key = req.find("x-api-key");
       const bool open = req.method() == http::verb::get && path == "/health";
-      const bool given = (auth != req.end() && bearer_authorized(auth->value(), site_.config.api_key)) ||
-                         (x_key != req.end() && key_matches(x_key->value(), site_.config.api_key));
+      const std::string_view a = auth != req.end() ? std::string_view(auth->value()) : std::string_view();
+      const std::string_view x = x_key != req.end() ? std::string_view(x_key->value()) : std::string_view();
+      const bool given = client_authorized(auth != req.end() ? &a : nullptr, x_key != req.end() ? &x : nullptr, site_.config.api_key);
       if (!open && !given) {
         return error_answer(Status(ErrorCode::kUnauthorized, "a valid key is required: Authorization: Bearer KEY (or x-api-key: KEY)"));
       }
