@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -66,10 +68,27 @@ pid_t spawn_process(const std::vector<std::string>& argv, const std::string& out
 std::string bin_path(const std::string& name) { return std::string(UMA_BIN_DIR) + "/" + name; }
 std::string model_path(const std::string& name) { return std::string(UMA_MODELS_DIR) + "/" + name; }
 
+namespace {
+std::string& test_tmp() {
+  static std::string dir;
+  return dir;
+}
+// The test process's files go with it (stores of hundreds of MB each, a test a process: left
+// behind they fill the disk run after run); UMA_KEEP_TEST_TMP=1 keeps them for a look.
+void remove_test_tmp() {
+  if (std::getenv("UMA_KEEP_TEST_TMP") != nullptr || test_tmp().empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(test_tmp(), ec);
+}
+}  // namespace
+
 std::string temp_dir() {
   static const std::string dir = [] {
     char tmpl[] = "/tmp/uma-e2e-XXXXXX";
-    return std::string(::mkdtemp(tmpl));
+    std::string d(::mkdtemp(tmpl));
+    test_tmp() = d;
+    std::atexit(remove_test_tmp);
+    return d;
   }();
   return dir;
 }
