@@ -3,21 +3,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_text.h"
+#include "http/openai_json.h"
 
 namespace uma::anthropic {
 namespace {
 
-using json = nlohmann::ordered_json;
-
-Status bad(const std::string& field, const std::string& what) {
-  return Status(ErrorCode::kBadRequest, "'" + field + "' " + what, field);
-}
-
-const json* member(const json& o, const char* key) {
-  if (!o.is_object()) return nullptr;
-  const auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
+using openai::detail::bad;     // the request readers' shared helpers (openai_json.h)
+using openai::detail::json;
+using openai::detail::member;
 
 // Text blocks' text, joined (a string is its own text). Other block types are refused.
 Status text_of(const json& content, const char* field, std::string* out) {

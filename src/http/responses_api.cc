@@ -5,21 +5,14 @@
 #include <chrono>
 
 #include "common/json_text.h"
+#include "http/openai_json.h"
 
 namespace uma::responses {
 namespace {
 
-using json = nlohmann::ordered_json;
-
-Status bad(const std::string& field, const std::string& what) {
-  return Status(ErrorCode::kBadRequest, "'" + field + "' " + what, field);
-}
-
-const json* member(const json& o, const char* key) {
-  if (!o.is_object()) return nullptr;
-  const auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
+using openai::detail::bad;     // the request readers' shared helpers (openai_json.h)
+using openai::detail::json;
+using openai::detail::member;
 
 // A message item's content: a string, or input_text / output_text parts.
 Status content_text(const json& c, std::string* out) {
