@@ -15,6 +15,24 @@ namespace uma::test {
 
 namespace {
 
+// A stop string for a reply of these pieces: a later piece (from the 4th on; printable ASCII when
+// `ascii`) that first occurs where it is generated; sets exp[stop_key] and the text before it.
+bool find_stop(const std::vector<std::string>& pieces, const std::string& full, bool ascii, nlohmann::json* exp,
+               const char* stop_key, const char* before_key) {
+  std::size_t at = 0;
+  for (std::size_t k = 0; k + 1 < pieces.size(); ++k) {
+    const std::string& p = pieces[k];
+    const bool usable = !p.empty() && (!ascii || std::all_of(p.begin(), p.end(), [](char ch) { return ch > ' ' && ch < 127; }));
+    if (k >= 3 && usable && full.find(p) == at) {
+      (*exp)[stop_key] = p;
+      (*exp)[before_key] = full.substr(0, at);
+      return true;
+    }
+    at += p.size();
+  }
+  return false;
+}
+
 // The expectations file both SDK tests read; "" with *out saying why when it cannot be made.
 std::string expectations(std::string* out) {
   const int n = 12;
@@ -25,20 +43,8 @@ std::string expectations(std::string* out) {
   exp["prompt_tokens"] = oracle().tokenize(prompt).size();
   exp["completion"] = oracle().expected_text(prompt, n);
   // A stop string: a later piece of printable ASCII that first occurs where it is generated.
-  const std::vector<std::string> pieces = oracle().expected_pieces(prompt, n);
   const std::string full = exp["completion"];
-  std::size_t at = 0;
-  for (int k = 0; k < n - 1; ++k) {
-    const std::string& p = pieces[static_cast<size_t>(k)];
-    const bool ascii = !p.empty() && std::all_of(p.begin(), p.end(), [](char ch) { return ch > ' ' && ch < 127; });
-    if (k >= 3 && ascii && full.find(p) == at) {
-      exp["stop"] = p;
-      exp["before_stop"] = full.substr(0, at);
-      break;
-    }
-    at += p.size();
-  }
-  if (!exp.contains("stop")) {
+  if (!find_stop(oracle().expected_pieces(prompt, n), full, true, &exp, "stop", "before_stop")) {
     *out = "no usable stop string in " + full;
     return {};
   }
@@ -58,19 +64,7 @@ std::string expectations(std::string* out) {
   exp["chat"] = oracle().expected_text(rendered, n);
   exp["chat_prompt_tokens"] = oracle().tokenize(rendered).size();
   // A stop string in the chat reply (its pieces are control bytes: any that first occurs where it is generated).
-  const std::vector<std::string> chat_pieces = oracle().expected_pieces(rendered, n);
-  const std::string chat_full = exp["chat"];
-  at = 0;
-  for (int k = 0; k < n - 1; ++k) {
-    const std::string& p = chat_pieces[static_cast<size_t>(k)];
-    if (k >= 3 && !p.empty() && chat_full.find(p) == at) {
-      exp["chat_stop"] = p;
-      exp["chat_before_stop"] = chat_full.substr(0, at);
-      break;
-    }
-    at += p.size();
-  }
-  if (!exp.contains("chat_stop")) {
+  if (!find_stop(oracle().expected_pieces(rendered, n), exp["chat"].get<std::string>(), false, &exp, "chat_stop", "chat_before_stop")) {
     *out = "no usable stop string in the chat reply";
     return {};
   }
