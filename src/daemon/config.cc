@@ -56,6 +56,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   int max_tx_kib = static_cast<int>(srv.max_tx_bytes / 1024);
   bool mlock = false;
   std::string preempt = "auto";
+  std::string prefill_policy = "slo";
   bool prefix_cache = true;
   int prefix_cache_mb = 0;
   std::string prefix_hash = "fnv";
@@ -165,6 +166,13 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                  "streams, slower long prompts; raised where a prefill tick has a measured fixed cost). "
                  "Default 8 with a unified KV, n-batch with per-sequence KV (the GPU default)")
       ->envname("UMA_MIN_PREFILL")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  app.add_option("--prefill-policy", prefill_policy, "how many prompt tokens a tick carries: slo (the worst of the "
+                 "streams' gap and the waiting prompts' TTFT, each over its target, minimised with the tick cost "
+                 "model) or gap (the streams' gap alone, with the overdue guard)")
+      ->envname("UMA_PREFILL_POLICY")->capture_default_str()->check(CLI::IsMember({"slo", "gap"}));
+  app.add_option("--ttft-solo-factor", sc.ttft_solo_factor, "a prompt's TTFT target: --slo-ttft-ms plus this many "
+                 "times its own prefill's predicted time")->envname("UMA_TTFT_SOLO_FACTOR")->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
   app.add_flag("--prefix-cache,!--no-prefix-cache", prefix_cache,
                "reuse the KV of earlier prompts' shared prefixes (default on)")->envname("UMA_PREFIX_CACHE");
   app.add_option("--prefix-cache-seqs", sc.prefix.max_kept, "finished sequences kept in the KV cache for reuse")
@@ -194,9 +202,10 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--agent-events-port", out.agent_events_port, "the agent's KV-event stream (GET /kv-events) on "
                  "this port of the --http host; 0: any free one, advertised in its heartbeat")
       ->envname("UMA_AGENT_EVENTS_PORT")->capture_default_str();
-  app.add_option("--agent-calibrate-ms", out.agent_calibrate_ms, "an agent times prompt chunks for up to this long "
-                 "before its first heartbeat, so gateways route its first requests by its measured prefill rate; 0: none")
-      ->envname("UMA_AGENT_CALIBRATE_MS")->capture_default_str()->check(CLI::Range(0, 60000));
+  app.add_option("--calibrate-ms,--agent-calibrate-ms", out.agent_calibrate_ms, "time prompt chunks and decode steps "
+                 "for up to this long at start: the tick cost model's first samples (and an agent's first heartbeat's "
+                 "prefill rate, for gateways' routing); 0: none")
+      ->envname("UMA_CALIBRATE_MS")->capture_default_str()->check(CLI::Range(0, 60000));
   app.add_option("--http-timeout-sec", out.http.timeout_sec, "a request must arrive whole within this; idle "
                  "keep-alive connections close after it")
       ->envname("UMA_HTTP_TIMEOUT_SEC")->capture_default_str()->check(CLI::Range(1, 3600));
@@ -303,6 +312,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   srv.protocol = protocol == "newline" ? ProtocolKind::kNewline : ProtocolKind::kJson;
   srv.max_tx_bytes = static_cast<std::size_t>(max_tx_kib) * 1024;
   sc.preemption = preempt != "off";
+  sc.slo_prefill = prefill_policy == "slo";
   sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
   out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;

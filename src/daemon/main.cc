@@ -174,13 +174,16 @@ int main(int argc, char** argv) {
   cluster::BlockJournal block_journal;
   if (cfg.agent) cfg.scheduler.prefix.block_observer = &block_journal;
   Scheduler scheduler(*runtime, metrics, cfg.scheduler);
-  if (cfg.agent && cfg.agent_calibrate_ms > 0) {
-    // Before the compute thread starts (it owns the scheduler from then on) and before the first beat.
+  if (cfg.agent_calibrate_ms > 0) {
+    // Before the compute thread starts (it owns the scheduler from then on) and an agent's first beat.
     if (Status cal = scheduler.calibrate(cfg.agent_calibrate_ms); !cal.ok()) {
-      spdlog::warn("calibration: {} (routing learns this agent's rate from its first requests)", cal.to_string());
+      spdlog::warn("calibration: {} (the cost model learns from the first requests)", cal.to_string());
     }
-    spdlog::info("calibrated: {:.3f} ms per prompt token, {:.2f} ms fixed per tick", metrics.prefill_ms_per_token.load(),
-                 metrics.prefill_fixed_ms.load());
+    const auto c = scheduler.cost_model().coefficients();  // ms, ms per GB, ms per GFLOP (dense, attention)
+    auto rate = [](double ms_per_giga) { return ms_per_giga > 0 ? 1e3 / ms_per_giga : 0.0; };
+    spdlog::info("calibrated: {:.3f} ms per prompt token, {:.2f} ms fixed per tick; cost model {:.2f} ms + {:.1f} GB/s + "
+                 "{:.0f} GFLOP/s dense + {:.0f} GFLOP/s attention (0: not told apart yet)", metrics.prefill_ms_per_token.load(),
+                 metrics.prefill_fixed_ms.load(), c[0], rate(c[1]), rate(c[2]), rate(c[3]));
   }
   EventRouter router(server, http.get());
   compute = std::make_unique<ComputeThread>(scheduler, router);

@@ -259,6 +259,7 @@ Status parse_event(std::string_view payload, WireEvent* e) {
       e->queue_ms = num_or<double>(*t, "queue_ms", 0.0);
       e->ttft_ms = num_or<double>(*t, "ttft_ms", -1.0);
       e->total_ms = num_or<double>(*t, "total_ms", 0.0);
+      e->bytes_per_token = num_or<double>(*t, "bytes_per_token", 0.0);
     }
     if (const json* meta = find(j, "metadata")) e->metadata_json = to_json_text(*meta);
     e->logprobs = read_logprobs(j);
@@ -345,7 +346,7 @@ std::string encode_eos_event(std::string_view id, const EosFields& f) {
   j["reason"] = f.reason;
   if (f.full_text != nullptr) j["text"] = *f.full_text;
   j["usage"] = {{"prompt_tokens", f.prompt_tokens}, {"completion_tokens", f.completion_tokens}};
-  j["timings"] = {{"queue_ms", f.queue_ms}, {"ttft_ms", f.ttft_ms}, {"total_ms", f.total_ms}};
+  j["timings"] = {{"queue_ms", f.queue_ms}, {"ttft_ms", f.ttft_ms}, {"total_ms", f.total_ms}, {"bytes_per_token", f.bytes_per_token}};
   if (!f.metadata_json.empty()) j["metadata"] = ojson::parse(f.metadata_json, nullptr, false);
   if (f.with_logprobs) j["logprobs"] = logprobs_json(f.logprobs);
   return to_json_text(j);

@@ -60,7 +60,7 @@ struct WireEvent {
   std::string reason;          // eos
   std::int32_t prompt_tokens = 0;
   std::int32_t completion_tokens = 0;
-  double queue_ms = 0.0, ttft_ms = -1.0, total_ms = 0.0;
+  double queue_ms = 0.0, ttft_ms = -1.0, total_ms = 0.0, bytes_per_token = 0.0;
   std::string code, message;   // error
   std::string param;           // error: the request field at fault (empty: none)
   std::string metadata_json;   // eos: echoed metadata
@@ -84,6 +84,7 @@ struct EosFields {
   // The entries of tokens it releases (stream:false: every token's); only when the request asked.
   std::span<const LogprobEntry> logprobs = {};
   bool with_logprobs = false;
+  double bytes_per_token = 0.0;  // its share of the ticks' predicted bytes (sched/tick_cost.h)
 };
 std::string encode_eos_event(std::string_view id, const EosFields& f);
 std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message, std::string_view param = {});

@@ -179,7 +179,9 @@ TEST(JsonMessages, EventsRoundTripThroughTheClientParser) {
   EXPECT_EQ(e.token_id, 12);
   std::string full = "all of it";
   EosFields f{"length", 3, 4, 1.5, 20.0, 99.0, &full, R"({"a":1})"};
+  f.bytes_per_token = 1.5e9;
   ASSERT_TRUE(parse_event(encode_eos_event("r", f), &e).ok());
+  EXPECT_DOUBLE_EQ(e.bytes_per_token, 1.5e9);
   EXPECT_EQ(e.kind, WireEvent::Kind::kEos);
   EXPECT_EQ(e.reason, "length");
   EXPECT_EQ(e.text, "all of it");

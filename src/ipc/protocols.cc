@@ -132,6 +132,7 @@ class JsonProtocol final : public Protocol {
     f.queue_ms = ev.queue_ms;
     f.ttft_ms = ev.ttft_ms;
     f.total_ms = ev.total_ms;
+    f.bytes_per_token = ev.bytes_per_token;
     f.full_text = reply.stream ? nullptr : &reply.text;
     f.metadata_json = reply.metadata_json;
     f.with_logprobs = reply.logprobs;

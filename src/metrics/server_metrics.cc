@@ -80,6 +80,11 @@ const std::vector<Scalar>& scalars() {
       {"tick_budget", "tick_prefill_budget_tokens", Type::kGauge, "Prefill tokens the last tick could carry next to decode.", load(&M::tick_budget)},
       {"tick_prefill_floor", "tick_prefill_floor_tokens", Type::kGauge, "Fewest prefill tokens a tick carries (fitted floor).", load(&M::tick_prefill_floor)},
       {"prefill_fixed_ms", "prefill_fixed_seconds", Type::kGauge, "Fitted fixed cost of a tick that prefills.", load(&M::prefill_fixed_ms), 0.001},
+      {"tick_predicted_ms", "tick_predicted_seconds", Type::kGauge, "The cost model's prediction of the last tick (0 while cold).", load(&M::tick_predicted_ms), 0.001},
+      {"tick_predict_error", "tick_predict_error_ratio", Type::kGauge, "Median relative error of the tick cost model over recent ticks.", load(&M::tick_predict_error)},
+      {"slo_stream_ratio", "slo_stream_ratio", Type::kGauge, "Last tick plan: the streams' predicted gap over their target.", load(&M::slo_stream_ratio)},
+      {"slo_prompt_ratio", "slo_prompt_ratio", Type::kGauge, "Last tick plan: the worst waiting prompt's predicted TTFT over its target.", load(&M::slo_prompt_ratio)},
+      {"bytes_per_token_last", "bytes_per_generated_token_last", Type::kGauge, "Bytes moved per generated token by the last finished request (its share of the ticks).", load(&M::bytes_per_token_last)},
       {"decode_ms_last", "decode_last_seconds", Type::kGauge, "Duration of the last llama_decode.", load(&M::decode_ms_last), 0.001},
       {"decode_ms_ewma", "decode_ewma_seconds", Type::kGauge, "Moving average of llama_decode durations.", load(&M::decode_ms_ewma), 0.001},
       {"decode_step_ms", "decode_step_seconds", Type::kGauge, "Decode-only tick with the streams decoding now (0 when none decode): what each tick of a new prompt's prefill also pays.", load(&M::decode_step_ms), 0.001},
@@ -261,7 +266,7 @@ std::string ServerMetrics::to_json() const {
                       {"preemptions", s.preemptions}, {"prompt_tokens", s.prompt_tokens},
                       {"prefilled", s.prefilled}, {"generated", s.generated}, {"kv_tokens", s.kv_tokens},
                       {"queue_ms", s.queue_ms}, {"ttft_ms", s.ttft_ms}, {"tbt_ms_ewma", s.tbt_ms_ewma},
-                      {"tbt_ms_max", s.tbt_ms_max}});
+                      {"tbt_ms_max", s.tbt_ms_max}, {"bytes_per_token", s.bytes_per_token}});
     }
   }
   return to_json_text(j);

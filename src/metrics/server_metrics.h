@@ -40,6 +40,7 @@ struct SessionTiming {
   double ttft_ms = -1.0;   // received -> first token; -1 before it
   double tbt_ms_ewma = 0.0;
   double tbt_ms_max = 0.0;
+  double bytes_per_token = 0.0;  // its share of the ticks' predicted bytes per token generated
 };
 
 class ServerMetrics {
@@ -61,6 +62,12 @@ class ServerMetrics {
   std::atomic<double> prefill_fixed_ms{0.0};        // fitted fixed cost of a prefill tick
   std::atomic<double> prefill_ms_per_token{0.0};    // fitted marginal cost of a prompt token (0: not yet)
   std::atomic<double> decode_ms_last{0.0};
+  // The tick cost model (sched/tick_cost.h) and the SLO budget (policy.h slo_prefill_budget).
+  std::atomic<double> tick_predicted_ms{0.0};     // the last tick's prediction (0: model cold)
+  std::atomic<double> tick_predict_error{0.0};    // median |predicted - measured| / measured, recent ticks
+  std::atomic<double> slo_stream_ratio{0.0};      // the last SLO budget's predicted stream gap / target
+  std::atomic<double> slo_prompt_ratio{0.0};      // ... and worst waiting prompt's TTFT / target
+  std::atomic<double> bytes_per_token_last{0.0};  // the last finished request's bytes per generated token
   std::atomic<double> decode_ms_ewma{0.0};
   std::atomic<double> decode_step_ms{0.0};  // decode-only tick with the streams decoding at the last tick (0: none)
   std::atomic<double> ttft_ms_last{-1.0};

@@ -109,6 +109,11 @@ class Decoder {
     return Status(ErrorCode::kBadRequest, "this daemon serves no embeddings", "input");
   }
   virtual std::int32_t embed_max_tokens() const { return 0; }
+  // What a token costs to move and compute (sched/tick_cost.h); zeros when unknown (fakes).
+  struct Shape {
+    double weight_bytes = 0, params = 0, n_layer = 0, n_embd = 0, kv_bytes_per_cell = 0;
+  };
+  virtual Shape shape() const { return {}; }
 };
 
 }  // namespace uma

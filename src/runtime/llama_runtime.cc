@@ -101,12 +101,20 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
 
   llama_context_params cp = llama_context_default_params();
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool per_seq = config.kv_layout == "per-seq" || (config.kv_layout == "auto" && config.n_seq_max > 1);
+  // Per-sequence KV: n_ctx is the sessions' streams' cells; the kept prefixes' streams come on top.
+  const std::int32_t rooms = per_seq && config.n_seq_sampling > 0 ? std::min(config.n_seq_sampling, config.n_seq_max)
+                                                                  : config.n_seq_max;
+  const std::int32_t streams = per_seq ? config.n_seq_max : 1;
   std::int32_t n_ctx = config.n_ctx;
   if (n_ctx <= 0) {  // the model's trained context, or the largest whose KV fits
-    const ContextChoice c = choose_context(llama_model_n_ctx_train(rt->model_), kv_bytes_per_token(rt->model_),
+    const std::int64_t cell = kv_bytes_per_token(rt->model_) * streams;
+    const ContextChoice c = choose_context(llama_model_n_ctx_train(rt->model_), cell,
                                            kv_budget_bytes(llama_supports_gpu_offload() && mp.n_gpu_layers != 0));
-    n_ctx = c.n_ctx;
-    rt->n_ctx_why_ = c.why;
+    n_ctx = per_seq ? c.n_ctx * streams : c.n_ctx;
+    rt->n_ctx_why_ = per_seq ? c.why + " per stream" : c.why;
+  } else if (per_seq) {
+    n_ctx = std::max(1, n_ctx / std::max(rooms, 1)) * streams;
   }
   cp.n_ctx = static_cast<uint32_t>(n_ctx);
   cp.n_batch = static_cast<uint32_t>(config.n_batch);
@@ -117,7 +125,6 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->n_threads_ = static_cast<std::int32_t>(cp.n_threads);
   const bool on_gpu = llama_supports_gpu_offload() && mp.n_gpu_layers != 0;
   rt->on_gpu_ = on_gpu;
-  const bool per_seq = config.kv_layout == "per-seq" || (config.kv_layout == "auto" && on_gpu && config.n_seq_max > 1);
   cp.kv_unified = !per_seq;
   // auto: llama.cpp's choice where a GPU runs the model; off on CPU-only builds, where its flash
   // attention kernel is several times slower for small batches over a deep KV cache (measured:
@@ -548,9 +555,25 @@ std::string LlamaRuntime::describe() const {
   char desc[256];
   llama_model_desc(model_, desc, sizeof desc);
   return std::string(desc) + ", " + std::to_string(llama_model_n_params(model_) / 1000000) + "M params, n_ctx " +
-         std::to_string(n_ctx_) + (n_ctx_why_.empty() ? "" : " (" + n_ctx_why_ + ")") + (per_seq_ ? " (per-sequence KV, " + std::to_string(n_ctx_seq_) + " each)" : std::string(" (unified KV)")) + ", n_batch " + std::to_string(n_batch_) + ", sequences " +
+         std::to_string(n_ctx_) + (n_ctx_why_.empty() ? "" : " (" + n_ctx_why_ + ")") + (per_seq_ ? " (per-sequence KV: room per request " + std::to_string(n_ctx_seq_) + " cells)" : std::string(" (unified KV)")) + ", n_batch " + std::to_string(n_batch_) + ", sequences " +
          std::to_string(n_seq_max_) + ", threads " + std::to_string(llama_n_threads(ctx_)) +
          (backend_greedy_.empty() ? "" : ", greedy sampled on the device") + "; weights: " + placement_;
+}
+
+}  // namespace uma
+
+namespace uma {
+
+Decoder::Shape LlamaRuntime::shape() const {
+  Shape s;
+  s.weight_bytes = static_cast<double>(llama_model_size(model_));
+  s.params = static_cast<double>(llama_model_n_params(model_));
+  s.n_layer = llama_model_n_layer(model_);
+  s.n_embd = llama_model_n_embd(model_);
+  const double heads = std::max(1, llama_model_n_head(model_));
+  // K and V in f16 (the cache type umad creates), n_head_kv heads of n_embd / n_head each.
+  s.kv_bytes_per_cell = 2.0 * 2.0 * s.n_layer * s.n_embd / heads * llama_model_n_head_kv(model_);
+  return s;
 }
 
 }  // namespace uma

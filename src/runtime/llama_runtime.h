@@ -47,10 +47,15 @@ struct RuntimeConfig {
   // Layers whose weights (and KV) go to the GPU: -1 all of them when llama.cpp was built with a
   // GPU backend (CUDA, Metal, ...), none otherwise; 0 none; N the first N.
   std::int32_t n_gpu_layers = -1;
-  // unified: one KV pool shared by every sequence; per-seq: a private stream of n_ctx / n_seq_max
-  // cells per sequence, whose attention then spans only its own cells (see Decoder); auto: per-seq
-  // where the layers run on a GPU (attention over every cell in use is what a 64-stream tick spends
-  // its time on there), unified on the CPU (where one request may use the whole context).
+  // unified: one KV pool shared by every sequence; per-seq: a private stream per sequence, whose
+  // attention then spans only its own cells (see Decoder); auto: per-seq with more than one
+  // sequence. With a unified KV every row's attention spans every cell in use: a prompt chunk
+  // beside 16 streams on a CPU cost twice what it costs alone (docs/BENCHMARKS.md, issue 32), and
+  // on a GPU it is what a 64-stream tick spends its time on.
+  // Per-seq room: each of the n_seq_sampling sessions' streams holds n_ctx / n_seq_sampling cells
+  // (llama-server's -c / -np); the kept prefixes' streams above them get as many on top, so they
+  // never shrink a request's room. With n_ctx <= 0 the room is the trained context, or the largest
+  // for which every stream's KV fits.
   std::string kv_layout = "auto";
   // Greedy requests sampled on the device: llama.cpp's backend sampler (an argmax in the decode's
   // own graph) picks the token, and only token ids cross to the host, not a logits row of n_vocab
@@ -84,6 +89,7 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_ctx_seq() const override { return n_ctx_seq_; }
   Status embed(std::span<const std::vector<Token>> inputs, std::vector<std::vector<float>>* out) override;
   std::int32_t embed_max_tokens() const override;
+  Shape shape() const override;
   Status tokenize(std::string_view text, std::vector<Token>& out, bool parse_special = false) const override;
   bool valid_token(Token token) const override;
   // The loaded model (weights and vocabulary; read-only), for what is built from it before the

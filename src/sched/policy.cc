@@ -1,23 +1,20 @@
 #include "sched/policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace uma {
 
-TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
-  TickPlan plan;
-  // Stable sorts keep round-robin order among equals.
-  std::vector<std::size_t> decoders, prefillers;
+std::vector<std::size_t> prefill_order(std::span<const Candidate> sessions) {
+  std::vector<std::size_t> prefillers;
   for (std::size_t i = 0; i < sessions.size(); ++i) {
-    if (sessions[i].decoding) decoders.push_back(i);
-    else if (sessions[i].prompt_remaining > 0) prefillers.push_back(i);
+    if (!sessions[i].decoding && sessions[i].prompt_remaining > 0) prefillers.push_back(i);
   }
-  std::stable_sort(decoders.begin(), decoders.end(),
-                   [&](std::size_t a, std::size_t b) { return sessions[a].rank < sessions[b].rank; });
   // Within a rank: prompts that can still meet their TTFT target, least slack first (earliest
   // deadline); then those that cannot any more, shortest remaining first (their lateness is
-  // sunk; finishing the short ones first keeps the most requests' TTFT low).
+  // sunk; finishing the short ones first keeps the most requests' TTFT low). Stable: round-robin
+  // order among equals.
   std::stable_sort(prefillers.begin(), prefillers.end(), [&](std::size_t a, std::size_t b) {
     const Candidate& x = sessions[a];
     const Candidate& y = sessions[b];
@@ -26,6 +23,19 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
     if (x_late != y_late) return !x_late;
     return x_late ? x.prompt_remaining < y.prompt_remaining : x.slack_ms < y.slack_ms;
   });
+  return prefillers;
+}
+
+TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
+  TickPlan plan;
+  // Stable sorts keep round-robin order among equals.
+  std::vector<std::size_t> decoders;
+  for (std::size_t i = 0; i < sessions.size(); ++i) {
+    if (sessions[i].decoding) decoders.push_back(i);
+  }
+  std::stable_sort(decoders.begin(), decoders.end(),
+                   [&](std::size_t a, std::size_t b) { return sessions[a].rank < sessions[b].rank; });
+  const std::vector<std::size_t> prefillers = prefill_order(sessions);
 
   std::int32_t used = 0;
   bool overdue = false;
@@ -65,6 +75,53 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
     left -= chunk;
   }
   return plan;
+}
+
+SloBudget slo_prefill_budget(const SloBudgetInput& in) {
+  SloBudget out;
+  std::int32_t total = 0;
+  for (const PromptWait& w : in.prompts) total += std::max(w.remaining, 0);
+  const std::int32_t most = std::min(total, in.capacity);
+  if (most <= 0) return out;
+  const std::int32_t least = std::clamp(in.floor, 1, most);
+  // Candidates: a geometric grid from the floor to the most, plus every prompt boundary (the
+  // exact amount that finishes a prompt this tick).
+  std::vector<std::int32_t> candidates;
+  for (double p = least; p < most; p = std::max(p + 1, p * 1.08)) candidates.push_back(static_cast<std::int32_t>(p));
+  candidates.push_back(most);
+  std::int32_t cum = 0;
+  for (const PromptWait& w : in.prompts) {
+    cum += std::max(w.remaining, 0);
+    if (cum >= least && cum <= most) candidates.push_back(cum);
+  }
+  auto evaluate = [&](std::int32_t p, SloBudget& r) {
+    const double tick = std::max(in.tick_ms(p), 0.0);
+    r.tokens = p;
+    r.stream_ratio = in.tbt_target_ms > 0 ? (in.stream_waited_ms + tick) / in.tbt_target_ms : 0.0;
+    r.prompt_ratio = 0.0;
+    std::int64_t c = 0;
+    for (const PromptWait& w : in.prompts) {
+      if (w.remaining <= 0) continue;
+      c += w.remaining;
+      const double ticks = std::ceil(static_cast<double>(c) / p);
+      const double target = std::max(w.ttft_target_ms, 1.0);
+      r.prompt_ratio = std::max(r.prompt_ratio, (w.waited_ms + ticks * tick) / target);
+    }
+    return std::max(r.stream_ratio, r.prompt_ratio);
+  };
+  std::vector<std::pair<double, SloBudget>> scored;
+  for (std::int32_t p : candidates) {
+    SloBudget r;
+    const double worst = evaluate(p, r);
+    scored.emplace_back(worst, r);
+  }
+  double best = scored.front().first;
+  for (const auto& [worst, r] : scored) best = std::min(best, worst);
+  // Within 1% of the best counts as a tie, and a tie goes to the larger chunk.
+  for (const auto& [worst, r] : scored) {
+    if (worst <= best * 1.01 && r.tokens > out.tokens) out = r;
+  }
+  return out;
 }
 
 bool waiting_before(const Waiting& a, const Waiting& b) {

@@ -1,6 +1,7 @@
 // The scheduling policy: pure functions of the sessions' states, so each can be read in a minute
 // and tested without a model. The Scheduler gathers the inputs and carries out the choices.
 //   plan_tick        who decodes and who prefills how much in one tick
+//   slo_prefill_budget  how many prompt tokens a tick carries: the worst SLO ratio, minimised
 //   waiting_before   in which order waiting requests get KV room
 //   choose_victims   which sessions to pause: for an interactive request (background ones), or
 //                    because the running sessions' KV outgrew the cache
@@ -9,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -63,6 +65,39 @@ struct TickPlan {
 //     the budget is the whole capacity: it exists to protect running streams, and there are none;
 //     background work then still takes at most background_idle_cap, to keep arrivals' TTFT short.
 TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in);
+// The prefilling candidates in the order (3) serves them.
+std::vector<std::size_t> prefill_order(std::span<const Candidate> sessions);
+
+// A prompt waiting to be prefilled, as slo_prefill_budget sees it (in plan_tick's service order).
+struct PromptWait {
+  double waited_ms = 0.0;        // since it arrived
+  std::int32_t remaining = 0;    // tokens not yet in KV
+  double ttft_target_ms = 0.0;   // its target: the SLO on top of its own prefill's predicted time
+};
+struct SloBudgetInput {
+  // Predicted tick time when it carries p prompt tokens next to the decode rows (p = 0: decode only).
+  std::function<double(std::int32_t)> tick_ms;
+  double stream_waited_ms = 0.0;  // the longest an interactive decoding stream has waited since its last token
+  double tbt_target_ms = 0.0;     // the tightest inter-token target among them; 0: none decoding
+  std::span<const PromptWait> prompts;
+  std::int32_t floor = 1;         // fewest prompt tokens a tick with prefill carries
+  std::int32_t capacity = 0;      // most it can carry (n_batch less the decode rows)
+};
+struct SloBudget {
+  std::int32_t tokens = 0;     // prompt tokens for this tick
+  double stream_ratio = 0.0;   // the streams' predicted gap over their target with that many
+  double prompt_ratio = 0.0;   // the worst waiting prompt's predicted TTFT over its target
+};
+// Seed 002's rule, with a waiting prompt's TTFT counted against its SLO exactly as a running
+// stream's gap against its own: picks the prompt tokens p for this tick that minimise
+//   max( (stream_waited + tick(p)) / tbt_target,
+//        max over prompts i of (waited_i + ceil(cum_i / p) * tick(p)) / ttft_target_i )
+// where cum_i is the prompt tokens up to and including i in service order (a prompt finishes after
+// those ahead of it, at p tokens a tick). Streams already past their target do not stop prefill
+// while a prompt is further past its own; a long prompt is not held to a short prompt's target
+// (its own compute is part of it). Ties go to the larger p (fuller ticks: fewer passes over the
+// weights). With no prompt waiting, 0.
+SloBudget slo_prefill_budget(const SloBudgetInput& in);
 
 // A request waiting for KV room (queued, or paused by preemption).
 struct Waiting {

@@ -317,3 +317,61 @@ TEST(TickBudget, TheDecodeOnlyTickIsLearnedPerStreamCount) {
 
 }  // namespace
 }  // namespace uma
+
+namespace uma {
+namespace {
+
+// A CPU-like tick: 60 ms for 16 decode rows, 1.7 ms per prompt token.
+double cpu_tick(std::int32_t p) { return 60.0 + 1.7 * p; }
+
+TEST(SloBudget, NoPromptMeansNoBudget) {
+  SloBudgetInput in{cpu_tick, 0.0, 80.0, {}, 8, 512};
+  EXPECT_EQ(slo_prefill_budget(in).tokens, 0);
+}
+
+TEST(SloBudget, WithNoStreamsAPromptGoesInWhole) {
+  const std::vector<PromptWait> w = {{0.0, 300, 600.0}};
+  SloBudgetInput in{cpu_tick, 0.0, /*tbt_target_ms=*/0.0, w, 8, 512};
+  EXPECT_EQ(slo_prefill_budget(in).tokens, 300);
+}
+
+TEST(SloBudget, BalancesTheStreamsGapAgainstTheWaitingPromptsTtft) {
+  // A long prompt (target 1.5 s on top of its ~3.4 s alone) beside streams with an 80 ms target.
+  const std::vector<PromptWait> w = {{0.0, 2000, 3550.0}};
+  SloBudgetInput in{[](std::int32_t p) { return 45.0 + 1.7 * p; }, 0.0, 80.0, w, 8, 2000};
+  const SloBudget b = slo_prefill_budget(in);
+  EXPECT_GT(b.tokens, 8);     // the prompt is not starved to the floor
+  EXPECT_LT(b.tokens, 2000);  // nor are the streams stalled for the whole prompt
+  EXPECT_NEAR(b.stream_ratio, b.prompt_ratio, 0.25 * b.stream_ratio);
+  // The longer the prompt has waited, the more it gets.
+  const std::vector<PromptWait> late = {{3000.0, 1000, 3550.0}};
+  SloBudgetInput later = in;
+  later.prompts = late;
+  EXPECT_GT(slo_prefill_budget(later).tokens, b.tokens);
+}
+
+TEST(SloBudget, AStreamAlreadyLateDoesNotStopAPromptThatIsLater) {
+  const std::vector<PromptWait> w = {{2000.0, 128, 400.0}};  // 5x its target already
+  SloBudgetInput in{cpu_tick, /*stream_waited_ms=*/100.0, 80.0, w, 8, 512};
+  EXPECT_EQ(slo_prefill_budget(in).tokens, 128);
+}
+
+TEST(SloBudget, ATieGoesToTheFullerTick) {
+  // Flat cost: every p predicts the same tick, so the prompt ratio falls with p and the stream's stays.
+  const std::vector<PromptWait> w = {{0.0, 64, 1e6}};
+  SloBudgetInput in{[](std::int32_t) { return 50.0; }, 0.0, 80.0, w, 8, 512};
+  EXPECT_EQ(slo_prefill_budget(in).tokens, 64);
+}
+
+TEST(SloBudget, PromptsLaterInLineCountTheirWaitBehindTheOnesAhead) {
+  // Two prompts: the second's TTFT includes the first's tokens; the floor and capacity hold.
+  const std::vector<PromptWait> w = {{0.0, 100, 1e6}, {500.0, 100, 600.0}};
+  SloBudgetInput in{cpu_tick, 0.0, 80.0, w, 8, 150};
+  const SloBudget b = slo_prefill_budget(in);
+  EXPECT_GE(b.tokens, 8);
+  EXPECT_LE(b.tokens, 150);
+  EXPECT_GT(b.prompt_ratio, 0.0);
+}
+
+}  // namespace
+}  // namespace uma

@@ -86,6 +86,7 @@ struct Event {
   std::int32_t completion_tokens = 0;         // kDone
   double queue_ms = 0.0;                      // kDone: received -> prefill started
   double ttft_ms = -1.0;                      // kDone: received -> first token (-1: none)
+  double bytes_per_token = 0.0;               // kDone: its share of the ticks' bytes per generated token
   double total_ms = 0.0;                      // kDone: received -> end
   std::vector<std::vector<float>> embeddings;  // kDone of an embeddings request: one per input
 };

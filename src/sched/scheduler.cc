@@ -45,6 +45,8 @@ KvShape kv_shape(const Decoder& decoder, const SchedulerConfig& config) {
 Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config, const TimeSource& time)
     : decoder_(decoder), metrics_(metrics), config_(for_layout(config, decoder)), time_(time),
       budget_(decoder.n_batch(), config_.tick_target_ms, config_.start_budget, config_.min_prefill),
+      cost_(ModelShape{decoder.shape().weight_bytes, decoder.shape().params, decoder.shape().n_layer,
+                       decoder.shape().n_embd, decoder.shape().kv_bytes_per_cell}),
       ledger_(kv_shape(decoder, config)), cache_(decoder, metrics, config.prefix, time, ledger_.kept_ids()) {
   if (ledger_.per_seq()) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
   cache_.set_keep_unseen_min(ledger_.per_seq() ? config.per_seq_keep_unseen_min : config.unified_keep_unseen_min);
@@ -202,6 +204,11 @@ void Scheduler::tick(std::vector<Event>& out) {
   PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), config_.min_prefill, guard_fired_last_,
                  budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
   in.whole_prompts = ledger_.per_seq();
+  if (const std::int32_t slo = slo_budget(now, decoder_.n_batch() - n_decoding); slo >= 0) {
+    // The SLO budget weighs the streams' gaps itself: the overdue guard would second-guess it.
+    in.budget = slo;
+    for (Candidate& c : candidates_) c.overdue = false;
+  }
   const TickPlan plan = plan_tick(candidates_, in);
   guard_fired_last_ = plan.guard_fired;
   if (plan.guard_fired) metrics_.prefill_skipped_ticks_total++;
@@ -220,6 +227,7 @@ void Scheduler::tick(std::vector<Event>& out) {
     return;
   }
   record_tick(decode_ms, in.budget);
+  observe_cost(decode_ms);
   sampled_.clear();
   for (const LogitsRow& row : batch_.rows) {
     sampled_.push_back(decoder_.sample(row.session->seq, row.batch_index));
@@ -253,6 +261,7 @@ void Scheduler::prepare_tick(std::vector<Event>& out) {
 }
 
 bool Scheduler::gather(Clock::time_point now) {
+  if (!ledger_.per_seq()) unified_span_ = cells_granted();
   order_.clear();
   candidates_.clear();
   const std::size_t n = sessions_.size();
@@ -268,7 +277,8 @@ bool Scheduler::gather(Clock::time_point now) {
     c.background = s->background();
     // Only interactive streams hold prefill back; background ones take the gap.
     c.overdue = c.decoding && !s->background() && ms_between(s->last_emit_at, now) > s->slo_tbt_ms;
-    c.slack_ms = s->slo_ttft_ms - ms_between(s->received_at, now) - c.prompt_remaining * ms_per_token;
+    const double target = c.prompt_remaining > 0 ? ttft_target(*s) : s->slo_ttft_ms;
+    c.slack_ms = target - ms_between(s->received_at, now) - c.prompt_remaining * ms_per_token;
     order_.push_back(s);
     candidates_.push_back(c);
   }
@@ -325,7 +335,8 @@ void Scheduler::apply_batch(Clock::time_point decoded_at, std::vector<Event>& ou
 }
 
 void Scheduler::trace_tick(const TickPlan& plan, std::int32_t budget, double decode_ms, const Status& st) const {
-  std::string line = fmt::format("tick {}: {:.1f} ms, budget {}, decode [", tick_no_, decode_ms, budget);
+  std::string line = fmt::format("tick {}: {:.1f} ms (predicted {:.1f}), budget {}, decode [", tick_no_, decode_ms,
+                                 cost_.predict_ms(batch_work()), budget);
   for (std::size_t k = 0; k < plan.decode.size(); ++k) {
     const Session& s = *order_[plan.decode[k]];
     line += fmt::format("{}{}{}", k ? " " : "", s.id, s.background() ? "b" : "");
@@ -431,6 +442,8 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
   done.queue_ms = ms_between(s.received_at, s.state == SessionState::kQueued ? now : s.started_at);
   done.ttft_ms = s.generated > 0 ? ms_between(s.received_at, s.first_token_at) : -1.0;
   done.total_ms = ms_between(s.received_at, now);
+  done.bytes_per_token = s.generated > 0 ? s.bytes_moved / s.generated : 0.0;
+  if (s.generated > 0) metrics_.bytes_per_token_last = done.bytes_per_token;
   done.logprobs = std::move(s.pending_logprobs);  // tokens whose text never completed (a cut code point)
   s.pending_logprobs.clear();
   out.push_back(std::move(done));
@@ -491,40 +504,6 @@ void Scheduler::reap() {
   std::erase_if(sessions_, [](const auto& s) { return is_terminal(*s); });
 }
 
-Status Scheduler::calibrate(double most_ms) {
-  if (!sessions_.empty() || ledger_.session_ids().empty()) {
-    return Status(ErrorCode::kInternal, "calibrate runs before the first request");
-  }
-  std::vector<Token> text;
-  if (Status st = decoder_.tokenize("Calibration: the quick brown fox jumps over the lazy dog.", text); !st.ok()) return st;
-  if (text.empty()) return Status::Ok();
-  // Two sizes, so the fit can tell a tick's fixed cost from its per-token cost (tick_budget.h).
-  const std::int32_t big = std::max(TickBudget::kMinSample, std::min({decoder_.n_batch(), 256, decoder_.n_ctx_seq() - 1}));
-  const std::int32_t small = std::max(TickBudget::kMinSample, big / 4);
-  const std::array<std::int32_t, 7> chunks = {small, small, big, small, big, small, big};  // the first warms up
-  const std::int32_t seq = ledger_.session_ids().take();
-  std::vector<BatchEntry> batch;
-  double spent_ms = 0.0;
-  Status result = Status::Ok();
-  for (std::size_t k = 0; k < chunks.size(); ++k) {
-    batch.clear();
-    for (std::int32_t i = 0; i < chunks[k]; ++i) batch.push_back({text[static_cast<std::size_t>(i) % text.size()], i, seq, false});
-    if (result = decoder_.start_sequence(seq, SamplingParams{}); !result.ok()) break;
-    const Clock::time_point t0 = time_.now();
-    result = decoder_.decode(batch);
-    const double ms = ms_between(t0, time_.now());
-    decoder_.end_sequence(seq);
-    if (!result.ok()) break;
-    if (k > 0) budget_.observe_prefill(ms, chunks[k]);
-    spent_ms += ms;
-    if (k > 0 && spent_ms >= most_ms) break;
-  }
-  ledger_.session_ids().give_back(seq);
-  metrics_.prefill_fixed_ms = budget_.prefill_fixed_ms();
-  metrics_.prefill_ms_per_token = budget_.ms_per_prefill_token();
-  return result;
-}
-
 void Scheduler::publish_metrics() {
   const Clock::time_point now = time_.now();
   std::array<std::int64_t, kGaugeStates> by_state{};
@@ -559,6 +538,7 @@ void Scheduler::publish_metrics() {
     t.ttft_ms = s->generated > 0 ? ms_between(s->received_at, s->first_token_at) : -1.0;
     t.tbt_ms_ewma = s->tbt_ms_ewma;
     t.tbt_ms_max = s->tbt_ms_max;
+    t.bytes_per_token = s->generated > 0 ? s->bytes_moved / s->generated : 0.0;
     table.push_back(std::move(t));
   }
   std::int64_t kv_tokens = 0, kv_seqs = 0;

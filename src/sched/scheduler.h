@@ -41,6 +41,7 @@
 #include "sched/time_source.h"
 #include "sched/session.h"
 #include "sched/tick_budget.h"
+#include "sched/tick_cost.h"
 
 namespace uma {
 
@@ -72,6 +73,12 @@ struct SchedulerConfig {
   double tick_target_ms = 30.0;
   std::int32_t start_budget = 64;
   std::int32_t min_prefill = 8;
+  // How a tick's prompt tokens are chosen once the cost model is warm (tick_cost.h): by the worst
+  // SLO ratio over running streams and waiting prompts (policy.h slo_prefill_budget), or by the
+  // streams' gap alone (the tick budget's controller and the overdue guard; always used until warm).
+  bool slo_prefill = true;
+  // A prompt's TTFT target is the SLO on top of this many times its own prefill's predicted time.
+  double ttft_solo_factor = 1.0;
   // The same with per-sequence KV (the GPU default), -1 meaning n_batch: every prompt chunk there
   // is a pass of its own, and ticks that carry many prompts at once cost far less than as many
   // ticks carrying one (H100, 1B Q8_0, 64 streams: 6643-6765 tok/s against 4270-4885 with 8).
@@ -111,6 +118,7 @@ class Scheduler {
   // Stops after `most_ms` of decoding (at least one measured chunk). Only before any admit();
   // the sequence id comes from the ledger and goes back, its KV freed.
   Status calibrate(double most_ms);
+  const TickCost& cost_model() const { return cost_; }  // for the start line; compute thread after start
 
  private:
   // scheduler_room.cc: who holds KV.
@@ -168,6 +176,13 @@ class Scheduler {
   void record_tick(double decode_ms, std::int32_t budget);     // tick budget and metrics
   void apply_batch(Clock::time_point decoded_at, std::vector<Event>& out);  // positions, sampled_ tokens
   void trace_tick(const TickPlan& plan, std::int32_t budget, double decode_ms, const Status& st) const;
+  // scheduler_budget.cc: the tick's cost model and the SLO budget.
+  double span_of(std::int32_t pos, std::int32_t n) const;  // attention cells of n rows from pos on
+  TickWork batch_work() const;                              // of batch_, as built
+  double ttft_target(Session& s);                           // the SLO plus its own prefill's time
+  // The SLO-balanced prompt tokens for this tick (after gather), or -1 while the model is cold.
+  std::int32_t slo_budget(Clock::time_point now, std::int32_t capacity);
+  void observe_cost(double decode_ms);                      // the model learns; bytes per session
 
   Decoder& decoder_;
   ServerMetrics& metrics_;
@@ -175,6 +190,8 @@ class Scheduler {
   const TimeSource& time_;
   std::uint64_t starts_ = 0;  // sessions started so far (Session::start_order)
   TickBudget budget_;
+  TickCost cost_;
+  double unified_span_ = 0.0;  // unified KV: cells every row's attention spans this tick
   KvLedger ledger_;  // sequence ids and the room test: every take and give back goes through it
   PrefixCache cache_;  // draws its ids from ledger_.kept_ids()
   EmbedQueue embeds_;

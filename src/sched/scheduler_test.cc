@@ -284,8 +284,12 @@ TEST_F(SchedulerTest, CalibrationFitsThePrefillCostAndLeavesNothingBehind) {
   };
   EXPECT_EQ(metrics_.prefill_ms_per_token.load(), 0.0);
   ASSERT_TRUE(scheduler_->calibrate(1e9).ok());
-  EXPECT_EQ(decoder_->decodes_, 7);
+  EXPECT_EQ(decoder_->decodes_, 14) << "7 chunks, each followed by a one-token decode step";
   EXPECT_NEAR(metrics_.prefill_fixed_ms.load(), 3.0, 0.05);
+  // The tick cost model is warm from them (no shape from the fake: it counts tokens).
+  ASSERT_TRUE(scheduler_->cost_model().warm());
+  EXPECT_NEAR(scheduler_->cost_model().predict_ms({100, 0}), 8.0, 0.1);
+  EXPECT_NEAR(scheduler_->cost_model().predict_ms({1, 0}), 3.05, 0.05);
   EXPECT_NEAR(metrics_.prefill_ms_per_token.load(), 0.05, 0.001);
   EXPECT_EQ(decoder_->total_kv(), 0);
   // Both sequence ids are free again: two requests run at once, exactly.
@@ -303,11 +307,11 @@ TEST_F(SchedulerTest, CalibrationStopsAtItsTimeBoundAndOnlyBeforeTheFirstRequest
   make(256, 4096, 2);
   decoder_->on_decode_ = [this](std::span<const BatchEntry>) { clock_.advance(std::chrono::milliseconds(100)); };
   ASSERT_TRUE(scheduler_->calibrate(250).ok());
-  EXPECT_EQ(decoder_->decodes_, 3) << "a warm-up chunk and measured ones until 250 ms were spent in all";
+  EXPECT_EQ(decoder_->decodes_, 4) << "a warm-up chunk and step, then measured ones until 250 ms were spent in all";
   EXPECT_GT(metrics_.prefill_ms_per_token.load(), 0.0);
   submit(1, "ab", 3);
   EXPECT_EQ(scheduler_->calibrate(150).code(), ErrorCode::kInternal);
-  EXPECT_EQ(decoder_->decodes_, 3);
+  EXPECT_EQ(decoder_->decodes_, 4);
   run_until_idle();
   EXPECT_EQ(out_[1].text, expected(100 + 'b', 3));
 }

@@ -56,6 +56,8 @@ struct Session {
   std::uint64_t start_order = 0;       // the scheduler's count of starts when it started (seniority)
   Clock::time_point first_token_at{};
   Clock::time_point last_emit_at{};
+  double ttft_target_ms = 0.0;         // SLO plus its own prefill's predicted time (0: not yet set)
+  double bytes_moved = 0.0;            // its share of the ticks' predicted bytes (tick_cost.h)
   double tbt_ms_ewma = 0.0;
   double tbt_ms_max = 0.0;
 

@@ -46,9 +46,13 @@ TEST(UmadE2E, SingleClientGetsTheOracleContinuation) {
   EXPECT_EQ(m["requests_completed_total"], 1);
   EXPECT_EQ(m["active_sessions"], 0);
   EXPECT_EQ(m["kv_tokens_used"], 0);
-  for (const char* key : {"batch_calls_total", "last_batch_size", "decode_ms_last", "decode_ms_ewma", "ttft_ms_last"}) {
+  for (const char* key : {"batch_calls_total", "last_batch_size", "decode_ms_last", "decode_ms_ewma", "ttft_ms_last",
+                          "tick_predict_error", "bytes_per_token_last"}) {
     EXPECT_TRUE(m.contains(key)) << key;
   }
+  // Calibrated at start: the tick cost model predicted the ticks, and the request has its bytes.
+  EXPECT_GT(m["tick_predicted_ms"].get<double>(), 0.0);
+  EXPECT_GT(m["bytes_per_token_last"].get<double>(), 0.0);
   EXPECT_EQ(d.stop(), 0) << d.log();
 }
 

@@ -1,5 +1,7 @@
 // End-to-end over the framed JSON protocol (the default), with the oracle model.
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <fcntl.h>
 #include <signal.h>
@@ -37,6 +39,8 @@ TEST(UmadJson, StreamsTheOracleContinuationThenEosWithUsageTimingsAndMetadata) {
   EXPECT_EQ(reply.end.completion_tokens, 20);
   EXPECT_GE(reply.end.ttft_ms, 0.0);
   EXPECT_GE(reply.end.total_ms, reply.end.ttft_ms);
+  // A lone stream moves the weights once per token: its share is at least the weights' size.
+  EXPECT_GE(reply.end.bytes_per_token, static_cast<double>(std::filesystem::file_size(model_path("oracle.gguf"))) * 0.5);
   EXPECT_EQ(nlohmann::json::parse(reply.end.metadata_json), nlohmann::json::parse(r.metadata_json));
   EXPECT_TRUE(reply.closed_after) << "without keep_alive the server closes after eos";
 }

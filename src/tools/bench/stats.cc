@@ -29,6 +29,7 @@ Summary summarize(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   s.p50 = nearest_rank(values, 50);
   s.p90 = nearest_rank(values, 90);
+  s.p95 = nearest_rank(values, 95);
   s.p99 = nearest_rank(values, 99);
   s.max = values.back();
   s.mean = std::accumulate(values.begin(), values.end(), 0.0) / double(values.size());

@@ -26,7 +26,7 @@ struct RequestRecord {
 };
 
 struct Summary {
-  double p50 = 0, p90 = 0, p99 = 0, max = 0, mean = 0;
+  double p50 = 0, p90 = 0, p95 = 0, p99 = 0, max = 0, mean = 0;
   std::size_t n = 0;
 };
 

@@ -14,6 +14,7 @@ TEST(BenchStats, NearestRankPercentiles) {
   EXPECT_EQ(s.n, 100u);
   EXPECT_DOUBLE_EQ(s.p50, 50);
   EXPECT_DOUBLE_EQ(s.p90, 90);
+  EXPECT_DOUBLE_EQ(s.p95, 95);
   EXPECT_DOUBLE_EQ(s.p99, 99);
   EXPECT_DOUBLE_EQ(s.max, 100);
   EXPECT_DOUBLE_EQ(s.mean, 50.5);

@@ -86,7 +86,7 @@ void run_open(Target& t, const MakeRequest& make, double rate, bool poisson, std
 }
 
 nlohmann::ordered_json to_json(const Summary& s) {
-  return {{"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}, {"mean", s.mean}, {"n", s.n}};
+  return {{"p50", s.p50}, {"p90", s.p90}, {"p95", s.p95}, {"p99", s.p99}, {"max", s.max}, {"mean", s.mean}, {"n", s.n}};
 }
 
 nlohmann::ordered_json to_json(const std::string& label, const RunReport& r) {

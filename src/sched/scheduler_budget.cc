@@ -1,0 +1,132 @@
+// The scheduler's cost model and SLO budget (tick_cost.h, policy.h slo_prefill_budget): what a
+// tick is predicted to cost, what it cost, and how many prompt tokens the next one carries.
+#include <algorithm>
+#include <array>
+
+#include "sched/scheduler.h"
+
+namespace uma {
+
+double Scheduler::span_of(std::int32_t pos, std::int32_t n) const {
+  // Unified KV: every row attends over the pool's cells in use; per sequence, over its own.
+  if (!ledger_.per_seq()) return n * (unified_span_ + 0.5 * n);
+  return static_cast<double>(n) * pos + 0.5 * n * (n + 1.0);
+}
+
+TickWork Scheduler::batch_work() const {
+  TickWork w;
+  w.tokens = static_cast<double>(batch_.entries.size());
+  for (const Session* s : batch_.decoded) w.span_cells += span_of(s->n_past, 1);
+  for (const PrefillChunk& c : batch_.prefilled) w.span_cells += span_of(c.session->n_prefilled, c.length);
+  return w;
+}
+
+double Scheduler::ttft_target(Session& s) {
+  if (s.ttft_target_ms > 0 || !cost_.warm()) return s.ttft_target_ms > 0 ? s.ttft_target_ms : s.slo_ttft_ms;
+  const std::int32_t n = s.prompt_remaining();
+  const double solo = cost_.predict_ms({static_cast<double>(n), span_of(s.n_prefilled, n)});
+  s.ttft_target_ms = s.slo_ttft_ms + config_.ttft_solo_factor * solo;
+  return s.ttft_target_ms;
+}
+
+std::int32_t Scheduler::slo_budget(Clock::time_point now, std::int32_t capacity) {
+  if (!config_.slo_prefill || !cost_.warm()) return -1;
+  TickWork decode;
+  double waited = 0.0, tbt = 0.0;
+  for (std::size_t i = 0; i < order_.size(); ++i) {
+    const Session& s = *order_[i];
+    if (!candidates_[i].decoding) continue;
+    decode.tokens += 1;
+    decode.span_cells += span_of(s.n_past, 1);
+    if (s.background()) continue;  // background streams take the gap
+    waited = std::max(waited, ms_between(s.last_emit_at, now));
+    tbt = tbt > 0 ? std::min(tbt, s.slo_tbt_ms) : s.slo_tbt_ms;
+  }
+  const std::vector<std::size_t> prompts = prefill_order(candidates_);
+  if (prompts.empty()) return 0;
+  std::vector<PromptWait> waits;
+  waits.reserve(prompts.size());
+  for (std::size_t i : prompts) {
+    Session& s = *order_[i];
+    waits.push_back({ms_between(s.received_at, now), candidates_[i].prompt_remaining, ttft_target(s)});
+  }
+  auto tick_ms = [&](std::int32_t p) {
+    TickWork w = decode;
+    for (std::size_t k = 0; k < prompts.size() && p > 0; ++k) {
+      const std::int32_t n = std::min(p, waits[k].remaining);
+      w.tokens += n;
+      w.span_cells += span_of(order_[prompts[k]]->n_prefilled, n);
+      p -= n;
+    }
+    return cost_.predict_ms(w);
+  };
+  SloBudgetInput in{tick_ms, waited, tbt, waits, std::max(config_.min_prefill, 1), capacity};
+  const SloBudget b = slo_prefill_budget(in);
+  metrics_.slo_stream_ratio = b.stream_ratio;
+  metrics_.slo_prompt_ratio = b.prompt_ratio;
+  return b.tokens;
+}
+
+void Scheduler::observe_cost(double decode_ms) {
+  const TickWork w = batch_work();
+  if (w.tokens <= 0) return;
+  metrics_.tick_predicted_ms = cost_.predict_ms(w);
+  cost_.observe(w, decode_ms);
+  metrics_.tick_predict_error = cost_.median_error();
+  // Each row's share: the weights split over the tick's tokens, plus its own KV read and write.
+  const double shared = cost_.bytes({w.tokens, 0}) - cost_.bytes({0, 0});
+  const double weights_per_token = cost_.bytes({0, 0}) / w.tokens + shared / w.tokens;
+  const double kv = cost_.shape().kv_bytes_per_cell;
+  for (Session* s : batch_.decoded) s->bytes_moved += weights_per_token + kv * (span_of(s->n_past, 1) + 1);
+  for (const PrefillChunk& c : batch_.prefilled) {
+    c.session->bytes_moved += weights_per_token * c.length + kv * (span_of(c.session->n_prefilled, c.length) + c.length);
+  }
+}
+
+Status Scheduler::calibrate(double most_ms) {
+  if (!sessions_.empty() || ledger_.session_ids().empty()) {
+    return Status(ErrorCode::kInternal, "calibrate runs before the first request");
+  }
+  std::vector<Token> text;
+  if (Status st = decoder_.tokenize("Calibration: the quick brown fox jumps over the lazy dog.", text); !st.ok()) return st;
+  if (text.empty()) return Status::Ok();
+  // Two sizes, so the fit can tell a tick's fixed cost from its per-token cost (tick_budget.h).
+  const std::int32_t big = std::max(TickBudget::kMinSample, std::min({decoder_.n_batch(), 256, decoder_.n_ctx_seq() - 1}));
+  const std::int32_t small = std::max(TickBudget::kMinSample, big / 4);
+  const std::array<std::int32_t, 7> chunks = {small, small, big, small, big, small, big};  // the first warms up
+  const std::int32_t seq = ledger_.session_ids().take();
+  std::vector<BatchEntry> batch;
+  double spent_ms = 0.0;
+  Status result = Status::Ok();
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    batch.clear();
+    for (std::int32_t i = 0; i < chunks[k]; ++i) batch.push_back({text[static_cast<std::size_t>(i) % text.size()], i, seq, false});
+    if (result = decoder_.start_sequence(seq, SamplingParams{}); !result.ok()) break;
+    const Clock::time_point t0 = time_.now();
+    result = decoder_.decode(batch);
+    const double ms = ms_between(t0, time_.now());
+    // And one decode step at that depth: the cost model's memory-bound end.
+    double step_ms = 0.0;
+    if (result.ok() && chunks[k] < decoder_.n_ctx_seq()) {
+      const BatchEntry one{text[0], chunks[k], seq, false};
+      const Clock::time_point t1 = time_.now();
+      result = decoder_.decode(std::span<const BatchEntry>(&one, 1));
+      step_ms = ms_between(t1, time_.now());
+    }
+    decoder_.end_sequence(seq);
+    if (!result.ok()) break;
+    if (k > 0) {
+      budget_.observe_prefill(ms, chunks[k]);
+      cost_.observe({double(chunks[k]), span_of(0, chunks[k])}, ms);
+      if (step_ms > 0) cost_.observe({1.0, span_of(chunks[k], 1)}, step_ms);
+    }
+    spent_ms += ms + step_ms;
+    if (k > 0 && spent_ms >= most_ms) break;
+  }
+  ledger_.session_ids().give_back(seq);
+  metrics_.prefill_fixed_ms = budget_.prefill_fixed_ms();
+  metrics_.prefill_ms_per_token = budget_.ms_per_prefill_token();
+  return result;
+}
+
+}  // namespace uma

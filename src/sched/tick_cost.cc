@@ -1,0 +1,122 @@
+#include "sched/tick_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace uma {
+namespace {
+
+constexpr double kKeep = 0.98;  // each older tick weighs 2% less: about the last 50 ticks count
+constexpr double kGiga = 1e9;
+
+// Solves the normal equations restricted to the variables in `mask` (others 0); false when singular.
+bool solve(const TickCost::Matrix& a, const TickCost::Vector& b, unsigned mask, TickCost::Vector& x) {
+  std::vector<int> idx;
+  for (int i = 0; i < TickCost::kFeatures; ++i) {
+    if (mask & (1u << i)) idx.push_back(i);
+  }
+  const std::size_t n = idx.size();
+  std::array<std::array<double, TickCost::kFeatures + 1>, TickCost::kFeatures> m{};
+  for (std::size_t r = 0; r < n; ++r) {
+    for (std::size_t c = 0; c < n; ++c) m[r][c] = a[idx[r]][idx[c]];
+    m[r][n] = b[idx[r]];
+  }
+  for (std::size_t c = 0; c < n; ++c) {
+    std::size_t p = c;
+    for (std::size_t r = c + 1; r < n; ++r) {
+      if (std::abs(m[r][c]) > std::abs(m[p][c])) p = r;
+    }
+    if (std::abs(m[p][c]) < 1e-12 * (1.0 + std::abs(a[idx[c]][idx[c]]))) return false;
+    std::swap(m[p], m[c]);
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const double f = m[r][c] / m[c][c];
+      for (std::size_t k = c; k <= n; ++k) m[r][k] -= f * m[c][k];
+    }
+  }
+  x = {};
+  for (std::size_t r = 0; r < n; ++r) x[idx[r]] = m[r][n] / m[r][r];
+  return true;
+}
+
+}  // namespace
+
+TickCost::Vector TickCost::features(const TickWork& w) const {
+  // GB and GFLOP keep the sums well conditioned; without a shape, the dense part counts tokens.
+  if (shape_.params <= 0) return {1.0, 0.0, w.tokens, 0.0};
+  return {1.0, bytes(w) / kGiga, dense_flops(w) / kGiga, attention_flops(w) / kGiga};
+}
+
+double TickCost::bytes(const TickWork& w) const {
+  if (shape_.weight_bytes <= 0) return 0.0;
+  const double kv = shape_.kv_bytes_per_cell * (w.span_cells + w.tokens);
+  const double activations = w.tokens * shape_.n_layer * shape_.n_embd * 4.0 * 4.0;  // ~4 f32 vectors per layer
+  return shape_.weight_bytes + kv + activations;
+}
+
+double TickCost::dense_flops(const TickWork& w) const { return 2.0 * shape_.params * w.tokens; }
+double TickCost::attention_flops(const TickWork& w) const { return 4.0 * shape_.n_layer * shape_.n_embd * w.span_cells; }
+double TickCost::flops(const TickWork& w) const {
+  if (shape_.params <= 0) return w.tokens;
+  return dense_flops(w) + attention_flops(w);
+}
+
+double TickCost::predict_ms(const TickWork& w) const {
+  if (!warm()) return 0.0;
+  const Vector f = features(w);
+  double ms = 0.0;
+  for (int i = 0; i < kFeatures; ++i) ms += coef_[i] * f[i];
+  return ms;
+}
+
+void TickCost::observe(const TickWork& w, double ms) {
+  if (!(ms > 0) || w.tokens <= 0) return;
+  if (warm()) {
+    const double p = predict_ms(w);
+    errors_.push_back(std::abs(p - ms) / ms);
+    if (errors_.size() > kErrorWindow) errors_.pop_front();
+  }
+  const Vector f = features(w);
+  for (int r = 0; r < kFeatures; ++r) {
+    for (int c = 0; c < kFeatures; ++c) xtx_[r][c] = kKeep * xtx_[r][c] + f[r] * f[c];
+    xty_[r] = kKeep * xty_[r] + f[r] * ms;
+  }
+  ++samples_;
+  refit();
+}
+
+// Non-negative least squares over the few variables by trying every subset: the best fit whose
+// coefficients are all >= 0. Sums of squares follow from the normal equations' sums.
+void TickCost::refit() {
+  Matrix a = xtx_;
+  double trace = 0.0;
+  for (int i = 0; i < kFeatures; ++i) trace += a[i][i];
+  for (int i = 0; i < kFeatures; ++i) a[i][i] += 1e-9 * trace;
+  double best = std::numeric_limits<double>::infinity();
+  Vector pick = coef_;
+  for (unsigned mask = 1; mask < (1u << kFeatures); ++mask) {
+    Vector x{};
+    if (!solve(a, xty_, mask, x)) continue;
+    if (std::any_of(x.begin(), x.end(), [](double v) { return v < 0; })) continue;
+    // Residual up to a constant: c'Ac - 2c'b.
+    double quad = 0, lin = 0;
+    for (int r = 0; r < kFeatures; ++r) {
+      lin += x[r] * xty_[r];
+      for (int c = 0; c < kFeatures; ++c) quad += x[r] * a[r][c] * x[c];
+    }
+    const double sse = quad - 2 * lin;
+    if (sse < best) best = sse, pick = x;
+  }
+  coef_ = pick;
+}
+
+double TickCost::median_error() const {
+  if (errors_.empty()) return 0.0;
+  std::vector<double> e(errors_.begin(), errors_.end());
+  std::nth_element(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(e.size() / 2), e.end());
+  return e[e.size() / 2];
+}
+
+}  // namespace uma
