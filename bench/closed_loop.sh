@@ -13,6 +13,7 @@ cd "$root"
 source bench/lib.sh
 out=${1:-build/bench-closed-loop}
 n=${UMA_CL_REQUESTS:-48}
+ctx=${UMA_BENCH_CTX:-40960}  # per-sequence KV: 2560 cells a request, room for the 2000-token prompt
 rounds=${UMA_CL_ROUNDS:-1}
 read -r -a extra <<<"${UMA_CL_FLAGS:-}"
 mkdir -p "$out"
@@ -28,7 +29,7 @@ loop() {  # $1 = name, $2 = target, $3 = seed
 }
 long() {  # $1 = name, $2 = target, $3 = seed: 8 streams, one 2000-token prompt 4 s in
   run "$1" "$2" --workload mixed -c 8 -d 12 --seed "$3" --prompt-tokens 32 --output-tokens 64 \
-    --background-prompt-tokens 2000 --background-output-tokens 8 --background-every-s 100 --background-start-s 4
+    --background-prompt-tokens 2000 --background-output-tokens 8 --background-every-s 9 --background-start-s 4
 }
 
 for r in $(seq "$rounds"); do

@@ -253,6 +253,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   rt.use_mlock = mlock;
   out.min_prefill_given = min_prefill->count() > 0;
   if (out.min_prefill_given) sc.per_seq_min_prefill = sc.min_prefill;  // asked for: both layouts
+  if (out.min_prefill_given) sc.measured_prefill_floor = false;       // and not raised to the measured knee
   sc.prefix.enabled = prefix_cache;
   sc.prefix.host_bytes = prefix_mb->count() > 0 ? static_cast<std::size_t>(prefix_cache_mb) << 20
                                                 : default_prefix_host_bytes();

@@ -34,7 +34,7 @@ struct DaemonConfig {
   std::string agent_id;                  // --agent-id (default: the HTTP front end's host:port)
   std::uint16_t agent_events_port = 0;   // --agent-events-port (0: any free one)
   std::string advertise;                 // --advertise URL (default: http://host:port of --http)
-  int agent_calibrate_ms = 1000;         // --agent-calibrate-ms: prefill timed before the first beat (0: none)
+  int agent_calibrate_ms = 2000;         // --agent-calibrate-ms: prefill timed before the first beat (0: none)
   // --model-id: the model comes from the catalog (Redis at --redis) through the model store
   // (store/tier_store.h: --store-dir as the NVMe tier, the catalog's URL as the remote tier).
   std::string model_id;

@@ -182,8 +182,9 @@ int main(int argc, char** argv) {
     const auto c = scheduler.cost_model().coefficients();  // ms, ms per GB, ms per GFLOP (dense, attention)
     auto rate = [](double ms_per_giga) { return ms_per_giga > 0 ? 1e3 / ms_per_giga : 0.0; };
     spdlog::info("calibrated: {:.3f} ms per prompt token, {:.2f} ms fixed per tick; cost model {:.2f} ms + {:.1f} GB/s + "
-                 "{:.0f} GFLOP/s dense + {:.0f} GFLOP/s attention (0: not told apart yet)", metrics.prefill_ms_per_token.load(),
-                 metrics.prefill_fixed_ms.load(), c[0], rate(c[1]), rate(c[2]), rate(c[3]));
+                 "{:.0f} GFLOP/s prompt + {:.0f} GFLOP/s decode rows + {:.0f} GFLOP/s attention (0: not told apart yet); "
+                 "prompt chunks of {}+ tokens run near the best rate", metrics.prefill_ms_per_token.load(),
+                 metrics.prefill_fixed_ms.load(), c[0], rate(c[1]), rate(c[2]), rate(c[3]), rate(c[4]), scheduler.prefill_knee());
   }
   EventRouter router(server, http.get());
   compute = std::make_unique<ComputeThread>(scheduler, router);

@@ -201,7 +201,7 @@ void Scheduler::tick(std::vector<Event>& out) {
   if (!gather(now)) return;
   const auto n_decoding = static_cast<std::int32_t>(
       std::count_if(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.decoding; }));
-  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), config_.min_prefill, guard_fired_last_,
+  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), prefill_floor(), guard_fired_last_,
                  budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
   in.whole_prompts = ledger_.per_seq();
   if (const std::int32_t slo = slo_budget(now, decoder_.n_batch() - n_decoding); slo >= 0) {

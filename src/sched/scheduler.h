@@ -77,6 +77,9 @@ struct SchedulerConfig {
   // SLO ratio over running streams and waiting prompts (policy.h slo_prefill_budget), or by the
   // streams' gap alone (the tick budget's controller and the overdue guard; always used until warm).
   bool slo_prefill = true;
+  // Raise the prefill floor to the smallest chunk calibrate() found near the best per-token rate
+  // (off when --min-prefill was given).
+  bool measured_prefill_floor = true;
   // A prompt's TTFT target is the SLO on top of this many times its own prefill's predicted time.
   double ttft_solo_factor = 1.0;
   // The same with per-sequence KV (the GPU default), -1 meaning n_batch: every prompt chunk there
@@ -119,6 +122,7 @@ class Scheduler {
   // the sequence id comes from the ledger and goes back, its KV freed.
   Status calibrate(double most_ms);
   const TickCost& cost_model() const { return cost_; }  // for the start line; compute thread after start
+  std::int32_t prefill_knee() const { return prefill_knee_; }  // likewise
 
  private:
   // scheduler_room.cc: who holds KV.
@@ -183,6 +187,8 @@ class Scheduler {
   // The SLO-balanced prompt tokens for this tick (after gather), or -1 while the model is cold.
   std::int32_t slo_budget(Clock::time_point now, std::int32_t capacity);
   void observe_cost(double decode_ms);                      // the model learns; bytes per session
+  std::int32_t prefill_floor() const;                       // min_prefill, or the measured knee above it
+  static constexpr double kKneeSlack = 1.3;                 // "near the best per-token rate"
 
   Decoder& decoder_;
   ServerMetrics& metrics_;
@@ -192,6 +198,7 @@ class Scheduler {
   TickBudget budget_;
   TickCost cost_;
   double unified_span_ = 0.0;  // unified KV: cells every row's attention spans this tick
+  std::int32_t prefill_knee_ = 0;  // calibrate(): the smallest efficient prompt chunk (0: not measured)
   KvLedger ledger_;  // sequence ids and the room test: every take and give back goes through it
   PrefixCache cache_;  // draws its ids from ledger_.kept_ids()
   EmbedQueue embeds_;

@@ -19,6 +19,7 @@ class SloSchedulerTest : public SchedulerTest {
   double long_prompt_beside_streams(bool slo) {
     SchedulerConfig cfg;
     cfg.slo_prefill = slo;
+    cfg.measured_prefill_floor = false;  // both policies at the same floor (8)
     cfg.slo_tbt_ms = 40.0;
     cfg.slo_ttft_ms = 150.0;
     scheduler_.reset();  // before the decoder it holds

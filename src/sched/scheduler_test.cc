@@ -284,7 +284,9 @@ TEST_F(SchedulerTest, CalibrationFitsThePrefillCostAndLeavesNothingBehind) {
   };
   EXPECT_EQ(metrics_.prefill_ms_per_token.load(), 0.0);
   ASSERT_TRUE(scheduler_->calibrate(1e9).ok());
-  EXPECT_EQ(decoder_->decodes_, 14) << "7 chunks, each followed by a one-token decode step";
+  EXPECT_EQ(decoder_->decodes_, 9) << "2 chunks, each followed by a one-token decode step, then 5 at depth";
+  // 3 ms fixed: 16 tokens cost 0.24 ms each, 256 tokens 0.062; the first within 1.3x of that is 128.
+  EXPECT_EQ(scheduler_->prefill_knee(), 128);
   EXPECT_NEAR(metrics_.prefill_fixed_ms.load(), 3.0, 0.05);
   // The tick cost model is warm from them (no shape from the fake: it counts tokens).
   ASSERT_TRUE(scheduler_->cost_model().warm());

@@ -45,8 +45,10 @@ bool solve(const TickCost::Matrix& a, const TickCost::Vector& b, unsigned mask, 
 
 TickCost::Vector TickCost::features(const TickWork& w) const {
   // GB and GFLOP keep the sums well conditioned; without a shape, the dense part counts tokens.
-  if (shape_.params <= 0) return {1.0, 0.0, w.tokens, 0.0};
-  return {1.0, bytes(w) / kGiga, dense_flops(w) / kGiga, attention_flops(w) / kGiga};
+  const double rows = std::clamp(w.decode_rows, 0.0, w.tokens);
+  if (shape_.params <= 0) return {1.0, 0.0, w.tokens - rows, rows, 0.0};
+  const double per_token = 2.0 * shape_.params / kGiga;
+  return {1.0, bytes(w) / kGiga, (w.tokens - rows) * per_token, rows * per_token, attention_flops(w) / kGiga};
 }
 
 double TickCost::bytes(const TickWork& w) const {

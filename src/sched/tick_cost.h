@@ -3,9 +3,9 @@
 //   bytes = the weights, once per tick (every row of a batch shares one pass)
 //         + each token's KV read (its attention span) and written (one cell)
 //         + activations (a few n_embd vectors per token and layer)
-//   dense flops     = 2 * params per token
+//   dense flops     = 2 * params per token (prompt tokens and decode rows apart)
 //   attention flops = 4 * n_layer * n_embd per token and cell it spans
-//   ms    = c0 + c_bytes * bytes + c_dense * dense flops + c_attention * attention flops
+//   ms    = c0 + c_bytes * bytes + c_prompt * prompt dense + c_row * row dense + c_attention * attention
 // c_bytes is the inverse of the bandwidth a tick sees, c_dense and c_attention of the compute rates
 // of the weight products and of attention (not the same: on a CPU a decode row's attention over
 // a deep unified KV runs far below the matrix rate), c0 what is fixed per tick (a GPU's launches). The three are fitted to measured ticks by least squares that
@@ -36,17 +36,20 @@ struct ModelShape {
 
 // One tick's work: `tokens` rows whose attention spans `span_cells` cells in all (the sum over
 // rows: a decode row spans its sequence's depth, or the whole pool with a unified KV; a prompt
-// chunk of n tokens from depth d spans n*d + n*(n+1)/2).
+// chunk of n tokens from depth d spans n*d + n*(n+1)/2). `decode_rows` of the tokens are single
+// decode rows: their weight products run as thin matrices, at a rate of their own (on a CPU a
+// row costs several prompt tokens).
 struct TickWork {
   double tokens = 0;
   double span_cells = 0;
+  double decode_rows = 0;
 };
 
 class TickCost {
  public:
   explicit TickCost(const ModelShape& shape) : shape_(shape) {}
 
-  static constexpr int kFeatures = 4;
+  static constexpr int kFeatures = 5;
   using Vector = std::array<double, kFeatures>;
   using Matrix = std::array<Vector, kFeatures>;
 
@@ -62,7 +65,8 @@ class TickCost {
   // Median of |predicted - measured| / measured over the last kErrorWindow warm ticks (0: none yet).
   double median_error() const;
   const ModelShape& shape() const { return shape_; }
-  // Fitted coefficients: ms fixed, ms per GB, ms per dense GFLOP, ms per attention GFLOP.
+  // Fitted coefficients: ms fixed, ms per GB, ms per dense GFLOP of prompt tokens and of decode
+  // rows, ms per attention GFLOP.
   Vector coefficients() const { return coef_; }
 
   static constexpr std::size_t kWarmSamples = 6;

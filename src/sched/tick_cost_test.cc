@@ -10,9 +10,12 @@ namespace {
 // A 1B-ish model: 1.2 GB of weights, 1.2e9 params, 16 layers of 2048, 32 KiB of KV per cell.
 ModelShape shape() { return {1.2e9, 1.2e9, 16, 2048, 32768}; }
 
-// A machine: 2 ms fixed, 20 GB/s, 200 GFLOP/s in the weight products, 40 in attention.
+// A machine: 2 ms fixed, 20 GB/s, 200 GFLOP/s in prompt tokens' weight products and 50 in decode
+// rows', 40 in attention.
 double machine_ms(const TickCost& m, const TickWork& w) {
-  return 2.0 + m.bytes(w) / 20e6 + m.dense_flops(w) / 200e6 + m.attention_flops(w) / 40e6;
+  const double row_share = w.tokens > 0 ? w.decode_rows / w.tokens : 0.0;
+  return 2.0 + m.bytes(w) / 20e6 + m.dense_flops(w) * (1 - row_share) / 200e6 + m.dense_flops(w) * row_share / 50e6 +
+         m.attention_flops(w) / 40e6;
 }
 
 TEST(TickCost, ColdPredictsNothing) {
@@ -28,11 +31,11 @@ TEST(TickCost, LearnsAMachineFromDecodeAndPromptTicksAndPredictsWithinOnePercent
   std::uniform_int_distribution<int> rows(1, 64), chunk(0, 512), depth(0, 4000);
   for (int i = 0; i < 200; ++i) {
     const double d = rows(rng), p = i % 3 == 0 ? chunk(rng) : 0, at = depth(rng);
-    const TickWork w{d + p, d * at + p * at + p * (p + 1) / 2};
+    const TickWork w{d + p, d * at + p * at + p * (p + 1) / 2, d};
     m.observe(w, machine_ms(m, w));
   }
   ASSERT_TRUE(m.warm());
-  for (const TickWork w : {TickWork{1, 100}, TickWork{64, 64 * 3000}, TickWork{300, 300 * 150 + 45000}}) {
+  for (const TickWork w : {TickWork{1, 100, 1}, TickWork{64, 64 * 3000, 64}, TickWork{300, 300 * 150 + 45000, 16}}) {
     EXPECT_NEAR(m.predict_ms(w), machine_ms(m, w), 0.01 * machine_ms(m, w));
   }
   EXPECT_LT(m.median_error(), 0.01);
@@ -40,7 +43,7 @@ TEST(TickCost, LearnsAMachineFromDecodeAndPromptTicksAndPredictsWithinOnePercent
 
 TEST(TickCost, FollowsAMachineThatSlowsDown) {
   TickCost m(shape());
-  const TickWork decode{16, 16 * 200}, prompt{144, 16 * 200 + 128 * 64};
+  const TickWork decode{16, 16 * 200, 16}, prompt{144, 16 * 200 + 128 * 64, 16};
   for (int i = 0; i < 40; ++i) m.observe(i % 2 ? decode : prompt, machine_ms(m, i % 2 ? decode : prompt));
   const double before = m.predict_ms(decode);
   for (int i = 0; i < 150; ++i) m.observe(i % 2 ? decode : prompt, 2 * machine_ms(m, i % 2 ? decode : prompt));
