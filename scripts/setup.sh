@@ -35,6 +35,12 @@ if [ "${1:-}" = "--from-bundle" ]; then
     fi
     touch "$prefix/.$pkg"
   done
+  if [ -f "$bundle/tools/promtool.xz" ] && ! command -v promtool >/dev/null && [ ! -x "$prefix/usr/bin/promtool" ]; then
+    log "unpacking promtool into $prefix"
+    mkdir -p "$prefix/usr/bin"
+    xz -dc "$bundle/tools/promtool.xz" >"$prefix/usr/bin/promtool"
+    chmod +x "$prefix/usr/bin/promtool"
+  fi
   "$root/scripts/llama.sh" --from-bundle "$bundle" "$@"
   exit 0
 fi

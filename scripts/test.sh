@@ -27,10 +27,10 @@ if [ -n "${UMA_GPU:-}" ]; then
   : "${UMA_SKIP_SANITIZERS:=1}" "${UMA_SKIP_TSAN:=1}" "${UMA_SKIP_FUZZ:=1}"
 fi
 skip=()
-# The OpenAI Node SDK test needs node and the SDK (scripts/npm_deps.sh); an offline GPU server may have neither.
+# The Node SDK tests (OpenAI's, Anthropic's) need node and the SDKs (scripts/npm_deps.sh); an offline GPU server may have neither.
 if ! command -v node >/dev/null || [ ! -d "$(scripts/npm_deps.sh --print-root)/openai" ]; then
-  echo "(no node or OpenAI SDK here: UmadHttp.TheOpenAiNodeSdk* is skipped)"
-  skip=(-E 'OpenAiNodeSdk')
+  echo "(no node or SDKs here: the tests named *NodeSdk* and *AnthropicSdk* are skipped)"
+  skip=(-E 'NodeSdk|AnthropicSdk')
 fi
 
 step "build ($bdir/)"

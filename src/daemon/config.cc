@@ -170,6 +170,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                  "streams' gap and the waiting prompts' TTFT, each over its target, minimised with the tick cost "
                  "model) or gap (the streams' gap alone, with the overdue guard)")
       ->envname("UMA_PREFILL_POLICY")->capture_default_str()->check(CLI::IsMember({"slo", "gap"}));
+  app.add_option("--prompt-chunks-max", sc.prompt_chunks_max, "a prompt is prefilled in at most this many chunks "
+                 "(0: no bound)")->envname("UMA_PROMPT_CHUNKS_MAX")->capture_default_str()->check(CLI::Range(0, 1 << 16));
   app.add_option("--ttft-solo-factor", sc.ttft_solo_factor, "a prompt's TTFT target: --slo-ttft-ms plus this many "
                  "times its own prefill's predicted time")->envname("UMA_TTFT_SOLO_FACTOR")->capture_default_str()
       ->check(CLI::Range(0.0, 100.0));

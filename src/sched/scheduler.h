@@ -80,6 +80,9 @@ struct SchedulerConfig {
   // Raise the prefill floor to the smallest chunk calibrate() found near the best per-token rate
   // (off when --min-prefill was given).
   bool measured_prefill_floor = true;
+  // A prompt is prefilled in at most this many chunks (0: no bound): its chunks are at least its
+  // length over this (a chunk reads its sequence's KV once; at depth small ones cost far more).
+  std::int32_t prompt_chunks_max = 8;
   // A prompt's TTFT target is the SLO on top of this many times its own prefill's predicted time.
   double ttft_solo_factor = 1.0;
   // The same with per-sequence KV (the GPU default), -1 meaning n_batch: every prompt chunk there
@@ -182,12 +185,13 @@ class Scheduler {
   void trace_tick(const TickPlan& plan, std::int32_t budget, double decode_ms, const Status& st) const;
   // scheduler_budget.cc: the tick's cost model and the SLO budget.
   double span_of(std::int32_t pos, std::int32_t n) const;  // attention cells of n rows from pos on
+  double kv_read_of(std::int32_t pos) const;                // cells a sequence at pos reads in a tick
   TickWork batch_work() const;                              // of batch_, as built
   double ttft_target(Session& s);                           // the SLO plus its own prefill's time
   // The SLO-balanced prompt tokens for this tick (after gather), or -1 while the model is cold.
   std::int32_t slo_budget(Clock::time_point now, std::int32_t capacity);
   void observe_cost(double decode_ms);                      // the model learns; bytes per session
-  std::int32_t prefill_floor() const;                       // min_prefill, or the measured knee above it
+  std::int32_t prefill_floor() const;  // min_prefill, the measured knee, the first prompt's share (after gather)
   static constexpr double kKneeSlack = 1.3;                 // "near the best per-token rate"
 
   Decoder& decoder_;

@@ -16,30 +16,51 @@ double Scheduler::span_of(std::int32_t pos, std::int32_t n) const {
   return static_cast<double>(n) * pos + 0.5 * n * (n + 1.0);
 }
 
+double Scheduler::kv_read_of(std::int32_t pos) const {
+  // Per sequence: its cells, once for the tick. Unified: the pool's, counted once by the caller.
+  return ledger_.per_seq() ? static_cast<double>(pos) : 0.0;
+}
+
 TickWork Scheduler::batch_work() const {
   TickWork w;
   w.tokens = static_cast<double>(batch_.entries.size());
   w.decode_rows = static_cast<double>(batch_.decoded.size());
-  for (const Session* s : batch_.decoded) w.span_cells += span_of(s->n_past, 1);
-  for (const PrefillChunk& c : batch_.prefilled) w.span_cells += span_of(c.session->n_prefilled, c.length);
+  w.kv_read_cells = ledger_.per_seq() ? 0.0 : unified_span_;
+  for (const Session* s : batch_.decoded) w.span_cells += span_of(s->n_past, 1), w.kv_read_cells += kv_read_of(s->n_past);
+  for (const PrefillChunk& c : batch_.prefilled) {
+    w.span_cells += span_of(c.session->n_prefilled, c.length);
+    w.kv_read_cells += kv_read_of(c.session->n_prefilled);
+  }
   return w;
 }
 
 double Scheduler::ttft_target(Session& s) {
   if (s.ttft_target_ms > 0 || !cost_.warm()) return s.ttft_target_ms > 0 ? s.ttft_target_ms : s.slo_ttft_ms;
   const std::int32_t n = s.prompt_remaining();
-  const double solo = cost_.predict_ms({static_cast<double>(n), span_of(s.n_prefilled, n)});
+  const double solo = cost_.predict_ms({static_cast<double>(n), span_of(s.n_prefilled, n), 0.0,
+                                        kv_read_of(s.n_prefilled) + (ledger_.per_seq() ? 0.0 : unified_span_)});
   s.ttft_target_ms = s.slo_ttft_ms + config_.ttft_solo_factor * solo;
   return s.ttft_target_ms;
 }
 
 std::int32_t Scheduler::prefill_floor() const {
-  return config_.measured_prefill_floor ? std::max(config_.min_prefill, prefill_knee_) : config_.min_prefill;
+  std::int32_t floor = config_.measured_prefill_floor ? std::max(config_.min_prefill, prefill_knee_) : config_.min_prefill;
+  // A long prompt goes in in at most prompt_chunks_max chunks: each chunk reads its sequence's KV
+  // once, so at depth small chunks cost several times as much per token (tick_cost.h).
+  if (config_.prompt_chunks_max > 0) {
+    const std::vector<std::size_t> prompts = prefill_order(candidates_);
+    if (!prompts.empty()) {
+      const std::int32_t n = order_[prompts.front()]->n_prompt;
+      floor = std::max(floor, (n + config_.prompt_chunks_max - 1) / config_.prompt_chunks_max);
+    }
+  }
+  return std::min(floor, decoder_.n_batch());
 }
 
 std::int32_t Scheduler::slo_budget(Clock::time_point now, std::int32_t capacity) {
   if (!config_.slo_prefill || !cost_.warm()) return -1;
   TickWork decode;
+  decode.kv_read_cells = ledger_.per_seq() ? 0.0 : unified_span_;
   double waited = 0.0, tbt = 0.0;
   for (std::size_t i = 0; i < order_.size(); ++i) {
     const Session& s = *order_[i];
@@ -47,6 +68,7 @@ std::int32_t Scheduler::slo_budget(Clock::time_point now, std::int32_t capacity)
     decode.tokens += 1;
     decode.decode_rows += 1;
     decode.span_cells += span_of(s.n_past, 1);
+    decode.kv_read_cells += kv_read_of(s.n_past);
     if (s.background()) continue;  // background streams take the gap
     waited = std::max(waited, ms_between(s.last_emit_at, now));
     tbt = tbt > 0 ? std::min(tbt, s.slo_tbt_ms) : s.slo_tbt_ms;
@@ -65,6 +87,7 @@ std::int32_t Scheduler::slo_budget(Clock::time_point now, std::int32_t capacity)
       const std::int32_t n = std::min(p, waits[k].remaining);
       w.tokens += n;
       w.span_cells += span_of(order_[prompts[k]]->n_prefilled, n);
+      w.kv_read_cells += kv_read_of(order_[prompts[k]]->n_prefilled);
       p -= n;
     }
     return cost_.predict_ms(w);
@@ -86,9 +109,9 @@ void Scheduler::observe_cost(double decode_ms) {
   const double shared = cost_.bytes({w.tokens, 0}) - cost_.bytes({0, 0});
   const double weights_per_token = cost_.bytes({0, 0}) / w.tokens + shared / w.tokens;
   const double kv = cost_.shape().kv_bytes_per_cell;
-  for (Session* s : batch_.decoded) s->bytes_moved += weights_per_token + kv * (span_of(s->n_past, 1) + 1);
+  for (Session* s : batch_.decoded) s->bytes_moved += weights_per_token + kv * (kv_read_of(s->n_past) + 1);
   for (const PrefillChunk& c : batch_.prefilled) {
-    c.session->bytes_moved += weights_per_token * c.length + kv * (span_of(c.session->n_prefilled, c.length) + c.length);
+    c.session->bytes_moved += weights_per_token * c.length + kv * (kv_read_of(c.session->n_prefilled) + c.length);
   }
 }
 
@@ -127,7 +150,7 @@ Status Scheduler::calibrate(double most_ms) {
     if (k > 0) {
       budget_.observe_prefill(ms, chunks[k]);
       cost_.observe({double(chunks[k]), span_of(0, chunks[k])}, ms);
-      if (step_ms > 0) cost_.observe({1.0, span_of(chunks[k], 1), 1.0}, step_ms);
+      if (step_ms > 0) cost_.observe({1.0, span_of(chunks[k], 1), 1.0, kv_read_of(chunks[k])}, step_ms);
     }
     if (k > 0 && spent_ms >= most_ms) break;
   }
@@ -151,7 +174,7 @@ Status Scheduler::calibrate(double most_ms) {
       if (ms < 0) break;
       // Sizes that spread: the tick budget's fit tells a tick's fixed cost from its per-token cost.
       budget_.observe_prefill(ms, n);
-      cost_.observe({double(n), span_of(at, n)}, ms);
+      cost_.observe({double(n), span_of(at, n), 0.0, kv_read_of(at)}, ms);
       per_token[n] = ms / n;
       spdlog::debug("calibration: {} tokens at depth {}: {:.3f} ms per token", n, at, ms / n);
       at += n;

@@ -16,8 +16,9 @@ class SloSchedulerTest : public SchedulerTest {
  protected:
   // 4 streams decoding (short prompts), then a 600-token prompt; returns its TTFT (virtual ms) and
   // records each tick's prompt tokens and duration while it was prefilled.
-  double long_prompt_beside_streams(bool slo) {
+  double long_prompt_beside_streams(bool slo, std::int32_t prompt_chunks_max = 0) {
     SchedulerConfig cfg;
+    cfg.prompt_chunks_max = prompt_chunks_max;
     cfg.slo_prefill = slo;
     cfg.measured_prefill_floor = false;  // both policies at the same floor (8)
     cfg.slo_tbt_ms = 40.0;
@@ -74,6 +75,18 @@ TEST_F(SloSchedulerTest, TheGapPolicyHoldsTheSamePromptToTheStreamsTickTarget) {
   // The gap policy sizes chunks by the streams alone (2x their decode-only tick): the prompt
   // waits longer than when its own target counts.
   EXPECT_GT(gap_ttft, 1.2 * slo_ttft);
+}
+
+TEST_F(SloSchedulerTest, ALongPromptGoesInInAtMostItsChunkBound) {
+  long_prompt_beside_streams(true, /*prompt_chunks_max=*/4);
+  // 600 tokens in at most 4 chunks: each but the last at least 150 tokens.
+  std::vector<std::int32_t> chunks;
+  for (std::int32_t c : chunks_) {
+    if (c > 0) chunks.push_back(c);
+  }
+  ASSERT_FALSE(chunks.empty());
+  EXPECT_LE(chunks.size(), 4u);
+  for (std::size_t i = 0; i + 1 < chunks.size(); ++i) EXPECT_GE(chunks[i], 150) << "chunk " << i;
 }
 
 }  // namespace

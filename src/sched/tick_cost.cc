@@ -53,7 +53,7 @@ TickCost::Vector TickCost::features(const TickWork& w) const {
 
 double TickCost::bytes(const TickWork& w) const {
   if (shape_.weight_bytes <= 0) return 0.0;
-  const double kv = shape_.kv_bytes_per_cell * (w.span_cells + w.tokens);
+  const double kv = shape_.kv_bytes_per_cell * (w.kv_read_cells + w.tokens);
   const double activations = w.tokens * shape_.n_layer * shape_.n_embd * 4.0 * 4.0;  // ~4 f32 vectors per layer
   return shape_.weight_bytes + kv + activations;
 }

@@ -1,7 +1,7 @@
 // TickCost: a tick's time predicted from what it moves and what it computes (seed 002's ΣBMT).
 //
 //   bytes = the weights, once per tick (every row of a batch shares one pass)
-//         + each token's KV read (its attention span) and written (one cell)
+//         + the KV read (once per sequence in the tick) and written (one cell per token)
 //         + activations (a few n_embd vectors per token and layer)
 //   dense flops     = 2 * params per token (prompt tokens and decode rows apart)
 //   attention flops = 4 * n_layer * n_embd per token and cell it spans
@@ -39,10 +39,15 @@ struct ModelShape {
 // chunk of n tokens from depth d spans n*d + n*(n+1)/2). `decode_rows` of the tokens are single
 // decode rows: their weight products run as thin matrices, at a rate of their own (on a CPU a
 // row costs several prompt tokens).
+// `kv_read_cells`: the cells whose K and V the tick reads, once per sequence it touches (a prompt
+// chunk reads its sequence's cells once whatever its length, so at depth a large chunk costs far
+// less per token than a small one: on a 2-core CPU a 2000-token prompt in 40-token chunks cost
+// 2.5x its cost in 512-token ones).
 struct TickWork {
   double tokens = 0;
   double span_cells = 0;
   double decode_rows = 0;
+  double kv_read_cells = 0;
 };
 
 class TickCost {

@@ -72,6 +72,14 @@ pid_t spawn_process(const std::vector<std::string>& argv, const std::string& out
 std::string bin_path(const std::string& name) { return std::string(UMA_BIN_DIR) + "/" + name; }
 std::string model_path(const std::string& name) { return std::string(UMA_MODELS_DIR) + "/" + name; }
 
+std::string deps_prefix() {
+  const char* cache = std::getenv("UMA_CACHE_DIR");
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string dir = cache ? cache : std::string(xdg ? xdg : std::string(home ? home : "") + "/.cache") + "/uma-serve";
+  return dir + "/deps-prefix";
+}
+
 namespace {
 std::string& test_tmp() {
   static std::string dir;

@@ -15,6 +15,8 @@ using TestClock = std::chrono::steady_clock;
 
 std::string bin_path(const std::string& name);     // build/bin/<name>
 std::string model_path(const std::string& name);   // build/models/<name>
+// Where scripts/setup.sh unpacks Debian packages it could not install (the cache's deps-prefix).
+std::string deps_prefix();
 std::string temp_dir();                            // unique per process, created on first use
 std::string slurp(const std::string& path);        // a whole file ("" when unreadable)
 

@@ -35,8 +35,14 @@ RedisServer::RedisServer(std::string password) : port_(free_loopback_port()), pa
 RedisServer::~RedisServer() { kill(); }
 
 bool RedisServer::start() {
-  std::vector<std::string> argv = {"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                   "--save", "", "--appendonly", "no"};
+  // Debian's, or the one scripts/setup.sh --from-bundle unpacked into the cache's prefix (with its
+  // libraries beside it: an offline GPU machine has no apt).
+  std::vector<std::string> argv = {"/usr/bin/redis-server"};
+  if (::access(argv[0].c_str(), X_OK) != 0) {
+    const std::string prefix = deps_prefix();
+    argv = {"/usr/bin/env", "LD_LIBRARY_PATH=" + prefix + "/usr/lib/x86_64-linux-gnu", prefix + "/usr/bin/redis-server"};
+  }
+  argv.insert(argv.end(), {"--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"});
   if (!password_.empty()) argv.insert(argv.end(), {"--requirepass", password_});
   pid_ = spawn_process(argv, temp_dir() + "/redis-" + std::to_string(port_) + ".log");
   cluster::RedisClient c({"127.0.0.1", port_, "", password_}, std::chrono::milliseconds(200));

@@ -294,11 +294,7 @@ TEST(UmadJson, MetricsFrameThenClose) {
 
 // scripts/setup.sh puts promtool on PATH or into the cache's prefix.
 std::string promtool() {
-  const char* cache = std::getenv("UMA_CACHE_DIR");
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string dir = cache ? cache : std::string(xdg ? xdg : std::string(home ? home : "") + "/.cache") + "/uma-serve";
-  const std::string unpacked = dir + "/deps-prefix/usr/bin/promtool";
+  const std::string unpacked = deps_prefix() + "/usr/bin/promtool";
   return ::access(unpacked.c_str(), X_OK) == 0 ? unpacked : "promtool";
 }
 
