@@ -1,5 +1,7 @@
 #include "e2e/openai_sdk_run.h"
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -80,6 +82,12 @@ int run_openai_sdk_test(const std::string& base_url, std::string* out) {
   if (exp_path.empty()) return -1;
   return run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node", UMA_SOURCE_DIR "/tests/http/openai_sdk_test.js",
                       base_url, exp_path}, out, 120);
+}
+
+bool node_sdks_available() {
+  std::string out;
+  return run_command({"/bin/sh", "-c", "command -v node"}, &out) == 0 &&
+         ::access(UMA_NODE_MODULES "/openai", R_OK) == 0 && ::access(UMA_NODE_MODULES "/@anthropic-ai/sdk", R_OK) == 0;
 }
 
 int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out, bool through_gateway) {

@@ -8,6 +8,9 @@
 namespace uma::test {
 
 int run_openai_sdk_test(const std::string& base_url, std::string* out);
+// Whether node and the SDKs (scripts/npm_deps.sh) are here: an offline GPU server may have neither
+// (scripts/test.sh then skips the tests named *NodeSdk* / *AnthropicSdk*; others skip their SDK part).
+bool node_sdks_available();
 // The Anthropic SDK (Messages) and the OpenAI SDK's Responses API against `base_url` (no /v1).
 int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out, bool through_gateway = false);
 
