@@ -13,7 +13,6 @@ cd "$root"
 source bench/lib.sh
 out=${1:-build/bench-closed-loop}
 n=${UMA_CL_REQUESTS:-48}
-ctx=${UMA_BENCH_CTX:-40960}  # per-sequence KV: 2560 cells a request, room for the 2000-token prompt
 rounds=${UMA_CL_ROUNDS:-1}
 read -r -a extra <<<"${UMA_CL_FLAGS:-}"
 mkdir -p "$out"

@@ -3,14 +3,14 @@
 # plus llama.cpp's physical references (llama-bench pp/tg, llama-batched-bench S_TG), a ratio table
 # and PNG plots.
 #   bench/compare.sh [OUT_DIR]      (default build/bench-results)
-# Env: UMA_BENCH_THREADS (2), UMA_BENCH_CTX (16384: 8 x 1000-token prompts must fit), UMA_BENCH_MODEL (small preset, Q8_0),
+# Env: UMA_BENCH_THREADS (2), UMA_BENCH_CTX (40960: per-sequence KV gives each of 16 sessions 2560 cells), UMA_BENCH_MODEL (small preset, Q8_0),
 #      UMA_BENCH_QUICK=1 (fewer requests: a smoke run of the whole pipeline).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 out=${1:-build/bench-results}
 threads=${UMA_BENCH_THREADS:-2}
-ctx=${UMA_BENCH_CTX:-16384}
+ctx=${UMA_BENCH_CTX:-40960}  # per-sequence KV: 2560 cells for each of 16 sessions (the 2000-token prompts fit)
 quick=${UMA_BENCH_QUICK:-0}
 mkdir -p "$out"
 log() { printf '\n== %s\n' "$*" >&2; }

@@ -1,8 +1,8 @@
 # Shared by bench/*.sh (sourced): settings, build, the model file, starting and stopping servers.
-# Env: UMA_BENCH_THREADS (2), UMA_BENCH_CTX (16384), UMA_BENCH_MODEL (small preset, Q8_0),
+# Env: UMA_BENCH_THREADS (2), UMA_BENCH_CTX (40960), UMA_BENCH_MODEL (small preset, Q8_0),
 #      UMA_BENCH_PORT (18080).
 threads=${UMA_BENCH_THREADS:-2}
-ctx=${UMA_BENCH_CTX:-16384}
+ctx=${UMA_BENCH_CTX:-40960}  # per-sequence KV: 2560 cells for each of 16 sessions (the 2000-token prompts fit)
 port=${UMA_BENCH_PORT:-18080}
 log() { printf '\n== %s\n' "$*" >&2; }
 

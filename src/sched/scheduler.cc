@@ -40,13 +40,15 @@ KvShape kv_shape(const Decoder& decoder, const SchedulerConfig& config) {
   k.preemption = config.preemption;
   return k;
 }
+ModelShape model_shape(const Decoder::Shape& s) {
+  return {s.weight_bytes, s.params, s.n_layer, s.n_embd, s.kv_bytes_per_cell};
+}
 }  // namespace
 
 Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config, const TimeSource& time)
     : decoder_(decoder), metrics_(metrics), config_(for_layout(config, decoder)), time_(time),
       budget_(decoder.n_batch(), config_.tick_target_ms, config_.start_budget, config_.min_prefill),
-      cost_(ModelShape{decoder.shape().weight_bytes, decoder.shape().params, decoder.shape().n_layer,
-                       decoder.shape().n_embd, decoder.shape().kv_bytes_per_cell}),
+      cost_(model_shape(decoder.shape())),
       ledger_(kv_shape(decoder, config)), cache_(decoder, metrics, config.prefix, time, ledger_.kept_ids()) {
   if (ledger_.per_seq()) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
   cache_.set_keep_unseen_min(ledger_.per_seq() ? config.per_seq_keep_unseen_min : config.unified_keep_unseen_min);
@@ -204,7 +206,9 @@ void Scheduler::tick(std::vector<Event>& out) {
   PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), prefill_floor(), guard_fired_last_,
                  budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
   in.whole_prompts = ledger_.per_seq();
-  if (const std::int32_t slo = slo_budget(now, decoder_.n_batch() - n_decoding); slo >= 0) {
+  // With no prompt waiting the SLO budget is 0; the controller's figure is what is published then
+  // (a router reads tick_prefill_budget_tokens as what a new prompt would get a tick).
+  if (const std::int32_t slo = slo_budget(now, decoder_.n_batch() - n_decoding); slo > 0) {
     // The SLO budget weighs the streams' gaps itself: the overdue guard would second-guess it.
     in.budget = slo;
     for (Candidate& c : candidates_) c.overdue = false;
