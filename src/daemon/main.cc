@@ -175,10 +175,13 @@ int main(int argc, char** argv) {
   if (cfg.agent) cfg.scheduler.prefix.block_observer = &block_journal;
   Scheduler scheduler(*runtime, metrics, cfg.scheduler);
   if (cfg.agent_calibrate_ms > 0) {
-    // Before the compute thread starts (it owns the scheduler from then on) and an agent's first beat.
-    if (Status cal = scheduler.calibrate(cfg.agent_calibrate_ms); !cal.ok()) {
-      spdlog::warn("calibration: {} (the cost model learns from the first requests)", cal.to_string());
-    }
+    // Before the compute thread starts (it owns the scheduler from then on) and an agent's first beat,
+    // on a thread of its own that then ends: the main thread goes on to run the I/O loop, and
+    // llama.cpp's compute threads for a caller that stays (OpenMP's team of the main thread)
+    // halved every later decode's speed on a 2-core machine (one stream: 29 against 58 tok/s).
+    Status cal;
+    std::thread([&] { cal = scheduler.calibrate(cfg.agent_calibrate_ms); }).join();
+    if (!cal.ok()) spdlog::warn("calibration: {} (the cost model learns from the first requests)", cal.to_string());
     const auto c = scheduler.cost_model().coefficients();  // ms, ms per GB, ms per GFLOP (dense, attention)
     auto rate = [](double ms_per_giga) { return ms_per_giga > 0 ? 1e3 / ms_per_giga : 0.0; };
     spdlog::info("calibrated: {:.3f} ms per prompt token, {:.2f} ms fixed per tick; cost model {:.2f} ms + {:.1f} GB/s + "
