@@ -206,8 +206,9 @@ void Scheduler::tick(std::vector<Event>& out) {
   PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), prefill_floor(), guard_fired_last_,
                  budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
   in.whole_prompts = ledger_.per_seq();
-  // With no prompt waiting the SLO budget is 0; the controller's figure is what is published then
-  // (a router reads tick_prefill_budget_tokens as what a new prompt would get a tick).
+  // What is published (tick_prefill_budget_tokens) stays the controller's figure: a router's TTFT
+  // model reads it as a prompt's tokens per tick, and was fitted to it.
+  const std::int32_t published_budget = in.budget;
   if (const std::int32_t slo = slo_budget(now, decoder_.n_batch() - n_decoding); slo > 0) {
     // The SLO budget weighs the streams' gaps itself: the overdue guard would second-guess it.
     in.budget = slo;
@@ -230,7 +231,7 @@ void Scheduler::tick(std::vector<Event>& out) {
     fail_batch(st, out);
     return;
   }
-  record_tick(decode_ms, in.budget);
+  record_tick(decode_ms, published_budget);
   observe_cost(decode_ms);
   sampled_.clear();
   for (const LogitsRow& row : batch_.rows) {
