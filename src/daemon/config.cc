@@ -173,7 +173,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--prompt-chunks-max", sc.prompt_chunks_max, "a prompt is prefilled in at most this many chunks "
                  "(0: no bound)")->envname("UMA_PROMPT_CHUNKS_MAX")->capture_default_str()->check(CLI::Range(0, 1 << 16));
   app.add_option("--ttft-solo-factor", sc.ttft_solo_factor, "a prompt's TTFT target: --slo-ttft-ms plus this many "
-                 "times its own prefill's predicted time")->envname("UMA_TTFT_SOLO_FACTOR")->capture_default_str()
+                 "times the predicted prefill of its prompt and of those that arrived before it")->envname("UMA_TTFT_SOLO_FACTOR")->capture_default_str()
       ->check(CLI::Range(0.0, 100.0));
   app.add_flag("--prefix-cache,!--no-prefix-cache", prefix_cache,
                "reuse the KV of earlier prompts' shared prefixes (default on)")->envname("UMA_PREFIX_CACHE");

@@ -28,6 +28,10 @@
 namespace uma {
 namespace {
 
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void log_from_llama(ggml_log_level level, const char* text, void*) {
   std::string_view line(text);
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
@@ -474,8 +478,10 @@ void LlamaRuntime::drop_sampler(std::int32_t seq) {
 
 Status LlamaRuntime::save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const {
   if (Status st = check_no_pending_copy(seq, kCopyDestination); !st.ok()) return st;
+  const auto t0 = std::chrono::steady_clock::now();
   out.resize(llama_state_seq_get_size(ctx_, seq));
   const size_t n = llama_state_seq_get_data(ctx_, out.data(), out.size(), seq);
+  spdlog::debug("kv save of sequence {}: {} bytes in {:.2f} ms", seq, n, ms_since(t0));
   if (n == 0 && !out.empty()) {
     out.clear();
     return Status(ErrorCode::kInternal, "cannot copy the sequence's KV");
@@ -487,10 +493,12 @@ Status LlamaRuntime::save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) c
 Status LlamaRuntime::restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) {
   if (bytes.empty()) return Status::Ok();
   if (Status st = check_no_pending_copy(seq, kCopySource); !st.ok()) return st;
+  const auto t0 = std::chrono::steady_clock::now();
   if (llama_state_seq_set_data(ctx_, bytes.data(), bytes.size(), seq) == 0) {
     llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
     return Status(ErrorCode::kKvExhausted, "cannot restore the sequence's KV");
   }
+  spdlog::debug("kv restore of sequence {}: {} bytes in {:.2f} ms", seq, bytes.size(), ms_since(t0));
   return Status::Ok();
 }
 

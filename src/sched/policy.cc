@@ -11,17 +11,15 @@ std::vector<std::size_t> prefill_order(std::span<const Candidate> sessions) {
   for (std::size_t i = 0; i < sessions.size(); ++i) {
     if (!sessions[i].decoding && sessions[i].prompt_remaining > 0) prefillers.push_back(i);
   }
-  // Within a rank: prompts that can still meet their TTFT target, least slack first (earliest
-  // deadline); then those that cannot any more, shortest remaining first (their lateness is
-  // sunk; finishing the short ones first keeps the most requests' TTFT low). Stable: round-robin
-  // order among equals.
+  // Within a rank: least slack first (earliest deadline, counting the work left), late prompts
+  // included. A prompt's target counts the prompts that arrived before it (Scheduler::ttft_target),
+  // so this is about arrival order; putting late prompts last would starve the earliest arrival
+  // of a burst behind every later one. Stable: round-robin order among equals.
   std::stable_sort(prefillers.begin(), prefillers.end(), [&](std::size_t a, std::size_t b) {
     const Candidate& x = sessions[a];
     const Candidate& y = sessions[b];
     if (x.rank != y.rank) return x.rank < y.rank;
-    const bool x_late = x.slack_ms < 0, y_late = y.slack_ms < 0;
-    if (x_late != y_late) return !x_late;
-    return x_late ? x.prompt_remaining < y.prompt_remaining : x.slack_ms < y.slack_ms;
+    return x.slack_ms < y.slack_ms;
   });
   return prefillers;
 }

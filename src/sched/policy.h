@@ -65,7 +65,8 @@ struct TickPlan {
 //     the budget is the whole capacity: it exists to protect running streams, and there are none;
 //     background work then still takes at most background_idle_cap, to keep arrivals' TTFT short.
 TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in);
-// The prefilling candidates in the order (3) serves them.
+// The prefilling candidates in the order (3) serves them: urgent first, then least slack (late ones
+// included: the latest first).
 std::vector<std::size_t> prefill_order(std::span<const Candidate> sessions);
 
 // A prompt waiting to be prefilled, as slo_prefill_budget sees it (in plan_tick's service order).

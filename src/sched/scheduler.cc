@@ -340,8 +340,9 @@ void Scheduler::apply_batch(Clock::time_point decoded_at, std::vector<Event>& ou
 }
 
 void Scheduler::trace_tick(const TickPlan& plan, std::int32_t budget, double decode_ms, const Status& st) const {
-  std::string line = fmt::format("tick {}: {:.1f} ms (predicted {:.1f}), budget {}, decode [", tick_no_, decode_ms,
-                                 cost_.predict_ms(batch_work()), budget);
+  std::string line = fmt::format("tick {}: {:.1f} ms (predicted {:.1f}), budget {} (SLO ratios {:.2f}/{:.2f}), decode [",
+                                 tick_no_, decode_ms, cost_.predict_ms(batch_work()), budget,
+                                 metrics_.slo_stream_ratio.load(), metrics_.slo_prompt_ratio.load());
   for (std::size_t k = 0; k < plan.decode.size(); ++k) {
     const Session& s = *order_[plan.decode[k]];
     line += fmt::format("{}{}{}", k ? " " : "", s.id, s.background() ? "b" : "");

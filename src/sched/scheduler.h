@@ -83,8 +83,10 @@ struct SchedulerConfig {
   // A prompt is prefilled in at most this many chunks (0: no bound): its chunks are at least its
   // length over this (a chunk reads its sequence's KV once; at depth small ones cost far more).
   std::int32_t prompt_chunks_max = 8;
-  // A prompt's TTFT target is the SLO on top of this many times its own prefill's predicted time.
-  double ttft_solo_factor = 1.0;
+  // A prompt's TTFT target is the SLO on top of this many times the predicted prefill of its own
+  // prompt and of the prompts that arrived before it and are still going in. Below 1 it weighs
+  // TTFT above the streams' gaps (docs/ARCHITECTURE.md, Scheduler v2).
+  double ttft_solo_factor = 0.3;
   // The same with per-sequence KV (the GPU default), -1 meaning n_batch: every prompt chunk there
   // is a pass of its own, and ticks that carry many prompts at once cost far less than as many
   // ticks carrying one (H100, 1B Q8_0, 64 streams: 6643-6765 tok/s against 4270-4885 with 8).
@@ -187,7 +189,8 @@ class Scheduler {
   double span_of(std::int32_t pos, std::int32_t n) const;  // attention cells of n rows from pos on
   double kv_read_of(std::int32_t pos) const;                // cells a sequence at pos reads in a tick
   TickWork batch_work() const;                              // of batch_, as built
-  double ttft_target(Session& s);                           // the SLO plus its own prefill's time
+  double ttft_target(Session& s);                           // the SLO plus its prefill's and those ahead
+  double solo_prefill_ms(const Session& s) const;           // its remaining prompt alone, predicted
   // The SLO-balanced prompt tokens for this tick (after gather), or -1 while the model is cold.
   std::int32_t slo_budget(Clock::time_point now, std::int32_t capacity);
   void observe_cost(double decode_ms);                      // the model learns; bytes per session

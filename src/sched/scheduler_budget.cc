@@ -34,12 +34,28 @@ TickWork Scheduler::batch_work() const {
   return w;
 }
 
+double Scheduler::solo_prefill_ms(const Session& s) const {
+  const std::int32_t n = s.prompt_remaining();
+  return cost_.predict_ms({static_cast<double>(n), span_of(s.n_prefilled, n), 0.0,
+                           kv_read_of(s.n_prefilled) + (ledger_.per_seq() ? 0.0 : unified_span_)});
+}
+
 double Scheduler::ttft_target(Session& s) {
   if (s.ttft_target_ms > 0 || !cost_.warm()) return s.ttft_target_ms > 0 ? s.ttft_target_ms : s.slo_ttft_ms;
-  const std::int32_t n = s.prompt_remaining();
-  const double solo = cost_.predict_ms({static_cast<double>(n), span_of(s.n_prefilled, n), 0.0,
-                                        kv_read_of(s.n_prefilled) + (ledger_.per_seq() ? 0.0 : unified_span_)});
-  s.ttft_target_ms = s.slo_ttft_ms + config_.ttft_solo_factor * solo;
+  // What no schedule can beat: its own prefill after the prompts that arrived before it and are
+  // still going in (background ones only count for background work: interactive work overtakes
+  // them). Without those, a burst of prompts would hold every one to a lone prompt's target, and
+  // the streams would stall for prefill that cannot meet it anyway.
+  double ahead = 0.0;
+  for (const auto& other : sessions_) {
+    const Session& o = *other;
+    if (&o == &s || o.ttft_target_ms <= 0 || o.follow != 0 || !is_active(o)) continue;
+    if (o.state == SessionState::kDecode || o.prompt_remaining() == 0) continue;
+    if (o.background() && !s.background()) continue;
+    ahead += solo_prefill_ms(o);
+  }
+  s.ttft_target_ms = s.slo_ttft_ms + config_.ttft_solo_factor * (solo_prefill_ms(s) + ahead);
+  spdlog::debug("session {}: TTFT target {:.0f} ms ({:.0f} ms of prompts ahead)", s.id, s.ttft_target_ms, ahead);
   return s.ttft_target_ms;
 }
 
