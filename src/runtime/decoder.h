@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/host_bytes.h"
 #include "runtime/sampling.h"
 
 namespace uma {
@@ -39,7 +40,7 @@ struct BatchEntry {
 
 // A sequence taken off the KV cache. Move-only in practice; the scheduler treats it as opaque.
 struct ParkedSequence {
-  std::vector<std::uint8_t> kv;   // the sequence's KV cells; empty: dropped, to be recomputed
+  HostBytes kv;                   // the sequence's KV cells; empty: dropped, to be recomputed
   std::shared_ptr<void> sampler;  // the sampler chain (RNG, penalty history), freed by its deleter
   std::size_t bytes() const { return kv.size(); }
 };
@@ -86,9 +87,10 @@ class Decoder {
   virtual void move_sequence(std::int32_t from, std::int32_t to) = 0;
   // Frees a sequence's sampler but keeps its KV (a finished sequence kept for prefix reuse).
   virtual void drop_sampler(std::int32_t seq) = 0;
-  // A sequence's KV cells as bytes (host snapshot), and back into an empty sequence. A restore
-  // that finds no room leaves the sequence empty and returns kKvExhausted.
-  virtual Status save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const = 0;
+  // A sequence's KV cells as bytes (host snapshot, in memory the decoder picks: host_bytes.h),
+  // and back into an empty sequence. A restore that finds no room leaves the sequence empty and
+  // returns kKvExhausted.
+  virtual Status save_kv(std::int32_t seq, HostBytes& out) const = 0;
   virtual Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) = 0;
   // Bytes park_sequence(seq, true) would copy out.
   virtual std::size_t kv_state_bytes(std::int32_t seq) const = 0;

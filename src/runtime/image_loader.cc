@@ -159,8 +159,23 @@ store::HostAllocator host_allocator_for_backend() {
       return m;
     };
   }
+  store::HostAllocator locked = page_locked_allocator();
+  if (!locked) return store::allocate_shared;
+  return [locked](std::uint64_t bytes) -> store::HostMemory {
+    store::HostMemory m = locked(bytes);
+    if (m.data != nullptr && reinterpret_cast<std::uintptr_t>(m.data) % store::kChunkAlign != 0) {  // O_DIRECT needs pages
+      m.release();
+      return store::allocate_pageable(bytes);
+    }
+    return m;
+  };
+}
+
+store::HostAllocator page_locked_allocator() {
+  init_llama_backend();
+  ggml_backend_dev_t gpu = first_gpu();
   ggml_backend_buffer_type_t buft = gpu ? ggml_backend_dev_host_buffer_type(gpu) : nullptr;
-  if (buft == nullptr) return store::allocate_shared;
+  if (buft == nullptr) return nullptr;
   return [buft](std::uint64_t bytes) -> store::HostMemory {
     ggml_backend_buffer_t b = ggml_backend_buft_alloc_buffer(buft, bytes);
     if (b == nullptr) return {};
@@ -169,10 +184,6 @@ store::HostAllocator host_allocator_for_backend() {
     m.size = bytes;
     m.pinned = true;
     m.release = [b] { ggml_backend_buffer_free(b); };
-    if (reinterpret_cast<std::uintptr_t>(m.data) % store::kChunkAlign != 0) {  // O_DIRECT needs pages
-      ggml_backend_buffer_free(b);
-      return store::allocate_pageable(bytes);
-    }
     return m;
   };
 }

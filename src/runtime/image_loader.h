@@ -53,5 +53,9 @@ llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& ima
 store::HostAllocator host_allocator_for_backend();
 // True when the allocator above hands out pinned memory.
 bool backend_has_pinned_host_memory();
+// The first GPU backend's own page-locked host buffers (cudaMallocHost under CUDA), which a
+// device-to-host copy may write (ggml registers an image's memfd read-only: a KV snapshot copied
+// into it failed with "invalid argument"). Empty without such a backend.
+store::HostAllocator page_locked_allocator();
 
 }  // namespace uma

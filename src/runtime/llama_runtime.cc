@@ -129,6 +129,10 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->n_threads_ = static_cast<std::int32_t>(cp.n_threads);
   const bool on_gpu = llama_supports_gpu_offload() && mp.n_gpu_layers != 0;
   rt->on_gpu_ = on_gpu;
+  // KV snapshots (prefixes, paused requests) in page-locked memory where a GPU holds the KV.
+  if (on_gpu) {
+    if (store::HostAllocator locked = page_locked_allocator()) rt->kv_host_ = KvHostPool::make(locked, kKvHostRetain);
+  }
   cp.kv_unified = !per_seq;
   // auto: llama.cpp's choice where a GPU runs the model; off on CPU-only builds, where its flash
   // attention kernel is several times slower for small batches over a deep KV cache (measured:
@@ -476,17 +480,18 @@ void LlamaRuntime::drop_sampler(std::int32_t seq) {
   s = nullptr;
 }
 
-Status LlamaRuntime::save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const {
+Status LlamaRuntime::save_kv(std::int32_t seq, HostBytes& out) const {
   if (Status st = check_no_pending_copy(seq, kCopyDestination); !st.ok()) return st;
   const auto t0 = std::chrono::steady_clock::now();
-  out.resize(llama_state_seq_get_size(ctx_, seq));
+  const size_t need = llama_state_seq_get_size(ctx_, seq);
+  out = kv_host_ ? kv_host_->take(need) : HostBytes::heap(need);
   const size_t n = llama_state_seq_get_data(ctx_, out.data(), out.size(), seq);
   spdlog::debug("kv save of sequence {}: {} bytes in {:.2f} ms", seq, n, ms_since(t0));
   if (n == 0 && !out.empty()) {
     out.clear();
     return Status(ErrorCode::kInternal, "cannot copy the sequence's KV");
   }
-  out.resize(n);
+  out.truncate(n);
   return Status::Ok();
 }
 
@@ -528,7 +533,6 @@ Status LlamaRuntime::unpark_sequence(std::int32_t seq, ParkedSequence& from) {
   from.sampler.reset();
   const Status st = restore_kv(seq, from.kv);
   from.kv.clear();
-  from.kv.shrink_to_fit();
   return st;
 }
 

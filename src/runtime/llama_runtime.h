@@ -17,6 +17,7 @@
 #include "runtime/device_greedy.h"
 #include "runtime/stream_batch.h"
 #include "runtime/image_loader.h"
+#include "runtime/kv_host_pool.h"
 #include "store/model_image.h"
 
 struct llama_model;
@@ -108,7 +109,7 @@ class LlamaRuntime final : public Decoder {
   void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) override;
   void move_sequence(std::int32_t from, std::int32_t to) override;
   void drop_sampler(std::int32_t seq) override;
-  Status save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const override;
+  Status save_kv(std::int32_t seq, HostBytes& out) const override;
   Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) override;
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override;
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override;
@@ -147,6 +148,8 @@ class LlamaRuntime final : public Decoder {
   std::int32_t row_of(std::int32_t batch_index) const;  // caller's index -> llama.cpp's
   std::int32_t filler_pos(std::int32_t seq) const;
   std::uint64_t fillers_total_ = 0;
+  std::shared_ptr<KvHostPool> kv_host_;  // page-locked snapshot memory (GPU); null: heap
+  static constexpr std::uint64_t kKvHostRetain = std::uint64_t{1} << 30;  // freed blocks kept for reuse
   std::vector<llama_sampler*> samplers_;  // by sequence id; nullptr when idle
   std::int32_t n_batch_ = 0;
   std::int32_t n_ctx_ = 0;

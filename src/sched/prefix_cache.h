@@ -5,7 +5,8 @@
 //   waiting for that session to prefill it if need be;
 // - kept sequences: a finished session's sequence stays in the KV cache, without a sampler, as an
 //   entry (its cells are shared with `llama_memory_seq_cp`, never copied);
-// - host snapshots: under KV pressure (or idle) a kept sequence that has served a hit is evicted
+// - host snapshots: under KV pressure (or idle) a kept sequence that has served a hit (one whose
+//   served prefixes no other kept entry holds) is evicted
 //   to host memory (`llama_state_seq_get_data`, up to host_bytes) and brought back on a hit; one
 //   that never did is dropped. Copying out costs the compute thread a GPU->host transfer, and with
 //   nothing shared (every prompt different) it would be paid for every request and never repaid
@@ -130,16 +131,18 @@ class PrefixCache {
   struct Kept {
     std::int32_t seq = -1;        // >= 0: in the KV cache; -1: host snapshot in `snapshot`
     std::int32_t cells = 0;       // cells counted for it while in the KV cache
-    std::vector<std::uint8_t> snapshot;
+    HostBytes snapshot;
     std::uint64_t last_used = 0;
     Clock::time_point used_at{};
     std::uint32_t hits = 0;       // lookups it served: only an entry reused once is worth host memory
+    std::int32_t served = 0;      // the longest prefix it served
   };
   static constexpr std::uint64_t kLiveBit = std::uint64_t{1} << 63;
 
   void evict_one(std::uint64_t id);
   bool worth_host_memory(std::uint64_t id) const;
   bool extends(std::uint64_t longer, std::uint64_t shorter) const;  // strictly, token for token
+  std::int32_t common_prefix(std::uint64_t a, std::uint64_t b) const;  // tokens the two entries share
   std::uint64_t victim() const;  // LRU kept-in-KV entry, leaves first; 0: none
   std::int32_t kept_in_kv() const;
   void drop_host(std::uint64_t id);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -90,11 +91,15 @@ class FakeDecoder final : public Decoder {
     no_rows_pending("drop_sampler");
     live_[seq] = false;
   }
-  Status save_kv(std::int32_t seq, std::vector<std::uint8_t>& out) const override {
+  Status save_kv(std::int32_t seq, HostBytes& out) const override {
     if (pending(seq, kDestination)) return Status(ErrorCode::kKvPending, "copy in pending");
-    const auto* p = reinterpret_cast<const std::uint8_t*>(kv_[seq].data());
-    out.assign(p, p + kv_[seq].size() * sizeof(Token));
+    out = bytes_of(seq);
     return Status::Ok();
+  }
+  HostBytes bytes_of(std::int32_t seq) const {
+    HostBytes b = HostBytes::heap(kv_[seq].size() * sizeof(Token));
+    std::memcpy(b.data(), kv_[seq].data(), b.size());
+    return b;
   }
   Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) override {
     if (fail_restore_) return Status(ErrorCode::kKvExhausted, "injected");
@@ -112,10 +117,7 @@ class FakeDecoder final : public Decoder {
     if (save_kv && pending(seq, kDestination)) return Status(ErrorCode::kKvPending, "copy in pending");
     ++parks_;
     out.kv.clear();
-    if (save_kv) {
-      const auto* p = reinterpret_cast<const std::uint8_t*>(kv_[seq].data());
-      out.kv.assign(p, p + kv_[seq].size() * sizeof(Token));
-    }
+    if (save_kv) out.kv = bytes_of(seq);
     out.sampler = std::make_shared<int>(sampler_[seq]);
     live_[seq] = false;
     kv_[seq].clear();
@@ -135,7 +137,7 @@ class FakeDecoder final : public Decoder {
     const auto n = static_cast<std::int32_t>(from.kv.size() / sizeof(Token));
     if (!room_for(seq, n)) return Status(ErrorCode::kKvExhausted, "no room to restore");
     kv_[seq].resize(static_cast<size_t>(n));
-    std::copy(from.kv.begin(), from.kv.end(), reinterpret_cast<std::uint8_t*>(kv_[seq].data()));
+    std::memcpy(kv_[seq].data(), from.kv.data(), from.kv.size());
     take_cells(seq, n);
     from.kv.clear();
     return Status::Ok();

@@ -116,7 +116,7 @@ TEST_P(RuntimeKv, SharedOrRestoredPrefixPlusSuffixMatchesAFullPrefill) {
     // Host snapshot of a sequence holding only the prefix, restored elsewhere.
     ASSERT_TRUE(rt->start_sequence(2, greedy).ok());
     rt->share_prefix(0, 2, split);
-    std::vector<std::uint8_t> snapshot;
+    HostBytes snapshot;
     if (rt->kv_per_sequence()) {
       // The copy between streams is queued until the next decode: reading it now would snapshot
       // the stream as it was. Any decode applies it.
@@ -189,7 +189,7 @@ TEST_P(RuntimeKv, AMovedSequenceContinuesWithTheSameLogits) {
   feed(*rt, 3, p);
   ASSERT_TRUE(rt->start_sequence(1, greedy).ok());  // a neighbour with KV of its own
   feed(*rt, 1, prompt_tokens(30, 6));
-  std::vector<std::uint8_t> other;
+  HostBytes other;
   ASSERT_TRUE(rt->save_kv(1, other).ok());
   rt->move_sequence(3, 0);
   if (rt->kv_per_sequence()) {

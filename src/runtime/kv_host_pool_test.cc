@@ -1,0 +1,98 @@
+// KvHostPool over a counting allocator (the page-locking one needs a GPU): blocks come back for
+// reuse, within what the pool retains, and a failed allocation still gives usable memory.
+#include "runtime/kv_host_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace uma {
+namespace {
+
+struct CountingAllocator {
+  int allocated = 0, released = 0;
+  bool fail = false;
+  store::HostAllocator fn() {
+    return [this](std::uint64_t bytes) -> store::HostMemory {
+      if (fail) return {};
+      ++allocated;
+      auto* p = new std::uint8_t[bytes];
+      store::HostMemory m;
+      m.data = p;
+      m.size = bytes;
+      m.pinned = true;
+      m.release = [this, p] { ++released, delete[] p; };
+      return m;
+    };
+  }
+};
+
+TEST(KvHostPool, AFreedBlockServesTheNextSnapshotThatFitsIt) {
+  CountingAllocator a;
+  auto pool = KvHostPool::make(a.fn(), 1 << 20);
+  {
+    HostBytes s = pool->take(10000);
+    ASSERT_EQ(s.size(), 10000u);
+    std::memset(s.data(), 7, s.size());  // the memory is usable end to end
+  }
+  EXPECT_EQ(a.allocated, 1);
+  EXPECT_EQ(a.released, 0) << "kept for reuse";
+  EXPECT_EQ(pool->retained_bytes(), 12288u) << "whole pages";
+  HostBytes again = pool->take(9000);
+  EXPECT_EQ(a.allocated, 1) << "reused";
+  HostBytes small = pool->take(100);
+  EXPECT_EQ(a.allocated, 2);
+}
+
+TEST(KvHostPool, ABlockMuchLargerThanAskedIsNotUsedForIt) {
+  CountingAllocator a;
+  auto pool = KvHostPool::make(a.fn(), 1 << 20);
+  pool->take(400000).clear();
+  HostBytes small = pool->take(4096);
+  EXPECT_EQ(a.allocated, 2) << "a quarter of waste at most";
+  EXPECT_EQ(pool->retained_bytes(), 401408u) << "the large one still kept";
+}
+
+TEST(KvHostPool, WhatIsFreedBeyondTheRetainLimitIsReleased) {
+  CountingAllocator a;
+  auto pool = KvHostPool::make(a.fn(), 16384);
+  HostBytes x = pool->take(12288), y = pool->take(12288), z = pool->take(4096);
+  x.clear();
+  EXPECT_EQ(a.released, 0);
+  y.clear();
+  EXPECT_EQ(a.released, 1) << "over the limit: released at once";
+  pool.reset();  // the last snapshot keeps the pool alive
+  EXPECT_EQ(a.released, 1);
+  z.clear();
+  EXPECT_EQ(a.released, 3) << "z's (retained) and x's, with the pool";
+}
+
+TEST(KvHostPool, WithoutPageLockedMemoryASnapshotStillGetsHeapMemory) {
+  CountingAllocator a;
+  a.fail = true;
+  auto pool = KvHostPool::make(a.fn(), 1 << 20);
+  HostBytes s = pool->take(5000);
+  ASSERT_EQ(s.size(), 5000u);
+  std::memset(s.data(), 1, s.size());
+  s.clear();
+  EXPECT_EQ(pool->retained_bytes(), 0u);
+}
+
+TEST(HostBytes, MovesOwnershipAndReleasesOnce) {
+  int released = 0;
+  auto* p = new std::uint8_t[8];
+  HostBytes a(p, 8, [&released, p] { ++released, delete[] p; });
+  HostBytes b = std::move(a);
+  EXPECT_TRUE(a.empty());
+  b.truncate(3);
+  EXPECT_EQ(b.size(), 3u);
+  HostBytes c;
+  c = std::move(b);
+  EXPECT_EQ(released, 0);
+  c.clear();
+  c.clear();
+  EXPECT_EQ(released, 1);
+}
+
+}  // namespace
+}  // namespace uma
