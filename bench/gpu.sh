@@ -7,7 +7,8 @@
 # limit at each batch), llama-server (-np = the largest c, its default per-sequence KV) and umad
 # (defaults; at c=64 also prefix cache off, unified KV, greedy sampled on the host, and every decode
 # timed), with identical uma-bench workloads: c streams, 128-word prompts, 128 tokens out, 4c
-# requests (2c at c=1); then an 8B-shape Q4_0 model at c=64. Prints the ratio table last; JSON per
+# requests (2c at c=1); then an 8B-shape Q4_0 model at c=64, and bench/gpu_prefix.sh's 8B rows
+# (shared prefix, cold long prompts, room per request). Prints the ratio tables last; JSON per
 # run and two plots (throughput.svg, itl.svg: tok/s and ITL against c) in OUT_DIR.
 # Env: UMA_GPU_BENCH_CONC ("1 16 64 128"), UMA_GPU_BENCH_8B (1; 0 skips the 8B model),
 # UMA_BENCH_PORT (18080), UMA_BENCH_MODEL (1B Q8_0).
@@ -164,3 +165,5 @@ svg_plot.lines(os.path.join(out, "itl.svg"), f"Inter-token latency ({gpu})", "co
                 "llama-server p99": [run(f"llama-server-c{c}")["itl_ms"]["p99"] for c in conc]})
 print(f"plots: {out}/throughput.svg, {out}/itl.svg")
 PY
+# Issue 32's 8B rows: a shared prefix, one stream at a time, cold long prompts, room per request.
+if [ "${UMA_GPU_BENCH_8B:-1}" = 1 ]; then bench/gpu_prefix.sh "$out/prefix"; fi

@@ -92,6 +92,9 @@ class Decoder {
   // returns kKvExhausted.
   virtual Status save_kv(std::int32_t seq, HostBytes& out) const = 0;
   virtual Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) = 0;
+  // A hint: save_kv(seq) is likely to come (a kept prefix now worth host memory). A decoder whose
+  // snapshot memory is slow to get may get it ready in the background.
+  virtual void prepare_save(std::int32_t /*seq*/) {}
   // Bytes park_sequence(seq, true) would copy out.
   virtual std::size_t kv_state_bytes(std::int32_t seq) const = 0;
   // Frees `seq` (KV cells and id); keeps its sampler, and its KV bytes when save_kv. On error the

@@ -4,14 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 
 namespace uma {
 namespace {
 
 struct CountingAllocator {
-  int allocated = 0, released = 0;
-  bool fail = false;
+  std::atomic<int> allocated{0}, released{0};  // prepare() allocates on a thread of its own
+  std::atomic<bool> fail{false};
   store::HostAllocator fn() {
     return [this](std::uint64_t bytes) -> store::HostMemory {
       if (fail) return {};
@@ -76,6 +77,28 @@ TEST(KvHostPool, WithoutPageLockedMemoryASnapshotStillGetsHeapMemory) {
   std::memset(s.data(), 1, s.size());
   s.clear();
   EXPECT_EQ(pool->retained_bytes(), 0u);
+}
+
+TEST(KvHostPool, APreparedBlockIsReadyForTheSnapshotThatNeedsIt) {
+  CountingAllocator a;
+  {
+    auto pool = KvHostPool::make(a.fn(), 1 << 20);
+    pool->prepare(50000);
+    pool->prepare(50000);  // ignored while the first runs, or because its block is ready
+    pool->wait_prepared();
+    EXPECT_EQ(a.allocated, 1);
+    EXPECT_EQ(pool->retained_bytes(), 53248u);
+    pool->prepare(45000);  // that block fits it already
+    pool->wait_prepared();
+    EXPECT_EQ(a.allocated, 1);
+    HostBytes s = pool->take(50000);
+    ASSERT_EQ(s.size(), 50000u);
+    EXPECT_EQ(a.allocated, 1) << "the prepared block";
+    pool->prepare(300000);
+    HostBytes t = pool->take(300000);  // whether or not the preparation finished first
+    EXPECT_EQ(t.size(), 300000u);
+  }
+  EXPECT_EQ(a.released, a.allocated) << "the pool joins its thread and releases what it kept";
 }
 
 TEST(HostBytes, MovesOwnershipAndReleasesOnce) {

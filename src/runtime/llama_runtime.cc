@@ -495,6 +495,10 @@ Status LlamaRuntime::save_kv(std::int32_t seq, HostBytes& out) const {
   return Status::Ok();
 }
 
+void LlamaRuntime::prepare_save(std::int32_t seq) {
+  if (kv_host_ && check_no_pending_copy(seq, kCopyDestination).ok()) kv_host_->prepare(llama_state_seq_get_size(ctx_, seq));
+}
+
 Status LlamaRuntime::restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) {
   if (bytes.empty()) return Status::Ok();
   if (Status st = check_no_pending_copy(seq, kCopySource); !st.ok()) return st;

@@ -110,6 +110,7 @@ class LlamaRuntime final : public Decoder {
   void move_sequence(std::int32_t from, std::int32_t to) override;
   void drop_sampler(std::int32_t seq) override;
   Status save_kv(std::int32_t seq, HostBytes& out) const override;
+  void prepare_save(std::int32_t seq) override;
   Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) override;
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override;
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override;

@@ -34,6 +34,7 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
   k.used_at = time_.now();
   k.hits++;
   k.served = std::max(k.served, m.length);
+  if (k.hits == 1 && k.seq >= 0) decoder_.prepare_save(k.seq);  // now worth host memory
   if (k.seq < 0) {
     // A host snapshot: bring it back into the KV cache (all of it: a snapshot restores whole).
     const auto n = static_cast<std::int32_t>(index_.tokens(m.id).size());
@@ -82,6 +83,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   if (same.length == n) {  // an entry already holds all of these tokens
     kept_.at(same.id).last_used = ++clock_;
     kept_.at(same.id).used_at = time_.now();
+    if (kept_.at(same.id).hits == 0 && kept_.at(same.id).seq >= 0) decoder_.prepare_save(kept_.at(same.id).seq);
     kept_.at(same.id).hits += 1 + led;
     kept_.at(same.id).served = std::max(kept_.at(same.id).served, n);
     return false;
@@ -103,6 +105,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   // Followers shared some prefix of it (how much is not tracked): count all of it as served.
   kept_[id] = Kept{seq, own, {}, ++clock_, time_.now(), led, led > 0 ? n : 0};
   cells_ += own;
+  if (led > 0) decoder_.prepare_save(seq);
   publish();
   return true;
 }

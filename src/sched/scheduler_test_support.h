@@ -91,6 +91,7 @@ class FakeDecoder final : public Decoder {
     no_rows_pending("drop_sampler");
     live_[seq] = false;
   }
+  void prepare_save(std::int32_t seq) override { prepared_saves_.push_back(seq); }
   Status save_kv(std::int32_t seq, HostBytes& out) const override {
     if (pending(seq, kDestination)) return Status(ErrorCode::kKvPending, "copy in pending");
     out = bytes_of(seq);
@@ -231,6 +232,7 @@ class FakeDecoder final : public Decoder {
   bool fail_restore_ = false;  // saved KV does not fit back
   bool fail_start_ = false;    // the next start_sequence fails
   int parks_ = 0;
+  std::vector<std::int32_t> prepared_saves_;  // prepare_save hints, by sequence
   int kv_exhausted_ = 0;             // decodes that found no room (not injected)
   std::int32_t max_cells_used_ = 0;  // high-water mark of distinct cells
   std::int32_t shared_tokens_ = 0;  // cells shared by share_prefix
