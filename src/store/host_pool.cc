@@ -9,15 +9,25 @@ HostPool::HostPool(HostAllocator base, std::uint64_t keep_bytes) : st_(std::make
   st_->keep_bytes = keep_bytes;
 }
 
+std::size_t HostPool::best_fit(const State& st, std::uint64_t bytes) {
+  std::size_t best = st.free.size();
+  for (std::size_t i = 0; i < st.free.size(); ++i) {
+    const std::uint64_t s = st.free[i].size;
+    if (s >= bytes && s <= bytes + bytes / 2 && (best == st.free.size() || s < st.free[best].size)) best = i;
+  }
+  return best;
+}
+
+bool HostPool::has_free(std::uint64_t bytes) const {
+  std::lock_guard lock(st_->mu);
+  return best_fit(*st_, bytes) < st_->free.size();
+}
+
 HostMemory HostPool::take(const std::shared_ptr<State>& st, std::uint64_t bytes) {
   HostMemory m;
   {
     std::lock_guard lock(st->mu);
-    std::size_t best = st->free.size();
-    for (std::size_t i = 0; i < st->free.size(); ++i) {
-      const std::uint64_t s = st->free[i].size;
-      if (s >= bytes && s <= bytes + bytes / 2 && (best == st->free.size() || s < st->free[best].size)) best = i;
-    }
+    const std::size_t best = best_fit(*st, bytes);
     if (best < st->free.size()) {
       m = std::move(st->free[best]);
       st->free.erase(st->free.begin() + static_cast<std::ptrdiff_t>(best));

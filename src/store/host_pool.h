@@ -33,6 +33,7 @@ class HostPool {
   // Allocates and touches blocks of `bytes` until `total` is free in the pool.
   void prefault(std::uint64_t bytes, std::uint64_t total);
   std::uint64_t free_bytes() const;
+  bool has_free(std::uint64_t bytes) const;  // a free block the allocator would give for `bytes`
   std::uint64_t reused() const;  // allocations served from the free list
 
  private:
@@ -50,6 +51,7 @@ class HostPool {
     std::uint64_t reused = 0;
   };
   static HostMemory take(const std::shared_ptr<State>& st, std::uint64_t bytes);
+  static std::size_t best_fit(const State& st, std::uint64_t bytes);  // under st.mu; free.size(): none
   std::shared_ptr<State> st_;
 };
 

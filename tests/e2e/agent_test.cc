@@ -264,7 +264,9 @@ TEST(Agent, ALoadThatCannotFitIsRefusedAndACrashedModelCanBeLoadedAgain) {
   Catalog cat;
   ASSERT_TRUE(cat.up({"x-a", "x-b"}));
   const std::string budget_mb = std::to_string((cat.bytes * 3 / 2) >> 20);  // one model
-  Agent agent(cat.redis.address(), cat.store_dir, {"--models-mb", budget_mb, "--queue-timeout-ms", "500"});
+  // The refusal comes after the queue timeout, while A still generates (1500 tokens: under a
+  // second on an H100, so the timeout is short).
+  Agent agent(cat.redis.address(), cat.store_dir, {"--models-mb", budget_mb, "--queue-timeout-ms", "100"});
   ASSERT_GT(agent.port(), 0) << agent.log();
   const int pa = port_of(load(agent.port(), "x-a").back());
   ASSERT_GT(pa, 0) << agent.log();
