@@ -173,8 +173,10 @@ TEST(ClusterLoad, TwoGatewaysSendOneHundredConcurrentRequestsToTheAgentsHoldingT
     expected.push_back(oracle().expected_text(prompts.back(), 2));
   }
   std::vector<std::string> opened(3);
+  std::vector<int> agent_ports;  // read here: http_port builds a std::regex, not to be done from threads at once
+  for (std::size_t g = 0; g < 3; ++g) agent_ports.push_back(c.agent_port(g));
   all_at_once(3, [&](int g) {
-    opened[static_cast<std::size_t>(g)] = complete(c.agent_port(static_cast<std::size_t>(g)), prefixes[static_cast<std::size_t>(g)], 2);
+    opened[static_cast<std::size_t>(g)] = complete(agent_ports[static_cast<std::size_t>(g)], prefixes[static_cast<std::size_t>(g)], 2);
   });
   for (std::size_t g = 0; g < 3; ++g) EXPECT_EQ(opened[g], oracle().expected_text(prefixes[g], 2));
   // Both gateways see one group's blocks on each agent.
