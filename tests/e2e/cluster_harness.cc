@@ -115,6 +115,10 @@ bool LocalCluster::up(int n_agents, int n_gateways, std::vector<std::string> age
   for (int i = 0; i < n_agents; ++i) {
     std::vector<std::string> a = {"--agent", "--redis", redis.address()};
     a.insert(a.end(), agent_extra.begin(), agent_extra.end());
+    // One compute thread per agent unless the test chooses: several agents of two spinning
+    // threads beside another test on CI's two cores ran 20x slower (queued requests overran the
+    // client's 30 s).
+    if (std::find(a.begin(), a.end(), "--threads") == a.end()) a.insert(a.end(), {"--threads", "1"});
     agents.push_back(std::make_unique<Daemon>(http_args(a)));
     if (!agents.back()->started()) return false;
   }
