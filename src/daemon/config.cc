@@ -57,6 +57,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   bool mlock = false;
   std::string preempt = "auto";
   std::string prefill_policy = "slo";
+  std::string speculative = "lookup";
   bool prefix_cache = true;
   int prefix_cache_mb = 0;
   std::string prefix_hash = "fnv";
@@ -175,6 +176,13 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--ttft-solo-factor", sc.ttft_solo_factor, "a prompt's TTFT target: --slo-ttft-ms plus this many "
                  "times the predicted prefill of its prompt and of those that arrived before it")->envname("UMA_TTFT_SOLO_FACTOR")->capture_default_str()
       ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--speculative", speculative, "speculative decoding for requests that do not say: lookup (drafts "
+                 "from the prompt and output so far, verified in the batch when the tick cost model says it pays) "
+                 "or off")->envname("UMA_SPECULATIVE")->capture_default_str()->check(CLI::IsMember({"lookup", "off"}));
+  app.add_option("--draft-max", sc.draft_max, "draft tokens one request verifies in a tick, at most (0: no "
+                 "speculation)")->envname("UMA_DRAFT_MAX")->capture_default_str()->check(CLI::Range(0, 64));
+  // Tests only: every draft found is verified, whatever the cost model says.
+  app.add_flag("--speculative-force", sc.speculate_always)->group("");
   app.add_flag("--prefix-cache,!--no-prefix-cache", prefix_cache,
                "reuse the KV of earlier prompts' shared prefixes (default on)")->envname("UMA_PREFIX_CACHE");
   app.add_option("--prefix-cache-seqs", sc.prefix.max_kept, "finished sequences kept in the KV cache for reuse")
@@ -316,6 +324,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   srv.max_tx_bytes = static_cast<std::size_t>(max_tx_kib) * 1024;
   sc.preemption = preempt != "off";
   sc.slo_prefill = prefill_policy == "slo";
+  sc.speculate = speculative == "lookup";
   sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
   out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;

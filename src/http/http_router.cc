@@ -88,6 +88,7 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
   c.writer = openai_writer;
   c.id_prefix = chat ? "chatcmpl-" : "cmpl-";
   q.tenant = c.api.user;
+  q.speculative = c.api.speculative;
   q.continuation.assign(c.api.uma.resume.begin(), c.api.uma.resume.end());
   q.sampling.report_tokens = c.api.uma.token_ids;
   return c;

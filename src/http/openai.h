@@ -41,6 +41,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   std::string user;                   // -> metadata tenant
+  std::optional<bool> speculative;    // umad's extension: speculative decoding; unset: the daemon's default
   // response_format json_object / json_schema: the schema the output must match (json_object: any
   // object); empty: free text. The router turns it into the grammar.
   std::string json_schema;

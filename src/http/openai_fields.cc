@@ -82,6 +82,7 @@ constexpr FieldRule kFields[] = {
     {"cache_prompt", Use::kHarmless, true, true},  // umad's prefix cache is always on
     {"skip_special_tokens", Use::kNoOpOnly, true, true},
     {"uma", Use::kParsed, true, true},  // umad's own: what a gateway asks for (GatewayOptions)
+    {"speculative", Use::kParsed, true, true},  // umad's own: speculative decoding on or off
 };
 
 // The value of a kNoOpOnly field that asks for nothing beyond what umad does anyway.
@@ -178,6 +179,10 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
   SamplingParams& s = r->sampling;
   Status st;
   if (!(st = boolean(j, "ignore_eos", &s.ignore_eos)).ok()) return st;
+  if (const json* sp = member(j, "speculative")) {
+    if (!sp->is_boolean()) return bad("speculative", "must be a boolean");
+    r->speculative = sp->get<bool>();
+  }
   std::int64_t v = s.min_tokens;
   if (!(st = integer(j, "min_tokens", 0, kMaxTokensField, &v)).ok()) return st;
   s.min_tokens = static_cast<std::int32_t>(v);

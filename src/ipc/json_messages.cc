@@ -126,6 +126,10 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
     r->slo_ttft_ms = ttft;
     r->slo_tbt_ms = tbt;
   }
+  if (const json* sp = find(j, wire::kSpeculative)) {
+    if (!sp->is_boolean()) return bad(wire::kSpeculative, "must be a boolean");
+    r->speculative = sp->get<bool>();
+  }
   if (const json* prio = find(j, wire::kPriority)) {
     const bool known = prio->is_string() && (*prio == wire::kPriorityInteractive || *prio == wire::kPriorityBackground);
     if (!known) return bad(wire::kPriority, "must be \"interactive\" or \"background\"");
@@ -309,6 +313,7 @@ std::string encode_request(const WireRequest& r) {
     j["slo"] = slo;
   }
   if (r.background) j["priority"] = wire::kPriorityBackground;
+  if (r.speculative) j["speculative"] = *r.speculative;
   if (!r.metadata_json.empty()) j["metadata"] = ojson::parse(r.metadata_json, nullptr, false);
   if (!r.tenant.empty()) j["metadata"]["tenant"] = r.tenant;
   return to_json_text(j);

@@ -30,6 +30,7 @@ struct WireRequest {
   std::string tenant;         // metadata.tenant when it is a string
   std::string metadata_json;  // the request's `metadata` object, serialized; empty when absent
   std::string json_schema;    // `json_schema` serialized; empty when absent (a grammar is in sampling.grammar)
+  std::optional<bool> speculative;  // speculative decoding; absent: the server's default
 };
 struct WireCancel {
   std::string id;

@@ -113,6 +113,7 @@ class JsonProtocol final : public Protocol {
     s.request.slo_tbt_ms = w.slo_tbt_ms;
     s.request.priority = w.background ? Priority::kBackground : Priority::kInteractive;
     s.request.tenant = std::move(w.tenant);
+    s.request.speculative = w.speculative;
     return s;
   }
 

@@ -36,6 +36,7 @@ inline constexpr std::string_view kTargetTbtMs = "target_tbt_ms";
 inline constexpr std::string_view kMetadata = "metadata";
 inline constexpr std::string_view kTenant = "tenant";    // metadata.tenant: the per-tenant cap's key
 inline constexpr std::string_view kPriority = "priority";
+inline constexpr std::string_view kSpeculative = "speculative";  // boolean: speculative decoding
 inline constexpr std::string_view kPriorityInteractive = "interactive";
 inline constexpr std::string_view kPriorityBackground = "background";
 inline constexpr std::size_t kMaxTenantBytes = 256;

@@ -54,6 +54,11 @@ class ServerMetrics {
   std::atomic<std::uint64_t> requests_completed_total{0};
   std::atomic<std::uint64_t> requests_cancelled_total{0};
   std::atomic<std::uint64_t> prefill_skipped_ticks_total{0};  // latency guard fired
+  // Speculative decoding (sched/speculation.h).
+  std::atomic<std::uint64_t> spec_ticks_total{0};          // ticks that verified drafts
+  std::atomic<std::uint64_t> spec_declined_ticks_total{0};  // drafts there, and the cost model said no
+  std::atomic<std::uint64_t> spec_drafted_total{0};        // draft tokens verified
+  std::atomic<std::uint64_t> spec_accepted_total{0};       // of them, accepted
   std::atomic<std::uint64_t> ttft_slo_miss_total{0};
   std::atomic<std::uint64_t> tbt_slo_miss_total{0};
   std::atomic<std::int64_t> last_batch_size{0};

@@ -9,7 +9,8 @@
 // - Sequences are small integers in [0, n_seq_max()). start_sequence() must precede decode() entries
 //   for a sequence; end_sequence() frees its KV cells and sampler and may be called at any time.
 // - decode() submits one batch (one llama_decode). After it returns ok, sample(seq, i) is valid only
-//   for batch indices i whose entry asked for logits; indices refer to positions in that batch.
+//   for batch indices i whose entry asked for logits; indices refer to positions in that batch. A
+//   row may be left unsampled when trim_sequence() then removes its entry (a rejected draft).
 //   kKvExhausted means no KV cells were found for the batch and nothing changed (retry smaller).
 // - park_sequence() takes a sequence out (preemption): its sampler, with all its state, moves into
 //   the ParkedSequence, its KV cells are copied out when asked and then freed. unpark_sequence()
@@ -104,6 +105,9 @@ class Decoder {
   // KV cannot be restored the sampler is still in place, the sequence is empty and the result is
   // an error: recompute instead.
   virtual Status unpark_sequence(std::int32_t seq, ParkedSequence& from) = 0;
+  // Removes positions [n, end) of a sequence from the KV cache (a verified draft's rejected tokens;
+  // what a finished speculating session holds past its tokens). Its sampler is untouched.
+  virtual void trim_sequence(std::int32_t seq, std::int32_t n) = 0;
   // Tokens the KV cache holds for a sequence (0 when empty). For metrics and leak checks.
   virtual std::int32_t kv_tokens(std::int32_t seq) const = 0;
 

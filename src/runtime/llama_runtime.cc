@@ -540,6 +540,10 @@ Status LlamaRuntime::unpark_sequence(std::int32_t seq, ParkedSequence& from) {
   return st;
 }
 
+void LlamaRuntime::trim_sequence(std::int32_t seq, std::int32_t n) {
+  if (seq >= 0 && seq < n_seq_max_) llama_memory_seq_rm(llama_get_memory(ctx_), seq, n, -1);
+}
+
 std::int32_t LlamaRuntime::kv_tokens(std::int32_t seq) const {
   llama_memory_t mem = llama_get_memory(ctx_);
   const llama_pos hi = llama_memory_seq_pos_max(mem, seq);

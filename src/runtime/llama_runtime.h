@@ -114,6 +114,7 @@ class LlamaRuntime final : public Decoder {
   Status restore_kv(std::int32_t seq, std::span<const std::uint8_t> bytes) override;
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override;
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override;
+  void trim_sequence(std::int32_t seq, std::int32_t n) override;
   std::int32_t kv_tokens(std::int32_t seq) const override;
 
   bool backend_sampling() const { return !backend_greedy_.empty(); }

@@ -26,6 +26,11 @@ void build_batch(const TickPlan& plan, std::span<Session* const> order, BuiltBat
     if (item.prefill == 0) {
       out.rows.push_back({s, static_cast<std::int32_t>(out.entries.size())});
       out.entries.push_back({s->last_token(), s->n_past, s->seq, true});
+      for (std::size_t d = 0; d < s->draft.size(); ++d) {
+        const auto i = static_cast<std::int32_t>(d + 1);
+        out.rows.push_back({s, static_cast<std::int32_t>(out.entries.size()), i});
+        out.entries.push_back({s->draft[d], s->n_past + i, s->seq, true});
+      }
       out.decoded.push_back(s);
       continue;
     }

@@ -16,6 +16,7 @@ namespace uma {
 struct LogitsRow {
   Session* session = nullptr;
   std::int32_t batch_index = 0;
+  std::int32_t draft = 0;  // 0: the session's own row; i > 0: the row fed its i-th draft token
 };
 
 struct PrefillChunk {
@@ -36,7 +37,8 @@ struct BuiltBatch {
   void clear() { entries.clear(); rows.clear(); decoded.clear(); prefilled.clear(); }
 };
 
-// `order` holds the sessions the candidates were made from, index for index.
+// `order` holds the sessions the candidates were made from, index for index. A decoding session
+// with draft tokens (Session::draft) feeds them after its last token, each with a logits row.
 // Entries go in sequence-id order (see the .cc for why), each session's tokens together; a chunk
 // asks for logits only on its last token and only if it completes the prompt (intermediate chunks
 // need no logits).

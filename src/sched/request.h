@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -53,6 +54,8 @@ struct Request {
   std::vector<std::vector<std::int32_t>> embed_inputs;
   double slo_ttft_ms = 0.0;       // 0: the daemon's default
   double slo_tbt_ms = 0.0;        // 0: the daemon's default
+  // Speculative decoding for this request (sched/speculation.h); unset: the daemon's default.
+  std::optional<bool> speculative;
   Clock::time_point received_at{};
 };
 

@@ -143,6 +143,7 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   const double ttft_default = s->background() ? config_.background_max_wait_ms : config_.slo_ttft_ms;
   s->slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : ttft_default;
   s->slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
+  s->speculate = request.speculative.value_or(config_.speculate) && config_.draft_max > 0;
   metrics_.prompt_tokens_total += static_cast<std::uint64_t>(n_prompt);
   metrics_.requests_admitted_total++;
   spdlog::debug("session {}: admitted ({}), {} prompt tokens, max_tokens {}", s->id,
@@ -219,6 +220,7 @@ void Scheduler::tick(std::vector<Event>& out) {
   if (plan.guard_fired) metrics_.prefill_skipped_ticks_total++;
   build_batch(plan, order_, batch_);
   if (batch_.entries.empty()) return;
+  plan_speculation(plan);
 
   const Clock::time_point t0 = time_.now();
   const Status st = decoder_.decode(batch_.entries);
@@ -233,15 +235,7 @@ void Scheduler::tick(std::vector<Event>& out) {
   }
   record_tick(decode_ms, published_budget);
   observe_cost(decode_ms);
-  sampled_.clear();
-  for (const LogitsRow& row : batch_.rows) {
-    sampled_.push_back(decoder_.sample(row.session->seq, row.batch_index));
-    if (row.session->sampling.logprobs >= 0) {
-      note_logprobs(*row.session, row.batch_index, sampled_.back());
-    } else if (row.session->sampling.report_tokens && !ends_generation(*row.session, sampled_.back())) {
-      row.session->pending_logprobs.push_back(LogprobEntry{TokenLogprob{sampled_.back(), {}, 0.0f}, {}});
-    }
-  }
+  sample_batch();
   apply_batch(t1, out);
   reap();
   start_waiting(out);
@@ -274,6 +268,7 @@ bool Scheduler::gather(Clock::time_point now) {
   for (std::size_t k = 0; k < n; ++k) {
     Session* s = sessions_[(rr_cursor_ + k) % n].get();
     if (!is_active(*s)) continue;
+    s->draft.clear();  // the last tick's; plan_speculation gives this tick's
     Candidate c;
     c.decoding = s->state == SessionState::kDecode;
     // A follower has nothing to prefill until its leader has prefilled the shared prefix.
@@ -327,14 +322,21 @@ void Scheduler::record_tick(double decode_ms, std::int32_t budget) {
 }
 
 void Scheduler::apply_batch(Clock::time_point decoded_at, std::vector<Event>& out) {
-  for (Session* s : batch_.decoded) s->n_past += 1;
   for (const PrefillChunk& c : batch_.prefilled) {
     c.session->n_prefilled += c.length;
     c.session->n_past = c.session->n_prefilled;
   }
+  // A decode row's input token is in KV once its token applies; a speculating session's accepted
+  // draft tokens one by one after it, so that a token ending the request leaves n_past (what
+  // finish() keeps) at the tokens before it.
   for (std::size_t i = 0; i < batch_.rows.size(); ++i) {
     Session& s = *batch_.rows[i].session;
-    if (s.state == SessionState::kPrefill) s.set_state(SessionState::kDecode);
+    if (sampled_[i] == kNotSampled || is_terminal(s)) continue;
+    if (s.state == SessionState::kPrefill) {
+      s.set_state(SessionState::kDecode);
+    } else {
+      s.n_past += 1;
+    }
     apply_token(s, sampled_[i], decoded_at, out);
   }
 }
@@ -465,6 +467,8 @@ void Scheduler::finish(Session& s, SessionState terminal) {
   s.set_state(terminal);
   cache_.remove_live(s.id);
   if (s.seq >= 0) {
+    // A draft accepted past the token that ended the request is still in KV.
+    if (s.speculated) decoder_.trim_sequence(s.seq, s.n_past);
     // A sequence that ended well keeps its KV for later prompts with the same prefix.
     const bool kept = terminal != SessionState::kFailed &&
                       cache_.keep(s.seq, std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_past)),

@@ -97,6 +97,12 @@ struct SchedulerConfig {
   std::int32_t tenant_max_requests = 0;  // per metadata.tenant, active + waiting; 0: no cap
   bool preemption = true;
   ParkPreference park = ParkPreference::kAuto;
+  // Speculative decoding by prompt lookup (sched/speculation.h): the default for requests that do
+  // not say, and the most draft tokens one session verifies in a tick.
+  bool speculate = true;
+  std::int32_t draft_max = 8;
+  LookupConfig lookup;
+  bool speculate_always = false;  // tests: every draft found is verified, whatever the cost
   std::size_t park_host_bytes = std::size_t{1} << 30;  // host memory for saved KV
   PrefixCacheConfig prefix;  // its kept sequences use ids beyond the sessions' (n_seq_max covers both)
 };
@@ -178,6 +184,12 @@ class Scheduler {
   // SchedulerConfig::compact_after_ticks is closed by moving.
   void compact_sequences();
   void reap();  // drops terminal sessions
+  // scheduler_spec.cc: speculative decoding. Drafts for the planned decode rows (then the batch is
+  // built again with them); the rows sampled, each speculating session's only while its drafts
+  // are accepted, and the rejected tokens' KV removed.
+  void plan_speculation(const TickPlan& plan);
+  void sample_batch();
+  static constexpr Token kNotSampled = -1;  // sampled_: a row after a rejected draft token
   // The steps of tick(), in order.
   void prepare_tick(std::vector<Event>& out);  // expiry, offload, starts, room, compaction
   bool gather(Clock::time_point now);          // order_ and candidates_; false when nobody is active

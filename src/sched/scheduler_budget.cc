@@ -26,7 +26,10 @@ TickWork Scheduler::batch_work() const {
   w.tokens = static_cast<double>(batch_.entries.size());
   w.decode_rows = static_cast<double>(batch_.decoded.size());
   w.kv_read_cells = ledger_.per_seq() ? 0.0 : unified_span_;
-  for (const Session* s : batch_.decoded) w.span_cells += span_of(s->n_past, 1), w.kv_read_cells += kv_read_of(s->n_past);
+  for (const Session* s : batch_.decoded) {
+    w.span_cells += span_of(s->n_past, 1 + static_cast<std::int32_t>(s->draft.size()));  // its row and its drafts'
+    w.kv_read_cells += kv_read_of(s->n_past);
+  }
   for (const PrefillChunk& c : batch_.prefilled) {
     w.span_cells += span_of(c.session->n_prefilled, c.length);
     w.kv_read_cells += kv_read_of(c.session->n_prefilled);

@@ -191,7 +191,7 @@ class FakeDecoder final : public Decoder {
     }
     for (const BatchEntry& e : batch) {
       EXPECT_TRUE(live_[e.seq]) << "decode for a sequence that was not started";
-      EXPECT_EQ(e.pos, static_cast<std::int32_t>(kv_[e.seq].size())) << "positions must be contiguous";
+      EXPECT_EQ(e.pos, static_cast<std::int32_t>(kv_[e.seq].size())) << "positions must be contiguous (sequence " << e.seq << ", token " << e.token << ", decode " << decodes_ << ")";
       kv_[e.seq].push_back(e.token);
       take_cells(e.seq, 1);
     }
@@ -211,6 +211,23 @@ class FakeDecoder final : public Decoder {
     return e.token + 1 == eos_after_ ? kEos : e.token + 1;
   }
   std::int32_t kv_tokens(std::int32_t seq) const override { return static_cast<std::int32_t>(kv_[seq].size()); }
+  void trim_sequence(std::int32_t seq, std::int32_t n) override {
+    EXPECT_GE(n, 0);
+    ++trims_;
+    if (n >= static_cast<std::int32_t>(kv_[seq].size())) return;
+    // The last decode's rows of the removed positions need no sampling now.
+    for (std::size_t i = 0; i < last_.size(); ++i) {
+      const BatchEntry& e = last_[i];
+      if (e.seq == seq && e.pos >= n && e.logits && sampled_.insert(static_cast<std::int32_t>(i)).second) --rows_unsampled_;
+    }
+    trimmed_tokens_ += static_cast<std::int32_t>(kv_[seq].size()) - n;
+    const std::size_t keep = static_cast<std::size_t>(n);
+    for (std::size_t k = keep; k < cells_[seq].size(); ++k) release_cell(cells_[seq][k]);
+    kv_[seq].resize(keep);
+    cells_[seq].resize(std::min(cells_[seq].size(), keep));
+  }
+  int trims_ = 0;
+  std::int32_t trimmed_tokens_ = 0;  // KV positions removed by trim_sequence
 
   std::int32_t total_kv() const {
     std::int32_t n = 0;
@@ -310,10 +327,11 @@ class FakeDecoder final : public Decoder {
     }
   }
   void release_cells(std::int32_t seq) {
-    for (std::uint64_t c : cells_[seq]) {
-      if (--refs_[c] == 0) refs_.erase(c);
-    }
+    for (std::uint64_t c : cells_[seq]) release_cell(c);
     cells_[seq].clear();
+  }
+  void release_cell(std::uint64_t c) {
+    if (--refs_[c] == 0) refs_.erase(c);
   }
 
   std::vector<std::vector<Token>> kv_;

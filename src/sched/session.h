@@ -20,6 +20,7 @@
 #include "common/utf8.h"
 #include "runtime/decoder.h"
 #include "sched/request.h"
+#include "sched/speculation.h"
 #include "sched/stop_filter.h"
 
 namespace uma {
@@ -74,6 +75,13 @@ struct Session {
   // a kept sequence of the prefix cache, or a running session (the leader).
   std::int32_t shared_from_seq = -1;
   RequestId shared_from_session = 0;
+
+  // Speculative decoding (sched/speculation.h): whether it speculates, its draft tokens in the
+  // tick being built (fed after its last token, each with a logits row), its acceptance estimate.
+  bool speculate = false;
+  bool speculated = false;          // some draft went into KV (finish trims the KV to n_past)
+  std::vector<Token> draft;
+  double accept = kAcceptancePrior;
 
   // Preemption.
   ParkedSequence parked;               // while kPaused: sampler, and the KV when it was saved

@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("--chat-template-file", template_file, "a chat template (a model family's Jinja text) to store as "
                  "tokenizer.chat_template")->check(CLI::ExistingFile);
   app.add_flag("--no-bos", o.no_bos, "tokenize without a BOS (tokenizer.ggml.add_bos_token = false)");
+  bool oracle = false;
+  app.add_flag("--oracle", oracle, "the preset's shape built as the oracle (greedy next token = last + 1) at that "
+               "shape's real cost");
   CLI11_PARSE(app, argc, argv);
   if (!template_file.empty()) {
     std::ifstream f(template_file);
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
   }
 
   uma::find_preset(preset, &o.shape);
+  if (oracle) o.shape.oracle = true;
   llama_log_set([](ggml_log_level level, const char* text, void*) {
     if (level >= GGML_LOG_LEVEL_WARN) std::fputs(text, stderr);
   }, nullptr);

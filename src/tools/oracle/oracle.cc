@@ -30,9 +30,20 @@ std::vector<std::int32_t> Oracle::tokenize(const std::string& text) const {
 }
 
 std::vector<std::string> Oracle::expected_pieces(const std::string& prompt, int n) const {
+  return pieces_after(tokenize(prompt).back(), n);
+}
+
+std::string Oracle::expected_text_after(std::int32_t last, int n) const {
+  Utf8Stream utf8;
+  std::string text;
+  for (const std::string& p : pieces_after(last, n)) text += utf8.push(p);
+  return text + utf8.finish();
+}
+
+std::vector<std::string> Oracle::pieces_after(std::int32_t last, int n) const {
   const llama_vocab* vocab = llama_model_get_vocab(model_);
   const int n_vocab = llama_vocab_n_tokens(vocab);
-  llama_token t = tokenize(prompt).back();
+  llama_token t = last;
   std::vector<std::string> pieces;
   for (int k = 0; k < n; ++k) {
     t = (t + 1) % n_vocab;
@@ -45,10 +56,7 @@ std::vector<std::string> Oracle::expected_pieces(const std::string& prompt, int 
 }
 
 std::string Oracle::expected_text(const std::string& prompt, int n) const {
-  Utf8Stream utf8;
-  std::string text;
-  for (const std::string& p : expected_pieces(prompt, n)) text += utf8.push(p);
-  return text + utf8.finish();
+  return expected_text_after(tokenize(prompt).back(), n);
 }
 
 std::string Oracle::expected_reply(const std::string& prompt, int n) const {

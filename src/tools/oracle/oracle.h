@@ -31,10 +31,13 @@ class Oracle {
   // stop early at an end-of-generation token (then fewer than n: the reason is "stop").
   std::string expected_text(const std::string& prompt, int n) const;
   std::vector<std::string> expected_pieces(const std::string& prompt, int n) const;
+  // The same for a prompt given as token ids, by its last token.
+  std::string expected_text_after(std::int32_t last, int n) const;
   // A prompt of roughly n tokens: " word" repeated, ending in `last_word`.
   static std::string long_prompt(int n_words, const std::string& last_word);
 
  private:
+  std::vector<std::string> pieces_after(std::int32_t last, int n) const;
   ::llama_model* model_ = nullptr;
 };
 

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Speculative decoding by prompt lookup (issue 33): umad with and without it, and llama-server with
+# and without its own n-gram lookup (--spec-type ngram-simple), same model file, threads and
+# machine, one run. The model is the small preset built as the oracle (greedy next token = last
+# + 1, the small shape's real cost), so that a copy workload really copies: bench/spec_client.py.
+#   bench/spec.sh [OUT_DIR]
+# Env: UMA_SPEC_TOKENS (256, per request), UMA_SPEC_REQUESTS (3 per stream at c=1), and lib.sh's.
+# Rows: copy c=1 (the single-stream gain), fresh c=1 (what lookup costs with nothing to find),
+# copy c=16 (many streams: speculation must back off, never below 0.97x of none).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+. bench/lib.sh
+out=${1:-$(mktemp -d /tmp/uma-spec-XXXXXX)}
+mkdir -p "$out"
+bench_setup llama-server
+model=build/models/small-oracle-q8_0.gguf
+[ -s "$model" ] || build/bin/uma-mkmodel --preset small --oracle --type q8_0 --seed 1 -o "$model" >/dev/null
+tokens=${UMA_SPEC_TOKENS:-256}
+reqs=${UMA_SPEC_REQUESTS:-3}
+url=http://127.0.0.1:$port
+
+rows() {  # $1 = server label
+  for w in "copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "copy 16 1 128"; do
+    set -- "$1" $w
+    python3 bench/spec_client.py "$url" "$2" "$3" 1 16 >/dev/null  # warm-up (graphs, cost model)
+    r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5")
+    echo "$1 $2 c=$3 $r" | tee -a "$out/rows.txt"
+  done
+}
+
+: >"$out/rows.txt"
+for mode in off lookup; do
+  log "umad --speculative $mode"
+  sock=$(mktemp -u /tmp/uma-spec-XXXXXX.sock)
+  start_umad "$sock" "$out/umad-$mode.log" --http "127.0.0.1:$port" --speculative "$mode"
+  rows "umad-$mode"
+  build/bin/uma-cli -s "$sock" metrics >"$out/umad-$mode.metrics.json" 2>/dev/null || true
+  stop_server
+done
+for spec in none ngram-simple; do
+  log "llama-server --spec-type $spec"
+  "$L/llama-server" -m "$model" -t "$threads" -c "$ctx" -np 16 -kvu --host 127.0.0.1 --port "$port" --no-webui \
+    --spec-type "$spec" >"$out/llama-server-$spec.log" 2>&1 &
+  pid=$!
+  trap 'kill $pid 2>/dev/null || true' EXIT
+  wait_ready "python3 -c 'import urllib.request,sys; sys.exit(urllib.request.urlopen(\"$url/health\").status != 200)'"
+  rows "llama-server-$spec"
+  stop_server
+done
+
+python3 - "$out/rows.txt" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    server, work, conc, js = line.split(" ", 3)
+    rows[(server, work, conc)] = json.loads(js)
+print("\nworkload       umad off  umad lookup  (x)   llama-server  ngram-simple  (x)   lookup / ngram-simple")
+for work, conc in (("copy", "c=1"), ("fresh", "c=1"), ("copy", "c=16")):
+    key = "decode_tok_s" if conc == "c=1" else "tok_s"
+    a, b = rows[("umad-off", work, conc)][key], rows[("umad-lookup", work, conc)][key]
+    c, d = rows[("llama-server-none", work, conc)][key], rows[("llama-server-ngram-simple", work, conc)][key]
+    print(f"{work:6} {conc:5}  {a:8.1f}  {b:10.1f}  {b / a:5.2f}  {c:11.1f}  {d:11.1f}  {d / c:5.2f}  {b / d:5.2f}")
+PY

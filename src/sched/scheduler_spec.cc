@@ -1,0 +1,93 @@
+// Speculative decoding in the scheduler's tick (the policy is sched/speculation.h): drafts for the
+// planned decode rows, the verifying samples, and the rejected tokens' KV taken back.
+#include <algorithm>
+
+#include "sched/scheduler.h"
+
+namespace uma {
+
+void Scheduler::plan_speculation(const TickPlan& plan) {
+  if (plan.decode.empty() || (!cost_.warm() && !config_.speculate_always)) return;
+  std::vector<DraftOffer> offers;
+  std::vector<Session*> who;
+  for (std::size_t i : plan.decode) {
+    Session& s = *order_[i];
+    if (!s.speculate) continue;
+    // Drafts never run past max_tokens nor the sequence's room.
+    std::int32_t k = std::min(config_.draft_max, s.max_tokens - s.generated - 1);
+    k = std::min(k, decoder_.n_ctx_seq() - s.n_past - 2);
+    if (k <= 0) continue;
+    s.draft = lookup_draft(s.tokens, k, config_.lookup);
+    if (s.draft.empty()) continue;
+    offers.push_back({static_cast<std::int32_t>(s.draft.size()), s.accept});
+    who.push_back(&s);
+  }
+  if (offers.empty()) return;
+  // Draft rows join the tick as a chunk of their session: weight products like prompt tokens,
+  // attention over the session's depth (the mean depth of those offering stands for each).
+  const TickWork base = batch_work();
+  double depth = 0;
+  for (const Session* s : who) depth += s->n_past;
+  depth /= static_cast<double>(who.size());
+  auto tick_ms = [&](std::int32_t n) {
+    TickWork w = base;
+    w.tokens += n;
+    w.span_cells += n * (ledger_.per_seq() ? depth + 1 : unified_span_ + 1);
+    return cost_.predict_ms(w);
+  };
+  std::int32_t room = decoder_.n_batch() - static_cast<std::int32_t>(batch_.entries.size());
+  if (!ledger_.per_seq()) room = std::min(room, cells_free() / 2);  // a draft's cells are back after the tick
+  DraftPlanInput in{offers, static_cast<double>(batch_.decoded.size()), tick_ms, room};
+  if (config_.speculate_always) {
+    for (DraftOffer& o : offers) o.accept = 1.0;
+    in.tick_ms = [](std::int32_t) { return 1.0; };  // rows free: all of every offer, in room
+  }
+  const DraftPlan dp = plan_drafts(in);
+  if (dp.declined) metrics_.spec_declined_ticks_total++;
+  for (std::size_t k = 0; k < who.size(); ++k) who[k]->draft.resize(static_cast<std::size_t>(dp.k[k]));
+  if (dp.rows > 0) build_batch(plan, order_, batch_);
+}
+
+void Scheduler::sample_batch() {
+  sampled_.clear();
+  const Session* chain = nullptr;  // the session whose draft rows are being verified
+  bool accepted = false;           // its last sampled token was the next draft token
+  for (const LogitsRow& row : batch_.rows) {
+    Session& s = *row.session;
+    if (row.draft > 0 && !(chain == &s && accepted)) {
+      sampled_.push_back(kNotSampled);  // after a rejected draft token: never sampled
+      continue;
+    }
+    const Token t = decoder_.sample(s.seq, row.batch_index);
+    sampled_.push_back(t);
+    chain = &s;
+    accepted = static_cast<std::size_t>(row.draft) < s.draft.size() && t == s.draft[static_cast<std::size_t>(row.draft)];
+    if (s.sampling.logprobs >= 0) {
+      note_logprobs(s, row.batch_index, t);
+    } else if (s.sampling.report_tokens && !ends_generation(s, t)) {
+      s.pending_logprobs.push_back(LogprobEntry{TokenLogprob{t, {}, 0.0f}, {}});
+    }
+  }
+  // The rejected tokens' cells go before anything else can see them.
+  std::int32_t drafted = 0, taken = 0;
+  for (std::size_t i = 0; i < batch_.rows.size(); ++i) {
+    const LogitsRow& row = batch_.rows[i];
+    Session& s = *row.session;
+    if (row.draft != 0 || s.draft.empty()) continue;
+    std::int32_t n = 0;  // draft tokens accepted: the draft rows that were sampled
+    for (std::size_t k = i + 1; k < batch_.rows.size() && batch_.rows[k].session == &s; ++k) n += sampled_[k] != kNotSampled;
+    const auto k = static_cast<std::int32_t>(s.draft.size());
+    if (n < k) decoder_.trim_sequence(s.seq, s.n_past + 1 + n);
+    s.accept = update_acceptance(s.accept, k, n);
+    s.speculated = true;
+    drafted += k;
+    taken += n;
+  }
+  if (drafted > 0) {
+    metrics_.spec_ticks_total++;
+    metrics_.spec_drafted_total += static_cast<std::uint64_t>(drafted);
+    metrics_.spec_accepted_total += static_cast<std::uint64_t>(taken);
+  }
+}
+
+}  // namespace uma

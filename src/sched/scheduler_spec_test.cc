@@ -1,0 +1,127 @@
+// Speculative decoding in the scheduler, against the fake decoder (its "model" predicts token + 1
+// and it checks that every position is contiguous, so a draft's rejected cells left in KV, or an
+// n_past that disagrees with the KV, fails the next decode).
+#include <gtest/gtest.h>
+
+#include "sched/scheduler.h"
+#include "sched/scheduler_test_support.h"
+
+namespace uma {
+namespace {
+
+using testing_support::Outcome;
+using testing_support::SchedulerTest;
+
+// "abcdefghijklmnop XYZ abc": after the last "abc" the model goes on d, e, f, ...: the prompt
+// holds that run up to p, then X, which the model does not predict.
+const std::string kCopyPrompt = "abcdefghijklmnopXYZabc";
+
+class SpecSchedulerTest : public SchedulerTest {
+ protected:
+  void start(bool speculate, bool per_seq = false, std::int32_t n_seq = 8) {
+    SchedulerConfig cfg;
+    cfg.speculate = speculate;
+    make(/*n_batch=*/256, /*n_ctx=*/4096, n_seq, cfg, per_seq);
+    // 10 ms a tick and 0.2 ms a token: rows are cheap next to the tick, as on a lone stream.
+    decoder_->on_decode_ = [this](std::span<const BatchEntry> b) {
+      clock_.advance(std::chrono::microseconds(10000 + 200 * static_cast<long>(b.size())));
+    };
+    ASSERT_TRUE(scheduler_->calibrate(1e9).ok());
+  }
+};
+
+TEST_F(SpecSchedulerTest, DraftsFromThePromptAreVerifiedAndTheOutputIsTheOneWithoutThem) {
+  std::map<RequestId, Outcome> plain;
+  int plain_decodes = 0;
+  for (bool speculate : {false, true}) {
+    start(speculate);
+    out_.clear();
+    submit(1, kCopyPrompt, 40);
+    submit(2, "xyzxyzxyzxy", 30);  // "x y z" repeats; the model says z+1: every draft is rejected
+    submit(3, "hello", 12);         // nothing to look up
+    run_until_idle();
+    if (!speculate) {
+      plain = out_;
+      plain_decodes = decoder_->decodes_;
+      EXPECT_EQ(metrics_.spec_drafted_total.load(), 0u);
+      continue;
+    }
+    for (RequestId id : {1, 2, 3}) {
+      EXPECT_EQ(out_[id].text, plain[id].text) << id;
+      EXPECT_EQ(out_[id].completion_tokens, plain[id].completion_tokens) << id;
+      EXPECT_EQ(out_[id].reason, FinishReason::kLength) << id;
+    }
+    EXPECT_EQ(out_[1].text, expected(100 + 'c', 40));
+    EXPECT_GT(metrics_.spec_accepted_total.load(), 8u) << "d..p were in the prompt";
+    EXPECT_LT(metrics_.spec_accepted_total.load(), metrics_.spec_drafted_total.load()) << "X and the xyz runs are not";
+    EXPECT_GT(decoder_->trimmed_tokens_, 0) << "rejected drafts' cells removed";
+    EXPECT_LT(decoder_->decodes_, plain_decodes);
+    EXPECT_EQ(decoder_->total_kv(), 0) << "every sequence freed, drafts included";
+  }
+}
+
+TEST_F(SpecSchedulerTest, AStopStringOrMaxTokensInsideAnAcceptedRunEndsTheRequestExactly) {
+  for (bool speculate : {false, true}) {
+    start(speculate);
+    out_.clear();
+    // The run d e f g h i j k is all accepted in one tick; the request ends inside it.
+    submit(1, kCopyPrompt, 4);
+    Request r;
+    r.id = 3;
+    r.prompt = kCopyPrompt;
+    r.max_tokens = 30;
+    r.stop = {"<" + std::to_string(100 + 'g') + ">"};
+    submit(std::move(r));
+    run_until_idle();
+    EXPECT_EQ(out_[1].text, expected(100 + 'c', 4)) << speculate;
+    EXPECT_EQ(out_[1].completion_tokens, 4);
+    EXPECT_EQ(out_[3].text, expected(100 + 'c', 3)) << "d e f, then the stop string g";
+    EXPECT_EQ(out_[3].reason, FinishReason::kStop);
+    EXPECT_EQ(decoder_->total_kv(), 0);
+    // A later request sharing the kept prefix reads cells that match its tokens (the fake checks).
+    submit(4, kCopyPrompt + "defg", 6);
+    run_until_idle();
+    EXPECT_EQ(out_[4].text, expected(100 + 'g', 6));
+  }
+}
+
+TEST_F(SpecSchedulerTest, ARequestThatSaysNoIsNeverDraftedFor) {
+  start(true);
+  Request r;
+  r.id = 1;
+  r.prompt = kCopyPrompt;
+  r.max_tokens = 20;
+  r.speculative = false;
+  submit(std::move(r));
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'c', 20));
+  EXPECT_EQ(metrics_.spec_drafted_total.load(), 0u);
+  EXPECT_EQ(decoder_->trims_, 0);
+}
+
+TEST_F(SpecSchedulerTest, PerSequenceKvStreamsVerifyDraftsInTheirOwnRoom) {
+  start(true, /*per_seq=*/true, /*n_seq=*/8);
+  for (RequestId id = 1; id <= 6; ++id) submit(id, kCopyPrompt, 24);
+  run_until_idle();
+  for (RequestId id = 1; id <= 6; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'c', 24)) << id;
+  EXPECT_GT(metrics_.spec_accepted_total.load(), 0u);
+  EXPECT_EQ(decoder_->total_kv(), 0);
+}
+
+TEST_F(SpecSchedulerTest, DearRowsTurnSpeculationOff) {
+  SchedulerConfig cfg;
+  make(256, 4096, 8, cfg);
+  // Every row costs what the tick's fixed part does: a draft row never pays for itself.
+  decoder_->on_decode_ = [this](std::span<const BatchEntry> b) {
+    clock_.advance(std::chrono::microseconds(100 + 5000 * static_cast<long>(b.size())));
+  };
+  ASSERT_TRUE(scheduler_->calibrate(1e9).ok());
+  for (RequestId id = 1; id <= 4; ++id) submit(id, kCopyPrompt, 20);
+  run_until_idle();
+  for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'c', 20));
+  EXPECT_EQ(metrics_.spec_drafted_total.load(), 0u);
+  EXPECT_GT(metrics_.spec_declined_ticks_total.load(), 0u);
+}
+
+}  // namespace
+}  // namespace uma

@@ -1,0 +1,80 @@
+#include "sched/speculation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+
+namespace uma {
+
+std::vector<Token> lookup_draft(std::span<const Token> tokens, std::int32_t k_max, const LookupConfig& config) {
+  const auto size = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t n_max = std::min<std::int64_t>(config.n_max, size - 1);
+  if (k_max <= 0 || n_max < config.n_min || config.n_min < 1) return {};
+  const std::int64_t lowest = std::max<std::int64_t>(0, size - config.window);
+  // Scan backwards for an earlier end `e` (exclusive) of the suffix: the first with n_max tokens
+  // matching wins; else the latest with the longest match of at least n_min.
+  std::int64_t best_end = -1, best_len = 0;
+  for (std::int64_t e = size - 1; e - config.n_min >= lowest; --e) {
+    std::int64_t len = 0;
+    while (len < n_max && e - 1 - len >= lowest && tokens[static_cast<std::size_t>(e - 1 - len)] == tokens[static_cast<std::size_t>(size - 1 - len)]) ++len;
+    if (len > best_len && len >= config.n_min) {
+      best_len = len;
+      best_end = e;
+      if (len == n_max) break;
+    }
+  }
+  if (best_end < 0) return {};
+  const std::int64_t n = std::min<std::int64_t>(k_max, size - best_end);
+  return {tokens.begin() + best_end, tokens.begin() + best_end + n};
+}
+
+DraftPlan plan_drafts(const DraftPlanInput& in) {
+  DraftPlan plan;
+  plan.k.assign(in.offers.size(), 0);
+  plan.expected_tokens = in.base_tokens;
+  // The next draft token of each offer, by the probability that it is accepted: a^(k+1) for the
+  // (k+1)-th, which needs all before it.
+  struct Next {
+    double p;
+    std::size_t offer;
+    bool operator<(const Next& o) const { return p < o.p; }
+  };
+  std::priority_queue<Next> next;
+  bool any = false;
+  for (std::size_t i = 0; i < in.offers.size(); ++i) {
+    const DraftOffer& o = in.offers[i];
+    if (o.available <= 0) continue;
+    any = true;
+    if (o.accept >= in.min_accept) next.push({o.accept, i});
+  }
+  if (!any || in.max_rows <= 0 || !in.tick_ms) return plan;
+  double t = in.tick_ms(0);
+  double tokens = in.base_tokens;
+  while (!next.empty() && plan.rows < in.max_rows) {
+    const Next n = next.top();
+    const double t_more = in.tick_ms(plan.rows + 1);
+    // Worth it while the expected tokens per ms rise: (T + p) / (t + dt) > T / t.
+    if (!(t > 0) || n.p * t <= (t_more - t) * tokens) break;
+    next.pop();
+    tokens += n.p;
+    t = t_more;
+    plan.rows++;
+    const std::size_t i = n.offer;
+    plan.k[i]++;
+    const double p_next = n.p * in.offers[i].accept;
+    if (plan.k[i] < in.offers[i].available && p_next >= in.min_accept) next.push({p_next, i});
+  }
+  plan.expected_tokens = tokens;
+  plan.declined = plan.rows == 0;
+  return plan;
+}
+
+double update_acceptance(double estimate, std::int32_t drafted, std::int32_t accepted) {
+  // Each verified token moves the estimate by a fifth of its surprise: the accepted ones towards
+  // 1, the first rejected one towards 0 (those after it were never tested).
+  const std::int32_t tested = std::min(drafted, accepted + 1);
+  for (std::int32_t i = 0; i < tested; ++i) estimate += 0.2 * ((i < accepted ? 1.0 : 0.0) - estimate);
+  return std::clamp(estimate, 0.0, 1.0);
+}
+
+}  // namespace uma

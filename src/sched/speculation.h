@@ -1,0 +1,75 @@
+// Speculative decoding's policy: where drafts come from and how many a tick verifies. Pure
+// functions over tokens and numbers, tested without a model; the Scheduler carries them out.
+//
+// How a draft is verified (scheduler.cc): a decoding session feeds its last token and K draft
+// tokens in one tick, logits on all K+1 rows. Its rows are sampled in order with its own sampler
+// chain and compared: while the token sampled from row i equals draft token i+1 the next row is
+// sampled too; the first that differs (or row K) ends it. Every sampled token is emitted, so a
+// tick yields 1..K+1 tokens, and the rows after the first mismatch are never sampled: the
+// sampler's state (RNG draws, penalty history, grammar) sees exactly the tokens a non-speculating
+// run would, in the same order. With greedy sampling the output is the one without speculation;
+// with seeded sampling too, row for row (up to llama.cpp's batch-shape rounding). For a draft
+// that is a single proposal (prompt lookup, a greedy draft model) this "sample and compare" rule
+// accepts draft token d with probability p(d), the same as the rejection rule of Leviathan et al.
+// with a one-point draft distribution, and it keeps the target distribution exactly. The KV cells
+// of rejected rows are removed (Decoder::trim_sequence) before anything else touches the sequence.
+//
+//   lookup_draft  prompt lookup: the tokens that followed the latest earlier occurrence of the
+//                 sequence's last n tokens (the longest n from n_max down to n_min that occurs)
+//   plan_drafts   how many draft tokens each session verifies this tick: a draft token is worth
+//                 the probability that it and those before it are accepted (tokens), and costs
+//                 the rows it adds to the tick (ms, from the cost model); tokens are added, best
+//                 first, while the tick's expected tokens per ms rises. Many streams on a GPU
+//                 (compute-bound: a row costs as much as it brings) turn speculation off by
+//                 themselves; a lone stream (memory-bound: a row is almost free) turns it on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace uma {
+
+using Token = std::int32_t;
+
+struct LookupConfig {
+  std::int32_t n_min = 2;       // shortest suffix looked up
+  std::int32_t n_max = 4;       // longest
+  std::int32_t window = 16384;  // only the last `window` tokens are searched (a bound on the scan)
+};
+
+// Up to `k_max` tokens that followed the latest earlier occurrence of the last n tokens of
+// `tokens` (n as long as found, n_max first). Empty when none occurs or k_max <= 0.
+std::vector<Token> lookup_draft(std::span<const Token> tokens, std::int32_t k_max, const LookupConfig& config);
+
+// One decoding session that could speculate this tick.
+struct DraftOffer {
+  std::int32_t available = 0;  // draft tokens it has (its most useful K)
+  double accept = 0.0;         // its estimated probability that one draft token is accepted
+};
+
+struct DraftPlanInput {
+  std::span<const DraftOffer> offers;
+  double base_tokens = 0;  // tokens the tick yields without drafts (its decode rows)
+  // Predicted tick ms with n draft rows added (n = 0: the tick as planned).
+  std::function<double(std::int32_t n)> tick_ms;
+  std::int32_t max_rows = 0;   // draft rows the tick may add at most (batch room, KV room)
+  double min_accept = 0.05;    // a draft token less likely than this is never verified
+};
+
+struct DraftPlan {
+  std::vector<std::int32_t> k;  // per offer: draft tokens to verify (0: none)
+  std::int32_t rows = 0;        // their sum
+  double expected_tokens = 0;   // the tick's expected yield with them
+  bool declined = false;        // some offer had drafts, and the cost said no to all of them
+};
+
+DraftPlan plan_drafts(const DraftPlanInput& in);
+
+// A session's acceptance estimate after a verification: `accepted` of `drafted` tokens taken.
+// An EWMA per draft token, so a long accepted run counts as much as its length.
+double update_acceptance(double estimate, std::int32_t drafted, std::int32_t accepted);
+inline constexpr double kAcceptancePrior = 0.6;  // before a session's first verification
+
+}  // namespace uma

@@ -1,0 +1,99 @@
+// Speculation policy on synthetic inputs: prompt lookup, how many draft tokens a tick verifies,
+// and the acceptance estimate.
+#include "sched/speculation.h"
+
+#include <gtest/gtest.h>
+
+namespace uma {
+namespace {
+
+TEST(LookupDraft, ProposesWhatFollowedTheLatestEarlierOccurrenceOfTheLongestSuffix) {
+  const LookupConfig cfg{2, 4, 16384};
+  // "1 2 3 4 5 | 9 | 1 2 3": the suffix 1 2 3 occurred at the start, followed by 4 5 9 1 ...
+  const std::vector<Token> t = {1, 2, 3, 4, 5, 9, 1, 2, 3};
+  EXPECT_EQ(lookup_draft(t, 3, cfg), (std::vector<Token>{4, 5, 9}));
+  EXPECT_EQ(lookup_draft(t, 1, cfg), (std::vector<Token>{4}));
+  EXPECT_TRUE(lookup_draft(t, 0, cfg).empty());
+  // The draft stops at the end of what is known.
+  EXPECT_EQ(lookup_draft(t, 50, cfg), (std::vector<Token>{4, 5, 9, 1, 2, 3}));
+  // A longer match wins over a later shorter one: "7 2 3" later matches only "2 3".
+  const std::vector<Token> u = {1, 2, 3, 8, 7, 2, 3, 6, 0, 1, 2, 3};
+  EXPECT_EQ(lookup_draft(u, 2, cfg), (std::vector<Token>{8, 7}));
+  // Of equal matches, the latest.
+  const std::vector<Token> v = {5, 6, 1, 5, 6, 2, 5, 6};
+  EXPECT_EQ(lookup_draft(v, 1, cfg), (std::vector<Token>{2}));
+}
+
+TEST(LookupDraft, NothingWithoutAMatchOfAtLeastNMinTokensOrOutsideTheWindow) {
+  const LookupConfig cfg{2, 4, 16384};
+  EXPECT_TRUE(lookup_draft(std::vector<Token>{1, 2, 3, 4, 5}, 4, cfg).empty());
+  EXPECT_TRUE(lookup_draft(std::vector<Token>{1, 2, 9, 2}, 4, cfg).empty()) << "one token matching is below n_min";
+  EXPECT_TRUE(lookup_draft(std::vector<Token>{}, 4, cfg).empty());
+  EXPECT_TRUE(lookup_draft(std::vector<Token>{7}, 4, cfg).empty());
+  // A run of one token repeats: "7 7 7" proposes 7.
+  EXPECT_EQ(lookup_draft(std::vector<Token>{7, 7, 7}, 4, cfg), (std::vector<Token>{7}));
+  std::vector<Token> far = {1, 2, 3};
+  for (int k = 0; k < 100; ++k) far.push_back(1000 + k);
+  far.push_back(1);
+  far.push_back(2);
+  EXPECT_EQ(lookup_draft(far, 1, cfg), (std::vector<Token>{3}));
+  EXPECT_TRUE(lookup_draft(far, 1, LookupConfig{2, 4, 50}).empty()) << "the match lies before the window";
+}
+
+// A tick of `rows` decode rows costing `fixed` ms plus `per_row` ms a row, draft rows included.
+DraftPlan plan(std::vector<DraftOffer> offers, double rows, double fixed, double per_row, std::int32_t max_rows = 64) {
+  DraftPlanInput in{offers, rows, [=](std::int32_t n) { return fixed + per_row * (rows + n); }, max_rows};
+  return plan_drafts(in);
+}
+
+TEST(PlanDrafts, ALoneStreamWhoseRowsAreCheapVerifiesItsDraftAnAcceptedOneMore) {
+  // One stream, a 10 ms tick, a row 0.5 ms: a draft token accepted with 0.8 is worth it up to
+  // where 0.8^k * t <= 0.5 * T.
+  const DraftPlan p = plan({{8, 0.8}}, 1, 9.5, 0.5);
+  EXPECT_EQ(p.k[0], 8);
+  EXPECT_FALSE(p.declined);
+  EXPECT_GT(p.expected_tokens, 3.0);
+  // Rarely accepted: only the first few.
+  const DraftPlan q = plan({{8, 0.3}}, 1, 9.5, 0.5);
+  EXPECT_GT(q.k[0], 0);
+  EXPECT_LT(q.k[0], 4);
+  // Never accepted yet (below min_accept): nothing, and declined is not the cost's doing.
+  EXPECT_EQ(plan({{8, 0.01}}, 1, 9.5, 0.5).rows, 0);
+}
+
+TEST(PlanDrafts, ManyStreamsOnAComputeBoundTickDeclineWhatALoneOneTakes) {
+  // 64 streams, each row as dear as the fixed part per stream (compute-bound): a draft token
+  // would have to be accepted more often than always to pay.
+  std::vector<DraftOffer> offers(8, DraftOffer{8, 0.9});
+  const DraftPlan p = plan(offers, 64, 0.5, 0.1);
+  EXPECT_EQ(p.rows, 0);
+  EXPECT_TRUE(p.declined);
+  // The same offers with rows almost free (memory-bound): taken, most likely first, in budget.
+  const DraftPlan q = plan(offers, 64, 6.0, 0.001, 20);
+  EXPECT_EQ(q.rows, 20);
+  for (std::int32_t k : q.k) EXPECT_GE(k, 2) << "the first tokens of every offer before anyone's later ones";
+}
+
+TEST(PlanDrafts, TheLikelierOfferGetsItsTokensFirst) {
+  const DraftPlan p = plan({{8, 0.5}, {8, 0.95}}, 2, 10.0, 1.0);
+  EXPECT_GT(p.k[1], p.k[0]);
+  EXPECT_EQ(p.rows, p.k[0] + p.k[1]);
+  // No more than an offer has.
+  const DraftPlan q = plan({{2, 0.99}}, 1, 10.0, 0.01);
+  EXPECT_EQ(q.k[0], 2);
+}
+
+TEST(Acceptance, MovesTowardsWhatTheVerificationsShow) {
+  double a = kAcceptancePrior;
+  for (int k = 0; k < 10; ++k) a = update_acceptance(a, 8, 8);
+  EXPECT_GT(a, 0.95);
+  for (int k = 0; k < 10; ++k) a = update_acceptance(a, 8, 0);
+  EXPECT_LT(a, 0.15);
+  // Accepting 3 of 8: three successes and one failure tested; the rest never were.
+  const double b = update_acceptance(0.5, 8, 3);
+  EXPECT_GT(b, 0.5);
+  EXPECT_LT(b, 0.7);
+}
+
+}  // namespace
+}  // namespace uma
