@@ -5,8 +5,8 @@
 # + 1, the small shape's real cost), so that a copy workload really copies: bench/spec_client.py.
 #   bench/spec.sh [OUT_DIR]
 # Env: UMA_SPEC_TOKENS (256, per request), UMA_SPEC_REQUESTS (3 per stream at c=1), and lib.sh's.
-# Rows: copy c=1 (the single-stream gain), fresh c=1 (what lookup costs with nothing to find),
-# copy c=16 (many streams: speculation must back off, never below 0.97x of none).
+# Rows: copy (the gain), fresh (what lookup costs with nothing to find), decoy (every draft found
+# is wrong: speculation must back off, never below 0.97x of none), each at c=1 and c=16.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -21,10 +21,11 @@ reqs=${UMA_SPEC_REQUESTS:-3}
 url=http://127.0.0.1:$port
 
 rows() {  # $1 = server label
-  for w in "copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "copy 16 1 128"; do
+  for w in "copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "decoy 1 $reqs $tokens" "copy 16 1 128" "fresh 16 1 128" \
+           "decoy 16 1 128"; do
     set -- "$1" $w
-    python3 bench/spec_client.py "$url" "$2" "$3" 1 16 >/dev/null  # warm-up (graphs, cost model)
-    r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5")
+    python3 bench/spec_client.py "$url" "$2" "$3" 1 16 100 >/dev/null  # warm-up (graphs, cost model), other prompts
+    r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5" 0)
     echo "$1 $2 c=$3 $r" | tee -a "$out/rows.txt"
   done
 }
@@ -56,9 +57,11 @@ for line in open(sys.argv[1]):
     server, work, conc, js = line.split(" ", 3)
     rows[(server, work, conc)] = json.loads(js)
 print("\nworkload       umad off  umad lookup  (x)   llama-server  ngram-simple  (x)   lookup / ngram-simple")
-for work, conc in (("copy", "c=1"), ("fresh", "c=1"), ("copy", "c=16")):
+for conc in ("c=1", "c=16"):
+  for work in ("copy", "fresh", "decoy"):
     key = "decode_tok_s" if conc == "c=1" else "tok_s"
     a, b = rows[("umad-off", work, conc)][key], rows[("umad-lookup", work, conc)][key]
     c, d = rows[("llama-server-none", work, conc)][key], rows[("llama-server-ngram-simple", work, conc)][key]
     print(f"{work:6} {conc:5}  {a:8.1f}  {b:10.1f}  {b / a:5.2f}  {c:11.1f}  {d:11.1f}  {d / c:5.2f}  {b / d:5.2f}")
+print("c=1: decode tok/s of one stream (first token to last); c=16: all streams' tokens over the wall time")
 PY

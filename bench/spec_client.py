@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Streams of an oracle-structured model for bench/spec.sh (speculative decoding).
 
-  spec_client.py URL WORKLOAD STREAMS REQUESTS_PER_STREAM MAX_TOKENS [EXTRA_JSON]
+  spec_client.py URL WORKLOAD STREAMS REQUESTS_PER_STREAM MAX_TOKENS [FIRST_REQUEST [EXTRA_JSON]]
       WORKLOAD copy:  a passage of consecutive token ids, a newline, then the passage's first four
                       ids: the model (greedy next = last + 1) repeats the passage (prompt lookup's
                       case: an edit, a quote, code copied back)
                fresh: a prompt with no repeats: nothing to look up (what drafting costs when idle)
+               decoy: every pair the model will write is in the prompt, followed by another
+                      token: each draft found is wrong (what a wrong guess costs, and backing off)
+      FIRST_REQUEST numbers the prompts (a warm-up with other numbers leaves no cached prompt)
       -> JSON: tokens, seconds, tok_s (all streams), decode_tok_s (per stream, median: tokens after
          the first over the time from the first to the last), ttft_ms (median), errors
 Prompts go as token ids to /v1/completions (umad and llama-server both take them), streamed.
@@ -23,6 +26,8 @@ def prompt(workload, stream, request, passage):
     base = 1000 + 997 * (stream * 31 + request) % 20000
     if workload == "copy":
         return list(range(base, base + passage)) + [13] + list(range(base, base + 4))
+    if workload == "decoy":
+        return [x for t in range(base, base + passage) for x in (t, t + 1, 25000 + t % 5000)] + [13, base, base + 1]
     # fresh: ids far apart, never a repeated pair, ending where the continuation is unknown
     return [base + 7 * k for k in range(64)]
 
@@ -56,13 +61,14 @@ def one(url, body):
 
 def main():
     url, workload, streams, per, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    extra = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
+    first_request = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+    extra = json.loads(sys.argv[7]) if len(sys.argv) > 7 else {}
     lock = threading.Lock()
     rates, ttfts, totals, errors = [], [], [], [0]
 
     def worker(s):
-        for k in range(per):
-            body = {"prompt": prompt(workload, s, k, 400), "max_tokens": max_tokens, "temperature": 0,
+        for k in range(first_request, first_request + per):
+            body = {"prompt": prompt(workload, s, k, 400 if workload != "decoy" else 280), "max_tokens": max_tokens, "temperature": 0,
                     "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
             body.update(extra)
             t_send = time.monotonic()

@@ -100,7 +100,7 @@ struct SchedulerConfig {
   // Speculative decoding by prompt lookup (sched/speculation.h): the default for requests that do
   // not say, and the most draft tokens one session verifies in a tick.
   bool speculate = true;
-  std::int32_t draft_max = 8;
+  std::int32_t draft_max = 16;
   LookupConfig lookup;
   bool speculate_always = false;  // tests: every draft found is verified, whatever the cost
   std::size_t park_host_bytes = std::size_t{1} << 30;  // host memory for saved KV
@@ -232,6 +232,9 @@ class Scheduler {
   std::vector<Session*> order_;       // reused every tick
   std::vector<Token> sampled_;        // the tick's token per batch_.rows entry, all sampled before any is applied
   std::uint64_t tick_no_ = 0;
+  // Speculation: the acceptance of every session's drafts, an EWMA; a new session starts from it
+  // (kept within [0.1, 0.9]), so that a workload whose drafts fail stops paying for them at once.
+  double spec_accept_ = kAcceptancePrior;
 };
 
 }  // namespace uma

@@ -8,6 +8,11 @@ namespace uma {
 
 void Scheduler::plan_speculation(const TickPlan& plan) {
   if (plan.decode.empty() || (!cost_.warm() && !config_.speculate_always)) return;
+  // Per-sequence KV (llama.cpp's streams): a pass takes as many tokens from each sequence of a run
+  // as the shortest has, so one session's drafts beside other decode rows are a pass of their
+  // own, a fixed cost (graph, weights) the row model does not see. Until that is measured on a
+  // GPU, drafts there only for a lone decoding stream, whose drafts share its pass.
+  if (ledger_.per_seq() && plan.decode.size() > 1 && !config_.speculate_always) return;
   std::vector<DraftOffer> offers;
   std::vector<Session*> who;
   for (std::size_t i : plan.decode) {
@@ -24,8 +29,17 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   }
   if (offers.empty()) return;
   // Draft rows join the tick as a chunk of their session: weight products like prompt tokens,
-  // attention over the session's depth (the mean depth of those offering stands for each).
-  const TickWork base = batch_work();
+  // attention over the session's depth (the mean depth of those offering stands for each). The
+  // base is the decode rows alone: a draft token must come cheaper than a token of theirs does
+  // (a prompt chunk in the tick would make any row look cheap next to it).
+  TickWork base;
+  base.kv_read_cells = ledger_.per_seq() ? 0.0 : unified_span_;
+  for (const Session* s : batch_.decoded) {
+    base.tokens += 1;
+    base.decode_rows += 1;
+    base.span_cells += span_of(s->n_past, 1);
+    base.kv_read_cells += kv_read_of(s->n_past);
+  }
   double depth = 0;
   for (const Session* s : who) depth += s->n_past;
   depth /= static_cast<double>(who.size());
@@ -44,7 +58,10 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   }
   const DraftPlan dp = plan_drafts(in);
   if (dp.declined) metrics_.spec_declined_ticks_total++;
-  for (std::size_t k = 0; k < who.size(); ++k) who[k]->draft.resize(static_cast<std::size_t>(dp.k[k]));
+  for (std::size_t k = 0; k < who.size(); ++k) {
+    who[k]->draft.resize(static_cast<std::size_t>(dp.k[k]));
+    if (dp.k[k] == 0) who[k]->accept = idle_acceptance(who[k]->accept);
+  }
   if (dp.rows > 0) build_batch(plan, order_, batch_);
 }
 
@@ -79,6 +96,7 @@ void Scheduler::sample_batch() {
     const auto k = static_cast<std::int32_t>(s.draft.size());
     if (n < k) decoder_.trim_sequence(s.seq, s.n_past + 1 + n);
     s.accept = update_acceptance(s.accept, k, n);
+    spec_accept_ = update_acceptance(spec_accept_, k, n);
     s.speculated = true;
     drafted += k;
     taken += n;

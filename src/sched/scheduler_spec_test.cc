@@ -99,12 +99,19 @@ TEST_F(SpecSchedulerTest, ARequestThatSaysNoIsNeverDraftedFor) {
   EXPECT_EQ(decoder_->trims_, 0);
 }
 
-TEST_F(SpecSchedulerTest, PerSequenceKvStreamsVerifyDraftsInTheirOwnRoom) {
+TEST_F(SpecSchedulerTest, PerSequenceKvStreamsDraftOnlyForALoneStream) {
   start(true, /*per_seq=*/true, /*n_seq=*/8);
-  for (RequestId id = 1; id <= 6; ++id) submit(id, kCopyPrompt, 24);
+  submit(1, kCopyPrompt, 24);
   run_until_idle();
-  for (RequestId id = 1; id <= 6; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'c', 24)) << id;
+  EXPECT_EQ(out_[1].text, expected(100 + 'c', 24));
   EXPECT_GT(metrics_.spec_accepted_total.load(), 0u);
+  const std::uint64_t alone = metrics_.spec_drafted_total.load();
+  EXPECT_EQ(decoder_->max_excess_passes_, 0);
+  // Six at once: one stream's drafts would be a pass of their own beside the others' rows.
+  for (RequestId id = 2; id <= 7; ++id) submit(id, kCopyPrompt, 24);
+  run_until_idle();
+  for (RequestId id = 2; id <= 7; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'c', 24)) << id;
+  EXPECT_EQ(metrics_.spec_drafted_total.load(), alone);
   EXPECT_EQ(decoder_->total_kv(), 0);
 }
 

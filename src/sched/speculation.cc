@@ -69,6 +69,10 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
   return plan;
 }
 
+double idle_acceptance(double estimate) {
+  return estimate < kAcceptancePrior ? estimate + 0.002 * (kAcceptancePrior - estimate) : estimate;
+}
+
 double update_acceptance(double estimate, std::int32_t drafted, std::int32_t accepted) {
   // Each verified token moves the estimate by a fifth of its surprise: the accepted ones towards
   // 1, the first rejected one towards 0 (those after it were never tested).

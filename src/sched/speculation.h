@@ -70,6 +70,10 @@ DraftPlan plan_drafts(const DraftPlanInput& in);
 // A session's acceptance estimate after a verification: `accepted` of `drafted` tokens taken.
 // An EWMA per draft token, so a long accepted run counts as much as its length.
 double update_acceptance(double estimate, std::int32_t drafted, std::int32_t accepted);
+// An offer the plan did not verify drifts back towards the prior, slowly: a session whose drafts
+// were wrong for a while (its estimate too low to be verified) is tried again now and then, one
+// token, instead of never (the text it copies may have changed).
+double idle_acceptance(double estimate);
 inline constexpr double kAcceptancePrior = 0.6;  // before a session's first verification
 
 }  // namespace uma

@@ -93,6 +93,13 @@ TEST(Acceptance, MovesTowardsWhatTheVerificationsShow) {
   const double b = update_acceptance(0.5, 8, 3);
   EXPECT_GT(b, 0.5);
   EXPECT_LT(b, 0.7);
+  // Left unverified, a low estimate climbs back over the verification floor, in tens of ticks.
+  double c = 0.03;
+  int ticks = 0;
+  while (c < DraftPlanInput{}.min_accept && ticks < 1000) c = idle_acceptance(c), ++ticks;
+  EXPECT_GT(ticks, 10);
+  EXPECT_LT(ticks, 100);
+  EXPECT_EQ(idle_acceptance(0.9), 0.9) << "a high one stays";
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "e2e/daemon_harness.h"
@@ -84,6 +86,85 @@ TEST(UmadSpec, SixteenStreamsWithDraftsAcceptedRejectedAndResumedAreExactlyTheSt
   EXPECT_LT(m.value("batch_calls_total", 0.0), without.metrics.value("batch_calls_total", 0.0));
   EXPECT_EQ(m.value("kv_tokens_used", -1.0), 0.0) << "no draft cell left behind";
   EXPECT_EQ(without.metrics.value("spec_drafted_total", -1.0), 0.0);
+}
+
+// Seeded sampling over two likely tokens (top_k 2, the oracle's token biased to about 3 in 4): how long each output follows the passage before it first turns away, over 320 seeds,
+// with every draft verified and without speculation. Sample-and-compare draws exactly the
+// tokens a run without drafts draws, so the distributions agree (and most outputs are the same,
+// the logits being computed in other batch shapes).
+std::vector<int> run_lengths(const std::vector<std::string>& extra, int seeds, std::vector<std::string>* texts,
+                             nlohmann::json* m) {
+  Daemon d(http_args(extra));
+  EXPECT_TRUE(d.started()) << d.log();
+  if (!d.started()) return {};
+  const int port = http_port(d);
+  constexpr int kTokens = 12, kThreads = 8;
+  std::vector<int> lengths(static_cast<std::size_t>(seeds), -1);
+  texts->resize(static_cast<std::size_t>(seeds));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kThreads; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = w; i < seeds; i += kThreads) {
+        const std::vector<std::int32_t> p = copy_prompt(i % 8 * 2);  // whole passages
+        // The oracle's token scores 16 and the best other about 4: a bias of -11 on the passage
+        // leaves it the likelier of the two top_k keeps, about 3 times in 4.
+        nlohmann::json bias = nlohmann::json::object();
+        for (int k = 1; k <= kTokens; ++k) bias[std::to_string(p.back() + k)] = -11;
+        const nlohmann::json body = {{"prompt", p}, {"max_tokens", kTokens}, {"temperature", 1}, {"top_k", 2},
+                                     {"logit_bias", bias}, {"seed", 7000 + i}};
+        Tcp t(port);
+        if (!t.send(post("/v1/completions", body.dump()))) continue;
+        const std::string resp = t.response();
+        const auto j = nlohmann::json::parse(body_of(resp), nullptr, false);
+        if (j.is_discarded() || !j.contains("choices")) {
+          ADD_FAILURE() << resp;
+          continue;
+        }
+        const std::string text = j["choices"][0]["text"];
+        (*texts)[static_cast<std::size_t>(i)] = text;
+        int m = 0;
+        while (m < kTokens && text.rfind(oracle().expected_text_after(p.back(), m + 1), 0) == 0) ++m;
+        lengths[static_cast<std::size_t>(i)] = m;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  *m = metrics(d);
+  return lengths;
+}
+
+TEST(UmadSpec, SeededSamplingKeepsTheTargetDistribution) {
+  constexpr int kSeeds = 320;
+  std::vector<std::string> with_texts, without_texts;
+  nlohmann::json m, m_off;
+  const std::vector<int> with = run_lengths({"--speculative", "lookup", "--speculative-force"}, kSeeds, &with_texts, &m);
+  const std::vector<int> without = run_lengths({"--speculative", "off"}, kSeeds, &without_texts, &m_off);
+  EXPECT_GT(m.value("spec_accepted_total", 0.0), 0.0) << "drafts were verified and taken";
+  EXPECT_LT(m.value("spec_accepted_total", 0.0), m.value("spec_drafted_total", 0.0)) << "and rejected";
+  ASSERT_EQ(with.size(), static_cast<std::size_t>(kSeeds));
+  ASSERT_EQ(without.size(), static_cast<std::size_t>(kSeeds));
+  // Per position m: the share of outputs that still follow the passage after m tokens.
+  int same = 0;
+  for (int i = 0; i < kSeeds; ++i) {
+    ASSERT_GE(with[static_cast<std::size_t>(i)], 0) << "request " << i << " failed";
+    ASSERT_GE(without[static_cast<std::size_t>(i)], 0) << "request " << i << " failed";
+    same += with_texts[static_cast<std::size_t>(i)] == without_texts[static_cast<std::size_t>(i)];
+  }
+  double mean_with = 0, mean_without = 0;
+  for (int m = 1; m <= 12; ++m) {
+    const double a = static_cast<double>(std::count_if(with.begin(), with.end(), [&](int l) { return l >= m; })) / kSeeds;
+    const double b = static_cast<double>(std::count_if(without.begin(), without.end(), [&](int l) { return l >= m; })) / kSeeds;
+    mean_with += a;
+    mean_without += b;
+    // Two independent binomial shares of one p: their difference has sd sqrt(2 p (1-p) / n).
+    const double p = (a + b) / 2, sd = std::sqrt(2 * p * (1 - p) / kSeeds);
+    EXPECT_LE(std::abs(a - b), 4 * sd + 0.01) << "position " << m << ": " << a << " with, " << b << " without";
+  }
+  std::printf("seeded sampling, %d seeds: mean run on the passage %.2f tokens with drafts, %.2f without; %d outputs "
+              "identical; %.0f of %.0f draft tokens accepted\n", kSeeds, mean_with, mean_without, same,
+              m.value("spec_accepted_total", 0.0), m.value("spec_drafted_total", 0.0));
+  EXPECT_GT(mean_without, 1.0) << "the passage is the likelier path";
+  EXPECT_LT(mean_without, 11.0) << "and not the only one: the test would not see a skewed sampler";
 }
 
 TEST(UmadSpec, ARequestSaysNoAndTheFieldIsChecked) {
