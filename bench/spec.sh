@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Speculative decoding by prompt lookup (issue 33): umad with and without it, and llama-server with
-# and without its own n-gram lookup (--spec-type ngram-simple), same model file, threads and
-# machine, one run. The model is the small preset built as the oracle (greedy next token = last
-# + 1, the small shape's real cost), so that a copy workload really copies: bench/spec_client.py.
+# Speculative decoding (issue 33): umad with and without it (prompt lookup; a draft model), and
+# llama-server with and without its own (--spec-type ngram-simple; -md with draft-simple), same
+# model files, threads and machine, one run. The target is the small preset built as the oracle
+# (greedy next token = last + 1, the small shape's real cost), so that a copy workload really
+# copies (bench/spec_client.py); the draft is the tiny preset built as the oracle agreeing on
+# UMA_SPEC_AGREE (0.8) of the tokens (uma-mkmodel --agree).
 #   bench/spec.sh [OUT_DIR]
 # Env: UMA_SPEC_TOKENS (256, per request), UMA_SPEC_REQUESTS (3 per stream at c=1), and lib.sh's.
 # Rows: copy (the gain), fresh (what lookup costs with nothing to find), decoy (every draft found
-# is wrong: speculation must back off, never below 0.97x of none), each at c=1 and c=16.
+# is wrong: speculation must back off, never below 0.97x of none), each at c=1 and c=16; with the
+# draft model, fresh at c=1 (its gain) and c=16.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -16,14 +19,19 @@ mkdir -p "$out"
 bench_setup llama-server
 model=build/models/small-oracle-q8_0.gguf
 [ -s "$model" ] || build/bin/uma-mkmodel --preset small --oracle --type q8_0 --seed 1 -o "$model" >/dev/null
+agree=${UMA_SPEC_AGREE:-0.8}
+draft=build/models/tiny-oracle-agree$agree-q8_0.gguf
+[ -s "$draft" ] || build/bin/uma-mkmodel --preset tiny --oracle --agree "$agree" --type q8_0 --seed 2 -o "$draft" >/dev/null
 tokens=${UMA_SPEC_TOKENS:-256}
 reqs=${UMA_SPEC_REQUESTS:-3}
 url=http://127.0.0.1:$port
 
-rows() {  # $1 = server label
-  for w in "copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "decoy 1 $reqs $tokens" "copy 16 1 128" "fresh 16 1 128" \
-           "decoy 16 1 128"; do
-    set -- "$1" $w
+all_rows=("copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "decoy 1 $reqs $tokens" "copy 16 1 128" "fresh 16 1 128" "decoy 16 1 128")
+draft_rows=("fresh 1 $reqs $tokens" "fresh 16 1 128")
+rows() {  # $1 = server label, then the rows
+  local label=$1; shift
+  for w in "$@"; do
+    set -- "$label" $w
     python3 bench/spec_client.py "$url" "$2" "$3" 1 16 100 >/dev/null  # warm-up (graphs, cost model), other prompts
     r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5" 0)
     echo "$1 $2 c=$3 $r" | tee -a "$out/rows.txt"
@@ -31,22 +39,29 @@ rows() {  # $1 = server label
 }
 
 : >"$out/rows.txt"
-for mode in off lookup; do
+for mode in off lookup draft; do
   log "umad --speculative $mode"
   sock=$(mktemp -u /tmp/uma-spec-XXXXXX.sock)
-  start_umad "$sock" "$out/umad-$mode.log" --http "127.0.0.1:$port" --speculative "$mode"
-  rows "umad-$mode"
+  if [ "$mode" = draft ]; then
+    start_umad "$sock" "$out/umad-$mode.log" --http "127.0.0.1:$port" --speculative lookup --draft-model "$draft"
+    rows "umad-$mode" "${draft_rows[@]}"
+  else
+    start_umad "$sock" "$out/umad-$mode.log" --http "127.0.0.1:$port" --speculative "$mode"
+    rows "umad-$mode" "${all_rows[@]}"
+  fi
   build/bin/uma-cli -s "$sock" metrics >"$out/umad-$mode.metrics.json" 2>/dev/null || true
   stop_server
 done
-for spec in none ngram-simple; do
+for spec in none ngram-simple draft-simple; do
   log "llama-server --spec-type $spec"
+  extra=()
+  [ "$spec" = draft-simple ] && extra=(-md "$draft")
   "$L/llama-server" -m "$model" -t "$threads" -c "$ctx" -np 16 -kvu --host 127.0.0.1 --port "$port" --no-webui \
-    --spec-type "$spec" >"$out/llama-server-$spec.log" 2>&1 &
+    --spec-type "$spec" "${extra[@]}" >"$out/llama-server-$spec.log" 2>&1 &
   pid=$!
   trap 'kill $pid 2>/dev/null || true' EXIT
   wait_ready "python3 -c 'import urllib.request,sys; sys.exit(urllib.request.urlopen(\"$url/health\").status != 200)'"
-  rows "llama-server-$spec"
+  if [ "$spec" = draft-simple ]; then rows "llama-server-$spec" "${draft_rows[@]}"; else rows "llama-server-$spec" "${all_rows[@]}"; fi
   stop_server
 done
 
@@ -63,5 +78,11 @@ for conc in ("c=1", "c=16"):
     a, b = rows[("umad-off", work, conc)][key], rows[("umad-lookup", work, conc)][key]
     c, d = rows[("llama-server-none", work, conc)][key], rows[("llama-server-ngram-simple", work, conc)][key]
     print(f"{work:6} {conc:5}  {a:8.1f}  {b:10.1f}  {b / a:5.2f}  {c:11.1f}  {d:11.1f}  {d / c:5.2f}  {b / d:5.2f}")
+print("\ndraft model       umad off  umad draft   (x)   llama-server  -md draft     (x)   umad / llama-server")
+for conc in ("c=1", "c=16"):
+    key = "decode_tok_s" if conc == "c=1" else "tok_s"
+    a, b = rows[("umad-off", "fresh", conc)][key], rows[("umad-draft", "fresh", conc)][key]
+    c, d = rows[("llama-server-none", "fresh", conc)][key], rows[("llama-server-draft-simple", "fresh", conc)][key]
+    print(f"fresh  {conc:5}  {a:8.1f}  {b:10.1f}  {b / a:5.2f}  {c:11.1f}  {d:11.1f}  {d / c:5.2f}  {b / d:5.2f}")
 print("c=1: decode tok/s of one stream (first token to last); c=16: all streams' tokens over the wall time")
 PY

@@ -13,4 +13,9 @@ mkdir -p "$dir"
 templates=$(cd "$(dirname "${BASH_SOURCE[0]}")" && ./llama.sh --print-root)/src/models/templates
 [ -s "$dir/oracle-qwen25-template.gguf" ] || "$mk" --preset oracle --type f32 --seed 1 \
   --chat-template-file "$templates/Qwen-Qwen2.5-7B-Instruct.jinja" -o "$dir/oracle-qwen25-template.gguf" >/dev/null
+# Drafts for the oracle (speculative decoding): the oracle's rule on none, half or all of the tokens.
+for a in 0 50 100; do
+  [ -s "$dir/oracle-draft-$a.gguf" ] || "$mk" --preset tiny --oracle --agree "$(printf '0.%02d' "$a" | sed 's/0.100/1/')" \
+    --type f16 --seed 2 -o "$dir/oracle-draft-$a.gguf" >/dev/null
+done
 echo "test models ready in $dir"

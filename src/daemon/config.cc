@@ -177,10 +177,13 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                  "times the predicted prefill of its prompt and of those that arrived before it")->envname("UMA_TTFT_SOLO_FACTOR")->capture_default_str()
       ->check(CLI::Range(0.0, 100.0));
   app.add_option("--speculative", speculative, "speculative decoding for requests that do not say: lookup (drafts "
-                 "from the prompt and output so far, verified in the batch when the tick cost model says it pays) "
-                 "or off")->envname("UMA_SPECULATIVE")->capture_default_str()->check(CLI::IsMember({"lookup", "off"}));
+                 "from the prompt and output so far, else from --draft-model when given, verified in the batch when "
+                 "the tick cost model says it pays) or off")->envname("UMA_SPECULATIVE")->capture_default_str()->check(CLI::IsMember({"lookup", "off"}));
   app.add_option("--draft-max", sc.draft_max, "draft tokens one request verifies in a tick, at most (0: no "
                  "speculation)")->envname("UMA_DRAFT_MAX")->capture_default_str()->check(CLI::Range(0, 64));
+  app.add_option("--draft-model", out.draft_model, "a small model with the served model's vocabulary that drafts "
+                 "tokens for speculative decoding where prompt lookup finds none")->envname("UMA_DRAFT_MODEL")
+      ->check(CLI::ExistingFile);
   // Tests only: every draft found is verified, whatever the cost model says.
   app.add_flag("--speculative-force", sc.speculate_always)->group("");
   app.add_flag("--prefix-cache,!--no-prefix-cache", prefix_cache,

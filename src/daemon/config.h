@@ -25,6 +25,7 @@ struct DaemonConfig {
   bool prompt_limit_given = false, frame_limit_given = false, body_limit_given = false;
   HttpConfig http;
   std::string chat_template;  // --chat-template: overrides the model's
+  std::string draft_model;    // --draft-model: drafts for speculative decoding (runtime/draft_model.h)
   std::string reasoning_format = "auto";  // --reasoning-format: a thinking model's reasoning apart (ChatTemplates)
   // --agent: heartbeat this daemon's state to Redis for the cluster's gateways (cluster/).
   bool agent = false;

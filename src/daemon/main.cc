@@ -26,6 +26,7 @@
 #include "daemon/supervisor_link.h"
 #include "http/http_server.h"
 #include "ipc/uds_server.h"
+#include "runtime/draft_model.h"
 #include "runtime/llama_runtime.h"
 #include "runtime/vocab_model.h"
 #include "sched/compute_thread.h"
@@ -174,6 +175,23 @@ int main(int argc, char** argv) {
   cluster::BlockJournal block_journal;
   if (cfg.agent) cfg.scheduler.prefix.block_observer = &block_journal;
   Scheduler scheduler(*runtime, metrics, cfg.scheduler);
+  std::unique_ptr<DraftModel> draft;  // declared after the scheduler: destroyed before it
+  if (!cfg.draft_model.empty()) {
+    DraftConfig dc;
+    dc.model_path = cfg.draft_model;
+    // The target's cells, and room for every sequence's drafts on top.
+    dc.n_ctx = runtime->n_ctx() + runtime->n_seq_max() * (cfg.scheduler.draft_max + 1);
+    dc.n_seq_max = runtime->n_seq_max();
+    dc.n_threads = cfg.runtime.n_threads;
+    dc.n_gpu_layers = cfg.runtime.n_gpu_layers;
+    draft = DraftModel::open(dc, model_vocab(runtime->model()), &st);
+    if (!draft) {
+      spdlog::error("{}", st.to_string());
+      return 1;
+    }
+    scheduler.set_drafter(draft.get());
+    spdlog::info("draft model: {} ({})", cfg.draft_model, draft->describe());
+  }
   if (cfg.agent_calibrate_ms > 0) {
     // Before the compute thread starts (it owns the scheduler from then on) and an agent's first beat,
     // on a thread of its own that then ends: the main thread goes on to run the I/O loop, and

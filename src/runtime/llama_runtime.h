@@ -115,6 +115,7 @@ class LlamaRuntime final : public Decoder {
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override;
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override;
   void trim_sequence(std::int32_t seq, std::int32_t n) override;
+  std::int32_t outputs_per_sequence() const override { return backend_greedy_.empty() ? 0 : 1; }
   std::int32_t kv_tokens(std::int32_t seq) const override;
 
   bool backend_sampling() const { return !backend_greedy_.empty(); }

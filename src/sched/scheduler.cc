@@ -470,6 +470,7 @@ void Scheduler::finish(Session& s, SessionState terminal) {
   if (s.seq >= 0) {
     // A draft accepted past the token that ended the request is still in KV.
     if (s.speculated) decoder_.trim_sequence(s.seq, s.n_past);
+    if (drafter_ != nullptr) drafter_->forget(s.seq);
     // A sequence that ended well keeps its KV for later prompts with the same prefix.
     const bool kept = terminal != SessionState::kFailed &&
                       cache_.keep(s.seq, std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_past)),
@@ -506,6 +507,7 @@ void Scheduler::compact_sequences() {
     const std::int32_t to = ledger_.session_ids().take();
     decoder_.move_sequence(top->seq, to);
     ledger_.session_ids().give_back(top->seq);
+    if (drafter_ != nullptr) drafter_->forget(top->seq);
     top->seq = to;
     metrics_.kv_sequence_moves_total++;
   }

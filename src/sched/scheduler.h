@@ -32,6 +32,7 @@
 
 #include "metrics/server_metrics.h"
 #include "runtime/decoder.h"
+#include "runtime/drafter.h"
 #include "sched/batch_builder.h"
 #include "sched/embed_queue.h"
 #include "sched/kv_ledger.h"
@@ -132,7 +133,9 @@ class Scheduler {
   // Stops after `most_ms` of decoding (at least one measured chunk). Only before any admit();
   // the sequence id comes from the ledger and goes back, its KV freed.
   Status calibrate(double most_ms);
-  const TickCost& cost_model() const { return cost_; }  // for the start line; compute thread after start
+  const TickCost& cost_model() const { return cost_; }
+  // A draft model for speculative decoding (runtime/drafter.h), or none; it outlives the scheduler.
+  void set_drafter(Drafter* drafter) { drafter_ = drafter; }  // for the start line; compute thread after start
   std::int32_t prefill_knee() const { return prefill_knee_; }  // likewise
 
  private:
@@ -235,6 +238,7 @@ class Scheduler {
   // Speculation: the acceptance of every session's drafts, an EWMA; a new session starts from it
   // (kept within [0.1, 0.9]), so that a workload whose drafts fail stops paying for them at once.
   double spec_accept_ = kAcceptancePrior;
+  Drafter* drafter_ = nullptr;
 };
 
 }  // namespace uma

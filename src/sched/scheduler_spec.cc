@@ -1,5 +1,7 @@
 // Speculative decoding in the scheduler's tick (the policy is sched/speculation.h): drafts for the
 // planned decode rows, the verifying samples, and the rejected tokens' KV taken back.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "sched/scheduler.h"
@@ -13,8 +15,11 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   // own, a fixed cost (graph, weights) the row model does not see. Until that is measured on a
   // GPU, drafts there only for a lone decoding stream, whose drafts share its pass.
   if (ledger_.per_seq() && plan.decode.size() > 1 && !config_.speculate_always) return;
+  // A decoder that takes one logits row per sequence (the GPU's on-device sampling) cannot verify.
+  if (decoder_.outputs_per_sequence() == 1) return;
   std::vector<DraftOffer> offers;
   std::vector<Session*> who;
+  std::vector<bool> by_model;  // offer k's drafts are still to be made by the draft model
   for (std::size_t i : plan.decode) {
     Session& s = *order_[i];
     if (!s.speculate) continue;
@@ -22,12 +27,19 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     std::int32_t k = std::min(config_.draft_max, s.max_tokens - s.generated - 1);
     k = std::min(k, decoder_.n_ctx_seq() - s.n_past - 2);
     if (k <= 0) continue;
+    // A lookup costs nothing to make: it goes first; the draft model drafts where it finds none.
     s.draft = lookup_draft(s.tokens, k, config_.lookup);
-    if (s.draft.empty()) continue;
-    offers.push_back({static_cast<std::int32_t>(s.draft.size()), s.accept});
+    if (s.draft.empty() && drafter_ == nullptr) continue;
+    offers.push_back({s.draft.empty() ? k : static_cast<std::int32_t>(s.draft.size()), s.accept});
+    by_model.push_back(s.draft.empty());
     who.push_back(&s);
   }
   if (offers.empty()) return;
+  // The draft model's steps are shared by the sessions drafting together.
+  const auto n_model = static_cast<double>(std::count(by_model.begin(), by_model.end(), true));
+  for (std::size_t k = 0; k < offers.size(); ++k) {
+    if (by_model[k]) offers[k].ms_per_token = drafter_->step_ms() / n_model;
+  }
   // Draft rows join the tick as a chunk of their session: weight products like prompt tokens,
   // attention over the session's depth (the mean depth of those offering stands for each). The
   // base is the decode rows alone: a draft token must come cheaper than a token of theirs does
@@ -53,14 +65,25 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   if (!ledger_.per_seq()) room = std::min(room, cells_free() / 2);  // a draft's cells are back after the tick
   DraftPlanInput in{offers, static_cast<double>(batch_.decoded.size()), tick_ms, room};
   if (config_.speculate_always) {
-    for (DraftOffer& o : offers) o.accept = 1.0;
+    for (DraftOffer& o : offers) o.accept = 1.0, o.ms_per_token = 0.0;
     in.tick_ms = [](std::int32_t) { return 1.0; };  // rows free: all of every offer, in room
   }
   const DraftPlan dp = plan_drafts(in);
   if (dp.declined) metrics_.spec_declined_ticks_total++;
+  std::vector<DraftJob> jobs;
   for (std::size_t k = 0; k < who.size(); ++k) {
-    who[k]->draft.resize(static_cast<std::size_t>(dp.k[k]));
     if (dp.k[k] == 0) who[k]->accept = idle_acceptance(who[k]->accept);
+    if (by_model[k] && dp.k[k] > 0) {
+      jobs.push_back({who[k]->seq, who[k]->tokens, dp.k[k], &who[k]->draft});
+    } else {
+      who[k]->draft.resize(static_cast<std::size_t>(dp.k[k]));
+    }
+  }
+  if (!jobs.empty()) {
+    const Clock::time_point t0 = time_.now();
+    if (const Status st = drafter_->draft(jobs); !st.ok()) spdlog::warn("draft model: {} (no drafts this tick)", st.to_string());
+    metrics_.spec_draft_ms_total = metrics_.spec_draft_ms_total.load() + ms_between(t0, time_.now());
+    metrics_.spec_draft_step_ms = drafter_->step_ms();
   }
   if (dp.rows > 0) build_batch(plan, order_, batch_);
 }

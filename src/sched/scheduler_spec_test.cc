@@ -3,6 +3,8 @@
 // n_past that disagrees with the KV, fails the next decode).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "sched/scheduler.h"
 #include "sched/scheduler_test_support.h"
 
@@ -128,6 +130,72 @@ TEST_F(SpecSchedulerTest, DearRowsTurnSpeculationOff) {
   for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'c', 20));
   EXPECT_EQ(metrics_.spec_drafted_total.load(), 0u);
   EXPECT_GT(metrics_.spec_declined_ticks_total.load(), 0u);
+}
+
+// A draft model for the fake "model" (token + 1): after token t it proposes t + 1 where `agree(t)`,
+// else t + 2; it checks the jobs it gets.
+class FakeDrafter final : public Drafter {
+ public:
+  explicit FakeDrafter(std::function<bool(Token)> agree) : agree_(std::move(agree)) {}
+  Status draft(std::span<const DraftJob> jobs) override {
+    ++calls_;
+    for (const DraftJob& j : jobs) {
+      EXPECT_GT(j.k, 0);
+      EXPECT_FALSE(j.tokens.empty());
+      j.out->clear();
+      Token t = j.tokens.back();
+      for (std::int32_t i = 0; i < j.k; ++i) j.out->push_back(t = agree_(t) ? t + 1 : t + 2);
+      drafted_ += j.k;
+    }
+    return Status::Ok();
+  }
+  void forget(std::int32_t seq) override { forgotten_.push_back(seq); }
+  double step_ms() const override { return 0.5; }
+  int calls_ = 0;
+  std::int32_t drafted_ = 0;
+  std::vector<std::int32_t> forgotten_;
+
+ private:
+  std::function<bool(Token)> agree_;
+};
+
+TEST_F(SpecSchedulerTest, DraftModelProposalsAgreeingNoneHalfOrAllLeaveEveryOutputExact) {
+  // Prompts with nothing to look up: every draft comes from the draft model.
+  for (int share : {0, 50, 100}) {
+    start(true);
+    out_.clear();
+    FakeDrafter drafter([share](Token t) { return share == 100 || (share == 50 && t % 2 == 0); });
+    scheduler_->set_drafter(&drafter);
+    for (RequestId id = 1; id <= 6; ++id) submit(id, std::string(1, static_cast<char>('a' + id)), 30);
+    run_until_idle();
+    for (RequestId id = 1; id <= 6; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'a' + static_cast<Token>(id), 30)) << share << "% " << id;
+    const double drafted = static_cast<double>(metrics_.spec_drafted_total.load());
+    const double accepted = static_cast<double>(metrics_.spec_accepted_total.load());
+    EXPECT_GT(drafter.calls_, 0) << share;
+    if (share == 0) EXPECT_EQ(accepted, 0.0);
+    if (share == 100) EXPECT_EQ(accepted, drafted);
+    if (share == 50) {
+      EXPECT_GT(accepted, 0.0);
+      EXPECT_LT(accepted, drafted);
+    }
+    EXPECT_EQ(decoder_->total_kv(), 0);
+    EXPECT_EQ(drafter.forgotten_.size(), 6u) << "every finished sequence is forgotten";
+    scheduler_.reset();  // before the drafter it holds
+    metrics_.spec_drafted_total = 0;
+    metrics_.spec_accepted_total = 0;
+  }
+}
+
+TEST_F(SpecSchedulerTest, ALookupDraftGoesBeforeTheDraftModel) {
+  start(true);
+  FakeDrafter drafter([](Token) { return true; });
+  scheduler_->set_drafter(&drafter);
+  submit(1, kCopyPrompt, 12);  // the run d e f ... is in the prompt
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'c', 12));
+  EXPECT_GT(metrics_.spec_accepted_total.load(), 0u);
+  EXPECT_EQ(drafter.drafted_, 0) << "lookup found drafts every tick: the model was not asked";
+  scheduler_.reset();
 }
 
 }  // namespace

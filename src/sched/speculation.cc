@@ -50,14 +50,16 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
   if (!any || in.max_rows <= 0 || !in.tick_ms) return plan;
   double t = in.tick_ms(0);
   double tokens = in.base_tokens;
+  double drafting = 0.0;  // the drafting the plan took so far (a draft model's steps)
   while (!next.empty() && plan.rows < in.max_rows) {
     const Next n = next.top();
-    const double t_more = in.tick_ms(plan.rows + 1);
+    const double t_more = in.tick_ms(plan.rows + 1) + in.offers[n.offer].ms_per_token + drafting;
     // Worth it while the expected tokens per ms rise: (T + p) / (t + dt) > T / t.
     if (!(t > 0) || n.p * t <= (t_more - t) * tokens) break;
     next.pop();
     tokens += n.p;
     t = t_more;
+    drafting += in.offers[n.offer].ms_per_token;
     plan.rows++;
     const std::size_t i = n.offer;
     plan.k[i]++;

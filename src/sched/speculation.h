@@ -45,8 +45,9 @@ std::vector<Token> lookup_draft(std::span<const Token> tokens, std::int32_t k_ma
 
 // One decoding session that could speculate this tick.
 struct DraftOffer {
-  std::int32_t available = 0;  // draft tokens it has (its most useful K)
+  std::int32_t available = 0;  // draft tokens it has, or may have drafted (its most useful K)
   double accept = 0.0;         // its estimated probability that one draft token is accepted
+  double ms_per_token = 0.0;   // what drafting one token costs besides its row (a draft model's step)
 };
 
 struct DraftPlanInput {

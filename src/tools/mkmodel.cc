@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+#include "tools/oracle/oracle.h"
+
 namespace uma {
 namespace {
 
@@ -69,7 +71,23 @@ std::vector<TensorPlan> plan_tensors(const ModelShape& s, std::int64_t n_vocab) 
   return t;
 }
 
-void fill_tensor(const TensorPlan& p, std::uint64_t seed, const std::vector<float>& embd, std::vector<float>& out) {
+// Output row r is the embedding of src[r]: after token t the head scores row r highest where
+// src[r] = t. Agreeing tokens t get row t + 1; the others are rotated among themselves (each takes
+// the next disagreeing token's row), so the map stays one to one and none of them predicts t + 1.
+std::vector<std::int64_t> head_sources(std::int64_t rows, double agree) {
+  std::vector<std::int64_t> src(static_cast<std::size_t>(rows));
+  std::vector<std::int64_t> away;
+  for (std::int64_t t = 0; t < rows; ++t) {
+    src[static_cast<std::size_t>((t + 1) % rows)] = t;
+    if (!oracle_agrees(static_cast<std::int32_t>(t), agree)) away.push_back(t);
+  }
+  for (std::size_t i = 0; away.size() > 1 && i < away.size(); ++i) {
+    src[static_cast<std::size_t>((away[(i + 1) % away.size()] + 1) % rows)] = away[i];
+  }
+  return src;
+}
+
+void fill_tensor(const TensorPlan& p, std::uint64_t seed, const std::vector<float>& embd, double agree, std::vector<float>& out) {
   const std::int64_t rows = p.ne1 == 0 ? 1 : p.ne1;
   out.assign(static_cast<size_t>(p.ne0 * rows), 0.0f);
   Uniform u(seed, p.name);
@@ -91,12 +109,13 @@ void fill_tensor(const TensorPlan& p, std::uint64_t seed, const std::vector<floa
         for (std::int64_t k = 0; k < p.ne0; ++k) row[k] *= inv;
       }
       break;
-    case Fill::kShiftedEmbedding:  // row j scores highest for hidden state = embedding of j-1
+    case Fill::kShiftedEmbedding: {  // row j scores highest for hidden state = embedding of j-1
+      const std::vector<std::int64_t> src = head_sources(rows, agree);
       for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t src = (r + rows - 1) % rows;
-        std::memcpy(out.data() + r * p.ne0, embd.data() + src * p.ne0, sizeof(float) * p.ne0);
+        std::memcpy(out.data() + r * p.ne0, embd.data() + src[static_cast<std::size_t>(r)] * p.ne0, sizeof(float) * p.ne0);
       }
       break;
+    }
   }
 }
 
@@ -150,7 +169,7 @@ Status write_f32(const MkModelOptions& o, const std::string& path) {
   const std::vector<char> zeros(align, 0);
   for (const TensorPlan& p : plan) {
     if (!ok) break;
-    fill_tensor(p, o.seed, embd, data);
+    fill_tensor(p, o.seed, embd, o.agree, data);
     if (p.fill == Fill::kUnitRows) embd = data;  // the oracle's head is built from it
     const size_t bytes = data.size() * sizeof(float);
     ok = std::fwrite(data.data(), 1, bytes, f) == bytes;
@@ -181,6 +200,7 @@ bool find_preset(const std::string& name, ModelShape* out) {
 }
 
 Status write_model(const MkModelOptions& o) {
+  if (o.agree < 1.0 && !o.shape.oracle) return Status(ErrorCode::kInvalidArgument, "--agree needs an oracle (--oracle or the oracle preset)");
   llama_ftype ftype;
   if (o.type == "f32") ftype = LLAMA_FTYPE_ALL_F32;
   else if (o.type == "f16") ftype = LLAMA_FTYPE_MOSTLY_F16;

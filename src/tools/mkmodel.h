@@ -39,7 +39,13 @@ struct MkModelOptions {
   std::int32_t threads = 0;   // for quantization; 0 = all
   std::string chat_template;  // written as tokenizer.chat_template when not empty (a model family's)
   bool no_bos = false;        // tokenizer.ggml.add_bos_token = false: another vocabulary (tests)
+  // Oracle only: the share of tokens t whose greedy next token is t + 1 (oracle_agrees in
+  // tools/oracle/oracle.h); for the
+  // others it is another token's successor. A draft for an oracle target that agrees with it on
+  // that share of tokens, deterministically per token id (speculative decoding's benchmarks).
+  double agree = 1.0;
 };
+
 
 Status write_model(const MkModelOptions& options);
 

@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
                  "tokenizer.chat_template")->check(CLI::ExistingFile);
   app.add_flag("--no-bos", o.no_bos, "tokenize without a BOS (tokenizer.ggml.add_bos_token = false)");
   bool oracle = false;
+  app.add_option("--agree", o.agree, "oracle: the share of tokens after which the model predicts last + 1 as the "
+                 "oracle does (a draft for an oracle target; deterministic per token)")->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--oracle", oracle, "the preset's shape built as the oracle (greedy next token = last + 1) at that "
                "shape's real cost");
   CLI11_PARSE(app, argc, argv);

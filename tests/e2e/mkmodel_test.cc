@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <llama.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -52,6 +53,49 @@ TEST(MkModel, ModelsLoadWithTheRealTokenizerAndShape) {
   // "hello world" tokenizes as in llama.cpp's SentencePiece vocab (NOTES.md: 22172, 3186).
   const Oracle o(model_path("oracle.gguf"));
   EXPECT_EQ(o.tokenize("hello world"), (std::vector<std::int32_t>{1, 22172, 3186}));
+}
+
+// --agree: an oracle-built draft predicts t + 1 after exactly the tokens oracle_agrees names (so a
+// target and its draft agree on that share), and something else after the others.
+TEST(MkModel, AnAgreeingDraftPredictsTheOraclesTokenOnItsShareOfTokens) {
+  const std::string path = temp_dir() + "/draft-agree.gguf";
+  std::string log;
+  ASSERT_EQ(run_command({bin_path("uma-mkmodel"), "--preset", "tiny", "--oracle", "--agree", "0.7", "--type", "f32",
+                         "-o", path}, &log), 0) << log;
+  EXPECT_NE(run_command({bin_path("uma-mkmodel"), "--preset", "tiny", "--agree", "0.7", "-o", path + ".x"}, &log), 0)
+      << "--agree without an oracle is refused";
+  llama_backend_init();
+  llama_model* m = llama_model_load_from_file(path.c_str(), llama_model_default_params());
+  ASSERT_NE(m, nullptr);
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = 1024;
+  cp.n_batch = 512;
+  llama_context* ctx = llama_init_from_model(m, cp);
+  ASSERT_NE(ctx, nullptr);
+  constexpr int kTokens = 400;
+  llama_batch b = llama_batch_init(kTokens, 0, 1);
+  for (int i = 0; i < kTokens; ++i) {
+    b.token[i] = 5000 + 37 * i;
+    b.pos[i] = i;
+    b.n_seq_id[i] = 1;
+    b.seq_id[i][0] = 0;
+    b.logits[i] = 1;
+  }
+  b.n_tokens = kTokens;
+  ASSERT_EQ(llama_decode(ctx, b), 0);
+  const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(m));
+  int agreeing = 0;
+  for (int i = 0; i < kTokens; ++i) {
+    const float* row = llama_get_logits_ith(ctx, i);
+    const int best = static_cast<int>(std::max_element(row, row + n_vocab) - row);
+    const bool agrees = oracle_agrees(b.token[i], 0.7);
+    EXPECT_EQ(best == b.token[i] + 1, agrees) << "token " << b.token[i] << " predicts " << best;
+    agreeing += agrees;
+  }
+  EXPECT_NEAR(agreeing / static_cast<double>(kTokens), 0.7, 0.08);
+  llama_batch_free(b);
+  llama_free(ctx);
+  llama_model_free(m);
 }
 
 }  // namespace

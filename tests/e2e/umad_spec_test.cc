@@ -167,6 +167,55 @@ TEST(UmadSpec, SeededSamplingKeepsTheTargetDistribution) {
   EXPECT_LT(mean_without, 11.0) << "and not the only one: the test would not see a skewed sampler";
 }
 
+// A draft model agreeing with the oracle on none, half or all of the tokens (uma-mkmodel --agree):
+// prompts with nothing to look up, 16 streams at once, every output exact.
+TEST(UmadSpec, DraftModelsAgreeingNoneHalfOrAllLeaveSixteenStreamsExact) {
+  for (const std::string share : {"0", "50", "100"}) {
+    Daemon d(http_args({"--max-sessions", "16", "--draft-model", model_path("oracle-draft-" + share + ".gguf"),
+                        "--speculative-force"}));
+    ASSERT_TRUE(d.started()) << d.log();
+    EXPECT_NE(d.log().find("draft model:"), std::string::npos) << d.log();
+    const int port = http_port(d);
+    std::vector<std::string> texts(16);
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 16; ++k) {
+      threads.emplace_back([&, k] {
+        const nlohmann::json body = {{"prompt", "count " + std::to_string(k)}, {"max_tokens", 40}};
+        Tcp t(port);
+        if (!t.send(post("/v1/completions", body.dump()))) return;
+        const std::string resp = t.response();
+        const auto j = nlohmann::json::parse(body_of(resp), nullptr, false);
+        texts[static_cast<std::size_t>(k)] = !j.is_discarded() && j.contains("choices") ? j["choices"][0]["text"].get<std::string>() : resp;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int k = 0; k < 16; ++k) {
+      EXPECT_EQ(texts[static_cast<std::size_t>(k)], oracle().expected_text("count " + std::to_string(k), 40)) << share << "% " << k;
+    }
+    const auto m = metrics(d);
+    const double drafted = m.value("spec_drafted_total", 0.0), accepted = m.value("spec_accepted_total", 0.0);
+    std::printf("draft agreeing on %s%%: %.0f of %.0f draft tokens accepted\n", share.c_str(), accepted, drafted);
+    EXPECT_GT(drafted, 0.0);
+    if (share == "0") EXPECT_EQ(accepted, 0.0);
+    if (share == "100") EXPECT_EQ(accepted, drafted);
+    if (share == "50") {  // 16 drafted a tick (forced), of which about one is accepted
+      EXPECT_GT(accepted, 0.0);
+      EXPECT_LT(accepted, 0.5 * drafted);
+    }
+    EXPECT_EQ(m.value("kv_tokens_used", -1.0), 0.0);
+  }
+}
+
+TEST(UmadSpec, ADraftModelOfAnotherVocabularyIsRefusedAtStart) {
+  const std::string other = temp_dir() + "/tiny-gpt2-vocab.gguf";
+  std::string log;
+  ASSERT_EQ(run_command({bin_path("uma-mkmodel"), "--preset", "tiny", "--type", "f16", "--vocab",
+                         UMA_LLAMA_TEMPLATES "/../ggml-vocab-gpt-2.gguf", "-o", other}, &log), 0) << log;
+  Daemon d(http_args({"--draft-model", other}));
+  EXPECT_FALSE(d.started());
+  EXPECT_NE(d.log().find("another vocabulary"), std::string::npos) << d.log();
+}
+
 TEST(UmadSpec, ARequestSaysNoAndTheFieldIsChecked) {
   Daemon d(http_args({"--speculative", "lookup", "--speculative-force"}));
   ASSERT_TRUE(d.started()) << d.log();

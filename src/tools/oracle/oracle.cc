@@ -71,4 +71,13 @@ std::string Oracle::long_prompt(int n_words, const std::string& last_word) {
   return s + " " + last_word;
 }
 
+bool oracle_agrees(std::int32_t token, double agree) {
+  if (agree >= 1.0) return true;
+  std::uint64_t h = 0x9E3779B97F4A7C15ull * (static_cast<std::uint64_t>(token) + 1);  // splitmix64's finish
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+  h ^= h >> 31;
+  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0) < agree;
+}
+
 }  // namespace uma

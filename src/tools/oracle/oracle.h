@@ -17,6 +17,11 @@ struct llama_model;
 
 namespace uma {
 
+// Whether an oracle model built with `agree` < 1 (uma-mkmodel --agree: a draft for an oracle
+// target) predicts t + 1 after token t, as the oracle does. Deterministic per token id, the same
+// for every shape and seed: a draft and the target it agrees with are built apart.
+bool oracle_agrees(std::int32_t token, double agree);
+
 class Oracle {
  public:
   explicit Oracle(const std::string& model_path);  // loads the vocabulary only; throws on failure

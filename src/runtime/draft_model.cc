@@ -1,0 +1,183 @@
+#include "runtime/draft_model.h"
+
+#include <llama.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <string_view>
+#include <thread>
+
+#include "runtime/argmax.h"
+#include "runtime/llama_runtime.h"
+
+namespace uma {
+
+std::unique_ptr<DraftModel> DraftModel::open(const DraftConfig& config, const llama_vocab* target, Status* status) {
+  init_llama_backend();
+  std::unique_ptr<DraftModel> d(new DraftModel());
+  llama_model_params mp = llama_model_default_params();
+  const bool gpu = llama_supports_gpu_offload();
+  mp.n_gpu_layers = !gpu ? 0 : config.n_gpu_layers < 0 ? std::numeric_limits<std::int32_t>::max() : config.n_gpu_layers;
+  d->model_ = llama_model_load_from_file(config.model_path.c_str(), mp);
+  if (d->model_ == nullptr) {
+    *status = Status(ErrorCode::kModelLoad, "cannot load the draft model '" + config.model_path + "'");
+    return nullptr;
+  }
+  // The target verifies the draft's token ids: they must mean the same text.
+  const llama_vocab* v = llama_model_get_vocab(d->model_);
+  bool same = llama_vocab_n_tokens(v) == llama_vocab_n_tokens(target) && llama_vocab_bos(v) == llama_vocab_bos(target) &&
+              llama_vocab_eos(v) == llama_vocab_eos(target);
+  for (llama_token t = 0; same && t < llama_vocab_n_tokens(v); t += std::max(1, llama_vocab_n_tokens(v) / 64)) {
+    same = std::string_view(llama_vocab_get_text(v, t)) == llama_vocab_get_text(target, t);  // a sample of the texts
+  }
+  if (!same) {
+    *status = Status(ErrorCode::kModelLoad, "the draft model '" + config.model_path + "' has another vocabulary (" +
+                                                std::to_string(llama_vocab_n_tokens(v)) + " tokens against the target's " +
+                                                std::to_string(llama_vocab_n_tokens(target)) + ", or other special tokens)");
+    return nullptr;
+  }
+  llama_context_params cp = llama_context_default_params();
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cp.n_ctx = static_cast<uint32_t>(config.n_ctx);
+  cp.n_batch = static_cast<uint32_t>(config.n_batch);
+  cp.n_ubatch = static_cast<uint32_t>(config.n_batch);
+  cp.n_seq_max = static_cast<uint32_t>(config.n_seq_max);
+  cp.n_threads = config.n_threads > 0 ? config.n_threads : hw;
+  cp.n_threads_batch = cp.n_threads;
+  cp.kv_unified = true;
+  cp.no_perf = true;
+  if (!gpu) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;  // as the target's (llama_runtime.cc)
+  d->ctx_ = llama_init_from_model(d->model_, cp);
+  if (d->ctx_ == nullptr) {
+    *status = Status(ErrorCode::kModelLoad, "cannot create the draft model's context");
+    return nullptr;
+  }
+  d->n_vocab_ = llama_vocab_n_tokens(v);
+  d->n_batch_ = static_cast<std::int32_t>(llama_n_batch(d->ctx_));
+  d->fed_.assign(static_cast<std::size_t>(llama_n_seq_max(d->ctx_)), {});
+  const auto nb = static_cast<std::size_t>(d->n_batch_);
+  d->tok_.resize(nb);
+  d->pos_.resize(nb);
+  d->n_seq_id_.assign(nb, 1);
+  d->seq_.resize(nb);
+  d->seq_ptr_.resize(nb);
+  for (std::size_t i = 0; i < nb; ++i) d->seq_ptr_[i] = &d->seq_[i];
+  d->logits_.resize(nb);
+  *status = Status::Ok();
+  return d;
+}
+
+DraftModel::~DraftModel() {
+  if (ctx_ != nullptr) llama_free(ctx_);
+  if (model_ != nullptr) llama_model_free(model_);
+}
+
+std::string DraftModel::describe() const {
+  char desc[128];
+  llama_model_desc(model_, desc, sizeof desc);
+  return std::string(desc) + ", " + std::to_string(llama_model_n_params(model_) / 1000000) + "M params, " +
+         std::to_string(llama_n_ctx(ctx_)) + " cells";
+}
+
+Status DraftModel::decode(bool step) {
+  llama_batch b{n_, tok_.data(), nullptr, pos_.data(), n_seq_id_.data(), seq_ptr_.data(), logits_.data()};
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::int32_t rc = llama_decode(ctx_, b);
+  if (rc != 0) return Status(rc == 1 ? ErrorCode::kKvExhausted : ErrorCode::kDecodeFailed, "draft decode: " + std::to_string(rc));
+  if (step) {
+    llama_synchronize(ctx_);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    step_ms_ = step_ms_ > 0 ? 0.8 * step_ms_ + 0.2 * ms : ms;
+  }
+  return Status::Ok();
+}
+
+void DraftModel::clear() {
+  llama_memory_clear(llama_get_memory(ctx_), true);
+  for (auto& f : fed_) f.clear();
+}
+
+void DraftModel::forget(std::int32_t seq) {
+  if (seq < 0 || seq >= static_cast<std::int32_t>(fed_.size()) || fed_[static_cast<std::size_t>(seq)].empty()) return;
+  llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
+  fed_[static_cast<std::size_t>(seq)].clear();
+}
+
+Status DraftModel::draft(std::span<const DraftJob> jobs) {
+  struct Row {
+    const DraftJob* job;
+    std::int32_t row;  // its logits row in the batch being built
+  };
+  std::vector<Row> pending;                               // rows of the batch being built
+  std::vector<std::pair<const DraftJob*, Token>> live;    // each job's next proposal
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  llama_memory_t mem = llama_get_memory(ctx_);
+  // Decodes the batch and reads the proposal of every job with a row in it (before the next
+  // decode overwrites them).
+  auto flush = [&](bool step) -> Status {
+    if (n_ == 0) return Status::Ok();
+    if (Status st = decode(step); !st.ok()) return st;
+    for (const Row& r : pending) {
+      const float* row = llama_get_logits_ith(ctx_, r.row);
+      if (row == nullptr) return Status(ErrorCode::kDecodeFailed, "draft: no logits row");
+      const Token t = argmax_first(row, n_vocab_);
+      if (!llama_vocab_is_eog(vocab, t)) live.emplace_back(r.job, t);  // nothing after the end
+    }
+    pending.clear();
+    n_ = 0;
+    return Status::Ok();
+  };
+  auto add = [&](Token t, std::int32_t pos, std::int32_t seq, bool logits) {
+    const auto i = static_cast<std::size_t>(n_++);
+    tok_[i] = t;
+    pos_[i] = pos;
+    seq_[i] = seq;
+    logits_[i] = logits;
+  };
+  auto fail = [&](Status st) {
+    for (const DraftJob& j : jobs) j.out->clear();
+    clear();
+    return st;
+  };
+  // Catch-up: each sequence's cells are made to hold its tokens; the last one's logits propose.
+  n_ = 0;
+  for (const DraftJob& j : jobs) {
+    j.out->clear();
+    if (j.k <= 0 || j.tokens.empty() || j.seq < 0 || j.seq >= static_cast<std::int32_t>(fed_.size())) continue;
+    std::vector<Token>& fed = fed_[static_cast<std::size_t>(j.seq)];
+    const std::size_t n = j.tokens.size();
+    std::size_t common = 0;
+    while (common < fed.size() && common + 1 < n && fed[common] == j.tokens[common]) ++common;
+    if (common < fed.size()) {
+      llama_memory_seq_rm(mem, j.seq, static_cast<llama_pos>(common), -1);
+      fed.resize(common);
+    }
+    for (std::size_t p = common; p < n; ++p) {
+      if (n_ == n_batch_) {
+        if (Status st = flush(false); !st.ok()) return fail(st);
+      }
+      add(j.tokens[p], static_cast<std::int32_t>(p), j.seq, p + 1 == n);
+    }
+    pending.push_back({&j, n_ - 1});
+    fed.insert(fed.end(), j.tokens.begin() + static_cast<std::ptrdiff_t>(common), j.tokens.end());
+  }
+  if (Status st = flush(false); !st.ok()) return fail(st);
+  // Steps: each job's proposal is taken, and fed back while it wants more (one token each).
+  for (std::int32_t step = 1; !live.empty(); ++step) {
+    for (const auto& [job, t] : live) {
+      job->out->push_back(t);
+      if (step >= job->k) continue;
+      std::vector<Token>& fed = fed_[static_cast<std::size_t>(job->seq)];
+      add(t, static_cast<std::int32_t>(fed.size()), job->seq, true);
+      pending.push_back({job, n_ - 1});
+      fed.push_back(t);
+    }
+    live.clear();
+    if (Status st = flush(true); !st.ok()) return fail(st);
+  }
+  return Status::Ok();
+}
+
+}  // namespace uma

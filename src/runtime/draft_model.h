@@ -1,0 +1,69 @@
+// DraftModel: a llama.cpp model drafting for speculative decoding (runtime/drafter.h), beside the
+// target the LlamaRuntime serves (umad --draft-model). It must share the target's vocabulary:
+// open() compares their sizes and special tokens and refuses another.
+//
+// Its own context: one unified KV pool over the target's sequence ids (a small model's cells cost
+// little: 64 dims and 2 layers is 512 bytes a token), greedy proposals read on the host. Each
+// sequence remembers the tokens it fed; a call feeds only what differs from them (positions past
+// the common prefix are removed first), in batches of every job's catch-up together, then one
+// step per proposed token with every job still drafting in it. Step times are measured (EWMA).
+//
+// Thread-safety: compute thread only. Ownership: owns its model and context, freed on destruction.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/drafter.h"
+
+struct llama_context;
+struct llama_model;
+struct llama_vocab;
+
+namespace uma {
+
+struct DraftConfig {
+  std::string model_path;
+  std::int32_t n_ctx = 4096;   // cells of its KV pool, every sequence together
+  std::int32_t n_seq_max = 16;
+  std::int32_t n_batch = 512;
+  std::int32_t n_threads = 0;  // 0: all hardware threads
+  std::int32_t n_gpu_layers = -1;  // as RuntimeConfig's
+};
+
+class DraftModel final : public Drafter {
+ public:
+  // Loads the draft; `target` is the served model's vocabulary, which the draft's must equal.
+  static std::unique_ptr<DraftModel> open(const DraftConfig& config, const llama_vocab* target, Status* status);
+  ~DraftModel() override;
+  DraftModel(const DraftModel&) = delete;
+  DraftModel& operator=(const DraftModel&) = delete;
+
+  Status draft(std::span<const DraftJob> jobs) override;
+  void forget(std::int32_t seq) override;
+  double step_ms() const override { return step_ms_; }
+  std::string describe() const;
+
+ private:
+  DraftModel() = default;
+  // One llama_decode of the batch built so far; the measured time feeds step_ms when `step`.
+  Status decode(bool step);
+  void clear();  // drops every sequence's cells (after an error)
+
+  llama_model* model_ = nullptr;
+  llama_context* ctx_ = nullptr;
+  std::int32_t n_vocab_ = 0;
+  std::int32_t n_batch_ = 0;
+  std::vector<std::vector<Token>> fed_;  // per sequence: the tokens its cells hold, from position 0
+  // The batch being built (llama_batch's arrays, owned here).
+  std::vector<Token> tok_;
+  std::vector<std::int32_t> pos_, n_seq_id_;
+  std::vector<std::int32_t> seq_;
+  std::vector<std::int32_t*> seq_ptr_;
+  std::vector<std::int8_t> logits_;
+  std::int32_t n_ = 0;
+  double step_ms_ = 0.0;
+};
+
+}  // namespace uma

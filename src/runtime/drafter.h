@@ -1,0 +1,44 @@
+// Drafter: a small model proposing tokens for speculative decoding (sched/speculation.h), as the
+// scheduler sees it: through this interface only, so that a fake can stand in for it in tests.
+// runtime/draft_model.h is llama.cpp's.
+//
+// Contract:
+// - Single-threaded: every call comes from the compute thread, like the Decoder's.
+// - A draft sequence is named by the target's sequence id. What it holds is the drafter's
+//   business: draft() compares the tokens it is given with what it fed that id before and feeds
+//   only what differs (a new request under a reused id, the tokens a verification accepted), so
+//   the scheduler never reports rollbacks. forget() only frees memory early.
+// - draft() fills each job's `out` with up to k tokens proposed after the job's last token
+//   (fewer at the draft's end of generation); on error the outs are empty and the drafter holds
+//   nothing (the next call starts over).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/decoder.h"
+
+namespace uma {
+
+struct DraftJob {
+  std::int32_t seq = 0;
+  std::span<const Token> tokens;      // the sequence so far: prompt and output
+  std::int32_t k = 0;                 // tokens to propose after tokens.back()
+  std::vector<Token>* out = nullptr;  // receives them
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Every job of a tick in one call: the sequences' catch-up together, then k steps of one token
+  // each (every job still drafting shares a step).
+  virtual Status draft(std::span<const DraftJob> jobs) = 0;
+  virtual void forget(std::int32_t seq) = 0;
+  // Measured milliseconds of one drafting step (0 until measured): what each drafted token costs
+  // the tick, over and above its verification.
+  virtual double step_ms() const = 0;
+};
+
+}  // namespace uma
