@@ -10,11 +10,6 @@ namespace uma {
 
 void Scheduler::plan_speculation(const TickPlan& plan) {
   if (plan.decode.empty() || (!cost_.warm() && !config_.speculate_always)) return;
-  // Per-sequence KV (llama.cpp's streams): a pass takes as many tokens from each sequence of a run
-  // as the shortest has, so one session's drafts beside other decode rows are a pass of their
-  // own, a fixed cost (graph, weights) the row model does not see. Until that is measured on a
-  // GPU, drafts there only for a lone decoding stream, whose drafts share its pass.
-  if (ledger_.per_seq() && plan.decode.size() > 1 && !config_.speculate_always) return;
   // A decoder that takes one logits row per sequence (the GPU's on-device sampling) cannot verify.
   if (decoder_.outputs_per_sequence() == 1) return;
   std::vector<DraftOffer> offers;
@@ -68,8 +63,40 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     for (DraftOffer& o : offers) o.accept = 1.0, o.ms_per_token = 0.0;
     in.tick_ms = [](std::int32_t) { return 1.0; };  // rows free: all of every offer, in room
   }
-  const DraftPlan dp = plan_drafts(in);
+  DraftPlan dp = plan_drafts(in);
+  if (ledger_.per_seq() && dp.rows > 0 && !config_.speculate_always) {
+    // Per-sequence KV (llama.cpp's streams): a pass takes as many tokens from each sequence of a
+    // run of consecutive ids as the shortest has. When every decoding session verifies as many
+    // draft tokens, its rows stay one pass; otherwise each run of consecutive speculating ids
+    // with equal drafts is a pass of its own: weights read again, a graph built (a GPU's launch).
+    // The plan stands only if it still pays with those passes.
+    std::vector<std::pair<std::int32_t, std::int32_t>> by_seq;  // (sequence id, draft tokens)
+    for (std::size_t k = 0; k < who.size(); ++k) by_seq.emplace_back(who[k]->seq, dp.k[k]);
+    std::sort(by_seq.begin(), by_seq.end());
+    const bool one_pass = who.size() == batch_.decoded.size() &&
+                          std::all_of(by_seq.begin(), by_seq.end(), [&](const auto& e) { return e.second == by_seq.front().second; });
+    int passes = 0;
+    for (std::size_t k = 0; k < by_seq.size() && !one_pass; ++k) {
+      if (by_seq[k].second == 0) continue;
+      const bool joins = k > 0 && by_seq[k - 1].second == by_seq[k].second && by_seq[k - 1].first + 1 == by_seq[k].first;
+      passes += joins ? 0 : 1;
+    }
+    const double pass_ms = cost_.predict_ms({1, depth + 1, 1, depth});
+    double drafting = 0.0;
+    for (std::size_t k = 0; k < offers.size(); ++k) drafting += offers[k].ms_per_token * dp.k[k];
+    const double t0 = in.tick_ms(0), t = in.tick_ms(dp.rows) + drafting + passes * pass_ms;
+    if (!(dp.expected_tokens * t0 > in.base_tokens * t)) {
+      std::fill(dp.k.begin(), dp.k.end(), 0);
+      dp.rows = 0;
+      dp.declined = true;
+    }
+  }
   if (dp.declined) metrics_.spec_declined_ticks_total++;
+  if (spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("tick {}: drafts for {} of {} decoding: {} rows; decode rows {:.1f} ms predicted, one draft row more "
+                  "{:.2f} ms, acceptance {:.2f} (first offer)", tick_no_ + 1, who.size(), batch_.decoded.size(), dp.rows,
+                  in.tick_ms(0), in.tick_ms(1) - in.tick_ms(0), offers.front().accept);
+  }
   std::vector<DraftJob> jobs;
   for (std::size_t k = 0; k < who.size(); ++k) {
     if (dp.k[k] == 0) who[k]->accept = idle_acceptance(who[k]->accept);
