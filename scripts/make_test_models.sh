@@ -13,6 +13,9 @@ mkdir -p "$dir"
 templates=$(cd "$(dirname "${BASH_SOURCE[0]}")" && ./llama.sh --print-root)/src/models/templates
 [ -s "$dir/oracle-qwen25-template.gguf" ] || "$mk" --preset oracle --type f32 --seed 1 \
   --chat-template-file "$templates/Qwen-Qwen2.5-7B-Instruct.jinja" -o "$dir/oracle-qwen25-template.gguf" >/dev/null
+# Another vocabulary altogether (GPT-2's): a draft model that cannot draft for the oracle.
+[ -s "$dir/tiny-gpt2-vocab-f16.gguf" ] || "$mk" --preset tiny --type f16 --seed 1 --vocab "$templates/../ggml-vocab-gpt-2.gguf" \
+  -o "$dir/tiny-gpt2-vocab-f16.gguf" >/dev/null
 # Drafts for the oracle (speculative decoding): the oracle's rule on none, half or all of the tokens.
 for a in 0 50 100; do
   [ -s "$dir/oracle-draft-$a.gguf" ] || "$mk" --preset tiny --oracle --agree "$(printf '0.%02d' "$a" | sed 's/0.100/1/')" \
