@@ -204,6 +204,8 @@ class Scheduler {
   double span_of(std::int32_t pos, std::int32_t n) const;  // attention cells of n rows from pos on
   double kv_read_of(std::int32_t pos) const;                // cells a sequence at pos reads in a tick
   TickWork batch_work() const;                              // of batch_, as built
+  TickWork empty_work() const;                              // no rows yet (a unified pool's read)
+  void add_decode_row(TickWork& w, const Session& s) const; // one decode row of s
   double ttft_target(Session& s);                           // the SLO plus its prefill's and those ahead
   double solo_prefill_ms(const Session& s) const;           // its remaining prompt alone, predicted
   // The SLO-balanced prompt tokens for this tick (after gather), or -1 while the model is cold.

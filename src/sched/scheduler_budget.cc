@@ -21,6 +21,19 @@ double Scheduler::kv_read_of(std::int32_t pos) const {
   return ledger_.per_seq() ? static_cast<double>(pos) : 0.0;
 }
 
+TickWork Scheduler::empty_work() const {
+  TickWork w;
+  w.kv_read_cells = ledger_.per_seq() ? 0.0 : unified_span_;  // a unified pool is read once a tick
+  return w;
+}
+
+void Scheduler::add_decode_row(TickWork& w, const Session& s) const {
+  w.tokens += 1;
+  w.decode_rows += 1;
+  w.span_cells += span_of(s.n_past, 1);
+  w.kv_read_cells += kv_read_of(s.n_past);
+}
+
 TickWork Scheduler::batch_work() const {
   TickWork w;
   w.tokens = static_cast<double>(batch_.entries.size());
@@ -78,16 +91,12 @@ std::int32_t Scheduler::prefill_floor() const {
 
 std::int32_t Scheduler::slo_budget(Clock::time_point now, std::int32_t capacity) {
   if (!config_.slo_prefill || !cost_.warm()) return -1;
-  TickWork decode;
-  decode.kv_read_cells = ledger_.per_seq() ? 0.0 : unified_span_;
+  TickWork decode = empty_work();
   double waited = 0.0, tbt = 0.0;
   for (std::size_t i = 0; i < order_.size(); ++i) {
     const Session& s = *order_[i];
     if (!candidates_[i].decoding) continue;
-    decode.tokens += 1;
-    decode.decode_rows += 1;
-    decode.span_cells += span_of(s.n_past, 1);
-    decode.kv_read_cells += kv_read_of(s.n_past);
+    add_decode_row(decode, s);
     if (s.background()) continue;  // background streams take the gap
     waited = std::max(waited, ms_between(s.last_emit_at, now));
     tbt = tbt > 0 ? std::min(tbt, s.slo_tbt_ms) : s.slo_tbt_ms;

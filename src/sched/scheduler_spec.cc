@@ -39,14 +39,8 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   // attention over the session's depth (the mean depth of those offering stands for each). The
   // base is the decode rows alone: a draft token must come cheaper than a token of theirs does
   // (a prompt chunk in the tick would make any row look cheap next to it).
-  TickWork base;
-  base.kv_read_cells = ledger_.per_seq() ? 0.0 : unified_span_;
-  for (const Session* s : batch_.decoded) {
-    base.tokens += 1;
-    base.decode_rows += 1;
-    base.span_cells += span_of(s->n_past, 1);
-    base.kv_read_cells += kv_read_of(s->n_past);
-  }
+  TickWork base = empty_work();
+  for (const Session* s : batch_.decoded) add_decode_row(base, *s);
   double depth = 0;
   for (const Session* s : who) depth += s->n_past;
   depth /= static_cast<double>(who.size());
