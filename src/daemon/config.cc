@@ -184,6 +184,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--draft-model", out.draft_model, "a small model with the served model's vocabulary that drafts "
                  "tokens for speculative decoding where prompt lookup finds none")->envname("UMA_DRAFT_MODEL")
       ->check(CLI::ExistingFile);
+  app.add_flag("--pipelined-ticks,!--no-pipelined-ticks", sc.pipelined_ticks, "on a GPU, launch the next decode "
+               "before the last one's tokens become text and events (default on)")->envname("UMA_PIPELINED_TICKS");
   // Tests only: every draft found is verified, whatever the cost model says.
   app.add_flag("--speculative-force", sc.speculate_always)->group("");
   app.add_flag("--prefix-cache,!--no-prefix-cache", prefix_cache,

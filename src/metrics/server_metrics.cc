@@ -124,6 +124,7 @@ const std::vector<Scalar>& scalars() {
       {"requests_completed_total", "request_success_total", Type::kCounter, "Requests finished (stop or length).", load(&M::requests_completed_total)},
       {"requests_cancelled_total", "requests_cancelled_total", Type::kCounter, "Requests cancelled or abandoned.", load(&M::requests_cancelled_total)},
       {"prefill_skipped_ticks_total", "prefill_skipped_ticks_total", Type::kCounter, "Ticks whose prefill the latency guard skipped.", load(&M::prefill_skipped_ticks_total)},
+      {"pipelined_ticks_total", "pipelined_ticks_total", Type::kCounter, "Decodes launched before the last one's tokens became text (the pipelined tick).", load(&M::pipelined_ticks_total)},
       {"spec_ticks_total", "spec_ticks_total", Type::kCounter, "Ticks that verified draft tokens (speculative decoding).", load(&M::spec_ticks_total)},
       {"spec_declined_ticks_total", "spec_declined_ticks_total", Type::kCounter, "Ticks with drafts that the cost model found not worth verifying.", load(&M::spec_declined_ticks_total)},
       {"spec_drafted_total", "spec_drafted_tokens_total", Type::kCounter, "Draft tokens verified.", load(&M::spec_drafted_total)},

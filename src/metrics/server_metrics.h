@@ -54,6 +54,7 @@ class ServerMetrics {
   std::atomic<std::uint64_t> requests_completed_total{0};
   std::atomic<std::uint64_t> requests_cancelled_total{0};
   std::atomic<std::uint64_t> prefill_skipped_ticks_total{0};  // latency guard fired
+  std::atomic<std::uint64_t> pipelined_ticks_total{0};  // decodes launched before the last one's tokens were applied
   // Speculative decoding (sched/speculation.h).
   std::atomic<std::uint64_t> spec_ticks_total{0};          // ticks that verified drafts
   std::atomic<std::uint64_t> spec_declined_ticks_total{0};  // drafts there, and the cost model said no

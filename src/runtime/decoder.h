@@ -6,6 +6,8 @@
 //
 // Contract:
 // - Single-threaded: every call comes from the compute thread that owns the decoder.
+// - With an asynchronous decode, sequences may change (end, trim, move, keep) while a decode that
+//   holds rows of theirs is in flight; those rows are then never sampled.
 // - Sequences are small integers in [0, n_seq_max()). start_sequence() must precede decode() entries
 //   for a sequence; end_sequence() frees its KV cells and sampler and may be called at any time.
 // - decode() submits one batch (one llama_decode). After it returns ok, sample(seq, i) is valid only
@@ -77,6 +79,12 @@ class Decoder {
   virtual Status start_sequence(std::int32_t seq, const SamplingParams& params) = 0;
   virtual void end_sequence(std::int32_t seq) = 0;
   virtual Status decode(std::span<const BatchEntry> batch) = 0;
+  // Whether decode() returns once the work is queued on a device, the host free until results are
+  // read (sample() and logits() wait for them). The scheduler then launches a decode-only batch
+  // before it turns the last one's tokens into text and events (its pipelined tick).
+  virtual bool decode_is_async() const { return false; }
+  // Waits until the last decode's results are on the host (a tick's true time is measured to here).
+  virtual void synchronize() {}
   virtual Token sample(std::int32_t seq, std::int32_t batch_index) = 0;
   // The logits row of a batch index of the last decode, when it is on the host (empty when the
   // token was sampled on the device, or the decoder keeps none). Valid until the next decode.

@@ -361,6 +361,8 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> caller_batch) {
   return Status(ErrorCode::kDecodeFailed, "llama_decode returned " + std::to_string(rc));
 }
 
+void LlamaRuntime::synchronize() { llama_synchronize(ctx_); }
+
 void LlamaRuntime::report_timing() {
   const auto pct = [](std::vector<double>& v, double q) {
     std::sort(v.begin(), v.end());

@@ -115,6 +115,9 @@ class LlamaRuntime final : public Decoder {
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override;
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override;
   void trim_sequence(std::int32_t seq, std::int32_t n) override;
+  // A GPU's decode is queued, not run, by llama_decode (a synchronised timing run is not).
+  bool decode_is_async() const override { return on_gpu_ && !timing_.on; }
+  void synchronize() override;
   std::int32_t outputs_per_sequence() const override { return backend_greedy_.empty() ? 0 : 1; }
   std::int32_t kv_tokens(std::int32_t seq) const override;
 

@@ -57,6 +57,7 @@ Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerCo
 }
 
 Scheduler::~Scheduler() {
+  if (inflight_) decoder_.synchronize();
   for (auto& s : sessions_) {
     if (s->seq >= 0) decoder_.end_sequence(s->seq);
   }
@@ -64,6 +65,7 @@ Scheduler::~Scheduler() {
 }
 
 void Scheduler::admit(Request request, std::vector<Event>& out) {
+  settle(out);
   if (!request.embed_inputs.empty()) {
     metrics_.embedding_requests_total++;
     return embeds_.add(decoder_, std::move(request), out);
@@ -169,6 +171,7 @@ void Scheduler::expire_queued(std::vector<Event>& out) {
 }
 
 void Scheduler::cancel(RequestId id, std::vector<Event>& out) {
+  settle(out);
   if (embeds_.cancel(id, out)) return;
   for (auto& s : sessions_) {
     if (s->id == id && !is_terminal(*s)) {
@@ -181,6 +184,7 @@ void Scheduler::cancel(RequestId id, std::vector<Event>& out) {
 }
 
 void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
+  settle(out);
   embeds_.fail_all(why, out);
   for (auto& s : sessions_) {
     if (is_terminal(*s)) continue;
@@ -192,13 +196,15 @@ void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
 }
 
 bool Scheduler::has_work() const {
-  return !embeds_.empty() || std::any_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return is_active(*s); });
+  return inflight_ || !embeds_.empty() || std::any_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return is_active(*s); });
 }
 
-// One tick: gather -> plan -> decode -> sample every row -> apply. Sessions change state only in
-// the last step, after every row of the batch has been sampled, so finishing one (which may end,
-// keep or move its sequence) never happens between two sample() calls of the same decode.
+// One tick: gather -> plan -> decode -> sample every row -> (launch the next) -> apply. Sessions
+// change state only in the last step, after every row of the batch has been sampled, so finishing
+// one (which may end, keep or move its sequence) never happens between two sample() calls of the
+// same decode. With a decode in flight (the pipelined tick) a tick reads that one instead.
 void Scheduler::tick(std::vector<Event>& out) {
+  if (inflight_) return finish_pipelined(out, /*relaunch=*/true);
   run_embeddings(out);
   prepare_tick(out);
   const Clock::time_point now = time_.now();
@@ -225,6 +231,7 @@ void Scheduler::tick(std::vector<Event>& out) {
 
   const Clock::time_point t0 = time_.now();
   const Status st = decoder_.decode(batch_.entries);
+  if (st.ok()) decoder_.synchronize();  // an asynchronous decode's time is its results'
   const Clock::time_point t1 = time_.now();
   const double decode_ms = ms_between(t0, t1);
   ++tick_no_;
@@ -235,9 +242,12 @@ void Scheduler::tick(std::vector<Event>& out) {
     return;
   }
   record_tick(decode_ms, published_budget);
+  published_budget_ = published_budget;
   observe_cost(decode_ms);
   sample_batch();
+  launch_pipelined();
   apply_batch(t1, out);
+  drop_finished_from_next();
   reap();
   start_waiting(out);
   // The host side of the tick (sampling, text, events; not delivery): what the GPU waits for.
@@ -469,7 +479,8 @@ void Scheduler::finish(Session& s, SessionState terminal) {
   cache_.remove_live(s.id);
   if (s.seq >= 0) {
     // A draft accepted past the token that ended the request is still in KV.
-    if (s.speculated) decoder_.trim_sequence(s.seq, s.n_past);
+    // So is a pipelined decode's row (a stop string matched, a cancellation).
+    if (s.speculated || s.in_flight) decoder_.trim_sequence(s.seq, s.n_past);
     if (drafter_ != nullptr) drafter_->forget(s.seq);
     // A sequence that ended well keeps its KV for later prompts with the same prefix.
     const bool kept = terminal != SessionState::kFailed &&

@@ -104,6 +104,9 @@ struct SchedulerConfig {
   std::int32_t draft_max = 16;
   LookupConfig lookup;
   bool speculate_always = false;  // tests: every draft found is verified, whatever the cost
+  // With an asynchronous decoder (a GPU): launch the next decode-only batch as soon as a tick's
+  // tokens are sampled, before they become text and events (scheduler_pipeline.cc).
+  bool pipelined_ticks = true;
   std::size_t park_host_bytes = std::size_t{1} << 30;  // host memory for saved KV
   PrefixCacheConfig prefix;  // its kept sequences use ids beyond the sessions' (n_seq_max covers both)
 };
@@ -125,6 +128,10 @@ class Scheduler {
 
   bool has_work() const;                 // some session is prefilling or decoding
   void tick(std::vector<Event>& out);    // exactly one decode
+  // A pipelined tick leaves a decode in flight (tick's next call reads it). settle() reads it and
+  // applies its tokens without launching another: the compute thread calls it before admitting,
+  // cancelling or failing anything, which therefore never meets a decode in flight.
+  void settle(std::vector<Event>& out);
   void publish_metrics();                // refresh gauges and the per-session table
   // Measures what a prompt token costs before the first request: prompt chunks of two sizes on a
   // scratch sequence, timed like ticks and fed to the tick budget's cost fit (the first chunk
@@ -191,8 +198,15 @@ class Scheduler {
   // built again with them); the rows sampled, each speculating session's only while its drafts
   // are accepted, and the rejected tokens' KV removed.
   void plan_speculation(const TickPlan& plan);
+  bool may_draft(const Session& s) const;  // plan_speculation could give it drafts now
   void sample_batch();
   static constexpr Token kNotSampled = -1;  // sampled_: a row after a rejected draft token
+  // scheduler_pipeline.cc: the pipelined tick. launch_pipelined() (after sample_batch, before
+  // apply_batch) feeds every continuing decode row's sampled token to the next decode; finish_
+  // pipelined() reads that decode's rows as tick() reads its own, then launches again or not.
+  void launch_pipelined();
+  void finish_pipelined(std::vector<Event>& out, bool relaunch);
+  void drop_finished_from_next();  // before reap(): rows of sessions that ended go unread
   // The steps of tick(), in order.
   void prepare_tick(std::vector<Event>& out);  // expiry, offload, starts, room, compaction
   bool gather(Clock::time_point now);          // order_ and candidates_; false when nobody is active
@@ -233,6 +247,11 @@ class Scheduler {
   std::size_t rr_cursor_ = 0;
   bool guard_fired_last_ = false;
   BuiltBatch batch_;                  // reused every tick
+  BuiltBatch next_;                   // the pipelined decode in flight (when inflight_)
+  bool inflight_ = false;
+  Status inflight_status_;            // what its launch returned (a failure fails its sessions when read)
+  Clock::time_point launched_at_{};
+  std::int32_t published_budget_ = 0; // the last tick's prefill budget (a pipelined tick plans none)
   std::vector<Candidate> candidates_; // reused every tick
   std::vector<Session*> order_;       // reused every tick
   std::vector<Token> sampled_;        // the tick's token per batch_.rows entry, all sampled before any is applied

@@ -109,6 +109,11 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   if (dp.rows > 0) build_batch(plan, order_, batch_);
 }
 
+bool Scheduler::may_draft(const Session& s) const {
+  if (!s.speculate || decoder_.outputs_per_sequence() == 1 || (!cost_.warm() && !config_.speculate_always)) return false;
+  return drafter_ != nullptr || !lookup_draft(s.tokens, 1, config_.lookup).empty();
+}
+
 void Scheduler::sample_batch() {
   sampled_.clear();
   const Session* chain = nullptr;  // the session whose draft rows are being verified

@@ -177,8 +177,8 @@ TEST_F(SpecSchedulerTest, DraftModelProposalsAgreeingNoneHalfOrAllLeaveEveryOutp
     const double drafted = static_cast<double>(metrics_.spec_drafted_total.load());
     const double accepted = static_cast<double>(metrics_.spec_accepted_total.load());
     EXPECT_GT(drafter.calls_, 0) << share;
-    if (share == 0) EXPECT_EQ(accepted, 0.0);
-    if (share == 100) EXPECT_EQ(accepted, drafted);
+    if (share == 0) { EXPECT_EQ(accepted, 0.0); }
+    if (share == 100) { EXPECT_EQ(accepted, drafted); }
     if (share == 50) {
       EXPECT_GT(accepted, 0.0);
       EXPECT_LT(accepted, drafted);

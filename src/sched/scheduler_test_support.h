@@ -36,7 +36,7 @@ class FakeDecoder final : public Decoder {
   bool kv_per_sequence() const override { return per_seq_; }
   std::int32_t n_ctx_seq() const override { return per_seq_ ? n_ctx_ / n_seq_ : n_ctx_; }
   void move_sequence(std::int32_t from, std::int32_t to) override {
-    no_rows_pending("move_sequence");
+    no_rows_pending("move_sequence", from);
     EXPECT_TRUE(per_seq_) << "sequences move only with per-sequence KV";
     EXPECT_TRUE(kv_[to].empty() && !live_[to]) << "move into a used sequence " << to;
     kv_[to] = std::move(kv_[from]);
@@ -75,7 +75,7 @@ class FakeDecoder final : public Decoder {
   }
   std::size_t kv_state_bytes(std::int32_t seq) const override { return kv_[seq].size() * sizeof(Token); }
   void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) override {
-    no_rows_pending("share_prefix");
+    no_rows_pending("share_prefix", dst);
     EXPECT_LE(n, static_cast<std::int32_t>(kv_[src].size())) << "sharing cells the source does not have";
     EXPECT_TRUE(kv_[dst].empty());
     kv_[dst].assign(kv_[src].begin(), kv_[src].begin() + n);
@@ -88,7 +88,7 @@ class FakeDecoder final : public Decoder {
     }
   }
   void drop_sampler(std::int32_t seq) override {
-    no_rows_pending("drop_sampler");
+    no_rows_pending("drop_sampler", seq);
     live_[seq] = false;
   }
   void prepare_save(std::int32_t seq) override { prepared_saves_.push_back(seq); }
@@ -113,7 +113,7 @@ class FakeDecoder final : public Decoder {
     return Status::Ok();
   }
   Status park_sequence(std::int32_t seq, bool save_kv, ParkedSequence& out) override {
-    no_rows_pending("park_sequence");
+    no_rows_pending("park_sequence", seq);
     EXPECT_TRUE(live_[seq]) << "park of a sequence that is not live";
     if (save_kv && pending(seq, kDestination)) return Status(ErrorCode::kKvPending, "copy in pending");
     ++parks_;
@@ -126,7 +126,7 @@ class FakeDecoder final : public Decoder {
     return Status::Ok();
   }
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override {
-    no_rows_pending("unpark_sequence");
+    no_rows_pending("unpark_sequence", seq);
     EXPECT_FALSE(live_[seq]) << "unpark into a live sequence";
     EXPECT_TRUE(from.sampler != nullptr);
     live_[seq] = true;
@@ -144,18 +144,22 @@ class FakeDecoder final : public Decoder {
     return Status::Ok();
   }
   void end_sequence(std::int32_t seq) override {
-    no_rows_pending("end_sequence");
+    no_rows_pending("end_sequence", seq);
     ++ended_;
     live_[seq] = false;
     kv_[seq].clear();
     release_cells(seq);
   }
+  bool decode_is_async() const override { return async_; }
+  void synchronize() override { ++syncs_; }
   Status decode(std::span<const BatchEntry> batch) override {
+    EXPECT_EQ(rows_unsampled_, 0) << "a decode launched over the last one's unread rows";
+    dead_.clear();
     ++decodes_;
     if (on_decode_) on_decode_(batch);
     copy_pending_.clear();  // llama.cpp applies queued stream copies first
     EXPECT_LE(static_cast<std::int32_t>(batch.size()), n_batch_);
-    last_.assign(batch.begin(), batch.end());
+    last_.clear();  // a failed decode has no rows
     sampled_.clear();
     rows_unsampled_ = 0;
     if (fail_next_) {
@@ -189,6 +193,7 @@ class FakeDecoder final : public Decoder {
       max_passes_ = std::max(max_passes_, passes);
       max_excess_passes_ = std::max(max_excess_passes_, passes - 1 - static_cast<int>(multi));
     }
+    last_.assign(batch.begin(), batch.end());
     for (const BatchEntry& e : batch) {
       EXPECT_TRUE(live_[e.seq]) << "decode for a sequence that was not started";
       EXPECT_EQ(e.pos, static_cast<std::int32_t>(kv_[e.seq].size())) << "positions must be contiguous (sequence " << e.seq << ", token " << e.token << ", decode " << decodes_ << ")";
@@ -206,6 +211,7 @@ class FakeDecoder final : public Decoder {
     const BatchEntry& e = last_[static_cast<size_t>(i)];
     EXPECT_TRUE(e.logits) << "sampled a row that did not ask for logits";
     EXPECT_EQ(e.seq, seq) << "logits row belongs to another sequence";
+    EXPECT_FALSE(dead_.count(i)) << "sampled a row whose sequence changed after the decode";
     EXPECT_TRUE(sampled_.insert(i).second) << "row sampled twice";
     --rows_unsampled_;
     return e.token + 1 == eos_after_ ? kEos : e.token + 1;
@@ -237,6 +243,8 @@ class FakeDecoder final : public Decoder {
   std::int32_t cells_used() const { return static_cast<std::int32_t>(refs_.size()); }  // distinct cells
 
   int decodes_ = 0;
+  bool async_ = false;  // decode_is_async(): the scheduler may pipeline
+  int syncs_ = 0;
   std::function<void(std::span<const BatchEntry>)> on_decode_;  // e.g. advances a test's clock by the batch's cost
   int moves_ = 0;
   int max_passes_ = 0;  // per-sequence KV: most ubatches (passes over the weights) one decode took
@@ -263,9 +271,19 @@ class FakeDecoder final : public Decoder {
   // A decode's rows are all sampled before any sequence changes (Scheduler::tick's order): a
   // sequence ended, kept, moved or parked between two samples of one decode fails here.
   int rows_unsampled_ = 0;
-  void no_rows_pending(const char* what) const {
-    EXPECT_EQ(rows_unsampled_, 0) << what << " between the samples of one decode";
+  // Asynchronous (async_): a sequence may change while a decode holding its rows is in flight;
+  // those rows are then dead, never to be sampled.
+  void no_rows_pending(const char* what, std::int32_t seq) {
+    if (!async_) {
+      EXPECT_EQ(rows_unsampled_, 0) << what << " between the samples of one decode";
+      return;
+    }
+    for (std::size_t i = 0; i < last_.size(); ++i) {
+      const auto row = static_cast<std::int32_t>(i);
+      if (last_[i].seq == seq && last_[i].logits && !sampled_.count(row) && dead_.insert(row).second) --rows_unsampled_;
+    }
   }
+  std::set<std::int32_t> dead_;  // rows of the last decode whose sequence changed before they were read
   // Per-sequence KV: copies between streams wait for the next decode (see Decoder::move_sequence);
   // until then a destination is not read and a source not written.
   static constexpr std::uint8_t kSource = 1, kDestination = 2;

@@ -80,6 +80,8 @@ struct Session {
   // tick being built (fed after its last token, each with a logits row), its acceptance estimate.
   bool speculate = false;
   bool speculated = false;          // some draft went into KV (finish trims the KV to n_past)
+  // A pipelined decode in flight holds a row of its (KV one cell past n_past until it is applied).
+  bool in_flight = false;
   std::vector<Token> draft;
   double accept = kAcceptancePrior;
 
