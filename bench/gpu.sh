@@ -6,7 +6,8 @@
 # file, context and GPU: llama-bench tg (the c=1 reference), llama-batched-bench S_TG (the decode
 # limit at each batch), llama-server (-np = the largest c, its default per-sequence KV) and umad
 # (defaults; at c=64 also prefix cache off, unified KV, greedy sampled on the host, and every decode
-# timed), with identical uma-bench workloads: c streams, 128-word prompts, 128 tokens out, 4c
+# timed; pipelined ticks off, speculation off), with identical uma-bench workloads: c streams,
+# 128-word prompts, 128 tokens out, 4c
 # requests (2c at c=1); then an 8B-shape Q4_0 model at c=64, and bench/gpu_prefix.sh's 8B rows
 # (shared prefix, cold long prompts, room per request). Prints the ratio tables last; JSON per
 # run and two plots (throughput.svg, itl.svg: tok/s and ITL against c) in OUT_DIR.
@@ -89,6 +90,13 @@ kill -TERM $pid; wait $pid || true
 run_umad umad-hostsampling --backend-sampling off
 bench umad-hostsampling-uds "uds:$out/umad.sock" "$cref"
 kill -TERM $pid; wait $pid || true
+# The pipelined tick and speculation (prompt lookup, verified on the device), each off alone.
+run_umad umad-nopipe --no-pipelined-ticks
+for c in 1 "$cref"; do bench umad-nopipe-uds "uds:$out/umad.sock" "$c"; done
+kill -TERM $pid; wait $pid || true
+run_umad umad-nospec --speculative off
+for c in 1 "$cref"; do bench umad-nospec-uds "uds:$out/umad.sock" "$c"; done
+kill -TERM $pid; wait $pid || true
 # Where a tick's time goes: every decode synchronised and timed (slower than the runs above).
 UMA_DECODE_TIMING=1 run_umad umad-timing
 bench umad-timing-uds "uds:$out/umad.sock" "$cref"
@@ -116,20 +124,32 @@ out, cref, conc = sys.argv[1], int(sys.argv[2]), [int(c) for c in sys.argv[3:]]
 def run(name):
     return json.load(open(os.path.join(out, name + ".json")))["runs"][0]
 tg = json.load(open(os.path.join(out, "llama-bench.json")))[0]["avg_ts"]
-stg = {}
+stg, spp = {}, {}
 for line in open(os.path.join(out, "llama-batched-bench.jsonl")):
     j = json.loads(line)
     stg[j["pl"]] = j["speed_tg"]
+    spp[j["pl"]] = j["speed_pp"]
+def limit(c, r):
+    # The workload's limit: each request's prompt at S_PP and its output at S_TG (batched-bench,
+    # same c), one after the other: output tok/s <= 1 / (prompt/output / S_PP + 1 / S_TG).
+    if c not in stg or c not in spp: return float("nan")
+    return 1.0 / (r["prompt_tokens"] / r["output_tokens"] / spp[c] + 1.0 / stg[c])
 print("GPU:", open(os.path.join(out, "gpu.txt")).read().strip())
 print(f"llama-bench tg128 {tg:.0f} t/s; llama-batched-bench S_TG " + ", ".join(f"B={b} {v:.0f}" for b, v in sorted(stg.items())))
-print("\n| c | S_TG | llama-server tok/s (ITL p50/p99 ms) | umad UDS tok/s (ITL p50/p99 ms) | umad HTTP tok/s | umad/llama-server | umad/S_TG |")
-print("|---|---|---|---|---|---|---|")
+print("\n| c | S_TG | limit (S_PP + S_TG) | llama-server tok/s (ITL p50/p99/max ms) | umad UDS tok/s (ITL p50/p99/max ms) | umad HTTP tok/s | umad/llama-server | umad/S_TG | umad/limit |")
+print("|---|---|---|---|---|---|---|---|---|")
 for c in conc:
     l, u, h = run(f"llama-server-c{c}"), run(f"umad-uds-c{c}"), run(f"umad-http-c{c}")
-    s = stg.get(c, float("nan"))
-    print(f"| {c} | {s:.0f} | {l['output_tok_s']:.0f} ({l['itl_ms']['p50']:.1f}/{l['itl_ms']['p99']:.1f}) | "
-          f"{u['output_tok_s']:.0f} ({u['itl_ms']['p50']:.1f}/{u['itl_ms']['p99']:.1f}) | {h['output_tok_s']:.0f} | "
-          f"{u['output_tok_s'] / l['output_tok_s']:.2f} | {u['output_tok_s'] / s:.2f} |")
+    s, lim = stg.get(c, float("nan")), limit(c, u)
+    print(f"| {c} | {s:.0f} | {lim:.0f} | {l['output_tok_s']:.0f} ({l['itl_ms']['p50']:.1f}/{l['itl_ms']['p99']:.1f}/{l['itl_ms']['max']:.1f}) | "
+          f"{u['output_tok_s']:.0f} ({u['itl_ms']['p50']:.1f}/{u['itl_ms']['p99']:.1f}/{u['itl_ms']['max']:.1f}) | {h['output_tok_s']:.0f} | "
+          f"{u['output_tok_s'] / l['output_tok_s']:.2f} | {u['output_tok_s'] / s:.2f} | {u['output_tok_s'] / lim:.2f} |")
+for name, what in (("nopipe", "pipelined ticks off"), ("nospec", "speculation off")):
+    for c in sorted({1, cref}):
+        if not os.path.exists(os.path.join(out, f"umad-{name}-uds-c{c}.json")): continue
+        u, v = run(f"umad-uds-c{c}"), run(f"umad-{name}-uds-c{c}")
+        print(f"{what} at c={c}: {v['output_tok_s']:.0f} tok/s (ITL p50/p99 {v['itl_ms']['p50']:.2f}/{v['itl_ms']['p99']:.1f} ms); "
+              f"default {u['output_tok_s']:.0f} (ITL p50/p99 {u['itl_ms']['p50']:.2f}/{u['itl_ms']['p99']:.1f}): default/{name} {u['output_tok_s'] / v['output_tok_s']:.3f}")
 c = cref
 n, u = run(f"umad-nocache-uds-c{c}"), run(f"umad-uds-c{c}")
 print(f"\nprefix cache at c={c}: on {u['output_tok_s']:.0f} tok/s (ITL p99 {u['itl_ms']['p99']:.1f} ms), "
@@ -150,7 +170,8 @@ if os.path.exists(os.path.join(out, "umad-8b-uds-c%d.json" % c)):
     print(f"8B Q4_0: llama-bench tg128 {tg8:.0f} t/s; S_TG B={c} {s8:.0f}; umad c={c} {u8['output_tok_s']:.0f} tok/s "
           f"(ITL p50/p99 {u8['itl_ms']['p50']:.1f}/{u8['itl_ms']['p99']:.1f} ms) = {u8['output_tok_s'] / s8:.2f} x S_TG")
 if 1 in conc:
-    print(f"c=1: umad {run('umad-uds-c1')['output_tok_s']:.0f} tok/s = {run('umad-uds-c1')['output_tok_s'] / tg:.2f} x llama-bench tg")
+    print(f"c=1: umad {run('umad-uds-c1')['output_tok_s']:.0f} tok/s = {run('umad-uds-c1')['output_tok_s'] / tg:.2f} x llama-bench tg"
+          f" (S_TG B=1 {stg.get(1, float('nan')):.0f})")
 import svg_plot
 gpu = open(os.path.join(out, "gpu.txt")).read().split(",")[0].strip()
 svg_plot.lines(os.path.join(out, "throughput.svg"), f"Output tok/s ({gpu})", "concurrent streams", "tok/s", conc,

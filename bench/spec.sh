@@ -65,24 +65,4 @@ for spec in none ngram-simple draft-simple; do
   stop_server
 done
 
-python3 - "$out/rows.txt" <<'PY'
-import json, sys
-rows = {}
-for line in open(sys.argv[1]):
-    server, work, conc, js = line.split(" ", 3)
-    rows[(server, work, conc)] = json.loads(js)
-print("\nworkload       umad off  umad lookup  (x)   llama-server  ngram-simple  (x)   lookup / ngram-simple")
-for conc in ("c=1", "c=16"):
-  for work in ("copy", "fresh", "decoy"):
-    key = "decode_tok_s" if conc == "c=1" else "tok_s"
-    a, b = rows[("umad-off", work, conc)][key], rows[("umad-lookup", work, conc)][key]
-    c, d = rows[("llama-server-none", work, conc)][key], rows[("llama-server-ngram-simple", work, conc)][key]
-    print(f"{work:6} {conc:5}  {a:8.1f}  {b:10.1f}  {b / a:5.2f}  {c:11.1f}  {d:11.1f}  {d / c:5.2f}  {b / d:5.2f}")
-print("\ndraft model       umad off  umad draft   (x)   llama-server  -md draft     (x)   umad / llama-server")
-for conc in ("c=1", "c=16"):
-    key = "decode_tok_s" if conc == "c=1" else "tok_s"
-    a, b = rows[("umad-off", "fresh", conc)][key], rows[("umad-draft", "fresh", conc)][key]
-    c, d = rows[("llama-server-none", "fresh", conc)][key], rows[("llama-server-draft-simple", "fresh", conc)][key]
-    print(f"fresh  {conc:5}  {a:8.1f}  {b:10.1f}  {b / a:5.2f}  {c:11.1f}  {d:11.1f}  {d / c:5.2f}  {b / d:5.2f}")
-print("c=1: decode tok/s of one stream (first token to last); c=16: all streams' tokens over the wall time")
-PY
+python3 bench/spec_table.py "$out/rows.txt"

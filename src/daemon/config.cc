@@ -330,6 +330,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   sc.preemption = preempt != "off";
   sc.slo_prefill = prefill_policy == "slo";
   sc.speculate = speculative == "lookup";
+  // A speculating request verifies its drafts on the device too (greedy): K + 1 rows per sequence.
+  rt.outputs_per_seq = sc.speculate || !out.draft_model.empty() ? sc.draft_max + 1 : 1;
   sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
   out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;

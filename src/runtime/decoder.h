@@ -65,7 +65,7 @@ class Decoder {
   virtual bool kv_per_sequence() const { return false; }
   virtual std::int32_t n_ctx_seq() const { return n_ctx(); }  // the most cells one sequence holds
   // The most logits rows one sequence may ask for in a decode (0: no limit). llama.cpp's sampling
-  // on the device takes one: then nothing can verify drafts.
+  // on the device takes as many as it was told at creation: one leaves nothing to verify drafts.
   virtual std::int32_t outputs_per_sequence() const { return 0; }
 
   // Tokenizes text (BOS added when the model wants it). Control tokens written as text are parsed

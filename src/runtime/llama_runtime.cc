@@ -145,8 +145,9 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->timing_.on = timing != nullptr && std::string_view(timing) == "1";
   cp.no_perf = !rt->timing_.on;
   // Backend sampling: a greedy chain per sequence id, given to the context at creation so that its
-  // first graph reserve already counts them. Each sequence then has at most one output per batch
-  // (a decode row, or a prompt chunk's last token), which llama.cpp must be told.
+  // first graph reserve already counts them. Each sequence then has at most outputs_per_seq
+  // outputs per batch (a decode row and its draft rows, or a prompt chunk's last token), which
+  // llama.cpp must be told.
   const bool output_on_gpu = on_gpu && mp.n_gpu_layers > llama_model_n_layer(rt->model_);
   std::vector<llama_sampler_seq_config> sampler_configs;
   const char* device_greedy = std::getenv("UMA_DEVICE_GREEDY");
@@ -163,7 +164,8 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
     }
     cp.samplers = sampler_configs.data();
     cp.n_samplers = sampler_configs.size();
-    cp.n_outputs_max_per_seq = 1;
+    rt->outputs_per_seq_ = std::max(1, config.outputs_per_seq);
+    cp.n_outputs_max_per_seq = static_cast<std::uint32_t>(rt->outputs_per_seq_);
   }
   rt->ctx_ = llama_init_from_model(rt->model_, cp);
   if (rt->ctx_ == nullptr) {

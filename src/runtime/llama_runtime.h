@@ -66,6 +66,9 @@ struct RuntimeConfig {
   std::string backend_sampling = "auto";
   // Per-sequence KV: ids [0, n) get a device sampler (0: all); the ids above hold kept prefixes.
   std::int32_t n_seq_sampling = 0;
+  // Device sampling: the most rows one sequence may sample in a decode. Speculation verifies a
+  // session's K drafts with K + 1 rows, each picked on the device (draft max + 1); 1 otherwise.
+  std::int32_t outputs_per_seq = 1;
   // Per-sequence KV: each decode's entries ordered, and missing ids filled, for llama.cpp's split
   // (runtime/stream_batch.h); false gives llama.cpp the batch as it comes (for comparison).
   bool stream_batches = true;
@@ -118,7 +121,7 @@ class LlamaRuntime final : public Decoder {
   // A GPU's decode is queued, not run, by llama_decode (a synchronised timing run is not).
   bool decode_is_async() const override { return on_gpu_ && !timing_.on; }
   void synchronize() override;
-  std::int32_t outputs_per_sequence() const override { return backend_greedy_.empty() ? 0 : 1; }
+  std::int32_t outputs_per_sequence() const override { return backend_greedy_.empty() ? 0 : outputs_per_seq_; }
   std::int32_t kv_tokens(std::int32_t seq) const override;
 
   bool backend_sampling() const { return !backend_greedy_.empty(); }
@@ -166,6 +169,7 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_threads_ = 1;
   bool per_seq_ = false;
   bool on_gpu_ = false;
+  std::int32_t outputs_per_seq_ = 1;  // with device sampling (RuntimeConfig::outputs_per_seq)
   // Per-sequence KV: llama.cpp queues a copy between streams until the next llama_decode, while a
   // state read or write acts at once. Until then a copy's destination must not be read (it would
   // snapshot the stream before the copy) nor its source written (the copy would carry the new

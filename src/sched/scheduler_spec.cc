@@ -10,8 +10,9 @@ namespace uma {
 
 void Scheduler::plan_speculation(const TickPlan& plan) {
   if (plan.decode.empty() || (!cost_.warm() && !config_.speculate_always)) return;
-  // A decoder that takes one logits row per sequence (the GPU's on-device sampling) cannot verify.
-  if (decoder_.outputs_per_sequence() == 1) return;
+  // A decoder that samples one row per sequence (the GPU's device sampling told so) cannot verify.
+  const std::int32_t rows_max = decoder_.outputs_per_sequence();
+  if (rows_max == 1) return;
   std::vector<DraftOffer> offers;
   std::vector<Session*> who;
   std::vector<bool> by_model;  // offer k's drafts are still to be made by the draft model
@@ -21,6 +22,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     // Drafts never run past max_tokens nor the sequence's room.
     std::int32_t k = std::min(config_.draft_max, s.max_tokens - s.generated - 1);
     k = std::min(k, decoder_.n_ctx_seq() - s.n_past - 2);
+    if (rows_max > 0) k = std::min(k, rows_max - 1);
     if (k <= 0) continue;
     // A lookup costs nothing to make: it goes first; the draft model drafts where it finds none.
     s.draft = lookup_draft(s.tokens, k, config_.lookup);

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Speculative decoding on a GPU (issue 33), one command:
+#   bench/gpu_spec.sh [OUT_DIR]      (default build-cuda/bench-gpu-spec)
+# The target is the 8b preset built as the oracle (greedy next = last + 1 at Llama 3 8B's real
+# cost), Q4_0; the draft the tiny preset as the oracle agreeing on UMA_SPEC_AGREE (0.8) of the
+# tokens. umad without speculation (--speculative off: the default GPU path, device sampling,
+# pipelined ticks), with prompt lookup and with the draft model (both verified on the device);
+# llama-server without, with --spec-type ngram-simple, and with -md (draft-simple, draft on the
+# GPU too); same model files and GPU, bench/spec_client.py's workloads at c=1 and c=16.
+# Expects the CUDA build of bench/gpu.sh (UMA_GPU=cuda, UMA_BUNDLE for an offline setup).
+# Env: UMA_SPEC_AGREE (0.8), UMA_SPEC_TOKENS (256), UMA_SPEC_REQUESTS (3), UMA_BENCH_PORT (18080).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export UMA_GPU=${UMA_GPU:-cuda}
+bdir=build-$UMA_GPU
+out=${1:-$bdir/bench-gpu-spec}
+port=${UMA_BENCH_PORT:-18080}
+url=http://127.0.0.1:$port
+ctx=16384
+mkdir -p "$out"
+log() { printf '\n== %s\n' "$*" >&2; }
+scripts/setup.sh llama-server >/dev/null
+cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$bdir" -j "$(nproc)" --target umad uma-mkmodel uma-cli >/dev/null
+L=$(scripts/llama.sh --print-root)/build/bin
+agree=${UMA_SPEC_AGREE:-0.8}
+target=$bdir/models/8b-oracle-q4_0.gguf
+draft=$bdir/models/tiny-oracle-agree$agree-q8_0.gguf
+mkdir -p "$bdir/models"
+[ -s "$target" ] || "$bdir/bin/uma-mkmodel" --preset 8b --oracle --type q4_0 --seed 1 -o "$target" >/dev/null
+[ -s "$draft" ] || "$bdir/bin/uma-mkmodel" --preset tiny --oracle --agree "$agree" --type q8_0 --seed 2 -o "$draft" >/dev/null
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >"$out/gpu.txt" 2>/dev/null || echo unknown >"$out/gpu.txt"
+tokens=${UMA_SPEC_TOKENS:-256}
+reqs=${UMA_SPEC_REQUESTS:-3}
+
+pid=
+wait_ready() {
+  for _ in $(seq 1800); do
+    python3 -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('$url/health').status != 200)" >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "server exited" >&2; return 1; }
+    sleep 0.1
+  done
+  echo "server did not come up" >&2; return 1
+}
+stop() { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+trap stop EXIT
+rows() {  # $1 = server label, then "WORKLOAD STREAMS REQUESTS TOKENS" rows
+  local label=$1; shift
+  for w in "$@"; do
+    set -- "$label" $w
+    python3 bench/spec_client.py "$url" "$2" "$3" 1 16 100 >/dev/null  # warm-up (graphs, cost model), other prompts
+    r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5" 0)
+    echo "$1 $2 c=$3 $r" | tee -a "$out/rows.txt"
+  done
+}
+lookup_rows=("copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "copy 16 1 128" "fresh 16 1 128")
+draft_rows=("fresh 1 $reqs $tokens" "fresh 16 1 128")
+
+: >"$out/rows.txt"
+for mode in off lookup draft; do
+  flags=(--speculative "$mode")
+  [ "$mode" = draft ] && flags=(--speculative lookup --draft-model "$draft")
+  log "umad ${flags[*]}"
+  "$bdir/bin/umad" --model "$target" --socket "$out/umad.sock" --n-ctx "$ctx" --max-sessions 16 --http "127.0.0.1:$port" \
+    "${flags[@]}" 2>"$out/umad-$mode.log" &
+  pid=$!
+  wait_ready
+  if [ "$mode" = draft ]; then rows "umad-$mode" "${draft_rows[@]}"; else rows "umad-$mode" "${lookup_rows[@]}"; fi
+  "$bdir/bin/uma-cli" -s "$out/umad.sock" metrics >"$out/umad-$mode.metrics.json" 2>/dev/null || true
+  stop
+done
+for spec in none ngram-simple draft-simple; do
+  extra=()
+  [ "$spec" = draft-simple ] && extra=(-md "$draft" -ngld 999)
+  log "llama-server --spec-type $spec ${extra[*]}"
+  "$L/llama-server" -m "$target" -ngl 999 -c "$ctx" -np 16 --host 127.0.0.1 --port "$port" --no-webui \
+    --spec-type "$spec" "${extra[@]}" >"$out/llama-server-$spec.log" 2>&1 &
+  pid=$!
+  wait_ready
+  if [ "$spec" = draft-simple ]; then rows "llama-server-$spec" "${draft_rows[@]}"; else rows "llama-server-$spec" "${lookup_rows[@]}"; fi
+  stop
+done
+echo "GPU: $(cat "$out/gpu.txt")"
+python3 bench/spec_table.py "$out/rows.txt"
