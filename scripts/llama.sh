@@ -59,7 +59,7 @@ fetch_tarball() {
 # The files of the pruned source, sorted (what a build and the tests need).
 pruned_files() {
   (cd "$base/src" && git ls-files | grep -vE '^(docs/|benches/|media/|\.github/|tools/ui/(src|tests|\.storybook)/|models/)'
-   cd "$base/src" && git ls-files models/templates && echo models/ggml-vocab-llama-spm.gguf) | LC_ALL=C sort
+   cd "$base/src" && git ls-files models/templates && printf "%s\n" models/ggml-vocab-llama-spm.gguf models/ggml-vocab-gpt-2.gguf) | LC_ALL=C sort
 }
 
 # A tar of those files that is the same bytes on any machine (names sorted, times, owners and

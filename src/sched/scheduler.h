@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "metrics/server_metrics.h"
@@ -199,6 +200,10 @@ class Scheduler {
   // are accepted, and the rejected tokens' KV removed.
   void plan_speculation(const TickPlan& plan);
   bool may_draft(const Session& s) const;  // plan_speculation could give it drafts now
+  // What a verifying tick costs beyond the cost model's rows: on a GPU a decode of a new shape
+  // builds its graph (and the next tick, back to one row a session, again). `excess_ms` is the
+  // tick's measured minus predicted time; a verifying tick's and the one after it are summed.
+  void observe_spec_overhead(double excess_ms);
   void sample_batch();
   static constexpr Token kNotSampled = -1;  // sampled_: a row after a rejected draft token
   // scheduler_pipeline.cc: the pipelined tick. launch_pipelined() (after sample_batch, before
@@ -259,6 +264,9 @@ class Scheduler {
   // Speculation: the acceptance of every session's drafts, an EWMA; a new session starts from it
   // (kept within [0.1, 0.9]), so that a workload whose drafts fail stops paying for them at once.
   double spec_accept_ = kAcceptancePrior;
+  double spec_overhead_ms_ = 0.0;       // EWMA of observe_spec_overhead's samples
+  bool spec_overhead_seen_ = false;
+  std::optional<double> spec_excess_pending_;  // the last tick verified: its excess, awaiting the next tick's
   Drafter* drafter_ = nullptr;
 };
 

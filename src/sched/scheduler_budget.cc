@@ -131,6 +131,7 @@ void Scheduler::observe_cost(double decode_ms) {
   const TickWork w = batch_work();
   if (w.tokens <= 0) return;
   metrics_.tick_predicted_ms = cost_.predict_ms(w);
+  observe_spec_overhead(decode_ms - metrics_.tick_predicted_ms);
   cost_.observe(w, decode_ms);
   metrics_.tick_predict_error = cost_.median_error();
   // Each row's share: the weights split over the tick's tokens, plus its own KV read and write.

@@ -17,7 +17,6 @@ class PipelineTest : public SchedulerTest {
   // Speculation is off: repeated prompt tokens would give lookup drafts, which stop the pipeline.
   void start(bool async, bool per_seq, SchedulerConfig cfg = {}) {
     out_.clear();
-    scheduler_.reset();  // before the decoder it uses
     cfg.speculate = false;
     make(/*n_batch=*/512, /*n_ctx=*/2048, /*n_seq=*/16, cfg, per_seq);
     decoder_->async_ = async;

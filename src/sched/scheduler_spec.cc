@@ -55,6 +55,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   std::int32_t room = decoder_.n_batch() - static_cast<std::int32_t>(batch_.entries.size());
   if (!ledger_.per_seq()) room = std::min(room, cells_free() / 2);  // a draft's cells are back after the tick
   DraftPlanInput in{offers, static_cast<double>(batch_.decoded.size()), tick_ms, room};
+  in.fixed_ms = std::max(0.0, spec_overhead_ms_);
   if (config_.speculate_always) {
     for (DraftOffer& o : offers) o.accept = 1.0, o.ms_per_token = 0.0;
     in.tick_ms = [](std::int32_t) { return 1.0; };  // rows free: all of every offer, in room
@@ -80,7 +81,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     const double pass_ms = cost_.predict_ms({1, depth + 1, 1, depth});
     double drafting = 0.0;
     for (std::size_t k = 0; k < offers.size(); ++k) drafting += offers[k].ms_per_token * dp.k[k];
-    const double t0 = in.tick_ms(0), t = in.tick_ms(dp.rows) + drafting + passes * pass_ms;
+    const double t0 = in.tick_ms(0), t = in.tick_ms(dp.rows) + in.fixed_ms + drafting + passes * pass_ms;
     if (!(dp.expected_tokens * t0 > in.base_tokens * t)) {
       std::fill(dp.k.begin(), dp.k.end(), 0);
       dp.rows = 0;
@@ -109,6 +110,20 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     metrics_.spec_draft_step_ms = drafter_->step_ms();
   }
   if (dp.rows > 0) build_batch(plan, order_, batch_);
+}
+
+void Scheduler::observe_spec_overhead(double excess_ms) {
+  const bool verified = std::any_of(batch_.rows.begin(), batch_.rows.end(), [](const LogitsRow& r) { return r.draft > 0; });
+  // Samples keep their sign (the model's noise averages out); the estimate is clamped at 0.
+  if (spec_excess_pending_.has_value()) {
+    // The tick after a verifying one: a tick that verifies again kept the shape's cost to itself.
+    const double sample = *spec_excess_pending_ + (verified ? 0.0 : excess_ms);
+    spec_excess_pending_.reset();
+    spec_overhead_ms_ = spec_overhead_seen_ ? 0.8 * spec_overhead_ms_ + 0.2 * sample : sample;
+    spec_overhead_seen_ = true;
+  }
+  if (verified) spec_excess_pending_ = excess_ms;
+  metrics_.spec_overhead_ms = std::max(0.0, spec_overhead_ms_);
 }
 
 bool Scheduler::may_draft(const Session& s) const {

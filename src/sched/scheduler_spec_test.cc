@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <memory>
 
 #include "sched/scheduler.h"
 #include "sched/scheduler_test_support.h"
@@ -135,6 +136,34 @@ TEST_F(SpecSchedulerTest, DearRowsTurnSpeculationOff) {
   for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'c', 20));
   EXPECT_EQ(metrics_.spec_drafted_total.load(), 0u);
   EXPECT_GT(metrics_.spec_declined_ticks_total.load(), 0u);
+}
+
+TEST_F(SpecSchedulerTest, WhatAVerifyingTickCostsBeyondItsRowsIsLearnt) {
+  double without = 0.0;
+  for (int shape_ms : {0, 8}) {
+    start(true);
+    out_.clear();
+    // A GPU-like decoder: a batch of a new size builds its graph (shape_ms), into the verifying
+    // tick and again into the one after it, back to a row a session.
+    auto last = std::make_shared<std::size_t>(0);
+    decoder_->on_decode_ = [this, shape_ms, last](std::span<const BatchEntry> b) {
+      const long build = b.size() != *last ? 1000L * shape_ms : 0L;
+      *last = b.size();
+      clock_.advance(std::chrono::microseconds(10000 + 200 * static_cast<long>(b.size()) + build));
+    };
+    for (RequestId id = 1; id <= 3; ++id) submit(id, kCopyPrompt, 40);
+    run_until_idle();
+    for (RequestId id = 1; id <= 3; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'c', 40)) << shape_ms;
+    ASSERT_GT(metrics_.spec_ticks_total.load(), 0u);
+    const double learnt = metrics_.spec_overhead_ms.load();
+    if (shape_ms == 0) {
+      EXPECT_LT(learnt, 2.0) << "the rows alone, as the cost model predicts them";
+      without = learnt;
+    } else {
+      // Two graph builds for one verifying tick, less what the cost model's own fit absorbs of them.
+      EXPECT_GT(learnt - without, 0.5 * shape_ms);
+    }
+  }
 }
 
 // A draft model for the fake "model" (token + 1): after token t it proposes t + 1 where `agree(t)`,

@@ -375,6 +375,7 @@ class SchedulerTest : public ::testing::Test {
  protected:
   void make(std::int32_t n_batch, std::int32_t n_ctx, std::int32_t n_seq, SchedulerConfig cfg = {}, bool per_seq = false) {
     cfg.slo_tbt_ms = 1e9;  // ticks take no virtual time; a test that wants a stream overdue says so
+    scheduler_.reset();    // a second make(): the old scheduler goes before the decoder it uses
     decoder_ = std::make_unique<FakeDecoder>(n_batch, n_ctx, n_seq, per_seq);
     scheduler_ = std::make_unique<Scheduler>(*decoder_, metrics_, cfg, clock_);
   }

@@ -48,14 +48,17 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
     if (o.accept >= in.min_accept) next.push({o.accept, i});
   }
   if (!any || in.max_rows <= 0 || !in.tick_ms) return plan;
-  double t = in.tick_ms(0);
+  const double t0 = in.tick_ms(0);
+  double t = t0;
   double tokens = in.base_tokens;
   double drafting = 0.0;  // the drafting the plan took so far (a draft model's steps)
   while (!next.empty() && plan.rows < in.max_rows) {
     const Next n = next.top();
-    const double t_more = in.tick_ms(plan.rows + 1) + in.offers[n.offer].ms_per_token + drafting;
-    // Worth it while the expected tokens per ms rise: (T + p) / (t + dt) > T / t.
-    if (!(t > 0) || n.p * t <= (t_more - t) * tokens) break;
+    const double t_more = in.tick_ms(plan.rows + 1) + in.offers[n.offer].ms_per_token + drafting + in.fixed_ms;
+    // Worth it while the expected tokens per ms rise: (T + p) / (t + dt) > T / t (the first row's
+    // dt without the fixed cost, which the whole plan must pay back).
+    const double dt = t_more - t - (plan.rows == 0 ? in.fixed_ms : 0.0);
+    if (!(t > 0) || n.p * t <= dt * tokens) break;
     next.pop();
     tokens += n.p;
     t = t_more;
@@ -65,6 +68,11 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
     plan.k[i]++;
     const double p_next = n.p * in.offers[i].accept;
     if (plan.k[i] < in.offers[i].available && p_next >= in.min_accept) next.push({p_next, i});
+  }
+  if (plan.rows > 0 && in.fixed_ms > 0 && !(tokens * t0 > in.base_tokens * t)) {
+    std::fill(plan.k.begin(), plan.k.end(), 0);  // the rows pay, not the fixed cost with them
+    plan.rows = 0;
+    tokens = in.base_tokens;
   }
   plan.expected_tokens = tokens;
   plan.declined = plan.rows == 0;

@@ -57,6 +57,10 @@ struct DraftPlanInput {
   std::function<double(std::int32_t n)> tick_ms;
   std::int32_t max_rows = 0;   // draft rows the tick may add at most (batch room, KV room)
   double min_accept = 0.05;    // a draft token less likely than this is never verified
+  // A cost any drafts at all add, whatever their number (a GPU builds a graph for the new shape):
+  // rows are still chosen by their marginal worth, then the plan stands only if the tick's
+  // expected tokens per ms, this included, beat the decode rows' alone.
+  double fixed_ms = 0;
 };
 
 struct DraftPlan {

@@ -83,6 +83,25 @@ TEST(PlanDrafts, TheLikelierOfferGetsItsTokensFirst) {
   EXPECT_EQ(q.k[0], 2);
 }
 
+TEST(PlanDrafts, AFixedCostOfDraftingIsPaidOnlyByPlansThatYieldEnough) {
+  // A lone GPU stream: a 1.4 ms tick, rows nearly free, but a tick with drafts builds a graph
+  // (3 ms more). Drafts accepted 0.6 of the time yield ~1.5 tokens: not worth 3 ms.
+  auto with_fixed = [](double accept, double fixed_ms) {
+    const std::vector<DraftOffer> offers{{16, accept}};
+    DraftPlanInput in{offers, 1, [](std::int32_t n) { return 1.4 + 0.01 * (1 + n); }, 64};
+    in.fixed_ms = fixed_ms;
+    return plan_drafts(in);
+  };
+  EXPECT_GE(with_fixed(0.6, 0.0).k[0], 4) << "without the fixed cost every likely row pays";
+  const DraftPlan low = with_fixed(0.6, 3.0);
+  EXPECT_EQ(low.rows, 0);
+  EXPECT_TRUE(low.declined);
+  // A copy (accepted 0.95: ~8 tokens a tick) pays for it, with every row it would take anyway.
+  const DraftPlan high = with_fixed(0.95, 3.0);
+  EXPECT_EQ(high.k[0], 16);
+  EXPECT_GT(high.expected_tokens * 1.41, 1.0 * (1.4 + 0.01 * 17 + 3.0));
+}
+
 TEST(Acceptance, MovesTowardsWhatTheVerificationsShow) {
   double a = kAcceptancePrior;
   for (int k = 0; k < 10; ++k) a = update_acceptance(a, 8, 8);
