@@ -63,6 +63,7 @@ class ServerMetrics {
   std::atomic<std::uint64_t> spec_accepted_total{0};       // of them, accepted
   std::atomic<double> spec_draft_ms_total{0.0};            // time the draft model spent drafting
   std::atomic<double> spec_draft_step_ms{0.0};             // its measured step
+  std::atomic<double> spec_draft_call_ms{0.0};             // a call's cost beyond its steps
   std::atomic<std::uint64_t> ttft_slo_miss_total{0};
   std::atomic<std::uint64_t> tbt_slo_miss_total{0};
   std::atomic<std::int64_t> last_batch_size{0};

@@ -43,11 +43,13 @@ class DraftModel final : public Drafter {
   Status draft(std::span<const DraftJob> jobs) override;
   void forget(std::int32_t seq) override;
   double step_ms() const override { return step_ms_; }
+  double call_ms() const override { return call_ms_; }
   std::string describe() const;
 
  private:
   DraftModel() = default;
-  // One llama_decode of the batch built so far; the measured time feeds step_ms when `step`.
+  // One llama_decode of the batch built so far; the measured time feeds step_ms when `step`
+  // (a step after the first: the first's graph is new).
   Status decode(bool step);
   void clear();  // drops every sequence's cells (after an error)
 
@@ -63,7 +65,8 @@ class DraftModel final : public Drafter {
   std::vector<std::int32_t*> seq_ptr_;
   std::vector<std::int8_t> logits_;
   std::int32_t n_ = 0;
-  double step_ms_ = 0.0;
+  double step_ms_ = 0.0;  // a steady step's (the first after a catch-up builds its graph: call_ms_)
+  double call_ms_ = 0.0;  // a call's time beyond step_ms_ per step
 };
 
 }  // namespace uma

@@ -39,6 +39,9 @@ class Drafter {
   // Measured milliseconds of one drafting step (0 until measured): what each drafted token costs
   // the tick, over and above its verification.
   virtual double step_ms() const = 0;
+  // Measured milliseconds a draft() call costs beyond its steps (the catch-up decode; on a GPU the
+  // graphs built for a batch of a new shape): a tick with model drafts pays it once.
+  virtual double call_ms() const { return 0.0; }
 };
 
 }  // namespace uma

@@ -55,7 +55,8 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   std::int32_t room = decoder_.n_batch() - static_cast<std::int32_t>(batch_.entries.size());
   if (!ledger_.per_seq()) room = std::min(room, cells_free() / 2);  // a draft's cells are back after the tick
   DraftPlanInput in{offers, static_cast<double>(batch_.decoded.size()), tick_ms, room};
-  in.fixed_ms = std::max(0.0, spec_overhead_ms_);
+  // Paid once whatever the drafts: the verifying tick's graphs, and a draft model's call.
+  in.fixed_ms = std::max(0.0, spec_overhead_ms_) + (n_model > 0 ? drafter_->call_ms() : 0.0);
   if (config_.speculate_always) {
     for (DraftOffer& o : offers) o.accept = 1.0, o.ms_per_token = 0.0;
     in.tick_ms = [](std::int32_t) { return 1.0; };  // rows free: all of every offer, in room
@@ -108,6 +109,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     if (const Status st = drafter_->draft(jobs); !st.ok()) spdlog::warn("draft model: {} (no drafts this tick)", st.to_string());
     metrics_.spec_draft_ms_total = metrics_.spec_draft_ms_total.load() + ms_between(t0, time_.now());
     metrics_.spec_draft_step_ms = drafter_->step_ms();
+    metrics_.spec_draft_call_ms = drafter_->call_ms();
   }
   if (dp.rows > 0) build_batch(plan, order_, batch_);
 }
