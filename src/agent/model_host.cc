@@ -469,7 +469,14 @@ void ModelHost::tick() {
   }
   std::vector<std::string> late;
   for (auto& [id, e] : entries_) {
-    if (e->state == ModelState::kQueued && now - e->state_since > config_.queue_timeout) late.push_back(id);
+    if (e->state == ModelState::kQueued && now - e->state_since > config_.queue_timeout) {
+      // Room that models already unloading give back has been found: wait for them to exit (a
+      // umad on a GPU takes longer than a short queue timeout to free its device), up to the start
+      // timeout; only room still held by models in use times out.
+      const Room coming = make_room(residents(true), e->bytes, config_.budget);
+      const bool waiting_for_exits = coming.fits && coming.unload.empty() && now - e->state_since <= config_.start_timeout;
+      if (!waiting_for_exits) late.push_back(id);
+    }
     if (e->state == ModelState::kStarting && now - e->state_since > config_.start_timeout) late.push_back(id);
   }
   for (const std::string& id : late) {
