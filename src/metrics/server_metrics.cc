@@ -127,6 +127,7 @@ const std::vector<Scalar>& scalars() {
       {"pipelined_ticks_total", "pipelined_ticks_total", Type::kCounter, "Decodes launched before the last one's tokens became text (the pipelined tick).", load(&M::pipelined_ticks_total)},
       {"spec_ticks_total", "spec_ticks_total", Type::kCounter, "Ticks that verified draft tokens (speculative decoding).", load(&M::spec_ticks_total)},
       {"spec_declined_ticks_total", "spec_declined_ticks_total", Type::kCounter, "Ticks with drafts that the cost model found not worth verifying.", load(&M::spec_declined_ticks_total)},
+      {"spec_verifications_total", "spec_verifications_total", Type::kCounter, "Sessions' drafts verified, one per session and tick (spec_accepted_tokens_total over this: the mean accepted length).", load(&M::spec_verifications_total)},
       {"spec_drafted_total", "spec_drafted_tokens_total", Type::kCounter, "Draft tokens verified.", load(&M::spec_drafted_total)},
       {"spec_accepted_total", "spec_accepted_tokens_total", Type::kCounter, "Draft tokens accepted.", load(&M::spec_accepted_total)},
       {"spec_draft_ms_total", "spec_draft_seconds_total", Type::kCounter, "Time the draft model spent drafting.", load(&M::spec_draft_ms_total), 0.001},

@@ -59,6 +59,7 @@ class ServerMetrics {
   std::atomic<std::uint64_t> spec_ticks_total{0};          // ticks that verified drafts
   std::atomic<std::uint64_t> spec_declined_ticks_total{0};  // drafts there, and the cost model said no
   std::atomic<std::uint64_t> spec_drafted_total{0};        // draft tokens verified
+  std::atomic<std::uint64_t> spec_verifications_total{0};  // a session's drafts verified in a tick (accepted / this: mean accepted length)
   std::atomic<double> spec_overhead_ms{0.0};               // a verifying tick's cost beyond its rows (graph builds)
   std::atomic<std::uint64_t> spec_accepted_total{0};       // of them, accepted
   std::atomic<double> spec_draft_ms_total{0.0};            // time the draft model spent drafting

@@ -146,6 +146,8 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
   };
   // Catch-up: each sequence's cells are made to hold its tokens; the last one's logits propose.
   n_ = 0;
+  std::size_t caught_up = 0;  // most tokens one sequence fed: a new request's prompt, or what a tick accepted
+  std::int32_t k_max = 0;
   for (const DraftJob& j : jobs) {
     j.out->clear();
     if (j.k <= 0 || j.tokens.empty() || j.seq < 0 || j.seq >= static_cast<std::int32_t>(fed_.size())) continue;
@@ -157,6 +159,8 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
       llama_memory_seq_rm(mem, j.seq, static_cast<llama_pos>(common), -1);
       fed.resize(common);
     }
+    caught_up = std::max(caught_up, n - common);
+    k_max = std::max(k_max, j.k);
     for (std::size_t p = common; p < n; ++p) {
       if (n_ == n_batch_) {
         if (Status st = flush(false); !st.ok()) return fail(st);
@@ -180,10 +184,14 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
     live.clear();
     if (Status st = flush(true); !st.ok()) return fail(st);
   }
-  llama_synchronize(ctx_);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_call).count();
-  const double beyond = std::max(0.0, ms - step_ms_ * steps);
-  call_ms_ = call_ms_ > 0 ? 0.8 * call_ms_ + 0.2 * beyond : beyond;
+  // A call that fed a new request's prompt is that request's one-time prefill, not what each
+  // drafting tick costs: only a steady call (catch-up of at most what a tick can accept) is a sample.
+  if (caught_up <= static_cast<std::size_t>(k_max) + 1) {
+    llama_synchronize(ctx_);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_call).count();
+    const double beyond = std::max(0.0, ms - step_ms_ * steps);
+    call_ms_ = call_ms_ > 0 ? 0.8 * call_ms_ + 0.2 * beyond : beyond;
+  }
   return Status::Ok();
 }
 

@@ -66,7 +66,7 @@ class DraftModel final : public Drafter {
   std::vector<std::int8_t> logits_;
   std::int32_t n_ = 0;
   double step_ms_ = 0.0;  // a steady step's (the first after a catch-up builds its graph: call_ms_)
-  double call_ms_ = 0.0;  // a call's time beyond step_ms_ per step
+  double call_ms_ = 0.0;  // a steady call's time beyond step_ms_ per step (not a prompt's catch-up)
 };
 
 }  // namespace uma

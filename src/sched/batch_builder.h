@@ -29,12 +29,16 @@ struct BuiltBatch {
   std::vector<LogitsRow> rows;          // in batch order
   std::vector<Session*> decoded;        // sessions that fed back their last token
   std::vector<PrefillChunk> prefilled;  // chunks of prompt fed this tick
+  // Decode rows computed for sessions that ended before they were read (a pipelined decode's):
+  // gone from rows and decoded, still in entries and in the tick's cost.
+  std::int32_t dropped_rows = 0;
   struct Item {
     std::size_t index = 0;     // into the plan's candidates
     std::int32_t prefill = 0;  // chunk length; 0: a decode row
   };
   std::vector<Item> items;  // scratch
-  void clear() { entries.clear(); rows.clear(); decoded.clear(); prefilled.clear(); }
+  void clear() { entries.clear(); rows.clear(); decoded.clear(); prefilled.clear(); dropped_rows = 0; }
+  std::int32_t decode_rows() const { return static_cast<std::int32_t>(decoded.size()) + dropped_rows; }
 };
 
 // `order` holds the sessions the candidates were made from, index for index. A decoding session

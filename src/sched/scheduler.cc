@@ -316,8 +316,7 @@ void Scheduler::record_tick(double decode_ms, std::int32_t budget) {
   const auto n_tokens = static_cast<std::int32_t>(batch_.entries.size());
   const bool prefill_pending = std::any_of(candidates_.begin(), candidates_.end(),
                                            [](const Candidate& c) { return c.prompt_remaining > 0; });
-  budget_.observe(decode_ms, static_cast<std::int32_t>(batch_.decoded.size()),
-                  n_tokens - static_cast<std::int32_t>(batch_.decoded.size()), prefill_pending);
+  budget_.observe(decode_ms, batch_.decode_rows(), n_tokens - batch_.decode_rows(), prefill_pending);
   metrics_.batch_calls_total++;
   metrics_.last_batch_size = n_tokens;
   metrics_.decode_ms_last = decode_ms;
@@ -325,7 +324,7 @@ void Scheduler::record_tick(double decode_ms, std::int32_t budget) {
   metrics_.batch_tokens.observe(n_tokens);
   for (const PrefillChunk& c : batch_.prefilled) metrics_.prefill_chunk.observe(c.length);
   metrics_.decode_ms_ewma = budget_.decode_ms_ewma();
-  metrics_.decode_step_ms = batch_.decoded.empty() ? 0.0 : budget_.base_ms(static_cast<std::int32_t>(batch_.decoded.size()));
+  metrics_.decode_step_ms = batch_.decode_rows() == 0 ? 0.0 : budget_.base_ms(batch_.decode_rows());
   metrics_.tick_budget = budget;
   metrics_.tick_prefill_floor = budget_.floor();
   metrics_.prefill_fixed_ms = budget_.prefill_fixed_ms();

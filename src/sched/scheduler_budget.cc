@@ -37,7 +37,7 @@ void Scheduler::add_decode_row(TickWork& w, const Session& s) const {
 TickWork Scheduler::batch_work() const {
   TickWork w;
   w.tokens = static_cast<double>(batch_.entries.size());
-  w.decode_rows = static_cast<double>(batch_.decoded.size());
+  w.decode_rows = static_cast<double>(batch_.decode_rows());  // a dropped row's attention is left out
   w.kv_read_cells = ledger_.per_seq() ? 0.0 : unified_span_;
   for (const Session* s : batch_.decoded) {
     w.span_cells += span_of(s->n_past, 1 + static_cast<std::int32_t>(s->draft.size()));  // its row and its drafts'

@@ -56,7 +56,7 @@ void Scheduler::launch_pipelined() {
 void Scheduler::drop_finished_from_next() {
   if (!inflight_) return;
   std::erase_if(next_.rows, [](const LogitsRow& r) { return is_terminal(*r.session); });
-  std::erase_if(next_.decoded, [](const Session* s) { return is_terminal(*s); });
+  next_.dropped_rows += static_cast<std::int32_t>(std::erase_if(next_.decoded, [](const Session* s) { return is_terminal(*s); }));
 }
 
 void Scheduler::finish_pipelined(std::vector<Event>& out, bool relaunch) {

@@ -168,6 +168,7 @@ void Scheduler::sample_batch() {
     s.speculated = true;
     drafted += k;
     taken += n;
+    metrics_.spec_verifications_total++;
   }
   if (drafted > 0) {
     metrics_.spec_ticks_total++;

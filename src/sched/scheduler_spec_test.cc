@@ -56,6 +56,9 @@ TEST_F(SpecSchedulerTest, DraftsFromThePromptAreVerifiedAndTheOutputIsTheOneWith
     }
     EXPECT_EQ(out_[1].text, expected(100 + 'c', 40));
     EXPECT_GT(metrics_.spec_accepted_total.load(), 8u) << "d..p were in the prompt";
+    // Request 1 took d..p in long accepted runs; request 2's drafts were all rejected.
+    ASSERT_GT(metrics_.spec_verifications_total.load(), 0u);
+    EXPECT_LT(metrics_.spec_verifications_total.load(), metrics_.spec_drafted_total.load());
     EXPECT_LT(metrics_.spec_accepted_total.load(), metrics_.spec_drafted_total.load()) << "X and the xyz runs are not";
     EXPECT_GT(decoder_->trimmed_tokens_, 0) << "rejected drafts' cells removed";
     EXPECT_LT(decoder_->decodes_, plain_decodes);
