@@ -245,6 +245,7 @@ void Scheduler::tick(std::vector<Event>& out) {
   published_budget_ = published_budget;
   observe_cost(decode_ms);
   sample_batch();
+  observe_yield(decode_ms);
   launch_pipelined();
   apply_batch(t1, out);
   drop_finished_from_next();

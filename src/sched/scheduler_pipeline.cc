@@ -82,6 +82,7 @@ void Scheduler::finish_pipelined(std::vector<Event>& out, bool relaunch) {
   record_tick(decode_ms, published_budget_);
   observe_cost(decode_ms);
   sample_batch();
+  observe_yield(decode_ms);
   if (relaunch) launch_pipelined();
   apply_batch(t1, out);
   drop_finished_from_next();

@@ -10,6 +10,9 @@ namespace uma {
 
 void Scheduler::plan_speculation(const TickPlan& plan) {
   if (plan.decode.empty() || (!cost_.warm() && !config_.speculate_always)) return;
+  // Prompts in the tick: drafting would delay them, and a draft row would look cheap next to a
+  // chunk (measured at 16 streams on this CPU: TTFT up 30%).
+  if (!batch_.prefilled.empty() && !config_.speculate_always) return;
   // A decoder that samples one row per sequence (the GPU's device sampling told so) cannot verify.
   const std::int32_t rows_max = decoder_.outputs_per_sequence();
   if (rows_max == 1) return;
@@ -89,6 +92,11 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
       dp.declined = true;
     }
   }
+  if (dp.rows > 0 && !config_.speculate_always && !yield_allows_drafts()) {
+    std::fill(dp.k.begin(), dp.k.end(), 0);
+    dp.rows = 0;
+    dp.declined = true;
+  }
   if (dp.declined) metrics_.spec_declined_ticks_total++;
   if (spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("tick {}: drafts for {} of {} decoding: {} rows; decode rows {:.1f} ms predicted, one draft row more "
@@ -107,7 +115,8 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   if (!jobs.empty()) {
     const Clock::time_point t0 = time_.now();
     if (const Status st = drafter_->draft(jobs); !st.ok()) spdlog::warn("draft model: {} (no drafts this tick)", st.to_string());
-    metrics_.spec_draft_ms_total = metrics_.spec_draft_ms_total.load() + ms_between(t0, time_.now());
+    draft_ms_last_ = ms_between(t0, time_.now());
+    metrics_.spec_draft_ms_total = metrics_.spec_draft_ms_total.load() + draft_ms_last_;
     metrics_.spec_draft_step_ms = drafter_->step_ms();
     metrics_.spec_draft_call_ms = drafter_->call_ms();
   }
@@ -126,6 +135,39 @@ void Scheduler::observe_spec_overhead(double excess_ms) {
   }
   if (verified) spec_excess_pending_ = excess_ms;
   metrics_.spec_overhead_ms = std::max(0.0, spec_overhead_ms_);
+}
+
+// The plan's prediction can be wrong where the cost model is (rows of a shape it never saw, passes,
+// a draft model's launches): what verifying ticks really yield, tokens per ms with their drafting,
+// is compared with what plain ticks of as many decode rows yield, and drafts stop while they yield
+// less. One tick in kYieldProbeEvery goes the other way, so both rates stay current.
+void Scheduler::observe_yield(double tick_ms) {
+  const std::int32_t rows = static_cast<std::int32_t>(batch_.decoded.size());
+  if (!batch_.prefilled.empty() || rows == 0 || tick_ms <= 0) {
+    draft_ms_last_ = 0.0;
+    return;
+  }
+  const bool verified = std::any_of(batch_.rows.begin(), batch_.rows.end(), [](const LogitsRow& r) { return r.draft > 0; });
+  const auto tokens = static_cast<double>(std::count_if(sampled_.begin(), sampled_.end(), [](Token t) { return t != kNotSampled; }));
+  const std::size_t bucket = yield_bucket(static_cast<std::size_t>(rows));
+  if (yield_.size() <= bucket) yield_.resize(bucket + 1);
+  TickYield& y = yield_[bucket];
+  const double rate = tokens / (tick_ms + draft_ms_last_);
+  double& r = verified ? y.spec : y.plain;
+  int& n = verified ? y.n_spec : y.n_plain;
+  r = n == 0 ? rate : 0.8 * r + 0.2 * rate;
+  ++n;
+  draft_ms_last_ = 0.0;
+}
+
+bool Scheduler::yield_allows_drafts() {
+  const std::size_t bucket = yield_bucket(batch_.decoded.size());
+  if (bucket >= yield_.size()) return true;
+  const TickYield& y = yield_[bucket];
+  if (y.n_spec < kYieldSamples) return true;    // verifying ticks measured first
+  if (y.n_plain < kYieldSamples) return false;  // then plain ones, to compare with
+  if (y.spec >= y.plain) return ++yield_probe_ % kYieldProbeEvery != 0;  // a plain tick now and then too
+  return ++yield_probe_ % kYieldProbeEvery == 0;
 }
 
 bool Scheduler::may_draft(const Session& s) const {
