@@ -1,13 +1,12 @@
 #include "runtime/llama_runtime.h"
 
-#include "runtime/context_size.h"
-#include "runtime/embedder.h"
-#include "runtime/vocab_model.h"
-
 #include "runtime/argmax.h"
-#include "runtime/image_loader.h"
+#include "runtime/context_size.h"
 #include "runtime/device_greedy.h"
+#include "runtime/embedder.h"
+#include "runtime/image_loader.h"
 #include "runtime/sampler_chain.h"
+#include "runtime/vocab_model.h"
 
 #include <ggml-backend.h>
 #include <llama.h>
@@ -55,9 +54,8 @@ void init_llama_backend() {
 
 namespace {
 
-// Where llama.cpp puts the weights for n_gpu_layers: "CPU", or "22/22 layers + output on CUDA0
-// (NVIDIA H100 80GB HBM3)". llama.cpp offloads the last n_gpu_layers repeating layers, and the
-// output layer once n_gpu_layers exceeds their count.
+// Where llama.cpp puts the weights: "CPU", or "22/22 layers + output on CUDA0 (NVIDIA H100 80GB
+// HBM3)" (the last n_gpu_layers repeating layers, and the output layer once more are asked).
 std::string placement(const llama_model* model, std::int32_t n_gpu_layers) {
   std::string gpus;
   for (std::size_t i = 0; i < ggml_backend_dev_count(); ++i) {
@@ -145,9 +143,8 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->timing_.on = timing != nullptr && std::string_view(timing) == "1";
   cp.no_perf = !rt->timing_.on;
   // Backend sampling: a greedy chain per sequence id, given to the context at creation so that its
-  // first graph reserve already counts them. Each sequence then has at most outputs_per_seq
-  // outputs per batch (a decode row and its draft rows, or a prompt chunk's last token), which
-  // llama.cpp must be told.
+  // first graph reserve already counts them; llama.cpp must be told the most outputs a sequence
+  // has in a batch (a decode row and its draft rows, or a prompt chunk's last token).
   const bool output_on_gpu = on_gpu && mp.n_gpu_layers > llama_model_n_layer(rt->model_);
   std::vector<llama_sampler_seq_config> sampler_configs;
   const char* device_greedy = std::getenv("UMA_DEVICE_GREEDY");
