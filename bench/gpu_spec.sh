@@ -45,15 +45,7 @@ wait_ready() {
 }
 stop() { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
 trap stop EXIT
-rows() {  # $1 = server label, then "WORKLOAD STREAMS REQUESTS TOKENS" rows
-  local label=$1; shift
-  for w in "$@"; do
-    set -- "$label" $w
-    python3 bench/spec_client.py "$url" "$2" "$3" 1 16 100 >/dev/null  # warm-up (graphs, cost model), other prompts
-    r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5" 0)
-    echo "$1 $2 c=$3 $r" | tee -a "$out/rows.txt"
-  done
-}
+. bench/spec_rows.sh
 lookup_rows=("copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "copy 16 1 128" "fresh 16 1 128")
 draft_rows=("fresh 1 $reqs $tokens" "fresh 16 1 128")
 
@@ -66,7 +58,7 @@ for mode in off lookup draft; do
     "${flags[@]}" 2>"$out/umad-$mode.log" &
   pid=$!
   wait_ready
-  if [ "$mode" = draft ]; then rows "umad-$mode" "${draft_rows[@]}"; else rows "umad-$mode" "${lookup_rows[@]}"; fi
+  if [ "$mode" = draft ]; then spec_rows "umad-$mode" "${draft_rows[@]}"; else spec_rows "umad-$mode" "${lookup_rows[@]}"; fi
   "$bdir/bin/uma-cli" -s "$out/umad.sock" metrics >"$out/umad-$mode.metrics.json" 2>/dev/null || true
   stop
 done
@@ -78,7 +70,7 @@ for spec in none ngram-simple draft-simple; do
     --spec-type "$spec" "${extra[@]}" >"$out/llama-server-$spec.log" 2>&1 &
   pid=$!
   wait_ready
-  if [ "$spec" = draft-simple ]; then rows "llama-server-$spec" "${draft_rows[@]}"; else rows "llama-server-$spec" "${lookup_rows[@]}"; fi
+  if [ "$spec" = draft-simple ]; then spec_rows "llama-server-$spec" "${draft_rows[@]}"; else spec_rows "llama-server-$spec" "${lookup_rows[@]}"; fi
   stop
 done
 echo "GPU: $(cat "$out/gpu.txt")"

@@ -28,15 +28,7 @@ url=http://127.0.0.1:$port
 
 all_rows=("copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "decoy 1 $reqs $tokens" "copy 16 1 128" "fresh 16 1 128" "decoy 16 1 128")
 draft_rows=("fresh 1 $reqs $tokens" "fresh 16 1 128")
-rows() {  # $1 = server label, then the rows
-  local label=$1; shift
-  for w in "$@"; do
-    set -- "$label" $w
-    python3 bench/spec_client.py "$url" "$2" "$3" 1 16 100 >/dev/null  # warm-up (graphs, cost model), other prompts
-    r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5" 0)
-    echo "$1 $2 c=$3 $r" | tee -a "$out/rows.txt"
-  done
-}
+. bench/spec_rows.sh
 
 : >"$out/rows.txt"
 for mode in off lookup draft; do
@@ -44,10 +36,10 @@ for mode in off lookup draft; do
   sock=$(mktemp -u /tmp/uma-spec-XXXXXX.sock)
   if [ "$mode" = draft ]; then
     start_umad "$sock" "$out/umad-$mode.log" --http "127.0.0.1:$port" --speculative lookup --draft-model "$draft"
-    rows "umad-$mode" "${draft_rows[@]}"
+    spec_rows "umad-$mode" "${draft_rows[@]}"
   else
     start_umad "$sock" "$out/umad-$mode.log" --http "127.0.0.1:$port" --speculative "$mode"
-    rows "umad-$mode" "${all_rows[@]}"
+    spec_rows "umad-$mode" "${all_rows[@]}"
   fi
   build/bin/uma-cli -s "$sock" metrics >"$out/umad-$mode.metrics.json" 2>/dev/null || true
   stop_server
@@ -61,7 +53,7 @@ for spec in none ngram-simple draft-simple; do
   pid=$!
   trap 'kill $pid 2>/dev/null || true' EXIT
   wait_ready "python3 -c 'import urllib.request,sys; sys.exit(urllib.request.urlopen(\"$url/health\").status != 200)'"
-  if [ "$spec" = draft-simple ]; then rows "llama-server-$spec" "${draft_rows[@]}"; else rows "llama-server-$spec" "${all_rows[@]}"; fi
+  if [ "$spec" = draft-simple ]; then spec_rows "llama-server-$spec" "${draft_rows[@]}"; else spec_rows "llama-server-$spec" "${all_rows[@]}"; fi
   stop_server
 done
 
