@@ -31,7 +31,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
-out=${1:-build/bench-cluster}
+out=${1:-${UMA_BUILD:-build}/bench-cluster}
 agents=${UMA_CLUSTER_AGENTS:-3}
 groups=${UMA_CLUSTER_GROUPS:-4}
 users=${UMA_CLUSTER_USERS:-3}
@@ -45,15 +45,15 @@ overhead_part=${UMA_CLUSTER_OVERHEAD:-1}
 overhead_n=${UMA_CLUSTER_OVERHEAD_N:-200}
 mkdir -p "$out"
 bench_setup
-cmake --build build -j "$(nproc)" --target uma-gw >/dev/null
-export UMA_MODEL=$model UMA_CLUSTER_DIR=$out/cluster
+cmake --build "$ubuild" -j "$(nproc)" --target uma-gw >/dev/null
+export UMA_MODEL=$model UMA_CLUSTER_DIR=$out/cluster UMA_BUILD=$ubuild
 export UMA_AGENT_FLAGS="--threads ${UMA_AGENT_THREADS:-1} --n-ctx $ctx --max-sessions ${UMA_CLUSTER_SESSIONS:-16} ${UMA_AGENT_EXTRA:-}"
 trap 'scripts/cluster.sh down' EXIT
 
 for policy in $policies; do
   log "policy $policy: $agents agents, $groups groups x $users users, prefix $prefix tokens, $requests requests, c=$conc"
   url=$(UMA_GW_FLAGS="--policy $policy --debug ${UMA_CLUSTER_GW_EXTRA:-}" scripts/cluster.sh up "$agents" | tail -1)
-  build/bin/uma-bench --target "$url" --json --workload groups --groups "$groups" --users "$users" -c "$conc" \
+  "$ubuild"/bin/uma-bench --target "$url" --json --workload groups --groups "$groups" --users "$users" -c "$conc" \
     -n "$requests" --prefix-tokens "$prefix" --suffix-tokens "$suffix" --output-tokens "$output" --warmup 0 --seed 5 \
     >"$out/$policy.json"
   cp "$out/cluster/gw.log" "$out/$policy-gw.log"
@@ -84,7 +84,7 @@ while True:
 PY
 }
 overhead() {  # $1 = name, $2 = target
-  build/bin/uma-bench --target "$2" --json --workload random -c 1 -n "$overhead_n" --prompt-tokens 8 --output-tokens 2 --warmup 5 \
+  "$ubuild"/bin/uma-bench --target "$2" --json --workload random -c 1 -n "$overhead_n" --prompt-tokens 8 --output-tokens 2 --warmup 5 \
     --seed "$3" >"$out/overhead-$1-$3.json"
 }
 for round in 1 2 3 4; do overhead direct "$agent" "$round"; overhead gateway "$url" "$round"; done
@@ -132,8 +132,8 @@ for p in policies:
         except FileNotFoundError: break
         i += 1
     err = prom(f"{out}/{p}-gw.metrics", "uma_gw_ttft_prediction_error_median")
-    print(f"{p:13} {r['ttft_ms']['p50']:11.0f} {r['ttft_ms']['p90']:8.0f} {r['output_tok_s']:9.1f} {r['ttft_ms']['p90'] / rr:8.2f} {err:12.2f} {hits:14.0f}"
-          f" | {'':22} {later['ttft_ms']['p50']:6.0f} {later['ttft_ms']['p90']:6.0f} {later['ttft_ms']['p90'] / rr_later:8.2f}")
+    print(f"{p:13} {r['ttft_ms']['p50']:11.0f} {r['ttft_ms']['p90']:8.0f} {r['output_tok_s']:9.1f} {r['ttft_ms']['p90'] / rr if rr else float('nan'):8.2f} {err:12.2f} {hits:14.0f}"
+          f" | {'':22} {later['ttft_ms']['p50']:6.0f} {later['ttft_ms']['p90']:6.0f} {later['ttft_ms']['p90'] / rr_later if rr_later else float('nan'):8.2f}")
 if not overhead_part: raise SystemExit(0)
 for name in ("direct", "gateway"):
     for rnd in (1, 2, 3, 4):

@@ -1,19 +1,20 @@
 # Shared by bench/*.sh (sourced): settings, build, the model file, starting and stopping servers.
 # Env: UMA_BENCH_THREADS (2), UMA_BENCH_CTX (40960), UMA_BENCH_MODEL (small preset, Q8_0),
-#      UMA_BENCH_PORT (18080).
+#      UMA_BENCH_PORT (18080), UMA_BUILD (our build folder, build; UMA_GPU=cuda wants build-cuda).
 threads=${UMA_BENCH_THREADS:-2}
 ctx=${UMA_BENCH_CTX:-40960}  # per-sequence KV: 2560 cells for each of 16 sessions (the 2000-token prompts fit)
 port=${UMA_BENCH_PORT:-18080}
+ubuild=${UMA_BUILD:-build}
 log() { printf '\n== %s\n' "$*" >&2; }
 
 # Builds our binaries and the named llama.cpp tools (pinned source); sets L and model.
 bench_setup() {
   scripts/setup.sh "$@" >/dev/null
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build -j "$(nproc)" --target umad uma-bench uma-mkmodel uma-cli >/dev/null
+  cmake -S . -B "$ubuild" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$ubuild" -j "$(nproc)" --target umad uma-bench uma-mkmodel uma-cli >/dev/null
   L=$(scripts/llama.sh --print-root)/build/bin
-  model=${UMA_BENCH_MODEL:-build/models/small-q8_0.gguf}
-  [ -s "$model" ] || build/bin/uma-mkmodel --preset small --type q8_0 --seed 1 -o "$model" >/dev/null
+  model=${UMA_BENCH_MODEL:-$ubuild/models/small-q8_0.gguf}
+  [ -s "$model" ] || "$ubuild"/bin/uma-mkmodel --preset small --type q8_0 --seed 1 -o "$model" >/dev/null
 }
 
 wait_ready() {  # $1 = a command that succeeds once the server answers
@@ -25,11 +26,11 @@ wait_ready() {  # $1 = a command that succeeds once the server answers
 start_umad() {
   local sock=$1 logfile=$2; shift 2
   log "umad: --threads $threads --n-ctx $ctx --max-sessions 16 $*"
-  build/bin/umad --model "$model" --socket "$sock" --threads "$threads" --n-ctx "$ctx" --max-sessions 16 \
+  "$ubuild"/bin/umad --model "$model" --socket "$sock" --threads "$threads" --n-ctx "$ctx" --max-sessions 16 \
     --max-tokens 512 "$@" 2>"$logfile" &
   pid=$!
   trap 'kill $pid 2>/dev/null || true' EXIT
-  wait_ready "build/bin/uma-cli -s $sock metrics"
+  wait_ready "$ubuild/bin/uma-cli -s $sock metrics"
 }
 
 # llama-server with the same model, threads and context, 16 slots over one unified KV; sets pid.

@@ -25,7 +25,6 @@
 // cancel, shutdown). The room logic lives in scheduler_room.cc.
 #pragma once
 
-#include <bit>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -43,6 +42,7 @@
 #include "sched/request.h"
 #include "sched/time_source.h"
 #include "sched/session.h"
+#include "sched/speculation.h"
 #include "sched/tick_budget.h"
 #include "sched/tick_cost.h"
 
@@ -205,18 +205,8 @@ class Scheduler {
   // builds its graph (and the next tick, back to one row a session, again). `excess_ms` is the
   // tick's measured minus predicted time; a verifying tick's and the one after it are summed.
   void observe_spec_overhead(double excess_ms);
-  // Realised yield (tokens per ms, drafting included) of verifying and of plain decode-only ticks,
-  // by decode rows; drafts are declined while they yield less (scheduler_spec.cc).
+  // Feeds yield_guard_ (sched/speculation.h) with a decode-only tick's tokens and time.
   void observe_yield(double tick_ms);
-  bool yield_allows_drafts();
-  struct TickYield {
-    double plain = 0, spec = 0;
-    int n_plain = 0, n_spec = 0;
-  };
-  // By decode rows: 1, 2-3, 4-7, 8-15, ... (streams that end one by one stay in a bucket).
-  static std::size_t yield_bucket(std::size_t rows) { return static_cast<std::size_t>(std::bit_width(rows)); }
-  static constexpr int kYieldSamples = 3;      // of each kind before the comparison counts
-  static constexpr int kYieldProbeEvery = 32;  // a declined tick in this many verifies anyway
   void sample_batch();
   static constexpr Token kNotSampled = -1;  // sampled_: a row after a rejected draft token
   // scheduler_pipeline.cc: the pipelined tick. launch_pipelined() (after sample_batch, before
@@ -278,9 +268,8 @@ class Scheduler {
   // (kept within [0.1, 0.9]), so that a workload whose drafts fail stops paying for them at once.
   double spec_accept_ = kAcceptancePrior;
   double spec_overhead_ms_ = 0.0;       // EWMA of observe_spec_overhead's samples
-  std::vector<TickYield> yield_;        // by yield_bucket of the decode rows
+  SpecYieldGuard yield_guard_;
   double draft_ms_last_ = 0.0;          // this tick's draft model time
-  std::uint64_t yield_probe_ = 0;
   bool spec_overhead_seen_ = false;
   std::optional<double> spec_excess_pending_;  // the last tick verified: its excess, awaiting the next tick's
   Drafter* drafter_ = nullptr;

@@ -92,16 +92,22 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
       dp.declined = true;
     }
   }
-  if (dp.rows > 0 && !config_.speculate_always && !yield_allows_drafts()) {
+  const bool planned = dp.rows > 0;
+  if (planned && !config_.speculate_always && !yield_guard_.allows(batch_.decoded.size())) {
     std::fill(dp.k.begin(), dp.k.end(), 0);
     dp.rows = 0;
     dp.declined = true;
   }
   if (dp.declined) metrics_.spec_declined_ticks_total++;
   if (spdlog::should_log(spdlog::level::debug)) {
-    spdlog::debug("tick {}: drafts for {} of {} decoding: {} rows; decode rows {:.1f} ms predicted, one draft row more "
-                  "{:.2f} ms, acceptance {:.2f} (first offer)", tick_no_ + 1, who.size(), batch_.decoded.size(), dp.rows,
-                  in.tick_ms(0), in.tick_ms(1) - in.tick_ms(0), offers.front().accept);
+    const std::size_t n = batch_.decoded.size();
+    spdlog::debug("tick {}: drafts for {} of {} decoding: {} rows{}; decode rows {:.2f} ms predicted, one draft row more "
+                  "{:.3f} ms, fixed {:.2f} ms (overhead {:.2f}, draft call {:.2f}), draft step {:.2f} ms, acceptance "
+                  "{:.2f} (first offer); yield tok/ms plain {:.3f} verifying {:.3f}",
+                  tick_no_ + 1, who.size(), n, dp.rows, planned && dp.rows == 0 ? " (the yield guard declined)" : "",
+                  in.tick_ms(0), in.tick_ms(1) - in.tick_ms(0), in.fixed_ms, spec_overhead_ms_,
+                  n_model > 0 ? drafter_->call_ms() : 0.0, n_model > 0 ? drafter_->step_ms() : 0.0, offers.front().accept,
+                  yield_guard_.plain_rate(n), yield_guard_.spec_rate(n));
   }
   std::vector<DraftJob> jobs;
   for (std::size_t k = 0; k < who.size(); ++k) {
@@ -116,6 +122,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     const Clock::time_point t0 = time_.now();
     if (const Status st = drafter_->draft(jobs); !st.ok()) spdlog::warn("draft model: {} (no drafts this tick)", st.to_string());
     draft_ms_last_ = ms_between(t0, time_.now());
+    spdlog::debug("tick {}: the draft model drafted for {} sessions in {:.2f} ms", tick_no_ + 1, jobs.size(), draft_ms_last_);
     metrics_.spec_draft_ms_total = metrics_.spec_draft_ms_total.load() + draft_ms_last_;
     metrics_.spec_draft_step_ms = drafter_->step_ms();
     metrics_.spec_draft_call_ms = drafter_->call_ms();
@@ -137,37 +144,16 @@ void Scheduler::observe_spec_overhead(double excess_ms) {
   metrics_.spec_overhead_ms = std::max(0.0, spec_overhead_ms_);
 }
 
-// The plan's prediction can be wrong where the cost model is (rows of a shape it never saw, passes,
-// a draft model's launches): what verifying ticks really yield, tokens per ms with their drafting,
-// is compared with what plain ticks of as many decode rows yield, and drafts stop while they yield
-// less. One tick in kYieldProbeEvery goes the other way, so both rates stay current.
 void Scheduler::observe_yield(double tick_ms) {
-  const std::int32_t rows = static_cast<std::int32_t>(batch_.decoded.size());
-  if (!batch_.prefilled.empty() || rows == 0 || tick_ms <= 0) {
-    draft_ms_last_ = 0.0;
-    return;
+  const std::size_t rows = batch_.decoded.size();
+  if (batch_.prefilled.empty() && rows > 0 && tick_ms > 0) {
+    const bool verified = std::any_of(batch_.rows.begin(), batch_.rows.end(), [](const LogitsRow& r) { return r.draft > 0; });
+    const auto tokens = static_cast<double>(std::count_if(sampled_.begin(), sampled_.end(), [](Token t) { return t != kNotSampled; }));
+    yield_guard_.observe(rows, verified, tokens, tick_ms + draft_ms_last_);
+    spdlog::debug("tick {}: {} tokens from {} decode rows{} in {:.2f} ms + {:.2f} ms drafting", tick_no_, tokens, rows,
+                  verified ? " verifying" : "", tick_ms, draft_ms_last_);
   }
-  const bool verified = std::any_of(batch_.rows.begin(), batch_.rows.end(), [](const LogitsRow& r) { return r.draft > 0; });
-  const auto tokens = static_cast<double>(std::count_if(sampled_.begin(), sampled_.end(), [](Token t) { return t != kNotSampled; }));
-  const std::size_t bucket = yield_bucket(static_cast<std::size_t>(rows));
-  if (yield_.size() <= bucket) yield_.resize(bucket + 1);
-  TickYield& y = yield_[bucket];
-  const double rate = tokens / (tick_ms + draft_ms_last_);
-  double& r = verified ? y.spec : y.plain;
-  int& n = verified ? y.n_spec : y.n_plain;
-  r = n == 0 ? rate : 0.8 * r + 0.2 * rate;
-  ++n;
   draft_ms_last_ = 0.0;
-}
-
-bool Scheduler::yield_allows_drafts() {
-  const std::size_t bucket = yield_bucket(batch_.decoded.size());
-  if (bucket >= yield_.size()) return true;
-  const TickYield& y = yield_[bucket];
-  if (y.n_spec < kYieldSamples) return true;    // verifying ticks measured first
-  if (y.n_plain < kYieldSamples) return false;  // then plain ones, to compare with
-  if (y.spec >= y.plain) return ++yield_probe_ % kYieldProbeEvery != 0;  // a plain tick now and then too
-  return ++yield_probe_ % kYieldProbeEvery == 0;
 }
 
 bool Scheduler::may_draft(const Session& s) const {
