@@ -42,6 +42,7 @@
 #include "sched/request.h"
 #include "sched/time_source.h"
 #include "sched/session.h"
+#include "sched/spec_yield.h"
 #include "sched/speculation.h"
 #include "sched/tick_budget.h"
 #include "sched/tick_cost.h"
@@ -201,6 +202,11 @@ class Scheduler {
   // are accepted, and the rejected tokens' KV removed.
   void plan_speculation(const TickPlan& plan);
   bool may_draft(const Session& s) const;  // plan_speculation could give it drafts now
+  // The pipelined tick's question, when a session may draft: will the next tick of `rows` decode
+  // rows verify none? Yes when the yield guard declines it (the tick counted as declined) or the
+  // cost plan declined as many rows within the last kProbeFirst ticks; a tick the guard lets
+  // verify is granted to the next plan, which does not ask again.
+  bool spec_declined_ahead(std::size_t rows);
   // What a verifying tick costs beyond the cost model's rows: on a GPU a decode of a new shape
   // builds its graph (and the next tick, back to one row a session, again). `excess_ms` is the
   // tick's measured minus predicted time; a verifying tick's and the one after it are summed.
@@ -269,6 +275,9 @@ class Scheduler {
   double spec_accept_ = kAcceptancePrior;
   double spec_overhead_ms_ = 0.0;       // EWMA of observe_spec_overhead's samples
   SpecYieldGuard yield_guard_;
+  bool spec_granted_ = false;            // the guard already let the next plan verify
+  std::size_t plan_declined_rows_ = 0;   // decode rows of the last plan the cost declined (0: it did not)
+  int ticks_since_plan_ = 0;             // pipelined ticks since that plan
   double draft_ms_last_ = 0.0;          // this tick's draft model time
   bool spec_overhead_seen_ = false;
   std::optional<double> spec_excess_pending_;  // the last tick verified: its excess, awaiting the next tick's

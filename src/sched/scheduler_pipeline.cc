@@ -7,8 +7,9 @@
 // is known to be right except where N's host work ends a session: EOS, stop token ids and
 // max_tokens are seen before the launch (those rows stay out); a stop string matched in N's text
 // or a cancellation costs one row computed for nothing, whose cell finish() trims.
-// Anything that changes the plan (an arrival, a cancellation, prompt work, drafts, embeddings,
-// room) stops the pipeline: those ticks take tick()'s ordinary path after settle().
+// Anything that changes the plan (an arrival, a cancellation, prompt work, drafts the yield guard
+// would let verify, embeddings, room) stops the pipeline: those ticks take tick()'s ordinary path
+// after settle().
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -26,10 +27,11 @@ void Scheduler::launch_pipelined() {
   // Every session is a decode row of this batch with its token sampled, and none drafts: the next
   // tick's plan is then exactly these rows again, minus those about to end.
   if (!batch_.prefilled.empty() || batch_.rows.size() != sessions_.size()) return;
+  bool drafts_on_offer = false;
   for (std::size_t i = 0; i < batch_.rows.size(); ++i) {
     const Session& s = *batch_.rows[i].session;
     if (s.state != SessionState::kDecode || batch_.rows[i].draft != 0 || !s.draft.empty() || sampled_[i] == kNotSampled) return;
-    if (may_draft(s)) return;  // its next tick may verify drafts
+    drafts_on_offer = drafts_on_offer || may_draft(s);
   }
   if (!ledger_.per_seq() && cells_free() < static_cast<std::int32_t>(batch_.rows.size())) return;
   next_.clear();
@@ -42,6 +44,11 @@ void Scheduler::launch_pipelined() {
     next_.decoded.push_back(&s);
   }
   if (next_.entries.empty()) return;
+  // Its next tick may verify drafts, unless speculation is declined for as many rows.
+  if (drafts_on_offer && !spec_declined_ahead(next_.decoded.size())) {
+    next_.clear();
+    return;
+  }
   launched_at_ = time_.now();
   inflight_status_ = decoder_.decode(next_.entries);
   if (inflight_status_.code() == ErrorCode::kKvExhausted) {  // nothing changed: the next tick plans

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "sched/scheduler.h"
 
@@ -57,6 +58,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   };
   std::int32_t room = decoder_.n_batch() - static_cast<std::int32_t>(batch_.entries.size());
   if (!ledger_.per_seq()) room = std::min(room, cells_free() / 2);  // a draft's cells are back after the tick
+  if (!config_.speculate_always) room = std::min(room, yield_guard_.max_draft_rows(batch_.decoded.size()));
   DraftPlanInput in{offers, static_cast<double>(batch_.decoded.size()), tick_ms, room};
   // Paid once whatever the drafts: the verifying tick's graphs, and a draft model's call.
   in.fixed_ms = std::max(0.0, spec_overhead_ms_) + (n_model > 0 ? drafter_->call_ms() : 0.0);
@@ -93,7 +95,10 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     }
   }
   const bool planned = dp.rows > 0;
-  if (planned && !config_.speculate_always && !yield_guard_.allows(batch_.decoded.size())) {
+  plan_declined_rows_ = planned ? 0 : batch_.decoded.size();
+  ticks_since_plan_ = 0;
+  const bool granted = std::exchange(spec_granted_, false);
+  if (planned && !config_.speculate_always && !granted && !yield_guard_.allows(batch_.decoded.size())) {
     std::fill(dp.k.begin(), dp.k.end(), 0);
     dp.rows = 0;
     dp.declined = true;
@@ -147,13 +152,20 @@ void Scheduler::observe_spec_overhead(double excess_ms) {
 void Scheduler::observe_yield(double tick_ms) {
   const std::size_t rows = batch_.decoded.size();
   if (batch_.prefilled.empty() && rows > 0 && tick_ms > 0) {
-    const bool verified = std::any_of(batch_.rows.begin(), batch_.rows.end(), [](const LogitsRow& r) { return r.draft > 0; });
+    const auto drafts = static_cast<std::int32_t>(std::count_if(batch_.rows.begin(), batch_.rows.end(), [](const LogitsRow& r) { return r.draft > 0; }));
     const auto tokens = static_cast<double>(std::count_if(sampled_.begin(), sampled_.end(), [](Token t) { return t != kNotSampled; }));
-    yield_guard_.observe(rows, verified, tokens, tick_ms + draft_ms_last_);
-    spdlog::debug("tick {}: {} tokens from {} decode rows{} in {:.2f} ms + {:.2f} ms drafting", tick_no_, tokens, rows,
-                  verified ? " verifying" : "", tick_ms, draft_ms_last_);
+    yield_guard_.observe(rows, drafts, tokens, tick_ms + draft_ms_last_);
+    spdlog::debug("tick {}: {} tokens from {} decode rows and {} draft rows in {:.2f} ms + {:.2f} ms drafting", tick_no_, tokens,
+                  rows, drafts, tick_ms, draft_ms_last_);
   }
   draft_ms_last_ = 0.0;
+}
+
+bool Scheduler::spec_declined_ahead(std::size_t rows) {
+  if (plan_declined_rows_ == rows && ++ticks_since_plan_ < SpecYieldGuard::kProbeFirst) return true;
+  if (!yield_guard_.allows(rows)) return true;
+  spec_granted_ = true;
+  return false;
 }
 
 bool Scheduler::may_draft(const Session& s) const {

@@ -235,5 +235,24 @@ TEST_F(SpecSchedulerTest, ALookupDraftGoesBeforeTheDraftModel) {
   scheduler_.reset();
 }
 
+TEST_F(SpecSchedulerTest, WhereDraftsDoNotPayTheTicksArePipelinedAndProbesStillCome) {
+  start(true);
+  decoder_->async_ = true;  // a GPU's decode: the pipelined tick may launch the next one early
+  FakeDrafter drafter([](Token) { return false; });  // every draft rejected
+  scheduler_->set_drafter(&drafter);
+  submit(1, "b", 400);
+  submit(2, "c", 400);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'b', 400));
+  EXPECT_EQ(out_[2].text, expected(100 + 'c', 400));
+  // Once speculation is declined for two rows, most ticks are pipelined; drafts are still tried
+  // now and then (the acceptance estimate drifts back, the yield guard probes), never every tick.
+  EXPECT_GT(metrics_.pipelined_ticks_total.load(), 300u) << drafter.calls_;
+  EXPECT_GT(drafter.calls_, 0);
+  EXPECT_LT(drafter.calls_, 60);
+  EXPECT_EQ(decoder_->total_kv(), 0);
+  scheduler_.reset();
+}
+
 }  // namespace
 }  // namespace uma

@@ -79,53 +79,6 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
   return plan;
 }
 
-std::size_t SpecYieldGuard::bucket_of(std::size_t rows) {
-  std::size_t b = 0;
-  while (rows > 0) rows >>= 1, ++b;
-  return b;
-}
-
-void SpecYieldGuard::observe(std::size_t decode_rows, bool verified, double tokens, double ms) {
-  if (decode_rows == 0 || !(ms > 0)) return;
-  const std::size_t b = bucket_of(decode_rows);
-  if (buckets_.size() <= b) buckets_.resize(b + 1);
-  Bucket& y = buckets_[b];
-  const double rate = tokens / ms;
-  if (verified && y.n_plain >= kSamples && rate >= y.plain) y.probe_every = kProbeFirst;  // a probe that won
-  double& r = verified ? y.spec : y.plain;
-  int& n = verified ? y.n_spec : y.n_plain;
-  r = n == 0 ? rate : 0.8 * r + 0.2 * rate;
-  ++n;
-}
-
-bool SpecYieldGuard::allows(std::size_t decode_rows) {
-  const std::size_t b = bucket_of(decode_rows);
-  if (b >= buckets_.size()) return true;
-  Bucket& y = buckets_[b];
-  if (y.n_spec < kSamples) return true;    // verifying ticks measured first
-  if (y.n_plain < kSamples) return false;  // then plain ones, to compare with
-  if (y.spec >= y.plain) {
-    y.probe_every = kProbeFirst;
-    if (++y.since_probe < kProbeFirst) return true;
-    y.since_probe = 0;
-    return false;  // a plain tick now and then
-  }
-  if (++y.since_probe < y.probe_every) return false;
-  y.since_probe = 0;
-  y.probe_every = std::min(2 * y.probe_every, kProbeLast);
-  return true;
-}
-
-double SpecYieldGuard::plain_rate(std::size_t decode_rows) const {
-  const std::size_t b = bucket_of(decode_rows);
-  return b < buckets_.size() ? buckets_[b].plain : 0.0;
-}
-
-double SpecYieldGuard::spec_rate(std::size_t decode_rows) const {
-  const std::size_t b = bucket_of(decode_rows);
-  return b < buckets_.size() ? buckets_[b].spec : 0.0;
-}
-
 double idle_acceptance(double estimate) {
   return estimate < kAcceptancePrior ? estimate + 0.002 * (kAcceptancePrior - estimate) : estimate;
 }

@@ -16,7 +16,6 @@
 //
 //   lookup_draft  prompt lookup: the tokens that followed the latest earlier occurrence of the
 //                 sequence's last n tokens (the longest n from n_max down to n_min that occurs)
-//   SpecYieldGuard  what verifying ticks really yield against plain ones; drafts wait while they lose
 //   plan_drafts   how many draft tokens each session verifies this tick: a draft token is worth
 //                 the probability that it and those before it are accepted (tokens), and costs
 //                 the rows it adds to the tick (ms, from the cost model); tokens are added, best
@@ -25,7 +24,6 @@
 //                 themselves; a lone stream (memory-bound: a row is almost free) turns it on.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -73,38 +71,6 @@ struct DraftPlan {
 };
 
 DraftPlan plan_drafts(const DraftPlanInput& in);
-
-// The plan's prediction can be wrong where the cost model is (rows of a shape it never saw, a GPU's
-// graph builds, a draft model's launches). This keeps what ticks really yield, tokens per ms with
-// their drafting, verifying ticks apart from plain decode-only ones, by decode rows (1, 2-3, 4-7,
-// ...: streams that end one by one stay in a bucket), and declines drafts while verifying ticks
-// yield less. A declined bucket verifies anyway now and then (a probe), kProbeFirst ticks apart,
-// twice as far after each probe that lost, up to kProbeLast: where speculation never pays, its
-// probes cost a few ticks in kProbeLast. A probe that wins brings the spacing back to kProbeFirst.
-// Where verifying wins, one tick in kProbeFirst stays plain, so both rates stay current.
-class SpecYieldGuard {
- public:
-  static constexpr int kSamples = 3;  // of each kind before the comparison counts
-  static constexpr int kProbeFirst = 32;
-  static constexpr int kProbeLast = 512;
-  // A decode-only tick of `decode_rows` rows that yielded `tokens` in `ms` (drafting included).
-  void observe(std::size_t decode_rows, bool verified, double tokens, double ms);
-  // Whether a tick of `decode_rows` rows whose plan has drafts may verify them (counts the tick).
-  bool allows(std::size_t decode_rows);
-  // Tokens per ms measured (0 before any sample), for metrics and logs.
-  double plain_rate(std::size_t decode_rows) const;
-  double spec_rate(std::size_t decode_rows) const;
-
- private:
-  struct Bucket {
-    double plain = 0, spec = 0;
-    int n_plain = 0, n_spec = 0;
-    int probe_every = kProbeFirst;
-    int since_probe = 0;
-  };
-  static std::size_t bucket_of(std::size_t rows);
-  std::vector<Bucket> buckets_;
-};
 
 // A session's acceptance estimate after a verification: `accepted` of `drafted` tokens taken.
 // An EWMA per draft token, so a long accepted run counts as much as its length.

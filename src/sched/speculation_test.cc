@@ -121,56 +121,5 @@ TEST(Acceptance, MovesTowardsWhatTheVerificationsShow) {
   EXPECT_EQ(idle_acceptance(0.9), 0.9) << "a high one stays";
 }
 
-// Drives a guard through `ticks` ticks of `rows` decode rows whose plans have drafts: a verifying
-// tick yields `spec` tokens per ms, a plain one `plain`. Returns how many verified.
-int run_guard(SpecYieldGuard& g, std::size_t rows, double plain, double spec, int ticks) {
-  int verified = 0;
-  for (int i = 0; i < ticks; ++i) {
-    const bool v = g.allows(rows);
-    verified += v;
-    g.observe(rows, v, v ? spec : plain, 1.0);
-  }
-  return verified;
-}
-
-TEST(SpecYieldGuard, DraftsWhileVerifyingTicksYieldMoreAndKeepsBothRatesCurrent) {
-  SpecYieldGuard g;
-  const int v = run_guard(g, 1, 0.3, 0.5, 1000);
-  // Three verifying samples, three plain ones, then one plain tick in kProbeFirst.
-  EXPECT_GT(v, 1000 - 3 - 1000 / SpecYieldGuard::kProbeFirst - 2);
-  EXPECT_LT(v, 1000 - 3);
-  EXPECT_NEAR(g.plain_rate(1), 0.3, 1e-9);
-  EXPECT_NEAR(g.spec_rate(1), 0.5, 1e-9);
-}
-
-TEST(SpecYieldGuard, DeclinesWhereVerifyingLosesAndProbesLessAndLessOften) {
-  SpecYieldGuard g;
-  // The first 3 ticks verify (measured first), the next 3 are plain; then probes 32, 64, ...
-  // 512 ticks apart: over 10000 ticks 3 + (32..512 doubling: 5 probes in 992 ticks) + ~18 more.
-  const int v = run_guard(g, 16, 1.0, 0.5, 10000);
-  EXPECT_GE(v, 3 + 5);
-  EXPECT_LE(v, 3 + 5 + 10000 / SpecYieldGuard::kProbeLast + 1);
-  // Each bucket learns on its own: 16 rows lost, one row has no samples yet and may verify.
-  EXPECT_TRUE(g.allows(1));
-  EXPECT_EQ(g.spec_rate(1), 0.0);
-  EXPECT_NEAR(g.spec_rate(17), g.spec_rate(31), 1e-12) << "16-31 rows share a bucket";
-}
-
-TEST(SpecYieldGuard, AProbeThatWinsBringsDraftsBack) {
-  SpecYieldGuard g;
-  run_guard(g, 4, 1.0, 0.5, 5000);  // speculation lost for a long while: probes 512 ticks apart
-  // The workload changes (a copy): verifying now yields 3x. A probe within kProbeLast ticks
-  // wins, probes come kProbeFirst apart again, and the verifying rate overtakes the plain one.
-  int first = -1;
-  for (int i = 0; i < 3000 && first < 0; ++i) {
-    const bool v = g.allows(4);
-    g.observe(4, v, v ? 3.0 : 1.0, 1.0);
-    if (v && g.spec_rate(4) >= g.plain_rate(4)) first = i;
-  }
-  ASSERT_GE(first, 0) << "drafts never came back";
-  EXPECT_LT(first, SpecYieldGuard::kProbeLast + 8 * SpecYieldGuard::kProbeFirst);
-  EXPECT_GT(run_guard(g, 4, 1.0, 3.0, 320), 320 - 320 / SpecYieldGuard::kProbeFirst - 2);
-}
-
 }  // namespace
 }  // namespace uma

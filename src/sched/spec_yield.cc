@@ -1,0 +1,104 @@
+#include "sched/spec_yield.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace uma {
+
+std::size_t SpecYieldGuard::bucket_of(std::size_t rows) {
+  std::size_t b = 0;
+  while (rows > 0) rows >>= 1, ++b;
+  return b;
+}
+
+int SpecYieldGuard::arm_of(std::int32_t draft_rows) {
+  int a = -1;
+  while (draft_rows > 0) draft_rows >>= 1, ++a;
+  return std::min(a, kArms - 1);
+}
+
+int SpecYieldGuard::best_arm(const Bucket& y) {
+  int best = -1;
+  for (int a = 0; a < kArms; ++a) {
+    const Arm& arm = y.arms[static_cast<std::size_t>(a)];
+    if (arm.n >= kSamples && (best < 0 || arm.rate > y.arms[static_cast<std::size_t>(best)].rate)) best = a;
+  }
+  return best;
+}
+
+int SpecYieldGuard::n_spec(const Bucket& y) {
+  int n = 0;
+  for (const Arm& a : y.arms) n += a.n;
+  return n;
+}
+
+const SpecYieldGuard::Bucket* SpecYieldGuard::find(std::size_t decode_rows) const {
+  const std::size_t b = bucket_of(decode_rows);
+  return b < buckets_.size() ? &buckets_[b] : nullptr;
+}
+
+void SpecYieldGuard::observe(std::size_t decode_rows, std::int32_t draft_rows, double tokens, double ms) {
+  if (decode_rows == 0 || !(ms > 0)) return;
+  const std::size_t b = bucket_of(decode_rows);
+  if (buckets_.size() <= b) buckets_.resize(b + 1);
+  Bucket& y = buckets_[b];
+  const double rate = tokens / ms;
+  if (draft_rows > 0 && y.n_plain >= kSamples && rate >= y.plain) y.probe_every = kProbeFirst;  // a probe that won
+  double& r = draft_rows > 0 ? y.arms[static_cast<std::size_t>(arm_of(draft_rows))].rate : y.plain;
+  int& n = draft_rows > 0 ? y.arms[static_cast<std::size_t>(arm_of(draft_rows))].n : y.n_plain;
+  r = n == 0 ? rate : 0.8 * r + 0.2 * rate;
+  ++n;
+}
+
+bool SpecYieldGuard::allows(std::size_t decode_rows) {
+  const std::size_t b = bucket_of(decode_rows);
+  if (b >= buckets_.size()) return true;
+  Bucket& y = buckets_[b];
+  const int best = best_arm(y);
+  if (best < 0 && n_spec(y) < kSamples) return true;  // verifying ticks measured first
+  if (y.n_plain < kSamples) return false;             // then plain ones, to compare with
+  if (spec_rate(decode_rows) >= y.plain) {
+    y.probe_every = kProbeFirst;
+    if (++y.since_probe < kProbeFirst) return true;
+    y.since_probe = 0;
+    return false;  // a plain tick now and then
+  }
+  if (++y.since_probe < y.probe_every) return false;
+  y.since_probe = 0;
+  y.probe_every = std::min(2 * y.probe_every, kProbeLast);
+  return true;
+}
+
+std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
+  const std::size_t b = bucket_of(decode_rows);
+  if (buckets_.size() <= b) buckets_.resize(b + 1);
+  Bucket& y = buckets_[b];
+  const int best = best_arm(y);
+  if (best < 0) return std::numeric_limits<std::int32_t>::max();  // what the plan picks, measured first
+  const int lower = best - 1, upper = best + 1;
+  if (lower >= 0 && y.arms[static_cast<std::size_t>(lower)].n < kSamples) return top_of(lower);
+  ++y.verifying;
+  if (y.verifying % kExploreEvery == 0) {
+    const bool up = (y.verifying / kExploreEvery) % 2 == 1;
+    if (up && upper < kArms) return top_of(upper);
+    if (!up && lower >= 0) return top_of(lower);
+  }
+  return top_of(best);
+}
+
+double SpecYieldGuard::plain_rate(std::size_t decode_rows) const {
+  const Bucket* y = find(decode_rows);
+  return y != nullptr ? y->plain : 0.0;
+}
+
+double SpecYieldGuard::spec_rate(std::size_t decode_rows) const {
+  const Bucket* y = find(decode_rows);
+  if (y == nullptr) return 0.0;
+  const int best = best_arm(*y);
+  if (best >= 0) return y->arms[static_cast<std::size_t>(best)].rate;
+  double most = 0;  // before any arm has enough samples: the best seen
+  for (const Arm& a : y->arms) most = a.n > 0 ? std::max(most, a.rate) : most;
+  return most;
+}
+
+}  // namespace uma

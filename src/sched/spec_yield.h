@@ -1,0 +1,66 @@
+// SpecYieldGuard: what speculation really yields, and how many draft rows a tick should carry.
+//
+// plan_drafts (sched/speculation.h) predicts from the cost model, which can be wrong where rows
+// take a shape it never saw: a GPU verifying K+1 rows runs without the CUDA graph a one-row decode
+// replays (launch-bound), a draft model's call costs launches and a catch-up. So the yield that
+// counts is measured: tokens per ms of decode-only ticks, their drafting included, kept by decode
+// rows (1, 2-3, 4-7, ...: streams that end one by one stay in a bucket), plain ticks apart from
+// verifying ones, and verifying ones by their draft rows (arms: 1, 2-3, 4-7, ..., 64-127).
+//   allows          drafts only while the best arm out-yields plain ticks. Where it does not, a
+//                   declined tick verifies anyway now and then (a probe), kProbeFirst ticks apart,
+//                   twice as far after each probe that lost, up to kProbeLast; a probe that wins
+//                   brings the spacing back. Where it does, one tick in kProbeFirst stays plain.
+//   max_draft_rows  the top of the best arm: a hill climb over arms, its lower neighbour tried
+//                   first (fewer rows cost less), then each neighbour now and then.
+// Pure: numbers in, numbers out; tested on synthetic yields. Not thread-safe (the compute thread's).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace uma {
+
+class SpecYieldGuard {
+ public:
+  static constexpr int kSamples = 3;  // of a kind before it is compared
+  static constexpr int kProbeFirst = 32;
+  static constexpr int kProbeLast = 512;
+  static constexpr int kExploreEvery = 16;  // verifying ticks between two tries of a neighbour arm
+  static constexpr int kArms = 7;
+
+  // A decode-only tick of `decode_rows` rows and `draft_rows` verified draft rows (0: plain) that
+  // yielded `tokens` in `ms`, drafting included.
+  void observe(std::size_t decode_rows, std::int32_t draft_rows, double tokens, double ms);
+  // Whether a tick of `decode_rows` rows whose plan has drafts may verify them (counts the tick).
+  bool allows(std::size_t decode_rows);
+  // Most draft rows a verifying tick of `decode_rows` rows should carry now (counts the tick).
+  std::int32_t max_draft_rows(std::size_t decode_rows);
+  // Tokens per ms measured (0 before any sample): plain ticks, and the best verifying arm.
+  double plain_rate(std::size_t decode_rows) const;
+  double spec_rate(std::size_t decode_rows) const;
+
+ private:
+  struct Arm {
+    double rate = 0;
+    int n = 0;
+  };
+  struct Bucket {
+    double plain = 0;
+    int n_plain = 0;
+    std::array<Arm, kArms> arms{};
+    int probe_every = kProbeFirst;
+    int since_probe = 0;
+    int verifying = 0;  // max_draft_rows calls, for exploration
+  };
+  static std::size_t bucket_of(std::size_t rows);
+  static int arm_of(std::int32_t draft_rows);
+  static std::int32_t top_of(int arm) { return (std::int32_t{2} << arm) - 1; }
+  static int best_arm(const Bucket& y);  // -1: none sampled enough
+  static int n_spec(const Bucket& y);
+  const Bucket* find(std::size_t decode_rows) const;
+  std::vector<Bucket> buckets_;
+};
+
+}  // namespace uma
