@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "sched/scheduler.h"
@@ -58,10 +59,14 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   };
   std::int32_t room = decoder_.n_batch() - static_cast<std::int32_t>(batch_.entries.size());
   if (!ledger_.per_seq()) room = std::min(room, cells_free() / 2);  // a draft's cells are back after the tick
-  if (!config_.speculate_always) room = std::min(room, yield_guard_.max_draft_rows(batch_.decoded.size()));
+  const std::int32_t cap = config_.speculate_always ? room : yield_guard_.max_draft_rows(batch_.decoded.size());
+  room = std::min(room, cap);
   DraftPlanInput in{offers, static_cast<double>(batch_.decoded.size()), tick_ms, room};
   // Paid once whatever the drafts: the verifying tick's graphs, and a draft model's call.
   in.fixed_ms = std::max(0.0, spec_overhead_ms_) + (n_model > 0 ? drafter_->call_ms() : 0.0);
+  // On a GPU a decode of a new shape is captured as a new CUDA graph, and the next one again: a
+  // steady number of draft rows (the best measured arm's top) is worth more than each row's margin.
+  if (decoder_.decode_is_async() && cap < std::numeric_limits<std::int32_t>::max()) in.fill_to = cap;
   if (config_.speculate_always) {
     for (DraftOffer& o : offers) o.accept = 1.0, o.ms_per_token = 0.0;
     in.tick_ms = [](std::int32_t) { return 1.0; };  // rows free: all of every offer, in room

@@ -20,15 +20,15 @@ int SpecYieldGuard::arm_of(std::int32_t draft_rows) {
 int SpecYieldGuard::best_arm(const Bucket& y) {
   int best = -1;
   for (int a = 0; a < kArms; ++a) {
-    const Arm& arm = y.arms[static_cast<std::size_t>(a)];
-    if (arm.n >= kSamples && (best < 0 || arm.rate > y.arms[static_cast<std::size_t>(best)].rate)) best = a;
+    const Rate& arm = y.arms[static_cast<std::size_t>(a)];
+    if (arm.n >= kArmSamples && (best < 0 || arm.value() > y.arms[static_cast<std::size_t>(best)].value())) best = a;
   }
   return best;
 }
 
 int SpecYieldGuard::n_spec(const Bucket& y) {
   int n = 0;
-  for (const Arm& a : y.arms) n += a.n;
+  for (const Rate& a : y.arms) n += a.n;
   return n;
 }
 
@@ -42,12 +42,12 @@ void SpecYieldGuard::observe(std::size_t decode_rows, std::int32_t draft_rows, d
   const std::size_t b = bucket_of(decode_rows);
   if (buckets_.size() <= b) buckets_.resize(b + 1);
   Bucket& y = buckets_[b];
-  const double rate = tokens / ms;
-  if (draft_rows > 0 && y.n_plain >= kSamples && rate >= y.plain) y.probe_every = kProbeFirst;  // a probe that won
-  double& r = draft_rows > 0 ? y.arms[static_cast<std::size_t>(arm_of(draft_rows))].rate : y.plain;
-  int& n = draft_rows > 0 ? y.arms[static_cast<std::size_t>(arm_of(draft_rows))].n : y.n_plain;
-  r = n == 0 ? rate : 0.8 * r + 0.2 * rate;
-  ++n;
+  if (draft_rows > 0 && y.plain.n >= kSamples && tokens / ms >= y.plain.value()) y.probe_every = kProbeFirst;  // a probe that won
+  if (draft_rows > 0) {
+    y.arms[static_cast<std::size_t>(arm_of(draft_rows))].add(tokens, ms, 0.95);
+  } else {
+    y.plain.add(tokens, ms, 0.8);
+  }
 }
 
 bool SpecYieldGuard::allows(std::size_t decode_rows) {
@@ -56,10 +56,10 @@ bool SpecYieldGuard::allows(std::size_t decode_rows) {
   Bucket& y = buckets_[b];
   const int best = best_arm(y);
   if (best < 0 && n_spec(y) < kSamples) return true;  // verifying ticks measured first
-  if (y.n_plain < kSamples) return false;             // then plain ones, to compare with
-  if (spec_rate(decode_rows) >= y.plain) {
+  if (y.plain.n < kSamples) return false;             // then plain ones, to compare with
+  if (spec_rate(decode_rows) >= y.plain.value()) {
     y.probe_every = kProbeFirst;
-    if (++y.since_probe < kProbeFirst) return true;
+    if (++y.since_probe < kPlainEvery) return true;
     y.since_probe = 0;
     return false;  // a plain tick now and then
   }
@@ -76,7 +76,7 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
   const int best = best_arm(y);
   if (best < 0) return std::numeric_limits<std::int32_t>::max();  // what the plan picks, measured first
   const int lower = best - 1, upper = best + 1;
-  if (lower >= 0 && y.arms[static_cast<std::size_t>(lower)].n < kSamples) return top_of(lower);
+  if (lower >= 0 && y.arms[static_cast<std::size_t>(lower)].n < kArmSamples) return top_of(lower);
   ++y.verifying;
   if (y.verifying % kExploreEvery == 0) {
     const bool up = (y.verifying / kExploreEvery) % 2 == 1;
@@ -88,16 +88,16 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
 
 double SpecYieldGuard::plain_rate(std::size_t decode_rows) const {
   const Bucket* y = find(decode_rows);
-  return y != nullptr ? y->plain : 0.0;
+  return y != nullptr ? y->plain.value() : 0.0;
 }
 
 double SpecYieldGuard::spec_rate(std::size_t decode_rows) const {
   const Bucket* y = find(decode_rows);
   if (y == nullptr) return 0.0;
   const int best = best_arm(*y);
-  if (best >= 0) return y->arms[static_cast<std::size_t>(best)].rate;
+  if (best >= 0) return y->arms[static_cast<std::size_t>(best)].value();
   double most = 0;  // before any arm has enough samples: the best seen
-  for (const Arm& a : y->arms) most = a.n > 0 ? std::max(most, a.rate) : most;
+  for (const Rate& a : y->arms) most = std::max(most, a.value());
   return most;
 }
 

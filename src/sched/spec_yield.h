@@ -9,7 +9,7 @@
 //   allows          drafts only while the best arm out-yields plain ticks. Where it does not, a
 //                   declined tick verifies anyway now and then (a probe), kProbeFirst ticks apart,
 //                   twice as far after each probe that lost, up to kProbeLast; a probe that wins
-//                   brings the spacing back. Where it does, one tick in kProbeFirst stays plain.
+//                   brings the spacing back. Where it does, one tick in kPlainEvery stays plain.
 //   max_draft_rows  the top of the best arm: a hill climb over arms, its lower neighbour tried
 //                   first (fewer rows cost less), then each neighbour now and then.
 // Pure: numbers in, numbers out; tested on synthetic yields. Not thread-safe (the compute thread's).
@@ -24,10 +24,16 @@ namespace uma {
 
 class SpecYieldGuard {
  public:
-  static constexpr int kSamples = 3;  // of a kind before it is compared
+  // Samples of plain ticks, and of an arm, before they are compared: a verifying tick's tokens
+  // vary from 1 to K + 1 with what is accepted, a plain tick's do not.
+  static constexpr int kSamples = 3;
+  static constexpr int kArmSamples = 6;
   static constexpr int kProbeFirst = 32;
   static constexpr int kProbeLast = 512;
-  static constexpr int kExploreEvery = 16;  // verifying ticks between two tries of a neighbour arm
+  // Verifying ticks between two tries of a neighbour arm, and between two plain ticks where
+  // verifying wins: each is a tick of another shape, which a GPU captures as a new graph.
+  static constexpr int kExploreEvery = 64;
+  static constexpr int kPlainEvery = 64;
   static constexpr int kArms = 7;
 
   // A decode-only tick of `decode_rows` rows and `draft_rows` verified draft rows (0: plain) that
@@ -42,14 +48,17 @@ class SpecYieldGuard {
   double spec_rate(std::size_t decode_rows) const;
 
  private:
-  struct Arm {
-    double rate = 0;
+  // Tokens over ms of the recent samples (each older one weighs `decay` less): time-weighted,
+  // so a lucky short tick does not outweigh a long one.
+  struct Rate {
+    double tokens = 0, ms = 0;
     int n = 0;
+    void add(double t, double m, double decay) { tokens = decay * tokens + t, ms = decay * ms + m, ++n; }
+    double value() const { return ms > 0 ? tokens / ms : 0.0; }
   };
   struct Bucket {
-    double plain = 0;
-    int n_plain = 0;
-    std::array<Arm, kArms> arms{};
+    Rate plain;
+    std::array<Rate, kArms> arms{};
     int probe_every = kProbeFirst;
     int since_probe = 0;
     int verifying = 0;  // max_draft_rows calls, for exploration

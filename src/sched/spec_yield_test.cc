@@ -30,8 +30,8 @@ std::function<double(std::int32_t)> flat(double plain, double spec) {
 TEST(SpecYieldGuard, DraftsWhileVerifyingTicksYieldMoreAndKeepsBothRatesCurrent) {
   SpecYieldGuard g;
   const int v = run(g, 1, 4, flat(0.3, 0.5), 1000);
-  // Three verifying samples, three plain ones, then one plain tick in kProbeFirst.
-  EXPECT_GT(v, 1000 - 3 - 1000 / SpecYieldGuard::kProbeFirst - 2);
+  // Three verifying samples, three plain ones, then one plain tick in kPlainEvery.
+  EXPECT_GT(v, 1000 - 3 - 1000 / SpecYieldGuard::kPlainEvery - 2);
   EXPECT_LT(v, 1000 - 3);
   EXPECT_NEAR(g.plain_rate(1), 0.3, 1e-9);
   EXPECT_NEAR(g.spec_rate(1), 0.5, 1e-9);
@@ -63,7 +63,7 @@ TEST(SpecYieldGuard, AProbeThatWinsBringsDraftsBack) {
   }
   ASSERT_GE(first, 0) << "drafts never came back";
   EXPECT_LT(first, SpecYieldGuard::kProbeLast + 8 * SpecYieldGuard::kProbeFirst);
-  EXPECT_GT(run(g, 4, 4, flat(1.0, 3.0), 320), 320 - 320 / SpecYieldGuard::kProbeFirst - 2);
+  EXPECT_GT(run(g, 4, 4, flat(1.0, 3.0), 320), 320 - 320 / SpecYieldGuard::kPlainEvery - 2);
 }
 
 TEST(SpecYieldGuard, ClimbsToTheDraftRowsThatYieldMost) {
@@ -78,7 +78,7 @@ TEST(SpecYieldGuard, ClimbsToTheDraftRowsThatYieldMost) {
     return 0.34;
   };
   SpecYieldGuard g;
-  run(g, 1, 16, yield, 200);  // the plan wants 16: measured, then lower arms tried
+  run(g, 1, 16, yield, 400);  // the plan wants 16: measured, then lower arms tried
   int in_best = 0;
   for (int i = 0; i < 320; ++i) in_best += g.max_draft_rows(1) == 7;
   // Most of the time the best arm's top (7); a neighbour one time in kExploreEvery.

@@ -52,22 +52,33 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
   double t = t0;
   double tokens = in.base_tokens;
   double drafting = 0.0;  // the drafting the plan took so far (a draft model's steps)
-  while (!next.empty() && plan.rows < in.max_rows) {
-    const Next n = next.top();
-    const double t_more = in.tick_ms(plan.rows + 1) + in.offers[n.offer].ms_per_token + drafting + in.fixed_ms;
-    // Worth it while the expected tokens per ms rise: (T + p) / (t + dt) > T / t (the first row's
-    // dt without the fixed cost, which the whole plan must pay back).
-    const double dt = t_more - t - (plan.rows == 0 ? in.fixed_ms : 0.0);
-    if (!(t > 0) || n.p * t <= dt * tokens) break;
+  auto t_with = [&](const Next& n) { return in.tick_ms(plan.rows + 1) + in.offers[n.offer].ms_per_token + drafting + in.fixed_ms; };
+  auto take = [&](const Next n) {  // a copy: it pops the queue
     next.pop();
     tokens += n.p;
-    t = t_more;
+    t = t_with(n);
     drafting += in.offers[n.offer].ms_per_token;
     plan.rows++;
     const std::size_t i = n.offer;
     plan.k[i]++;
     const double p_next = n.p * in.offers[i].accept;
     if (plan.k[i] < in.offers[i].available && p_next >= in.min_accept) next.push({p_next, i});
+  };
+  while (!next.empty() && plan.rows < in.max_rows) {
+    const Next n = next.top();
+    // Worth it while the expected tokens per ms rise: (T + p) / (t + dt) > T / t (the first row's
+    // dt without the fixed cost, which the whole plan must pay back).
+    const double dt = t_with(n) - t - (plan.rows == 0 ? in.fixed_ms : 0.0);
+    if (!(t > 0) || n.p * t <= dt * tokens) break;
+    take(n);
+  }
+  const DraftPlan unfilled = plan;
+  const double unfilled_tokens = tokens, unfilled_t = t;
+  while (plan.rows > 0 && !next.empty() && plan.rows < std::min(in.fill_to, in.max_rows)) take(next.top());
+  if (plan.rows > unfilled.rows && !(tokens * t0 > in.base_tokens * t)) {  // the rows filled in do not pay
+    plan = unfilled;
+    tokens = unfilled_tokens;
+    t = unfilled_t;
   }
   if (plan.rows > 0 && in.fixed_ms > 0 && !(tokens * t0 > in.base_tokens * t)) {
     std::fill(plan.k.begin(), plan.k.end(), 0);  // the rows pay, not the fixed cost with them

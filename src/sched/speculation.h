@@ -61,6 +61,10 @@ struct DraftPlanInput {
   // rows are still chosen by their marginal worth, then the plan stands only if the tick's
   // expected tokens per ms, this included, beat the decode rows' alone.
   double fixed_ms = 0;
+  // Once the plan takes any rows, it takes more, best first, up to this many (each still at least
+  // min_accept likely): where a tick of a new shape costs a graph capture (a GPU), a steady number
+  // of draft rows is worth more than the last row's margin.
+  std::int32_t fill_to = 0;
 };
 
 struct DraftPlan {

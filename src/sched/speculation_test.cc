@@ -102,6 +102,31 @@ TEST(PlanDrafts, AFixedCostOfDraftingIsPaidOnlyByPlansThatYieldEnough) {
   EXPECT_GT(high.expected_tokens * 1.41, 1.0 * (1.4 + 0.01 * 17 + 3.0));
 }
 
+TEST(PlanDrafts, FillsToASteadyNumberOfRowsWhenAskedWhileTheyStillPay) {
+  // A lone stream whose rows cost 0.6 ms each next to a 4 ms tick, accepted 0.8 of the time: the
+  // margin alone stops at 5 rows; asked to fill to 7, the plan takes 7.
+  auto with_fill = [](double accept, std::int32_t fill_to, double row_ms) {
+    const std::vector<DraftOffer> offers{{16, accept}};
+    DraftPlanInput in{offers, 1, [row_ms](std::int32_t n) { return 4.0 + row_ms * n; }, 64};
+    in.fill_to = fill_to;
+    return plan_drafts(in);
+  };
+  const DraftPlan margin = with_fill(0.8, 0, 0.6);
+  ASSERT_EQ(margin.rows, 5);
+  const DraftPlan filled = with_fill(0.8, 7, 0.6);
+  EXPECT_EQ(filled.rows, 7);
+  EXPECT_GT(filled.expected_tokens, margin.expected_tokens);
+  EXPECT_EQ(with_fill(0.8, 3, 0.6).rows, 5) << "never fewer than the margin takes";
+  // Tokens below min_accept are never filled in (0.4^4 < 0.05).
+  EXPECT_LE(with_fill(0.4, 16, 0.01).rows, 3);
+  // Filled rows that make the tick yield less than no drafts at all are left out.
+  const DraftPlan dear = with_fill(0.8, 15, 2.0);
+  EXPECT_EQ(dear.rows, 2);
+  EXPECT_EQ(with_fill(0.8, 0, 2.0).rows, 2);
+  // No drafts chosen: nothing to fill.
+  EXPECT_EQ(with_fill(0.8, 7, 10.0).rows, 0);
+}
+
 TEST(Acceptance, MovesTowardsWhatTheVerificationsShow) {
   double a = kAcceptancePrior;
   for (int k = 0; k < 10; ++k) a = update_acceptance(a, 8, 8);
