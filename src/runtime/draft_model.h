@@ -52,6 +52,7 @@ class DraftModel final : public Drafter {
   // (a step after the first: the first's graph is new).
   Status decode(bool step);
   void clear();  // drops every sequence's cells (after an error)
+  void warm_up();  // one decode of each shape a call makes, nothing kept
 
   llama_model* model_ = nullptr;
   llama_context* ctx_ = nullptr;
