@@ -203,9 +203,10 @@ class Scheduler {
   void plan_speculation(const TickPlan& plan);
   bool may_draft(const Session& s) const;  // plan_speculation could give it drafts now
   // The pipelined tick's question, when a session may draft: will the next tick of `rows` decode
-  // rows verify none? Yes when the yield guard declines it (the tick counted as declined) or the
-  // cost plan declined as many rows within the last kProbeFirst ticks; a tick the guard lets
-  // verify is granted to the next plan, which does not ask again.
+  // rows verify none? Yes when the cost plan declined drafts for a tick of as many rows (the
+  // guard's bucket: streams come and go) within the last kProbeFirst ticks, or the yield guard
+  // declines it (the tick counted as declined); a tick the guard lets verify is granted to the
+  // next plan, which does not ask again.
   bool spec_declined_ahead(std::size_t rows);
   // What a verifying tick costs beyond the cost model's rows: on a GPU a decode of a new shape
   // builds its graph (and the next tick, back to one row a session, again). `excess_ms` is the
@@ -276,7 +277,7 @@ class Scheduler {
   double spec_overhead_ms_ = 0.0;       // EWMA of observe_spec_overhead's samples
   SpecYieldGuard yield_guard_;
   bool spec_granted_ = false;            // the guard already let the next plan verify
-  std::size_t plan_declined_rows_ = 0;   // decode rows of the last plan the cost declined (0: it did not)
+  std::size_t plan_declined_bucket_ = 0;  // yield bucket of the last plan the cost declined (0: it did not)
   int ticks_since_plan_ = 0;             // pipelined ticks since that plan
   double draft_ms_last_ = 0.0;          // this tick's draft model time
   bool spec_overhead_seen_ = false;

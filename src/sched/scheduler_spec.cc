@@ -100,7 +100,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     }
   }
   const bool planned = dp.rows > 0;
-  plan_declined_rows_ = planned ? 0 : batch_.decoded.size();
+  plan_declined_bucket_ = planned ? 0 : SpecYieldGuard::bucket_of(batch_.decoded.size());
   ticks_since_plan_ = 0;
   const bool granted = std::exchange(spec_granted_, false);
   if (planned && !config_.speculate_always && !granted && !yield_guard_.allows(batch_.decoded.size())) {
@@ -167,7 +167,7 @@ void Scheduler::observe_yield(double tick_ms) {
 }
 
 bool Scheduler::spec_declined_ahead(std::size_t rows) {
-  if (plan_declined_rows_ == rows && ++ticks_since_plan_ < SpecYieldGuard::kProbeFirst) return true;
+  if (plan_declined_bucket_ == SpecYieldGuard::bucket_of(rows) && ++ticks_since_plan_ < SpecYieldGuard::kProbeFirst) return true;
   if (!yield_guard_.allows(rows)) return true;
   spec_granted_ = true;
   return false;

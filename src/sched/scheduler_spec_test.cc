@@ -254,5 +254,36 @@ TEST_F(SpecSchedulerTest, WhereDraftsDoNotPayTheTicksArePipelinedAndProbesStillC
   scheduler_.reset();
 }
 
+TEST_F(SpecSchedulerTest, DraftsTheCostDeclinesDoNotStopThePipelineAsStreamsEnd) {
+  // Dear rows (each as dear as the tick): the plan declines every draft. Eight streams end five
+  // ticks apart, so the decode rows change within the yield guard's bucket: the ticks are
+  // pipelined as many times as without a draft model at all.
+  std::uint64_t without = 0;
+  for (bool drafting : {false, true}) {
+    make(256, 4096, 8, SchedulerConfig{});
+    out_.clear();
+    decoder_->async_ = true;
+    decoder_->on_decode_ = [this](std::span<const BatchEntry> b) {
+      clock_.advance(std::chrono::microseconds(100 + 5000 * static_cast<long>(b.size())));
+    };
+    ASSERT_TRUE(scheduler_->calibrate(1e9).ok());
+    FakeDrafter drafter([](Token) { return true; });
+    if (drafting) scheduler_->set_drafter(&drafter);
+    const std::uint64_t before = metrics_.pipelined_ticks_total.load();
+    for (RequestId id = 1; id <= 8; ++id) submit(id, std::string(1, static_cast<char>('a' + id)), 20 + 5 * static_cast<std::int32_t>(id));
+    run_until_idle();
+    for (RequestId id = 1; id <= 8; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'a' + static_cast<Token>(id), 20 + 5 * static_cast<std::int32_t>(id)));
+    const std::uint64_t pipelined = metrics_.pipelined_ticks_total.load() - before;
+    if (!drafting) {
+      without = pipelined;
+      EXPECT_GT(without, 40u);
+    } else {
+      EXPECT_EQ(drafter.drafted_, 0) << "every plan was declined";
+      EXPECT_GE(pipelined + 4, without) << "a re-plan every 32 ticks, not one at each end";
+    }
+    scheduler_.reset();
+  }
+}
+
 }  // namespace
 }  // namespace uma

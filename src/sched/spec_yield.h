@@ -43,6 +43,8 @@ class SpecYieldGuard {
   bool allows(std::size_t decode_rows);
   // Most draft rows a verifying tick of `decode_rows` rows should carry now (counts the tick).
   std::int32_t max_draft_rows(std::size_t decode_rows);
+  // The bucket of `decode_rows` rows: 1 for one, 2 for 2-3, 3 for 4-7, ... (0 for none).
+  static std::size_t bucket_of(std::size_t decode_rows);
   // Tokens per ms measured (0 before any sample): plain ticks, and the best verifying arm.
   double plain_rate(std::size_t decode_rows) const;
   double spec_rate(std::size_t decode_rows) const;
@@ -63,7 +65,6 @@ class SpecYieldGuard {
     int since_probe = 0;
     int verifying = 0;  // max_draft_rows calls, for exploration
   };
-  static std::size_t bucket_of(std::size_t rows);
   static int arm_of(std::int32_t draft_rows);
   static std::int32_t top_of(int arm) { return (std::int32_t{2} << arm) - 1; }
   static int best_arm(const Bucket& y);  // -1: none sampled enough
