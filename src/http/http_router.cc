@@ -89,6 +89,7 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
   c.id_prefix = chat ? "chatcmpl-" : "cmpl-";
   q.tenant = c.api.user;
   q.speculative = c.api.speculative;
+  q.prediction = c.api.prediction;
   q.continuation.assign(c.api.uma.resume.begin(), c.api.uma.resume.end());
   q.sampling.report_tokens = c.api.uma.token_ids;
   return c;

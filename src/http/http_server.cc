@@ -146,6 +146,9 @@ class HttpAdapter final : public ProtocolAdapter {
           const auto resumed = static_cast<std::int32_t>(r.uma.resume.size());
           if (index % static_cast<std::size_t>(r.n) == 0) usage_.prompt_tokens += ev.prompt_tokens - resumed;
           usage_.completion_tokens += ev.completion_tokens + resumed;
+          usage_.prediction = !r.prediction.empty();
+          usage_.accepted_prediction_tokens += ev.accepted_prediction_tokens;
+          usage_.rejected_prediction_tokens += ev.rejected_prediction_tokens;
         }
         ch.reason = ev.reason == FinishReason::kLength ? "length" : "stop";
         ch.stop_word = ev.stop_word;

@@ -41,6 +41,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   std::string user;                   // -> metadata tenant
+  std::string prediction;              // OpenAI's prediction.content: the expected output, drafts to verify
   std::optional<bool> speculative;    // umad's extension: speculative decoding; unset: the daemon's default
   // response_format json_object / json_schema: the schema the output must match (json_object: any
   // object); empty: free text. The router turns it into the grammar.
@@ -86,6 +87,10 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
 
 struct Usage {
   std::int32_t prompt_tokens = 0, completion_tokens = 0;
+  // A request with a prediction: usage.completion_tokens_details says these (its draft tokens
+  // accepted and rejected in verification).
+  bool prediction = false;
+  std::int32_t accepted_prediction_tokens = 0, rejected_prediction_tokens = 0;
 };
 
 // Stream chunks (the JSON after "data: "). finish_reason empty: not finished. With r.logprobs,

@@ -22,8 +22,13 @@ ojson envelope(const CompletionRequest& r, std::string_view id, std::int64_t cre
 }
 
 ojson usage_json(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  ojson j = {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
+             {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  if (u.prediction) {
+    j["completion_tokens_details"] = {{"accepted_prediction_tokens", u.accepted_prediction_tokens},
+                                      {"rejected_prediction_tokens", u.rejected_prediction_tokens}};
+  }
+  return j;
 }
 
 ojson token_json(const TokenLogprob& t) {

@@ -60,7 +60,6 @@ constexpr FieldRule kFields[] = {
     {"function_call", Use::kNoOpOnly, true, false},
     {"modalities", Use::kNoOpOnly, true, false},
     {"audio", Use::kNoOpOnly, true, false},
-    {"prediction", Use::kNoOpOnly, true, false},
     {"verbosity", Use::kNoOpOnly, true, false},
     {"web_search_options", Use::kNoOpOnly, true, false},
     {"echo", Use::kNoOpOnly, false, true},
@@ -83,6 +82,7 @@ constexpr FieldRule kFields[] = {
     {"skip_special_tokens", Use::kNoOpOnly, true, true},
     {"uma", Use::kParsed, true, true},  // umad's own: what a gateway asks for (GatewayOptions)
     {"speculative", Use::kParsed, true, true},  // umad's own: speculative decoding on or off
+    {"prediction", Use::kParsed, true, true},   // OpenAI's predicted outputs (umad takes it on completions too)
 };
 
 // The value of a kNoOpOnly field that asks for nothing beyond what umad does anyway.
@@ -93,10 +93,38 @@ bool is_noop(std::string_view name, const json& v) {
   if (name == "best_of") return v.is_number_integer() && v.get<std::int64_t>() == 1;
   if (name == "suffix") return v.is_string() && v.get_ref<const std::string&>().empty();
   if (name == "skip_special_tokens") return v.is_boolean() && v.get<bool>();  // umad's text never has them
-  return false;  // function_call, audio, prediction, ...: only null asks for nothing
+  return false;  // function_call, audio, ...: only null asks for nothing
 }
 
 constexpr std::size_t kMaxIgnoredNamed = 16;
+constexpr std::size_t kMaxPredictionBytes = 256 * 1024;
+
+// OpenAI's predicted outputs: {"type": "content", "content": "text" or [{"type": "text", "text": ...}]}.
+Status prediction(const json& p, std::string* out) {
+  const char* field = "prediction";
+  const json* type = member(p, "type");
+  const json* content = member(p, "content");
+  if (type == nullptr || *type != "content" || content == nullptr) {
+    return bad(field, "must be {\"type\": \"content\", \"content\": text or text parts}");
+  }
+  if (content->is_string()) {
+    *out = content->get<std::string>();
+  } else if (content->is_array()) {
+    for (const json& part : *content) {
+      const json* text = member(part, "text");
+      const json* part_type = member(part, "type");
+      if (part_type == nullptr || *part_type != "text" || text == nullptr || !text->is_string()) {
+        return bad(field, "content parts must be {\"type\": \"text\", \"text\": ...}");
+      }
+      *out += text->get_ref<const std::string&>();
+      if (out->size() > kMaxPredictionBytes) break;
+    }
+  } else {
+    return bad(field, "content must be a string or an array of text parts");
+  }
+  if (out->size() > kMaxPredictionBytes) return bad(field, "content is over 256 KiB");
+  return Status::Ok();
+}
 
 // logit_bias: OpenAI's {"TOKEN_ID": bias}; llama-server's also [[TOKEN_ID or "text", bias], ...]
 // and a key that is text; `false` as the bias: never (-inf). Bias in [-100, 100].
@@ -182,6 +210,9 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
   if (const json* sp = member(j, "speculative")) {
     if (!sp->is_boolean()) return bad("speculative", "must be a boolean");
     r->speculative = sp->get<bool>();
+  }
+  if (const json* p = member(j, "prediction")) {
+    if (!(st = prediction(*p, &r->prediction)).ok()) return st;
   }
   std::int64_t v = s.min_tokens;
   if (!(st = integer(j, "min_tokens", 0, kMaxTokensField, &v)).ok()) return st;

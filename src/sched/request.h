@@ -56,6 +56,9 @@ struct Request {
   double slo_tbt_ms = 0.0;        // 0: the daemon's default
   // Speculative decoding for this request (sched/speculation.h); unset: the daemon's default.
   std::optional<bool> speculative;
+  // The expected output (OpenAI's `prediction`): where generation follows it, its tokens are
+  // drafts to verify. Empty: none.
+  std::string prediction;
   Clock::time_point received_at{};
 };
 
@@ -91,6 +94,9 @@ struct Event {
   double ttft_ms = -1.0;                      // kDone: received -> first token (-1: none)
   double bytes_per_token = 0.0;               // kDone: its share of the ticks' bytes per generated token
   double total_ms = 0.0;                      // kDone: received -> end
+  // kDone of a request with a prediction: its draft tokens accepted and rejected in verification.
+  std::int32_t accepted_prediction_tokens = 0;
+  std::int32_t rejected_prediction_tokens = 0;
   std::vector<std::vector<float>> embeddings;  // kDone of an embeddings request: one per input
 };
 

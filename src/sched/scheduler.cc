@@ -146,6 +146,18 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   s->slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : ttft_default;
   s->slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
   s->speculate = request.speculative.value_or(config_.speculate) && config_.draft_max > 0;
+  if (s->speculate && !request.prediction.empty()) {
+    // Tokens as an output would be: without the BOS a prompt gets, at most a sequence's room.
+    std::vector<Token> bos;
+    if (decoder_.tokenize("", bos).ok() && decoder_.tokenize(request.prediction, s->prediction).ok()) {
+      if (!bos.empty() && s->prediction.size() >= bos.size() && std::equal(bos.begin(), bos.end(), s->prediction.begin())) {
+        s->prediction.erase(s->prediction.begin(), s->prediction.begin() + static_cast<std::ptrdiff_t>(bos.size()));
+      }
+      s->prediction.resize(std::min(s->prediction.size(), static_cast<std::size_t>(decoder_.n_ctx_seq())));
+    } else {
+      s->prediction.clear();  // a draft source only: a text it cannot tokenize changes nothing else
+    }
+  }
   s->accept = std::clamp(spec_accept_, 0.1, 0.9);
   metrics_.prompt_tokens_total += static_cast<std::uint64_t>(n_prompt);
   metrics_.requests_admitted_total++;
@@ -462,6 +474,8 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
   done.ttft_ms = s.generated > 0 ? ms_between(s.received_at, s.first_token_at) : -1.0;
   done.total_ms = ms_between(s.received_at, now);
   done.bytes_per_token = s.generated > 0 ? s.bytes_moved / s.generated : 0.0;
+  done.accepted_prediction_tokens = s.prediction_accepted;
+  done.rejected_prediction_tokens = s.prediction_rejected;
   if (s.generated > 0) metrics_.bytes_per_token_last = done.bytes_per_token;
   done.logprobs = std::move(s.pending_logprobs);  // tokens whose text never completed (a cut code point)
   s.pending_logprobs.clear();

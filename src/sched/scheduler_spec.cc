@@ -29,8 +29,16 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     k = std::min(k, decoder_.n_ctx_seq() - s.n_past - 2);
     if (rows_max > 0) k = std::min(k, rows_max - 1);
     if (k <= 0) continue;
-    // A lookup costs nothing to make: it goes first; the draft model drafts where it finds none.
-    s.draft = lookup_draft(s.tokens, k, config_.lookup);
+    // The client's prediction first, then a lookup (both cost nothing to make); the draft model
+    // drafts where neither finds any.
+    s.draft.clear();
+    if (!s.prediction.empty()) {
+      const std::span<const Token> output(s.tokens.data() + s.tokens.size() - static_cast<std::size_t>(s.generated),
+                                          static_cast<std::size_t>(s.generated));
+      s.draft = prediction_draft(output, s.prediction, k, &s.prediction_at, config_.lookup);
+    }
+    s.draft_from_prediction = !s.draft.empty();
+    if (s.draft.empty()) s.draft = lookup_draft(s.tokens, k, config_.lookup);
     if (s.draft.empty() && drafter_ == nullptr) continue;
     offers.push_back({s.draft.empty() ? k : static_cast<std::int32_t>(s.draft.size()), s.accept});
     by_model.push_back(s.draft.empty());
@@ -175,7 +183,7 @@ bool Scheduler::spec_declined_ahead(std::size_t rows) {
 
 bool Scheduler::may_draft(const Session& s) const {
   if (!s.speculate || decoder_.outputs_per_sequence() == 1 || (!cost_.warm() && !config_.speculate_always)) return false;
-  return drafter_ != nullptr || !lookup_draft(s.tokens, 1, config_.lookup).empty();
+  return drafter_ != nullptr || !s.prediction.empty() || !lookup_draft(s.tokens, 1, config_.lookup).empty();
 }
 
 void Scheduler::sample_batch() {
@@ -210,6 +218,10 @@ void Scheduler::sample_batch() {
     if (n < k) decoder_.trim_sequence(s.seq, s.n_past + 1 + n);
     s.accept = update_acceptance(s.accept, k, n);
     spec_accept_ = update_acceptance(spec_accept_, k, n);
+    if (s.draft_from_prediction) {
+      s.prediction_accepted += n;
+      s.prediction_rejected += k - n;
+    }
     s.speculated = true;
     drafted += k;
     taken += n;

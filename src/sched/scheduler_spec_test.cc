@@ -285,5 +285,32 @@ TEST_F(SpecSchedulerTest, DraftsTheCostDeclinesDoNotStopThePipelineAsStreamsEnd)
   }
 }
 
+TEST_F(SpecSchedulerTest, APredictionOfTheOutputIsVerifiedAndTakenUpAgainAfterAnEdit) {
+  for (bool with : {false, true}) {
+    start(true);
+    out_.clear();
+    // "abc": the model goes on d, e, f, ... (nothing to look up). The prediction has it right up to
+    // h, then an edit ("XY" where i j come), then right again from k.
+    Request r;
+    r.id = 1;
+    r.prompt = "abc";
+    r.max_tokens = 20;
+    if (with) r.prediction = "defghXYklmnopqrstuvw";
+    submit(std::move(r));
+    run_until_idle();
+    EXPECT_EQ(out_[1].text, expected(100 + 'c', 20)) << with;
+    if (!with) {
+      EXPECT_EQ(metrics_.spec_drafted_total.load(), 0u);
+      EXPECT_EQ(out_[1].accepted_prediction + out_[1].rejected_prediction, 0);
+      continue;
+    }
+    // d..h and m..w (after "k l" realigned it) accepted; X (and what followed it in that draft) rejected.
+    EXPECT_GE(out_[1].accepted_prediction, 5 + 8);
+    EXPECT_GE(out_[1].rejected_prediction, 1);
+    EXPECT_EQ(static_cast<std::uint64_t>(out_[1].accepted_prediction), metrics_.spec_accepted_total.load());
+    EXPECT_EQ(decoder_->total_kv(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace uma

@@ -369,6 +369,7 @@ struct Outcome {
   ErrorCode error = ErrorCode::kOk;
   std::string param;  // the error's field at fault
   std::int32_t completion_tokens = 0;
+  std::int32_t accepted_prediction = 0, rejected_prediction = 0;
 };
 
 class SchedulerTest : public ::testing::Test {
@@ -410,7 +411,13 @@ class SchedulerTest : public ::testing::Test {
         o.text += e.text;
         o.chunks.push_back(e.text);
       }
-      if (e.kind == Event::Kind::kDone) { ++o.done; o.reason = e.reason; o.completion_tokens = e.completion_tokens; }
+      if (e.kind == Event::Kind::kDone) {
+        ++o.done;
+        o.reason = e.reason;
+        o.completion_tokens = e.completion_tokens;
+        o.accepted_prediction = e.accepted_prediction_tokens;
+        o.rejected_prediction = e.rejected_prediction_tokens;
+      }
       if (e.kind == Event::Kind::kError) { ++o.errors; o.error = e.error.code(); o.param = e.error.param(); }
     }
     events_.clear();

@@ -84,6 +84,14 @@ struct Session {
   bool in_flight = false;
   std::vector<Token> draft;
   double accept = kAcceptancePrior;
+  // The client's expected output (OpenAI's `prediction`), a draft source before prompt lookup;
+  // where its drafts left off, whether this tick's draft came from it, and its tokens accepted and
+  // rejected in verification (the reply's usage says them).
+  std::vector<Token> prediction;
+  std::size_t prediction_at = 0;
+  bool draft_from_prediction = false;
+  std::int32_t prediction_accepted = 0;
+  std::int32_t prediction_rejected = 0;
 
   // Preemption.
   ParkedSequence parked;               // while kPaused: sampler, and the KV when it was saved

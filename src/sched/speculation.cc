@@ -28,6 +28,29 @@ std::vector<Token> lookup_draft(std::span<const Token> tokens, std::int32_t k_ma
   return {tokens.begin() + best_end, tokens.begin() + best_end + n};
 }
 
+std::vector<Token> prediction_draft(std::span<const Token> output, std::span<const Token> prediction, std::int32_t k_max,
+                                    std::size_t* cursor, const LookupConfig& config) {
+  if (k_max <= 0 || prediction.empty()) return {};
+  auto from = [&](std::size_t at) -> std::vector<Token> {
+    *cursor = at;
+    const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(k_max), prediction.size() - at);
+    return {prediction.begin() + static_cast<std::ptrdiff_t>(at), prediction.begin() + static_cast<std::ptrdiff_t>(at + n)};
+  };
+  if (output.size() < prediction.size() && std::equal(output.begin(), output.end(), prediction.begin())) return from(output.size());
+  const std::int64_t n_max = std::min<std::int64_t>(config.n_max, static_cast<std::int64_t>(output.size()));
+  for (std::int64_t n = n_max; n >= config.n_min && n >= 1; --n) {
+    const std::span<const Token> suffix = output.last(static_cast<std::size_t>(n));
+    // Ends (exclusive) of a match, at or past the cursor first, then from the start.
+    for (const std::size_t start : {*cursor, std::size_t{0}}) {
+      for (std::size_t e = std::max<std::size_t>(start, static_cast<std::size_t>(n)); e < prediction.size(); ++e) {
+        if (std::equal(suffix.begin(), suffix.end(), prediction.begin() + static_cast<std::ptrdiff_t>(e) - n)) return from(e);
+      }
+      if (start == 0) break;
+    }
+  }
+  return {};
+}
+
 DraftPlan plan_drafts(const DraftPlanInput& in) {
   DraftPlan plan;
   plan.k.assign(in.offers.size(), 0);

@@ -43,6 +43,15 @@ struct LookupConfig {
 // `tokens` (n as long as found, n_max first). Empty when none occurs or k_max <= 0.
 std::vector<Token> lookup_draft(std::span<const Token> tokens, std::int32_t k_max, const LookupConfig& config);
 
+// Up to `k_max` tokens of `prediction` (a client's expected output: OpenAI's `prediction`) that
+// follow where `output` (the tokens generated so far) aligns with it: the prediction's start while
+// the output is a prefix of it, else after the first occurrence at or past `*cursor` (else
+// anywhere) of the output's last n tokens (n as long as found, n_max down to n_min), so that an
+// edit in the middle is skipped and the prediction taken up again after it. `*cursor` is where the
+// drafts left off (in the prediction), moved by each call. Empty when nothing aligns.
+std::vector<Token> prediction_draft(std::span<const Token> output, std::span<const Token> prediction, std::int32_t k_max,
+                                    std::size_t* cursor, const LookupConfig& config);
+
 // One decoding session that could speculate this tick.
 struct DraftOffer {
   std::int32_t available = 0;  // draft tokens it has, or may have drafted (its most useful K)

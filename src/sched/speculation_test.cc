@@ -127,6 +127,32 @@ TEST(PlanDrafts, FillsToASteadyNumberOfRowsWhenAskedWhileTheyStillPay) {
   EXPECT_EQ(with_fill(0.8, 7, 10.0).rows, 0);
 }
 
+TEST(PredictionDraft, FollowsThePredictionAcrossAnEditAndPrefersWhatComesAfterTheCursor) {
+  const LookupConfig cfg{2, 4, 16384};
+  std::vector<Token> pred;
+  for (Token t = 1; t <= 20; ++t) pred.push_back(t);
+  std::size_t cursor = 0;
+  // Nothing generated yet, or a prefix of the prediction: what follows it.
+  EXPECT_EQ(prediction_draft({}, pred, 3, &cursor, cfg), (std::vector<Token>{1, 2, 3}));
+  EXPECT_EQ(prediction_draft(std::vector<Token>{1, 2}, pred, 3, &cursor, cfg), (std::vector<Token>{3, 4, 5}));
+  EXPECT_EQ(cursor, 2u);
+  // An edit (4 5 replaced by 99 100): nothing aligns until the output is back on the prediction.
+  EXPECT_TRUE(prediction_draft(std::vector<Token>{1, 2, 3, 99, 100}, pred, 3, &cursor, cfg).empty());
+  EXPECT_EQ(prediction_draft(std::vector<Token>{1, 2, 3, 99, 100, 6, 7}, pred, 3, &cursor, cfg), (std::vector<Token>{8, 9, 10}));
+  EXPECT_EQ(cursor, 7u);
+  // The prediction's end: nothing more, and never past it.
+  EXPECT_EQ(prediction_draft(std::vector<Token>{18, 19}, pred, 8, &cursor, cfg), (std::vector<Token>{20}));
+  EXPECT_TRUE(prediction_draft(std::vector<Token>{19, 20}, pred, 8, &cursor, cfg).empty());
+  // A repeated passage: the occurrence at or after the cursor wins over an earlier one.
+  const std::vector<Token> rep = {5, 6, 7, 1, 5, 6, 7, 2};
+  std::size_t at = 4;
+  EXPECT_EQ(prediction_draft(std::vector<Token>{9, 5, 6, 7}, rep, 1, &at, cfg), (std::vector<Token>{2}));
+  at = 0;
+  EXPECT_EQ(prediction_draft(std::vector<Token>{9, 5, 6, 7}, rep, 1, &at, cfg), (std::vector<Token>{1}));
+  EXPECT_TRUE(prediction_draft(std::vector<Token>{1}, {}, 4, &at, cfg).empty());
+  EXPECT_TRUE(prediction_draft(std::vector<Token>{1}, pred, 0, &at, cfg).empty());
+}
+
 TEST(Acceptance, MovesTowardsWhatTheVerificationsShow) {
   double a = kAcceptancePrior;
   for (int k = 0; k < 10; ++k) a = update_acceptance(a, 8, 8);

@@ -233,5 +233,47 @@ TEST(UmadSpec, ARequestSaysNoAndTheFieldIsChecked) {
   EXPECT_NE(r2.find("speculative"), std::string::npos) << r2;
 }
 
+TEST(UmadSpec, APredictedOutputIsVerifiedAndTheUsageSaysWhatWasAccepted) {
+  Daemon d(http_args({"--speculative", "lookup", "--speculative-force"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  const int port = http_port(d);
+  // Token ids with nothing to look up: every draft comes from the prediction.
+  const std::vector<std::int32_t> p = {5000, 7000, 9000};
+  const std::string expected = oracle().expected_text_after(9000, 24);
+  auto ask = [&](const nlohmann::json& extra) {
+    nlohmann::json body = {{"prompt", p}, {"max_tokens", 24}, {"temperature", 0}};
+    if (extra.is_object()) body.update(extra);
+    Tcp t(port);
+    EXPECT_TRUE(t.send(post("/v1/completions", body.dump())));
+    return t.response();
+  };
+  const std::string plain = ask(nlohmann::json::object());
+  ASSERT_EQ(status_of(plain), 200) << plain;
+  EXPECT_EQ(nlohmann::json::parse(body_of(plain))["choices"][0]["text"], expected);
+  EXPECT_FALSE(nlohmann::json::parse(body_of(plain))["usage"].contains("completion_tokens_details"));
+  EXPECT_EQ(metrics(d).value("spec_drafted_total", -1.0), 0.0);
+  // The expected text as OpenAI's prediction (its tokenization need not be the generated ids:
+  // drafts are verified, the output is the one without them).
+  const nlohmann::json part = {{"type", "text"}, {"text", expected}};
+  const nlohmann::json prediction = {{"type", "content"}, {"content", nlohmann::json::array({part})}};
+  const std::string with = ask(nlohmann::json{{"prediction", prediction}});
+  ASSERT_EQ(status_of(with), 200) << with;
+  const auto j = nlohmann::json::parse(body_of(with));
+  EXPECT_EQ(j["choices"][0]["text"], expected);
+  ASSERT_TRUE(j["usage"].contains("completion_tokens_details")) << with;
+  const auto& details = j["usage"]["completion_tokens_details"];
+  const double drafted = metrics(d).value("spec_drafted_total", -1.0);
+  EXPECT_GT(drafted, 0.0);
+  EXPECT_EQ(details["accepted_prediction_tokens"].get<double>() + details["rejected_prediction_tokens"].get<double>(), drafted);
+  EXPECT_EQ(metrics(d).value("kv_tokens_used", -1.0), 0.0);
+  const nlohmann::json image = {{"type", "image"}};
+  for (const nlohmann::json& bad : {nlohmann::json{{"type", "text"}, {"content", "x"}}, nlohmann::json{{"type", "content"}, {"content", 7}},
+                                    nlohmann::json{{"type", "content"}, {"content", nlohmann::json::array({image})}}}) {
+    const std::string r = ask(nlohmann::json{{"prediction", bad}});
+    EXPECT_EQ(status_of(r), 400) << r;
+    EXPECT_NE(r.find("prediction"), std::string::npos) << r;
+  }
+}
+
 }  // namespace
 }  // namespace uma::test

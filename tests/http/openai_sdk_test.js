@@ -54,6 +54,14 @@ async function main() {
   assert.strictEqual(s.role, 'assistant');
   assert.strictEqual(s.finish, 'length');
 
+  // A predicted output (drafts to verify where the reply follows it) changes nothing in the reply;
+  // usage says how many of its tokens were accepted and rejected.
+  r = await client.chat.completions.create({ ...chat, prediction: { type: 'content', content: exp.chat } });
+  assert.strictEqual(r.choices[0].message.content, exp.chat, 'the reply with a prediction');
+  const details = r.usage.completion_tokens_details;
+  assert.ok(details && Number.isInteger(details.accepted_prediction_tokens) && Number.isInteger(details.rejected_prediction_tokens),
+            JSON.stringify(r.usage));
+
   // n = 2: two choices of the same prompt (the oracle: the same text twice), usage counting both.
   r = await client.completions.create({ ...base, n: 2 });
   assert.deepStrictEqual(r.choices.map((c) => [c.index, c.text, c.finish_reason]),
