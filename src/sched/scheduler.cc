@@ -146,18 +146,7 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   s->slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : ttft_default;
   s->slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
   s->speculate = request.speculative.value_or(config_.speculate) && config_.draft_max > 0;
-  if (s->speculate && !request.prediction.empty()) {
-    // Tokens as an output would be: without the BOS a prompt gets, at most a sequence's room.
-    std::vector<Token> bos;
-    if (decoder_.tokenize("", bos).ok() && decoder_.tokenize(request.prediction, s->prediction).ok()) {
-      if (!bos.empty() && s->prediction.size() >= bos.size() && std::equal(bos.begin(), bos.end(), s->prediction.begin())) {
-        s->prediction.erase(s->prediction.begin(), s->prediction.begin() + static_cast<std::ptrdiff_t>(bos.size()));
-      }
-      s->prediction.resize(std::min(s->prediction.size(), static_cast<std::size_t>(decoder_.n_ctx_seq())));
-    } else {
-      s->prediction.clear();  // a draft source only: a text it cannot tokenize changes nothing else
-    }
-  }
+  if (s->speculate && !request.prediction.empty()) take_prediction(*s, request.prediction);
   s->accept = std::clamp(spec_accept_, 0.1, 0.9);
   metrics_.prompt_tokens_total += static_cast<std::uint64_t>(n_prompt);
   metrics_.requests_admitted_total++;

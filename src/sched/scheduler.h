@@ -29,6 +29,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "metrics/server_metrics.h"
@@ -202,6 +203,7 @@ class Scheduler {
   // are accepted, and the rejected tokens' KV removed.
   void plan_speculation(const TickPlan& plan);
   bool may_draft(const Session& s) const;  // plan_speculation could give it drafts now
+  void take_prediction(Session& s, std::string_view text);  // the request's prediction as s.prediction
   // The pipelined tick's question, when a session may draft: will the next tick of `rows` decode
   // rows verify none? Yes when the cost plan declined drafts for a tick of as many rows (the
   // guard's bucket: streams come and go) within the last kProbeFirst ticks, or the yield guard

@@ -174,6 +174,19 @@ void Scheduler::observe_yield(double tick_ms) {
   draft_ms_last_ = 0.0;
 }
 
+void Scheduler::take_prediction(Session& s, std::string_view text) {
+  // Tokens as an output would be: without the BOS a prompt gets, at most a sequence's room.
+  std::vector<Token> bos;
+  if (decoder_.tokenize("", bos).ok() && decoder_.tokenize(text, s.prediction).ok()) {
+    if (!bos.empty() && s.prediction.size() >= bos.size() && std::equal(bos.begin(), bos.end(), s.prediction.begin())) {
+      s.prediction.erase(s.prediction.begin(), s.prediction.begin() + static_cast<std::ptrdiff_t>(bos.size()));
+    }
+    s.prediction.resize(std::min(s.prediction.size(), static_cast<std::size_t>(decoder_.n_ctx_seq())));
+  } else {
+    s.prediction.clear();  // a draft source only: a text it cannot tokenize changes nothing else
+  }
+}
+
 bool Scheduler::spec_declined_ahead(std::size_t rows) {
   if (plan_declined_bucket_ == SpecYieldGuard::bucket_of(rows) && ++ticks_since_plan_ < SpecYieldGuard::kProbeFirst) return true;
   if (!yield_guard_.allows(rows)) return true;
