@@ -130,6 +130,12 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
     if (!sp->is_boolean()) return bad(wire::kSpeculative, "must be a boolean");
     r->speculative = sp->get<bool>();
   }
+  if (const json* p = find(j, wire::kPrediction)) {
+    if (!p->is_string() || p->get_ref<const std::string&>().size() > wire::kMaxPredictionBytes) {
+      return bad(wire::kPrediction, "must be a string of at most 256 KiB");
+    }
+    r->prediction = p->get<std::string>();
+  }
   if (const json* prio = find(j, wire::kPriority)) {
     const bool known = prio->is_string() && (*prio == wire::kPriorityInteractive || *prio == wire::kPriorityBackground);
     if (!known) return bad(wire::kPriority, "must be \"interactive\" or \"background\"");
@@ -258,6 +264,8 @@ Status parse_event(std::string_view payload, WireEvent* e) {
     if (const json* usage = find(j, "usage")) {
       e->prompt_tokens = num_or<std::int32_t>(*usage, "prompt_tokens", 0);
       e->completion_tokens = num_or<std::int32_t>(*usage, "completion_tokens", 0);
+      e->accepted_prediction_tokens = num_or<std::int32_t>(*usage, "accepted_prediction_tokens", -1);
+      e->rejected_prediction_tokens = num_or<std::int32_t>(*usage, "rejected_prediction_tokens", -1);
     }
     if (const json* t = find(j, "timings")) {
       e->queue_ms = num_or<double>(*t, "queue_ms", 0.0);
@@ -314,6 +322,7 @@ std::string encode_request(const WireRequest& r) {
   }
   if (r.background) j["priority"] = wire::kPriorityBackground;
   if (r.speculative) j["speculative"] = *r.speculative;
+  if (!r.prediction.empty()) j["prediction"] = r.prediction;
   if (!r.metadata_json.empty()) j["metadata"] = ojson::parse(r.metadata_json, nullptr, false);
   if (!r.tenant.empty()) j["metadata"]["tenant"] = r.tenant;
   return to_json_text(j);
@@ -351,6 +360,10 @@ std::string encode_eos_event(std::string_view id, const EosFields& f) {
   j["reason"] = f.reason;
   if (f.full_text != nullptr) j["text"] = *f.full_text;
   j["usage"] = {{"prompt_tokens", f.prompt_tokens}, {"completion_tokens", f.completion_tokens}};
+  if (f.prediction) {
+    j["usage"]["accepted_prediction_tokens"] = f.accepted_prediction_tokens;
+    j["usage"]["rejected_prediction_tokens"] = f.rejected_prediction_tokens;
+  }
   j["timings"] = {{"queue_ms", f.queue_ms}, {"ttft_ms", f.ttft_ms}, {"total_ms", f.total_ms}, {"bytes_per_token", f.bytes_per_token}};
   if (!f.metadata_json.empty()) j["metadata"] = ojson::parse(f.metadata_json, nullptr, false);
   if (f.with_logprobs) j["logprobs"] = logprobs_json(f.logprobs);

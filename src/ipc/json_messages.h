@@ -31,6 +31,7 @@ struct WireRequest {
   std::string metadata_json;  // the request's `metadata` object, serialized; empty when absent
   std::string json_schema;    // `json_schema` serialized; empty when absent (a grammar is in sampling.grammar)
   std::optional<bool> speculative;  // speculative decoding; absent: the server's default
+  std::string prediction;           // the expected output (OpenAI's predicted outputs); empty: none
 };
 struct WireCancel {
   std::string id;
@@ -61,6 +62,7 @@ struct WireEvent {
   std::string reason;          // eos
   std::int32_t prompt_tokens = 0;
   std::int32_t completion_tokens = 0;
+  std::int32_t accepted_prediction_tokens = -1, rejected_prediction_tokens = -1;  // -1: not in usage
   double queue_ms = 0.0, ttft_ms = -1.0, total_ms = 0.0, bytes_per_token = 0.0;
   std::string code, message;   // error
   std::string param;           // error: the request field at fault (empty: none)
@@ -86,6 +88,9 @@ struct EosFields {
   std::span<const LogprobEntry> logprobs = {};
   bool with_logprobs = false;
   double bytes_per_token = 0.0;  // its share of the ticks' predicted bytes (sched/tick_cost.h)
+  // A request with a prediction: usage says its draft tokens accepted and rejected.
+  bool prediction = false;
+  std::int32_t accepted_prediction_tokens = 0, rejected_prediction_tokens = 0;
 };
 std::string encode_eos_event(std::string_view id, const EosFields& f);
 std::string encode_error_event(std::string_view id, ErrorCode code, std::string_view message, std::string_view param = {});

@@ -72,6 +72,11 @@ TEST(JsonMessages, EncodeThenParseRoundTrips) {
   lp.sampling.logprobs = 3;
   ASSERT_TRUE(parse(encode_request(lp), &msg).ok());
   EXPECT_EQ(std::get<WireRequest>(msg).sampling.logprobs, 3);
+  EXPECT_TRUE(std::get<WireRequest>(msg).prediction.empty());
+  WireRequest pr = r;
+  pr.prediction = "the expected output";
+  ASSERT_TRUE(parse(encode_request(pr), &msg).ok());
+  EXPECT_EQ(std::get<WireRequest>(msg).prediction, pr.prediction);
 }
 
 // A value nested a few hundred thousand deep once killed umad: the metadata is echoed, and
@@ -115,6 +120,7 @@ TEST(JsonMessages, EachBadFieldIsNamed) {
       {R"({"id":"a","prompt":"x\u0000y"})", "prompt"},
       {R"({"id":"a","prompt":"x","max_tokens":"9"})", "max_tokens"},
       {R"({"id":"a","prompt":"x","grammar":""})", "grammar"},
+      {R"({"id":"a","prompt":"x","prediction":5})", "prediction"},
       {R"({"id":"a","prompt":"x","grammar":5})", "grammar"},
       {R"({"id":"a","prompt":"x","json_schema":"{}"})", "json_schema"},
       {R"({"id":"a","prompt":"x","grammar":"root ::= \"a\"","json_schema":{}})", "json_schema"},
@@ -188,6 +194,13 @@ TEST(JsonMessages, EventsRoundTripThroughTheClientParser) {
   EXPECT_EQ(e.completion_tokens, 4);
   EXPECT_DOUBLE_EQ(e.ttft_ms, 20.0);
   EXPECT_EQ(e.metadata_json, R"({"a":1})");
+  EXPECT_EQ(e.accepted_prediction_tokens, -1) << "only for a request with a prediction";
+  f.prediction = true;
+  f.accepted_prediction_tokens = 3;
+  f.rejected_prediction_tokens = 1;
+  ASSERT_TRUE(parse_event(encode_eos_event("r", f), &e).ok());
+  EXPECT_EQ(e.accepted_prediction_tokens, 3);
+  EXPECT_EQ(e.rejected_prediction_tokens, 1);
   const std::vector<LogprobEntry> lp = {{{7, "\xe2\x82", -0.5f}, {{7, "\xe2\x82", -0.5f}, {9, "a", -1.25f}}}};
   ASSERT_TRUE(parse_event(encode_token_event("r", "x", 7, lp), &e).ok());
   ASSERT_EQ(e.logprobs.size(), 1u);

@@ -51,6 +51,7 @@ struct ReplyState {
   bool line_open = false;   // newline: reply bytes sent without the final '\n'
   bool logprobs = false;    // the request asked for logprobs
   std::vector<LogprobEntry> logprob_entries{};  // stream:false: every token's so far
+  bool prediction = false;  // the request gave a prediction: usage says what it gave
 };
 
 struct ProtocolLimits {

@@ -114,6 +114,7 @@ class JsonProtocol final : public Protocol {
     s.request.priority = w.background ? Priority::kBackground : Priority::kInteractive;
     s.request.tenant = std::move(w.tenant);
     s.request.speculative = w.speculative;
+    s.request.prediction = std::move(w.prediction);
     return s;
   }
 
@@ -134,6 +135,9 @@ class JsonProtocol final : public Protocol {
     f.ttft_ms = ev.ttft_ms;
     f.total_ms = ev.total_ms;
     f.bytes_per_token = ev.bytes_per_token;
+    f.prediction = reply.prediction;
+    f.accepted_prediction_tokens = ev.accepted_prediction_tokens;
+    f.rejected_prediction_tokens = ev.rejected_prediction_tokens;
     f.full_text = reply.stream ? nullptr : &reply.text;
     f.metadata_json = reply.metadata_json;
     f.with_logprobs = reply.logprobs;

@@ -37,6 +37,7 @@ class UdsAdapter final : public ProtocolAdapter {
         }
         reply_ = ReplyState{std::move(start->client_id), start->stream, start->keep_alive,
                             std::move(start->metadata_json), {}, false, start->request.sampling.logprobs >= 0};
+        reply_.prediction = !start->request.prediction.empty();
         return Start{std::move(start->request), 1, {}};
       }
       if (auto* cancel = std::get_if<CancelInput>(&*action)) {

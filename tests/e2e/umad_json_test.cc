@@ -45,6 +45,28 @@ TEST(UmadJson, StreamsTheOracleContinuationThenEosWithUsageTimingsAndMetadata) {
   EXPECT_TRUE(reply.closed_after) << "without keep_alive the server closes after eos";
 }
 
+TEST(UmadJson, APredictionIsVerifiedAndTheEosUsageSaysWhatItGave) {
+  Daemon d(args({"--max-tokens", "64", "--speculative", "lookup", "--speculative-force"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  const std::string expected = oracle().expected_text("the quiet harbour", 24);
+  for (bool with : {false, true}) {
+    auto c = connect(d);
+    WireRequest r = request(with ? "with" : "without", "the quiet harbour", 24);
+    if (with) r.prediction = expected;
+    ASSERT_TRUE(c->send_request(r).ok());
+    const Reply reply = read_reply(*c);
+    EXPECT_EQ(reply.text, expected) << with;
+    ASSERT_EQ(reply.end.kind, WireEvent::Kind::kEos);
+    if (!with) {
+      EXPECT_EQ(reply.end.accepted_prediction_tokens, -1) << "not in usage without a prediction";
+      continue;
+    }
+    EXPECT_GE(reply.end.accepted_prediction_tokens, 0);
+    EXPECT_GE(reply.end.rejected_prediction_tokens, 0);
+    EXPECT_GT(reply.end.accepted_prediction_tokens + reply.end.rejected_prediction_tokens, 0) << "its tokens were verified";
+  }
+}
+
 TEST(UmadJson, KeepAliveServesSeveralRequestsAndStreamFalseSendsOneEvent) {
   Daemon d(args({"--max-tokens", "64"}));
   ASSERT_TRUE(d.started()) << d.log();
