@@ -16,6 +16,8 @@
 //
 //   lookup_draft  prompt lookup: the tokens that followed the latest earlier occurrence of the
 //                 sequence's last n tokens (the longest n from n_max down to n_min that occurs)
+//   prediction_draft  a client's expected output (OpenAI's `prediction`): what follows where the
+//                 output aligns with it, taken up again after an edit
 //   plan_drafts   how many draft tokens each session verifies this tick: a draft token is worth
 //                 the probability that it and those before it are accepted (tokens), and costs
 //                 the rows it adds to the tick (ms, from the cost model); tokens are added, best
