@@ -66,7 +66,7 @@ class EventRouter final : public uma::EventSink {
 };
 
 // The last line of defence: each front end turns what its handlers throw into an error for that
-// one connection (HttpServer/UdsServer::guarded); anything that still escapes a handler is logged
+// one connection (net/stream_server.h, its exception boundary); anything that still escapes a handler is logged
 // and counted, and the loop runs on (Asio allows run() again after a handler threw).
 void run_io(boost::asio::io_context& io, uma::ServerMetrics& metrics) {
   for (;;) {

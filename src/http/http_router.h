@@ -5,7 +5,7 @@
 // Contract: route() never throws on client input (every JSON read is type-checked in
 // openai::parse_request; every body it emits is valid JSON whatever bytes the target held). It
 // reads the metrics (any thread may) and calls the chat renderer, which must not throw either; the
-// server's exception boundary (HttpServer::guarded) is the net for a renderer or bug that does.
+// server's exception boundary (net/stream_server.h) is the net for a renderer or bug that does.
 #pragma once
 
 #include <boost/beast/http/verb.hpp>

@@ -205,6 +205,7 @@ bool Scheduler::has_work() const {
 // one (which may end, keep or move its sequence) never happens between two sample() calls of the
 // same decode. With a decode in flight (the pipelined tick) a tick reads that one instead.
 void Scheduler::tick(std::vector<Event>& out) {
+  close_yield(time_.now());
   if (inflight_) return finish_pipelined(out, /*relaunch=*/true);
   run_embeddings(out);
   prepare_tick(out);
@@ -246,12 +247,13 @@ void Scheduler::tick(std::vector<Event>& out) {
   published_budget_ = published_budget;
   observe_cost(decode_ms);
   sample_batch();
-  observe_yield(decode_ms);
+  observe_yield(decode_ms, /*pipelined=*/false);
   launch_pipelined();
   apply_batch(t1, out);
   drop_finished_from_next();
   reap();
   start_waiting(out);
+  if (!has_work()) yield_pending_.open = false;  // the compute loop waits: no period to close
   // The host side of the tick (sampling, text, events; not delivery): what the GPU waits for.
   if (spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("tick {}: host {:.2f} ms after the decode for {} rows", tick_no_, ms_between(t1, time_.now()),

@@ -94,7 +94,7 @@ struct SchedulerConfig {
   double ttft_solo_factor = 0.3;
   // The same with per-sequence KV (the GPU default), -1 meaning n_batch: every prompt chunk there
   // is a pass of its own, and ticks that carry many prompts at once cost far less than as many
-  // ticks carrying one (H100, 1B Q8_0, 64 streams: 6643-6765 tok/s against 4270-4885 with 8).
+  // ticks carrying one (figures: docs/BENCHMARKS.md).
   std::int32_t per_seq_min_prefill = -1;
   // Background requests: their default TTFT target, and the most time one spends paused in all;
   // past either it ranks as urgent and is no longer paused (no starvation).
@@ -214,8 +214,13 @@ class Scheduler {
   // builds its graph (and the next tick, back to one row a session, again). `excess_ms` is the
   // tick's measured minus predicted time; a verifying tick's and the one after it are summed.
   void observe_spec_overhead(double excess_ms);
-  // Feeds yield_guard_ (sched/speculation.h) with a decode-only tick's tokens and time.
-  void observe_yield(double tick_ms);
+  // The yield guard's samples. A decode-only tick's tokens are counted over its whole period, from
+  // its tick() to the next (drafting, sampling, events and the compute loop's delivery included,
+  // what a pipelined tick hides behind the device and a verifying one does not); a period that
+  // ends idle (no work left) is dropped, and so is a plain tick's that was not pipelined where
+  // ticks are. observe_yield notes the tick, close_yield observes it.
+  void observe_yield(double decode_ms, bool pipelined);
+  void close_yield(Clock::time_point now);
   void sample_batch();
   static constexpr Token kNotSampled = -1;  // sampled_: a row after a rejected draft token
   // scheduler_pipeline.cc: the pipelined tick. launch_pipelined() (after sample_batch, before
@@ -282,6 +287,13 @@ class Scheduler {
   std::size_t plan_declined_bucket_ = 0;  // yield bucket of the last plan the cost declined (0: it did not)
   int ticks_since_plan_ = 0;             // pipelined ticks since that plan
   double draft_ms_last_ = 0.0;          // this tick's draft model time
+  Clock::time_point tick_entered_{};    // when tick() was last called
+  struct YieldSample {
+    std::size_t rows = 0;
+    std::int32_t drafts = 0;
+    double tokens = 0;
+    bool open = false;
+  } yield_pending_;                      // the last tick's, until the next tick() closes its period
   bool spec_overhead_seen_ = false;
   std::optional<double> spec_excess_pending_;  // the last tick verified: its excess, awaiting the next tick's
   Drafter* drafter_ = nullptr;

@@ -89,12 +89,13 @@ void Scheduler::finish_pipelined(std::vector<Event>& out, bool relaunch) {
   record_tick(decode_ms, published_budget_);
   observe_cost(decode_ms);
   sample_batch();
-  observe_yield(decode_ms);
+  observe_yield(decode_ms, /*pipelined=*/true);
   if (relaunch) launch_pipelined();
   apply_batch(t1, out);
   drop_finished_from_next();
   reap();
   start_waiting(out);
+  if (!has_work()) yield_pending_.open = false;
 }
 
 }  // namespace uma

@@ -162,16 +162,30 @@ void Scheduler::observe_spec_overhead(double excess_ms) {
   metrics_.spec_overhead_ms = std::max(0.0, spec_overhead_ms_);
 }
 
-void Scheduler::observe_yield(double tick_ms) {
+void Scheduler::observe_yield(double decode_ms, bool pipelined) {
   const std::size_t rows = batch_.decoded.size();
-  if (batch_.prefilled.empty() && rows > 0 && tick_ms > 0) {
-    const auto drafts = static_cast<std::int32_t>(std::count_if(batch_.rows.begin(), batch_.rows.end(), [](const LogitsRow& r) { return r.draft > 0; }));
-    const auto tokens = static_cast<double>(std::count_if(sampled_.begin(), sampled_.end(), [](Token t) { return t != kNotSampled; }));
-    yield_guard_.observe(rows, drafts, tokens, tick_ms + draft_ms_last_);
-    spdlog::debug("tick {}: {} tokens from {} decode rows and {} draft rows in {:.2f} ms + {:.2f} ms drafting", tick_no_, tokens,
-                  rows, drafts, tick_ms, draft_ms_last_);
+  const auto drafts = static_cast<std::int32_t>(std::count_if(batch_.rows.begin(), batch_.rows.end(), [](const LogitsRow& r) { return r.draft > 0; }));
+  // Where ticks are pipelined, what speculation competes with is a pipelined plain tick: a plain
+  // one that was not (the first after a verifying tick) would make plain ticks look dearer.
+  const bool pipelining = config_.pipelined_ticks && decoder_.decode_is_async();
+  yield_pending_.open = batch_.prefilled.empty() && rows > 0 && (drafts > 0 || pipelined || !pipelining);
+  if (yield_pending_.open) {
+    yield_pending_.rows = rows;
+    yield_pending_.drafts = drafts;
+    yield_pending_.tokens = static_cast<double>(std::count_if(sampled_.begin(), sampled_.end(), [](Token t) { return t != kNotSampled; }));
+    spdlog::debug("tick {}: {} tokens from {} decode rows and {} draft rows, decode {:.2f} ms, drafting {:.2f} ms", tick_no_,
+                  yield_pending_.tokens, rows, yield_pending_.drafts, decode_ms, draft_ms_last_);
   }
   draft_ms_last_ = 0.0;
+}
+
+void Scheduler::close_yield(Clock::time_point now) {
+  const Clock::time_point entered = std::exchange(tick_entered_, now);
+  // The last tick's period, unless it left no work: the compute loop then waited for some.
+  if (!std::exchange(yield_pending_.open, false) || entered == Clock::time_point{}) return;
+  const double period_ms = ms_between(entered, now);
+  yield_guard_.observe(yield_pending_.rows, yield_pending_.drafts, yield_pending_.tokens, period_ms);
+  spdlog::debug("tick {}: period {:.2f} ms", tick_no_, period_ms);
 }
 
 void Scheduler::take_prediction(Session& s, std::string_view text) {

@@ -151,7 +151,10 @@ class FakeDecoder final : public Decoder {
     release_cells(seq);
   }
   bool decode_is_async() const override { return async_; }
-  void synchronize() override { ++syncs_; }
+  void synchronize() override {
+    ++syncs_;
+    if (on_synchronize_) on_synchronize_();
+  }
   Status decode(std::span<const BatchEntry> batch) override {
     EXPECT_EQ(rows_unsampled_, 0) << "a decode launched over the last one's unread rows";
     dead_.clear();
@@ -246,6 +249,7 @@ class FakeDecoder final : public Decoder {
   bool async_ = false;  // decode_is_async(): the scheduler may pipeline
   int syncs_ = 0;
   std::function<void(std::span<const BatchEntry>)> on_decode_;  // e.g. advances a test's clock by the batch's cost
+  std::function<void()> on_synchronize_;  // e.g. an asynchronous device's: the clock to where its work ends
   int moves_ = 0;
   int max_passes_ = 0;  // per-sequence KV: most ubatches (passes over the weights) one decode took
   int max_excess_passes_ = 0;

@@ -26,6 +26,15 @@ int SpecYieldGuard::best_arm(const Bucket& y) {
   return best;
 }
 
+int SpecYieldGuard::leading_arm(const Bucket& y) {
+  int lead = -1;
+  for (int a = 0; a < kArms; ++a) {
+    const Rate& arm = y.arms[static_cast<std::size_t>(a)];
+    if (arm.n > 0 && (lead < 0 || arm.value() > y.arms[static_cast<std::size_t>(lead)].value())) lead = a;
+  }
+  return lead;
+}
+
 int SpecYieldGuard::n_spec(const Bucket& y) {
   int n = 0;
   for (const Rate& a : y.arms) n += a.n;
@@ -59,10 +68,13 @@ bool SpecYieldGuard::allows(std::size_t decode_rows) {
   if (y.plain.n < kSamples) return false;             // then plain ones, to compare with
   if (spec_rate(decode_rows) >= y.plain.value()) {
     y.probe_every = kProbeFirst;
-    if (++y.since_probe < kPlainEvery) return true;
-    y.since_probe = 0;
-    return false;  // a plain tick now and then
+    if (++y.since_probe <= kPlainEvery) return true;
+    // A run of plain ticks now and then: where ticks are pipelined, all but its first are.
+    if (y.since_probe == kPlainEvery + kPlainRun) y.since_probe = 0;
+    return false;
   }
+  // Losing: an untried arm below the leader first (max_draft_rows caps the tick to it).
+  if (const int lead = leading_arm(y); best < 0 && lead > 0 && y.arms[static_cast<std::size_t>(lead - 1)].n == 0) return true;
   if (++y.since_probe < y.probe_every) return false;
   y.since_probe = 0;
   y.probe_every = std::min(2 * y.probe_every, kProbeLast);
@@ -73,8 +85,16 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
   const std::size_t b = bucket_of(decode_rows);
   if (buckets_.size() <= b) buckets_.resize(b + 1);
   Bucket& y = buckets_[b];
-  const int best = best_arm(y);
-  if (best < 0) return std::numeric_limits<std::int32_t>::max();  // what the plan picks, measured first
+  int best = best_arm(y);
+  if (best < 0) {
+    // Before any arm has its samples (and once plain ticks are measured): the arm leading so far,
+    // or where it loses to plain ticks its lower neighbour once (fewer rows cost less: a bucket's
+    // first verifying ticks carry all the rows the plan picks).
+    const int lead = leading_arm(y);
+    if (lead < 0 || y.plain.n < kSamples) return std::numeric_limits<std::int32_t>::max();
+    const bool losing = y.arms[static_cast<std::size_t>(lead)].value() < y.plain.value();
+    return losing && lead > 0 && y.arms[static_cast<std::size_t>(lead - 1)].n == 0 ? top_of(lead - 1) : top_of(lead);
+  }
   const int lower = best - 1, upper = best + 1;
   if (lower >= 0 && y.arms[static_cast<std::size_t>(lower)].n < kArmSamples) return top_of(lower);
   ++y.verifying;

@@ -9,7 +9,8 @@
 //   allows          drafts only while the best arm out-yields plain ticks. Where it does not, a
 //                   declined tick verifies anyway now and then (a probe), kProbeFirst ticks apart,
 //                   twice as far after each probe that lost, up to kProbeLast; a probe that wins
-//                   brings the spacing back. Where it does, one tick in kPlainEvery stays plain.
+//                   brings the spacing back. Where it does, kPlainRun ticks in kPlainEvery stay
+//                   plain (the scheduler samples only pipelined plain ticks where ticks are).
 //   max_draft_rows  the top of the best arm: a hill climb over arms, its lower neighbour tried
 //                   first (fewer rows cost less), then each neighbour now and then.
 // Pure: numbers in, numbers out; tested on synthetic yields. Not thread-safe (the compute thread's).
@@ -34,6 +35,7 @@ class SpecYieldGuard {
   // verifying wins: each is a tick of another shape, which a GPU captures as a new graph.
   static constexpr int kExploreEvery = 64;
   static constexpr int kPlainEvery = 64;
+  static constexpr int kPlainRun = 3;
   static constexpr int kArms = 7;
 
   // A decode-only tick of `decode_rows` rows and `draft_rows` verified draft rows (0: plain) that
@@ -68,6 +70,7 @@ class SpecYieldGuard {
   static int arm_of(std::int32_t draft_rows);
   static std::int32_t top_of(int arm) { return (std::int32_t{2} << arm) - 1; }
   static int best_arm(const Bucket& y);  // -1: none sampled enough
+  static int leading_arm(const Bucket& y);  // the best sampled at all (-1: none)
   static int n_spec(const Bucket& y);
   const Bucket* find(std::size_t decode_rows) const;
   std::vector<Bucket> buckets_;

@@ -30,8 +30,9 @@ std::function<double(std::int32_t)> flat(double plain, double spec) {
 TEST(SpecYieldGuard, DraftsWhileVerifyingTicksYieldMoreAndKeepsBothRatesCurrent) {
   SpecYieldGuard g;
   const int v = run(g, 1, 4, flat(0.3, 0.5), 1000);
-  // Three verifying samples, three plain ones, then one plain tick in kPlainEvery.
-  EXPECT_GT(v, 1000 - 3 - 1000 / SpecYieldGuard::kPlainEvery - 2);
+  // Three verifying samples, three plain ones, then kPlainRun plain ticks after kPlainEvery.
+  constexpr int kCycle = SpecYieldGuard::kPlainEvery + SpecYieldGuard::kPlainRun;
+  EXPECT_GT(v, 1000 - 3 - SpecYieldGuard::kPlainRun * (1000 / kCycle + 1) - 2);
   EXPECT_LT(v, 1000 - 3);
   EXPECT_NEAR(g.plain_rate(1), 0.3, 1e-9);
   EXPECT_NEAR(g.spec_rate(1), 0.5, 1e-9);
@@ -63,7 +64,18 @@ TEST(SpecYieldGuard, AProbeThatWinsBringsDraftsBack) {
   }
   ASSERT_GE(first, 0) << "drafts never came back";
   EXPECT_LT(first, SpecYieldGuard::kProbeLast + 8 * SpecYieldGuard::kProbeFirst);
-  EXPECT_GT(run(g, 4, 4, flat(1.0, 3.0), 320), 320 - 320 / SpecYieldGuard::kPlainEvery - 2);
+  constexpr int kCycle = SpecYieldGuard::kPlainEvery + SpecYieldGuard::kPlainRun;
+  EXPECT_GT(run(g, 4, 4, flat(1.0, 3.0), 320), 320 - SpecYieldGuard::kPlainRun * (320 / kCycle + 1) - 2);
+}
+
+TEST(SpecYieldGuard, WhereThePlansRowsLoseFewerAreTriedBeforeDeclining) {
+  // 16 decode rows on a GPU: 8 draft rows cost more than they add, 2-3 pay most.
+  auto yield = [](std::int32_t k) { return k == 0 ? 1.0 : k >= 4 ? 0.8 : k == 1 ? 1.1 : 1.2; };
+  SpecYieldGuard g;
+  const int v = run(g, 16, 8, yield, 400);
+  EXPECT_GT(v, 300) << "the lower arms were never tried";
+  EXPECT_EQ(std::min(8, g.max_draft_rows(16)), 3);
+  EXPECT_NEAR(g.spec_rate(16), 1.2, 1e-9);
 }
 
 TEST(SpecYieldGuard, ClimbsToTheDraftRowsThatYieldMost) {
