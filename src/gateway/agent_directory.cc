@@ -16,7 +16,7 @@ AgentLink::~AgentLink() {
 std::int64_t AgentLink::cached_tokens(std::span<const std::uint64_t> prompt_blocks) const {
   std::size_t n = 0;
   while (n < prompt_blocks.size() && (blocks_.count(prompt_blocks[n]) != 0 || inflight_blocks_.count(prompt_blocks[n]) != 0)) ++n;
-  return static_cast<std::int64_t>(n) * 32;
+  return static_cast<std::int64_t>(n) * PrefixIndex::kBlockTokens;
 }
 
 std::int64_t AgentLink::pending_tokens() const {
@@ -92,9 +92,17 @@ void AgentLink::apply(const cluster::KvEvent& e) {
     blocks_.clear();
     if (!live_) spdlog::info("agent {}: event stream live ({} blocks)", state_.id, e.stored.size());
     live_ = true;
+    // Hashes of other-sized blocks never match a prompt's here: its load still counts, its blocks not.
+    foreign_blocks_ = e.block != PrefixIndex::kBlockTokens;
+    if (foreign_blocks_) {
+      spdlog::warn("agent {}: its blocks are {} tokens, this gateway's {}: routed by load alone", state_.id, e.block,
+                   PrefixIndex::kBlockTokens);
+    }
   }
-  for (std::uint64_t h : e.stored) blocks_.insert(h);
-  for (std::uint64_t h : e.evicted) blocks_.erase(h);
+  if (!foreign_blocks_) {
+    for (std::uint64_t h : e.stored) blocks_.insert(h);
+    for (std::uint64_t h : e.evicted) blocks_.erase(h);
+  }
   state_.active_sessions = e.load.active;
   state_.queued_sessions = e.load.queued;
   state_.prefill_backlog_tokens = e.load.backlog;

@@ -296,7 +296,7 @@ void GatewayServer::prepare(Prepared& p) {
   } else {
     p.status = vocab->vocab->tokenize(r.prompt, p.tokens, r.parse_special);
   }
-  if (p.status.ok()) p.blocks = PrefixIndex::block_hashes(p.tokens, 32);
+  if (p.status.ok()) p.blocks = PrefixIndex::block_hashes(p.tokens, PrefixIndex::kBlockTokens);
 }
 
 void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {

@@ -40,7 +40,7 @@ struct PrefixCacheConfig {
   bool enabled = false;                               // umad turns it on (--prefix-cache, the default)
   std::int32_t max_kept = 16;                         // sequences kept in the KV cache
   std::size_t host_bytes = std::size_t{256} << 20;    // host snapshots, at most
-  std::int32_t block = 32;                            // index block, tokens
+  std::int32_t block = PrefixIndex::kBlockTokens;     // index block, tokens
   // Shortest prefix worth reusing. With per-sequence KV every reuse is a copy between KV streams,
   // after which llama.cpp reserves its worst-case graph again (measured on an H100: ~15-25 ms of
   // host time in the next decode), more than the GPU needs to prefill a few hundred tokens.

@@ -36,7 +36,10 @@ class PrefixIndex {
   using Hash = std::uint64_t (*)(std::uint64_t chain, std::span<const Token> block);
   static std::uint64_t default_hash(std::uint64_t chain, std::span<const Token> block);
 
-  explicit PrefixIndex(std::int32_t block = 32, Hash hash = &default_hash) : block_(block), hash_(hash) {}
+  // Tokens per block: an agent's index and a gateway's routing hash prompts alike (the KV-event
+  // stream's snapshot says it; a gateway uses no stream of another size).
+  static constexpr std::int32_t kBlockTokens = 32;
+  explicit PrefixIndex(std::int32_t block = kBlockTokens, Hash hash = &default_hash) : block_(block), hash_(hash) {}
 
   // Adds (or replaces) an entry whose KV holds `tokens` at positions 0..size-1.
   void insert(EntryId id, std::span<const Token> tokens);
