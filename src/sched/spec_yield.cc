@@ -17,22 +17,13 @@ int SpecYieldGuard::arm_of(std::int32_t draft_rows) {
   return std::min(a, kArms - 1);
 }
 
-int SpecYieldGuard::best_arm(const Bucket& y) {
+int SpecYieldGuard::best_arm(const Bucket& y, int min_samples) {
   int best = -1;
   for (int a = 0; a < kArms; ++a) {
     const Rate& arm = y.arms[static_cast<std::size_t>(a)];
-    if (arm.n >= kArmSamples && (best < 0 || arm.value() > y.arms[static_cast<std::size_t>(best)].value())) best = a;
+    if (arm.n >= min_samples && (best < 0 || arm.value() > y.arms[static_cast<std::size_t>(best)].value())) best = a;
   }
   return best;
-}
-
-int SpecYieldGuard::leading_arm(const Bucket& y) {
-  int lead = -1;
-  for (int a = 0; a < kArms; ++a) {
-    const Rate& arm = y.arms[static_cast<std::size_t>(a)];
-    if (arm.n > 0 && (lead < 0 || arm.value() > y.arms[static_cast<std::size_t>(lead)].value())) lead = a;
-  }
-  return lead;
 }
 
 int SpecYieldGuard::n_spec(const Bucket& y) {
@@ -74,7 +65,7 @@ bool SpecYieldGuard::allows(std::size_t decode_rows) {
     return false;
   }
   // Losing: an untried arm below the leader first (max_draft_rows caps the tick to it).
-  if (const int lead = leading_arm(y); best < 0 && lead > 0 && y.arms[static_cast<std::size_t>(lead - 1)].n == 0) return true;
+  if (const int lead = best_arm(y, 1); best < 0 && lead > 0 && y.arms[static_cast<std::size_t>(lead - 1)].n == 0) return true;
   if (++y.since_probe < y.probe_every) return false;
   y.since_probe = 0;
   y.probe_every = std::min(2 * y.probe_every, kProbeLast);
@@ -90,7 +81,7 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
     // Before any arm has its samples (and once plain ticks are measured): the arm leading so far,
     // or where it loses to plain ticks its lower neighbour once (fewer rows cost less: a bucket's
     // first verifying ticks carry all the rows the plan picks).
-    const int lead = leading_arm(y);
+    const int lead = best_arm(y, 1);
     if (lead < 0 || y.plain.n < kSamples) return std::numeric_limits<std::int32_t>::max();
     const bool losing = y.arms[static_cast<std::size_t>(lead)].value() < y.plain.value();
     return losing && lead > 0 && y.arms[static_cast<std::size_t>(lead - 1)].n == 0 ? top_of(lead - 1) : top_of(lead);
@@ -114,11 +105,9 @@ double SpecYieldGuard::plain_rate(std::size_t decode_rows) const {
 double SpecYieldGuard::spec_rate(std::size_t decode_rows) const {
   const Bucket* y = find(decode_rows);
   if (y == nullptr) return 0.0;
-  const int best = best_arm(*y);
-  if (best >= 0) return y->arms[static_cast<std::size_t>(best)].value();
-  double most = 0;  // before any arm has enough samples: the best seen
-  for (const Rate& a : y->arms) most = std::max(most, a.value());
-  return most;
+  int best = best_arm(*y);
+  if (best < 0) best = best_arm(*y, 1);  // before any arm has enough samples: the best seen
+  return best >= 0 ? y->arms[static_cast<std::size_t>(best)].value() : 0.0;
 }
 
 }  // namespace uma

@@ -69,8 +69,8 @@ class SpecYieldGuard {
   };
   static int arm_of(std::int32_t draft_rows);
   static std::int32_t top_of(int arm) { return (std::int32_t{2} << arm) - 1; }
-  static int best_arm(const Bucket& y);  // -1: none sampled enough
-  static int leading_arm(const Bucket& y);  // the best sampled at all (-1: none)
+  // The best arm of at least `min_samples` samples (1: the one leading so far); -1: none.
+  static int best_arm(const Bucket& y, int min_samples = kArmSamples);
   static int n_spec(const Bucket& y);
   const Bucket* find(std::size_t decode_rows) const;
   std::vector<Bucket> buckets_;
