@@ -217,8 +217,9 @@ class Scheduler {
   // The yield guard's samples. A decode-only tick's tokens are counted over its whole period, from
   // its tick() to the next (drafting, sampling, events and the compute loop's delivery included,
   // what a pipelined tick hides behind the device and a verifying one does not); a period that
-  // ends idle (no work left) is dropped, and so is a plain tick's that was not pipelined where
-  // ticks are. observe_yield notes the tick, close_yield observes it.
+  // ends idle (no work left) is dropped, and where ticks are pipelined so are a plain tick's that
+  // was not pipelined and the first verifying tick of a run. observe_yield notes the tick,
+  // close_yield observes it.
   void observe_yield(double decode_ms, bool pipelined);
   void close_yield(Clock::time_point now);
   void sample_batch();
@@ -284,6 +285,7 @@ class Scheduler {
   double spec_overhead_ms_ = 0.0;       // EWMA of observe_spec_overhead's samples
   SpecYieldGuard yield_guard_;
   bool spec_granted_ = false;            // the guard already let the next plan verify
+  bool last_verified_ = false;           // the last decode tick verified drafts
   std::size_t plan_declined_bucket_ = 0;  // yield bucket of the last plan the cost declined (0: it did not)
   int ticks_since_plan_ = 0;             // pipelined ticks since that plan
   double draft_ms_last_ = 0.0;          // this tick's draft model time

@@ -166,9 +166,13 @@ void Scheduler::observe_yield(double decode_ms, bool pipelined) {
   const std::size_t rows = batch_.decoded.size();
   const auto drafts = static_cast<std::int32_t>(std::count_if(batch_.rows.begin(), batch_.rows.end(), [](const LogitsRow& r) { return r.draft > 0; }));
   // Where ticks are pipelined, what speculation competes with is a pipelined plain tick: a plain
-  // one that was not (the first after a verifying tick) would make plain ticks look dearer.
+  // one that was not (the first after a verifying tick) would make plain ticks look dearer. And
+  // the first verifying tick of a run pays for its new shape (a GPU captures its graph), which
+  // the ticks after it do not: the guard's probes are runs for that.
   const bool pipelining = config_.pipelined_ticks && decoder_.decode_is_async();
-  yield_pending_.open = batch_.prefilled.empty() && rows > 0 && (drafts > 0 || pipelined || !pipelining);
+  const bool steady = drafts > 0 ? last_verified_ : pipelined;
+  last_verified_ = drafts > 0;
+  yield_pending_.open = batch_.prefilled.empty() && rows > 0 && (steady || !pipelining);
   if (yield_pending_.open) {
     yield_pending_.rows = rows;
     yield_pending_.drafts = drafts;

@@ -329,6 +329,49 @@ TEST_F(SpecSchedulerTest, HostWorkThePipelineHidesCountsAgainstVerifyingTicks) {
   }
 }
 
+TEST_F(SpecSchedulerTest, ANewShapesCostFallsOnTheFirstVerifyingTickOfARunAlone) {
+  // A GPU-like pipelined device that captures a graph whenever decodes go from plain to verifying
+  // or back, here at the cost of a hundred plain ticks: 1 s, against 10 ms plus 0.2 ms a row.
+  // Drafts always agree, so steady verifying ticks pay many times over; a run's first verifying
+  // tick, and so a lone probe, loses. The guard must judge runs by their steady ticks.
+  double plain_ms = 0;
+  for (bool drafting : {false, true}) {
+    start(true);
+    out_.clear();
+    decoder_->async_ = true;
+    auto busy_until = std::make_shared<Clock::time_point>();
+    auto last_verified = std::make_shared<bool>(false);
+    decoder_->on_decode_ = [this, busy_until, last_verified](std::span<const BatchEntry> b) {
+      const bool verifying = b.size() > 2;  // two sessions: more rows are drafts
+      const long capture = verifying != std::exchange(*last_verified, verifying) ? 1000000 : 0;
+      *busy_until = std::max(*busy_until, clock_.now()) + std::chrono::microseconds(10000 + capture + 200 * static_cast<long>(b.size()));
+    };
+    decoder_->on_synchronize_ = [this, busy_until] {
+      if (clock_.now() < *busy_until) clock_.advance(std::chrono::duration_cast<std::chrono::microseconds>(*busy_until - clock_.now()));
+    };
+    FakeDrafter drafter([](Token) { return true; });
+    if (drafting) scheduler_->set_drafter(&drafter);
+    submit(1, "b", 600);
+    submit(2, "c", 600);
+    const Clock::time_point t0 = clock_.now();
+    while (scheduler_->has_work()) {
+      scheduler_->tick(events_);
+      collect();
+      clock_.advance(std::chrono::microseconds(2000));
+    }
+    EXPECT_EQ(out_[1].text, expected(100 + 'b', 600));
+    EXPECT_EQ(out_[2].text, expected(100 + 'c', 600));
+    const double ms = std::chrono::duration<double, std::milli>(clock_.now() - t0).count();
+    if (!drafting) {
+      plain_ms = ms;
+    } else {
+      EXPECT_LT(ms, 0.6 * plain_ms) << drafter.calls_ << " draft calls, " << metrics_.spec_accepted_total.load() << " accepted";
+    }
+    EXPECT_EQ(decoder_->total_kv(), 0);
+    scheduler_.reset();
+  }
+}
+
 TEST_F(SpecSchedulerTest, APredictionOfTheOutputIsVerifiedAndTakenUpAgainAfterAnEdit) {
   for (bool with : {false, true}) {
     start(true);

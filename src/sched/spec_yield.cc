@@ -44,6 +44,7 @@ void SpecYieldGuard::observe(std::size_t decode_rows, std::int32_t draft_rows, d
   Bucket& y = buckets_[b];
   if (draft_rows > 0 && y.plain.n >= kSamples && tokens / ms >= y.plain.value()) y.probe_every = kProbeFirst;  // a probe that won
   if (draft_rows > 0) {
+    if (y.probe_samples > 0) --y.probe_samples;
     y.arms[static_cast<std::size_t>(arm_of(draft_rows))].add(tokens, ms, 0.95);
   } else {
     y.plain.add(tokens, ms, 0.8);
@@ -54,6 +55,10 @@ bool SpecYieldGuard::allows(std::size_t decode_rows) {
   const std::size_t b = bucket_of(decode_rows);
   if (b >= buckets_.size()) return true;
   Bucket& y = buckets_[b];
+  if (y.probe_samples > 0 && y.probe_ticks > 0) {
+    --y.probe_ticks;
+    return true;
+  }
   const int best = best_arm(y);
   if (best < 0 && n_spec(y) < kSamples) return true;  // verifying ticks measured first
   if (y.plain.n < kSamples) return false;             // then plain ones, to compare with
@@ -69,6 +74,8 @@ bool SpecYieldGuard::allows(std::size_t decode_rows) {
   if (++y.since_probe < y.probe_every) return false;
   y.since_probe = 0;
   y.probe_every = std::min(2 * y.probe_every, kProbeLast);
+  y.probe_samples = kProbeSamples;
+  y.probe_ticks = kProbeTicks - 1;
   return true;
 }
 

@@ -6,11 +6,14 @@
 // counts is measured: tokens per ms of decode-only ticks, their drafting included, kept by decode
 // rows (1, 2-3, 4-7, ...: streams that end one by one stay in a bucket), plain ticks apart from
 // verifying ones, and verifying ones by their draft rows (arms: 1, 2-3, 4-7, ..., 64-127).
-//   allows          drafts only while the best arm out-yields plain ticks. Where it does not, a
-//                   declined tick verifies anyway now and then (a probe), kProbeFirst ticks apart,
+//   allows          drafts only while the best arm out-yields plain ticks. Where it does not,
+//                   declined ticks verify anyway now and then (a probe), kProbeFirst ticks apart,
 //                   twice as far after each probe that lost, up to kProbeLast; a probe that wins
-//                   brings the spacing back. Where it does, kPlainRun ticks in kPlainEvery stay
-//                   plain (the scheduler samples only pipelined plain ticks where ticks are).
+//                   brings the spacing back. A probe is a run of verifying ticks that lasts until
+//                   kProbeSamples of them were observed: where ticks are pipelined the scheduler
+//                   samples neither the first verifying tick of a run nor the first plain one
+//                   after it (a GPU captures each new shape), so a lone probe would measure only
+//                   that. Where drafts win, kPlainRun ticks in kPlainEvery stay plain.
 //   max_draft_rows  the top of the best arm: a hill climb over arms, its lower neighbour tried
 //                   first (fewer rows cost less), then each neighbour now and then.
 // Pure: numbers in, numbers out; tested on synthetic yields. Not thread-safe (the compute thread's).
@@ -31,6 +34,10 @@ class SpecYieldGuard {
   static constexpr int kArmSamples = 6;
   static constexpr int kProbeFirst = 32;
   static constexpr int kProbeLast = 512;
+  // A probe's run: until this many verifying samples came, and at most kProbeTicks ticks (ticks
+  // that are no samples, such as those carrying a prompt, do not make it run on).
+  static constexpr int kProbeSamples = 2;
+  static constexpr int kProbeTicks = 6;
   // Verifying ticks between two tries of a neighbour arm, and between two plain ticks where
   // verifying wins: each is a tick of another shape, which a GPU captures as a new graph.
   static constexpr int kExploreEvery = 64;
@@ -65,6 +72,8 @@ class SpecYieldGuard {
     std::array<Rate, kArms> arms{};
     int probe_every = kProbeFirst;
     int since_probe = 0;
+    int probe_samples = 0;  // a probe's run: samples still to come, and ticks left for them
+    int probe_ticks = 0;
     int verifying = 0;  // max_draft_rows calls, for exploration
   };
   static int arm_of(std::int32_t draft_rows);

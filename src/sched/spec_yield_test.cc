@@ -40,11 +40,12 @@ TEST(SpecYieldGuard, DraftsWhileVerifyingTicksYieldMoreAndKeepsBothRatesCurrent)
 
 TEST(SpecYieldGuard, DeclinesWhereVerifyingLosesAndProbesLessAndLessOften) {
   SpecYieldGuard g;
-  // 3 verifying ticks, 3 plain; probes 32, 64, ... 512 ticks apart: 5 in the first 992 ticks,
-  // then one in 512.
+  // 3 verifying ticks, 3 plain, one of the arm below; probes 32, 64, ... 512 ticks apart: 5 in
+  // the first 992 ticks, then one in 512, each a run of kProbeSamples (all ticks are samples here).
   const int v = run(g, 16, 4, flat(1.0, 0.5), 10000);
-  EXPECT_GE(v, 3 + 5);
-  EXPECT_LE(v, 3 + 5 + 10000 / SpecYieldGuard::kProbeLast + 1);
+  constexpr int kRun = SpecYieldGuard::kProbeSamples;
+  EXPECT_GE(v, 3 + 5 * kRun);
+  EXPECT_LE(v, 3 + 1 + kRun * (5 + 10000 / SpecYieldGuard::kProbeLast + 1));
   // Each bucket learns on its own: 16 rows lost, one row has no samples yet and may verify.
   EXPECT_TRUE(g.allows(1));
   EXPECT_EQ(g.spec_rate(1), 0.0);
@@ -66,6 +67,25 @@ TEST(SpecYieldGuard, AProbeThatWinsBringsDraftsBack) {
   EXPECT_LT(first, SpecYieldGuard::kProbeLast + 8 * SpecYieldGuard::kProbeFirst);
   constexpr int kCycle = SpecYieldGuard::kPlainEvery + SpecYieldGuard::kPlainRun;
   EXPECT_GT(run(g, 4, 4, flat(1.0, 3.0), 320), 320 - SpecYieldGuard::kPlainRun * (320 / kCycle + 1) - 2);
+}
+
+TEST(SpecYieldGuard, AProbeIsARunWhoseFirstVerifyingTickIsNoSample) {
+  // A pipelined GPU: the scheduler samples neither the first verifying tick of a run nor the first
+  // plain tick after one (each captures a new shape). Verifying lost for a long while; then the
+  // workload changes and steady verifying ticks yield 1.5x. A lone-tick probe would never be
+  // sampled, and drafts would never come back.
+  SpecYieldGuard g;
+  run(g, 16, 4, flat(1.0, 0.5), 3000);
+  bool last_verified = false;
+  int first = -1;
+  for (int i = 0; i < 3000 && first < 0; ++i) {
+    const bool v = g.allows(16);
+    if (v == last_verified) g.observe(16, v ? 4 : 0, v ? 1.5 : 1.0, 1.0);
+    last_verified = v;
+    if (v && g.spec_rate(16) >= g.plain_rate(16)) first = i;
+  }
+  ASSERT_GE(first, 0) << "drafts never came back";
+  EXPECT_LT(first, SpecYieldGuard::kProbeLast + 8 * SpecYieldGuard::kProbeFirst);
 }
 
 TEST(SpecYieldGuard, WhereThePlansRowsLoseFewerAreTriedBeforeDeclining) {
