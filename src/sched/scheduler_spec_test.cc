@@ -32,6 +32,37 @@ class SpecSchedulerTest : public SchedulerTest {
     };
     ASSERT_TRUE(scheduler_->calibrate(1e9).ok());
   }
+  // Two 600-token streams on a GPU-like device: a decode runs from its launch (or the device's last
+  // work) for device_us(rows), synchronize() waits for it, and the compute loop spends host_us
+  // after each tick. Returns the virtual ms until both ended, their outputs checked exact and
+  // their KV freed; `drafter` (may be null) drafts for them.
+  double two_streams_on_async_device(const std::function<long(std::span<const BatchEntry>)>& device_us, long host_us,
+                                     Drafter* drafter) {
+    start(true);
+    out_.clear();
+    decoder_->async_ = true;
+    auto busy_until = std::make_shared<Clock::time_point>();
+    decoder_->on_decode_ = [this, busy_until, device_us](std::span<const BatchEntry> b) {
+      *busy_until = std::max(*busy_until, clock_.now()) + std::chrono::microseconds(device_us(b));
+    };
+    decoder_->on_synchronize_ = [this, busy_until] {
+      if (clock_.now() < *busy_until) clock_.advance(std::chrono::duration_cast<std::chrono::microseconds>(*busy_until - clock_.now()));
+    };
+    if (drafter != nullptr) scheduler_->set_drafter(drafter);
+    submit(1, "b", 600);
+    submit(2, "c", 600);
+    const Clock::time_point t0 = clock_.now();
+    while (scheduler_->has_work()) {
+      scheduler_->tick(events_);
+      collect();
+      clock_.advance(std::chrono::microseconds(host_us));
+    }
+    EXPECT_EQ(out_[1].text, expected(100 + 'b', 600));
+    EXPECT_EQ(out_[2].text, expected(100 + 'c', 600));
+    EXPECT_EQ(decoder_->total_kv(), 0);
+    scheduler_.reset();
+    return std::chrono::duration<double, std::milli>(clock_.now() - t0).count();
+  }
 };
 
 TEST_F(SpecSchedulerTest, DraftsFromThePromptAreVerifiedAndTheOutputIsTheOneWithoutThem) {
@@ -287,89 +318,34 @@ TEST_F(SpecSchedulerTest, DraftsTheCostDeclinesDoNotStopThePipelineAsStreamsEnd)
 }
 
 TEST_F(SpecSchedulerTest, HostWorkThePipelineHidesCountsAgainstVerifyingTicks) {
-  // A GPU-like device: a decode runs from its launch (or the device's last work) for 10 ms plus
-  // 1.5 ms a row, and synchronize() waits for it; the compute loop spends 10 ms on host work after
-  // each tick (events, delivery). A pipelined plain tick hides that work behind the device, a
-  // verifying tick cannot: by their decode times alone drafts agreeing half the time look better,
-  // by the loop's time they are worse. Speculation must then cost (nearly) nothing.
-  double plain_ms = 0;
-  for (bool drafting : {false, true}) {
-    start(true);
-    out_.clear();
-    decoder_->async_ = true;
-    auto busy_until = std::make_shared<Clock::time_point>();
-    decoder_->on_decode_ = [this, busy_until](std::span<const BatchEntry> b) {
-      *busy_until = std::max(*busy_until, clock_.now()) + std::chrono::microseconds(10000 + 200 * static_cast<long>(b.size()));
-    };
-    decoder_->on_synchronize_ = [this, busy_until] {
-      if (clock_.now() < *busy_until) clock_.advance(std::chrono::duration_cast<std::chrono::microseconds>(*busy_until - clock_.now()));
-    };
-    FakeDrafter drafter([](Token t) { return t % 2 == 0; });
-    
-    if (drafting) scheduler_->set_drafter(&drafter);
-    submit(1, "b", 600);
-    submit(2, "c", 600);
-    const Clock::time_point t0 = clock_.now();
-    while (scheduler_->has_work()) {
-      scheduler_->tick(events_);
-      collect();
-      clock_.advance(std::chrono::microseconds(9000));
-    }
-    EXPECT_EQ(out_[1].text, expected(100 + 'b', 600));
-    EXPECT_EQ(out_[2].text, expected(100 + 'c', 600));
-    const double ms = std::chrono::duration<double, std::milli>(clock_.now() - t0).count();
-    if (!drafting) {
-      plain_ms = ms;
-    } else {
-      EXPECT_GT(drafter.calls_, 0);
-      EXPECT_LT(ms, 1.03 * plain_ms) << drafter.calls_ << " draft calls";
-    }
-    EXPECT_EQ(decoder_->total_kv(), 0);
-    scheduler_.reset();
-  }
+  // A decode costs 10 ms plus 0.2 ms a row; the compute loop spends 9 ms on host work after each
+  // tick (events, delivery). A pipelined plain tick hides that work behind the device, a verifying
+  // tick cannot: by their decode times alone drafts agreeing half the time look better, by the
+  // loop's time they are worse. Speculation must then cost (nearly) nothing.
+  auto device_us = [](std::span<const BatchEntry> b) { return 10000 + 200 * static_cast<long>(b.size()); };
+  const double plain_ms = two_streams_on_async_device(device_us, 9000, nullptr);
+  FakeDrafter drafter([](Token t) { return t % 2 == 0; });
+  const double ms = two_streams_on_async_device(device_us, 9000, &drafter);
+  EXPECT_GT(drafter.calls_, 0);
+  EXPECT_LT(ms, 1.03 * plain_ms) << drafter.calls_ << " draft calls";
 }
 
 TEST_F(SpecSchedulerTest, ANewShapesCostFallsOnTheFirstVerifyingTickOfARunAlone) {
-  // A GPU-like pipelined device that captures a graph whenever decodes go from plain to verifying
-  // or back, here at the cost of a hundred plain ticks: 1 s, against 10 ms plus 0.2 ms a row.
-  // Drafts always agree, so steady verifying ticks pay many times over; a run's first verifying
-  // tick, and so a lone probe, loses. The guard must judge runs by their steady ticks.
-  double plain_ms = 0;
-  for (bool drafting : {false, true}) {
-    start(true);
-    out_.clear();
-    decoder_->async_ = true;
-    auto busy_until = std::make_shared<Clock::time_point>();
-    auto last_verified = std::make_shared<bool>(false);
-    decoder_->on_decode_ = [this, busy_until, last_verified](std::span<const BatchEntry> b) {
-      const bool verifying = b.size() > 2;  // two sessions: more rows are drafts
-      const long capture = verifying != std::exchange(*last_verified, verifying) ? 1000000 : 0;
-      *busy_until = std::max(*busy_until, clock_.now()) + std::chrono::microseconds(10000 + capture + 200 * static_cast<long>(b.size()));
-    };
-    decoder_->on_synchronize_ = [this, busy_until] {
-      if (clock_.now() < *busy_until) clock_.advance(std::chrono::duration_cast<std::chrono::microseconds>(*busy_until - clock_.now()));
-    };
-    FakeDrafter drafter([](Token) { return true; });
-    if (drafting) scheduler_->set_drafter(&drafter);
-    submit(1, "b", 600);
-    submit(2, "c", 600);
-    const Clock::time_point t0 = clock_.now();
-    while (scheduler_->has_work()) {
-      scheduler_->tick(events_);
-      collect();
-      clock_.advance(std::chrono::microseconds(2000));
-    }
-    EXPECT_EQ(out_[1].text, expected(100 + 'b', 600));
-    EXPECT_EQ(out_[2].text, expected(100 + 'c', 600));
-    const double ms = std::chrono::duration<double, std::milli>(clock_.now() - t0).count();
-    if (!drafting) {
-      plain_ms = ms;
-    } else {
-      EXPECT_LT(ms, 0.6 * plain_ms) << drafter.calls_ << " draft calls, " << metrics_.spec_accepted_total.load() << " accepted";
-    }
-    EXPECT_EQ(decoder_->total_kv(), 0);
-    scheduler_.reset();
-  }
+  // A device that captures a graph whenever decodes go from plain to verifying or back, here at
+  // the cost of a hundred plain ticks: 1 s, against 10 ms plus 0.2 ms a row. Drafts always agree,
+  // so steady verifying ticks pay many times over; a run's first verifying tick, and so a lone
+  // probe, loses. The guard must judge runs by their steady ticks.
+  bool last_verified = false;
+  auto device_us = [&last_verified](std::span<const BatchEntry> b) {
+    const bool verifying = b.size() > 2;  // two sessions: more rows are drafts
+    const long capture = verifying != std::exchange(last_verified, verifying) ? 1000000 : 0;
+    return 10000 + capture + 200 * static_cast<long>(b.size());
+  };
+  const double plain_ms = two_streams_on_async_device(device_us, 2000, nullptr);
+  FakeDrafter drafter([](Token) { return true; });
+  last_verified = false;
+  const double ms = two_streams_on_async_device(device_us, 2000, &drafter);
+  EXPECT_LT(ms, 0.6 * plain_ms) << drafter.calls_ << " draft calls, " << metrics_.spec_accepted_total.load() << " accepted";
 }
 
 TEST_F(SpecSchedulerTest, APredictionOfTheOutputIsVerifiedAndTakenUpAgainAfterAnEdit) {
