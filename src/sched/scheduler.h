@@ -218,8 +218,8 @@ class Scheduler {
   // its tick() to the next (drafting, sampling, events and the compute loop's delivery included,
   // what a pipelined tick hides behind the device and a verifying one does not); a period that
   // ends idle (no work left) is dropped, and where ticks are pipelined so are a plain tick's that
-  // was not pipelined and the first verifying tick of a run. observe_yield notes the tick,
-  // close_yield observes it.
+  // was not pipelined and a verifying tick's before the third of its shape (rows) in a row.
+  // observe_yield notes the tick, close_yield observes it.
   void observe_yield(double decode_ms, bool pipelined);
   void close_yield(Clock::time_point now);
   void sample_batch();
@@ -285,7 +285,9 @@ class Scheduler {
   double spec_overhead_ms_ = 0.0;       // EWMA of observe_spec_overhead's samples
   SpecYieldGuard yield_guard_;
   bool spec_granted_ = false;            // the guard already let the next plan verify
-  bool last_verified_ = false;           // the last decode tick verified drafts
+  static constexpr int kSteadyShapeRun = 3;
+  std::size_t last_shape_ = 0;           // the last decode tick's rows
+  int shape_run_ = 0;                    // decode ticks of that many rows in a row
   std::size_t plan_declined_bucket_ = 0;  // yield bucket of the last plan the cost declined (0: it did not)
   int ticks_since_plan_ = 0;             // pipelined ticks since that plan
   double draft_ms_last_ = 0.0;          // this tick's draft model time

@@ -166,12 +166,14 @@ void Scheduler::observe_yield(double decode_ms, bool pipelined) {
   const std::size_t rows = batch_.decoded.size();
   const auto drafts = static_cast<std::int32_t>(std::count_if(batch_.rows.begin(), batch_.rows.end(), [](const LogitsRow& r) { return r.draft > 0; }));
   // Where ticks are pipelined, what speculation competes with is a pipelined plain tick: a plain
-  // one that was not (the first after a verifying tick) would make plain ticks look dearer. And
-  // the first verifying tick of a run pays for its new shape (a GPU captures its graph), which
-  // the ticks after it do not: the guard's probes are runs for that.
+  // one that was not (the first after a verifying tick) would make plain ticks look dearer. And a
+  // GPU runs a decode of a new shape (rows) without a graph, captures it the next time, replays it
+  // from the third: a verifying tick is a sample from the third of its shape in a row (the
+  // guard's probes are runs for that).
   const bool pipelining = config_.pipelined_ticks && decoder_.decode_is_async();
-  const bool steady = drafts > 0 ? last_verified_ : pipelined;
-  last_verified_ = drafts > 0;
+  shape_run_ = batch_.entries.size() == last_shape_ ? shape_run_ + 1 : 1;
+  last_shape_ = batch_.entries.size();
+  const bool steady = drafts > 0 ? shape_run_ >= kSteadyShapeRun : pipelined;
   yield_pending_.open = batch_.prefilled.empty() && rows > 0 && (steady || !pipelining);
   if (yield_pending_.open) {
     yield_pending_.rows = rows;

@@ -11,9 +11,10 @@
 //                   twice as far after each probe that lost, up to kProbeLast; a probe that wins
 //                   brings the spacing back. A probe is a run of verifying ticks that lasts until
 //                   kProbeSamples of them were observed: where ticks are pipelined the scheduler
-//                   samples neither the first verifying tick of a run nor the first plain one
-//                   after it (a GPU captures each new shape), so a lone probe would measure only
-//                   that. Where drafts win, kPlainRun ticks in kPlainEvery stay plain.
+//                   samples neither the first two verifying ticks of a shape nor the first plain
+//                   one after them (a GPU runs a new shape without a graph, then captures it), so
+//                   a lone probe would measure only that. Where drafts win, kPlainRun ticks in
+//                   kPlainEvery stay plain.
 //   max_draft_rows  the top of the best arm: a hill climb over arms, its lower neighbour tried
 //                   first (fewer rows cost less), then each neighbour now and then.
 // Pure: numbers in, numbers out; tested on synthetic yields. Not thread-safe (the compute thread's).
@@ -37,7 +38,7 @@ class SpecYieldGuard {
   // A probe's run: until this many verifying samples came, and at most kProbeTicks ticks (ticks
   // that are no samples, such as those carrying a prompt, do not make it run on).
   static constexpr int kProbeSamples = 2;
-  static constexpr int kProbeTicks = 6;
+  static constexpr int kProbeTicks = 8;
   // Verifying ticks between two tries of a neighbour arm, and between two plain ticks where
   // verifying wins: each is a tick of another shape, which a GPU captures as a new graph.
   static constexpr int kExploreEvery = 64;
