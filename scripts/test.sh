@@ -8,6 +8,10 @@
 #   4. build-tsan/: the project's own code under ThreadSanitizer, same tests (suppressions, each
 #      explained, in scripts/tsan.supp: llama.cpp/OpenMP internals only)
 #   5. build-fuzz/: clang + libFuzzer; the wire and HTTP fuzzers run UMA_FUZZ_SECONDS each (default 60)
+# Compile time (CI has a cold cache): the sanitizer and fuzz builds, and a fresh build/, compile
+# the libraries and tools in unity batches (UMA_UNITY, CMakeLists.txt says why); an existing build/
+# keeps its setting (-DUMA_UNITY=OFF there for quick incremental builds). The sanitizer stages
+# build only what the tests run (test_targets).
 # UMA_GPU=cuda: llama.cpp with CUDA, the project in build-cuda/, unit + end-to-end tests with every
 # layer on the GPU; stages 3-5 test the project's own code, backend-independent, and are left to CI
 # there (UMA_SKIP_*=0 asks for them). UMA_BUNDLE=DIR: set up offline (scripts/setup.sh).
@@ -33,8 +37,13 @@ if ! command -v node >/dev/null || [ ! -d "$(scripts/npm_deps.sh --print-root)/o
   skip=(-E 'NodeSdk|AnthropicSdk')
 fi
 
+# The binaries the unit and end-to-end tests run (the benchmark and soak tools are built in $bdir/).
+test_targets=(uma_unit_tests uma_e2e_tests store_remote_test umad uma-gw uma-agent uma-cli uma-mkmodel uma-store uma-bench)
+unity=()
+[ -f "$bdir/CMakeCache.txt" ] || unity=(-DUMA_UNITY=ON)
+
 step "build ($bdir/)"
-cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=ON >/dev/null
+cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=ON "${unity[@]}" >/dev/null
 cmake --build "$bdir" -j "$jobs"
 
 step "tests ($bdir/)"
@@ -42,8 +51,8 @@ ctest --test-dir "$bdir" -j "$jobs" --output-on-failure --timeout 600 "${skip[@]
 
 if [ "${UMA_SKIP_SANITIZERS:-0}" != "1" ]; then
   step "build (build-asan/: AddressSanitizer + UBSan)"
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DUMA_SANITIZE=ON -DUMA_BUILD_TESTS=ON >/dev/null
-  cmake --build build-asan -j "$jobs"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DUMA_SANITIZE=ON -DUMA_BUILD_TESTS=ON -DUMA_UNITY=ON >/dev/null
+  cmake --build build-asan -j "$jobs" --target "${test_targets[@]}"
   step "tests (build-asan/)"
   # UMA_SKIP_FD_FLOOD: UBSan's own checks need descriptors (umad_accept_test.cc says why).
   UMA_SKIP_RSS=1 UMA_SKIP_FD_FLOOD=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -51,8 +60,8 @@ if [ "${UMA_SKIP_SANITIZERS:-0}" != "1" ]; then
 fi
 if [ "${UMA_SKIP_TSAN:-0}" != "1" ]; then
   step "build (build-tsan/: ThreadSanitizer)"
-  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_TSAN=ON -DUMA_BUILD_TESTS=ON >/dev/null
-  cmake --build build-tsan -j "$jobs"
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_TSAN=ON -DUMA_BUILD_TESTS=ON -DUMA_UNITY=ON >/dev/null
+  cmake --build build-tsan -j "$jobs" --target "${test_targets[@]}"
   step "tests (build-tsan/)"
   # halt_on_error: a race report ends the process (a daemon's death fails its test), never a warning.
   # uma-mkmodel is llama.cpp's work end to end (ggml's critical section, llama_model_quantize's
@@ -67,7 +76,7 @@ fi
 if [ "${UMA_SKIP_FUZZ:-0}" != "1" ]; then
   step "fuzz (build-fuzz/: libFuzzer, ${UMA_FUZZ_SECONDS:-60} s each: wire frames + JSON requests; HTTP parser + routing + OpenAI requests)"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_FUZZ=ON \
-    -DUMA_BUILD_TESTS=OFF >/dev/null
+    -DUMA_BUILD_TESTS=OFF -DUMA_UNITY=ON >/dev/null
   cmake --build build-fuzz -j "$jobs" --target uma-fuzz-wire uma-fuzz-http
   for target in wire http; do
     seeds=fuzz/seeds; [ "$target" = http ] && seeds=fuzz/seeds-http

@@ -2,36 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_fields.h"
 #include "common/json_text.h"
 
 namespace uma::cluster {
 
-namespace {
-
 using json = nlohmann::json;
-
-Status bad(const std::string& field) {
-  return Status(ErrorCode::kBadRequest, "agent state: '" + field + "' is missing or of the wrong type", field);
-}
-
-Status read_string(const json& j, const char* key, std::string* out, bool required = true) {
-  const auto it = j.find(key);
-  if (it == j.end()) return required ? bad(key) : Status::Ok();
-  if (!it->is_string()) return bad(key);
-  *out = it->get<std::string>();
-  return Status::Ok();
-}
-
-template <typename T>
-Status read_number(const json& j, const char* key, T* out) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_number()) return bad(key);
-  *out = it->get<T>();
-  return Status::Ok();
-}
-
-}  // namespace
 
 std::string encode_agent_state(const AgentState& s) {
   nlohmann::ordered_json j;
@@ -66,37 +42,39 @@ std::string encode_agent_state(const AgentState& s) {
 Status decode_agent_state(std::string_view text, AgentState* out) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status(ErrorCode::kInvalidJson, "agent state is not a JSON object");
+  const JsonFields<json> in(j, "agent state");
   AgentState s;
   Status st;
-  if (!(st = read_string(j, "id", &s.id)).ok() || !(st = read_string(j, "address", &s.address)).ok() ||
-      !(st = read_string(j, "boot_id", &s.boot_id)).ok() ||
-      !(st = read_string(j, "events", &s.events, false)).ok() || !(st = read_number(j, "ts_ms", &s.ts_ms)).ok() ||
-      !(st = read_number(j, "prefill_tok_s", &s.prefill_tok_s)).ok() ||
-      !(st = read_number(j, "decode_tok_s", &s.decode_tok_s)).ok() ||
-      !(st = read_number(j, "tick_fixed_ms", &s.tick_fixed_ms)).ok() ||
-      !(st = read_number(j, "decode_tick_ms", &s.decode_tick_ms)).ok() ||
-      !(st = read_number(j, "tick_tokens", &s.tick_tokens)).ok() ||
-      !(st = read_number(j, "max_sessions", &s.max_sessions)).ok() ||
-      !(st = read_number(j, "active_sessions", &s.active_sessions)).ok() ||
-      !(st = read_number(j, "queued_sessions", &s.queued_sessions)).ok() ||
-      !(st = read_number(j, "prefill_backlog_tokens", &s.prefill_backlog_tokens)).ok() ||
-      !(st = read_number(j, "kv_cells_used", &s.kv_cells_used)).ok() ||
-      !(st = read_number(j, "kv_cells_total", &s.kv_cells_total)).ok() ||
-      !(st = read_number(j, "free_memory_bytes", &s.free_memory_bytes)).ok() ||
-      !(st = read_number(j, "load_dram_bytes_s", &s.load_dram_bytes_s)).ok() ||
-      !(st = read_number(j, "load_nvme_bytes_s", &s.load_nvme_bytes_s)).ok() ||
-      !(st = read_number(j, "load_remote_bytes_s", &s.load_remote_bytes_s)).ok() ||
-      !(st = read_number(j, "load_queue_bytes", &s.load_queue_bytes)).ok()) {
+  if (!(st = in.string("id", &s.id)).ok() || !(st = in.string("address", &s.address)).ok() ||
+      !(st = in.string("boot_id", &s.boot_id)).ok() ||
+      !(st = in.string("events", &s.events, false)).ok() || !(st = in.number("ts_ms", &s.ts_ms)).ok() ||
+      !(st = in.number("prefill_tok_s", &s.prefill_tok_s)).ok() ||
+      !(st = in.number("decode_tok_s", &s.decode_tok_s)).ok() ||
+      !(st = in.number("tick_fixed_ms", &s.tick_fixed_ms)).ok() ||
+      !(st = in.number("decode_tick_ms", &s.decode_tick_ms)).ok() ||
+      !(st = in.number("tick_tokens", &s.tick_tokens)).ok() ||
+      !(st = in.number("max_sessions", &s.max_sessions)).ok() ||
+      !(st = in.number("active_sessions", &s.active_sessions)).ok() ||
+      !(st = in.number("queued_sessions", &s.queued_sessions)).ok() ||
+      !(st = in.number("prefill_backlog_tokens", &s.prefill_backlog_tokens)).ok() ||
+      !(st = in.number("kv_cells_used", &s.kv_cells_used)).ok() ||
+      !(st = in.number("kv_cells_total", &s.kv_cells_total)).ok() ||
+      !(st = in.number("free_memory_bytes", &s.free_memory_bytes)).ok() ||
+      !(st = in.number("load_dram_bytes_s", &s.load_dram_bytes_s)).ok() ||
+      !(st = in.number("load_nvme_bytes_s", &s.load_nvme_bytes_s)).ok() ||
+      !(st = in.number("load_remote_bytes_s", &s.load_remote_bytes_s)).ok() ||
+      !(st = in.number("load_queue_bytes", &s.load_queue_bytes)).ok()) {
     return st;
   }
   const auto models = j.find("models");
-  if (models == j.end() || !models->is_array()) return bad("models");
+  if (models == j.end() || !models->is_array()) return in.bad("models");
   for (const json& m : *models) {
-    if (!m.is_object()) return bad("models");
+    if (!m.is_object()) return in.bad("models");
+    const JsonFields<json> model(m, "agent state");
     ModelState ms;
-    if (!(st = read_string(m, "name", &ms.name)).ok() || !(st = read_number(m, "bytes", &ms.bytes)).ok() ||
-        !(st = read_string(m, "state", &ms.state, false)).ok() || !(st = read_string(m, "tier", &ms.tier, false)).ok()) {
-      return bad("models[]." + st.param());
+    if (!(st = model.string("name", &ms.name)).ok() || !(st = model.number("bytes", &ms.bytes)).ok() ||
+        !(st = model.string("state", &ms.state, false)).ok() || !(st = model.string("tier", &ms.tier, false)).ok()) {
+      return in.bad("models[]." + st.param());
     }
     s.models.push_back(std::move(ms));
   }

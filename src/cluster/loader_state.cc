@@ -4,35 +4,12 @@
 
 #include <algorithm>
 
+#include "common/json_fields.h"
 #include "common/json_text.h"
 
 namespace uma::cluster {
 
-namespace {
-
 using json = nlohmann::json;
-
-Status bad(const std::string& field) {
-  return Status(ErrorCode::kBadRequest, "loader state: '" + field + "' is missing or of the wrong type", field);
-}
-
-Status read_string(const json& j, const char* key, std::string* out) {
-  const auto it = j.find(key);
-  if (it == j.end() || !it->is_string()) return bad(key);
-  *out = it->get<std::string>();
-  return {};
-}
-
-template <typename T>
-Status read_number(const json& j, const char* key, T* out) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return {};
-  if (!it->is_number() || (std::is_unsigned_v<T> && !it->is_number_unsigned())) return bad(key);
-  *out = it->get<T>();
-  return {};
-}
-
-}  // namespace
 
 std::string encode_loader_state(const LoaderState& s) {
   nlohmann::ordered_json j;
@@ -58,26 +35,28 @@ std::string encode_loader_state(const LoaderState& s) {
 Status decode_loader_state(std::string_view text, LoaderState* out) {
   const json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status(ErrorCode::kInvalidJson, "loader state: not a JSON object");
+  const JsonFields<json> in(j, "loader state");
   LoaderState s;
   Status st;
-  if (!(st = read_string(j, "id", &s.id)).ok() || !(st = read_string(j, "address", &s.address)).ok()) return st;
-  if (!(st = read_number(j, "ts_ms", &s.ts_ms)).ok() || !(st = read_number(j, "budget_bytes", &s.budget_bytes)).ok() ||
-      !(st = read_number(j, "held_bytes", &s.held_bytes)).ok() || !(st = read_number(j, "idle_bytes", &s.idle_bytes)).ok() ||
-      !(st = read_number(j, "dram_bytes_s", &s.dram_bytes_s)).ok() || !(st = read_number(j, "nvme_bytes_s", &s.nvme_bytes_s)).ok() ||
-      !(st = read_number(j, "remote_bytes_s", &s.remote_bytes_s)).ok() || !(st = read_number(j, "start_s", &s.start_s)).ok() ||
-      !(st = read_number(j, "stop_s", &s.stop_s)).ok() || !(st = read_number(j, "queue_bytes", &s.queue_bytes)).ok()) {
+  if (!(st = in.string("id", &s.id)).ok() || !(st = in.string("address", &s.address)).ok()) return st;
+  if (!(st = in.number("ts_ms", &s.ts_ms)).ok() || !(st = in.number("budget_bytes", &s.budget_bytes)).ok() ||
+      !(st = in.number("held_bytes", &s.held_bytes)).ok() || !(st = in.number("idle_bytes", &s.idle_bytes)).ok() ||
+      !(st = in.number("dram_bytes_s", &s.dram_bytes_s)).ok() || !(st = in.number("nvme_bytes_s", &s.nvme_bytes_s)).ok() ||
+      !(st = in.number("remote_bytes_s", &s.remote_bytes_s)).ok() || !(st = in.number("start_s", &s.start_s)).ok() ||
+      !(st = in.number("stop_s", &s.stop_s)).ok() || !(st = in.number("queue_bytes", &s.queue_bytes)).ok()) {
     return st;
   }
   const auto models = j.find("models");
-  if (models == j.end() || !models->is_array()) return bad("models");
+  if (models == j.end() || !models->is_array()) return in.bad("models");
   for (const json& m : *models) {
+    const JsonFields<json> model(m, "loader state");
     LoaderModel lm;
-    if (!m.is_object() || !read_string(m, "name", &lm.name).ok() || !read_string(m, "state", &lm.state).ok() ||
-        !read_number(m, "bytes", &lm.bytes).ok()) {
-      return bad("models");
+    if (!m.is_object() || !model.string("name", &lm.name).ok() || !model.string("state", &lm.state).ok() ||
+        !model.number("bytes", &lm.bytes).ok()) {
+      return in.bad("models");
     }
     if (const auto u = m.find("in_use"); u != m.end() && !u->is_null()) {
-      if (!u->is_boolean()) return bad("models");
+      if (!u->is_boolean()) return in.bad("models");
       lm.in_use = u->get<bool>();
     }
     s.models.push_back(std::move(lm));
