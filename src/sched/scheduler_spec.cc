@@ -78,6 +78,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   if (config_.speculate_always) {
     for (DraftOffer& o : offers) o.accept = 1.0, o.ms_per_token = 0.0;
     in.tick_ms = [](std::int32_t) { return 1.0; };  // rows free: all of every offer, in room
+    in.fixed_ms = 0.0;  // and no fixed cost (a slow draft call, under a sanitizer, declined them)
   }
   DraftPlan dp = plan_drafts(in);
   if (ledger_.per_seq() && dp.rows > 0 && !config_.speculate_always) {
@@ -108,6 +109,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     }
   }
   const bool planned = dp.rows > 0;
+  if (planned && decoder_.decode_is_async()) yield_guard_.pin(batch_.decoded.size(), dp.rows);
   plan_declined_bucket_ = planned ? 0 : SpecYieldGuard::bucket_of(batch_.decoded.size());
   ticks_since_plan_ = 0;
   const bool granted = std::exchange(spec_granted_, false);

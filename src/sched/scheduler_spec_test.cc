@@ -348,6 +348,28 @@ TEST_F(SpecSchedulerTest, ANewShapesCostFallsOnTheFirstVerifyingTickOfARunAlone)
   EXPECT_LT(ms, 0.6 * plain_ms) << drafter.calls_ << " draft calls, " << metrics_.spec_accepted_total.load() << " accepted";
 }
 
+TEST_F(SpecSchedulerTest, VerifyingTicksKeepOneShapeWhileTheGuardMeasuresThem) {
+  // Costs as an H100 showed them (docs/BENCHMARKS.md, session 25): a decode of a shape (rows) new
+  // to the last ones runs without a graph (+3 ms), the second in a row is captured (+7 ms), from
+  // the third it replays (3 ms plus 0.1 ms a row); going back to the plain shape costs one tick
+  // (+4 ms). Drafts agree three times in four, so the acceptance, and with it the plan's rows,
+  // move tick by tick: verifying at whatever rows the plan picks, no shape repeats and every tick
+  // pays a graph. Measured at one pinned shape, verifying pays.
+  std::size_t last_rows = 0;
+  int run = 0;
+  auto device_us = [&](std::span<const BatchEntry> b) {
+    run = b.size() == last_rows ? run + 1 : 1;
+    last_rows = b.size();
+    const long graph = b.size() == 2 ? (run == 1 ? 4000 : 0) : run == 1 ? 3000 : run == 2 ? 7000 : 0;
+    return 3000 + graph + 100 * static_cast<long>(b.size());
+  };
+  const double plain_ms = two_streams_on_async_device(device_us, 200, nullptr);
+  FakeDrafter drafter([](Token t) { return t % 4 != 0; });
+  last_rows = 0, run = 0;
+  const double ms = two_streams_on_async_device(device_us, 200, &drafter);
+  EXPECT_LT(ms, 0.75 * plain_ms) << drafter.calls_ << " draft calls, " << metrics_.spec_accepted_total.load() << " accepted";
+}
+
 TEST_F(SpecSchedulerTest, APredictionOfTheOutputIsVerifiedAndTakenUpAgainAfterAnEdit) {
   for (bool with : {false, true}) {
     start(true);

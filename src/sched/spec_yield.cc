@@ -89,6 +89,7 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
     // or where it loses to plain ticks its lower neighbour once (fewer rows cost less: a bucket's
     // first verifying ticks carry all the rows the plan picks).
     const int lead = best_arm(y, 1);
+    if (lead < 0 && y.pinned >= 0) return top_of(y.pinned);
     if (lead < 0 || y.plain.n < kSamples) return std::numeric_limits<std::int32_t>::max();
     const bool losing = y.arms[static_cast<std::size_t>(lead)].value() < y.plain.value();
     return losing && lead > 0 && y.arms[static_cast<std::size_t>(lead - 1)].n == 0 ? top_of(lead - 1) : top_of(lead);
@@ -102,6 +103,13 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
     if (!up && lower >= 0) return top_of(lower);
   }
   return top_of(best);
+}
+
+void SpecYieldGuard::pin(std::size_t decode_rows, std::int32_t draft_rows) {
+  const std::size_t b = bucket_of(decode_rows);
+  if (draft_rows <= 0) return;
+  if (buckets_.size() <= b) buckets_.resize(b + 1);
+  if (buckets_[b].pinned < 0) buckets_[b].pinned = arm_of(draft_rows);
 }
 
 double SpecYieldGuard::plain_rate(std::size_t decode_rows) const {

@@ -53,6 +53,11 @@ class SpecYieldGuard {
   bool allows(std::size_t decode_rows);
   // Most draft rows a verifying tick of `decode_rows` rows should carry now (counts the tick).
   std::int32_t max_draft_rows(std::size_t decode_rows);
+  // Where a decode's shape costs (a GPU's graphs): the first plan's `draft_rows` pins the arm a
+  // bucket is measured at until an arm has samples, so verifying ticks keep one shape (the
+  // scheduler samples one from the third of its shape); without it the plan's rows follow the
+  // acceptance tick by tick and no shape repeats. No effect once the bucket has a pinned arm.
+  void pin(std::size_t decode_rows, std::int32_t draft_rows);
   // The bucket of `decode_rows` rows: 1 for one, 2 for 2-3, 3 for 4-7, ... (0 for none).
   static std::size_t bucket_of(std::size_t decode_rows);
   // Tokens per ms measured (0 before any sample): plain ticks, and the best verifying arm.
@@ -76,6 +81,7 @@ class SpecYieldGuard {
     int probe_samples = 0;  // a probe's run: samples still to come, and ticks left for them
     int probe_ticks = 0;
     int verifying = 0;  // max_draft_rows calls, for exploration
+    int pinned = -1;    // the arm measured first where shapes cost (pin)
   };
   static int arm_of(std::int32_t draft_rows);
   static std::int32_t top_of(int arm) { return (std::int32_t{2} << arm) - 1; }

@@ -88,6 +88,19 @@ TEST(SpecYieldGuard, AProbeIsARunWhoseFirstVerifyingTickIsNoSample) {
   EXPECT_LT(first, SpecYieldGuard::kProbeLast + 8 * SpecYieldGuard::kProbeFirst);
 }
 
+TEST(SpecYieldGuard, APinnedArmCapsTheRowsUntilAnArmHasSamples) {
+  SpecYieldGuard g;
+  EXPECT_GT(g.max_draft_rows(1), 1000) << "nothing measured, nothing pinned: the plan decides";
+  g.pin(1, 5);
+  EXPECT_EQ(g.max_draft_rows(1), 7) << "5 rows: the arm of 4-7";
+  g.pin(1, 16);
+  EXPECT_EQ(g.max_draft_rows(1), 7) << "the first pin holds";
+  EXPECT_GT(g.max_draft_rows(16), 1000) << "each bucket its own";
+  // Samples of the pinned arm and of plain ticks: from then on the hill climb decides.
+  for (int i = 0; i < SpecYieldGuard::kArmSamples; ++i) g.observe(1, 7, 3.0, 1.0), g.observe(1, 0, 1.0, 1.0);
+  EXPECT_EQ(g.max_draft_rows(1), 3) << "the arm below is measured next";
+}
+
 TEST(SpecYieldGuard, WhereThePlansRowsLoseFewerAreTriedBeforeDeclining) {
   // 16 decode rows on a GPU: 8 draft rows cost more than they add, 2-3 pay most.
   auto yield = [](std::int32_t k) { return k == 0 ? 1.0 : k >= 4 ? 0.8 : k == 1 ? 1.1 : 1.2; };
