@@ -5,6 +5,8 @@
 // the scheduler.
 // Thread-safety: none. Construct, use and destroy on the compute thread (llama contexts are not
 // thread-safe). The model's memory (mmap'd or read) is shared by every sequence.
+// Files: llama_runtime_open.cc (loading), llama_runtime.cc (decode, sampling, tokens),
+// llama_runtime_kv.cc (a sequence's KV: copies, save/restore, park, trim).
 #pragma once
 
 #include <cstdint>

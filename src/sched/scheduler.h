@@ -22,7 +22,8 @@
 // session paused and the tick retried; no client sees that. A request whose prompt cannot fit the
 // context alone is rejected at admission, so any one request fits once the older ones are done:
 // no deadlock. Every sequence is freed exactly once, whatever ends the session (finish, error,
-// cancel, shutdown). The room logic lives in scheduler_room.cc.
+// cancel, shutdown). The room logic lives in scheduler_room.cc, admission in scheduler_admit.cc,
+// a sampled token's way out (text, events, completion, a session's end) in scheduler_output.cc.
 #pragma once
 
 #include <cstdint>

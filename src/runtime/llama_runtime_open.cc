@@ -1,0 +1,206 @@
+// LlamaRuntime::open (runtime/llama_runtime.h): llama.cpp's backend and log set up once, the
+// model loaded (from a store image or the file), its placement logged, the context sized and made.
+#include "runtime/llama_runtime.h"
+
+#include "runtime/argmax.h"
+#include "runtime/context_size.h"
+#include "runtime/device_greedy.h"
+#include "runtime/embedder.h"
+#include "runtime/image_loader.h"
+#include "runtime/sampler_chain.h"
+#include "runtime/vocab_model.h"
+
+#include <ggml-backend.h>
+#include <llama.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cctype>
+#include <cstdlib>
+#include <exception>
+#include <string_view>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace uma {
+namespace {
+
+void log_from_llama(ggml_log_level level, const char* text, void*) {
+  std::string_view line(text);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line.empty()) return;
+  switch (level) {
+    case GGML_LOG_LEVEL_ERROR: spdlog::error("llama: {}", line); break;
+    case GGML_LOG_LEVEL_WARN: spdlog::warn("llama: {}", line); break;
+    default: spdlog::trace("llama: {}", line); break;
+  }
+}
+
+}  // namespace
+
+void init_llama_backend() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llama_log_set(log_from_llama, nullptr);
+    llama_backend_init();
+  });
+}
+
+namespace {
+
+// Where llama.cpp puts the weights: "CPU", or "22/22 layers + output on CUDA0 (NVIDIA H100 80GB
+// HBM3)" (the last n_gpu_layers repeating layers, and the output layer once more are asked).
+std::string placement(const llama_model* model, std::int32_t n_gpu_layers) {
+  std::string gpus;
+  for (std::size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+    if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_GPU) continue;
+    if (!gpus.empty()) gpus += ", ";
+    gpus += std::string(ggml_backend_dev_name(dev)) + " (" + ggml_backend_dev_description(dev) + ")";
+  }
+  const std::int32_t n_layer = llama_model_n_layer(model);
+  if (n_gpu_layers <= 0 || gpus.empty()) return "CPU";
+  const std::int32_t on_gpu = std::min(n_gpu_layers, n_layer);
+  std::string s = std::to_string(on_gpu) + "/" + std::to_string(n_layer) + " layers";
+  if (n_gpu_layers > n_layer) s += " + output";
+  s += " on " + gpus;
+  if (on_gpu < n_layer) s += ", the rest on CPU";
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, Status* status) {
+  init_llama_backend();
+  std::unique_ptr<LlamaRuntime> rt(new LlamaRuntime());
+
+  llama_model_params mp = llama_model_default_params();
+  // Nothing here names a backend: llama.cpp offloads to whichever GPU backend it was built with.
+  const bool gpu = llama_supports_gpu_offload();
+  mp.n_gpu_layers = !gpu ? 0 : config.n_gpu_layers < 0 ? std::numeric_limits<std::int32_t>::max() : config.n_gpu_layers;
+  if (config.use_mmap) mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP;
+  else mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE;
+  if (config.image) {
+    ImageLoadStats ls;
+    rt->model_ = load_model_from_image(config.image, mp, status, &ls, config.image_load);
+    if (ls.path == static_cast<int>(ImageLoadPath::kMap)) rt->image_ = config.image;  // its pages are the weights
+    if (rt->model_ == nullptr) return nullptr;
+  } else {
+    rt->model_ = llama_model_load_from_file(config.model_path.c_str(), mp);
+  }
+  if (rt->model_ == nullptr) {
+    *status = Status(ErrorCode::kModelLoad, "cannot load model '" + config.model_path + "'");
+    return nullptr;
+  }
+  rt->vocab_ = llama_model_get_vocab(rt->model_);
+  rt->placement_ = placement(rt->model_, mp.n_gpu_layers);
+
+  llama_context_params cp = llama_context_default_params();
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool per_seq = config.kv_layout == "per-seq" || (config.kv_layout == "auto" && config.n_seq_max > 1);
+  // Per-sequence KV: n_ctx is the sessions' streams' cells; the kept prefixes' streams come on top.
+  const std::int32_t rooms = per_seq && config.n_seq_sampling > 0 ? std::min(config.n_seq_sampling, config.n_seq_max)
+                                                                  : config.n_seq_max;
+  const std::int32_t streams = per_seq ? config.n_seq_max : 1;
+  std::int32_t n_ctx = config.n_ctx;
+  if (n_ctx <= 0) {  // the model's trained context, or the largest whose KV fits
+    const std::int64_t cell = kv_bytes_per_token(rt->model_) * streams;
+    const ContextChoice c = choose_context(llama_model_n_ctx_train(rt->model_), cell,
+                                           kv_budget_bytes(llama_supports_gpu_offload() && mp.n_gpu_layers != 0));
+    n_ctx = per_seq ? c.n_ctx * streams : c.n_ctx;
+    rt->n_ctx_why_ = per_seq ? c.why + " per stream" : c.why;
+  } else if (per_seq) {
+    n_ctx = std::max(1, n_ctx / std::max(rooms, 1)) * streams;
+  }
+  cp.n_ctx = static_cast<uint32_t>(n_ctx);
+  cp.n_batch = static_cast<uint32_t>(config.n_batch);
+  cp.n_ubatch = static_cast<uint32_t>(config.n_batch);
+  cp.n_seq_max = static_cast<uint32_t>(config.n_seq_max);
+  cp.n_threads = config.n_threads > 0 ? config.n_threads : hw;
+  cp.n_threads_batch = cp.n_threads;
+  rt->n_threads_ = static_cast<std::int32_t>(cp.n_threads);
+  const bool on_gpu = llama_supports_gpu_offload() && mp.n_gpu_layers != 0;
+  rt->on_gpu_ = on_gpu;
+  // KV snapshots (prefixes, paused requests) in page-locked memory where a GPU holds the KV.
+  if (on_gpu) {
+    if (store::HostAllocator locked = page_locked_allocator()) rt->kv_host_ = KvHostPool::make(locked, kKvHostRetain);
+  }
+  cp.kv_unified = !per_seq;
+  // auto: llama.cpp's choice where a GPU runs the model; off on CPU-only builds, where its flash
+  // attention kernel is several times slower for small batches over a deep KV cache (measured:
+  // docs/BENCHMARKS.md, "Flash attention"), which is exactly a serving tick.
+  const bool cpu_only = !llama_supports_gpu_offload();
+  cp.flash_attn_type = config.flash_attn == "on"                   ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                       : config.flash_attn == "off" || cpu_only ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                                                   : LLAMA_FLASH_ATTN_TYPE_AUTO;
+  const char* timing = std::getenv("UMA_DECODE_TIMING");
+  rt->timing_.on = timing != nullptr && std::string_view(timing) == "1";
+  cp.no_perf = !rt->timing_.on;
+  // Backend sampling: a greedy chain per sequence id, given to the context at creation so that its
+  // first graph reserve already counts them; llama.cpp must be told the most outputs a sequence
+  // has in a batch (a decode row and its draft rows, or a prompt chunk's last token).
+  const bool output_on_gpu = on_gpu && mp.n_gpu_layers > llama_model_n_layer(rt->model_);
+  std::vector<llama_sampler_seq_config> sampler_configs;
+  const char* device_greedy = std::getenv("UMA_DEVICE_GREEDY");
+  rt->device_share_.per_row = device_greedy != nullptr && std::string_view(device_greedy) == "row";
+  if (config.backend_sampling == "on" || (config.backend_sampling == "auto" && output_on_gpu)) {
+    // Per-sequence KV: only the ids requests run under; ids above them hold kept prefixes and
+    // never sample. (In a unified KV kept prefixes take any free id.)
+    const std::int32_t n = per_seq && config.n_seq_sampling > 0 ? std::min(config.n_seq_sampling, config.n_seq_max)
+                                                                 : config.n_seq_max;
+    for (std::int32_t seq = 0; seq < n; ++seq) {
+      llama_sampler* chain = make_device_greedy(&rt->device_share_);
+      rt->backend_greedy_.push_back(chain);
+      sampler_configs.push_back({seq, chain});
+    }
+    cp.samplers = sampler_configs.data();
+    cp.n_samplers = sampler_configs.size();
+    rt->outputs_per_seq_ = std::max(1, config.outputs_per_seq);
+    cp.n_outputs_max_per_seq = static_cast<std::uint32_t>(rt->outputs_per_seq_);
+  }
+  rt->ctx_ = llama_init_from_model(rt->model_, cp);
+  if (rt->ctx_ == nullptr) {
+    *status = Status(ErrorCode::kModelLoad, "cannot create a context (n_ctx " + std::to_string(n_ctx) +
+                                                ", sequences " + std::to_string(config.n_seq_max) + ")");
+    return nullptr;
+  }
+  rt->n_ctx_ = static_cast<std::int32_t>(llama_n_ctx(rt->ctx_));
+  rt->n_batch_ = static_cast<std::int32_t>(llama_n_batch(rt->ctx_));
+  rt->n_seq_max_ = static_cast<std::int32_t>(llama_n_seq_max(rt->ctx_));
+  rt->n_ctx_seq_ = static_cast<std::int32_t>(llama_n_ctx_seq(rt->ctx_));
+  rt->per_seq_ = per_seq;
+  rt->samplers_.assign(static_cast<size_t>(rt->n_seq_max_), nullptr);
+  rt->greedy_.assign(static_cast<size_t>(rt->n_seq_max_), false);
+  rt->copy_pending_.assign(static_cast<size_t>(rt->n_seq_max_), 0);
+  rt->attached_.assign(rt->backend_greedy_.size(), true);
+  const auto nb = static_cast<size_t>(rt->n_batch_);
+  rt->batch_token_.resize(nb);
+  rt->batch_pos_.resize(nb);
+  rt->batch_nseq_.assign(nb, 1);
+  rt->batch_seq_.resize(nb);
+  rt->batch_seq_ptr_.resize(nb);
+  for (size_t i = 0; i < nb; ++i) rt->batch_seq_ptr_[i] = &rt->batch_seq_[i];
+  rt->batch_logits_.resize(nb);
+  rt->arrange_ = per_seq && config.stream_batches;
+  const char* stream_batch = std::getenv("UMA_STREAM_BATCH");
+  if (stream_batch != nullptr && std::string_view(stream_batch) == "plain") rt->arrange_ = false;
+  // A filler writes one cell into an idle stream, removed after the decode: harmless where a
+  // stream's cells are just its positions, not where a window or a recurrent state moves on.
+  const bool fillers_safe = llama_model_n_swa(rt->model_) == 0 && !llama_model_is_recurrent(rt->model_) &&
+                            !llama_model_is_hybrid(rt->model_);
+  if (fillers_safe) {
+    LlamaRuntime* self = rt.get();
+    rt->stream_options_.filler_pos = [self](std::int32_t seq) { return self->filler_pos(seq); };
+  }
+  const llama_token bos = llama_vocab_bos(rt->vocab_);
+  rt->stream_options_.filler_token = bos >= 0 ? bos : 0;
+  rt->stream_options_.max_entries = rt->n_batch_;
+  *status = Status::Ok();
+  return rt;
+}
+
+}  // namespace uma

@@ -1,0 +1,178 @@
+// Scheduler: a sampled token's way out (scheduler.h): end-of-generation and stop checks, text
+// and its events, log-probabilities, completion, and a session's end (its sequence freed or kept
+// as a prefix, sequence ids compacted, terminal sessions reaped).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "sched/logprobs.h"
+#include "sched/scheduler.h"
+
+namespace uma {
+namespace {
+
+Event token_event(RequestId id, std::string text, Token token) {
+  Event e;
+  e.request_id = id;
+  e.text = std::move(text);
+  e.token_id = token;
+  return e;
+}
+
+}  // namespace
+
+bool Scheduler::ends_generation(const Session& s, Token token) const {
+  if (decoder_.is_end_of_generation(token)) return true;
+  const auto& ids = s.sampling.stop_token_ids;
+  return !ids.empty() && std::find(ids.begin(), ids.end(), token) != ids.end();
+}
+
+void Scheduler::apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out) {
+  if (s.generated == 0) {
+    s.first_token_at = now;
+    const double ttft = ms_between(s.received_at, now);
+    metrics_.ttft_ms_last = ttft;
+    metrics_.ttft_ms.observe(ttft);
+    if (ttft > s.slo_ttft_ms) metrics_.ttft_slo_miss_total++;
+  } else {
+    const double tbt = ms_between(s.last_emit_at, now);
+    s.tbt_ms_ewma = s.generated == 1 ? tbt : 0.2 * tbt + 0.8 * s.tbt_ms_ewma;
+    s.tbt_ms_max = std::max(s.tbt_ms_max, tbt);
+    metrics_.inter_token_ms.observe(tbt);
+    if (tbt > s.slo_tbt_ms) metrics_.tbt_slo_miss_total++;
+  }
+  s.last_emit_at = now;
+
+  if (ends_generation(s, token)) {
+    complete(s, FinishReason::kStop, out);
+    metrics_.requests_completed_total++;
+    return;
+  }
+  s.generated += 1;
+  s.tokens.push_back(token);
+  metrics_.tokens_generated_total++;
+  if (emit_text(s, s.utf8.push(decoder_.piece(token)), token, out)) {
+    complete(s, FinishReason::kStop, out, /*stop_matched=*/true);
+    metrics_.requests_completed_total++;
+  } else if (s.generated >= s.max_tokens) {
+    complete(s, FinishReason::kLength, out);
+    metrics_.requests_completed_total++;
+  }
+}
+
+// Read from the row the sampler just used (valid until the next decode); the entry waits in the
+// session until an event carries its token's text.
+void Scheduler::note_logprobs(Session& s, std::int32_t batch_index, Token token) {
+  if (ends_generation(s, token)) return;  // ends the text; reported by no one
+  LogprobEntry e = logprob_entry(decoder_.logits(batch_index), token, std::min(s.sampling.logprobs, kMaxTopLogprobs));
+  e.chosen.text = decoder_.piece(token);
+  for (TokenLogprob& t : e.top) t.text = decoder_.piece(t.token);
+  s.pending_logprobs.push_back(std::move(e));
+}
+
+bool Scheduler::emit_text(Session& s, std::string_view text, Token token, std::vector<Event>& out) {
+  if (text.empty()) return false;
+  bool matched = false;
+  std::string safe = s.stop.push(text, &matched);
+  if (!safe.empty()) {
+    out.push_back(token_event(s.id, std::move(safe), token));
+    out.back().logprobs = std::move(s.pending_logprobs);  // the tokens whose text this releases
+    s.pending_logprobs.clear();
+  }
+  if (matched) s.pending_logprobs.clear();  // nothing released: the stop string's tokens go unreported
+  return matched;
+}
+
+void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& out, bool stop_matched) {
+  if (!stop_matched) {
+    // A code point left incomplete, then whatever the stop filter held back, are text after all,
+    // unless the tail itself completes a stop string.
+    if (emit_text(s, s.utf8.finish(), -1, out)) {
+      if (reason != FinishReason::kCancelled) reason = FinishReason::kStop;
+    } else if (std::string held = s.stop.flush(); !held.empty()) {
+      out.push_back(token_event(s.id, std::move(held), -1));
+      out.back().logprobs = std::move(s.pending_logprobs);
+      s.pending_logprobs.clear();
+    }
+  }
+  const Clock::time_point now = time_.now();
+  Event done;
+  done.request_id = s.id;
+  done.kind = Event::Kind::kDone;
+  done.reason = reason;
+  if (stop_matched) done.stop_word = s.stop.matched();
+  done.prompt_tokens = s.n_prompt;
+  done.completion_tokens = s.generated;
+  done.queue_ms = ms_between(s.received_at, s.state == SessionState::kQueued ? now : s.started_at);
+  done.ttft_ms = s.generated > 0 ? ms_between(s.received_at, s.first_token_at) : -1.0;
+  done.total_ms = ms_between(s.received_at, now);
+  done.bytes_per_token = s.generated > 0 ? s.bytes_moved / s.generated : 0.0;
+  done.accepted_prediction_tokens = s.prediction_accepted;
+  done.rejected_prediction_tokens = s.prediction_rejected;
+  if (s.generated > 0) metrics_.bytes_per_token_last = done.bytes_per_token;
+  done.logprobs = std::move(s.pending_logprobs);  // tokens whose text never completed (a cut code point)
+  s.pending_logprobs.clear();
+  out.push_back(std::move(done));
+  finish(s, reason == FinishReason::kCancelled ? SessionState::kCancelled : SessionState::kFinished);
+}
+
+void Scheduler::finish(Session& s, SessionState terminal) {
+  if (s.state == SessionState::kPaused) {
+    end_pause(s, time_.now());
+    parked_bytes_ -= s.parked.bytes();
+    s.parked = {};  // frees the parked sampler
+  }
+  s.set_state(terminal);
+  cache_.remove_live(s.id);
+  if (s.seq >= 0) {
+    // A draft accepted past the token that ended the request is still in KV.
+    // So is a pipelined decode's row (a stop string matched, a cancellation).
+    if (s.speculated || s.in_flight) decoder_.trim_sequence(s.seq, s.n_past);
+    if (drafter_ != nullptr) drafter_->forget(s.seq);
+    // A sequence that ended well keeps its KV for later prompts with the same prefix.
+    const bool kept = terminal != SessionState::kFailed &&
+                      cache_.keep(s.seq, std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_past)),
+                                  s.shared_prefix, s.led);
+    if (kept && ledger_.per_seq()) {
+      // Kept sequences live above the sessions' ids. keep() left the cache at most max_kept
+      // entries, this one in a session's id, so one of the cache's ids is free.
+      const std::int32_t to = ledger_.kept_ids().take();
+      decoder_.move_sequence(s.seq, to);
+      cache_.relocate(s.seq, to);
+      ledger_.session_ids().give_back(s.seq);
+    } else if (!kept) {
+      decoder_.end_sequence(s.seq);
+      ledger_.session_ids().give_back(s.seq);
+    }
+    s.seq = -1;
+  }
+}
+
+void Scheduler::compact_sequences() {
+  if (!ledger_.per_seq()) return;
+  std::int32_t top_seq = -1;
+  for (auto& s : sessions_) top_seq = std::max(top_seq, s->seq);
+  const bool gap = !ledger_.session_ids().empty() && ledger_.session_ids().lowest() < top_seq;
+  gap_ticks_ = gap ? gap_ticks_ + 1 : 0;
+  if (gap_ticks_ < config_.compact_after_ticks) return;
+  gap_ticks_ = 0;
+  for (;;) {
+    Session* top = nullptr;
+    for (auto& s : sessions_) {
+      if (s->seq >= 0 && (top == nullptr || s->seq > top->seq)) top = s.get();
+    }
+    if (top == nullptr || ledger_.session_ids().empty() || ledger_.session_ids().lowest() > top->seq) return;
+    const std::int32_t to = ledger_.session_ids().take();
+    decoder_.move_sequence(top->seq, to);
+    ledger_.session_ids().give_back(top->seq);
+    if (drafter_ != nullptr) drafter_->forget(top->seq);
+    top->seq = to;
+    metrics_.kv_sequence_moves_total++;
+  }
+}
+
+void Scheduler::reap() {
+  std::erase_if(sessions_, [](const auto& s) { return is_terminal(*s); });
+}
+
+}  // namespace uma
