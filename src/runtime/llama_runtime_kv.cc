@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "runtime/llama_runtime.h"
+#include "runtime/sampler_chain.h"
 
 namespace uma {
 namespace {
