@@ -6,7 +6,7 @@ spec_rows() {
   for w in "$@"; do
     set -- "$label" $w
     python3 bench/spec_client.py "$url" "$2" "$3" 1 16 100 >/dev/null  # warm-up (graphs, cost model), other prompts
-    r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5" 0)
+    local r; r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5" 0)
     echo "$1 $2 c=$3 $r" | tee -a "$out/rows.txt"
   done
 }

@@ -64,13 +64,17 @@ if [ "${UMA_SKIP_TSAN:-0}" != "1" ]; then
   cmake --build build-tsan -j "$jobs" --target "${test_targets[@]}"
   step "tests (build-tsan/)"
   # halt_on_error: a race report ends the process (a daemon's death fails its test), never a warning.
+  # ignore_noninstrumented_modules: interceptors (memcpy, strlen, read, ...) called from code not
+  # built with TSan (llama.cpp, ggml, libgomp, libstdc++) check no memory; their synchronisation
+  # (mutexes, condition variables) is still seen. Without it llama.cpp's vocabulary load alone costs
+  # ~1 s in every process that opens a model, and the stage ran 2x longer (docs/BENCHMARKS.md, CI time).
   # uma-mkmodel is llama.cpp's work end to end (ggml's critical section, llama_model_quantize's
   # threads); TSan reports "unlock of an unlocked mutex" there (locked inside uninstrumented ggml,
   # unlocked where TSan sees it), with no frame of ours to match a suppression on. So this stage
   # writes the test models with the uninstrumented build's uma-mkmodel (the fixture then finds them
   # in place; the bytes are deterministic) and leaves the two MkModel tests to the other stages.
   UMA_MKMODEL=build/bin/uma-mkmodel UMA_MODELS_DIR=build-tsan/models scripts/make_test_models.sh >/dev/null
-  UMA_SKIP_RSS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp" \
+  UMA_SKIP_RSS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$root/scripts/tsan.supp" \
     ctest --test-dir build-tsan -j "$jobs" --output-on-failure --timeout 900 -E '^MkModel\.'
 fi
 if [ "${UMA_SKIP_FUZZ:-0}" != "1" ]; then

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "chat/chat_types.h"
+#include "serve/chat_types.h"
 #include "common/status.h"
 
 struct llama_model;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "chat/chat_types.h"
+#include "serve/chat_types.h"
 
 namespace uma {
 

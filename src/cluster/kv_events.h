@@ -5,7 +5,7 @@
 //   (a block stored and evicted in between is never mentioned);
 // - KvEvent: one event (a snapshot for a new subscriber, then deltas), encoded as one JSON object
 //   (the `data:` of an SSE event) and decoded with every field type-checked.
-// Block hashes are PrefixIndex::default_hash chained over kBlockTokens-token blocks from chain 0, written as
+// Block hashes (serve/block_hash.h) are written as
 // 16 hex digits (JSON numbers above 2^53 do not survive every client).
 //
 // Thread-safety: BlockJournal's methods may be called from any thread (the compute thread reports,
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "sched/prefix_index.h"
+#include "serve/block_hash.h"
 
 namespace uma::cluster {
 
@@ -39,7 +39,7 @@ struct AgentLoad {
 struct KvEvent {
   bool snapshot = false;  // true: `stored` is everything held (a new subscriber's first event)
   std::string boot_id;    // snapshot only
-  std::int32_t block = PrefixIndex::kBlockTokens;  // snapshot only: tokens per block
+  std::int32_t block = kBlockTokens;  // snapshot only: tokens per block
   std::vector<std::uint64_t> stored, evicted;
   AgentLoad load;
 };

@@ -1,4 +1,5 @@
 #include "cluster/kv_events.h"
+#include "sched/prefix_index.h"
 
 #include <gtest/gtest.h>
 
@@ -27,7 +28,7 @@ TEST(KvEvents, TheIndexReportsABlockWhenItsFirstHolderComesAndWhenItsLastGoes) {
   std::vector<Token> b = tokens(12);        // 3 blocks, the first 2 shared with a
   index.insert(1, a);
   index.insert(2, b);
-  const std::vector<std::uint64_t> hb = PrefixIndex::block_hashes(b, 4);
+  const std::vector<std::uint64_t> hb = chained_block_hashes(b, 4);
   ASSERT_EQ(hb.size(), 3u);
   BlockJournal::Delta d = journal.take();
   EXPECT_EQ(sorted(d.stored), sorted(hb));
@@ -57,7 +58,7 @@ TEST(KvEvents, ChangesBetweenTwoTakesAreCoalesced) {
   index.erase(1);
   index.insert(2, a);  // evicted and stored again: still held, nothing to say
   EXPECT_TRUE(journal.take().empty());
-  EXPECT_EQ(journal.published(), sorted(PrefixIndex::block_hashes(a, 4)));
+  EXPECT_EQ(journal.published(), sorted(chained_block_hashes(a, 4)));
 }
 
 TEST(KvEvents, ReplacingAnEntryReportsOnlyWhatChanged) {
@@ -70,7 +71,7 @@ TEST(KvEvents, ReplacingAnEntryReportsOnlyWhatChanged) {
   t.resize(12, 99);  // the same entry grows by a block (a session's prompt then its output)
   index.insert(1, t);
   const BlockJournal::Delta d = journal.take();
-  EXPECT_EQ(d.stored, std::vector<std::uint64_t>{PrefixIndex::block_hashes(t, 4)[2]});
+  EXPECT_EQ(d.stored, std::vector<std::uint64_t>{chained_block_hashes(t, 4)[2]});
   EXPECT_TRUE(d.evicted.empty());
 }
 

@@ -16,7 +16,7 @@ AgentLink::~AgentLink() {
 std::int64_t AgentLink::cached_tokens(std::span<const std::uint64_t> prompt_blocks) const {
   std::size_t n = 0;
   while (n < prompt_blocks.size() && (blocks_.count(prompt_blocks[n]) != 0 || inflight_blocks_.count(prompt_blocks[n]) != 0)) ++n;
-  return static_cast<std::int64_t>(n) * PrefixIndex::kBlockTokens;
+  return static_cast<std::int64_t>(n) * kBlockTokens;
 }
 
 std::int64_t AgentLink::pending_tokens() const {
@@ -93,10 +93,10 @@ void AgentLink::apply(const cluster::KvEvent& e) {
     if (!live_) spdlog::info("agent {}: event stream live ({} blocks)", state_.id, e.stored.size());
     live_ = true;
     // Hashes of other-sized blocks never match a prompt's here: its load still counts, its blocks not.
-    foreign_blocks_ = e.block != PrefixIndex::kBlockTokens;
+    foreign_blocks_ = e.block != kBlockTokens;
     if (foreign_blocks_) {
       spdlog::warn("agent {}: its blocks are {} tokens, this gateway's {}: routed by load alone", state_.id, e.block,
-                   PrefixIndex::kBlockTokens);
+                   kBlockTokens);
     }
   }
   if (!foreign_blocks_) {

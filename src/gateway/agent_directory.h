@@ -119,7 +119,7 @@ class AgentLink final : private UpstreamSink {
   std::shared_ptr<Upstream> stream_;
   SseEvents sse_;
   bool live_ = false;  // its stream is up and has sent its snapshot
-  bool foreign_blocks_ = false;  // its snapshot's blocks are not PrefixIndex::kBlockTokens long
+  bool foreign_blocks_ = false;  // its snapshot's blocks are not kBlockTokens long
   SteadyClock::time_point last_dial_{};
   std::unordered_set<std::uint64_t> blocks_;
   std::int64_t admitted_ = 0;  // requests its last load report covers (cluster::AgentLoad::admitted)

@@ -74,19 +74,19 @@ TEST_F(DirectoryTest, ADispatchStaysPendingUntilAReportCoversIt) {
 TEST_F(DirectoryTest, BlocksOfAnotherSizeAreNotCountedAsCachedTokens) {
   ASSERT_NE(link, nullptr);
   const std::vector<Token> prompt(100, 7);
-  const auto blocks = PrefixIndex::block_hashes(prompt, PrefixIndex::kBlockTokens);
+  const auto blocks = chained_block_hashes(prompt, kBlockTokens);
   ASSERT_EQ(blocks.size(), 3u);
-  for (std::int32_t size : {PrefixIndex::kBlockTokens, 2 * PrefixIndex::kBlockTokens}) {
+  for (std::int32_t size : {kBlockTokens, 2 * kBlockTokens}) {
     cluster::KvEvent e = load_event(true, 1, 0, 0);
     e.block = size;
     e.stored = blocks;  // what it says it holds
     link->apply(e);
     EXPECT_TRUE(link->live());
-    EXPECT_EQ(link->cached_tokens(blocks), size == PrefixIndex::kBlockTokens ? 3 * PrefixIndex::kBlockTokens : 0) << size;
+    EXPECT_EQ(link->cached_tokens(blocks), size == kBlockTokens ? 3 * kBlockTokens : 0) << size;
     cluster::KvEvent more = load_event(false, 2, 0, 0);
     more.stored = blocks;  // a delta of the same stream
     link->apply(more);
-    EXPECT_EQ(link->cached_tokens(blocks), size == PrefixIndex::kBlockTokens ? 3 * PrefixIndex::kBlockTokens : 0) << size;
+    EXPECT_EQ(link->cached_tokens(blocks), size == kBlockTokens ? 3 * kBlockTokens : 0) << size;
     EXPECT_EQ(link->state().active_sessions, 2) << "its load counts either way";
   }
 }

@@ -12,7 +12,7 @@
 #include "http/api_key.h"
 #include "http/cors.h"
 #include "net/tcp_listen.h"
-#include "sched/prefix_index.h"
+#include "serve/block_hash.h"
 
 namespace uma::gateway {
 
@@ -296,7 +296,7 @@ void GatewayServer::prepare(Prepared& p) {
   } else {
     p.status = vocab->vocab->tokenize(r.prompt, p.tokens, r.parse_special);
   }
-  if (p.status.ok()) p.blocks = PrefixIndex::block_hashes(p.tokens, PrefixIndex::kBlockTokens);
+  if (p.status.ok()) p.blocks = chained_block_hashes(p.tokens, kBlockTokens);
 }
 
 void GatewayServer::prepared(std::uint64_t conn_id, Prepared& p) {

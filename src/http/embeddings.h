@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "sched/request.h"
+#include "serve/request.h"
 
 namespace uma::embeddings {
 

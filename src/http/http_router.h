@@ -21,12 +21,12 @@
 #include "http/openai.h"
 #include "http/reply_writer.h"
 #include "metrics/server_metrics.h"
-#include "sched/request.h"
+#include "serve/request.h"
 
 namespace uma::http_route {
 
 // Renders a chat request (turns, tools) to a prompt with the model's or the configured template,
-// and with tools, the grammar and the output parser (chat/chat_types.h).
+// and with tools, the grammar and the output parser (serve/chat_types.h).
 using ChatTemplate = std::function<Status(const ChatRequest&, ChatPrompt*)>;
 
 // Text to tokens with the model's vocabulary (add_special: its BOS; parse_special: control tokens

@@ -33,7 +33,7 @@
 #include "net/accept_loop.h"
 #include "net/session_slots.h"
 #include "net/stream_server.h"
-#include "sched/io_boundary.h"
+#include "serve/io_boundary.h"
 
 namespace uma {
 

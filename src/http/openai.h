@@ -11,10 +11,10 @@
 #include <string_view>
 #include <vector>
 
-#include "chat/chat_types.h"
+#include "serve/chat_types.h"
 #include "common/status.h"
-#include "runtime/sampling.h"
-#include "sched/request.h"
+#include "serve/sampling.h"
+#include "serve/request.h"
 
 namespace uma::openai {
 

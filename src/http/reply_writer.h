@@ -15,10 +15,10 @@
 #include <string_view>
 #include <vector>
 
-#include "chat/chat_types.h"
+#include "serve/chat_types.h"
 #include "common/status.h"
 #include "http/openai.h"
-#include "runtime/sampling.h"
+#include "serve/sampling.h"
 
 namespace uma {
 

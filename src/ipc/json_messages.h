@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/sampling.h"
+#include "serve/sampling.h"
 
 namespace uma {
 

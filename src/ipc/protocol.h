@@ -15,7 +15,7 @@
 #include <variant>
 
 #include "common/status.h"
-#include "sched/request.h"
+#include "serve/request.h"
 
 namespace uma {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "sched/request.h"
+#include "serve/request.h"
 
 namespace uma {
 

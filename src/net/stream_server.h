@@ -33,7 +33,7 @@
 #include "net/connection_table.h"
 #include "net/protocol_adapter.h"
 #include "net/session_slots.h"
-#include "sched/io_boundary.h"
+#include "serve/io_boundary.h"
 
 namespace uma {
 

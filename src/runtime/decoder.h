@@ -28,11 +28,10 @@
 
 #include "common/status.h"
 #include "runtime/host_bytes.h"
-#include "runtime/sampling.h"
+#include "serve/sampling.h"
+#include "serve/token.h"
 
 namespace uma {
-
-using Token = std::int32_t;
 
 struct BatchEntry {
   Token token = 0;

@@ -6,7 +6,7 @@
 
 #include <llama.h>
 
-#include "runtime/sampling.h"
+#include "serve/sampling.h"
 
 namespace uma {
 

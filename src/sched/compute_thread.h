@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "sched/io_boundary.h"
-#include "sched/request.h"
+#include "serve/io_boundary.h"
+#include "serve/request.h"
 #include "sched/scheduler.h"
 
 namespace uma {

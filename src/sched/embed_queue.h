@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runtime/decoder.h"
-#include "sched/request.h"
+#include "serve/request.h"
 
 namespace uma {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <span>
 
-#include "sched/request.h"
+#include "serve/request.h"
 
 namespace uma {
 

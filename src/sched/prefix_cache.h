@@ -30,7 +30,7 @@
 #include "metrics/server_metrics.h"
 #include "runtime/decoder.h"
 #include "sched/prefix_index.h"
-#include "sched/request.h"
+#include "serve/request.h"
 #include "sched/seq_id_pool.h"
 #include "sched/time_source.h"
 
@@ -40,7 +40,7 @@ struct PrefixCacheConfig {
   bool enabled = false;                               // umad turns it on (--prefix-cache, the default)
   std::int32_t max_kept = 16;                         // sequences kept in the KV cache
   std::size_t host_bytes = std::size_t{256} << 20;    // host snapshots, at most
-  std::int32_t block = PrefixIndex::kBlockTokens;     // index block, tokens
+  std::int32_t block = kBlockTokens;     // index block, tokens
   // Shortest prefix worth reusing. With per-sequence KV every reuse is a copy between KV streams,
   // after which llama.cpp reserves its worst-case graph again (measured on an H100: ~15-25 ms of
   // host time in the next decode), more than the GPU needs to prefill a few hundred tokens.
@@ -64,7 +64,7 @@ struct PrefixCacheConfig {
   // device to host on the compute thread, for every request with nothing shared (see
   // docs/ARCHITECTURE.md), and keeps the default.
   bool save_leaves = false;
-  PrefixIndex::Hash hash = &PrefixIndex::default_hash;  // tests inject a weak one
+  PrefixIndex::Hash hash = &block_hash;  // tests inject a weak one
   BlockObserver* block_observer = nullptr;  // hears the block hashes held (umad --agent's KV events)
 };
 

@@ -4,36 +4,12 @@
 
 namespace uma {
 
-std::uint64_t PrefixIndex::default_hash(std::uint64_t chain, std::span<const Token> block) {
-  // FNV-1a over the chain value and the block's token ids, then a 64-bit finalizer (splitmix64).
-  std::uint64_t h = 1469598103934665603ull ^ chain;
-  for (Token t : block) {
-    h ^= static_cast<std::uint32_t>(t);
-    h *= 1099511628211ull;
-  }
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
-}
-
-std::vector<std::uint64_t> PrefixIndex::block_hashes(std::span<const Token> tokens, std::int32_t block, Hash hash) {
-  std::vector<std::uint64_t> out;
-  std::uint64_t chain = 0;
-  for (std::size_t at = 0; block > 0 && at + static_cast<std::size_t>(block) <= tokens.size(); at += static_cast<std::size_t>(block)) {
-    chain = hash(chain, tokens.subspan(at, static_cast<std::size_t>(block)));
-    out.push_back(chain);
-  }
-  return out;
-}
-
 void PrefixIndex::insert(EntryId id, std::span<const Token> tokens) {
   erase(id);
   std::vector<Token>& stored = entries_[id];
   stored.assign(tokens.begin(), tokens.end());
   std::vector<std::uint64_t> fresh;
-  for (std::uint64_t chain : block_hashes(stored, block_, hash_)) {
+  for (std::uint64_t chain : chained_block_hashes(stored, block_, hash_)) {
     if (observer_ != nullptr && by_hash_.count(chain) == 0) fresh.push_back(chain);
     by_hash_.emplace(chain, id);
   }
@@ -44,7 +20,7 @@ void PrefixIndex::erase(EntryId id) {
   auto entry = entries_.find(id);
   if (entry == entries_.end()) return;
   std::vector<std::uint64_t> gone;
-  for (std::uint64_t chain : block_hashes(entry->second, block_, hash_)) {
+  for (std::uint64_t chain : chained_block_hashes(entry->second, block_, hash_)) {
     const auto [lo, hi] = by_hash_.equal_range(chain);
     for (auto it = lo; it != hi; ++it) {
       if (it->second != id) continue;

@@ -6,10 +6,9 @@
 // the tokens themselves, and extended token by token past the last whole block: a hash collision
 // can cost a lookup, never serve another prompt's KV. The hash is injectable so tests can force
 // collisions.
-// A BlockObserver hears which chained block hashes the index starts and stops holding (a hash held
-// by several entries is stored once and evicted when the last goes): the cluster's KV-event
-// stream publishes them, and a gateway that hashes a prompt the same way (default_hash, the same
-// block size, chain 0 at the start) knows which agent holds how much of it.
+// Blocks are keyed as serve/block_hash.h says. The BlockObserver hears which chained block hashes
+// the index starts and stops holding (a hash held by several entries is stored once and evicted
+// when the last goes).
 // Not thread-safe; owned by the scheduler. Entries are identified by the caller's ids.
 #pragma once
 
@@ -19,27 +18,16 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/decoder.h"
+#include "serve/block_hash.h"
+#include "serve/token.h"
 
 namespace uma {
-
-// Called on the index owner's thread (the compute thread), inside insert()/erase(): keep it short.
-class BlockObserver {
- public:
-  virtual ~BlockObserver() = default;
-  virtual void blocks_changed(std::span<const std::uint64_t> stored, std::span<const std::uint64_t> evicted) = 0;
-};
 
 class PrefixIndex {
  public:
   using EntryId = std::uint64_t;
-  using Hash = std::uint64_t (*)(std::uint64_t chain, std::span<const Token> block);
-  static std::uint64_t default_hash(std::uint64_t chain, std::span<const Token> block);
-
-  // Tokens per block: an agent's index and a gateway's routing hash prompts alike (the KV-event
-  // stream's snapshot says it; a gateway uses no stream of another size).
-  static constexpr std::int32_t kBlockTokens = 32;
-  explicit PrefixIndex(std::int32_t block = kBlockTokens, Hash hash = &default_hash) : block_(block), hash_(hash) {}
+  using Hash = BlockHashFn;
+  explicit PrefixIndex(std::int32_t block = kBlockTokens, Hash hash = &block_hash) : block_(block), hash_(hash) {}
 
   // Adds (or replaces) an entry whose KV holds `tokens` at positions 0..size-1.
   void insert(EntryId id, std::span<const Token> tokens);
@@ -59,9 +47,6 @@ class PrefixIndex {
 
   std::int32_t block() const { return block_; }
   void set_observer(BlockObserver* observer) { observer_ = observer; }  // null: none; outlives the index
-
-  // The chained hashes of `tokens`' whole blocks (what the index keys them by).
-  static std::vector<std::uint64_t> block_hashes(std::span<const Token> tokens, std::int32_t block, Hash hash = &default_hash);
 
  private:
   std::int32_t block_;

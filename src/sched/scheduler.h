@@ -41,7 +41,7 @@
 #include "sched/kv_ledger.h"
 #include "sched/policy.h"
 #include "sched/prefix_cache.h"
-#include "sched/request.h"
+#include "serve/request.h"
 #include "sched/time_source.h"
 #include "sched/session.h"
 #include "sched/spec_yield.h"

@@ -19,7 +19,7 @@
 
 #include "common/utf8.h"
 #include "runtime/decoder.h"
-#include "sched/request.h"
+#include "serve/request.h"
 #include "sched/speculation.h"
 #include "sched/stop_filter.h"
 

@@ -31,9 +31,9 @@
 #include <span>
 #include <vector>
 
-namespace uma {
+#include "serve/token.h"
 
-using Token = std::int32_t;
+namespace uma {
 
 struct LookupConfig {
   std::int32_t n_min = 2;       // shortest suffix looked up

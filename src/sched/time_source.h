@@ -11,7 +11,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "sched/request.h"
+#include "serve/request.h"
 
 namespace uma {
 

@@ -143,7 +143,7 @@ TEST(ClusterAgent, PublishesThePrefixBlocksItHoldsOnItsKvEventStream) {
   // Longer than the 256 tokens past which a first-seen prompt's KV is kept after it finishes.
   const std::string prompt = Oracle::long_prompt(300, "end");
   EXPECT_EQ(complete(http_port(*one.daemon), prompt, 4), oracle().expected_text(prompt, 4));
-  const std::vector<std::uint64_t> want = PrefixIndex::block_hashes(oracle().tokenize(prompt), 32);
+  const std::vector<std::uint64_t> want = chained_block_hashes(oracle().tokenize(prompt), 32);
   ASSERT_GE(want.size(), 3u);
   std::set<std::uint64_t> held;
   const auto all_there = [&](const std::string& b) {

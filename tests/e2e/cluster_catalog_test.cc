@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "chat/chat_types.h"
+#include "serve/chat_types.h"
 #include "cluster/model_catalog.h"
 #include "e2e/cluster_harness.h"
 #include "gateway/vocab_cache.h"

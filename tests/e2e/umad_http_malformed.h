@@ -14,7 +14,7 @@ enum class After { kNothing, kHalfClose, kClose };
 // by the server, or either.
 enum class End { kOpen, kClosed, kAny };
 
-struct Reply {
+struct Expected {
   std::set<int> status;   // acceptable status codes
   std::string text{};     // a 200 completion must carry exactly this text ("": not checked)
   bool optional = false;  // the server may close instead of sending it
@@ -24,14 +24,14 @@ struct Reply {
 struct Row {
   std::string name;
   std::vector<std::string> pieces;  // sent one after the other
-  std::vector<Reply> replies;
+  std::vector<Expected> replies;
   End end = End::kOpen;
   After after = After::kNothing;
 };
 
-inline Reply status(std::set<int> s) { return Reply{std::move(s)}; }
-inline Reply ok(std::string text = {}) { return Reply{{200}, std::move(text)}; }
-inline Reply maybe(std::set<int> s) { return Reply{std::move(s), {}, true}; }
+inline Expected status(std::set<int> s) { return Expected{std::move(s)}; }
+inline Expected ok(std::string text = {}) { return Expected{{200}, std::move(text)}; }
+inline Expected maybe(std::set<int> s) { return Expected{std::move(s), {}, true}; }
 
 constexpr int kTimeoutSec = 1;      // --http-timeout-sec
 constexpr int kMaxBodyKib = 256;    // --http-max-body-kib

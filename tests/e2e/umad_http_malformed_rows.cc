@@ -76,7 +76,7 @@ std::vector<Row> table() {
   bad("prompt as bool", kCompl, R"({"prompt":true})");
   bad("prompt as object", kCompl, R"({"prompt":{"text":"hello"}})");
   rows.push_back({"prompt as array of two strings: a choice each",
-                  {post(kCompl, R"({"prompt":["hello","world"],"max_tokens":2})")}, {Reply{{200}, {}, false, R"("index":1)"}}});
+                  {post(kCompl, R"({"prompt":["hello","world"],"max_tokens":2})")}, {Expected{{200}, {}, false, R"("index":1)"}}});
   good("prompt as array of token ids (no BOS added)", {post(kCompl, R"({"prompt":[22172,3186],"max_tokens":8})")}, hw8);
   bad("prompt token id out of the vocabulary", kCompl, R"({"prompt":[22172,99999999]})");
   bad("prompt token id negative", kCompl, R"({"prompt":[-5]})");
@@ -155,7 +155,7 @@ std::vector<Row> table() {
   rows.push_back({"stream with include_usage",
                   {post(kCompl, R"({"prompt":"hello world","max_tokens":8,"stream":true,)"
                                 R"("stream_options":{"include_usage":true}})")},
-                  {Reply{{200}, hw8, false, R"("usage")"}}, End::kOpen});
+                  {Expected{{200}, hw8, false, R"("usage")"}}, End::kOpen});
   bad("user as number", kCompl, R"({"prompt":"hello world","max_tokens":8,"user":42})");
   bad("model as number", kCompl, R"({"prompt":"hello world","max_tokens":8,"model":42})");
   // ---- bodies that are not a JSON object
@@ -187,7 +187,7 @@ std::vector<Row> table() {
        {post(kCompl, R"({"prompt":"\ud83d\ude00 hello world","max_tokens":8})")},
        oracle().expected_text("\xf0\x9f\x98\x80 hello world", 8));
   // RFC 8259 lets a parser ignore a byte order mark; nlohmann does.
-  rows.push_back({"UTF-8 BOM before the JSON", {post(kCompl, "\xef\xbb\xbf" + hw)}, {Reply{{200, 400}, hw8}}, End::kOpen});
+  rows.push_back({"UTF-8 BOM before the JSON", {post(kCompl, "\xef\xbb\xbf" + hw)}, {Expected{{200, 400}, hw8}}, End::kOpen});
   // ---- nesting depth and sizes
   bad("100000 unclosed [ in the prompt", kCompl, R"({"prompt":)" + std::string(100000, '['));
   bad("50000-deep array as the body", kCompl, std::string(50000, '[') + std::string(50000, ']'));
@@ -265,7 +265,7 @@ std::vector<Row> table() {
   rows.push_back({"two identical Content-Lengths",
                   {raw_post(kCompl, "Content-Length: " + std::to_string(hw.size()) + "\r\nContent-Length: " +
                                         std::to_string(hw.size()) + "\r\n", hw)},
-                  {Reply{{200, 400}, hw8}}, End::kAny});
+                  {Expected{{200, 400}, hw8}}, End::kAny});
   broken("Transfer-Encoding chunked and Content-Length",
          raw_post(kCompl, "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", chunked({hw})));
   broken("Content-Length and Transfer-Encoding chunked",
@@ -366,7 +366,7 @@ std::vector<Row> table() {
        {raw_post(kCompl, "Expect: 100-continue\r\nContent-Length: " + std::to_string(hw.size()) + "\r\n", ""), hw}, hw8);
   rows.push_back({"Expect: an unknown expectation",
                   {raw_post(kCompl, "Expect: bogus\r\nContent-Length: " + std::to_string(hw.size()) + "\r\n", hw)},
-                  {Reply{{200, 417}, hw8}}, End::kAny});
+                  {Expected{{200, 417}, hw8}}, End::kAny});
   rows.push_back({"GET with a body, then another request",
                   {"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
                    "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"},

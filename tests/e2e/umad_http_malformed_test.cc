@@ -130,7 +130,7 @@ std::vector<std::string> run_row(int port, const Row& row) {
   if (row.after == After::kHalfClose) t.shutdown_write();
   const auto wait = std::chrono::seconds(kTimeoutSec + 4);
   for (std::size_t i = 0; i < row.replies.size(); ++i) {
-    const Reply& want = row.replies[i];
+    const Expected& want = row.replies[i];
     const std::string tag = "reply " + std::to_string(i + 1) + ": ";
     std::string r = t.response(wait);
     // Interim responses (100 Continue) precede the final one.

@@ -71,7 +71,7 @@ std::string streamed_text(const std::string& response) {
   return text;
 }
 
-std::string state_of(int port, const std::string& model) {
+std::string model_state(int port, const std::string& model) {
   const json j = json::parse(body_of(http_get(port, "/v1/models")), nullptr, false);
   if (j.is_discarded()) return "";
   for (const json& m : j["data"]) {
@@ -101,7 +101,7 @@ TEST(UmadModels, OnePortServesADirectoryOfModelsEachLoadedOnFirstUseTheLeastRece
   std::string a = post_to(port, "/v1/completions", {{"model", "oracle"}, {"prompt", "the river"}, {"max_tokens", 6}});
   ASSERT_EQ(status_of(a), 200) << a << r.log();
   EXPECT_EQ(json::parse(body_of(a))["choices"][0]["text"], expected);
-  EXPECT_EQ(state_of(port, "oracle"), "loaded");
+  EXPECT_EQ(model_state(port, "oracle"), "loaded");
   a = post_to(port, "/v1/completions", {{"model", "oracle.gguf"}, {"prompt", "the river"}, {"max_tokens", 6}, {"stream", true}});
   ASSERT_EQ(status_of(a), 200) << a;
   EXPECT_EQ(streamed_text(a), expected) << "streamed through the router, chunk by chunk";
@@ -109,12 +109,12 @@ TEST(UmadModels, OnePortServesADirectoryOfModelsEachLoadedOnFirstUseTheLeastRece
   // The other model: its own chat template; the oracle goes for room (--max-models 1).
   a = post_to(port, "/v1/chat/completions", {{"model", "qwen"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 3}});
   ASSERT_EQ(status_of(a), 200) << a << r.log();
-  EXPECT_EQ(state_of(port, "oracle"), "unloaded");
-  EXPECT_EQ(state_of(port, "qwen"), "loaded");
+  EXPECT_EQ(model_state(port, "oracle"), "unloaded");
+  EXPECT_EQ(model_state(port, "qwen"), "loaded");
   a = post_to(port, "/v1/completions", {{"model", "oracle"}, {"prompt", "the river"}, {"max_tokens", 6}, {"keep_alive", 0}});
   ASSERT_EQ(status_of(a), 200) << a;
   EXPECT_EQ(json::parse(body_of(a))["choices"][0]["text"], expected);
-  ASSERT_TRUE(wait_for([&] { return state_of(port, "oracle") == "unloaded"; }, 20s)) << "keep_alive 0: unloaded once idle";
+  ASSERT_TRUE(wait_for([&] { return model_state(port, "oracle") == "unloaded"; }, 20s)) << "keep_alive 0: unloaded once idle";
 
   const std::string metrics = body_of(http_get(port, "/metrics"));
   EXPECT_EQ(prometheus_value(metrics, "uma_agent_loads_total"), 3);

@@ -14,7 +14,7 @@
 #include "e2e/daemon_harness.h"
 #include "e2e/json_helpers.h"
 
-namespace uma::test {
+namespace uma::test::structured {  // its own: `json` is ordered here
 namespace {
 
 using json = nlohmann::ordered_json;  // key order matters: the output's follows the schema's
@@ -163,4 +163,4 @@ TEST(UmadStructured, ASchemaThatCannotBeAGrammarIsABadRequestNamingIt) {
 }
 
 }  // namespace
-}  // namespace uma::test
+}  // namespace uma::test::structured

@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "sched/request.h"
+#include "serve/request.h"
 
 namespace uma {
 
