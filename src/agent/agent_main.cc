@@ -18,7 +18,7 @@
 
 #include "agent/agent_api.h"
 #include "agent/model_host.h"
-#include "cluster/loader_beat.h"
+#include "publish/loader_beat.h"
 #include "cluster/model_catalog.h"
 #include "cluster/redis_client.h"
 #include "common/secret_file.h"

@@ -1,5 +1,5 @@
 // AgentState: one agent's soft state as it travels through Redis (`uma:agent:{id}`, JSON), typed.
-// The agent encodes it (cluster/agent_heartbeat.h), gateways decode it (cluster/cluster_view.h):
+// The agent encodes it (publish/agent_heartbeat.h), gateways decode it (gateway/cluster_view.h):
 // the format lives here once. Decoding type-checks every field (the text comes from Redis, which
 // anyone on the network may write): a wrong type is an error, a missing optional number is 0.
 #pragma once
@@ -13,6 +13,11 @@
 
 namespace uma::cluster {
 
+// Redis: an agent's state lives at agent_key(id) (with a TTL: a key gone is an agent gone), its id
+// in the set kAgentsSet.
+inline std::string agent_key(const std::string& id) { return "uma:agent:" + id; }
+inline constexpr const char* kAgentsSet = "uma:agents";
+
 struct ModelState {
   std::string name;
   std::int64_t bytes = 0;
@@ -24,7 +29,7 @@ struct AgentState {
   std::string id;
   std::string address;  // base URL: http://host:port
   std::string boot_id;
-  std::string events;      // host:port of its KV-event stream (cluster/kv_event_server.h); empty: none
+  std::string events;      // host:port of its KV-event stream (publish/kv_event_server.h); empty: none
   std::int64_t ts_ms = 0;  // wall clock of the beat, ms since the epoch
   std::vector<ModelState> models;
   double prefill_tok_s = 0.0;  // measured (EWMA over beats with such work); 0: not yet known

@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "chat/chat_templates.h"
-#include "cluster/agent_heartbeat.h"
-#include "cluster/kv_event_server.h"
+#include "publish/agent_heartbeat.h"
+#include "publish/kv_event_server.h"
 #include "chat/structured_output.h"
 #include "daemon/catalog_model.h"
 #include "daemon/config.h"

@@ -2,7 +2,7 @@
 // - The agents come from the cluster view (Redis, refreshed by the caller: update()); one gone
 //   from the view (its key expired: dead or hung for ~3 s) is dropped and on_gone() is told, so
 //   requests still waiting on it move elsewhere.
-// - For each agent the directory holds its KV-event stream (cluster/kv_event_server.h: GET
+// - For each agent the directory holds its KV-event stream (publish/kv_event_server.h: GET
 //   /kv-events through an Upstream): the prefix blocks it holds and its load, fresher than its
 //   heartbeat. An agent is a candidate only while that stream is live: a stream that breaks
 //   (a killed agent's kernel closes it at once) takes it out of routing at once; it is dialled
@@ -28,8 +28,8 @@
 //   dispatches it does not cover yet) and leaves a full agent out of the candidates; one that answered 429 anyway
 //   (another gateway filled it) counts as full until its next load report. When a dispatch ends
 //   or a report comes, on_room() is told: the gateway's queue may move.
-// - Each agent's measured TTFTs (cluster/ttft_fit.h), which routing's prediction learns from.
-// candidates() builds routing's input (cluster/routing.h) for one prompt.
+// - Each agent's measured TTFTs (gateway/ttft_fit.h), which routing's prediction learns from.
+// candidates() builds routing's input (gateway/routing.h) for one prompt.
 //
 // Threading: the I/O thread of `io`, all of it. Lifetime: `io` must not run handlers after the
 // directory is destroyed (its check timer's last completion may still be queued). Ownership: the directory owns its links and their
@@ -54,7 +54,7 @@
 #include "cluster/agent_state.h"
 #include "cluster/loader_state.h"
 #include "cluster/kv_events.h"
-#include "cluster/routing.h"
+#include "gateway/routing.h"
 #include "gateway/dispatch_policy.h"
 #include "gateway/sse_events.h"
 #include "http/upstream.h"

@@ -6,7 +6,7 @@
 // A completion is parsed and checked exactly as umad checks it (http_route::route, the same field
 // table and errors: a bad request never reaches an agent), its prompt rendered with its model's
 // chat template and tokenized with its model's vocabulary (gateway/vocab_cache.h) as an agent will, cut
-// into the same chained block hashes (kBlockTokens), and routed (cluster/routing.h) over the live agents;
+// into the same chained block hashes (kBlockTokens), and routed (gateway/routing.h) over the live agents;
 // a Proxy (gateway/proxy.h) then carries it. Every routed request records the predicted and
 // measured time to first token.
 //
@@ -45,7 +45,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cluster/routing.h"
+#include "gateway/routing.h"
 #include "gateway/agent_directory.h"
 #include "gateway/cold_loads.h"
 #include "gateway/dispatch_policy.h"

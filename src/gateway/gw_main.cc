@@ -20,7 +20,7 @@
 
 #include "chat/chat_templates.h"
 #include "chat/structured_output.h"
-#include "cluster/cluster_view.h"
+#include "gateway/cluster_view.h"
 #include "common/secret_file.h"
 #include "gateway/agent_directory.h"
 #include "gateway/gateway_server.h"

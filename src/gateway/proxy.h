@@ -34,7 +34,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "cluster/routing.h"
+#include "gateway/routing.h"
 #include "gateway/agent_directory.h"
 #include "gateway/reencode.h"
 #include "gateway/sse_events.h"

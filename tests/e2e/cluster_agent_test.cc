@@ -12,7 +12,7 @@
 #include <memory>
 #include <thread>
 
-#include "cluster/agent_heartbeat.h"
+#include "publish/agent_heartbeat.h"
 #include "cluster/kv_events.h"
 #include "cluster/redis_client.h"
 #include "e2e/cluster_harness.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/agent_heartbeat.h"
+#include "publish/agent_heartbeat.h"
 #include "cluster/agent_state.h"
 #include "cluster/redis_client.h"
 #include "e2e/cluster_harness.h"

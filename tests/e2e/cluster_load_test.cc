@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "cluster/agent_heartbeat.h"
+#include "publish/agent_heartbeat.h"
 #include "cluster/redis_client.h"
 #include "e2e/cluster_harness.h"
 #include "e2e/http_client.h"

@@ -5,8 +5,8 @@
 
 #include <chrono>
 
-#include "cluster/agent_heartbeat.h"
-#include "cluster/cluster_view.h"
+#include "publish/agent_heartbeat.h"
+#include "gateway/cluster_view.h"
 #include "e2e/redis_harness.h"
 
 namespace uma::test {

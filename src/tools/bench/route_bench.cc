@@ -1,4 +1,4 @@
-// uma-route-bench: the time one routing decision takes (cluster/routing.h's choose()) with N
+// uma-route-bench: the time one routing decision takes (gateway/routing.h's choose()) with N
 // registered agents of random load and random cached prefixes, per policy. Issue 16's target:
 // ≤ 200 µs p99 with 64 agents. This is the decision over candidates already built; the gateway's
 // prefix-block match per agent comes on top once it exists.
@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "cluster/routing.h"
+#include "gateway/routing.h"
 #include "tools/bench/stats.h"
 
 int main(int argc, char** argv) {

@@ -1,4 +1,4 @@
-#include "cluster/kv_event_server.h"
+#include "publish/kv_event_server.h"
 
 #include <spdlog/spdlog.h>
 

@@ -2,7 +2,7 @@
 // sends a request there: the prompt tokens the agent must compute (`uncached`), the prompt tokens
 // ahead of it (`ahead`: its backlog plus the gateway's unreported dispatches) and the requests
 // running there (`running`: their decode steps share every tick of its prefill). The agent's beat
-// gives a physical cost model (cluster/routing.h); what it leaves out — tokenizing the whole
+// gives a physical cost model (gateway/routing.h); what it leaves out — tokenizing the whole
 // prompt, the HTTP hop, ticks shared with decoding streams, cores shared with other processes —
 // shows up in the measurements. The fit is a ridge regression with exponential forgetting,
 //   ttft ≈ fixed + per_uncached · uncached + per_ahead · ahead + per_running · running,

@@ -1,8 +1,7 @@
-#include "cluster/cluster_view.h"
+#include "gateway/cluster_view.h"
 
 #include <algorithm>
 
-#include "cluster/agent_heartbeat.h"
 #include "cluster/model_catalog.h"
 
 namespace uma::cluster {

@@ -1,4 +1,4 @@
-#include "cluster/loader_beat.h"
+#include "publish/loader_beat.h"
 
 #include <spdlog/spdlog.h>
 

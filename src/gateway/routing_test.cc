@@ -1,6 +1,6 @@
 // Routing as pure functions over synthetic cluster states: the predicted TTFT's three terms, and
 // what each policy picks.
-#include "cluster/routing.h"
+#include "gateway/routing.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The online TTFT fit against synthetic agents whose true cost is known.
-#include "cluster/ttft_fit.h"
+#include "gateway/ttft_fit.h"
 
 #include <gtest/gtest.h>
 

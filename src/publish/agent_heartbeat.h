@@ -46,9 +46,6 @@ struct AgentConfig {
   std::chrono::milliseconds redis_timeout{200};
 };
 
-inline std::string agent_key(const std::string& id) { return "uma:agent:" + id; }
-inline constexpr const char* kAgentsSet = "uma:agents";
-
 class AgentHeartbeat {
  public:
   AgentHeartbeat(AgentConfig config, const ServerMetrics& metrics);

@@ -1,4 +1,4 @@
-#include "cluster/agent_heartbeat.h"
+#include "publish/agent_heartbeat.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>

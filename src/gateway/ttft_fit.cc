@@ -1,4 +1,4 @@
-#include "cluster/ttft_fit.h"
+#include "gateway/ttft_fit.h"
 
 #include <algorithm>
 #include <cmath>

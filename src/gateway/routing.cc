@@ -1,4 +1,4 @@
-#include "cluster/routing.h"
+#include "gateway/routing.h"
 
 #include <algorithm>
 #include <limits>

@@ -10,7 +10,7 @@
 //   Q  queue: prompt tokens ahead of the request (the agent's backlog plus this gateway's
 //      unreported dispatches) / the agent's measured prefill rate;
 //   P  prefill of the prompt tokens the agent does not hold / the same rate.
-// Once the gateway has measured an agent's answers (cluster/ttft_fit.h: min_fit_samples of them),
+// Once the gateway has measured an agent's answers (gateway/ttft_fit.h: min_fit_samples of them),
 // Q and P come from that fit instead — the same quantities, ahead and uncached tokens, plus the
 // requests running there (they share the prompt's ticks), with the costs the agent has shown (the
 // physical model is the fit's prior).
@@ -23,7 +23,7 @@
 #include <string_view>
 
 #include "cluster/agent_state.h"
-#include "cluster/ttft_fit.h"
+#include "gateway/ttft_fit.h"
 
 namespace uma::cluster {
 
