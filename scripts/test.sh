@@ -2,7 +2,7 @@
 # README command 2: set up, build, and pass the tests on a fresh machine.
 #   1. scripts/setup.sh: Debian packages + the pinned llama.cpp (cached per machine, built once)
 #   2. build/: the project (RelWithDebInfo, ccache) and its unit + end-to-end tests
-#   3. build-asan/: the project's own code again under AddressSanitizer + UBSan, same tests
+#   3. build-asan/: the project's own code again under AddressSanitizer + UBSan's arithmetic checks, same tests
 #      (llama.cpp stays uninstrumented; the RSS test is skipped there: ASan's quarantine keeps
 #      freed memory on purpose, and LeakSanitizer checks leaks instead)
 #   4. build-tsan/: the project's own code under ThreadSanitizer, same tests (suppressions, each
@@ -54,8 +54,7 @@ if [ "${UMA_SKIP_SANITIZERS:-0}" != "1" ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DUMA_SANITIZE=ON -DUMA_BUILD_TESTS=ON -DUMA_UNITY=ON >/dev/null
   cmake --build build-asan -j "$jobs" --target "${test_targets[@]}"
   step "tests (build-asan/)"
-  # UMA_SKIP_FD_FLOOD: UBSan's own checks need descriptors (umad_accept_test.cc says why).
-  UMA_SKIP_RSS=1 UMA_SKIP_FD_FLOOD=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  UMA_SKIP_RSS=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 900
 fi
 if [ "${UMA_SKIP_TSAN:-0}" != "1" ]; then
