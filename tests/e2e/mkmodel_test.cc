@@ -12,10 +12,6 @@
 namespace uma::test {
 namespace {
 
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
 
 std::string make(const std::string& preset, const std::string& type, int seed) {
   const std::string out = temp_dir() + "/" + preset + "-" + type + "-" + std::to_string(seed) + ".gguf";
@@ -27,15 +23,15 @@ std::string make(const std::string& preset, const std::string& type, int seed) {
 
 TEST(MkModel, SameSeedSameBytesForEveryType) {
   for (const std::string type : {"f32", "f16", "q8_0", "q4_0"}) {
-    const std::string a = read_all(make("tiny", type, 7));
-    const std::string a2 = read_all(make("tiny", type, 7));
+    const std::string a = slurp(make("tiny", type, 7));
+    const std::string a2 = slurp(make("tiny", type, 7));
     ASSERT_GT(a.size(), 1000000u) << type;
     EXPECT_EQ(a, a2) << type << " is not deterministic";
   }
-  EXPECT_NE(read_all(make("tiny", "f16", 7)), read_all(make("tiny", "f16", 8))) << "seed has no effect";
+  EXPECT_NE(slurp(make("tiny", "f16", 7)), slurp(make("tiny", "f16", 8))) << "seed has no effect";
   // Quantized files are smaller than f32, in the expected order.
-  EXPECT_LT(read_all(make("tiny", "q4_0", 7)).size(), read_all(make("tiny", "q8_0", 7)).size());
-  EXPECT_LT(read_all(make("tiny", "q8_0", 7)).size(), read_all(make("tiny", "f16", 7)).size());
+  EXPECT_LT(slurp(make("tiny", "q4_0", 7)).size(), slurp(make("tiny", "q8_0", 7)).size());
+  EXPECT_LT(slurp(make("tiny", "q8_0", 7)).size(), slurp(make("tiny", "f16", 7)).size());
 }
 
 TEST(MkModel, ModelsLoadWithTheRealTokenizerAndShape) {

@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "cluster/model_catalog.h"
+#include "e2e/daemon_harness.h"
 #include "e2e/nginx_harness.h"
 #include "e2e/redis_harness.h"
 #include "e2e/tiny_runtime.h"
@@ -29,10 +30,6 @@ const std::string kTiny = std::string(UMA_MODELS_DIR) + "/tiny-f16.gguf";
 const std::string kOracle = std::string(UMA_MODELS_DIR) + "/oracle.gguf";
 constexpr std::uint64_t kChunk = 256 << 10;  // many chunks even for the tiny model
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
 
 std::shared_ptr<const store::Manifest> manifest_of(const std::string& path, const std::string& id) {
   auto m = std::make_shared<store::Manifest>();
