@@ -1,11 +1,11 @@
-// libFuzzer target: everything an HTTP client controls. Raw bytes go through Boost.Beast's request
-// parser with the server's limits (the first input byte picks how the rest is split into reads, so
-// partial request lines, headers and bodies and several pipelined requests per read are explored),
+// libFuzzer target: everything an HTTP client controls. Raw bytes go through httpkit's RequestReader
+// (the one every server here reads with) with the server's limits (the first input byte picks how
+// the rest is split into reads, so partial request lines, headers and bodies and several
+// pipelined requests per read are explored), and through its ResponseReader and SseSplitter (what
+// the gateway reads from an agent and every client here from a server),
 // then routing (http/http_router.h), openai::parse_request and chat rendering (a fake renderer),
 // then the encoding of whatever the answer is. Nothing may throw, crash or trip a sanitizer, and
 // every JSON body we would send must parse as JSON whatever bytes the request held.
-#include <boost/asio/buffer.hpp>
-#include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
@@ -17,11 +17,9 @@
 #include "http/embeddings.h"
 #include "http/http_router.h"
 #include "http/http_server.h"
+#include "httpkit/http_wire.h"
 
 namespace {
-
-namespace http = boost::beast::http;
-using Parser = http::request_parser<http::string_body>;
 
 void must_be_json(const std::string& text) {
   if (nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false).is_discarded()) std::abort();
@@ -57,7 +55,7 @@ struct Harness {
     config.limits.max_prompt_bytes = 4096;
     config.max_body_bytes = 16 * 1024;
   }
-  void serve(const Parser::value_type& req, bool ready) {
+  void serve(const uma::HttpRequest& req, bool ready) {
     uma::http_route::Context ctx;
     ctx.ready = ready;
     ctx.model_id = "m.gguf";
@@ -68,7 +66,7 @@ struct Harness {
     ctx.tokenize = &tokenize;
     ctx.token_text = &token_text;
     ctx.facts = &facts;
-    const uma::http_route::Routed r = uma::http_route::route(req.method(), req.target(), req.body(), ctx);
+    const uma::http_route::Routed r = uma::http_route::route(req.method, req.target, req.body, ctx);
     if (const auto* reply = std::get_if<uma::http_route::Reply>(&r.action)) {
       if (reply->content_type == "application/json") must_be_json(reply->body);
       if (reply->status < 200 || reply->status > 599) std::abort();
@@ -107,31 +105,44 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t step = std::size_t(data[0]) + 1;
   const bool ready = (data[1] & 1) == 0;
   std::string_view rest(reinterpret_cast<const char*>(data + 2), size - 2);
-  std::string buffered;  // received, not yet consumed by the parser (the server's flat_buffer)
-  std::optional<Parser> parser;
-  const auto fresh = [&] {
-    parser.emplace();
-    parser->body_limit(h.config.max_body_bytes);
-    parser->header_limit(static_cast<std::uint32_t>(h.config.max_header_bytes));
-  };
-  fresh();
+  uma::RequestReader reader;
+  uma::ResponseReader responses(16 * 1024);
+  uma::SseSplitter sse;
+  const uma::HttpLimits limits{h.config.max_header_bytes, h.config.max_body_bytes};
+  bool requests_done = false, responses_done = false;
   while (!rest.empty()) {
-    const std::size_t n = rest.size() < step ? rest.size() : step;
-    buffered.append(rest.substr(0, n));
-    rest.remove_prefix(n);
-    for (;;) {
-      boost::beast::error_code ec;
-      const std::size_t used = parser->put(boost::asio::buffer(buffered.data(), buffered.size()), ec);
-      buffered.erase(0, used);
-      if (ec == http::error::need_more) break;
-      if (ec) return 0;  // the server answers 400 / 413 / 431 and closes
-      if (parser->is_done()) {
-        h.serve(parser->get(), ready);
-        if (!parser->get().keep_alive()) return 0;
-        fresh();  // keep-alive: the next pipelined request
-        continue;
+    const std::string_view piece = rest.substr(0, rest.size() < step ? rest.size() : step);
+    rest.remove_prefix(piece.size());
+    if (!responses_done) {
+      // The same bytes as a server's reply: it parses or fails cleanly; SSE data splits out.
+      responses.feed(piece);
+      std::string body, error, data;
+      if (!responses.pump(&body, &error)) {
+        responses_done = true;
+      } else {
+        sse.feed(body);
+        while (sse.next(&data)) {
+        }
+        if (responses.done()) responses.reset();
       }
-      if (used == 0) break;
+    }
+    if (requests_done) continue;
+    reader.feed(piece);
+    for (;;) {
+      uma::HttpRequest req;
+      uma::Status error;
+      const uma::RequestReader::Result r = reader.next(limits, &req, &error);
+      if (r == uma::RequestReader::Result::kNeedMore) break;
+      if (r == uma::RequestReader::Result::kError) {  // the server answers 400 / 413 / 431 and closes
+        if (error.ok()) std::abort();
+        requests_done = true;
+        break;
+      }
+      h.serve(req, ready);
+      if (!req.keep_alive) {
+        requests_done = true;
+        break;
+      }
     }
   }
   return 0;

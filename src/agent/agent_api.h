@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "agent/model_host.h"
-#include "http/request_server.h"
+#include "httpkit/request_server.h"
 
 namespace uma::agent {
 

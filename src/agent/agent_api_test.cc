@@ -9,7 +9,7 @@
 #include <atomic>
 #include <thread>
 
-#include "http/request_server.h"
+#include "httpkit/request_server.h"
 #include "net/loopback_test_client.h"
 
 namespace uma::agent {
@@ -78,7 +78,7 @@ std::string post(const std::string& path, const std::string& body, const std::st
 
 TEST(RequestServer, WithAKeyEveryPathButHealthNeedsItAndNoHandlerSeesARequestWithout) {
   RequestServerConfig cfg;
-  cfg.api_key = "k3y-of-the-cluster";
+  cfg.access.api_key = "k3y-of-the-cluster";
   Loopback lb(cfg);
   for (const std::string auth : {"", "Bearer wrong", "Bearer k3y-of-the-cluste", "Bearer k3y-of-the-cluster2", "k3y-of-the-cluster",
                                  "Basic k3y-of-the-cluster"}) {
@@ -94,7 +94,7 @@ TEST(RequestServer, WithAKeyEveryPathButHealthNeedsItAndNoHandlerSeesARequestWit
 
 TEST(RequestServer, BodiesOverTheCapAreRefusedAndStreamsAreChunkedSse) {
   RequestServerConfig cfg;
-  cfg.max_body_bytes = 100;
+  cfg.limits.max_body_bytes = 100;
   Loopback lb(cfg);
   EXPECT_EQ(lb.exchange(post("/x", std::string(101, 'a'))).rfind("HTTP/1.1 413", 0), 0u);
   EXPECT_EQ(lb.exchange("GARBAGE\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);

@@ -22,7 +22,7 @@
 #include "cluster/model_catalog.h"
 #include "cluster/redis_client.h"
 #include "common/secret_file.h"
-#include "http/request_server.h"
+#include "httpkit/request_server.h"
 
 namespace {
 
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!api_key_file.empty()) {
-    if (Status s = read_secret_file(api_key_file, "API key", &rc.api_key); !s.ok()) {
+    if (Status s = read_secret_file(api_key_file, "API key", &rc.access.api_key); !s.ok()) {
       spdlog::error("{}", s.to_string());
       return 2;
     }
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     beat->start();
   }
   spdlog::info("agent listening on {}:{} (models up to {} MiB and {} at once, keep_alive {} ms, key {}, umads log to {})",
-               rc.host, server.port(), models_mb, max_models, hc.keep_alive_ms, rc.api_key.empty() ? "none" : "required",
+               rc.host, server.port(), models_mb, max_models, hc.keep_alive_ms, rc.access.api_key.empty() ? "none" : "required",
                hc.run_dir);
   signals.async_wait([&](const boost::system::error_code& e, int sig) {
     if (e) return;

@@ -10,7 +10,7 @@
 #include "agent/agent_api.h"
 #include "common/json_text.h"
 #include "http/openai.h"
-#include "http/upstream.h"
+#include "httpkit/upstream.h"
 
 namespace uma::agent {
 

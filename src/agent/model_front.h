@@ -35,7 +35,7 @@
 
 #include "agent/model_host.h"
 #include "common/status.h"
-#include "http/request_server.h"
+#include "httpkit/request_server.h"
 
 namespace uma::agent {
 

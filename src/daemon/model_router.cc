@@ -17,7 +17,7 @@
 #include "agent/agent_api.h"
 #include "agent/model_front.h"
 #include "agent/model_host.h"
-#include "http/request_server.h"
+#include "httpkit/request_server.h"
 #include "store/tier_store.h"
 
 namespace uma {
@@ -132,9 +132,9 @@ int run_model_router(const DaemonConfig& cfg, int argc, char** argv) {
   RequestServerConfig rc;
   rc.host = cfg.http.host;
   rc.port = cfg.http.port;
-  rc.api_key = cfg.http.api_key;
+  rc.access.api_key = cfg.http.api_key;
   rc.max_connections = cfg.http.max_connections;
-  rc.max_body_bytes = cfg.http.max_body_bytes;
+  rc.limits.max_body_bytes = cfg.http.max_body_bytes;
   rc.max_tx_bytes = cfg.http.max_tx_bytes;
   rc.timeout = std::chrono::seconds(cfg.http.timeout_sec);
   rc.log_name = "router";

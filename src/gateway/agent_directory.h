@@ -57,7 +57,7 @@
 #include "gateway/routing.h"
 #include "gateway/dispatch_policy.h"
 #include "gateway/sse_events.h"
-#include "http/upstream.h"
+#include "httpkit/upstream.h"
 
 namespace uma::gateway {
 

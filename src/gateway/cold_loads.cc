@@ -5,7 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cluster/model_catalog.h"
-#include "http/upstream.h"
+#include "httpkit/upstream.h"
 
 namespace uma::gateway {
 

@@ -1,6 +1,6 @@
 // GatewayServer (gateway_server.h): what happens after a request is routed: a proxy's end, an
 // agent that goes, streams moved off an agent, the TTFT fit's samples, requests waiting for a
-// model or for room (kick, await, enqueue, drain) and the idle sweep.
+// model or for room (kick, await, enqueue, drain) and the sweep.
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
@@ -12,31 +12,27 @@ namespace uma::gateway {
 
 namespace asio = boost::asio;
 
-void GatewayServer::proxy_done(const ConnectionPtr& client, bool keep_alive) {
-  auto it = clients_.find(client->id());
-  if (it == clients_.end()) return;
-  Client& cl = it->second;
-  if (cl.proxy) retire(std::move(cl.proxy));
-  if (client->closed()) return;
-  if (!keep_alive) return client->close_when_flushed();
-  client->set_state(ConnState::kIdle);
-  client->start_reading();
-  serve(cl);
+void GatewayServer::proxy_done(const HttpExchangePtr& client) {
+  auto it = inflight_.find(client.get());
+  if (it == inflight_.end()) return;
+  if (it->second.proxy) retire(std::move(it->second.proxy));
+  inflight_.erase(it);
+  client->finish_raw();
 }
 
 void GatewayServer::agent_gone(const std::string& id, bool hung) {
   if (!hung) return;  // a stream that broke: its requests' own connections say whether it died
   std::vector<Proxy*> waiting;
-  for (auto& [cid, cl] : clients_) {
-    if (cl.proxy && cl.proxy->agent() == id && cl.proxy->state() != ProxyState::kDone) waiting.push_back(cl.proxy.get());
+  for (auto& [ex, f] : inflight_) {
+    if (f.proxy && f.proxy->agent() == id && f.proxy->state() != ProxyState::kDone) waiting.push_back(f.proxy.get());
   }
   for (Proxy* p : waiting) p->agent_gone();
 }
 
 std::size_t GatewayServer::move_streams(const std::string& agent, const std::string& why) {
   std::vector<Proxy*> at;
-  for (auto& [cid, cl] : clients_) {
-    if (cl.proxy && cl.proxy->agent() == agent) at.push_back(cl.proxy.get());
+  for (auto& [ex, f] : inflight_) {
+    if (f.proxy && f.proxy->agent() == agent) at.push_back(f.proxy.get());
   }
   std::size_t moved = 0;
   for (Proxy* p : at) moved += p->migrate(why);
@@ -108,7 +104,7 @@ void GatewayServer::drain() {
 }
 
 void GatewayServer::sweep() {
-  const auto now = Connection::Clock::now();
+  const auto now = SteadyClock::now();
   for (Proxy* p : waiting_.room_expired(now, std::chrono::milliseconds(config_.queue_timeout_ms))) p->queue_expired();
   if (cold_loads_ != nullptr) {
     const std::vector<cluster::LoaderState> loaders = cold_loads_->with_own_loads(agents_.loaders());
@@ -118,11 +114,6 @@ void GatewayServer::sweep() {
     }
   }
   wake_awaiting();
-  std::vector<ConnectionPtr> idle;
-  for (auto& [id, cl] : clients_) {
-    if (!cl.proxy && !cl.preparing && now - cl.conn->quiet_since() > std::chrono::seconds(config_.timeout_sec)) idle.push_back(cl.conn);
-  }
-  for (const ConnectionPtr& c : idle) c->close("idle");
   // An agent that answered 429 counts as full for a second or until its next load report; an
   // idle agent sends no report (its load does not change), so nothing else would wake requests
   // waiting for it: they tried again only at their queue timeout (seen under TSan: 30 s stalls).

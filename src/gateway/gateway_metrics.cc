@@ -3,24 +3,18 @@
 #include <string>
 
 #include "gateway/gateway_server.h"
+#include "metrics/prometheus.h"
 
 namespace uma::gateway {
 
 namespace {
 
-void histogram_text(std::string& out, const char* name, const char* help, const Histogram& h) {
-  const Histogram::Snapshot s = h.snapshot();
-  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
-  for (std::size_t i = 0; i < s.bounds.size(); ++i) {
-    out += std::string(name) + "_bucket{le=\"" + std::to_string(s.bounds[i]) + "\"} " + std::to_string(s.cumulative[i]) + "\n";
-  }
-  out += std::string(name) + "_bucket{le=\"+Inf\"} " + std::to_string(s.cumulative.back()) + "\n";
-  out += std::string(name) + "_sum " + std::to_string(s.sum) + "\n" + name + "_count " + std::to_string(s.count) + "\n";
+void counter_text(std::string& out, const char* name, const char* help, double v, const char* type = "counter") {
+  prom::metric(out, name, help, v, std::string_view(type) == "gauge" ? prom::Type::kGauge : prom::Type::kCounter);
 }
 
-void counter_text(std::string& out, const char* name, const char* help, double v, const char* type = "counter") {
-  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
-         std::to_string(v) + "\n";
+void histogram_text(std::string& out, const char* name, const char* help, const Histogram& h) {
+  prom::histogram(out, name, help, h.snapshot());
 }
 
 }  // namespace
@@ -32,7 +26,7 @@ std::string GatewayServer::metrics_text() {
   counter_text(out, "uma_gw_abandoned_total", "Completions whose client left while their prompt was tokenized.",
                static_cast<double>(m.abandoned_total));
   counter_text(out, "uma_gw_bad_requests_total", "Requests the gateway answered with a 4xx itself.",
-               static_cast<double>(m.bad_requests_total));
+               static_cast<double>(m.bad_requests_total + server_.rejected()));
   counter_text(out, "uma_gw_retries_total", "Requests sent again before their first byte.", static_cast<double>(m.retries_total));
   counter_text(out, "uma_gw_resumes_total", "Streams resumed on another agent mid-stream.", static_cast<double>(m.resumes_total));
   counter_text(out, "uma_gw_failed_total", "Requests ended with an error the gateway wrote.", static_cast<double>(m.failed_total));
@@ -68,6 +62,10 @@ std::string GatewayServer::metrics_text() {
                    e[e.size() / 2], "gauge");
     }
   }
+  counter_text(out, "uma_gw_upstream_dialled_total", "Connections opened to agents for completions.",
+               static_cast<double>(upstream_pool_.dialled()));
+  counter_text(out, "uma_gw_upstream_reused_total", "Completions sent on a kept-alive connection to their agent.",
+               static_cast<double>(upstream_pool_.reused()));
   const VocabCache::Stats vs = vocabs_.stats();
   counter_text(out, "uma_gw_vocab_hits_total", "Requests tokenized with a resident vocabulary.", static_cast<double>(vs.hits));
   counter_text(out, "uma_gw_vocab_loads_total", "Vocabularies loaded from the catalog.", static_cast<double>(vs.loads));
@@ -80,19 +78,23 @@ std::string GatewayServer::metrics_text() {
                static_cast<double>(agents_.loaders().size()), "gauge");
   counter_text(out, "uma_gw_agents_live", "Agents whose KV-event stream is live (routable).",
                static_cast<double>(agents_.live()), "gauge");
-  out += "# HELP uma_gw_loader_busy_bytes Model bytes each loader holds in use, as this gateway's view has it (room it cannot make).\n"
-         "# TYPE uma_gw_loader_busy_bytes gauge\n";
+  prom::family(out, "uma_gw_loader_busy_bytes", "Model bytes each loader holds in use, as this gateway's view has it (room it cannot make).",
+               prom::Type::kGauge);
   for (const cluster::LoaderState& l : agents_.loaders()) {
-    out += "uma_gw_loader_busy_bytes{loader=\"" + l.id + "\"} " + std::to_string(l.held_bytes - std::min(l.idle_bytes, l.held_bytes)) + "\n";
+    prom::sample(out, "uma_gw_loader_busy_bytes", "loader=\"" + l.id + "\"",
+                 static_cast<std::uint64_t>(l.held_bytes - std::min(l.idle_bytes, l.held_bytes)));
   }
-  out += "# HELP uma_gw_agent_blocks Prefix blocks each agent holds (its KV-event stream).\n# TYPE uma_gw_agent_blocks gauge\n";
+  prom::family(out, "uma_gw_agent_blocks", "Prefix blocks each agent holds (its KV-event stream).", prom::Type::kGauge);
   const std::vector<AgentDirectory::AgentSummary> agents = agents_.summary();
   for (const AgentDirectory::AgentSummary& a : agents) {
-    out += "uma_gw_agent_blocks{agent=\"" + a.id + "\",live=\"" + (a.live ? "1" : "0") + "\"} " + std::to_string(a.blocks) + "\n";
+    prom::sample(out, "uma_gw_agent_blocks", "agent=\"" + a.id + "\",live=\"" + (a.live ? "1" : "0") + "\"",
+                 static_cast<std::uint64_t>(a.blocks));
   }
-  out += "# HELP uma_gw_agent_sessions Requests each agent serves or holds, as this gateway counts them (its load reports and this gateway's dispatches since).\n# TYPE uma_gw_agent_sessions gauge\n";
+  prom::family(out, "uma_gw_agent_sessions",
+               "Requests each agent serves or holds, as this gateway counts them (its load reports and this gateway's dispatches since).",
+               prom::Type::kGauge);
   for (const AgentDirectory::AgentSummary& a : agents) {
-    out += "uma_gw_agent_sessions{agent=\"" + a.id + "\"} " + std::to_string(a.sessions) + "\n";
+    prom::sample(out, "uma_gw_agent_sessions", "agent=\"" + a.id + "\"", static_cast<double>(a.sessions));
   }
   histogram_text(out, "uma_gw_added_us", "What the gateway adds before the agent starts: request whole to its bytes on the way.",
                  m.added_us);

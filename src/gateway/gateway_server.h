@@ -29,11 +29,8 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -53,8 +50,7 @@
 #include "gateway/proxy.h"
 #include "http/http_router.h"
 #include "metrics/histogram.h"
-#include "net/accept_loop.h"
-#include "net/connection.h"
+#include "httpkit/request_server.h"
 #include "gateway/vocab_cache.h"
 
 namespace uma::gateway {
@@ -110,15 +106,15 @@ struct GatewayMetrics {
   static constexpr std::size_t kKeep = 4096;
 };
 
-class GatewayServer final : private ConnectionOwner {
+class GatewayServer final {
  public:
   using ChatTemplate = http_route::ChatTemplate;
   GatewayServer(boost::asio::io_context& io, GatewayConfig config, AgentDirectory& agents, VocabCache& vocabs,
                 SchemaToGrammar schema_to_grammar, ColdLoads* cold_loads = nullptr);
-  ~GatewayServer() override;
+  ~GatewayServer();
 
-  Status listen();
-  std::uint16_t port() const;
+  Status listen() { return server_.listen(); }
+  std::uint16_t port() const { return server_.port(); }
   void start();
   void stop();
   void agent_gone(const std::string& id, bool hung);  // the directory's news
@@ -142,37 +138,29 @@ class GatewayServer final : private ConnectionOwner {
   AgentDirectory& agents() { return agents_; }
   GatewayMetrics& metrics() { return metrics_; }
   boost::asio::io_context& io() { return io_; }
+  UpstreamPool& upstream_pool() { return upstream_pool_; }  // kept-alive connections to agents
   std::uint64_t* rr_cursor() { return &rr_cursor_; }
   void record_ttft(double predicted_s, double measured_s);
-  // The proxy of `client` has finished its reply: serve the next request, or close.
-  void proxy_done(const ConnectionPtr& client, bool keep_alive);
+  // The proxy of `client` has finished its reply: the exchange ends (the server serves the
+  // connection's next request, or closes it).
+  void proxy_done(const HttpExchangePtr& client);
   std::string metrics_text();
 
  private:
   struct Prepared;  // a request on its way through a tokenizer thread (cancelled if its client goes)
-  struct Client {
-    ConnectionPtr conn;
-    std::string in;
-    std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser;
-    std::unique_ptr<Proxy> proxy;  // the request in flight
-    std::shared_ptr<Prepared> preparing;  // its request, being tokenized (off the I/O thread)
-    std::string cors;  // the CORS headers the current request's answers carry ("" when none)
+  // A request the server handed over, until its answer is whole.
+  struct InFlight {
+    HttpExchangePtr exchange;
+    std::shared_ptr<Prepared> preparing;  // being tokenized (off the I/O thread)
+    std::unique_ptr<Proxy> proxy;         // carried to an agent
   };
-  void adopt(boost::asio::ip::tcp::socket s);
-  void on_input(const ConnectionPtr& c, std::string_view bytes) override;
-  void on_peer_eof(const ConnectionPtr& c) override { c->close("peer eof"); }
-  bool input_full(const Connection& c) const override;
-  void on_close(const ConnectionPtr& c) override;
-  void on_failure(const ConnectionPtr& c, const char* what) override;
-  void serve(Client& cl);
-  void handle(Client& cl, boost::beast::http::request<boost::beast::http::string_body>& req);
-  void answer(Client& cl, unsigned status, std::string_view content_type, std::string_view body, bool keep_alive);
-  void answer_error(Client& cl, const Status& st, bool keep_alive);
+  void handle(const HttpExchangePtr& ex);
+  void client_gone(HttpExchange* ex);
   http_route::Context route_context(const ChatTemplate* chat_template) const;
   void prepare(Prepared& p);                          // on a tokenizer thread
-  void prepared(std::uint64_t conn_id, Prepared& p);  // back on the I/O thread: route and send it
+  void prepared(HttpExchange* ex, Prepared& p);  // back on the I/O thread: route and send it
   void retire(std::unique_ptr<Proxy> p);
-  void sweep();  // every second: queue timeouts, idle clients, and a retry of the queue
+  void sweep();  // every second: queue timeouts, loads to prefetch, and a retry of the queue
   void drain();
 
   boost::asio::io_context& io_;
@@ -180,13 +168,12 @@ class GatewayServer final : private ConnectionOwner {
   AgentDirectory& agents_;
   VocabCache& vocabs_;
   SchemaToGrammar schema_to_grammar_;
-  boost::asio::ip::tcp::acceptor acceptor_;
-  AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
+  UpstreamPool upstream_pool_;
+  // Requests in flight, by exchange. Declared before the server, so they outlive its connections.
+  std::unordered_map<HttpExchange*, InFlight> inflight_;
+  RequestServer server_;
   boost::asio::steady_timer sweep_timer_;
   boost::asio::thread_pool tokenizers_;  // stopped and joined in the destructor, after stop()
-  std::size_t orphans_ = 0;  // requests still queued for a tokenizer whose client has gone
-  std::unordered_map<std::uint64_t, Client> clients_;
-  std::uint64_t next_conn_ = 1;
   std::uint64_t next_request_ = 1;
   std::string id_prefix_;  // completion ids: unique across gateways
   GatewayMetrics metrics_;

@@ -8,7 +8,7 @@
 #include "common/json_text.h"
 #include "gateway/gateway_server.h"
 #include "http/openai.h"
-#include "net/http_chunk.h"
+#include "httpkit/http_wire.h"
 
 namespace uma::gateway {
 
@@ -29,7 +29,7 @@ bool legal(ProxyState from, ProxyState to) {
 
 }  // namespace
 
-Proxy::Proxy(GatewayServer& gw, ConnectionPtr client, std::uint64_t id, ProxyJob job)
+Proxy::Proxy(GatewayServer& gw, HttpExchangePtr client, std::uint64_t id, ProxyJob job)
     : gw_(gw), client_(std::move(client)), id_(id), job_(std::move(job)) {}
 
 Proxy::~Proxy() {
@@ -108,7 +108,7 @@ void Proxy::dispatch() {
   done_seen_ = false;
   dispatched_at_ = now;
   set_state(ProxyState::kWaiting);
-  up_ = Upstream::start(gw_.io(), to, upstream_request(a), this, agents.options().upstream);
+  up_ = Upstream::start(gw_.io(), to, upstream_request(a), this, agents.options().upstream, &gw_.upstream_pool());
 }
 
 void Proxy::queue_expired() {
@@ -144,8 +144,7 @@ std::string Proxy::upstream_request(const AgentLink& a) const {
   }
   std::string req = std::string("POST ") + (job_.chat ? "/v1/chat/completions" : "/v1/completions") +
                     " HTTP/1.1\r\nHost: " + a.state().address.substr(a.state().address.find("://") + 3) +
-                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                    "\r\nConnection: close\r\n";
+                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   if (!gw_.config().agent_key.empty()) req += "Authorization: Bearer " + gw_.config().agent_key + "\r\n";
   req += "\r\n" + body;
   return req;
@@ -191,6 +190,12 @@ void Proxy::on_body(std::string_view bytes) {
     return failover(st.message());
   }
   std::string out;
+  if (!client_head_sent_ && job_.reencoder && !events.empty()) {
+    // The client's API opens its stream before the first event is encoded (Responses numbers
+    // its events from the opening ones on).
+    client_head_sent_ = true;
+    out = event_stream_head(client_->keep_alive(), client_->cors()) + job_.reencoder->open();
+  }
   for (const SseEvent& ev : events) {
     if (!first_token_ && !ev.tokens.empty()) {
       first_token_ = true;
@@ -205,15 +210,12 @@ void Proxy::on_body(std::string_view bytes) {
       out += http_chunk(ev.forward);
     }
   }
-  if (out.empty() && (client_head_sent_ || !job_.reencoder || events.empty())) return;
+  if (out.empty()) return;
   if (!client_head_sent_) {
     client_head_sent_ = true;
-    out.insert(0, std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                              "Transfer-Encoding: chunked\r\n") + job_.extra_headers + "Connection: " +
-                      (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n" +
-                      (job_.reencoder ? job_.reencoder->open() : std::string()));
+    out.insert(0, event_stream_head(client_->keep_alive(), client_->cors()));
   }
-  client_->send(out);
+  client_->send_raw(out);
 }
 
 // Predicted vs measured, for a first dispatch only (a retry's or a resume's clock started later).
@@ -237,18 +239,14 @@ void Proxy::on_end() {
   if (status_ == 200 && agent_stream_ && job_.stream) {
     if (!done_seen_) return failover("the agent's stream ended before [DONE]");
     if (a != nullptr) gw_.agents().succeeded(*a);
-    client_->send("0\r\n\r\n");
+    client_->send_raw(kLastChunk);
     return done();
   }
   if (status_ == 200 && a != nullptr) gw_.agents().succeeded(*a);
   // Not a stream (or an error the agent answered whole): passed on as it came.
   if (status_ == 200 && !first_token_) record_ttft();
   if (job_.reencoder) whole_ = job_.reencoder->whole(status_, whole_);
-  std::string head = "HTTP/1.1 " + std::to_string(status_) + " " +
-                     std::string(boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status_))) +
-                     "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(whole_.size()) + "\r\n" +
-                     job_.extra_headers + "Connection: " + (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n";
-  client_->send(head + whole_);
+  client_->send_raw(http_reply(status_, "application/json", whole_, client_->keep_alive(), client_->cors()));
   done();
 }
 
@@ -307,7 +305,7 @@ void Proxy::failover(const std::string& why) {
     finish.forward = R"(data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]})";
     SseEvent last;
     last.done = true;
-    client_->send(job_.reencoder->event(finish) + job_.reencoder->event(last) + "0\r\n\r\n");
+    client_->send_raw(job_.reencoder->event(finish) + job_.reencoder->event(last) + std::string(kLastChunk));
     return done();
   }
   if (job_.max_tokens && static_cast<std::int32_t>(emitted_.size()) >= *job_.max_tokens) {
@@ -322,7 +320,7 @@ void Proxy::failover(const std::string& why) {
     } else {
       c["choices"].push_back({{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", "length"}});
     }
-    client_->send(http_chunk("data: " + to_json_text(c) + "\n\n") + http_chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+    client_->send_raw(sse_chunk(to_json_text(c)) + sse_chunk("[DONE]") + std::string(kLastChunk));
     return done();
   }
   spdlog::info("request {}: agent {} failed mid-stream ({}) after {} tokens: resuming on another", id_, agent_, why,
@@ -334,17 +332,14 @@ void Proxy::failover(const std::string& why) {
 
 void Proxy::end_with_error(const Status& st) {
   if (client_head_sent_ && job_.reencoder) {
-    client_->send(job_.reencoder->fail(st));
+    client_->send_raw(job_.reencoder->fail(st));
   } else if (client_head_sent_) {
     // Mid-stream: an SSE error event, then the stream's end (never a silently short stream).
-    client_->send(http_chunk("data: " + openai::error_body(st) + "\n\n") + http_chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+    client_->send_raw(sse_chunk(openai::error_body(st)) + sse_chunk("[DONE]") + std::string(kLastChunk));
   } else {
     const std::string body = job_.reencoder ? job_.reencoder->error_body(st) : openai::error_body(st);
     const unsigned status = openai::http_status(st.code());
-    client_->send("HTTP/1.1 " + std::to_string(status) + " " +
-                  std::string(boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(status))) +
-                  "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
-                  job_.extra_headers + "Connection: " + (job_.keep_alive ? "keep-alive" : "close") + "\r\n\r\n" + body);
+    client_->send_raw(http_reply(status, "application/json", body, client_->keep_alive(), client_->cors()));
   }
   done();
 }
@@ -358,7 +353,7 @@ void Proxy::done() {
   if (state_ == ProxyState::kDone) return;
   leave_agent();
   set_state(ProxyState::kDone);
-  gw_.proxy_done(client_, job_.keep_alive);
+  gw_.proxy_done(client_);
 }
 
 }  // namespace uma::gateway

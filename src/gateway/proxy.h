@@ -38,8 +38,8 @@
 #include "gateway/agent_directory.h"
 #include "gateway/reencode.h"
 #include "gateway/sse_events.h"
-#include "http/upstream.h"
-#include "net/connection.h"
+#include "httpkit/upstream.h"
+#include "httpkit/request_server.h"
 
 namespace uma::gateway {
 
@@ -57,19 +57,17 @@ struct ProxyJob {
   std::vector<std::uint64_t> blocks;  // the prompt's chained 32-token block hashes
   std::string completion_id;
   std::int64_t created = 0;
-  bool keep_alive = true;
   std::chrono::steady_clock::time_point received_at{};  // the request was whole
   // A client of another API (Anthropic's, Responses'): `body` is the OpenAI chat body it runs as,
   // and the answer is written in the client's API (gateway/reencode.h).
   std::shared_ptr<Reencoder> reencoder;
-  std::string extra_headers;  // header lines every answer to the client carries (CORS)
 };
 
 enum class ProxyState : std::uint8_t { kDispatching, kQueued, kAwaitingModel, kWaiting, kRelaying, kDone };
 
 class Proxy final : private UpstreamSink {
  public:
-  Proxy(GatewayServer& gw, ConnectionPtr client, std::uint64_t id, ProxyJob job);
+  Proxy(GatewayServer& gw, HttpExchangePtr client, std::uint64_t id, ProxyJob job);
   ~Proxy() override;
   void start() { dispatch(); }
   ProxyState state() const { return state_; }
@@ -107,7 +105,7 @@ class Proxy final : private UpstreamSink {
   void on_failed(const std::string& why, bool before_head) override;
 
   GatewayServer& gw_;
-  ConnectionPtr client_;
+  HttpExchangePtr client_;
   std::uint64_t id_;
   ProxyJob job_;
   ProxyState state_ = ProxyState::kDispatching;

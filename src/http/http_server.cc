@@ -1,13 +1,11 @@
 #include "http/http_server.h"
 
-#include "http/api_key.h"
-#include "http/cors.h"
-
 #include "http/embeddings.h"
 #include "http/reply_writer.h"
+#include "httpkit/access.h"
+#include "httpkit/http_wire.h"
 #include "net/tcp_listen.h"
 
-#include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -17,8 +15,6 @@
 
 namespace uma {
 namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 
 namespace {
@@ -36,30 +32,22 @@ class HttpAdapter final : public ProtocolAdapter {
  public:
   explicit HttpAdapter(const HttpSite& site) : site_(site) {}
 
-  void feed(std::string_view bytes) override { in_.append(bytes); }
-  std::size_t buffered() const override { return in_.size(); }
+  void feed(std::string_view bytes) override { reader_.feed(bytes); }
+  std::size_t buffered() const override { return reader_.buffered(); }
   std::size_t max_buffered() const override { return site_.config.max_header_bytes + site_.config.max_body_bytes; }
 
   std::optional<Input> next(bool busy) override {
-    if (busy || in_.empty()) return std::nullopt;  // a pipelined request waits for the reply in flight
-    if (!parser_) {
-      parser_.emplace();
-      parser_->eager(true);
-      parser_->body_limit(site_.config.max_body_bytes);
-      parser_->header_limit(static_cast<std::uint32_t>(site_.config.max_header_bytes));
+    if (busy) return std::nullopt;  // a pipelined request waits for the reply in flight
+    HttpRequest req;
+    Status error;
+    bool header_too_large = false;
+    switch (reader_.next(HttpLimits{site_.config.max_header_bytes, site_.config.max_body_bytes}, &req, &error,
+                         &header_too_large)) {
+      case RequestReader::Result::kNeedMore: return std::nullopt;
+      case RequestReader::Result::kError: return parse_error(error, header_too_large);
+      case RequestReader::Result::kRequest: break;
     }
-    beast::error_code ec;
-    while (!in_.empty() && !parser_->is_done()) {
-      const std::size_t used = parser_->put(asio::buffer(in_.data(), in_.size()), ec);
-      in_.erase(0, used);
-      if (ec == http::error::need_more) ec = {};
-      if (ec || used == 0) break;
-    }
-    if (ec) return parse_error(ec);
-    if (!parser_->is_done()) return std::nullopt;
-    http::request<http::string_body> req = parser_->release();
-    parser_.reset();
-    keep_alive_ = req.keep_alive();
+    keep_alive_ = req.keep_alive;
     return route(req);
   }
 
@@ -87,15 +75,13 @@ class HttpAdapter final : public ProtocolAdapter {
   void start_stream(std::string& out) {
     if (headers_sent_ || !req_.stream || error_) return;
     headers_sent_ = true;
-    out += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-           "Transfer-Encoding: chunked\r\n" + extra_headers() + "Connection: ";
-    out += keep_alive_ ? "keep-alive\r\n\r\n" : "close\r\n\r\n";
+    out += event_stream_head(keep_alive_, extra_headers());
     writer_->open(choices_.size(), out);
   }
 
   // Headers every answer to the request carries: the fields it sent that umad ignored.
   std::string extra_headers() const {
-    std::string h = cors_headers();
+    std::string h = cors_;
     if (req_.ignored_fields.empty()) return h;
     std::string names;
     for (const std::string& f : req_.ignored_fields) {
@@ -170,7 +156,7 @@ class HttpAdapter final : public ProtocolAdapter {
     if (--running_ > 0) return;
     if (headers_sent_) {
       if (!error_) writer_->close(usage_, out);
-      out += "0\r\n\r\n";
+      out += kLastChunk;
     } else if (error_) {
       const Status st = error_for(r, *error_);
       out += respond(openai::http_status(st.code()), "application/json", writer_->error_body(st));
@@ -208,40 +194,20 @@ class HttpAdapter final : public ProtocolAdapter {
   }
 
  private:
-  Answer parse_error(const beast::error_code& ec) {
+  Answer parse_error(const Status& error, bool header_too_large) {
     keep_alive_ = false;
-    if (ec == http::error::body_limit) {
-      return error_answer(Status(ErrorCode::kPromptTooLarge, "request body over the limit of " +
-                                                                  std::to_string(site_.config.max_body_bytes) + " bytes"));
-    }
-    if (ec == http::error::header_limit) {
-      const std::string body = openai::error_body(ErrorCode::kBadRequest, "request headers over the limit of " +
-                                                                              std::to_string(site_.config.max_header_bytes) + " bytes");
-      return Answer{respond(431, "application/json", body), ErrorCode::kBadRequest, true};
-    }
-    return error_answer(Status(ErrorCode::kBadRequest, "malformed HTTP request: " + ec.message()));
+    if (header_too_large) return Answer{respond(431, "application/json", openai::error_body(error)), error.code(), true};
+    return error_answer(error);
   }
 
-  Input route(const http::request<http::string_body>& req) {
+  Input route(const HttpRequest& req) {
     req_.ignored_fields.clear();  // a previous request's: never named on this one's answer
-    const auto origin = req.find(http::field::origin);
-    origin_ = origin != req.end() ? std::string(origin->value()) : std::string();
-    if (req.method() == http::verb::options && !site_.config.cors_origin.empty()) {
-      // A browser's preflight: answered before the key is asked for (it never carries one).
-      return Answer{respond(204, "text/plain", ""), ErrorCode::kOk, !keep_alive_};
-    }
-    if (!site_.config.api_key.empty()) {
-      std::string_view path = req.target();
-      path = path.substr(0, path.find('?'));
-      const auto auth = req.find(http::field::authorization);
-      const auto x_key = req.find("x-api-key");
-      const bool open = req.method() == http::verb::get && path == "/health";
-      const std::string_view a = auth != req.end() ? std::string_view(auth->value()) : std::string_view();
-      const std::string_view x = x_key != req.end() ? std::string_view(x_key->value()) : std::string_view();
-      const bool given = client_authorized(auth != req.end() ? &a : nullptr, x_key != req.end() ? &x : nullptr, site_.config.api_key);
-      if (!open && !given) {
-        return error_answer(Status(ErrorCode::kUnauthorized, "a valid key is required: Authorization: Bearer KEY (or x-api-key: KEY)"));
-      }
+    const AccessCheck access = check_access(site_.access, req);
+    cors_ = access.cors;
+    switch (access.verdict) {
+      case AccessCheck::Verdict::kPreflight: return Answer{respond(204, "text/plain", ""), ErrorCode::kOk, !keep_alive_};
+      case AccessCheck::Verdict::kUnauthorized: return error_answer(Status(ErrorCode::kUnauthorized, std::string(kKeyRequired)));
+      case AccessCheck::Verdict::kPass: break;
     }
     http_route::Context ctx;
     ctx.ready = site_.ready;
@@ -255,7 +221,7 @@ class HttpAdapter final : public ProtocolAdapter {
     ctx.tokenize = &site_.tokenize;
     ctx.token_text = &site_.token_text;
     ctx.facts = &site_.facts;
-    http_route::Routed routed = http_route::route(req.method(), req.target(), req.body(), ctx);
+    http_route::Routed routed = http_route::route(req.method, req.target, req.body, ctx);
     if (routed.completion_endpoint) site_.metrics.requests_total++;
     if (auto* reply = std::get_if<http_route::Reply>(&routed.action)) {
       return Answer{respond(reply->status, reply->content_type, reply->body), reply->error, !keep_alive_};
@@ -275,20 +241,12 @@ class HttpAdapter final : public ProtocolAdapter {
                   !keep_alive_};
   }
 
-  std::string cors_headers() const { return uma::cors_headers(site_.config.cors_origin, origin_); }
-
   std::string respond(unsigned status, std::string_view content_type, std::string_view body) const {
-    std::string out = "HTTP/1.1 " + std::to_string(status) + " " +
-                      std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\nContent-Type: " +
-                      std::string(content_type) + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
-                      extra_headers() + "Connection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
-    out.append(body);
-    return out;
+    return http_reply(status, content_type, body, keep_alive_, extra_headers());
   }
 
   const HttpSite& site_;
-  std::string in_;  // bytes not yet taken by the parser
-  std::optional<http::request_parser<http::string_body>> parser_;
+  RequestReader reader_;
   bool keep_alive_ = true;
   // The completion in flight.
   openai::CompletionRequest req_;
@@ -310,7 +268,7 @@ class HttpAdapter final : public ProtocolAdapter {
   std::unique_ptr<ReplyWriter> writer_;
   http_route::WriterFactory make_writer_;
   std::string id_prefix_;  // the reply's id before its number (chatcmpl-, msg_, resp_, ...)
-  std::string origin_;     // the request's Origin header (CORS)
+  std::string cors_;       // the CORS headers the request's answers carry
   bool headers_sent_ = false;
 };
 

@@ -1,13 +1,14 @@
 // HttpServer: the OpenAI-compatible HTTP/1.1 front end (POST /v1/completions,
 // POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics), one more protocol on the
-// same I/O loop, scheduler and events as the Unix socket. Requests are parsed with Boost.Beast
-// (bounded header and body), answered with SSE (`data:` chunks, `data: [DONE]`) or one JSON body.
+// same I/O loop, scheduler and events as the Unix socket. Requests are read with httpkit's
+// RequestReader (bounded header and body), answered with SSE (`data:` chunks, `data: [DONE]`) or
+// one JSON body, under httpkit's access policy (key, CORS).
 //
 // Threading: every method runs on the I/O thread except deliver(), which the compute thread calls
 // and which posts onto the loop. Built on the serving layer every front end shares
 // (net/stream_server.h: connections, caps, session slots, close-with-cancel, the idle timer,
-// shutdown); what is HTTP's own is its adapter (http_server.cc): Beast's resumable request parser
-// fed the bytes as they arrive (bounded header and body), the router, and the encoding of events
+// shutdown); what is HTTP's own is its adapter (http_server.cc): the request reader fed the bytes
+// as they arrive, the router, and the encoding of events
 // as SSE chunks or one JSON body. Per connection: reading a request (it must arrive whole within
 // --http-timeout-sec of the connection becoming idle, or the connection closes) -> running a
 // completion (the read stays armed, so a client that goes away, EOF included, cancels its request
@@ -29,6 +30,7 @@
 #include "common/status.h"
 #include "http/http_router.h"
 #include "http/openai.h"
+#include "httpkit/access.h"
 #include "metrics/server_metrics.h"
 #include "net/accept_loop.h"
 #include "net/session_slots.h"
@@ -57,9 +59,11 @@ struct HttpConfig {
 
 // What every connection's adapter reads: the configuration and the model's state.
 struct HttpSite {
-  HttpSite(HttpConfig c, ServerMetrics& m) : config(std::move(c)), metrics(m) {}
+  HttpSite(HttpConfig c, ServerMetrics& m)
+      : config(std::move(c)), metrics(m), access{config.api_key, config.cors_origin, {"/health"}} {}
   HttpConfig config;
   ServerMetrics& metrics;
+  AccessPolicy access;
   bool ready = false;  // the model is loaded
   bool shutting_down = false;
   std::string model_id = "umad";

@@ -13,6 +13,7 @@
 
 #include "serve/chat_types.h"
 #include "common/status.h"
+#include "httpkit/http_error.h"
 #include "serve/sampling.h"
 #include "serve/request.h"
 
@@ -126,10 +127,5 @@ inline std::string response(const CompletionRequest& r, std::string_view id, std
 }
 std::string models(std::string_view model_id, std::int64_t created);
 
-// OpenAI's error body and the HTTP status for an internal error code (the one mapping). `param`:
-// the request field at fault (Status::param()); empty gives null.
-std::string error_body(ErrorCode code, std::string_view message, std::string_view param = {});
-inline std::string error_body(const Status& st) { return error_body(st.code(), st.message(), st.param()); }
-unsigned http_status(ErrorCode code);
 
 }  // namespace uma::openai

@@ -1,6 +1,6 @@
 #include "http/reply_writer.h"
 
-#include "net/http_chunk.h"
+#include "httpkit/http_wire.h"
 
 namespace uma {
 

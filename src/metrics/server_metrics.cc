@@ -1,5 +1,7 @@
 #include "metrics/server_metrics.h"
 
+#include "metrics/prometheus.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -234,9 +236,7 @@ std::pair<Json*, std::string> json_slot(Json& root, std::string_view key) {
   return {at, std::string(key)};
 }
 
-void prom_header(std::string& out, const std::string& name, Type type, const char* help) {
-  out += "# HELP " + name + ' ' + help + "\n# TYPE " + name + (type == Type::kCounter ? " counter\n" : " gauge\n");
-}
+prom::Type prom_type(Type type) { return type == Type::kCounter ? prom::Type::kCounter : prom::Type::kGauge; }
 
 std::string prom_number(const Json& v, double scale) {
   if (v.is_number_integer() && scale == 1.0) return v.dump();
@@ -285,35 +285,21 @@ std::string ServerMetrics::to_json() const {
 std::string ServerMetrics::to_prometheus() const {
   // The per-session table stays in the JSON snapshot: one series per request would be unbounded.
   std::string out;
-  char line[256];
   for (const Hist& h : histograms()) {
-    const std::string name = std::string("uma_") + h.prom;
-    out += "# HELP " + name + ' ' + h.help + "\n# TYPE " + name + " histogram\n";
-    const Histogram::Snapshot s = (this->*h.member).snapshot();
-    for (std::size_t i = 0; i < s.bounds.size(); ++i) {
-      std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name.c_str(), s.bounds[i] * h.prom_scale,
-                    static_cast<unsigned long long>(s.cumulative[i]));
-      out += line;
-    }
-    std::snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name.c_str(),
-                  static_cast<unsigned long long>(s.count), name.c_str(), s.sum * h.prom_scale, name.c_str(),
-                  static_cast<unsigned long long>(s.count));
-    out += line;
+    prom::histogram(out, std::string("uma_") + h.prom, h.help, (this->*h.member).snapshot(), h.prom_scale);
   }
   for (const Scalar& m : scalars()) {
     const std::string name = std::string("uma_") + m.prom;
-    prom_header(out, name, m.type, m.help);
+    prom::family(out, name, m.help, prom_type(m.type));
     out += name + ' ' + prom_number(m.read(*this), m.prom_scale) + '\n';
   }
   std::vector<std::pair<std::string, std::uint64_t>> samples;
   for (const Family& f : families()) {
     const std::string name = std::string("uma_") + f.prom;
-    prom_header(out, name, f.type, f.help);
+    prom::family(out, name, f.help, prom_type(f.type));
     samples.clear();
     f.read(*this, samples);
-    for (const auto& [label, value] : samples) {
-      out += name + '{' + f.label + "=\"" + label + "\"} " + std::to_string(value) + '\n';
-    }
+    for (const auto& [label, value] : samples) prom::sample(out, name, std::string(f.label) + "=\"" + label + "\"", value);
   }
   return out;
 }

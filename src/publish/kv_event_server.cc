@@ -2,99 +2,56 @@
 
 #include <spdlog/spdlog.h>
 
-#include "net/http_chunk.h"
-#include "net/tcp_listen.h"
+#include "httpkit/http_wire.h"
 
 namespace uma::cluster {
 
 namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 
 namespace {
 
-constexpr std::size_t kMaxRequestBytes = 8 * 1024;
-constexpr std::string_view kStreamHeaders =
-    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
-    "Connection: close\r\n\r\n";
-constexpr std::string_view kNotFound =
-    "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\n\r\n"
-    "only GET /kv-events\n";
+std::string event_text(const KvEvent& e) { return "data: " + encode_kv_event(e) + "\n\n"; }
 
-std::string sse(const KvEvent& e) { return http_chunk("data: " + encode_kv_event(e) + "\n\n"); }
+RequestServerConfig server_config(const KvEventConfig& c) {
+  RequestServerConfig rc;
+  rc.host = c.host;
+  rc.port = c.port;
+  rc.max_connections = c.max_subscribers;
+  rc.limits = HttpLimits{8 * 1024, 0};
+  rc.max_tx_bytes = c.max_tx_bytes;
+  rc.log_name = "kv-events";
+  return rc;
+}
 
 }  // namespace
 
 KvEventServer::KvEventServer(asio::io_context& io, KvEventConfig config, BlockJournal& journal,
                              const ServerMetrics& metrics)
-    : io_(io), config_(std::move(config)), journal_(journal), metrics_(metrics), acceptor_(io),
-      accept_loop_(io, acceptor_, "kv-events",
-                   [this](tcp::socket s) {
-                     boost::system::error_code ignored;
-                     if (stopped_ || subscribers_.size() >= static_cast<std::size_t>(config_.max_subscribers)) {
-                       s.close(ignored);
-                       return;
-                     }
-                     s.set_option(tcp::no_delay(true), ignored);
-                     ConnectionOptions options;
-                     options.log_name = "kv-events";
-                     options.max_tx_bytes = config_.max_tx_bytes;
-                     options.eof_closes = true;
-                     ConnectionOwner& owner = *this;
-                     auto c = std::make_shared<Connection>(StreamSocket(std::move(s)), next_id_++, options, owner);
-                     subscribers_[c->id()] = Sub{c, {}, false};
-                     c->start_reading();
-                   }),
-      timer_(io) {}
+    : config_(std::move(config)), journal_(journal), metrics_(metrics),
+      server_(io, server_config(config_), [this](const HttpExchangePtr& ex) { handle(ex); }), timer_(io) {}
 
 KvEventServer::~KvEventServer() { stop(); }
-
-Status KvEventServer::listen() { return listen_tcp(acceptor_, config_.host, config_.port, "kv events"); }
-
-std::uint16_t KvEventServer::port() const { return bound_port(acceptor_); }
 
 void KvEventServer::start(std::string boot_id) {
   config_.boot_id = std::move(boot_id);
   stopped_ = false;
   last_sent_ = std::chrono::steady_clock::now();
-  accept_loop_.start();
+  server_.start();
   arm_timer();
 }
 
 void KvEventServer::stop() {
   if (stopped_) return;
   stopped_ = true;
-  accept_loop_.stop();
   timer_.cancel();
-  boost::system::error_code ignored;
-  acceptor_.close(ignored);
-  auto subs = std::move(subscribers_);
   subscribers_.clear();
-  for (auto& [id, sub] : subs) sub.conn->close("agent stopping");
+  server_.stop();
 }
 
-void KvEventServer::on_failure(const ConnectionPtr& c, const char* what) {
-  spdlog::warn("kv-events {}: {}", c->id(), what);
-  c->close("failure");
-}
-
-void KvEventServer::on_input(const ConnectionPtr& c, std::string_view bytes) {
-  auto it = subscribers_.find(c->id());
-  if (it == subscribers_.end() || it->second.streaming) return;  // a subscriber has nothing more to say
-  Sub& sub = it->second;
-  sub.request.append(bytes);
-  if (sub.request.find("\r\n\r\n") == std::string::npos) {
-    if (sub.request.size() > kMaxRequestBytes) c->close("request too large");
-    return;
+void KvEventServer::handle(const HttpExchangePtr& ex) {
+  if (ex->request().method != boost::beast::http::verb::get || ex->request().path != "/kv-events") {
+    return ex->reply_error(Status(ErrorCode::kNotFound, "only GET /kv-events is served here"));
   }
-  constexpr std::string_view kPath = "GET /kv-events";
-  const char after = sub.request.size() > kPath.size() ? sub.request[kPath.size()] : '\0';
-  if (sub.request.rfind(kPath, 0) != 0 || (after != ' ' && after != '?')) {
-    c->send(kNotFound);
-    c->close_when_flushed();
-    return;
-  }
-  sub.streaming = true;
-  sub.request.clear();
   // Everything changed so far goes to the streams already open first, so the snapshot this one
   // gets and the deltas after it fit together.
   const AgentLoad now = load();
@@ -105,9 +62,11 @@ void KvEventServer::on_input(const ConnectionPtr& c, std::string_view bytes) {
   snap.block = config_.block;
   snap.stored = journal_.published();
   snap.load = now;
-  std::string out(kStreamHeaders);
-  out += sse(snap);
-  c->send(out);
+  ex->start_events();
+  ex->event_bytes(event_text(snap));
+  HttpExchange* raw = ex.get();
+  ex->on_gone([this, raw] { std::erase_if(subscribers_, [raw](const HttpExchangePtr& s) { return s.get() == raw; }); });
+  subscribers_.push_back(ex);
 }
 
 AgentLoad KvEventServer::load() const {
@@ -127,20 +86,17 @@ void KvEventServer::publish(const BlockJournal::Delta& d, const AgentLoad& load)
     e.stored = d.stored;
     e.evicted = d.evicted;
     e.load = load;
-    bytes = sse(e);
+    bytes = event_text(e);
     last_load_ = load;
   } else if (now - last_sent_ >= config_.ping) {
-    bytes = http_chunk(": ping\n\n");
+    bytes = ": ping\n\n";
   } else {
     return;
   }
   last_sent_ = now;
-  // send() may drop a slow reader, whose on_close erases it: iterate over a copy.
-  std::vector<ConnectionPtr> streams;
-  for (const auto& [id, sub] : subscribers_) {
-    if (sub.streaming) streams.push_back(sub.conn);
-  }
-  for (const ConnectionPtr& c : streams) c->send(bytes);
+  // A send may drop a slow reader, whose on_gone erases it: iterate over a copy.
+  const std::vector<HttpExchangePtr> streams = subscribers_;
+  for (const HttpExchangePtr& s : streams) s->event_bytes(bytes);
 }
 
 void KvEventServer::tick() { publish(journal_.take(), load()); }

@@ -7,9 +7,9 @@
 // sees it break (EOF, reset) knows the agent is gone, at once, with no timeout to wait for (a
 // killed process's sockets are closed by its kernel).
 //
-// Caps: at most max_subscribers streams; a request line and headers of at most 8 KiB; a
-// subscriber that does not read is dropped at max_tx_bytes unsent (it reconnects and gets a fresh
-// snapshot). Anything but `GET /kv-events` is a 404 and a close.
+// Served by httpkit's RequestServer. Caps: at most max_subscribers connections; a request's
+// header of at most 8 KiB; a subscriber that does not read is dropped at max_tx_bytes unsent (it
+// reconnects and gets a fresh snapshot). Anything but `GET /kv-events` is a 404.
 //
 // Threading: everything runs on the I/O thread of `io` (the daemon's); the journal is fed by the
 // compute thread and is thread-safe. Ownership: the server owns its connections; stop() closes
@@ -17,19 +17,17 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 #include "cluster/kv_events.h"
 #include "common/status.h"
 #include "metrics/server_metrics.h"
-#include "net/accept_loop.h"
-#include "net/connection.h"
+#include "httpkit/request_server.h"
 
 namespace uma::cluster {
 
@@ -44,43 +42,30 @@ struct KvEventConfig {
   std::size_t max_tx_bytes = std::size_t{4} << 20;
 };
 
-class KvEventServer final : private ConnectionOwner {
+class KvEventServer final {
  public:
   KvEventServer(boost::asio::io_context& io, KvEventConfig config, BlockJournal& journal, const ServerMetrics& metrics);
-  ~KvEventServer() override;
+  ~KvEventServer();
 
-  Status listen();
-  std::uint16_t port() const;
+  Status listen() { return server_.listen(); }
+  std::uint16_t port() const { return server_.port(); }
   void start(std::string boot_id);  // the heartbeat's: a snapshot names the agent's process
   void stop();  // closes the listener and every stream
   std::size_t subscribers() const { return subscribers_.size(); }
 
  private:
-  struct Sub {
-    ConnectionPtr conn;
-    std::string request;  // bytes of the request until its headers are whole
-    bool streaming = false;
-  };
-  void on_input(const ConnectionPtr& c, std::string_view bytes) override;
-  void on_peer_eof(const ConnectionPtr& c) override { c->close("peer eof"); }
-  bool input_full(const Connection&) const override { return false; }
-  void on_close(const ConnectionPtr& c) override { subscribers_.erase(c->id()); }
-  void on_failure(const ConnectionPtr& c, const char* what) override;
-
+  void handle(const HttpExchangePtr& ex);
   AgentLoad load() const;
   void tick();       // every flush: publish what changed
   void publish(const BlockJournal::Delta& d, const AgentLoad& load);
   void arm_timer();
 
-  boost::asio::io_context& io_;
   KvEventConfig config_;
   BlockJournal& journal_;
   const ServerMetrics& metrics_;
-  boost::asio::ip::tcp::acceptor acceptor_;
-  AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
+  RequestServer server_;
   boost::asio::steady_timer timer_;
-  std::unordered_map<std::uint64_t, Sub> subscribers_;
-  std::uint64_t next_id_ = 1;
+  std::vector<HttpExchangePtr> subscribers_;  // streaming
   AgentLoad last_load_;
   std::chrono::steady_clock::time_point last_sent_{};
   bool stopped_ = true;

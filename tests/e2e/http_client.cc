@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "e2e/json_helpers.h"
+#include "httpkit/http_wire.h"
 
 namespace uma::test {
 
@@ -26,61 +27,14 @@ std::vector<std::string> http_args(std::vector<std::string> extra) {
   return args(std::move(extra));
 }
 
-namespace {
-
-// The value of header `name` (case-insensitive) in `head`, or "" if absent. Not std::regex: its
-// compilation in several client threads at once is a data race under TSan (libstdc++'s ctype cache).
-std::string header(const std::string& head, const std::string& name) {
-  const auto lower = [](std::string s) {
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-  };
-  const std::string h = lower(head), key = "\r\n" + lower(name) + ":";
-  const std::size_t at = h.find(key);
-  if (at == std::string::npos) return {};
-  std::size_t from = at + key.size();
-  while (from < head.size() && (head[from] == ' ' || head[from] == '\t')) ++from;
-  return head.substr(from, head.find('\r', from) - from);
-}
-
-// A non-negative number in `text` (all of it), or npos.
-std::size_t parse_size(const std::string& text, int base) {
-  if (text.empty()) return std::string::npos;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, base);
-  if (errno != 0 || end == text.c_str() || (*end != '\0' && *end != ';' && *end != ' ')) return std::string::npos;
-  return static_cast<std::size_t>(v);
-}
-
-}  // namespace
-
 std::size_t response_length(const std::string& b) {
-  const std::size_t h = b.find("\r\n\r\n");
-  if (h == std::string::npos) return std::string::npos;
-  const std::string head = b.substr(0, h);
-  const std::size_t start = h + 4;
-  if (const std::string cl = header(head, "Content-Length"); !cl.empty()) {
-    const std::size_t len = parse_size(cl, 10);
-    if (len == std::string::npos) return start;  // not ours to judge here: the head alone
-    return b.size() >= start + len ? start + len : std::string::npos;
-  }
-  if (header(head, "Transfer-Encoding").find("chunked") == std::string::npos) return start;
-  std::size_t pos = start;
-  while (true) {
-    const std::size_t eol = b.find("\r\n", pos);
-    if (eol == std::string::npos) return std::string::npos;
-    const std::size_t size = parse_size(b.substr(pos, eol - pos), 16);
-    if (size == std::string::npos) return b.size();  // garbage: all of it, for the caller to see
-    pos = eol + 2;
-    if (size == 0) {  // trailer fields, then a blank line
-      if (b.compare(pos, 2, "\r\n") == 0) return pos + 2;
-      const std::size_t end = b.find("\r\n\r\n", pos);
-      return end == std::string::npos ? std::string::npos : end + 4;
-    }
-    if (b.size() < pos + size + 2) return std::string::npos;
-    pos += size + 2;
-  }
+  ResponseReader rx;
+  rx.feed(b);
+  std::string body, error;
+  if (!rx.pump(&body, &error)) return b.size();  // garbage: all of it, for the caller to see
+  if (rx.done()) return b.size() - rx.buffered();
+  if (rx.reads_to_eof()) return b.find("\r\n\r\n") + 4;  // a head with neither length nor chunks
+  return std::string::npos;
 }
 
 Tcp::Tcp(int port, int rcvbuf) {
@@ -164,16 +118,10 @@ int status_of(const std::string& response) {
 std::string head_of(const std::string& response) { return response.substr(0, response.find("\r\n\r\n")); }
 
 std::string dechunk(const std::string& body) {
-  std::string out;
-  std::size_t pos = 0;
-  while (pos < body.size()) {
-    const std::size_t eol = body.find("\r\n", pos);
-    if (eol == std::string::npos) break;
-    const std::size_t size = parse_size(body.substr(pos, eol - pos), 16);
-    if (size == 0 || size == std::string::npos || eol + 2 + size > body.size()) break;
-    out.append(body, eol + 2, size);
-    pos = eol + 2 + size + 2;
-  }
+  ResponseReader rx;
+  rx.feed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body);
+  std::string out, error;
+  rx.pump(&out, &error);  // what decoded before any error
   return out;
 }
 

@@ -2,17 +2,16 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
+#include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 
 #include "client/uma_client.h"
+#include "httpkit/http_wire.h"
 
 namespace uma::bench {
 namespace {
 
 namespace asio = boost::asio;
-namespace http = boost::beast::http;
 
 class UdsTarget final : public Target {
  public:
@@ -82,29 +81,32 @@ class HttpTarget final : public Target {
                              {"temperature", 0}, {"stream_options", {{"include_usage", true}}}};
       if (req.ignore_eos) body["ignore_eos"] = true;
       if (req.min_tokens > 0) body["min_tokens"] = req.min_tokens;
-      http::request<http::string_body> hreq{http::verb::post, "/v1/completions", 11};
-      hreq.set(http::field::host, host_);
-      hreq.set(http::field::content_type, "application/json");
-      hreq.body() = body.dump();
-      hreq.prepare_payload();
-      http::write(sock, hreq);
-
-      boost::beast::flat_buffer buf;
-      http::response_parser<http::buffer_body> parser;
-      parser.body_limit(boost::none);
-      http::read_header(sock, buf, parser);
-      if (parser.get().result_int() != 200) return fail(rec, "http_" + std::to_string(parser.get().result_int()));
-      std::string sse;
+      const std::string text = body.dump();
+      asio::write(sock, asio::buffer("POST /v1/completions HTTP/1.1\r\nHost: " + host_ +
+                                     "\r\nContent-Type: application/json\r\nContent-Length: " +
+                                     std::to_string(text.size()) + "\r\n\r\n" + text));
+      ResponseReader rx;
+      SseSplitter sse;
       char chunk[8192];
-      while (!parser.is_done()) {
-        parser.get().body().data = chunk;
-        parser.get().body().size = sizeof chunk;
+      std::string bytes, error;
+      bool head_checked = false;
+      while (!rx.done()) {
         boost::system::error_code ec;
         // read_some, not read: read() would wait to fill the buffer, stamping tokens in bursts.
-        http::read_some(sock, buf, parser, ec);
-        if (ec == http::error::need_buffer) ec = {};
-        if (ec) return fail(rec, "http_read");
-        sse.append(chunk, sizeof chunk - parser.get().body().size);
+        const std::size_t n = sock.read_some(asio::buffer(chunk), ec);
+        if (ec == asio::error::eof) {
+          if (!rx.eof()) return fail(rec, "http_read");
+        } else if (ec) {
+          return fail(rec, "http_read");
+        }
+        rx.feed(std::string_view(chunk, n));
+        bytes.clear();
+        if (!rx.pump(&bytes, &error)) return fail(rec, "http_read");
+        if (!head_checked && rx.head_done()) {
+          head_checked = true;
+          if (rx.status() != 200) return fail(rec, "http_" + std::to_string(rx.status()));
+        }
+        sse.feed(bytes);
         if (consume_events(sse, rec)) break;
       }
       if (!rec.ok) return fail(rec, rec.error.empty() ? "no_done" : rec.error);
@@ -117,15 +119,10 @@ class HttpTarget final : public Target {
   }
 
  private:
-  // Handles every complete "data: ..." line; returns true at "data: [DONE]".
-  static bool consume_events(std::string& sse, RequestRecord& rec) {
-    std::size_t nl;
-    while ((nl = sse.find('\n')) != std::string::npos) {
-      std::string line = sse.substr(0, nl);
-      sse.erase(0, nl + 1);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.rfind("data: ", 0) != 0) continue;
-      const std::string data = line.substr(6);
+  // Handles every complete `data:` line; returns true at "data: [DONE]".
+  static bool consume_events(SseSplitter& sse, RequestRecord& rec) {
+    std::string data;
+    while (sse.next(&data)) {
       if (data == "[DONE]") {
         rec.ok = true;
         return true;

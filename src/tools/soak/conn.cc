@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <boost/asio/buffer.hpp>
-#include <boost/beast/http/error.hpp>
 
 #include <cerrno>
 #include <cstring>
@@ -17,7 +16,6 @@
 #include "ipc/unix_connect.h"
 
 namespace uma::soak {
-namespace http = boost::beast::http;
 
 namespace {
 
@@ -204,77 +202,45 @@ Read EventReader::next(WireEvent* ev, Clock::time_point deadline, std::string* e
   }
 }
 
-HttpReader::HttpReader(Socket& s, Pacing pacing) : s_(s), pacer_(pacing) { reset(); }
-
 void HttpReader::reset() {
-  parser_.emplace();
-  parser_->eager(true);
-  parser_->header_limit(64 * 1024);
-  parser_->body_limit(std::uint64_t{64} << 20);
-  sse_pos_ = 0;
-  events_.clear();
+  rx_.reset();
+  body_.clear();
+  sse_ = SseSplitter();
 }
 
-std::string HttpReader::header_value(std::string_view field) const {
-  const auto& h = parser_->get();
-  auto it = h.find(boost::beast::string_view(field.data(), field.size()));
-  return it == h.end() ? std::string() : std::string(it->value());
+bool HttpReader::take(std::string* error, bool* progress) {
+  const bool head = rx_.head_done(), done = rx_.done();
+  std::string bytes;
+  if (!rx_.pump(&bytes, error)) return false;
+  body_ += bytes;
+  sse_.feed(bytes);
+  *progress = !bytes.empty() || head != rx_.head_done() || done != rx_.done();
+  return true;
 }
 
 Read HttpReader::pump(Clock::time_point deadline, std::string* error) {
   // Whatever is buffered first (a pipelined response's bytes, or the tail of the last read).
-  boost::beast::error_code ec;
-  while (!in_.empty() && !parser_->is_done()) {
-    const std::size_t used = parser_->put(boost::asio::buffer(in_), ec);
-    in_.erase(0, used);
-    if (ec == http::error::need_more) {
-      ec = {};
-      break;
-    }
-    if (ec) {
-      *error = "bad HTTP response: " + ec.message();
-      return Read::kError;
-    }
-    if (used == 0) break;
-  }
-  split_events();
-  if (parser_->is_done() || !events_.empty()) return Read::kData;
+  bool progress = false;
+  if (!take(error, &progress)) return Read::kError;
+  if (progress || rx_.done()) return Read::kData;
   if (eof_) return Read::kEof;
   if (!pacer_.before_read()) return Read::kStopped;
   std::string buf(pacer_.chunk(), '\0');
   std::size_t n = 0;
   const Read r = s_.read_some(buf.data(), buf.size(), deadline, &n, error);
-  if (r == Read::kData) pacer_.after_read(n);
   if (r == Read::kEof) {
     eof_ = true;
-    if (in_.empty()) parser_->put_eof(ec);  // ends a body delimited by the close; else partial
-    return Read::kData;  // let the caller look at what is complete
+    rx_.eof();  // ends a body delimited by the close; else it stays partial
+    return take(error, &progress) ? Read::kData : Read::kError;  // the caller looks at what is complete
   }
   if (r != Read::kData) return r;
-  in_.append(buf.data(), n);
-  return Read::kData;
-}
-
-void HttpReader::split_events() {
-  if (!parser_->is_header_done()) return;
-  const std::string& body = parser_->get().body();
-  std::size_t end;
-  while ((end = body.find("\n\n", sse_pos_)) != std::string::npos) {
-    std::string_view event(body.data() + sse_pos_, end - sse_pos_);
-    sse_pos_ = end + 2;
-    while (!event.empty()) {
-      const std::size_t nl = event.find('\n');
-      std::string_view line = event.substr(0, nl);
-      event = nl == std::string_view::npos ? std::string_view() : event.substr(nl + 1);
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.substr(0, 6) == "data: ") events_.emplace_back(line.substr(6));
-    }
-  }
+  pacer_.after_read(n);
+  rx_.feed(std::string_view(buf.data(), n));
+  return take(error, &progress) ? Read::kData : Read::kError;
 }
 
 Read HttpReader::header(Clock::time_point deadline, std::string* error) {
-  while (!parser_->is_header_done()) {
-    if (eof_ && in_.empty()) return Read::kEof;
+  while (!rx_.head_done()) {
     const Read r = pump(deadline, error);
     if (r != Read::kData) return r;
   }
@@ -282,23 +248,18 @@ Read HttpReader::header(Clock::time_point deadline, std::string* error) {
 }
 
 Read HttpReader::body(std::string* out, Clock::time_point deadline, std::string* error) {
-  while (!parser_->is_done()) {
-    if (eof_ && in_.empty()) return Read::kEof;
+  while (!rx_.done()) {
     const Read r = pump(deadline, error);
     if (r != Read::kData) return r;
   }
-  *out = parser_->get().body();
+  *out = body_;
   return Read::kData;
 }
 
 Read HttpReader::next_data(std::string* data, Clock::time_point deadline, std::string* error) {
   while (true) {
-    if (!events_.empty()) {
-      *data = std::move(events_.front());
-      events_.pop_front();
-      return Read::kData;
-    }
-    if (parser_->is_done() || (eof_ && in_.empty())) return Read::kEof;
+    if (sse_.next(data)) return Read::kData;
+    if (rx_.done()) return Read::kEof;
     const Read r = pump(deadline, error);
     if (r != Read::kData) return r;
   }

@@ -1,6 +1,6 @@
 // Blocking sockets with deadlines for uma-soak, and readers on top of them: framed JSON events
 // (ipc/frame_codec + ipc/json_messages, as UmaClient uses them) and HTTP/1.1 responses with SSE
-// (Boost.Beast's parser fed by hand, as uma-bench drives HTTP). Unlike UmaClient, every read
+// (httpkit's ResponseReader and SseSplitter, as every HTTP client here reads them). Unlike UmaClient, every read
 // says which of data, end of stream, timeout or socket error it met: the soak tells an expected
 // close from a reset or a stall. Reads can be paced (small reads with a pause between them): the
 // slow reader under test.
@@ -8,9 +8,6 @@
 // Thread-safety: none; each object belongs to one client thread. Ownership: Socket owns its fd
 // (closed in the destructor); a reader borrows its Socket, which must outlive it.
 #pragma once
-
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "httpkit/http_wire.h"
 #include "ipc/frame_codec.h"
 #include "ipc/json_messages.h"
 #include "tools/soak/soak.h"
@@ -110,33 +108,32 @@ class EventReader {
   Pacer pacer_;
 };
 
-// One HTTP response from a TCP socket; next() for a keep-alive connection's next response.
+// One HTTP response from a TCP socket; reset() for a keep-alive connection's next response.
 class HttpReader {
  public:
-  HttpReader(Socket& s, Pacing pacing = {});
+  HttpReader(Socket& s, Pacing pacing = {}) : s_(s), pacer_(pacing) {}
   // Reads until the header is in (kData), or kEof / kTimeout / kError (a parse error).
   Read header(Clock::time_point deadline, std::string* error);
-  unsigned status() const { return parser_->get().result_int(); }
-  std::string header_value(std::string_view field) const;
-  bool keep_alive() const { return parser_->get().keep_alive(); }
+  unsigned status() const { return rx_.status(); }
+  std::string header_value(std::string_view field) const { return std::string(rx_.header(field)); }
+  bool keep_alive() const { return rx_.keep_alive(); }
   // Reads the whole body (kData), or kEof / kTimeout / kError.
   Read body(std::string* out, Clock::time_point deadline, std::string* error);
   // Server-sent events: the next `data:` payload (kData), kEof at the end of the message (the
   // stream ended properly) or when the connection closed before it (see ended()).
   Read next_data(std::string* data, Clock::time_point deadline, std::string* error);
-  bool ended() const { return parser_->is_done(); }
+  bool ended() const { return rx_.done(); }
   void reset();  // the next response on this connection
 
  private:
-  Read pump(Clock::time_point deadline, std::string* error);  // one read into the parser
-  void split_events();
+  Read pump(Clock::time_point deadline, std::string* error);  // one read into the reader
+  bool take(std::string* error, bool* progress);  // parses what is buffered
 
   Socket& s_;
   Pacer pacer_;
-  std::optional<boost::beast::http::response_parser<boost::beast::http::string_body>> parser_;
-  std::string in_;          // received, not yet taken by the parser
-  std::size_t sse_pos_ = 0; // body bytes already split into events
-  std::deque<std::string> events_;
+  ResponseReader rx_;
+  std::string body_;  // body bytes not yet taken by body()
+  SseSplitter sse_;
   bool eof_ = false;
 };
 
