@@ -31,6 +31,7 @@
 #include "runtime/vocab_model.h"
 #include "sched/compute_thread.h"
 #include "sched/scheduler.h"
+#include "serve/prepare_stage.h"
 
 namespace {
 
@@ -104,7 +105,10 @@ int main(int argc, char** argv) {
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   ServerMetrics metrics;
   std::unique_ptr<ComputeThread> compute;
-  const auto submit = [&compute](WorkItem item) { compute->submit(std::move(item)); };
+  // Between the front ends and the compute thread: text prompts become tokens (serve/prepare_stage.h).
+  // Declared after the compute thread: it goes first, and never submits to a gone one.
+  std::unique_ptr<PrepareStage> prepare;
+  const auto submit = [&prepare](WorkItem item) { prepare->submit(std::move(item)); };
   // Structured output: JSON schemas become grammars at the protocol edge of both front ends.
   cfg.server.limits.schema_to_grammar = json_schema_to_gbnf;
   cfg.http.schema_to_grammar = json_schema_to_gbnf;
@@ -209,6 +213,12 @@ int main(int argc, char** argv) {
   }
   EventRouter router(server, http.get());
   compute = std::make_unique<ComputeThread>(scheduler, router);
+  prepare = std::make_unique<PrepareStage>(
+      PrepareStage::Options{},
+      [rt = runtime.get()](std::string_view text, std::vector<Token>& out, bool parse_special) {
+        return rt->tokenize(text, out, parse_special);
+      },
+      [c = compute.get()](WorkItem item) { c->submit(std::move(item)); });
   if (http) {
     // Built here, before the threads start: the I/O thread renders with it and never calls the
     // runtime. No template at all is not fatal (completions still serve; chat says why not); an
@@ -335,6 +345,7 @@ int main(int argc, char** argv) {
   if (kv_events) kv_events->stop();
   if (agent) agent->stop();  // leaves the cluster at once rather than after the key's TTL
   compute->join();
+  prepare.reset();  // its threads tokenize with the runtime, which goes before it
   slots.set_observer(nullptr);  // the link goes before the servers that may still give slots back
   spdlog::info("stopped: {} tokens generated, {} requests", metrics.tokens_generated_total.load(),
                metrics.requests_total.load());

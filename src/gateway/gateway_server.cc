@@ -40,7 +40,7 @@ RequestServerConfig server_config(const GatewayConfig& c) {
 
 // A request the gateway only forwards may not carry what umad takes from a gateway.
 bool asks_for_gateway_fields(const openai::GatewayOptions& g) {
-  return g.token_ids || !g.resume.empty() || !g.id.empty() || g.created != 0;
+  return g.token_ids || !g.resume.empty() || !g.id.empty() || g.created != 0 || !g.prompt_tokens.empty();
 }
 
 }  // namespace
@@ -258,6 +258,11 @@ void GatewayServer::prepared(HttpExchange* key, Prepared& p) {
     job.body = body.is_object() ? body.dump() : c.chat_body;
   }
   job.prompt_tokens = static_cast<std::int64_t>(p.tokens.size());
+  // The agent runs the tokens computed here rather than tokenizing again (the same vocabulary and
+  // template: its own), when they fit any agent's smallest body cap with the body.
+  if (config_.forward_tokens && c.api.prompts.size() <= 1 && job.body.size() + 12 * p.tokens.size() < (std::size_t{1} << 20)) {
+    job.prompt_ids = p.tokens;
+  }
   job.blocks = std::move(p.blocks);
   const std::uint64_t id = next_request_++;
   job.completion_id = (job.chat ? "chatcmpl-" : "cmpl-") + id_prefix_ + std::to_string(id);

@@ -77,8 +77,11 @@ struct GatewayConfig {
   SamplingParams default_sampling;
   // --api-key / --api-key-file: what a client must send (Bearer or x-api-key; /health is open).
   std::string api_key;
-  // --cors-origin: "*" or one origin browsers may call from (http/cors.h).
+  // --cors-origin: "*" or one origin browsers may call from (httpkit/access.h).
   std::string cors_origin;
+  // Agents run the prompt tokens computed here (uma.prompt_tokens) rather than tokenizing again
+  // (--agents-tokenize: off).
+  bool forward_tokens = true;
 };
 
 struct GatewayMetrics {

@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
                  "(agents started with a file of their own; weights are not read). Catalog models bring their own")
       ->envname("UMA_MODEL");
   app.add_option("--chat-template", chat_template, "as umad's --chat-template, for every model (the agents' must be the same)");
+  bool agents_tokenize = false;
+  app.add_flag("--agents-tokenize", agents_tokenize, "agents tokenize each prompt again instead of running the tokens "
+               "the gateway computed to route it (for agents whose template differs from the gateway's)");
   VocabCache::Options vo;
   app.add_option("--vocab-cache", vo.capacity, "catalog vocabularies kept loaded at most (least recently used out first)")
       ->capture_default_str()->check(CLI::Range(1, 1024));
@@ -158,6 +161,7 @@ int main(int argc, char** argv) {
   ColdLoads cold_loads(io, ra, cold);
   gc.host = lp.host;
   gc.port = lp.port;
+  gc.forward_tokens = !agents_tokenize;
   std::unique_ptr<GatewayServer> server;
   AgentDirectory agents(
       io, DirectoryOptions{},

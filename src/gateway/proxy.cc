@@ -130,12 +130,14 @@ std::string Proxy::upstream_request(const AgentLink& a) const {
   std::string body;
   if (emitted_.empty()) {
     nlohmann::json uma = {{"token_ids", true}, {"id", job_.completion_id}, {"created", job_.created}};
+    if (!job_.prompt_ids.empty()) uma["prompt_tokens"] = job_.prompt_ids;
     body = job_.body;
     const std::size_t brace = body.find('{');  // the body is an object: route() checked it
     body.insert(brace + 1, "\"uma\":" + uma.dump() + ",");
   } else {
     nlohmann::json j = nlohmann::json::parse(job_.body);
     j["uma"] = {{"token_ids", true}, {"id", job_.completion_id}, {"created", job_.created}, {"resume", emitted_}};
+    if (!job_.prompt_ids.empty()) j["uma"]["prompt_tokens"] = job_.prompt_ids;
     if (job_.max_tokens) {
       j["max_tokens"] = *job_.max_tokens - static_cast<std::int32_t>(emitted_.size());
       j.erase("max_completion_tokens");

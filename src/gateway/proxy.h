@@ -54,6 +54,7 @@ struct ProxyJob {
   std::string model;                 // as the client named it (empty: any)
   std::string body;                  // the client's JSON body
   std::int64_t prompt_tokens = 0;
+  std::vector<std::int32_t> prompt_ids;  // sent to the agent (uma.prompt_tokens); empty: it tokenizes
   std::vector<std::uint64_t> blocks;  // the prompt's chained 32-token block hashes
   std::string completion_id;
   std::int64_t created = 0;

@@ -92,6 +92,10 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
   q.prediction = c.api.prediction;
   q.continuation.assign(c.api.uma.resume.begin(), c.api.uma.resume.end());
   q.sampling.report_tokens = c.api.uma.token_ids;
+  if (!c.api.uma.prompt_tokens.empty()) {
+    if (c.api.prompts.size() > 1) return error_reply(Status(ErrorCode::kBadRequest, "needs one prompt", "uma.prompt_tokens"));
+    q.prompt_tokens = c.api.uma.prompt_tokens;  // the gateway's: not tokenized again
+  }
   return c;
 }
 

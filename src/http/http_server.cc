@@ -232,6 +232,7 @@ class HttpAdapter final : public ProtocolAdapter {
     id_prefix_ = std::move(completion.id_prefix);
     tool_parser_ = std::move(completion.tool_parser);
     site_.metrics.ignored_fields_total += req_.ignored_fields.size();
+    if (!req_.uma.prompt_tokens.empty()) site_.metrics.gateway_tokens_total++;
     const auto choices = static_cast<std::int32_t>(req_.n * std::max<std::size_t>(1, req_.prompts.size()));
     return Start{std::move(completion.request), choices, req_.prompts.size() > 1 ? req_.prompts : std::vector<PromptInput>{}};
   }

@@ -197,6 +197,14 @@ Status gateway_options(const json& g, std::int32_t n, GatewayOptions* out) {
         }
         out->resume.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
       }
+    } else if (key == "prompt_tokens") {
+      if (!v.is_array()) return bad("uma.prompt_tokens", "must be an array of token ids");
+      for (const json& t : v) {
+        if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX) {
+          return bad("uma.prompt_tokens", "must be an array of token ids");
+        }
+        out->prompt_tokens.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+      }
     } else if (key == "id") {
       if (!v.is_string() || v.get_ref<const std::string&>().size() > 128) return bad("uma.id", "must be a string of at most 128 bytes");
       out->id = v.get<std::string>();
@@ -204,7 +212,7 @@ Status gateway_options(const json& g, std::int32_t n, GatewayOptions* out) {
       if (!v.is_number_integer() || v.get<std::int64_t>() < 0) return bad("uma.created", "must be an integer >= 0");
       out->created = v.get<std::int64_t>();
     } else {
-      return bad("uma." + key, "is not a field of uma (token_ids, resume, id, created)");
+      return bad("uma." + key, "is not a field of uma (token_ids, resume, id, created, prompt_tokens)");
     }
   }
   return Status::Ok();

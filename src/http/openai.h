@@ -27,6 +27,9 @@ struct GatewayOptions {
   std::vector<std::int32_t> resume;  // tokens generated elsewhere: the prompt continues with them
   std::string id;                    // the completion's id and creation time, when it began elsewhere
   std::int64_t created = 0;
+  // The prompt as the gateway tokenized it (the same vocabulary and template): used instead of
+  // tokenizing it again. One prompt only.
+  std::vector<std::int32_t> prompt_tokens;
 };
 
 struct CompletionRequest {

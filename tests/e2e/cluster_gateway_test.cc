@@ -93,6 +93,37 @@ TEST(ClusterGateway, ExactOutputsThroughEitherGatewayAndTheNodeSdk) {
   EXPECT_NE(out.find("all checks passed"), std::string::npos) << out;
 }
 
+// The gateway tokenizes each prompt to route it; the agent runs those tokens (uma.prompt_tokens)
+// instead of tokenizing again. They are the agent's own: the same prompt count and the same exact
+// output through the gateway as straight to the agent, for chat (rendered with the model's
+// template on both sides) and completions; only the gateway's requests skip the agent's tokenizer.
+TEST(ClusterGateway, AgentsRunTheGatewaysTokensWhichAreTheirOwn) {
+  LocalCluster c;
+  ASSERT_TRUE(c.up(1, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  const auto ask = [](int port, const std::string& path, const json& body) {
+    Tcp t(port);
+    EXPECT_TRUE(t.send(post(path, body.dump())));
+    const std::string r = t.response();
+    EXPECT_EQ(status_of(r), 200) << r;
+    return json::parse(body_of(r), nullptr, false);
+  };
+  const std::vector<std::pair<std::string, json>> requests = {
+      {"/v1/chat/completions", {{"messages", {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "hello world"}}}},
+                                {"max_tokens", 10}}},
+      {"/v1/completions", {{"prompt", "the river and the stone"}, {"max_tokens", 10}}},
+  };
+  const int agent = c.agent_port(0);
+  const double before = prometheus_value(body_of(http_get(agent, "/metrics")), "uma_gateway_tokens_total");
+  for (const auto& [path, body] : requests) {
+    const json via = ask(c.gateways[0]->port(), path, body), direct = ask(agent, path, body);
+    ASSERT_TRUE(via.is_object() && direct.is_object()) << path;
+    EXPECT_GT(direct["usage"]["prompt_tokens"].get<int>(), 3) << path;
+    EXPECT_EQ(via["usage"]["prompt_tokens"], direct["usage"]["prompt_tokens"]) << path;
+    EXPECT_EQ(via["choices"][0], direct["choices"][0]) << path;
+  }
+  EXPECT_EQ(prometheus_value(body_of(http_get(agent, "/metrics")), "uma_gateway_tokens_total") - before, 2.0);
+}
+
 TEST(ClusterGateway, AKilledAgentIsDroppedAtOnceAndItsStreamResumesExactlyElsewhere) {
   LocalCluster c;
   ASSERT_TRUE(c.up(3, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
