@@ -57,15 +57,4 @@ for r in $(seq "$rounds"); do
   if [ $((r % 2)) = 1 ]; then run "old$r" "$old/build/bin/umad"; run "new$r" build/bin/umad
   else run "new$r" build/bin/umad; run "old$r" "$old/build/bin/umad"; fi
 done
-python3 - "$out" "$rounds" "$rev" <<'PY'
-import json, os, sys
-out, rounds, rev = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-tot = {"old": 0.0, "new": 0.0}
-for r in range(1, rounds + 1):
-    for side in ("old", "new"):
-        j = json.load(open(os.path.join(out, f"{side}{r}.json")))["runs"][0]
-        tot[side] += j["output_tok_s"]
-        print(f"{side} ({rev if side == 'old' else 'working tree'}) round {r}: {j['output_tok_s']:.1f} tok/s, "
-              f"ITL p50/p99 {j['itl_ms']['p50']:.1f}/{j['itl_ms']['p99']:.1f} ms, TTFT p50/p99 {j['ttft_ms']['p50']:.0f}/{j['ttft_ms']['p99']:.0f} ms")
-print(f"new/old tok/s: {tot['new'] / tot['old']:.3f}")
-PY
+python3 bench/ab_report.py "$out" "$rounds" "$rev"

@@ -49,17 +49,5 @@ for kind in uds http; do
     else run "new-$kind-$r" "$bdir/bin/umad" "$kind"; run "old-$kind-$r" "$old_src/$bdir/bin/umad" "$kind"; fi
   done
 done
-python3 - "$out" "$rounds" "$conc" <<'PY'
-import json, os, sys
-out, rounds, conc = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-print("GPU:", open(os.path.join(out, "gpu.txt")).read().strip(), f"| c={conc}")
-for kind in ("uds", "http"):
-    tot = {"old": 0.0, "new": 0.0}
-    for r in range(1, rounds + 1):
-        for side in ("old", "new"):
-            j = json.load(open(os.path.join(out, f"{side}-{kind}-{r}.json")))["runs"][0]
-            tot[side] += j["output_tok_s"]
-            print(f"{kind} {side} round {r}: {j['output_tok_s']:.1f} tok/s, ITL p50/p99 {j['itl_ms']['p50']:.2f}/{j['itl_ms']['p99']:.2f} ms, "
-                  f"TTFT p50/p99 {j['ttft_ms']['p50']:.0f}/{j['ttft_ms']['p99']:.0f} ms")
-    print(f"{kind} new/old tok/s: {tot['new'] / tot['old']:.3f}")
-PY
+echo "GPU: $(cat "$out/gpu.txt") | c=$conc"
+python3 bench/ab_report.py "$out" "$rounds" "$(basename "$old_src")" uds http

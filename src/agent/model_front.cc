@@ -33,11 +33,10 @@ class ModelFront::Relay final : public UpstreamSink {
     const HttpRequest& r = ex_->request();
     std::string req = std::string(http::to_string(r.method)) + " " + r.path + (r.query.empty() ? "" : "?" + r.query) +
                       " HTTP/1.1\r\nHost: " + to.host + ":" + std::to_string(to.port) +
-                      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body_.size()) +
-                      "\r\nConnection: close\r\n";
+                      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body_.size()) + "\r\n";
     if (!front_.upstream_key_.empty()) req += "Authorization: Bearer " + front_.upstream_key_ + "\r\n";
     req += "\r\n" + body_;
-    upstream_ = Upstream::start(front_.io_, to, std::move(req), this, Upstream::Options{});
+    upstream_ = Upstream::start(front_.io_, to, std::move(req), this, Upstream::Options{}, &front_.pool_);
   }
   bool client_gone() const { return ex_->gone(); }
   void cut() {  // its client went away: closing the connection cancels the request in the umad

@@ -36,6 +36,7 @@
 #include "agent/model_host.h"
 #include "common/status.h"
 #include "httpkit/request_server.h"
+#include "httpkit/upstream.h"
 
 namespace uma::agent {
 
@@ -77,6 +78,7 @@ class ModelFront {
   ModelHost& host_;
   std::vector<FrontModel> models_;
   std::string upstream_key_;
+  UpstreamPool pool_{io_};  // kept-alive connections to the models' umads
   boost::asio::steady_timer sweep_timer_;
   std::map<std::uint64_t, std::unique_ptr<Relay>> relays_;
   std::uint64_t next_relay_ = 1;

@@ -1,7 +1,8 @@
-// umad: wires the layers together. The main thread runs the I/O loop (UdsServer, and HttpServer
-// with --http); a second thread owns the model and runs the scheduler (ComputeThread), whose events
-// an EventRouter hands to the server that owns each request. SIGINT/SIGTERM: stop accepting, end
-// open streams with an error, free KV, remove the socket file, exit 0.
+// umad: wires the layers together. The main thread runs the I/O loop: one server (StreamServer)
+// with a listener per front end (UdsServer, and HttpServer with --http); prompts become tokens in
+// the prepare stage; a second thread owns the model and runs the scheduler (ComputeThread), whose
+// events go back to the server. SIGINT/SIGTERM: stop accepting, end open streams with an error,
+// free KV, remove the socket file, exit 0.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -44,27 +45,6 @@ std::string advertised_host(const std::string& url, const std::string& fallback)
   rest = rest.substr(0, rest.rfind(':'));
   return rest.empty() ? fallback : std::string(rest);
 }
-
-// Request ids of the two servers are disjoint (HttpServer's start at kFirstId).
-class EventRouter final : public uma::EventSink {
- public:
-  EventRouter(uma::EventSink& uds, uma::EventSink* http) : uds_(uds), http_(http) {}
-  void deliver(std::vector<uma::Event> events) override {
-    if (http_ == nullptr) return uds_.deliver(std::move(events));
-    std::vector<uma::Event> to_http;
-    std::erase_if(events, [&](uma::Event& e) {
-      if (e.request_id < uma::HttpServer::kFirstId) return false;
-      to_http.push_back(std::move(e));
-      return true;
-    });
-    if (!events.empty()) uds_.deliver(std::move(events));
-    if (!to_http.empty()) http_->deliver(std::move(to_http));
-  }
-
- private:
-  uma::EventSink& uds_;
-  uma::EventSink* http_;
-};
 
 // The last line of defence: each front end turns what its handlers throw into an error for that
 // one connection (net/stream_server.h, its exception boundary); anything that still escapes a handler is logged
@@ -114,7 +94,9 @@ int main(int argc, char** argv) {
   cfg.http.schema_to_grammar = json_schema_to_gbnf;
   // One admission for every front end: a slot per request in flight (net/session_slots.h).
   SessionSlots slots(cfg.server.max_sessions, {&metrics.sessions_open, &metrics.http_sessions_open});
-  UdsServer server(io, cfg.server, metrics, slots, submit);
+  // The daemon's one server: every front end's connections, its slots, the compute thread's events.
+  StreamServer serving(io, metrics, slots, submit);
+  UdsServer server(io, cfg.server, metrics, serving);
   // Claim the socket before the (slow) model load, so a second daemon fails fast.
   if (st = server.listen(); !st.ok()) {
     spdlog::error("{}", st.to_string());
@@ -122,11 +104,12 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<HttpServer> http;
   if (cfg.http_enabled) {
-    http = std::make_unique<HttpServer>(io, cfg.http, metrics, slots, submit);
+    http = std::make_unique<HttpServer>(io, cfg.http, metrics, serving);
     if (st = http->listen(); !st.ok()) {
       spdlog::error("{}", st.to_string());
       return 1;
     }
+    serving.start();
     http->start();
     spdlog::info("http listening on {}:{}", cfg.http.host, http->port());
   }
@@ -211,8 +194,7 @@ int main(int argc, char** argv) {
                  "prompt chunks of {}+ tokens run near the best rate", metrics.prefill_ms_per_token.load(),
                  metrics.prefill_fixed_ms.load(), c[0], rate(c[1]), rate(c[2]), rate(c[3]), rate(c[4]), scheduler.prefill_knee());
   }
-  EventRouter router(server, http.get());
-  compute = std::make_unique<ComputeThread>(scheduler, router);
+  compute = std::make_unique<ComputeThread>(scheduler, serving);
   prepare = std::make_unique<PrepareStage>(
       PrepareStage::Options{},
       [rt = runtime.get()](std::string_view text, std::vector<Token>& out, bool parse_special) {
@@ -260,8 +242,9 @@ int main(int argc, char** argv) {
     spdlog::info("{}: shutting down", why);
     supervisor.stopping(why);
     if (kv_events) kv_events->stop();  // gateways see the stream end and send nothing new
-    server.begin_shutdown();
-    if (http) http->begin_shutdown();
+    server.stop_accepting();
+    if (http) http->stop_accepting();
+    serving.begin_shutdown();
     compute->request_stop();
   };
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
@@ -287,9 +270,9 @@ int main(int argc, char** argv) {
   compute->start([&] {
     // Runs on the compute thread after its last events were delivered; hop to the I/O thread.
     boost::asio::post(io, [&] {
-      server.finish_shutdown(std::chrono::seconds(2), [&] {
-        if (!http) return io.stop();
-        http->finish_shutdown(std::chrono::seconds(1), [&] { io.stop(); });
+      serving.finish_shutdown(std::chrono::seconds(2), [&] {
+        server.remove_socket_file();
+        io.stop();
       });
     });
   });
@@ -335,6 +318,7 @@ int main(int argc, char** argv) {
     spdlog::info("agent {} heartbeating to redis {} (boot {})", cfg.agent_id.empty() ? hostport : cfg.agent_id,
                  cfg.redis, agent->boot_id());
   }
+  if (!http) serving.start();
   server.start();
   supervisor.ready(http ? http->port() : 0, cfg.server.socket_path);
   spdlog::info("listening on {} ({} protocol, max sessions {}, n_ctx {}, prefix snapshots up to {} MiB of host memory)",

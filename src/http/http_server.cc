@@ -54,7 +54,7 @@ class HttpAdapter final : public ProtocolAdapter {
   void started(RequestId id, std::string& out) override {
     (void)out;  // a stream's head goes out with its first event: an error before it is an HTTP error
     // A stream a gateway resumes here keeps the id and time it began with elsewhere.
-    std::string reply_id = !req_.uma.id.empty() ? req_.uma.id : id_prefix_ + std::to_string(id - HttpServer::kFirstId);
+    std::string reply_id = !req_.uma.id.empty() ? req_.uma.id : id_prefix_ + std::to_string(id);
     const std::int64_t created = req_.uma.created > 0 ? req_.uma.created
                                  : std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     writer_ = make_writer_ ? make_writer_(req_, std::move(reply_id), created) : nullptr;
@@ -275,25 +275,24 @@ class HttpAdapter final : public ProtocolAdapter {
 
 }  // namespace
 
-HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& metrics, SessionSlots& slots,
-                       WorkSubmit submit)
+HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& metrics, StreamServer& serving)
     : site_(std::move(config), metrics),
-      server_(io,
-              serving_config(FrontEnd::kHttp, site_.config.max_connections, site_.config.max_tx_bytes,
-                             site_.config.timeout_sec, metrics), metrics, slots, std::move(submit),
-              [this] { return std::make_unique<HttpAdapter>(site_); }),
       acceptor_(io),
       accept_loop_(io, acceptor_, "http",
-                   [this](tcp::socket s) {
+                   [&serving](tcp::socket s) {
                      // Tokens are small writes that must leave at once: no Nagle delay. A fixed send
                      // buffer keeps what a slow reader has not taken here, under --max-tx-kib, not
                      // in an autotuned kernel buffer.
                      boost::system::error_code ignored;
                      s.set_option(tcp::no_delay(true), ignored);
                      s.set_option(asio::socket_base::send_buffer_size(64 * 1024), ignored);
-                     server_.adopt(std::move(s));
+                     serving.adopt(FrontEnd::kHttp, std::move(s));
                    },
-                   &metrics.accept_pauses_total) {}
+                   &metrics.accept_pauses_total) {
+  serving.add_front_end(front_end_config(FrontEnd::kHttp, site_.config.max_connections, site_.config.max_tx_bytes,
+                                         site_.config.timeout_sec, metrics),
+                        [this] { return std::make_unique<HttpAdapter>(site_); });
+}
 
 HttpServer::~HttpServer() = default;
 
@@ -301,10 +300,7 @@ Status HttpServer::listen() { return listen_tcp(acceptor_, site_.config.host, si
 
 std::uint16_t HttpServer::port() const { return bound_port(acceptor_); }
 
-void HttpServer::start() {
-  accept_loop_.start();
-  server_.start();
-}
+void HttpServer::start() { accept_loop_.start(); }
 
 void HttpServer::set_ready(std::string model_id, ChatTemplate chat_template) {
   site_.model_id = std::move(model_id);
@@ -323,18 +319,11 @@ void HttpServer::set_vocabulary(http_route::Tokenize tokenize, http_route::Token
   site_.facts = std::move(facts);
 }
 
-void HttpServer::deliver(std::vector<Event> events) { server_.deliver(std::move(events)); }
-
-void HttpServer::begin_shutdown() {
+void HttpServer::stop_accepting() {
   site_.shutting_down = true;
   accept_loop_.stop();
   boost::system::error_code ignored;
   acceptor_.close(ignored);
-  server_.begin_shutdown();
-}
-
-void HttpServer::finish_shutdown(std::chrono::milliseconds deadline, std::function<void()> done) {
-  server_.finish_shutdown(deadline, std::move(done));
 }
 
 }  // namespace uma

@@ -4,10 +4,9 @@
 // RequestReader (bounded header and body), answered with SSE (`data:` chunks, `data: [DONE]`) or
 // one JSON body, under httpkit's access policy (key, CORS).
 //
-// Threading: every method runs on the I/O thread except deliver(), which the compute thread calls
-// and which posts onto the loop. Built on the serving layer every front end shares
-// (net/stream_server.h: connections, caps, session slots, close-with-cancel, the idle timer,
-// shutdown); what is HTTP's own is its adapter (http_server.cc): the request reader fed the bytes
+// Threading: the I/O thread. A listener on the daemon's one server (net/stream_server.h:
+// connections, caps, session slots, close-with-cancel, the idle timer, shutdown, the compute
+// thread's events); what is HTTP's own is its adapter (http_server.cc): the request reader fed the bytes
 // as they arrive, the router, and the encoding of events
 // as SSE chunks or one JSON body. Per connection: reading a request (it must arrive whole within
 // --http-timeout-sec of the connection becoming idle, or the connection closes) -> running a
@@ -15,7 +14,6 @@
 // at once) -> idle again (keep-alive; a pipelined request is parsed then) or closing.
 // Caps: --max-connections open connections, a request's header and body size, unsent reply bytes
 // (a slow reader is dropped), and the daemon's session slots for completions in flight.
-// Request ids start at kFirstId, so an EventRouter can tell them from the Unix socket's.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -73,15 +71,14 @@ struct HttpSite {
   http_route::ModelFacts facts;
 };
 
-class HttpServer final : public EventSink {
+class HttpServer final {
  public:
-  static constexpr RequestId kFirstId = first_request_id(FrontEnd::kHttp);
   using ChatTemplate = http_route::ChatTemplate;
 
-  // A completion takes one of `slots` (shared with the Unix socket) until its last event.
-  HttpServer(boost::asio::io_context& io, HttpConfig config, ServerMetrics& metrics, SessionSlots& slots,
-             WorkSubmit submit);
-  ~HttpServer() override;
+  // Its connections are served by `serving` (whose session slots the Unix socket shares); the
+  // listener must outlive them (their adapters read its site).
+  HttpServer(boost::asio::io_context& io, HttpConfig config, ServerMetrics& metrics, StreamServer& serving);
+  ~HttpServer();
 
   Status listen();                   // binds and listens (before the model loads: /health says 503)
   std::uint16_t port() const;        // the bound port
@@ -93,15 +90,11 @@ class HttpServer final : public EventSink {
   // The model's vocabulary on the I/O thread (/tokenize, /detokenize, count_tokens) and what
   // /v1/models, /props and /slots tell; before set_ready.
   void set_vocabulary(http_route::Tokenize tokenize, http_route::TokenText token_text, http_route::ModelFacts facts);
-  // Stop accepting; idle connections close; completions in flight end as the compute thread ends them.
-  void begin_shutdown();
-  // Flush and close every connection, then `done` (at the latest after `deadline`).
-  void finish_shutdown(std::chrono::milliseconds deadline, std::function<void()> done);
-  void deliver(std::vector<Event> events) override;
+  // Stop accepting (/health says shutting down; the server ends what is open).
+  void stop_accepting();
 
  private:
   HttpSite site_;
-  StreamServer server_;
   boost::asio::ip::tcp::acceptor acceptor_;
   AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
 };

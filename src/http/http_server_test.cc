@@ -21,8 +21,10 @@ class LoopbackHttp {
   explicit LoopbackHttp(WorkSubmit submit, HttpServer::ChatTemplate chat) {
     HttpConfig cfg;
     cfg.port = 0;
-    server_ = std::make_unique<HttpServer>(io_, cfg, metrics, slots, std::move(submit));
+    serving_ = std::make_unique<StreamServer>(io_, metrics, slots, std::move(submit));
+    server_ = std::make_unique<HttpServer>(io_, cfg, metrics, *serving_);
     EXPECT_TRUE(server_->listen().ok());
+    serving_->start();
     server_->start();
     server_->set_ready("m.gguf", std::move(chat));
     port_ = server_->port();
@@ -30,8 +32,9 @@ class LoopbackHttp {
   }
   ~LoopbackHttp() {
     boost::asio::post(io_, [this] {
-      server_->begin_shutdown();
-      server_->finish_shutdown(std::chrono::seconds(1), [this] { io_.stop(); });
+      server_->stop_accepting();
+      serving_->begin_shutdown();
+      serving_->finish_shutdown(std::chrono::seconds(1), [this] { io_.stop(); });
     });
     loop_.join();
   }
@@ -41,6 +44,7 @@ class LoopbackHttp {
 
  private:
   boost::asio::io_context io_;
+  std::unique_ptr<StreamServer> serving_;
   std::unique_ptr<HttpServer> server_;
   std::uint16_t port_ = 0;
   std::thread loop_;

@@ -86,24 +86,26 @@ class UdsAdapter final : public ProtocolAdapter {
 
 }  // namespace
 
-UdsServer::UdsServer(asio::io_context& io, ServerConfig config, ServerMetrics& metrics, SessionSlots& slots,
-                     WorkSubmit submit)
-    : config_(std::move(config)),
-      server_(io,
-              serving_config(FrontEnd::kUnixSocket, config_.max_connections, config_.max_tx_bytes,
-                             config_.idle_timeout_sec, metrics), metrics, slots, std::move(submit),
-              [this, &metrics] { return std::make_unique<UdsAdapter>(make_protocol(config_.protocol, config_.limits), metrics); }),
-      acceptor_(io),
-      accept_loop_(io, acceptor_, "unix socket", [this](stream_protocol::socket s) { server_.adopt(std::move(s)); },
-                   &metrics.accept_pauses_total) {}
+UdsServer::UdsServer(asio::io_context& io, ServerConfig config, ServerMetrics& metrics, StreamServer& serving)
+    : config_(std::move(config)), acceptor_(io),
+      accept_loop_(io, acceptor_, "unix socket",
+                   [&serving](stream_protocol::socket s) { serving.adopt(FrontEnd::kUnixSocket, std::move(s)); },
+                   &metrics.accept_pauses_total) {
+  serving.add_front_end(front_end_config(FrontEnd::kUnixSocket, config_.max_connections, config_.max_tx_bytes,
+                                         config_.idle_timeout_sec, metrics),
+                        [this, &metrics] { return std::make_unique<UdsAdapter>(make_protocol(config_.protocol, config_.limits), metrics); });
+}
 
 void UdsServer::set_request_limits(std::size_t max_prompt_bytes, std::size_t max_frame_bytes) {
   config_.limits.max_prompt_bytes = max_prompt_bytes;
   config_.limits.max_frame_bytes = max_frame_bytes;
 }
 
-UdsServer::~UdsServer() {
+UdsServer::~UdsServer() { remove_socket_file(); }
+
+void UdsServer::remove_socket_file() {
   if (listening_) ::unlink(config_.socket_path.c_str());
+  listening_ = false;
 }
 
 Status UdsServer::listen() {
@@ -122,28 +124,12 @@ Status UdsServer::listen() {
   return Status::Ok();
 }
 
-void UdsServer::start() {
-  accept_loop_.start();
-  server_.start();
-}
+void UdsServer::start() { accept_loop_.start(); }
 
-void UdsServer::deliver(std::vector<Event> events) { server_.deliver(std::move(events)); }
-
-void UdsServer::begin_shutdown() {
+void UdsServer::stop_accepting() {
   accept_loop_.stop();
   boost::system::error_code ignored;
   acceptor_.close(ignored);
-  server_.begin_shutdown();
-}
-
-void UdsServer::finish_shutdown(std::chrono::milliseconds deadline, std::function<void()> done) {
-  server_.finish_shutdown(deadline, [this, done = std::move(done)] {
-    if (listening_) {
-      ::unlink(config_.socket_path.c_str());
-      listening_ = false;
-    }
-    done();
-  });
 }
 
 }  // namespace uma

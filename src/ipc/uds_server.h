@@ -1,14 +1,13 @@
-// UdsServer: the I/O side of umad over a Unix domain socket, for either wire protocol
-// (ipc/protocol.h: framed JSON by default, newline for debugging).
+// UdsServer: umad's Unix-socket listener, for either wire protocol (ipc/protocol.h: framed JSON by
+// default, newline for debugging), on the daemon's one server (net/stream_server.h, which does
+// connections, caps, session slots, cancelling, timers and shutdown the same way for every front
+// end, and takes the compute thread's events).
 //
-// Threading: every method except deliver() runs on the I/O thread (the thread running the
-// io_context). deliver() is the compute thread's way in: it posts the events onto the loop.
-// Ownership: the server owns its connections; each in-flight async operation holds a shared_ptr
-// to its connection, so a connection closed inside a callback is freed only after the last
-// callback returns (never freed inside its own callback).
+// Threading: the I/O thread (the thread running the io_context). Ownership: the daemon's server
+// owns the connections; this listener owns its socket file and adapters' configuration, and must
+// outlive the server's connections (they read it).
 //
-// What it adds to the shared serving layer (net/stream_server.h, which does connections, caps,
-// session slots, cancelling, timers and shutdown the same way for every front end):
+// What it adds to the serving layer:
 // - the socket file: claimed (see socket_path.h), born mode 0600, removed at shutdown;
 // - its adapter (uds_server.cc) between the Protocol's typed inputs and the serving layer: at most
 //   one request in flight per connection (another is an E_BUSY error; a metrics request needs a
@@ -48,28 +47,22 @@ struct ServerConfig {
   std::int32_t idle_timeout_sec = 600;  // 0: never
 };
 
-class UdsServer final : public EventSink {
+class UdsServer final {
  public:
-  UdsServer(boost::asio::io_context& io, ServerConfig config, ServerMetrics& metrics, SessionSlots& slots,
-            WorkSubmit submit);
-  ~UdsServer() override;
+  UdsServer(boost::asio::io_context& io, ServerConfig config, ServerMetrics& metrics, StreamServer& serving);
+  ~UdsServer();
 
   Status listen();  // claims the path (see socket_path.h), binds with mode 0600, listens
-  void start();     // accept loop and idle sweep
+  void start();     // the accept loop
   // Caps from the context, for connections accepted from now on (before start()).
   void set_request_limits(std::size_t max_prompt_bytes, std::size_t max_frame_bytes);
-  // Shutdown, step 1: stop accepting and starting requests. Open requests end when the compute
-  // thread fails them (their error lines are then written).
-  void begin_shutdown();
-  // Shutdown, step 2 (after the compute thread stopped): flush and close every connection, remove
-  // the socket file, then call `done` (at the latest after `deadline`).
-  void finish_shutdown(std::chrono::milliseconds deadline, std::function<void()> done);
-
-  void deliver(std::vector<Event> events) override;
+  // Shutdown: stop accepting (the server stops starting requests, see StreamServer); the socket
+  // file goes once its connections have (remove_socket_file, or the destructor).
+  void stop_accepting();
+  void remove_socket_file();
 
  private:
   ServerConfig config_;
-  StreamServer server_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   AcceptLoop<boost::asio::local::stream_protocol::acceptor> accept_loop_;
   bool listening_ = false;

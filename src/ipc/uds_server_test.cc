@@ -21,10 +21,12 @@ TEST(UdsServerBoundary, AThrowingHandlerIsAnInternalErrorAndTheServerServesOn) {
   ServerConfig cfg;
   cfg.socket_path = "/tmp/uma-uds-boundary-" + std::to_string(::getpid()) + ".sock";
   SessionSlots slots(16);
-  UdsServer server(io, cfg, metrics, slots, [](WorkItem item) {
+  StreamServer serving(io, metrics, slots, [](WorkItem item) {
     if (std::holds_alternative<Request>(item)) throw std::runtime_error("queue bug");
   });
+  UdsServer server(io, cfg, metrics, serving);
   ASSERT_TRUE(server.listen().ok());
+  serving.start();
   server.start();
   std::thread loop([&io] { io.run(); });
 
@@ -50,8 +52,9 @@ TEST(UdsServerBoundary, AThrowingHandlerIsAnInternalErrorAndTheServerServesOn) {
   EXPECT_EQ(ev.kind, WireEvent::Kind::kMetrics);
 
   boost::asio::post(io, [&] {
-    server.begin_shutdown();
-    server.finish_shutdown(std::chrono::seconds(1), [&io] { io.stop(); });
+    server.stop_accepting();
+    serving.begin_shutdown();
+    serving.finish_shutdown(std::chrono::seconds(1), [&io] { io.stop(); });
   });
   loop.join();
 }

@@ -1,7 +1,6 @@
-// ConnectionTable: a front end's open connections and the requests they carry, the bookkeeping
-// every server had its own copy of: connection ids, the --max-connections cap, the open-connections
-// gauge, request ids (one counter per server, so ids of two servers never meet), the request ->
-// connection map events are routed by, and snapshots for sweeps and shutdown.
+// ConnectionTable: the daemon server's open connections and the requests they carry: connection
+// ids, request ids (one counter for every front end), the request -> connection map events are
+// routed by, and snapshots for sweeps and shutdown.
 //
 // Conn is the server's connection type; it needs `std::uint64_t id()`, `std::uint64_t request`
 // (0: none in flight) and `std::int32_t choices` (how many ids from `request` on are its). Thread-safety: none; the server's I/O thread only. Ownership: the table
@@ -10,7 +9,6 @@
 // last callback returns).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -22,21 +20,11 @@ template <typename Conn>
 class ConnectionTable {
  public:
   using Ptr = std::shared_ptr<Conn>;
-  ConnectionTable(std::int32_t max_connections, std::atomic<std::int64_t>* open_gauge, std::uint64_t first_request_id)
-      : max_(max_connections), gauge_(open_gauge), next_request_(first_request_id) {}
-
-  bool full() const { return static_cast<std::int32_t>(conns_.size()) >= max_; }
   bool empty() const { return conns_.empty(); }
   std::uint64_t next_conn_id() { return next_conn_++; }
 
-  void add(const Ptr& c) {
-    conns_[c->id()] = c;
-    publish();
-  }
-  void remove(const Ptr& c) {
-    conns_.erase(c->id());
-    publish();
-  }
+  void add(const Ptr& c) { conns_[c->id()] = c; }
+  void remove(const Ptr& c) { conns_.erase(c->id()); }
   // A new request on `c` made of `n` scheduler requests (its choices) with consecutive ids: the
   // first id; events for any of them find `c` until unbind().
   std::uint64_t bind(const Ptr& c, std::int32_t n = 1) {
@@ -63,13 +51,8 @@ class ConnectionTable {
   }
 
  private:
-  void publish() {
-    if (gauge_ != nullptr) gauge_->store(static_cast<std::int64_t>(conns_.size()));
-  }
-  std::int32_t max_;
-  std::atomic<std::int64_t>* gauge_;
   std::uint64_t next_conn_ = 1;
-  std::uint64_t next_request_;
+  std::uint64_t next_request_ = 1;
   std::unordered_map<std::uint64_t, Ptr> conns_;
   std::unordered_map<std::uint64_t, Ptr> by_request_;
 };

@@ -19,11 +19,6 @@ namespace uma {
 
 enum class FrontEnd : std::uint8_t { kUnixSocket = 0, kHttp = 1 };
 inline constexpr std::size_t kFrontEnds = 2;
-// Front end k's request ids start at k << 62 (the Unix socket's at 1), so an event's request id
-// names the front end that waits for it.
-constexpr std::uint64_t first_request_id(FrontEnd f) {
-  return f == FrontEnd::kUnixSocket ? 1 : std::uint64_t{static_cast<std::uint8_t>(f)} << 62;
-}
 
 class SessionSlots {
  public:

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "net/guarded.h"
+#include "serve/choices.h"
 
 namespace uma {
 
@@ -13,62 +14,70 @@ namespace asio = boost::asio;
 
 struct StreamServer::Conn final : Connection {
   Conn(StreamSocket socket, std::uint64_t id, const ConnectionOptions& options, ConnectionOwner& owner,
-       std::unique_ptr<ProtocolAdapter> a)
-      : Connection(std::move(socket), id, options, owner), adapter(std::move(a)) {}
+       std::unique_ptr<ProtocolAdapter> a, FrontEnd f)
+      : Connection(std::move(socket), id, options, owner), adapter(std::move(a)), front_end(f) {}
   std::unique_ptr<ProtocolAdapter> adapter;
+  FrontEnd front_end;
   RequestId request = 0;  // the request in flight while kBusy (and, once closed, until its last event)
   std::int32_t choices = 0;  // its scheduler requests: ids request .. request + choices - 1
   std::int32_t running = 0;  // of those, the ones whose last event has not come
   bool has_slot = false;  // they hold `choices` of SessionSlots
 };
 
-StreamServerConfig serving_config(FrontEnd front_end, std::int32_t max_connections, std::size_t max_tx_bytes,
-                                  std::int32_t idle_timeout_sec, ServerMetrics& metrics) {
+FrontEndConfig front_end_config(FrontEnd front_end, std::int32_t max_connections, std::size_t max_tx_bytes,
+                                std::int32_t idle_timeout_sec, ServerMetrics& metrics) {
   const bool http = front_end == FrontEnd::kHttp;
-  StreamServerConfig s;
+  FrontEndConfig s;
   s.front_end = front_end;
   s.log_name = http ? "http conn" : "conn";
   s.max_connections = max_connections;
   s.max_tx_bytes = max_tx_bytes;
   s.idle_timeout_sec = idle_timeout_sec;
   s.eof_closes = http;
-  s.first_request_id = first_request_id(front_end);
   s.connections_open = http ? &metrics.http_connections_open : &metrics.connections_open;
   s.connections_rejected_total = http ? &metrics.http_connections_rejected_total : &metrics.connections_rejected_total;
   return s;
 }
 
-StreamServer::StreamServer(asio::io_context& io, StreamServerConfig config, ServerMetrics& metrics, SessionSlots& slots,
-                           WorkSubmit submit, AdapterFactory make_adapter)
-    : io_(io), config_(config), metrics_(metrics), slots_(slots), submit_(std::move(submit)),
-      make_adapter_(std::move(make_adapter)),
-      table_(config.max_connections, config.connections_open, config.first_request_id), sweep_timer_(io),
-      shutdown_timer_(io) {}
+StreamServer::StreamServer(asio::io_context& io, ServerMetrics& metrics, SessionSlots& slots, WorkSubmit submit)
+    : io_(io), metrics_(metrics), slots_(slots), submit_(std::move(submit)), sweep_timer_(io), shutdown_timer_(io) {}
 
 StreamServer::~StreamServer() = default;
+
+void StreamServer::add_front_end(FrontEndConfig config, AdapterFactory make_adapter) {
+  Listener& l = listener(config.front_end);
+  l.config = config;
+  l.make_adapter = std::move(make_adapter);
+}
+
+const FrontEndConfig& StreamServer::config_of(const Conn& c) const {
+  return listeners_[static_cast<std::size_t>(c.front_end)].config;
+}
 
 // Every connection of this server is a Conn: it made them all (adopt).
 StreamServer::ConnPtr StreamServer::served(const ConnectionPtr& c) { return std::static_pointer_cast<Conn>(c); }
 
 void StreamServer::start() { sweep_idle(); }
 
-void StreamServer::adopt(StreamSocket socket) {
+void StreamServer::adopt(FrontEnd f, StreamSocket socket) {
   boost::system::error_code ignored;
-  if (shutting_down_ || table_.full()) {
-    if (!shutting_down_ && config_.connections_rejected_total != nullptr) config_.connections_rejected_total->fetch_add(1);
+  Listener& l = listener(f);
+  if (shutting_down_ || !l.make_adapter || l.open >= l.config.max_connections) {
+    if (!shutting_down_ && l.config.connections_rejected_total != nullptr) l.config.connections_rejected_total->fetch_add(1);
     socket.close(ignored);
     return;
   }
   ConnectionOptions options;
-  options.log_name = config_.log_name;
-  options.max_tx_bytes = config_.max_tx_bytes;
-  options.eof_closes = config_.eof_closes;
+  options.log_name = l.config.log_name;
+  options.max_tx_bytes = l.config.max_tx_bytes;
+  options.eof_closes = l.config.eof_closes;
   options.tx_drops = &metrics_.tx_drops_total;
   ConnectionOwner& owner = *this;
-  auto c = std::make_shared<Conn>(std::move(socket), table_.next_conn_id(), options, owner, make_adapter_());
+  auto c = std::make_shared<Conn>(std::move(socket), table_.next_conn_id(), options, owner, l.make_adapter(), f);
   table_.add(c);
+  if (l.config.connections_open != nullptr) l.config.connections_open->store(++l.open);
   metrics_.connections_accepted_total++;
-  spdlog::debug("{} {}: accepted", config_.log_name, c->id());
+  spdlog::debug("{} {}: accepted", l.config.log_name, c->id());
   c->start_reading();
 }
 
@@ -108,7 +117,7 @@ void StreamServer::start_request(const ConnPtr& c, ProtocolAdapter::Start start)
                                                 std::to_string(n) + " choices need more sessions than the " +
                                                     std::to_string(slots_.max()) + " of --max-sessions", "n")));
   }
-  if (!slots_.try_take(config_.front_end, n)) {
+  if (!slots_.try_take(c->front_end, n)) {
     metrics_.count_rejected(RejectReason::kSessionCap);
     const std::string what = n == 1 ? "all " + std::to_string(slots_.max()) + " sessions are in use"
                                     : std::to_string(n) + " choices need " + std::to_string(n) + " of " +
@@ -124,25 +133,11 @@ void StreamServer::start_request(const ConnPtr& c, ProtocolAdapter::Start start)
   std::string out;
   c->adapter->started(r.id, out);
   c->send(out);
-  spdlog::debug("{} {}: request {} ({} bytes, {} choices)", config_.log_name, c->id(), r.id, r.prompt.size(), n);
-  const std::size_t prompts = start.prompts.size();
-  const std::int32_t per_prompt = prompts > 1 ? std::max<std::int32_t>(1, n / static_cast<std::int32_t>(prompts)) : n;
-  auto prompt_of = [&](Request& q, std::int32_t i) {
-    if (prompts <= 1) return;
-    const PromptInput& p = start.prompts[std::min<std::size_t>(prompts - 1, static_cast<std::size_t>(i / per_prompt))];
-    q.prompt = p.text;
-    q.prompt_tokens = p.tokens;
-  };
-  for (std::int32_t i = 1; i < n; ++i) {
-    Request copy = r;
-    copy.id = r.id + static_cast<RequestId>(i);
-    prompt_of(copy, i);
-    // Choices of one seeded request differ from each other and repeat with the same seed.
-    if (copy.sampling.seed != kRandomSeed) copy.sampling.seed += static_cast<std::uint32_t>(i);
-    submit_(std::move(copy));
-  }
-  prompt_of(r, 0);
-  submit_(std::move(r));
+  spdlog::debug("{} {}: request {} ({} bytes, {} choices)", config_of(*c).log_name, c->id(), r.id, r.prompt.size(), n);
+  std::vector<Request> choices = expand_choices(std::move(r), n, start.prompts);
+  // Choice 0 last: the others are submitted first, as before (admission order).
+  for (std::size_t i = 1; i < choices.size(); ++i) submit_(std::move(choices[i]));
+  submit_(std::move(choices[0]));
 }
 
 void StreamServer::cancel_all(const ConnPtr& c) {
@@ -185,7 +180,7 @@ void StreamServer::release_request(const ConnPtr& c) {
   c->running = 0;
   if (c->has_slot) {
     c->has_slot = false;
-    for (std::int32_t i = 0; i < n; ++i) slots_.give_back(config_.front_end);
+    for (std::int32_t i = 0; i < n; ++i) slots_.give_back(c->front_end);
   }
 }
 
@@ -208,13 +203,16 @@ void StreamServer::on_close(const ConnectionPtr& conn) {
     if (!shutting_down_) metrics_.disconnects_mid_stream_total++;
   }
   table_.remove(c);
+  Listener& l = listener(c->front_end);
+  if (l.config.connections_open != nullptr) l.config.connections_open->store(--l.open);
+  else --l.open;
   maybe_done();
 }
 
 void StreamServer::on_failure(const ConnectionPtr& conn, const char* what) {
   const ConnPtr c = served(conn);
   metrics_.count_error(ErrorCode::kInternal);
-  spdlog::error("{} {}: internal error, connection closed: {}", config_.log_name, c->id(), what);
+  spdlog::error("{} {}: internal error, connection closed: {}", config_of(*c).log_name, c->id(), what);
   if (c->closed()) return;
   try {
     if (c->request != 0) {  // nothing more of it is sent: cancel it now; no event reaches it after
@@ -229,11 +227,11 @@ void StreamServer::on_failure(const ConnectionPtr& conn, const char* what) {
 }
 
 void StreamServer::sweep_idle() {
-  if (config_.idle_timeout_sec > 0 && !shutting_down_) {
-    const auto limit = std::chrono::seconds(config_.idle_timeout_sec);
+  if (!shutting_down_) {
     const auto now = Connection::Clock::now();
     for (const ConnPtr& c : table_.snapshot()) {
-      if (c->state() == ConnState::kIdle && c->flushed() && now - c->quiet_since() > limit) {
+      const std::int32_t limit = config_of(*c).idle_timeout_sec;
+      if (limit > 0 && c->state() == ConnState::kIdle && c->flushed() && now - c->quiet_since() > std::chrono::seconds(limit)) {
         metrics_.idle_timeouts_total++;
         c->close("idle timeout");
       }

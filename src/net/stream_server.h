@@ -1,17 +1,21 @@
-// StreamServer: the serving half every front end shares, on net/connection.h. A front end keeps its
-// own listening socket (a path, a TCP port), hands each accepted socket to adopt(), and supplies a
-// ProtocolAdapter per connection (net/protocol_adapter.h); everything else is here, once:
-// - at most max_connections open (more are closed as they arrive and counted);
+// StreamServer: the daemon's one server, on net/connection.h, for every front end (the Unix
+// socket, HTTP): each listener keeps its own listening socket (a path, a TCP port), hands each
+// accepted socket to adopt() under its front end, and supplies that front end's ProtocolAdapter per
+// connection (net/protocol_adapter.h); everything else is here, once:
+// - at most max_connections open per front end (more are closed as they arrive and counted);
 // - input served in order: the adapter parses, the server starts, cancels or answers;
 // - a request takes one of the daemon's session slots (net/session_slots.h, shared by all front
 //   ends) from its start until its last event; an idle keep-alive connection holds none; a request
 //   whose client left is cancelled and keeps its slot until the scheduler has ended it;
-// - request ids from a ConnectionTable (disjoint per front end) and events routed back by them;
+// - request ids from one ConnectionTable, and events routed back by them (the compute thread's
+//   EventSink is this server);
 // - close-with-cancel in one place (on_close), the idle timer (a connection idle and flushed for
-//   idle_timeout_sec closes; for HTTP that is also the time a whole request has to arrive);
+//   its front end's idle_timeout_sec closes; for HTTP that is also the time a whole request has
+//   to arrive);
 // - the exception boundary: what a handler throws ends that connection with the adapter's
 //   internal-error answer (its request cancelled), counted as E_INTERNAL; the server serves on;
 // - shutdown in two steps (begin_shutdown / finish_shutdown).
+// A request's choices (OpenAI's `n`) are run as serve/choices.h says.
 //
 // Threading: every method except deliver() runs on the I/O thread; deliver() is the compute
 // thread's way in and posts onto the loop. Ownership: the server owns its connections (through
@@ -21,6 +25,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -37,35 +42,36 @@
 
 namespace uma {
 
-struct StreamServerConfig {
+// One front end's connections: what differs between listeners.
+struct FrontEndConfig {
   FrontEnd front_end = FrontEnd::kUnixSocket;
   const char* log_name = "conn";
   std::int32_t max_connections = 256;
   std::size_t max_tx_bytes = 1 << 20;
   std::int32_t idle_timeout_sec = 600;  // 0: never
   bool eof_closes = false;              // see ConnectionOptions
-  RequestId first_request_id = 1;
   // This front end's entries of the labelled metrics.
   std::atomic<std::int64_t>* connections_open = nullptr;
   std::atomic<std::uint64_t>* connections_rejected_total = nullptr;
 };
 
 // A front end's configuration with what follows from which front end it is: its entries of the
-// labelled metrics, its log name, its request ids (front end k's start at k << 62, so an event's
-// id names its front end), and EOF (a half-close on the Unix socket; a client gone on HTTP).
-StreamServerConfig serving_config(FrontEnd front_end, std::int32_t max_connections, std::size_t max_tx_bytes,
-                                  std::int32_t idle_timeout_sec, ServerMetrics& metrics);
+// labelled metrics, its log name, and EOF (a half-close on the Unix socket; a client gone on HTTP).
+FrontEndConfig front_end_config(FrontEnd front_end, std::int32_t max_connections, std::size_t max_tx_bytes,
+                                std::int32_t idle_timeout_sec, ServerMetrics& metrics);
 
 class StreamServer final : public EventSink, private ConnectionOwner {
  public:
   using AdapterFactory = std::function<std::unique_ptr<ProtocolAdapter>()>;
 
-  StreamServer(boost::asio::io_context& io, StreamServerConfig config, ServerMetrics& metrics, SessionSlots& slots,
-               WorkSubmit submit, AdapterFactory make_adapter);
+  StreamServer(boost::asio::io_context& io, ServerMetrics& metrics, SessionSlots& slots, WorkSubmit submit);
   ~StreamServer() override;
 
-  void start();                   // the idle timer
-  void adopt(StreamSocket socket);  // an accepted socket: served, or closed when at the cap
+  // A front end its listener adopts sockets under (before any is adopted).
+  void add_front_end(FrontEndConfig config, AdapterFactory make_adapter);
+  void start();  // the idle timer
+  // An accepted socket of front end `f`: served, or closed when that front end is at its cap.
+  void adopt(FrontEnd f, StreamSocket socket);
   bool shutting_down() const { return shutting_down_; }
   // Shutdown, step 1: no new connections or requests; idle connections close. Requests in flight
   // end when the compute thread fails them (their answers are written), then their connections
@@ -100,12 +106,19 @@ class StreamServer final : public EventSink, private ConnectionOwner {
   void sweep_idle();
   void maybe_done();
 
+  struct Listener {
+    FrontEndConfig config;
+    AdapterFactory make_adapter;
+    std::int32_t open = 0;
+  };
+  Listener& listener(FrontEnd f) { return listeners_[static_cast<std::size_t>(f)]; }
+  const FrontEndConfig& config_of(const Conn& c) const;
+
   boost::asio::io_context& io_;
-  StreamServerConfig config_;
+  std::array<Listener, kFrontEnds> listeners_;
   ServerMetrics& metrics_;
   SessionSlots& slots_;
   WorkSubmit submit_;
-  AdapterFactory make_adapter_;
   ConnectionTable<Conn> table_;
   boost::asio::steady_timer sweep_timer_;
   boost::asio::steady_timer shutdown_timer_;

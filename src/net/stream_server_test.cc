@@ -54,17 +54,16 @@ class LineAdapter final : public ProtocolAdapter {
 class Fixture {
  public:
   explicit Fixture(std::int32_t max_sessions) : slots(max_sessions) {
-    StreamServerConfig cfg;
+    server = std::make_unique<StreamServer>(io, metrics, slots, [this](WorkItem w) { work.push_back(std::move(w)); });
+    FrontEndConfig cfg;
     cfg.eof_closes = true;
-    server = std::make_unique<StreamServer>(io, cfg, metrics, slots,
-                                            [this](WorkItem w) { work.push_back(std::move(w)); },
-                                            [] { return std::make_unique<LineAdapter>(); });
+    server->add_front_end(cfg, [] { return std::make_unique<LineAdapter>(); });
   }
   // A connected client: its end of a socket pair, the other end adopted by the server.
   int connect() {
     boost::asio::local::stream_protocol::socket ours(io), theirs(io);
     boost::asio::local::connect_pair(ours, theirs);
-    server->adopt(std::move(theirs));
+    server->adopt(FrontEnd::kUnixSocket, std::move(theirs));
     return ours.release();
   }
   template <typename Pred>
