@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <limits>
 
+#include "common/json_fields.h"
 #include "common/json_text.h"
 
 namespace uma::cluster {
@@ -44,14 +46,6 @@ Status read_hex_array(const json& j, const char* key, std::vector<std::uint64_t>
   return Status::Ok();
 }
 
-Status read_int(const json& j, const char* key, std::int64_t* out) {
-  const auto it = j.find(key);
-  if (it == j.end()) return Status::Ok();
-  if (!it->is_number_integer()) return bad(key);
-  *out = it->get<std::int64_t>();
-  return Status::Ok();
-}
-
 }  // namespace
 
 std::string encode_kv_event(const KvEvent& e) {
@@ -71,28 +65,28 @@ Status decode_kv_event(std::string_view text, KvEvent* out) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status(ErrorCode::kInvalidJson, "kv event is not a JSON object");
   KvEvent e;
-  const auto type = j.find("type");
-  if (type == j.end() || !type->is_string()) return bad("type");
-  if (*type == "snapshot") {
+  const JsonFields<json> f(j, "kv event");
+  std::string type;
+  if (Status st = f.string("type", &type); !st.ok()) return st;
+  if (type == "snapshot") {
     e.snapshot = true;
-  } else if (*type != "delta") {
+  } else if (type != "delta") {
     return bad("type");
   }
   if (e.snapshot) {
-    const auto boot = j.find("boot_id");
-    if (boot == j.end() || !boot->is_string()) return bad("boot_id");
-    e.boot_id = boot->get<std::string>();
     std::int64_t block = e.block;
-    if (Status st = read_int(j, "block", &block); !st.ok()) return st;
-    if (block <= 0 || block > 1 << 20) return bad("block");
+    if (Status st = f.string("boot_id", &e.boot_id); !st.ok()) return st;
+    if (Status st = f.integer("block", 1, 1 << 20, &block); !st.ok()) return st;
     e.block = static_cast<std::int32_t>(block);
   }
   Status st;
   if (!(st = read_hex_array(j, "stored", &e.stored)).ok() || !(st = read_hex_array(j, "evicted", &e.evicted)).ok()) return st;
   if (const auto load = j.find("load"); load != j.end()) {
     if (!load->is_object()) return bad("load");
-    if (!(st = read_int(*load, "active", &e.load.active)).ok() || !(st = read_int(*load, "queued", &e.load.queued)).ok() ||
-        !(st = read_int(*load, "backlog", &e.load.backlog)).ok() || !(st = read_int(*load, "admitted", &e.load.admitted)).ok()) {
+    const JsonFields<json> l(*load, "kv event");
+    constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min(), kMax = std::numeric_limits<std::int64_t>::max();
+    if (!(st = l.integer("active", kMin, kMax, &e.load.active)).ok() || !(st = l.integer("queued", kMin, kMax, &e.load.queued)).ok() ||
+        !(st = l.integer("backlog", kMin, kMax, &e.load.backlog)).ok() || !(st = l.integer("admitted", kMin, kMax, &e.load.admitted)).ok()) {
       return st;
     }
   }

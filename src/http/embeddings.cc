@@ -1,5 +1,7 @@
 #include "http/embeddings.h"
 
+#include "common/json_fields.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -50,10 +52,7 @@ Status parse(std::string_view body, std::size_t max_bytes, bool strict, Request*
       if (p.text.find('\0') != std::string::npos) return Status(ErrorCode::kContainsNul, "'input' must not contain NUL", "input");
       bytes += p.text.size();
     } else if (e.is_array() && !e.empty()) {
-      for (const json& t : e) {
-        if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX) return bad("input", what);
-        p.tokens.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
-      }
+      if (!json_token_ids(e, &p.tokens)) return bad("input", what);
       bytes += 4 * p.tokens.size();
     } else {
       return bad("input", what);

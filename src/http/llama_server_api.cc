@@ -1,5 +1,7 @@
 #include "http/llama_server_api.h"
 
+#include "common/json_fields.h"
+
 #include <nlohmann/json.hpp>
 
 #include "common/json_text.h"
@@ -69,13 +71,12 @@ Reply tokenize(const json& j, const Context& ctx) {
 Reply detokenize(const json& j, const Context& ctx) {
   const auto tokens = j.find("tokens");
   if (tokens == j.end() || !tokens->is_array()) return error_reply(bad("tokens", "must be an array of token ids"));
-  std::string text;
-  for (const json& t : *tokens) {
-    if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() >= ctx.facts->n_vocab) {
-      return error_reply(bad("tokens", "must be an array of token ids in the vocabulary"));
-    }
-    text += (*ctx.token_text)(static_cast<std::int32_t>(t.get<std::int64_t>()));
+  std::vector<std::int32_t> ids;
+  if (!json_token_ids(*tokens, &ids, ctx.facts->n_vocab - 1)) {
+    return error_reply(bad("tokens", "must be an array of token ids in the vocabulary"));
   }
+  std::string text;
+  for (std::int32_t t : ids) text += (*ctx.token_text)(t);
   return json_reply({{"content", text}});
 }
 

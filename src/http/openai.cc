@@ -1,5 +1,7 @@
 #include "http/openai.h"
 
+#include "common/json_fields.h"
+
 #include <limits>
 
 #include "common/json_text.h"
@@ -189,22 +191,10 @@ Status gateway_options(const json& g, std::int32_t n, GatewayOptions* out) {
       if (!v.is_boolean()) return bad("uma.token_ids", "must be a boolean");
       out->token_ids = v.get<bool>();
     } else if (key == "resume") {
-      if (!v.is_array()) return bad("uma.resume", "must be an array of token ids");
+      if (!json_token_ids(v, &out->resume)) return bad("uma.resume", "must be an array of token ids");
       if (n != 1) return bad("uma.resume", "needs n = 1");
-      for (const json& t : v) {
-        if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX) {
-          return bad("uma.resume", "must be an array of token ids");
-        }
-        out->resume.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
-      }
     } else if (key == "prompt_tokens") {
-      if (!v.is_array()) return bad("uma.prompt_tokens", "must be an array of token ids");
-      for (const json& t : v) {
-        if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX) {
-          return bad("uma.prompt_tokens", "must be an array of token ids");
-        }
-        out->prompt_tokens.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
-      }
+      if (!json_token_ids(v, &out->prompt_tokens)) return bad("uma.prompt_tokens", "must be an array of token ids");
     } else if (key == "id") {
       if (!v.is_string() || v.get_ref<const std::string&>().size() > 128) return bad("uma.id", "must be a string of at most 128 bytes");
       out->id = v.get<std::string>();
@@ -222,10 +212,7 @@ Status gateway_options(const json& g, std::int32_t n, GatewayOptions* out) {
 Status prompts(const json& v, std::vector<PromptInput>* out) {
   const char* what = "must be a string, an array of token ids, or an array of those";
   auto token_ids = [&](const json& a, PromptInput* p) -> Status {
-    for (const json& t : a) {
-      if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX) return bad("prompt", what);
-      p->tokens.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
-    }
+    if (!json_token_ids(a, &p->tokens)) return bad("prompt", what);
     return p->tokens.empty() ? bad("prompt", "must not be empty") : Status::Ok();
   };
   auto one = [&](const json& e) -> Status {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/json_fields.h"
 #include "common/json_text.h"
 #include "http/openai_json.h"
 
@@ -220,13 +221,8 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
   if (!(st = number(j, "repetition_penalty", 0.0, 10.0, &s.repeat_penalty)).ok()) return st;
   if (s.repeat_penalty == 0.0f) return bad("repetition_penalty", "must be greater than 0");
   if (const json* ids = member(j, "stop_token_ids")) {
-    if (!ids->is_array() || ids->size() > kMaxStopTokenIds) return bad("stop_token_ids", "must be an array of at most 64 token ids");
-    for (const json& t : *ids) {
-      if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > INT32_MAX) {
-        return bad("stop_token_ids", "must be an array of token ids");
-      }
-      s.stop_token_ids.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
-    }
+    if (ids->is_array() && ids->size() > kMaxStopTokenIds) return bad("stop_token_ids", "must be an array of at most 64 token ids");
+    if (!json_token_ids(*ids, &s.stop_token_ids)) return bad("stop_token_ids", "must be an array of token ids");
   }
   if (const json* b = member(j, "logit_bias")) {
     if (Status st2 = logit_bias(*b, &s); !st2.ok()) return st2;

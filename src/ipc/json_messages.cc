@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/json_fields.h"
 #include "common/json_text.h"
 #include "ipc/wire.h"
 
@@ -42,9 +43,7 @@ Status get_int(const json& obj, std::string_view key, std::int64_t lo, std::int6
   if (present) *present = v != nullptr;
   if (v == nullptr) return Status::Ok();
   if (!v->is_number_integer()) return bad(key, "must be an integer");
-  const std::int64_t i = v->is_number_unsigned() && v->get<std::uint64_t>() > std::uint64_t(hi) ? hi + 1 : v->get<std::int64_t>();
-  if (i < lo || i > hi) return bad(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
-  *out = i;
+  if (!json_integer(*v, lo, hi, out)) return bad(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
   return Status::Ok();
 }
 
