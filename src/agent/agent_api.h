@@ -1,4 +1,4 @@
-// AgentApi: uma-agent's management endpoints (docs/AGENT.md), on http/request_server.h, which
+// AgentApi: uma-agent's management endpoints (docs/AGENT.md), on httpkit/request_server.h, which
 // refuses every path but /health without the cluster's key when one is set:
 //   POST /load     {"model": ID, "keep_alive": 300 | "5m" | -1, "stream": true}
 //                  progress as SSE (`data: {"model","state","tier","bytes","ready_bytes","seconds"}`)
