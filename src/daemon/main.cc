@@ -95,7 +95,9 @@ int main(int argc, char** argv) {
   // One admission for every front end: a slot per request in flight (net/session_slots.h).
   SessionSlots slots(cfg.server.max_sessions, {&metrics.sessions_open, &metrics.http_sessions_open});
   // The daemon's one server: every front end's connections, its slots, the compute thread's events.
-  StreamServer serving(io, metrics, slots, submit);
+  // Large request bodies are parsed (and chats rendered) on the prepare stage's threads too.
+  const auto offload = [&prepare](std::function<void()> job) { return prepare && prepare->run(std::move(job)); };
+  StreamServer serving(io, metrics, slots, submit, offload);
   UdsServer server(io, cfg.server, metrics, serving);
   // Claim the socket before the (slow) model load, so a second daemon fails fast.
   if (st = server.listen(); !st.ok()) {

@@ -30,7 +30,7 @@ namespace uma::http_route {
 using ChatTemplate = std::function<Status(const ChatRequest&, ChatPrompt*)>;
 
 // Text to tokens with the model's vocabulary (add_special: its BOS; parse_special: control tokens
-// written as text become theirs), and tokens back to text. Callable on the I/O thread.
+// written as text become theirs), and tokens back to text. Callable from any thread.
 using Tokenize = std::function<Status(std::string_view text, bool add_special, bool parse_special, std::vector<std::int32_t>* out)>;
 using TokenText = std::function<std::string(std::int32_t token)>;  // a token's bytes ("" when not in the vocabulary)
 

@@ -37,6 +37,10 @@ class HttpAdapter final : public ProtocolAdapter {
   std::size_t max_buffered() const override { return site_.config.max_header_bytes + site_.config.max_body_bytes; }
 
   std::optional<Input> next(bool busy) override {
+    if (deferred_) {  // what the offloaded route made of the request read before
+      const std::shared_ptr<Deferred> d = std::move(deferred_);
+      return routed(std::move(d->routed));
+    }
     if (busy) return std::nullopt;  // a pipelined request waits for the reply in flight
     HttpRequest req;
     Status error;
@@ -48,7 +52,7 @@ class HttpAdapter final : public ProtocolAdapter {
       case RequestReader::Result::kRequest: break;
     }
     keep_alive_ = req.keep_alive;
-    return route(req);
+    return route(std::move(req));
   }
 
   void started(RequestId id, std::string& out) override {
@@ -200,7 +204,7 @@ class HttpAdapter final : public ProtocolAdapter {
     return error_answer(error);
   }
 
-  Input route(const HttpRequest& req) {
+  Input route(HttpRequest req) {
     req_.ignored_fields.clear();  // a previous request's: never named on this one's answer
     const AccessCheck access = check_access(site_.access, req);
     cors_ = access.cors;
@@ -221,7 +225,26 @@ class HttpAdapter final : public ProtocolAdapter {
     ctx.tokenize = &site_.tokenize;
     ctx.token_text = &site_.token_text;
     ctx.facts = &site_.facts;
-    http_route::Routed routed = http_route::route(req.method, req.target, req.body, ctx);
+    if (req.body.size() < site_.config.offload_body_bytes) return routed(http_route::route(req.method, req.target, req.body, ctx));
+    // A large body: parsed, checked and rendered off the I/O thread, which meanwhile writes every
+    // other stream's tokens. The job owns its copy of everything; the site outlives it.
+    auto d = std::make_shared<Deferred>();
+    d->method = req.method;
+    d->target = std::move(req.target);
+    d->body = std::move(req.body);
+    d->ctx = ctx;
+    deferred_ = d;
+    return Defer{[d] {
+      try {
+        d->routed = http_route::route(d->method, d->target, d->body, d->ctx);
+      } catch (const std::exception&) {  // route() does not throw; a renderer might
+        d->routed.action = http_route::error_reply(ErrorCode::kInternal, "internal error");
+      }
+    }};
+  }
+
+  // A routed request: an answer, or a completion to start.
+  Input routed(http_route::Routed routed) {
     if (routed.completion_endpoint) site_.metrics.requests_total++;
     if (auto* reply = std::get_if<http_route::Reply>(&routed.action)) {
       return Answer{respond(reply->status, reply->content_type, reply->body), reply->error, !keep_alive_};
@@ -246,8 +269,18 @@ class HttpAdapter final : public ProtocolAdapter {
     return http_reply(status, content_type, body, keep_alive_, extra_headers());
   }
 
+  // A request whose routing runs off the I/O thread, and what it made of it.
+  struct Deferred {
+    boost::beast::http::verb method;
+    std::string target;
+    std::string body;
+    http_route::Context ctx;
+    http_route::Routed routed;
+  };
+
   const HttpSite& site_;
   RequestReader reader_;
+  std::shared_ptr<Deferred> deferred_;  // from Defer until the next next()
   bool keep_alive_ = true;
   // The completion in flight.
   openai::CompletionRequest req_;

@@ -41,6 +41,7 @@ struct HttpConfig {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;                  // 0: any free port (see port())
   std::size_t max_body_bytes = 1 << 20;
+  std::size_t offload_body_bytes = 4096;     // larger bodies are parsed and rendered off the I/O thread
   std::int32_t timeout_sec = 30;              // to receive a whole request; idle keep-alive too
   std::size_t max_header_bytes = 16 * 1024;
   std::int32_t max_connections = 256;         // open HTTP connections; more are closed at once

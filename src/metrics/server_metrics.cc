@@ -102,6 +102,7 @@ const std::vector<Scalar>& scalars() {
       {"embedding_requests_total", "embedding_requests_total", Type::kCounter, "Embeddings requests received by the scheduler.", load(&M::embedding_requests_total)},
       {"embedding_tokens_total", "embedding_tokens_total", Type::kCounter, "Input tokens embedded.", load(&M::embedding_tokens_total)},
       {"ignored_fields_total", "ignored_fields_total", Type::kCounter, "Request fields no one defined, accepted and ignored (X-Uma-Ignored-Fields).", load(&M::ignored_fields_total)},
+      {"inputs_prepared_off_io_total", "inputs_prepared_off_io_total", Type::kCounter, "Request bodies parsed and rendered on the prepare stage's thread, not the I/O thread.", load(&M::inputs_prepared_off_io_total)},
       {"gateway_tokens_total", "gateway_tokens_total", Type::kCounter, "Prompts a gateway sent as token ids (uma.prompt_tokens), not tokenized here.", load(&M::gateway_tokens_total)},
       {"requests_admitted_total", "requests_admitted_total", Type::kCounter, "Requests admitted by the scheduler.", load(&M::requests_admitted_total)},
       {"resumed_total", "resumptions_total", Type::kCounter, "Paused sessions resumed.", load(&M::resumed_total)},

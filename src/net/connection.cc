@@ -13,14 +13,15 @@ namespace uma {
 namespace asio = boost::asio;
 
 const char* conn_state_name(ConnState s) {
-  constexpr const char* kNames[] = {"idle", "busy", "closing", "closed"};
+  constexpr const char* kNames[] = {"idle", "busy", "preparing", "closing", "closed"};
   return kNames[static_cast<std::size_t>(s)];
 }
 
 bool conn_transition_legal(ConnState from, ConnState to) {
   switch (from) {
     case ConnState::kIdle: return to != ConnState::kIdle;
-    case ConnState::kBusy: return to != ConnState::kBusy;
+    case ConnState::kBusy: return to != ConnState::kBusy && to != ConnState::kPreparing;
+    case ConnState::kPreparing: return to != ConnState::kPreparing && to != ConnState::kBusy;
     case ConnState::kClosing: return to == ConnState::kClosing || to == ConnState::kClosed;
     case ConnState::kClosed: return false;
   }

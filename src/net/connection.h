@@ -1,7 +1,8 @@
 // Connection: one stream socket (Unix or TCP; accepted, or later dialled by the gateway) and what
 // every user of one does with it, written once:
 // - one state (memcached's conn_states): idle -> busy -> idle ... -> closing -> closed, changed only
-//   through set_state(), which aborts on a transition nobody wrote code for;
+//   through set_state(), which aborts on a transition nobody wrote code for (idle -> preparing ->
+//   idle when a request's input is parsed off the I/O thread first);
 // - a read kept armed (so a peer that leaves is seen at once, even mid-request) unless the owner
 //   says its unserved input is full (backpressure) or the peer has ended its side;
 // - a write queue whose cap counts everything unsent, queued and in flight (net/tx_queue.h); a
@@ -40,6 +41,7 @@ using StreamSocket = boost::asio::generic::stream_protocol::socket;
 enum class ConnState : std::uint8_t {
   kIdle,     // waiting for a request (or, outbound, free to send one)
   kBusy,     // a request is in flight
+  kPreparing,  // its next input is being parsed off the I/O thread; nothing else is served meanwhile
   kClosing,  // what is queued is sent, then it closes; no new request starts
   kClosed,   // final
 };

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,7 +42,14 @@ class ProtocolAdapter {
     ErrorCode error = ErrorCode::kOk;  // counted in the errors metric unless kOk
     bool close = false;                // close the connection once it is sent
   };
-  using Input = std::variant<Start, Cancel, Answer>;
+  // Work to do off the I/O thread before the input it read can be served (a large body's parse, a
+  // chat's rendering): the server runs `work` on its offload pool (or right here, without one),
+  // serves nothing else of this connection meanwhile, then calls next() again, which returns what
+  // the work made of it. `work` touches only what it owns: the adapter goes on being fed.
+  struct Defer {
+    std::function<void()> work;
+  };
+  using Input = std::variant<Start, Cancel, Answer, Defer>;
 
   virtual ~ProtocolAdapter() = default;
 

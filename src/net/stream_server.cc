@@ -39,8 +39,10 @@ FrontEndConfig front_end_config(FrontEnd front_end, std::int32_t max_connections
   return s;
 }
 
-StreamServer::StreamServer(asio::io_context& io, ServerMetrics& metrics, SessionSlots& slots, WorkSubmit submit)
-    : io_(io), metrics_(metrics), slots_(slots), submit_(std::move(submit)), sweep_timer_(io), shutdown_timer_(io) {}
+StreamServer::StreamServer(asio::io_context& io, ServerMetrics& metrics, SessionSlots& slots, WorkSubmit submit,
+                           Offload offload)
+    : io_(io), metrics_(metrics), slots_(slots), submit_(std::move(submit)), offload_(std::move(offload)),
+      sweep_timer_(io), shutdown_timer_(io) {}
 
 StreamServer::~StreamServer() = default;
 
@@ -103,11 +105,39 @@ void StreamServer::serve(const ConnPtr& c) {
       start_request(c, std::move(*start));
     } else if (auto* a = std::get_if<ProtocolAdapter::Answer>(&*in)) {
       answer(c, std::move(*a));
+    } else if (auto* d = std::get_if<ProtocolAdapter::Defer>(&*in)) {
+      if (defer(c, std::move(*d))) return;  // served again once prepared
     } else if (c->request != 0) {  // Cancel
       cancel_all(c);
     }
   }
   if (c->state() == ConnState::kIdle && (c->peer_eof() || shutting_down_)) c->close_when_flushed();
+}
+
+bool StreamServer::defer(const ConnPtr& c, ProtocolAdapter::Defer d) {
+  auto work = std::make_shared<std::function<void()>>(std::move(d.work));
+  // The job holds the connection weakly: one that closes meanwhile is freed as usual, and what
+  // its adapter deferred is dropped with the job.
+  const bool offloaded = offload_ && offload_([this, weak = std::weak_ptr<Conn>(c), work] {
+    (*work)();
+    asio::post(io_, [this, weak] {
+      if (ConnPtr c = weak.lock()) prepared(c);
+    });
+  });
+  if (!offloaded) {
+    (*work)();
+    return false;
+  }
+  c->set_state(ConnState::kPreparing);
+  metrics_.inputs_prepared_off_io_total++;
+  return true;
+}
+
+void StreamServer::prepared(const ConnPtr& c) {
+  if (c->state() != ConnState::kPreparing) return;  // closing or closed meanwhile
+  c->set_state(ConnState::kIdle);
+  run_guarded([&] { serve(c); }, [&](const char* what) { on_failure(c, what); });
+  c->start_reading();  // reading may have paused on a full input meanwhile
 }
 
 void StreamServer::start_request(const ConnPtr& c, ProtocolAdapter::Start start) {

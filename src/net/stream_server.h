@@ -3,7 +3,9 @@
 // accepted socket to adopt() under its front end, and supplies that front end's ProtocolAdapter per
 // connection (net/protocol_adapter.h); everything else is here, once:
 // - at most max_connections open per front end (more are closed as they arrive and counted);
-// - input served in order: the adapter parses, the server starts, cancels or answers;
+// - input served in order: the adapter parses, the server starts, cancels or answers; what the
+//   adapter defers (a large body) is parsed on the offload pool while the connection waits in
+//   "preparing" (its reads stay armed, so a client that leaves is still seen);
 // - a request takes one of the daemon's session slots (net/session_slots.h, shared by all front
 //   ends) from its start until its last event; an idle keep-alive connection holds none; a request
 //   whose client left is cancelled and keeps its slot until the scheduler has ended it;
@@ -63,8 +65,12 @@ FrontEndConfig front_end_config(FrontEnd front_end, std::int32_t max_connections
 class StreamServer final : public EventSink, private ConnectionOwner {
  public:
   using AdapterFactory = std::function<std::unique_ptr<ProtocolAdapter>()>;
+  // Runs a job on another thread and returns true, or returns false (the job then runs here).
+  // The jobs it accepted must have run, or been dropped unrun, before the server is destroyed.
+  using Offload = std::function<bool(std::function<void()>)>;
 
-  StreamServer(boost::asio::io_context& io, ServerMetrics& metrics, SessionSlots& slots, WorkSubmit submit);
+  StreamServer(boost::asio::io_context& io, ServerMetrics& metrics, SessionSlots& slots, WorkSubmit submit,
+               Offload offload = nullptr);
   ~StreamServer() override;
 
   // A front end its listener adopts sockets under (before any is adopted).
@@ -96,6 +102,8 @@ class StreamServer final : public EventSink, private ConnectionOwner {
   void on_failure(const ConnectionPtr& c, const char* what) override;
 
   void serve(const ConnPtr& c);
+  bool defer(const ConnPtr& c, ProtocolAdapter::Defer d);  // false: it ran here
+  void prepared(const ConnPtr& c);
   void start_request(const ConnPtr& c, ProtocolAdapter::Start start);
   void answer(const ConnPtr& c, ProtocolAdapter::Answer a);
   void on_events(std::vector<Event>& events);
@@ -119,6 +127,7 @@ class StreamServer final : public EventSink, private ConnectionOwner {
   ServerMetrics& metrics_;
   SessionSlots& slots_;
   WorkSubmit submit_;
+  Offload offload_;
   ConnectionTable<Conn> table_;
   boost::asio::steady_timer sweep_timer_;
   boost::asio::steady_timer shutdown_timer_;

@@ -13,24 +13,41 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace uma {
 namespace {
 
 using namespace std::chrono_literals;
 
-// "go\n" starts a request, "boom\n" throws; events are encoded as "tok:<text>" and "end".
+// "go\n" starts a request, "boom\n" throws, "prep:<text>\n" defers its parse (the deferred work
+// makes <text> the prompt); events are encoded as "tok:<text>" and "end".
 class LineAdapter final : public ProtocolAdapter {
  public:
   void feed(std::string_view b) override { in_.append(b); }
   std::size_t buffered() const override { return in_.size(); }
   std::size_t max_buffered() const override { return 1024; }
   std::optional<Input> next(bool busy) override {
+    if (deferred_) {
+      EXPECT_TRUE(deferred_->done) << "next() before the deferred work ran";
+      Request r;
+      r.prompt = deferred_->prompt;
+      deferred_.reset();
+      return Start{std::move(r), 1, {}};
+    }
     const auto nl = in_.find('\n');
     if (busy || nl == std::string::npos) return std::nullopt;
     const std::string line = in_.substr(0, nl);
     in_.erase(0, nl + 1);
     if (line == "boom") throw std::runtime_error("adapter bug");
+    if (line.rfind("prep:", 0) == 0) {
+      auto d = std::make_shared<Deferred>();
+      deferred_ = d;
+      return Defer{[d, text = line.substr(5)] {
+        d->prompt = text;
+        d->done = true;
+      }};
+    }
     Request r;
     r.prompt = line;
     if (line == "go3") {  // three choices, seeded
@@ -48,15 +65,28 @@ class LineAdapter final : public ProtocolAdapter {
   std::string internal_error() override { return "internal\n"; }
 
  private:
+  struct Deferred {
+    std::string prompt;
+    bool done = false;
+  };
   std::string in_;
+  std::shared_ptr<Deferred> deferred_;
 };
 
 class Fixture {
  public:
-  explicit Fixture(std::int32_t max_sessions) : slots(max_sessions) {
-    server = std::make_unique<StreamServer>(io, metrics, slots, [this](WorkItem w) { work.push_back(std::move(w)); });
+  // offload: deferred work waits in `jobs` for the test to run it (run_jobs()); else it runs inline.
+  explicit Fixture(std::int32_t max_sessions, bool offload = false) : slots(max_sessions) {
+    StreamServer::Offload off;
+    if (offload) off = [this](std::function<void()> job) {
+      jobs.push_back(std::move(job));
+      return true;
+    };
+    server = std::make_unique<StreamServer>(io, metrics, slots, [this](WorkItem w) { work.push_back(std::move(w)); },
+                                            std::move(off));
     FrontEndConfig cfg;
     cfg.eof_closes = true;
+    cfg.connections_open = &metrics.connections_open;
     server->add_front_end(cfg, [] { return std::make_unique<LineAdapter>(); });
   }
   // A connected client: its end of a socket pair, the other end adopted by the server.
@@ -99,10 +129,18 @@ class Fixture {
     server->deliver({ev});
   }
 
+  void run_jobs() {
+    for (auto& job : std::exchange(jobs, {})) job();
+  }
+  std::size_t requests() const {
+    return static_cast<std::size_t>(std::count_if(work.begin(), work.end(), [](const WorkItem& w) { return std::holds_alternative<Request>(w); }));
+  }
+
   boost::asio::io_context io;
   ServerMetrics metrics;
   SessionSlots slots;
   std::vector<WorkItem> work;
+  std::vector<std::function<void()>> jobs;
   std::unique_ptr<StreamServer> server;
 };
 
@@ -197,6 +235,51 @@ TEST(StreamServer, WhatAHandlerThrowsEndsThatConnectionOnly) {
   ::close(b);
 }
 
+TEST(StreamServer, DeferredInputIsServedOnceItsWorkHasRunAndInOrder) {
+  Fixture f(4, true);
+  const int a = f.connect();
+  send_text(a, "prep:long\ngo\n");
+  ASSERT_TRUE(f.poll_until([&] { return f.jobs.size() == 1; }));
+  EXPECT_EQ(f.requests(), 0u) << "nothing of the connection is served while its input is prepared";
+  EXPECT_EQ(f.metrics.inputs_prepared_off_io_total.load(), 1u);
+  f.run_jobs();
+  EXPECT_EQ(f.read_until(a, "started\n"), "started\n");
+  ASSERT_EQ(f.requests(), 1u);
+  EXPECT_EQ(std::get<Request>(f.work.back()).prompt, "long") << "the deferred work's result started";
+  f.end(f.last_started());
+  EXPECT_EQ(f.read_until(a, "end\nstarted\n"), "end\nstarted\n") << "the pipelined request after it";
+  EXPECT_EQ(f.requests(), 2u);
+  ::close(a);
+}
+
+TEST(StreamServer, AClientThatLeavesWhileItsInputIsPreparedTakesNothing) {
+  Fixture f(1, true);
+  const int a = f.connect();
+  send_text(a, "prep:long\n");
+  ASSERT_TRUE(f.poll_until([&] { return f.jobs.size() == 1; }));
+  ::close(a);
+  ASSERT_TRUE(f.poll_until([&] { return f.metrics.connections_open.load() == 0; })) << "the close is seen while preparing";
+  f.run_jobs();
+  f.io.poll();  // the job's completion finds no connection
+  f.io.restart();
+  EXPECT_EQ(f.requests(), 0u);
+  EXPECT_EQ(f.slots.in_use(), 0);
+  const int b = f.connect();  // the one slot is free
+  send_text(b, "go\n");
+  EXPECT_EQ(f.read_until(b, "started\n"), "started\n");
+  ::close(b);
+}
+
+TEST(StreamServer, WithoutAnOffloadPoolDeferredWorkRunsInline) {
+  Fixture f(4);
+  const int a = f.connect();
+  send_text(a, "prep:here\n");
+  EXPECT_EQ(f.read_until(a, "started\n"), "started\n");
+  EXPECT_EQ(std::get<Request>(f.work.back()).prompt, "here");
+  EXPECT_EQ(f.metrics.inputs_prepared_off_io_total.load(), 0u);
+  ::close(a);
+}
+
 // Closes a connection, then tries to make it idle again.
 void reopen_a_closed_connection() {
   spdlog::set_default_logger(spdlog::stderr_color_st("death"));  // the message goes to stderr
@@ -221,6 +304,10 @@ TEST(ConnectionDeathTest, AnIllegalStateChangeAborts) {
   EXPECT_TRUE(conn_transition_legal(ConnState::kClosing, ConnState::kClosing));
   EXPECT_FALSE(conn_transition_legal(ConnState::kClosing, ConnState::kIdle));
   EXPECT_FALSE(conn_transition_legal(ConnState::kClosed, ConnState::kClosing));
+  EXPECT_TRUE(conn_transition_legal(ConnState::kIdle, ConnState::kPreparing));
+  EXPECT_TRUE(conn_transition_legal(ConnState::kPreparing, ConnState::kIdle));
+  EXPECT_FALSE(conn_transition_legal(ConnState::kBusy, ConnState::kPreparing));
+  EXPECT_FALSE(conn_transition_legal(ConnState::kPreparing, ConnState::kBusy));
   EXPECT_DEATH(reopen_a_closed_connection(), "illegal state change closed -> idle");
 }
 

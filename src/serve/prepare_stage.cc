@@ -6,7 +6,7 @@ namespace uma {
 
 PrepareStage::PrepareStage(Options options, Tokenize tokenize, WorkSubmit next)
     : options_(options), tokenize_(std::move(tokenize)), next_(std::move(next)) {
-  for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { run(); });
+  for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { serve(); });
 }
 
 PrepareStage::~PrepareStage() {
@@ -47,21 +47,36 @@ void PrepareStage::submit(WorkItem item) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_[r.id] = false;
-    queue_.push_back(std::move(r));
+    queue_.emplace_back(std::move(r));
   }
   cv_.notify_one();
 }
 
-void PrepareStage::run() {
+bool PrepareStage::run(std::function<void()> job) {
+  if (threads_.empty()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(std::move(job));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void PrepareStage::serve() {
   for (;;) {
-    Request r;
+    std::variant<Request, std::function<void()>> item;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       if (stop_) return;
-      r = std::move(queue_.front());
+      item = std::move(queue_.front());
       queue_.pop_front();
     }
+    if (auto* job = std::get_if<std::function<void()>>(&item)) {
+      (*job)();
+      continue;
+    }
+    Request& r = std::get<Request>(item);
     prepare(r);
     const RequestId id = r.id;
     next_(std::move(r));

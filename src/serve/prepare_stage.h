@@ -5,7 +5,8 @@
 // `threads` threads of the stage's own; shorter ones, microseconds of work, are tokenized on the
 // submitting thread rather than paying two thread hops (llama-server tokenizes on its HTTP
 // threads, vLLM in its front-end process). A prompt that already has token ids (a client's, or a
-// gateway's: `uma.prompt_tokens`) passes through.
+// gateway's: `uma.prompt_tokens`) passes through. The same threads run the front ends' own
+// preparation (run(): an HTTP body parsed and its chat rendered), so one pool does all of it.
 //
 // Order: a request's cancel never overtakes it (a cancel for a request still being prepared goes
 // right after it); requests may overtake each other (a short prompt is not held behind a long one).
@@ -25,6 +26,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "common/status.h"
@@ -46,9 +48,11 @@ class PrepareStage {
   PrepareStage& operator=(const PrepareStage&) = delete;
 
   void submit(WorkItem item);
+  // Runs `job` on the stage's threads, in turn with the prompts; false (not run) without threads.
+  bool run(std::function<void()> job);
 
  private:
-  void run();
+  void serve();  // a stage thread
   void prepare(Request& r) const;  // text -> token ids, where it tokenizes
 
   Options options_;
@@ -56,7 +60,7 @@ class PrepareStage {
   WorkSubmit next_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Request> queue_;                    // guarded by mu_
+  std::deque<std::variant<Request, std::function<void()>>> queue_;  // guarded by mu_
   std::unordered_map<RequestId, bool> pending_;  // id -> cancelled meanwhile; guarded by mu_
   bool stop_ = false;                            // guarded by mu_
   std::vector<std::thread> threads_;

@@ -181,6 +181,36 @@ TEST(UmadHttp, TheModelsOwnChatTemplateRendersChat) {
   EXPECT_EQ(j["usage"]["prompt_tokens"], oracle().tokenize(rendered).size());
 }
 
+// A body over 4 KiB is parsed and its chat rendered on the prepare stage's thread, not the I/O
+// thread: the same exact answer, and the counter says where it ran; a small one stays inline.
+TEST(UmadHttp, ALargeChatIsRenderedOffTheIoThreadAndAnsweredExactly) {
+  Daemon d(args({"--http", "127.0.0.1:0", "--n-ctx", "8192"}), "oracle-qwen25-template.gguf");
+  ASSERT_TRUE(d.started()) << d.log();
+  const std::string system = Oracle::long_prompt(1000, "offload");
+  ASSERT_GT(system.size(), 4096u);
+  const nlohmann::json body = {{"max_tokens", 8},
+                               {"messages", {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", "Hi"}}}}};
+  const std::string rendered = "<|im_start|>system\n" + system +
+                               "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  Tcp t(http_port(d));
+  ASSERT_TRUE(t.send(post("/v1/chat/completions", body.dump())));
+  std::string r = t.response();
+  ASSERT_EQ(status_of(r), 200) << r;
+  nlohmann::json j = nlohmann::json::parse(body_of(r));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], oracle().expected_text(rendered, 8));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], oracle().tokenize(rendered).size());
+  EXPECT_EQ(metrics(d)["inputs_prepared_off_io_total"], 1);
+  // A malformed large body: its error comes back the same way, and the connection serves on.
+  ASSERT_TRUE(t.send(post("/v1/chat/completions", "{\"messages\": [" + std::string(5000, ' ') + "}")));
+  r = t.response();
+  EXPECT_EQ(status_of(r), 400) << r;
+  ASSERT_TRUE(t.send(post("/v1/completions", R"({"prompt":"hello world","max_tokens":5,"temperature":0})")));
+  r = t.response();
+  ASSERT_EQ(status_of(r), 200) << r;
+  EXPECT_EQ(nlohmann::json::parse(body_of(r))["choices"][0]["text"], oracle().expected_text("hello world", 5));
+  EXPECT_EQ(metrics(d)["inputs_prepared_off_io_total"], 2) << "the small one ran inline";
+}
+
 TEST(UmadHttp, ChatWithoutATemplateFallsBackToChatmlAndSaysSo) {
   Daemon d(args({"--http", "127.0.0.1:0"}));  // the oracle model has no chat template
   ASSERT_TRUE(d.started()) << d.log();
