@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ipc/unix_connect.h"
+#include "net/unix_connect.h"
 
 namespace uma {
 

@@ -1,5 +1,6 @@
-// Upstream with its pool on a real loopback socket, on one I/O loop: kept-alive connections are
-// reused, and a request on one the server closed goes again on a fresh connection.
+// The HTTP clients on a real loopback socket: Upstream with its pool on one I/O loop, and the
+// blocking HttpClient against a server on a loop of its own. For both, kept-alive connections
+// are reused, and a request on one the server closed goes again on a fresh connection.
 #include "httpkit/upstream.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +10,9 @@
 #include <boost/asio/write.hpp>
 
 #include <functional>
+#include <thread>
 
+#include "httpkit/http_client.h"
 #include "httpkit/request_server.h"
 
 namespace uma {
@@ -116,6 +119,71 @@ TEST(UpstreamPool, ARequestOnAConnectionTheServerClosedGoesAgainOnAFreshOne) {
   EXPECT_EQ(pool.reused(), 2u);
   EXPECT_EQ(pool.dialled(), 3u);
   EXPECT_EQ(server.served, 3);
+}
+
+// A server's loop on its own thread, for the blocking client on the test's.
+class LoopThread {
+ public:
+  explicit LoopThread(asio::io_context& io) : io_(io), guard_(asio::make_work_guard(io)), thread_([this] { io_.run(); }) {}
+  ~LoopThread() {
+    guard_.reset();
+    io_.stop();
+    thread_.join();
+  }
+
+ private:
+  asio::io_context& io_;
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::thread thread_;
+};
+
+// Three requests, each read to its end: their bodies, and how many connections they took.
+std::vector<std::string> three_gets(HttpClient& client, std::string* failure) {
+  std::vector<std::string> bodies;
+  for (int i = 0; i < 3; ++i) {
+    const auto deadline = BlockingClock::now() + std::chrono::seconds(10);
+    std::string body;
+    if (client.request("GET", "/n", "", deadline, failure) != Read::kData ||
+        client.response().body(&body, deadline, failure) != Read::kData) {
+      return bodies;
+    }
+    client.finish();
+    bodies.push_back(body);
+  }
+  return bodies;
+}
+
+TEST(HttpClient, AKeptAliveConnectionServesTheNextRequest) {
+  asio::io_context io;
+  int served = 0;  // on the loop's thread
+  RequestServer server(io, RequestServerConfig{}, [&](const HttpExchangePtr& ex) {
+    ex->reply(200, "text/plain", std::to_string(++served));
+  });
+  ASSERT_TRUE(server.listen().ok());
+  server.start();
+  {
+    LoopThread loop(io);
+    HttpClient client("127.0.0.1", server.port());
+    std::string failure;
+    EXPECT_EQ(three_gets(client, &failure), (std::vector<std::string>{"1", "2", "3"})) << failure;
+    EXPECT_EQ(client.connections_opened(), 1);
+    HttpClient once("127.0.0.1", server.port(), false);  // Connection: close, and a dial each
+    EXPECT_EQ(three_gets(once, &failure), (std::vector<std::string>{"4", "5", "6"})) << failure;
+    EXPECT_EQ(once.connections_opened(), 3);
+  }
+  server.stop();
+}
+
+TEST(HttpClient, ARequestOnAConnectionTheServerClosedGoesAgainOnAFreshOne) {
+  asio::io_context io;
+  OneShotServer server(io);
+  {
+    LoopThread loop(io);
+    HttpClient client("127.0.0.1", server.port());
+    std::string failure;
+    EXPECT_EQ(three_gets(client, &failure), (std::vector<std::string>{"1", "2", "3"})) << failure;
+    EXPECT_EQ(client.connections_opened(), 3);
+  }
 }
 
 }  // namespace

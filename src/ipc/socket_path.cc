@@ -1,6 +1,6 @@
 #include "ipc/socket_path.h"
 
-#include "ipc/unix_connect.h"
+#include "net/unix_connect.h"
 
 #include <sys/stat.h>
 #include <sys/un.h>

@@ -1,7 +1,7 @@
 #include "e2e/daemon_harness.h"
 
 #include "client/uma_client.h"
-#include "ipc/unix_connect.h"
+#include "net/unix_connect.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,13 +1,5 @@
 #include "e2e/http_client.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cctype>
-#include <cerrno>
-#include <cstdlib>
 #include <regex>
 
 #include "e2e/json_helpers.h"
@@ -38,42 +30,30 @@ std::size_t response_length(const std::string& b) {
 }
 
 Tcp::Tcp(int port, int rcvbuf) {
-  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd_);
-    fd_ = -1;
-    return;
-  }
-  timeval rcv{0, 200 * 1000};
-  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &rcv, sizeof rcv);
-  timeval snd{10, 0};  // a peer that stops reading without closing cannot block a test forever
-  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof snd);
+  std::string error;
+  socket_ = BlockingSocket::tcp("127.0.0.1", port, rcvbuf, &error);
 }
 
 Tcp::~Tcp() { close(); }
 
 bool Tcp::send(const std::string& s) {
-  for (std::size_t off = 0; off < s.size();) {
-    const ssize_t n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    off += static_cast<std::size_t>(n);
-  }
-  return true;
+  // A peer that stops reading without closing cannot block a test forever.
+  std::string error;
+  return socket_.send_all(s, BlockingClock::now() + std::chrono::seconds(10), &error);
 }
 
 std::string Tcp::read_until(const std::function<bool(const std::string&)>& done, std::chrono::milliseconds timeout) {
-  const auto end = TestClock::now() + timeout;
-  while (!closed_ && !done(buf_) && TestClock::now() < end) {
-    char tmp[4096];
-    const ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
-    if (n > 0) {
-      buf_.append(tmp, static_cast<std::size_t>(n));
-    } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+  const auto end = BlockingClock::now() + timeout;
+  char tmp[4096];
+  while (!closed_ && !done(buf_)) {
+    std::size_t n = 0;
+    std::string error;
+    const Read r = socket_.read_some(tmp, sizeof tmp, end, &n, &error);
+    if (r == Read::kData) {
+      buf_.append(tmp, n);
+    } else if (r == Read::kTimeout) {
+      break;
+    } else {
       closed_ = true;  // EOF, or a reset (the server closed with our bytes unread)
     }
   }
@@ -94,12 +74,9 @@ bool Tcp::closed_by_peer(std::chrono::milliseconds timeout) {
   return closed_;
 }
 
-void Tcp::shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+void Tcp::shutdown_write() { socket_.shutdown_write(); }
 
-void Tcp::close() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
+void Tcp::close() { socket_.close(); }
 
 std::string body_of(const std::string& response) {
   const std::size_t h = response.find("\r\n\r\n");

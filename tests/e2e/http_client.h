@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "e2e/daemon_harness.h"
+#include "net/blocking_socket.h"
 
 namespace uma::test {
 
@@ -21,14 +22,14 @@ std::vector<std::string> http_args(std::vector<std::string> extra);
 // chunked body), or std::string::npos while it is incomplete. A head with neither is whole.
 std::size_t response_length(const std::string& b);
 
-// A TCP connection to the daemon's HTTP port.
+// A TCP connection to the daemon's HTTP port, raw bytes both ways (on net/blocking_socket.h).
 class Tcp {
  public:
   explicit Tcp(int port, int rcvbuf = 0);
   ~Tcp();
   Tcp(const Tcp&) = delete;
   Tcp& operator=(const Tcp&) = delete;
-  bool connected() const { return fd_ >= 0; }
+  bool connected() const { return socket_.valid(); }
   // Sends all of `s` (false if the peer closed or reset first, or 10 s passed).
   bool send(const std::string& s);
   // Reads until `done(buffer)`, the peer closes (or resets) or `timeout` passes.
@@ -46,7 +47,7 @@ class Tcp {
   void close();
 
  private:
-  int fd_ = -1;
+  BlockingSocket socket_;
   std::string buf_;
   bool closed_ = false;
 };

@@ -3,12 +3,14 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/daemon_harness.h"
+#include "e2e/http_client.h"
+#include "e2e/json_helpers.h"
 
 namespace uma::test {
 namespace {
 
-nlohmann::json bench(const Daemon& d, std::vector<std::string> args) {
-  std::vector<std::string> argv = {bin_path("uma-bench"), "--target", "uds:" + d.socket(), "--json"};
+nlohmann::json bench(const Daemon& d, std::vector<std::string> args, std::string target = "") {
+  std::vector<std::string> argv = {bin_path("uma-bench"), "--target", target.empty() ? "uds:" + d.socket() : target, "--json"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::string out;
   EXPECT_EQ(run_command(argv, &out, 120), 0) << out;
@@ -59,6 +61,32 @@ TEST(UmaBench, ErrorsAreCountedByKind) {
   const auto j = bench(d, {"-n", "3", "--prompt-tokens", "200", "--output-tokens", "100", "--warmup", "0"});
   EXPECT_EQ(j["runs"][0]["ok"], 0);
   EXPECT_EQ(j["runs"][0]["errors"]["E_LIMIT_CONTEXT"], 3);
+}
+
+// Over HTTP, with and without --keep-alive: every request served, and the connections umad
+// accepted say whether they were reused (2 clients: at most 2 connections for 1 warm-up + 6
+// requests; 1 when one client's requests all ran before the other's first).
+TEST(UmaBench, HttpKeepAliveReusesAConnectionPerClient) {
+  Daemon d(http_args({"--max-tokens", "64"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  const std::string target = "http://127.0.0.1:" + std::to_string(http_port(d));
+  for (const bool keep_alive : {true, false}) {
+    const auto before = metrics(d)["connections_accepted_total"].get<int>();
+    std::vector<std::string> args = {"-c", "2", "-n", "6", "--prompt-tokens", "16", "--output-tokens", "8"};
+    if (keep_alive) args.push_back("--keep-alive");
+    const auto j = bench(d, args, target);
+    EXPECT_EQ(j["runs"][0]["ok"], 6) << j.dump();
+    EXPECT_EQ(j["runs"][0]["output_tokens"], 6 * 8);
+    EXPECT_EQ(j["runs"][0]["itl_ms"]["n"], 6 * 7);
+    // Less the metrics read's own connection (each read counts its own).
+    const auto accepted = metrics(d)["connections_accepted_total"].get<int>() - before - 1;
+    if (keep_alive) {
+      EXPECT_GE(accepted, 1);
+      EXPECT_LE(accepted, 2) << "kept alive";
+    } else {
+      EXPECT_EQ(accepted, 7) << "a connection per request";
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Where uma-bench sends requests: umad over its framed JSON protocol (uds:PATH), or any
 // OpenAI-compatible server over HTTP (/v1/completions with SSE streaming), so the same workload
-// drives umad and llama-server. Each run() opens its own connection: callable from many threads.
+// drives umad and llama-server. run() may be called from many threads at once: each request has
+// a connection of its own (over HTTP, a kept-alive one from the target's pool with keep_alive).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,6 @@ class Target {
 };
 
 // "uds:/tmp/uma.sock" or "http://127.0.0.1:8080"; nullptr with *error set when unparseable.
-std::unique_ptr<Target> make_target(const std::string& spec, std::string* error);
+std::unique_ptr<Target> make_target(const std::string& spec, std::string* error, bool keep_alive = false);
 
 }  // namespace uma::bench

@@ -225,11 +225,14 @@ int main(int argc, char** argv) {
                "umad, vLLM and llama-server take it)");
   app.add_option("--min-tokens", min_tokens, "no request ends before this many tokens (vLLM's min_tokens)")
       ->check(CLI::Range(0, 1 << 20));
+  bool keep_alive = false;
+  app.add_flag("--keep-alive", keep_alive, "http: targets: reuse connections across requests, as SDK clients do "
+               "(default: a connection per request)");
   CLI11_PARSE(app, argc, argv);
   if (requests <= 0 && duration <= 0) requests = workload == "sweep" ? 3 : 16;
 
   std::string err;
-  std::unique_ptr<Target> target = make_target(target_spec, &err);
+  std::unique_ptr<Target> target = make_target(target_spec, &err, keep_alive);
   if (!target) {
     std::cerr << "uma-bench: " << err << "\n";
     return 2;

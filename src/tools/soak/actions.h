@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 
+#include "net/blocking_socket.h"
 #include "tools/bench/workload.h"
 #include "tools/soak/soak.h"
 
@@ -49,8 +50,7 @@ void run_http(ClientState& c, Action a);
 // A slow reader's pace (trickling small reads, or stalling after its first bytes) and its reply's
 // length: long enough that a reader slower than the stream can outgrow the server's TX cap plus
 // the kernel's socket buffers, and be dropped.
-struct Pacing;
-Pacing slow_pacing(ClientState& c);
+uma::Pacing slow_pacing(ClientState& c);
 int slow_tokens(ClientState& c);
 
 // A prompt of more tokens than the context holds, or "" when --max-prompt-bytes cannot carry one.

@@ -1,4 +1,4 @@
-#include "ipc/unix_connect.h"
+#include "net/unix_connect.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>
