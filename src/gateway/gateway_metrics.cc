@@ -7,77 +7,65 @@
 
 namespace uma::gateway {
 
-namespace {
-
-void counter_text(std::string& out, const char* name, const char* help, double v, const char* type = "counter") {
-  prom::metric(out, name, help, v, std::string_view(type) == "gauge" ? prom::Type::kGauge : prom::Type::kCounter);
-}
-
-void histogram_text(std::string& out, const char* name, const char* help, const Histogram& h) {
-  prom::histogram(out, name, help, h.snapshot());
-}
-
-}  // namespace
-
 std::string GatewayServer::metrics_text() {
   std::string out;
   const GatewayMetrics& m = metrics_;
-  counter_text(out, "uma_gw_requests_total", "Completions routed.", static_cast<double>(m.requests_total));
-  counter_text(out, "uma_gw_abandoned_total", "Completions whose client left while their prompt was tokenized.",
+  prom::metric(out, "uma_gw_requests_total", "Completions routed.", static_cast<double>(m.requests_total));
+  prom::metric(out, "uma_gw_abandoned_total", "Completions whose client left while their prompt was tokenized.",
                static_cast<double>(m.abandoned_total));
-  counter_text(out, "uma_gw_bad_requests_total", "Requests the gateway answered with a 4xx itself.",
+  prom::metric(out, "uma_gw_bad_requests_total", "Requests the gateway answered with a 4xx itself.",
                static_cast<double>(m.bad_requests_total + server_.rejected()));
-  counter_text(out, "uma_gw_retries_total", "Requests sent again before their first byte.", static_cast<double>(m.retries_total));
-  counter_text(out, "uma_gw_resumes_total", "Streams resumed on another agent mid-stream.", static_cast<double>(m.resumes_total));
-  counter_text(out, "uma_gw_failed_total", "Requests ended with an error the gateway wrote.", static_cast<double>(m.failed_total));
-  counter_text(out, "uma_gw_unavailable_total", "Requests no agent could take.", static_cast<double>(m.unavailable_total));
-  counter_text(out, "uma_gw_overloaded_total", "Requests refused (429) because every agent was full and the queue was, or they waited too long.",
+  prom::metric(out, "uma_gw_retries_total", "Requests sent again before their first byte.", static_cast<double>(m.retries_total));
+  prom::metric(out, "uma_gw_resumes_total", "Streams resumed on another agent mid-stream.", static_cast<double>(m.resumes_total));
+  prom::metric(out, "uma_gw_failed_total", "Requests ended with an error the gateway wrote.", static_cast<double>(m.failed_total));
+  prom::metric(out, "uma_gw_unavailable_total", "Requests no agent could take.", static_cast<double>(m.unavailable_total));
+  prom::metric(out, "uma_gw_overloaded_total", "Requests refused (429) because every agent was full and the queue was, or they waited too long.",
                static_cast<double>(m.overloaded_total));
-  counter_text(out, "uma_gw_queued_total", "Requests that waited for room on an agent.", static_cast<double>(m.queued_total));
-  counter_text(out, "uma_gw_queued", "Requests waiting for room now.", static_cast<double>(waiting_.waiting_for_room()), "gauge");
-  counter_text(out, "uma_gw_agent_full_total", "Times an agent answered 429 (the request went elsewhere or waited).",
+  prom::metric(out, "uma_gw_queued_total", "Requests that waited for room on an agent.", static_cast<double>(m.queued_total));
+  prom::metric(out, "uma_gw_queued", "Requests waiting for room now.", static_cast<double>(waiting_.waiting_for_room()), prom::Type::kGauge);
+  prom::metric(out, "uma_gw_agent_full_total", "Times an agent answered 429 (the request went elsewhere or waited).",
                static_cast<double>(m.agent_full_total));
-  counter_text(out, "uma_gw_awaited_model_total", "Requests that waited for their model to be loaded somewhere.",
+  prom::metric(out, "uma_gw_awaited_model_total", "Requests that waited for their model to be loaded somewhere.",
                static_cast<double>(m.awaited_model_total));
-  counter_text(out, "uma_gw_awaiting_model", "Requests waiting for their model now.", static_cast<double>(waiting_.waiting_for_models()), "gauge");
+  prom::metric(out, "uma_gw_awaiting_model", "Requests waiting for their model now.", static_cast<double>(waiting_.waiting_for_models()), prom::Type::kGauge);
   if (cold_loads_ != nullptr) {
     const ColdLoadCounters& c = cold_loads_->counters();
-    counter_text(out, "uma_gw_model_loads_started_total", "Loads this gateway asked a loader for (it held the model's lock).",
+    prom::metric(out, "uma_gw_model_loads_started_total", "Loads this gateway asked a loader for (it held the model's lock).",
                  static_cast<double>(c.started));
-    counter_text(out, "uma_gw_model_loads_failed_total", "Loads this gateway asked for that failed.", static_cast<double>(c.failed));
-    counter_text(out, "uma_gw_model_load_lock_busy_total", "Times another gateway held a model's load lock.",
+    prom::metric(out, "uma_gw_model_loads_failed_total", "Loads this gateway asked for that failed.", static_cast<double>(c.failed));
+    prom::metric(out, "uma_gw_model_load_lock_busy_total", "Times another gateway held a model's load lock.",
                  static_cast<double>(c.lock_busy));
-    counter_text(out, "uma_gw_migrations_total", "Loads that made room by moving streams of models served elsewhere too.",
+    prom::metric(out, "uma_gw_migrations_total", "Loads that made room by moving streams of models served elsewhere too.",
                  static_cast<double>(c.migrations));
-    counter_text(out, "uma_gw_migrated_total", "Requests moved to another agent for such a load (resumed token-exactly).",
+    prom::metric(out, "uma_gw_migrated_total", "Requests moved to another agent for such a load (resumed token-exactly).",
                  static_cast<double>(m.migrated_total));
-    counter_text(out, "uma_gw_prefetches_total", "Prefetches of busy models this gateway asked loaders for (fan-out).",
+    prom::metric(out, "uma_gw_prefetches_total", "Prefetches of busy models this gateway asked loaders for (fan-out).",
                  static_cast<double>(c.prefetches));
-    counter_text(out, "uma_gw_prefetch_failures_total", "Prefetches refused or unreachable.", static_cast<double>(c.prefetch_failures));
+    prom::metric(out, "uma_gw_prefetch_failures_total", "Prefetches refused or unreachable.", static_cast<double>(c.prefetch_failures));
     if (!cold_loads_->prediction_errors().empty()) {
       std::vector<double> e(cold_loads_->prediction_errors().begin(), cold_loads_->prediction_errors().end());
       for (double& x : e) x = std::abs(x);
       std::nth_element(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(e.size() / 2), e.end());
-      counter_text(out, "uma_gw_load_prediction_error_median", "Median |predicted/measured - 1| of the loads this gateway asked for.",
-                   e[e.size() / 2], "gauge");
+      prom::metric(out, "uma_gw_load_prediction_error_median", "Median |predicted/measured - 1| of the loads this gateway asked for.",
+                   e[e.size() / 2], prom::Type::kGauge);
     }
   }
-  counter_text(out, "uma_gw_upstream_dialled_total", "Connections opened to agents for completions.",
+  prom::metric(out, "uma_gw_upstream_dialled_total", "Connections opened to agents for completions.",
                static_cast<double>(upstream_pool_.dialled()));
-  counter_text(out, "uma_gw_upstream_reused_total", "Completions sent on a kept-alive connection to their agent.",
+  prom::metric(out, "uma_gw_upstream_reused_total", "Completions sent on a kept-alive connection to their agent.",
                static_cast<double>(upstream_pool_.reused()));
   const VocabCache::Stats vs = vocabs_.stats();
-  counter_text(out, "uma_gw_vocab_hits_total", "Requests tokenized with a resident vocabulary.", static_cast<double>(vs.hits));
-  counter_text(out, "uma_gw_vocab_loads_total", "Vocabularies loaded from the catalog.", static_cast<double>(vs.loads));
-  counter_text(out, "uma_gw_vocab_load_failures_total", "Vocabularies that could not be loaded.", static_cast<double>(vs.load_failures));
-  counter_text(out, "uma_gw_vocab_evictions_total", "Vocabularies dropped for room (least recently used).", static_cast<double>(vs.evictions));
-  counter_text(out, "uma_gw_vocab_load_seconds_total", "Time spent loading vocabularies.", vs.load_seconds);
-  counter_text(out, "uma_gw_vocabularies", "Catalog vocabularies resident (besides --model's).", static_cast<double>(vs.resident), "gauge");
-  counter_text(out, "uma_gw_agents", "Agents in the cluster view.", static_cast<double>(agents_.size()), "gauge");
-  counter_text(out, "uma_gw_loaders", "Loaders (uma-agents that load models on demand) in the cluster view.",
-               static_cast<double>(agents_.loaders().size()), "gauge");
-  counter_text(out, "uma_gw_agents_live", "Agents whose KV-event stream is live (routable).",
-               static_cast<double>(agents_.live()), "gauge");
+  prom::metric(out, "uma_gw_vocab_hits_total", "Requests tokenized with a resident vocabulary.", static_cast<double>(vs.hits));
+  prom::metric(out, "uma_gw_vocab_loads_total", "Vocabularies loaded from the catalog.", static_cast<double>(vs.loads));
+  prom::metric(out, "uma_gw_vocab_load_failures_total", "Vocabularies that could not be loaded.", static_cast<double>(vs.load_failures));
+  prom::metric(out, "uma_gw_vocab_evictions_total", "Vocabularies dropped for room (least recently used).", static_cast<double>(vs.evictions));
+  prom::metric(out, "uma_gw_vocab_load_seconds_total", "Time spent loading vocabularies.", vs.load_seconds);
+  prom::metric(out, "uma_gw_vocabularies", "Catalog vocabularies resident (besides --model's).", static_cast<double>(vs.resident), prom::Type::kGauge);
+  prom::metric(out, "uma_gw_agents", "Agents in the cluster view.", static_cast<double>(agents_.size()), prom::Type::kGauge);
+  prom::metric(out, "uma_gw_loaders", "Loaders (uma-agents that load models on demand) in the cluster view.",
+               static_cast<double>(agents_.loaders().size()), prom::Type::kGauge);
+  prom::metric(out, "uma_gw_agents_live", "Agents whose KV-event stream is live (routable).",
+               static_cast<double>(agents_.live()), prom::Type::kGauge);
   prom::family(out, "uma_gw_loader_busy_bytes", "Model bytes each loader holds in use, as this gateway's view has it (room it cannot make).",
                prom::Type::kGauge);
   for (const cluster::LoaderState& l : agents_.loaders()) {
@@ -96,14 +84,12 @@ std::string GatewayServer::metrics_text() {
   for (const AgentDirectory::AgentSummary& a : agents) {
     prom::sample(out, "uma_gw_agent_sessions", "agent=\"" + a.id + "\"", static_cast<double>(a.sessions));
   }
-  histogram_text(out, "uma_gw_added_us", "What the gateway adds before the agent starts: request whole to its bytes on the way.",
-                 m.added_us);
-  histogram_text(out, "uma_gw_route_decision_us", "Routing decision time (candidates, prefix match, choice).", m.route_us);
-  histogram_text(out, "uma_gw_queue_wait_ms", "Time a request waited in the gateway for room on an agent.", m.queue_wait_ms);
-  histogram_text(out, "uma_gw_model_wait_ms", "Time a request waited for its model to be loaded.", m.model_wait_ms);
-  histogram_text(out, "uma_gw_ttft_ms", "Time to first token measured at the gateway (dispatch to first token).", m.ttft_ms);
-  histogram_text(out, "uma_gw_ttft_prediction_error", "|predicted - measured| / measured time to first token.",
-                 m.ttft_error);
+  prom::histogram(out, "uma_gw_added_us", "What the gateway adds before the agent starts: request whole to its bytes on the way.", m.added_us.snapshot());
+  prom::histogram(out, "uma_gw_route_decision_us", "Routing decision time (candidates, prefix match, choice).", m.route_us.snapshot());
+  prom::histogram(out, "uma_gw_queue_wait_ms", "Time a request waited in the gateway for room on an agent.", m.queue_wait_ms.snapshot());
+  prom::histogram(out, "uma_gw_model_wait_ms", "Time a request waited for its model to be loaded.", m.model_wait_ms.snapshot());
+  prom::histogram(out, "uma_gw_ttft_ms", "Time to first token measured at the gateway (dispatch to first token).", m.ttft_ms.snapshot());
+  prom::histogram(out, "uma_gw_ttft_prediction_error", "|predicted - measured| / measured time to first token.", m.ttft_error.snapshot());
   if (!m.ttft_errors.empty()) {
     const auto median = [](std::deque<double> e) {
       std::nth_element(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(e.size() / 2), e.end());
@@ -111,10 +97,10 @@ std::string GatewayServer::metrics_text() {
     };
     std::deque<double> abs_errors = m.ttft_errors;
     for (double& e : abs_errors) e = std::abs(e);
-    counter_text(out, "uma_gw_ttft_prediction_error_median", "Median |predicted/measured - 1| over the last 4096.",
-                 median(abs_errors), "gauge");
-    counter_text(out, "uma_gw_ttft_prediction_bias_median", "Median predicted/measured - 1 over the last 4096.",
-                 median(m.ttft_errors), "gauge");
+    prom::metric(out, "uma_gw_ttft_prediction_error_median", "Median |predicted/measured - 1| over the last 4096.",
+                 median(abs_errors), prom::Type::kGauge);
+    prom::metric(out, "uma_gw_ttft_prediction_bias_median", "Median predicted/measured - 1 over the last 4096.",
+                 median(m.ttft_errors), prom::Type::kGauge);
   }
   return out;
 }

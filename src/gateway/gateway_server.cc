@@ -146,7 +146,7 @@ void GatewayServer::handle(const HttpExchangePtr& ex) {
   auto p = std::make_shared<Prepared>();
   p->method = req.method;
   p->target = req.target;
-  p->body = req.body;
+  p->body = ex->take_body();  // `req` is not read after this
   p->received_at = received_at;
   HttpExchange* key = ex.get();
   inflight_[key] = InFlight{ex, p, nullptr};

@@ -192,11 +192,12 @@ void Proxy::on_body(std::string_view bytes) {
     return failover(st.message());
   }
   std::string out;
-  if (!client_head_sent_ && job_.reencoder && !events.empty()) {
-    // The client's API opens its stream before the first event is encoded (Responses numbers
-    // its events from the opening ones on).
+  if (!client_head_sent_ && !events.empty()) {
+    // The client's stream opens before its first event is encoded (a re-encoded Responses stream
+    // numbers its events from the opening ones on).
     client_head_sent_ = true;
-    out = event_stream_head(client_->keep_alive(), client_->cors()) + job_.reencoder->open();
+    out = event_stream_head(client_->keep_alive(), client_->cors());
+    if (job_.reencoder) out += job_.reencoder->open();
   }
   for (const SseEvent& ev : events) {
     if (!first_token_ && !ev.tokens.empty()) {
@@ -206,17 +207,9 @@ void Proxy::on_body(std::string_view bytes) {
     }
     emitted_.insert(emitted_.end(), ev.tokens.begin(), ev.tokens.end());
     if (ev.done) done_seen_ = true;
-    if (job_.reencoder) {
-      out += job_.reencoder->event(ev);
-    } else {
-      out += http_chunk(ev.forward);
-    }
+    out += job_.reencoder ? job_.reencoder->event(ev) : http_chunk(ev.forward);
   }
   if (out.empty()) return;
-  if (!client_head_sent_) {
-    client_head_sent_ = true;
-    out.insert(0, event_stream_head(client_->keep_alive(), client_->cors()));
-  }
   client_->send_raw(out);
 }
 

@@ -60,6 +60,9 @@ class HttpExchange {
   HttpExchange& operator=(const HttpExchange&) = delete;
 
   const HttpRequest& request() const { return request_; }
+  // The body, moved out for a handler that hands it to another thread (request().body is then
+  // empty). On the I/O thread, like everything here.
+  std::string take_body() { return std::move(request_.body); }
   bool gone() const { return conn_->closed(); }
   bool answered() const { return answered_; }
   bool keep_alive() const { return request_.keep_alive; }
