@@ -247,6 +247,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_REASONING_FORMAT")->capture_default_str()->check(CLI::IsMember({"auto", "deepseek", "deepseek-legacy", "none"}));
   app.add_option("--chat-template", out.chat_template, "chat template for /v1/chat/completions: a Jinja template text or a "
                  "llama.cpp name (chatml, llama3, ...); default: the model's")->envname("UMA_CHAT_TEMPLATE");
+  app.add_option("--gather-ms", sc.gather_max_ms, "before a tick that would only prefill, wait at most this long "
+                 "(and 1% of that tick's predicted time) for the rest of a burst of arrivals (0: never)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1000.0));
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
       ->envname("UMA_TICK_MS")->capture_default_str()->check(CLI::Range(1.0, 10000.0));
   app.add_option("--temperature", srv.limits.sampling.temperature, "default sampling temperature (0: greedy)")

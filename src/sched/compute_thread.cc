@@ -42,6 +42,43 @@ void ComputeThread::join() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool ComputeThread::apply(std::deque<WorkItem>& work, std::vector<Event>& events) {
+  bool admitted = false;
+  for (WorkItem& item : work) {
+    if (auto* r = std::get_if<Request>(&item)) {
+      scheduler_.admit(std::move(*r), events);
+      admitted = true;
+    } else {
+      scheduler_.cancel(std::get<CancelRequest>(item).id, events);
+    }
+  }
+  work.clear();
+  return admitted;
+}
+
+// The rest of a burst, before a tick that would only prefill (policy.h gather_window_ms): what
+// arrives within the window is admitted too, so the tick prefills it all.
+bool ComputeThread::gather(std::deque<WorkItem>& work, std::vector<Event>& events) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = [&] {  // the window grows with the tick the arrivals make
+    return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double, std::milli>(scheduler_.gather_window_ms()));
+  };
+  auto until = deadline();
+  if (until <= start) return false;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (cv_.wait_until(lock, until, [&] { return stop_ || !inbox_.empty(); }) && !stop_) {
+    work.swap(inbox_);
+    lock.unlock();
+    const std::size_t n = work.size();
+    apply(work, events);
+    scheduler_.count_gathered(n);
+    until = deadline();
+    lock.lock();
+  }
+  return stop_;
+}
+
 void ComputeThread::run() {
   std::deque<WorkItem> work;
   std::vector<Event> events;
@@ -54,11 +91,8 @@ void ComputeThread::run() {
       work.swap(inbox_);
       stopping = stop_;
     }
-    for (WorkItem& item : work) {
-      if (auto* r = std::get_if<Request>(&item)) scheduler_.admit(std::move(*r), events);
-      else scheduler_.cancel(std::get<CancelRequest>(item).id, events);
-    }
-    work.clear();
+    const bool admitted = apply(work, events);
+    if (admitted && !stopping) stopping = gather(work, events);
     if (stopping) scheduler_.fail_all(Status(ErrorCode::kShuttingDown, "server shutting down"), events);
     else if (scheduler_.has_work()) scheduler_.tick(events);
     // The gauges and the session table are for people and scrapers: refreshing them every tick

@@ -3,8 +3,9 @@
 // The I/O thread hands it WorkItems through submit() (a mutex-guarded queue plus a condition
 // variable: the wakeup toward compute). The compute thread hands Events back through an EventSink
 // once per tick (the sink posts them onto the I/O loop: the wakeup toward I/O).
-// Loop phases: drain inbox -> tick (one decode) -> publish metrics -> deliver events; it sleeps
-// only when no session is prefilling or decoding.
+// Loop phases: drain inbox -> (before a prefill-only tick: gather the rest of a burst, at most
+// Scheduler::gather_window_ms) -> tick (one decode) -> publish metrics -> deliver events; it
+// sleeps only when no session is prefilling or decoding.
 // Thread-safety: submit() and request_stop() may be called from any thread; everything else runs
 // on the compute thread. request_stop() makes the loop fail every open request with
 // kShuttingDown, deliver those events, call on_stopped, and exit.
@@ -35,6 +36,8 @@ class ComputeThread {
 
  private:
   void run();
+  bool apply(std::deque<WorkItem>& work, std::vector<Event>& events);   // true: a request was admitted
+  bool gather(std::deque<WorkItem>& work, std::vector<Event>& events);  // true: stop was requested
 
   Scheduler& scheduler_;
   EventSink& sink_;

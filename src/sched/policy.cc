@@ -63,7 +63,9 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
     const std::int32_t want = sessions[i].prompt_remaining;
     std::int32_t chunk = std::min(room, want);
     if (in.whole_prompts && chunk < want) {
-      const bool never_whole = want > (bg ? background_room : tick_room);
+      // With nobody decoding, a prompt put off whole would make the streams this tick starts wait
+      // out its whole prefill at their first gap; its rest beside their first rows costs a pass.
+      const bool never_whole = want > (bg ? background_room : tick_room) || plan.decode.empty();
       const bool worth_a_pass = plan.prefill.empty() || chunk >= in.min_prefill;
       if (!never_whole || !worth_a_pass) continue;
     }
@@ -73,6 +75,11 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
     left -= chunk;
   }
   return plan;
+}
+
+double gather_window_ms(bool anyone_decoding, double predicted_tick_ms, double max_ms) {
+  if (anyone_decoding || predicted_tick_ms <= 0.0 || max_ms <= 0.0) return 0.0;
+  return std::min(max_ms, kGatherShare * predicted_tick_ms);
 }
 
 SloBudget slo_prefill_budget(const SloBudgetInput& in) {

@@ -2,6 +2,7 @@
 // and tested without a model. The Scheduler gathers the inputs and carries out the choices.
 //   plan_tick        who decodes and who prefills how much in one tick
 //   slo_prefill_budget  how many prompt tokens a tick carries: the worst SLO ratio, minimised
+//   gather_window_ms how long to wait for the rest of a burst before a prefill-only tick
 //   waiting_before   in which order waiting requests get KV room
 //   choose_victims   which sessions to pause: for an interactive request (background ones), or
 //                    because the running sessions' KV outgrew the cache
@@ -45,7 +46,8 @@ struct PolicyInput {
   // on a GPU whatever its length. So a prompt is cut only when it cannot fit any tick whole: a
   // chunk is the whole remaining prompt if it fits what is left; a prompt longer than the whole
   // budget takes what is left (at least min_prefill, unless it is the tick's first chunk); one
-  // that would fit a later tick whole waits for it.
+  // that would fit a later tick whole waits for it, unless nobody decodes (it would stall the
+  // streams this tick starts: it takes what is left too).
   bool whole_prompts = false;
 };
 
@@ -99,6 +101,15 @@ struct SloBudget {
 // (its own compute is part of it). Ties go to the larger p (fuller ticks: fewer passes over the
 // weights). With no prompt waiting, 0.
 SloBudget slo_prefill_budget(const SloBudgetInput& in);
+
+// How long the compute thread waits for more arrivals before a tick that would only prefill: a
+// tick takes no prompt once it has started, so the rest of a burst (clients that sent together,
+// microseconds apart) would wait it out and then be cut into chunks beside the first prompt's
+// decoding stream, which stalls at each, where together they prefill in one tick and decode in
+// step. At most kGatherShare of that tick's predicted time, and max_ms; 0 while anyone decodes
+// (they would wait too) or when the tick's time is not known.
+inline constexpr double kGatherShare = 0.01;
+double gather_window_ms(bool anyone_decoding, double predicted_tick_ms, double max_ms);
 
 // A request waiting for KV room (queued, or paused by preemption).
 struct Waiting {

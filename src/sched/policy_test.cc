@@ -71,6 +71,19 @@ TEST(Policy, WholePromptsAPromptLongerThanTheBudgetTakesWhatIsLeft) {
   EXPECT_EQ(plan_tick(third, whole_prompts(300)).prefill.size(), 1u);
 }
 
+TEST(Policy, WholePromptsWithNobodyDecodingABurstIsCutToFillTheTick) {
+  // Four 129-token prompts, n_batch 512: the fourth takes the 125 left, so the four streams start
+  // together; put off whole, it would stall the other three's first gap by its whole prefill.
+  const std::vector<Candidate> c = {prefilling(129), prefilling(129), prefilling(129), prefilling(129)};
+  const TickPlan p = plan_tick(c, whole_prompts(64));
+  ASSERT_EQ(p.prefill.size(), 4u);
+  EXPECT_EQ(p.prefill[3], (std::pair<std::size_t, std::int32_t>{3, 125}));
+  // With a stream decoding, the rule is as before: the fourth fits a later tick whole and waits.
+  std::vector<Candidate> d = c;
+  d.push_back(decoding());
+  EXPECT_EQ(plan_tick(d, whole_prompts(512)).prefill.size(), 3u);
+}
+
 TEST(Policy, WholePromptsAPromptLongerThanWhatDecodeLeavesIsCutNotStarved) {
   // n_batch 512 with 64 streams decoding leaves at most 448 a tick: a 470-token prompt never
   // fits whole while they run, so it is cut now (it waited forever when judged by the budget).
@@ -317,11 +330,6 @@ TEST(TickBudget, TheDecodeOnlyTickIsLearnedPerStreamCount) {
   EXPECT_NEAR(b.target_ms(1), 32.0, 1e-6);
 }
 
-}  // namespace
-}  // namespace uma
-
-namespace uma {
-namespace {
 
 // A CPU-like tick: 60 ms for 16 decode rows, 1.7 ms per prompt token.
 double cpu_tick(std::int32_t p) { return 60.0 + 1.7 * p; }
@@ -373,6 +381,16 @@ TEST(SloBudget, PromptsLaterInLineCountTheirWaitBehindTheOnesAhead) {
   EXPECT_GE(b.tokens, 8);
   EXPECT_LE(b.tokens, 150);
   EXPECT_GT(b.prompt_ratio, 0.0);
+}
+
+
+TEST(Policy, TheGatherWindowIsAShareOfAPrefillOnlyTickAndNoneWhileAnyoneDecodes) {
+  EXPECT_DOUBLE_EQ(gather_window_ms(false, 330.0, 5.0), 3.3);   // a 330 ms prompt tick: 3.3 ms
+  EXPECT_DOUBLE_EQ(gather_window_ms(false, 5000.0, 5.0), 5.0);  // capped
+  EXPECT_DOUBLE_EQ(gather_window_ms(false, 4.0, 5.0), 0.04);    // a GPU's short tick: 40 us
+  EXPECT_EQ(gather_window_ms(true, 330.0, 5.0), 0.0);           // a stream would wait too
+  EXPECT_EQ(gather_window_ms(false, 0.0, 5.0), 0.0);            // the tick's time is not known
+  EXPECT_EQ(gather_window_ms(false, 330.0, 0.0), 0.0);          // --gather-ms 0
 }
 
 }  // namespace

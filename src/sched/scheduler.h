@@ -77,6 +77,9 @@ struct SchedulerConfig {
   double slo_ttft_ms = 150.0;
   double slo_tbt_ms = 80.0;
   double tick_target_ms = 30.0;
+  // Before a tick that would only prefill (nobody decoding), the compute thread waits this long at
+  // most for more arrivals (policy.h gather_window_ms; 0: never).
+  double gather_max_ms = 20.0;
   std::int32_t start_budget = 64;
   std::int32_t min_prefill = 8;
   // How a tick's prompt tokens are chosen once the cost model is warm (tick_cost.h): by the worst
@@ -132,6 +135,10 @@ class Scheduler {
   void fail_all(const Status& why, std::vector<Event>& out);
 
   bool has_work() const;                 // some session is prefilling or decoding
+  // How long to wait for more arrivals before the next tick (policy.h gather_window_ms): > 0 only
+  // when nobody decodes and a prompt waits, with the cost model warm.
+  double gather_window_ms() const;
+  void count_gathered(std::size_t requests) { metrics_.requests_gathered_total += requests; }
   void tick(std::vector<Event>& out);    // exactly one decode
   // A pipelined tick leaves a decode in flight (tick's next call reads it). settle() reads it and
   // applies its tokens without launching another: the compute thread calls it before admitting,

@@ -34,6 +34,21 @@ void Scheduler::add_decode_row(TickWork& w, const Session& s) const {
   w.kv_read_cells += kv_read_of(s.n_past);
 }
 
+double Scheduler::gather_window_ms() const {
+  if (config_.gather_max_ms <= 0.0 || inflight_ || !cost_.warm()) return 0.0;
+  std::int64_t prompt = 0;
+  for (const auto& s : sessions_) {
+    if (s->state == SessionState::kDecode) return 0.0;
+    if (s->state == SessionState::kQueued || s->state == SessionState::kPrefill) prompt += s->prompt_remaining();
+  }
+  if (prompt == 0) return 0.0;
+  const double n = static_cast<double>(std::min<std::int64_t>(prompt, decoder_.n_batch()));
+  TickWork w;
+  w.tokens = n;
+  w.span_cells = n * (n + 1) / 2;
+  return uma::gather_window_ms(false, cost_.predict_ms(w), config_.gather_max_ms);
+}
+
 TickWork Scheduler::batch_work() const {
   TickWork w;
   w.tokens = static_cast<double>(batch_.entries.size());
