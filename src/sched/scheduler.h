@@ -20,10 +20,9 @@
 // request at the head of the wait also pauses background sessions. Claims are estimates where
 // cells are shared; should a decode still find no KV cells, kept prefixes are evicted or one
 // session paused and the tick retried; no client sees that. A request whose prompt cannot fit the
-// context alone is rejected at admission, so any one request fits once the older ones are done:
-// no deadlock. Every sequence is freed exactly once, whatever ends the session (finish, error,
-// cancel, shutdown). The room logic lives in scheduler_room.cc, admission in scheduler_admit.cc,
-// a sampled token's way out (text, events, completion, a session's end) in scheduler_output.cc.
+// context alone is rejected at admission (no deadlock). Every sequence is freed exactly once,
+// whatever ends the session. Room: scheduler_room.cc; admission: scheduler_admit.cc; a token's
+// way out (text, events, a session's end): scheduler_output.cc.
 #pragma once
 
 #include <cstdint>
@@ -41,22 +40,20 @@
 #include "sched/kv_ledger.h"
 #include "sched/policy.h"
 #include "sched/prefix_cache.h"
-#include "serve/request.h"
 #include "sched/time_source.h"
 #include "sched/session.h"
 #include "sched/spec_yield.h"
 #include "sched/speculation.h"
 #include "sched/tick_budget.h"
 #include "sched/tick_cost.h"
+#include "serve/request.h"
 
 namespace uma {
 
 struct SchedulerConfig {
-  // Tokens of one embeddings pass while streams are running (sched/embed_queue.h): what a tick of
-  // theirs may wait for an embeddings burst, at most (as one prompt chunk).
-  std::int32_t embed_tick_tokens = 512;
-  // max_tokens: a request's own, else default_max_tokens, else up to the context's end; above a
-  // nonzero cap it is lowered to the cap (the reply ends with finish reason "length").
+  std::int32_t embed_tick_tokens = 512;  // one embeddings pass beside running streams (embed_queue.h)
+  // max_tokens: a request's own, else default_max_tokens, else to the context's end; lowered to a
+  // nonzero cap (the reply then ends with finish reason "length").
   std::int32_t max_tokens_cap = 0;
   std::int32_t default_max_tokens = 0;
   double kv_watermark = 0.02;          // share of n_ctx kept free when starting or resuming requests
@@ -77,9 +74,7 @@ struct SchedulerConfig {
   double slo_ttft_ms = 150.0;
   double slo_tbt_ms = 80.0;
   double tick_target_ms = 30.0;
-  // Before a tick that would only prefill (nobody decoding), the compute thread waits this long at
-  // most for more arrivals (policy.h gather_window_ms; 0: never).
-  double gather_max_ms = 20.0;
+  double gather_max_ms = 20.0;  // most wait for the rest of a burst (policy.h gather_window_ms; 0: never)
   std::int32_t start_budget = 64;
   std::int32_t min_prefill = 8;
   // How a tick's prompt tokens are chosen once the cost model is warm (tick_cost.h): by the worst
@@ -135,9 +130,7 @@ class Scheduler {
   void fail_all(const Status& why, std::vector<Event>& out);
 
   bool has_work() const;                 // some session is prefilling or decoding
-  // How long to wait for more arrivals before the next tick (policy.h gather_window_ms): > 0 only
-  // when nobody decodes and a prompt waits, with the cost model warm.
-  double gather_window_ms() const;
+  double gather_window_ms() const;  // before the next tick (policy.h): > 0 only if nobody decodes
   void count_gathered(std::size_t requests) { metrics_.requests_gathered_total += requests; }
   void tick(std::vector<Event>& out);    // exactly one decode
   // A pipelined tick leaves a decode in flight (tick's next call reads it). settle() reads it and
