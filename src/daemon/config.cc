@@ -108,6 +108,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--gpu-layers", rt.n_gpu_layers, "layers (weights and KV) on the GPU: -1 all when llama.cpp has a GPU "
                  "backend (UMA_GPU=cuda scripts/setup.sh), 0 none")
       ->envname("UMA_GPU_LAYERS")->capture_default_str()->check(CLI::Range(-1, 100000));
+  app.add_option("--deep-pass-row-cells", rt.deep_pass_row_cells, "per-seq KV: a sequence deeper than the others by "
+                 "this many cells times their number decodes in a pass of its own; -1: 2048 on a CPU, never on a GPU; 0: never")
+      ->capture_default_str()->check(CLI::Range(static_cast<std::int64_t>(-1), static_cast<std::int64_t>(1) << 40));
   app.add_option("--kv-layout", rt.kv_layout, "KV cache: unified (one pool; a request may use all of n-ctx), per-seq "
                  "(n-ctx / sequences each; attention spans a sequence's own cells) or auto (per-seq on a GPU)")
       ->envname("UMA_KV_LAYOUT")->capture_default_str()->check(CLI::IsMember({"auto", "unified", "per-seq"}));

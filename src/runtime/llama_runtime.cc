@@ -169,6 +169,7 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> caller_batch) {
     llama_memory_t mem = llama_get_memory(ctx_);
     for (const StreamFiller& f : arranged_.fillers) llama_memory_seq_rm(mem, f.seq, f.pos, -1);
     fillers_total_ += arranged_.fillers.size();
+    if (arranged_.deep_seq >= 0) ++deep_passes_total_;
   }
   // llama_decode applies queued stream copies before it looks for cells (0) or finds none (1).
   if (rc == 0 || rc == 1) std::fill(copy_pending_.begin(), copy_pending_.end(), 0);

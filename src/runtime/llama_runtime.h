@@ -50,6 +50,10 @@ struct RuntimeConfig {
   // Layers whose weights (and KV) go to the GPU: -1 all of them when llama.cpp was built with a
   // GPU backend (CUDA, Metal, ...), none otherwise; 0 none; N the first N.
   std::int32_t n_gpu_layers = -1;
+  // Per-sequence KV: a sequence deeper than the others by this many padded cells times their
+  // number gets a pass of its own (runtime/stream_batch.h); -1: 2048 with the weights on the CPU,
+  // 0 (never) on a GPU.
+  std::int64_t deep_pass_row_cells = -1;
   // unified: one KV pool shared by every sequence; per-seq: a private stream per sequence, whose
   // attention then spans only its own cells (see Decoder); auto: per-seq with more than one
   // sequence. With a unified KV every row's attention spans every cell in use: a prompt chunk
@@ -133,6 +137,7 @@ class LlamaRuntime final : public Decoder {
   std::uint64_t sampler_switches() const { return sampler_switches_; }
   // Filler entries given to llama.cpp so far (stream_batch.h). For tests and diagnostics.
   std::uint64_t fillers_total() const { return fillers_total_; }
+  std::uint64_t deep_passes_total() const { return deep_passes_total_; }  // decodes that gave a deep sequence its own pass
   std::string describe() const;  // one line: model size, params, context shape
 
  private:
@@ -159,6 +164,7 @@ class LlamaRuntime final : public Decoder {
   std::int32_t row_of(std::int32_t batch_index) const;  // caller's index -> llama.cpp's
   std::int32_t filler_pos(std::int32_t seq) const;
   std::uint64_t fillers_total_ = 0;
+  std::uint64_t deep_passes_total_ = 0;
   std::shared_ptr<KvHostPool> kv_host_;  // page-locked snapshot memory (GPU); null: heap
   static constexpr std::uint64_t kKvHostRetain = std::uint64_t{1} << 30;  // freed blocks kept for reuse
   std::vector<llama_sampler*> samplers_;  // by sequence id; nullptr when idle

@@ -4,6 +4,42 @@
 
 namespace uma {
 
+namespace {
+
+constexpr std::int32_t kKvPad = 256;  // llama.cpp's padding of a pass's KV extent
+
+std::int32_t padded(std::int32_t cells) { return (cells + kKvPad - 1) / kKvPad * kKvPad; }
+
+// The sequence to put in a pass of its own (deep_pass_row_cells), and whether it goes first (the
+// highest id) or last (the lowest); -1 when none.
+std::int32_t deep_sequence(std::span<const BatchEntry> in, const std::vector<std::int32_t>& by_seq,
+                           std::int64_t row_cells, bool* first) {
+  if (row_cells <= 0 || in.empty()) return -1;
+  // Each sequence's extent after this decode: its highest position + 1.
+  std::vector<std::pair<std::int32_t, std::int32_t>> extent;  // (seq, padded cells), by seq
+  for (std::int32_t i : by_seq) {
+    const BatchEntry& e = in[static_cast<std::size_t>(i)];
+    if (extent.empty() || extent.back().first != e.seq) extent.emplace_back(e.seq, 0);
+    extent.back().second = std::max(extent.back().second, padded(e.pos + 1));
+  }
+  if (extent.size() < 2) return -1;
+  for (const bool highest : {true, false}) {
+    const auto& deep = highest ? extent.back() : extent.front();
+    std::int32_t rest = 0;
+    for (const auto& [seq, cells] : extent) {
+      if (seq != deep.first) rest = std::max(rest, cells);
+    }
+    const std::int64_t others = static_cast<std::int64_t>(extent.size()) - 1;
+    if (deep.second > rest && others * (deep.second - rest) >= row_cells) {
+      *first = highest;
+      return deep.first;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
 void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOptions& options, StreamBatch& out) {
   out.entries.clear();
   out.fillers.clear();
@@ -18,12 +54,21 @@ void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOption
     out.index_of[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(out.entries.size());
     out.entries.push_back(in[static_cast<std::size_t>(i)]);
   };
+  bool deep_first = false;
+  const std::int32_t deep = deep_sequence(in, by_seq, options.deep_pass_row_cells, &deep_first);
+  out.deep_seq = deep;
+  const auto place_deep = [&] {
+    for (std::int32_t i : by_seq) {
+      if (in[static_cast<std::size_t>(i)].seq == deep) place(i);
+    }
+  };
+  if (deep >= 0 && deep_first) place_deep();
   std::vector<StreamFiller> gap;
   std::int32_t prev_seq = -1;
   // First entries, in id order, with the missing ids between them filled where that is allowed.
   for (std::size_t k = 0; k < by_seq.size(); ++k) {
     const BatchEntry& e = in[static_cast<std::size_t>(by_seq[k])];
-    if (k > 0 && in[static_cast<std::size_t>(by_seq[k - 1])].seq == e.seq) continue;
+    if (e.seq == deep || (k > 0 && in[static_cast<std::size_t>(by_seq[k - 1])].seq == e.seq)) continue;
     const std::int32_t missing = prev_seq < 0 ? 0 : e.seq - prev_seq - 1;
     if (missing > 0 && missing <= options.max_filler_run && missing <= spare && options.filler_pos) {
       // All or nothing: a gap filled in part still ends the chain.
@@ -46,8 +91,10 @@ void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOption
   }
   // Then every sequence's remaining entries, by id.
   for (std::size_t k = 1; k < by_seq.size(); ++k) {
-    if (in[static_cast<std::size_t>(by_seq[k - 1])].seq == in[static_cast<std::size_t>(by_seq[k])].seq) place(by_seq[k]);
+    const std::int32_t seq = in[static_cast<std::size_t>(by_seq[k])].seq;
+    if (seq != deep && in[static_cast<std::size_t>(by_seq[k - 1])].seq == seq) place(by_seq[k]);
   }
+  if (deep >= 0 && !deep_first) place_deep();
 }
 
 }  // namespace uma

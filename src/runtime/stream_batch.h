@@ -14,6 +14,7 @@
 // - First the first entry of every sequence, in id order (decode rows, and the first token of
 //   each prompt chunk), then the rest of each chunk, by id. The decode rows leave in the first
 //   pass(es), in batch order: no output swaps.
+// - A sequence far deeper than the rest may go in a pass of its own (deep_pass_row_cells).
 // - An id between two of those first entries that is not in the batch would end the chain (a new
 //   pass). It gets a filler: one entry, no output, at the position after its last one; the caller
 //   removes it from the KV again after the decode. A filler costs one row of the pass (~0.05 ms on
@@ -41,6 +42,7 @@ struct StreamBatch {
   std::vector<BatchEntry> entries;    // llama_decode's input
   std::vector<std::int32_t> index_of;  // caller's entry index -> index in `entries`
   std::vector<StreamFiller> fillers;   // filler entries in `entries`
+  std::int32_t deep_seq = -1;          // the sequence given a pass of its own, or -1
 };
 
 struct StreamBatchOptions {
@@ -50,6 +52,13 @@ struct StreamBatchOptions {
   Token filler_token = 0;
   std::int32_t max_filler_run = 32;  // longest run of missing ids filled
   std::int32_t max_entries = 0;      // fillers never take the batch over this (n_batch)
+  // llama.cpp sizes the attention of every stream in a pass to the deepest one's cells
+  // (llama_kv_cache::get_n_kv: their used cells, padded to 256), so one deep sequence makes every
+  // row beside it attend over its depth. It gets a pass of its own when (the other sequences) x
+  // (its extra padded cells) reaches this, and its id is the batch's lowest or highest (placed
+  // last or first, no id chain joins it; one in the middle would cut the chain in two). 0: never
+  // (a GPU, where a pass costs more than attention; on a CPU a pass is a read of the weights).
+  std::int64_t deep_pass_row_cells = 0;
 };
 
 void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOptions& options, StreamBatch& out);

@@ -184,5 +184,60 @@ TEST(StreamBatch, NoFillerFunctionMeansOnlyTheOrderChanges) {
   EXPECT_EQ(out.entries[2].seq, 0);
 }
 
+// Decode rows of sequences 0..3 at these positions (their depth).
+std::vector<BatchEntry> rows_at(const std::vector<std::int32_t>& pos) {
+  std::vector<BatchEntry> b;
+  for (std::size_t s = 0; s < pos.size(); ++s) b.push_back({1, pos[s], static_cast<std::int32_t>(s), true});
+  return b;
+}
+
+std::vector<std::int32_t> pass_sizes(const StreamBatch& out) {
+  std::vector<std::int32_t> n;
+  for (const auto& p : llama_passes(out.entries)) n.push_back(static_cast<std::int32_t>(p.size()));
+  return n;
+}
+
+TEST(StreamBatch, ADeepSequenceAtEitherEndOfTheIdsGetsAPassOfItsOwn) {
+  StreamBatchOptions o;
+  o.deep_pass_row_cells = 2048;
+  StreamBatch out;
+  // Highest id deep: 3 rows x (2048 - 256) extra cells = 5376 >= 2048: it goes first, alone.
+  const std::vector<BatchEntry> high = rows_at({100, 120, 90, 2000});
+  arrange_for_streams(high, o, out);
+  expect_same_entries(high, out);
+  EXPECT_EQ(out.entries.front().seq, 3);
+  EXPECT_EQ(pass_sizes(out), (std::vector<std::int32_t>{1, 3}));
+  EXPECT_TRUE(outputs_in_batch_order(out.entries));
+  // Lowest id deep, as a prompt chunk: it goes last, whole, after the rows' pass.
+  std::vector<BatchEntry> low;
+  for (std::int32_t k = 0; k < 40; ++k) low.push_back({1, 1800 + k, 0, k == 39});
+  for (const BatchEntry& e : rows_at({0, 100, 120, 90})) {
+    if (e.seq > 0) low.push_back(e);
+  }
+  arrange_for_streams(low, o, out);
+  expect_same_entries(low, out);
+  EXPECT_EQ(out.entries.back().seq, 0);
+  EXPECT_EQ(pass_sizes(out), (std::vector<std::int32_t>{3, 40}));
+  EXPECT_TRUE(outputs_in_batch_order(out.entries));
+  // Without the option the deep sequence shares the rows' pass (and its depth).
+  arrange_for_streams(high, StreamBatchOptions{}, out);
+  EXPECT_EQ(pass_sizes(out), (std::vector<std::int32_t>{4}));
+}
+
+TEST(StreamBatch, ADeepSequenceStaysInThePassWhenItWouldCutTheChainOrCostsLittle) {
+  StreamBatchOptions o;
+  o.deep_pass_row_cells = 2048;
+  StreamBatch out;
+  // In the middle of the ids: taking it out would cut the chain in two.
+  arrange_for_streams(rows_at({100, 2000, 120, 90}), o, out);
+  EXPECT_EQ(pass_sizes(out), (std::vector<std::int32_t>{4}));
+  // 1 other row x 768 extra cells < 2048: a pass of its own would cost more.
+  arrange_for_streams(rows_at({100, 1000}), o, out);
+  EXPECT_EQ(pass_sizes(out), (std::vector<std::int32_t>{2}));
+  // Depths within one padding step: nothing is deeper.
+  arrange_for_streams(rows_at({10, 200, 250, 100}), o, out);
+  EXPECT_EQ(pass_sizes(out), (std::vector<std::int32_t>{4}));
+}
+
 }  // namespace
 }  // namespace uma

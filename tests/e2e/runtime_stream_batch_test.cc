@@ -17,13 +17,15 @@
 namespace uma::test {
 namespace {
 
-std::unique_ptr<LlamaRuntime> open_per_seq(bool stream_batches) {
+std::unique_ptr<LlamaRuntime> open_per_seq(bool stream_batches, std::int64_t deep_pass_row_cells = 0,
+                                           std::int32_t n_ctx = 2048) {
   return open_tiny_runtime([&](RuntimeConfig& cfg) {
-    cfg.n_ctx = 2048;
+    cfg.n_ctx = n_ctx;
     cfg.n_seq_max = 8;
     cfg.kv_layout = "per-seq";
     cfg.backend_sampling = "off";
     cfg.stream_batches = stream_batches;
+    cfg.deep_pass_row_cells = deep_pass_row_cells;
   });
 }
 
@@ -45,8 +47,9 @@ class Lockstep {
       for (std::size_t i = 0; i < s.pending.size(); ++i) batch.push_back({s.pending[i], s.pos++, seq, i + 1 == s.pending.size()});
       row[seq] = static_cast<std::int32_t>(batch.size()) - 1;
     }
-    ASSERT_TRUE(a_.decode(batch).ok());
-    ASSERT_TRUE(b_.decode(batch).ok());
+    const Status sa = a_.decode(batch), sb = b_.decode(batch);
+    ASSERT_TRUE(sa.ok()) << sa.message();
+    ASSERT_TRUE(sb.ok()) << sb.message();
     for (std::int32_t seq : active) {
       const std::span<const float> la = a_.logits(row[seq]), lb = b_.logits(row[seq]);
       ASSERT_EQ(la.size(), lb.size());
@@ -102,6 +105,24 @@ TEST(StreamBatches, ArrangedBatchesGiveTheSameLogitsAndLeaveIdleStreamsAsTheyWer
   EXPECT_GT(arranged->fillers_total(), fillers) << "id 5 filled once the prompt at 6 came";
   EXPECT_EQ(plain->fillers_total(), 0u);
   EXPECT_EQ(run.rows(), 5 + 4 * 3 + 4 * 4 + 6 * 7);
+  EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
+}
+
+// A sequence far deeper than the rows beside it decodes in a pass of its own (its depth would
+// otherwise size every row's attention): the same logits as the plain batches, and it happened.
+TEST(StreamBatches, ADeepSequenceInAPassOfItsOwnGivesTheSameLogits) {
+  auto arranged = open_per_seq(true, /*deep_pass_row_cells=*/512, /*n_ctx=*/4096);  // 512 cells a sequence
+  auto plain = open_per_seq(false, 0, 4096);
+  ASSERT_TRUE(arranged && plain);
+  Lockstep run(*arranged, *plain);
+  run.start(3, tiny_prompt(120, 3));  // the highest id, decoded past 256 deep: padded 512 against the rows' 256
+  for (int i = 0; i < 140; ++i) run.step({3});
+  for (std::int32_t seq : {0, 1, 2}) run.start(seq, tiny_prompt(6 + seq, seq));
+  const std::uint64_t before = arranged->deep_passes_total();
+  for (int i = 0; i < 6; ++i) run.step({0, 1, 2, 3});  // 3 rows x 256 extra cells >= 512
+  EXPECT_EQ(arranged->deep_passes_total() - before, 6u);
+  EXPECT_EQ(plain->deep_passes_total(), 0u);
+  EXPECT_EQ(run.rows(), 140 + 6 * 4);
   EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
 }
 
