@@ -42,12 +42,12 @@ void ComputeThread::join() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool ComputeThread::apply(std::deque<WorkItem>& work, std::vector<Event>& events) {
-  bool admitted = false;
+std::size_t ComputeThread::apply(std::deque<WorkItem>& work, std::vector<Event>& events) {
+  std::size_t admitted = 0;
   for (WorkItem& item : work) {
     if (auto* r = std::get_if<Request>(&item)) {
       scheduler_.admit(std::move(*r), events);
-      admitted = true;
+      ++admitted;
     } else {
       scheduler_.cancel(std::get<CancelRequest>(item).id, events);
     }
@@ -70,9 +70,7 @@ bool ComputeThread::gather(std::deque<WorkItem>& work, std::vector<Event>& event
   while (cv_.wait_until(lock, until, [&] { return stop_ || !inbox_.empty(); }) && !stop_) {
     work.swap(inbox_);
     lock.unlock();
-    const std::size_t n = work.size();
-    apply(work, events);
-    scheduler_.count_gathered(n);
+    scheduler_.count_gathered(apply(work, events));
     until = deadline();
     lock.lock();
   }
@@ -91,8 +89,7 @@ void ComputeThread::run() {
       work.swap(inbox_);
       stopping = stop_;
     }
-    const bool admitted = apply(work, events);
-    if (admitted && !stopping) stopping = gather(work, events);
+    if (apply(work, events) > 0 && !stopping) stopping = gather(work, events);
     if (stopping) scheduler_.fail_all(Status(ErrorCode::kShuttingDown, "server shutting down"), events);
     else if (scheduler_.has_work()) scheduler_.tick(events);
     // The gauges and the session table are for people and scrapers: refreshing them every tick

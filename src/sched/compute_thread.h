@@ -36,7 +36,7 @@ class ComputeThread {
 
  private:
   void run();
-  bool apply(std::deque<WorkItem>& work, std::vector<Event>& events);   // true: a request was admitted
+  std::size_t apply(std::deque<WorkItem>& work, std::vector<Event>& events);  // the requests admitted
   bool gather(std::deque<WorkItem>& work, std::vector<Event>& events);  // true: stop was requested
 
   Scheduler& scheduler_;
