@@ -95,8 +95,11 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--n-ctx", rt.n_ctx, "KV cells shared by all sessions (unified KV); 0: the model's trained context, "
                  "or the largest whose KV fits memory (said in the start line)")->envname("UMA_N_CTX")
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  app.add_option("--n-batch", rt.n_batch, "most tokens in one decode (caps the tick budget)")->envname("UMA_N_BATCH")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  app.add_option("--n-batch", rt.n_batch, "most tokens in one decode: a burst of prompts while nobody decodes "
+                 "(0: 2048 with the weights on the CPU, --n-ubatch on a GPU)")->envname("UMA_N_BATCH")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
+  app.add_option("--n-ubatch", rt.n_ubatch, "most tokens in one pass of llama.cpp (caps a tick with streams decoding)")
+      ->envname("UMA_N_UBATCH")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   app.add_option("-t,--threads", rt.n_threads, "compute threads (0: all hardware threads)")->envname("UMA_THREADS")
       ->capture_default_str()->check(CLI::Range(0, 1024));
   app.add_option("-s,--socket", srv.socket_path, "Unix socket path (created with mode 0600)")->envname("UMA_SOCK")
@@ -168,7 +171,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   CLI::Option* min_prefill = app.add_option("--min-prefill", sc.min_prefill,
                  "prompt tokens every tick may prefill next to running streams, at least (smaller: steadier "
                  "streams, slower long prompts; raised where a prefill tick has a measured fixed cost). "
-                 "Default 8 with a unified KV, n-batch with per-sequence KV (the GPU default)")
+                 "Default 8 with a unified KV, n-ubatch with per-sequence KV (the GPU default)")
       ->envname("UMA_MIN_PREFILL")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   app.add_option("--prefill-policy", prefill_policy, "how many prompt tokens a tick carries: slo (the worst of the "
                  "streams' gap and the waiting prompts' TTFT, each over its target, minimised with the tick cost "
@@ -284,13 +287,15 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   sc.prefix.max_kept = std::min(sc.prefix.max_kept, 256 - srv.max_sessions);
   rt.n_seq_max = srv.max_sessions + sc.prefix.max_kept;
   rt.n_seq_sampling = srv.max_sessions;  // per-sequence KV: the kept prefixes' ids never sample
-  if (rt.n_batch < rt.n_seq_max) {
-    // llama.cpp reserves an output row per sequence in a batch: fewer rows than sequences aborts
-    // inside it at context creation. Adjusted and said, as a bad combination must never crash.
-    std::cerr << "umad: --n-batch " << rt.n_batch << " is below the " << rt.n_seq_max
-              << " sequences (--max-sessions " << srv.max_sessions << " + " << sc.prefix.max_kept
-              << " kept prefixes): n-batch raised to " << rt.n_seq_max << "\n";
-    rt.n_batch = rt.n_seq_max;
+  // llama.cpp reserves an output row per sequence in a batch: fewer rows than sequences aborts
+  // inside it at context creation. Adjusted and said, as a bad combination must never crash.
+  for (auto [flag, n] : {std::pair{"n-batch", &rt.n_batch}, std::pair{"n-ubatch", &rt.n_ubatch}}) {
+    if (*n > 0 && *n < rt.n_seq_max) {
+      std::cerr << "umad: --" << flag << " " << *n << " is below the " << rt.n_seq_max << " sequences (--max-sessions "
+                << srv.max_sessions << " + " << sc.prefix.max_kept << " kept prefixes): " << flag << " raised to "
+                << rt.n_seq_max << "\n";
+      *n = rt.n_seq_max;
+    }
   }
   if (!http_listen.empty()) {
     out.http_enabled = true;

@@ -52,6 +52,10 @@ class Decoder {
   virtual ~Decoder() = default;
 
   virtual std::int32_t n_batch() const = 0;    // most entries one decode() accepts
+  // Entries llama.cpp evaluates in one pass at most (n_ubatch; a larger decode is cut into passes):
+  // the unit of a tick with streams decoding. n_batch() above it only lets a tick with nobody
+  // decoding take a burst of prompts in at once.
+  virtual std::int32_t n_ubatch() const { return n_batch(); }
   virtual std::int32_t n_ctx() const = 0;      // KV cells shared by all sequences
   virtual std::int32_t n_seq_max() const = 0;  // distinct sequences
   // The KV layout. Unified: one pool of n_ctx() cells every sequence draws from (a request may use

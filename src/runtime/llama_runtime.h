@@ -41,7 +41,11 @@ struct RuntimeConfig {
   std::shared_ptr<store::ModelImage> image;
   ImageLoadPath image_load = ImageLoadPath::kAuto;
   std::int32_t n_ctx = 4096;  // <= 0: the model's trained context, or the largest whose KV fits (context_size.h)
-  std::int32_t n_batch = 512;
+  // Most tokens one decode takes; 0: 2048 with the weights on the CPU (a burst of prompts arriving
+  // while nobody decodes goes in at once, as llama-server's default, so the streams start in step),
+  // n_ubatch on a GPU. Passes stay n_ubatch long: ticks with streams decoding are planned in those.
+  std::int32_t n_batch = 0;
+  std::int32_t n_ubatch = 512;
   std::int32_t n_seq_max = 16;
   std::int32_t n_threads = 0;  // 0: all hardware threads
   bool use_mmap = true;
@@ -93,6 +97,7 @@ class LlamaRuntime final : public Decoder {
   LlamaRuntime& operator=(const LlamaRuntime&) = delete;
 
   std::int32_t n_batch() const override { return n_batch_; }
+  std::int32_t n_ubatch() const override { return n_ubatch_; }
   std::int32_t n_ctx() const override { return n_ctx_; }
   std::int32_t n_seq_max() const override { return n_seq_max_; }
   bool kv_per_sequence() const override { return per_seq_; }
@@ -169,6 +174,7 @@ class LlamaRuntime final : public Decoder {
   static constexpr std::uint64_t kKvHostRetain = std::uint64_t{1} << 30;  // freed blocks kept for reuse
   std::vector<llama_sampler*> samplers_;  // by sequence id; nullptr when idle
   std::int32_t n_batch_ = 0;
+  std::int32_t n_ubatch_ = 0;
   std::int32_t n_ctx_ = 0;
   std::int32_t n_seq_max_ = 0;
   std::int32_t n_ctx_seq_ = 0;

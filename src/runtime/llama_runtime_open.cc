@@ -117,8 +117,12 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
     n_ctx = std::max(1, n_ctx / std::max(rooms, 1)) * streams;
   }
   cp.n_ctx = static_cast<uint32_t>(n_ctx);
-  cp.n_batch = static_cast<uint32_t>(config.n_batch);
-  cp.n_ubatch = static_cast<uint32_t>(config.n_batch);
+  const std::int32_t n_ubatch = std::max(config.n_ubatch, 1);
+  const std::int32_t n_batch = config.n_batch > 0                     ? config.n_batch
+                               : llama_supports_gpu_offload() && mp.n_gpu_layers != 0 ? n_ubatch
+                                                                                      : std::max(2048, n_ubatch);
+  cp.n_batch = static_cast<uint32_t>(n_batch);
+  cp.n_ubatch = static_cast<uint32_t>(std::min(n_ubatch, n_batch));
   cp.n_seq_max = static_cast<uint32_t>(config.n_seq_max);
   cp.n_threads = config.n_threads > 0 ? config.n_threads : hw;
   cp.n_threads_batch = cp.n_threads;
@@ -170,6 +174,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   }
   rt->n_ctx_ = static_cast<std::int32_t>(llama_n_ctx(rt->ctx_));
   rt->n_batch_ = static_cast<std::int32_t>(llama_n_batch(rt->ctx_));
+  rt->n_ubatch_ = static_cast<std::int32_t>(llama_n_ubatch(rt->ctx_));
   rt->n_seq_max_ = static_cast<std::int32_t>(llama_n_seq_max(rt->ctx_));
   rt->n_ctx_seq_ = static_cast<std::int32_t>(llama_n_ctx_seq(rt->ctx_));
   rt->per_seq_ = per_seq;
@@ -198,7 +203,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   }
   const llama_token bos = llama_vocab_bos(rt->vocab_);
   rt->stream_options_.filler_token = bos >= 0 ? bos : 0;
-  rt->stream_options_.max_entries = rt->n_batch_;
+  rt->stream_options_.max_entries = rt->n_ubatch_;  // a filler must not cost a pass
   // On a CPU a pass is one more read of the weights (~16 ms for 143 M Q8_0 params on 2 cores) and
   // a deep stream's depth costs every row beside it ~7 us per cell (docs/BENCHMARKS.md, issue 32).
   rt->stream_options_.deep_pass_row_cells = config.deep_pass_row_cells >= 0 ? config.deep_pass_row_cells

@@ -49,8 +49,9 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
   plan.guard_fired = overdue && !in.guard_fired_last_tick;
   if (plan.guard_fired) return plan;
 
-  const std::int32_t budget = plan.decode.empty() ? in.capacity : std::max(in.budget, in.min_prefill);
-  std::int32_t left = std::min(budget, in.capacity - used);
+  const std::int32_t capacity = plan.decode.empty() ? std::max(in.capacity, in.idle_capacity) : in.capacity;
+  const std::int32_t budget = plan.decode.empty() ? capacity : std::max(in.budget, in.min_prefill);
+  std::int32_t left = std::min(budget, capacity - used);
   std::int32_t background_left = plan.decode.empty() && in.background_idle_cap > 0 ? in.background_idle_cap : left;
   // The most one prompt could get in a tick like this one: whole_prompts cuts a prompt only when
   // it is longer (else a prompt longer than what decode leaves free would wait forever).

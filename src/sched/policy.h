@@ -35,7 +35,7 @@ struct Candidate {
 
 struct PolicyInput {
   std::int32_t budget = 0;       // prefill tokens this tick may carry next to decode (TickBudget)
-  std::int32_t capacity = 0;     // hard limit: llama's n_batch
+  std::int32_t capacity = 0;     // hard limit with streams decoding: llama's n_ubatch (one pass)
   std::int32_t min_prefill = 0;  // prefill tokens granted even when decode used the budget
   bool guard_fired_last_tick = false;
   // With nobody decoding: the most background prefill one tick may carry, so that an interactive
@@ -49,6 +49,9 @@ struct PolicyInput {
   // that would fit a later tick whole waits for it, unless nobody decodes (it would stall the
   // streams this tick starts: it takes what is left too).
   bool whole_prompts = false;
+  // With nobody decoding: the most one prompt-only tick carries (llama's n_batch; 0: capacity). A
+  // burst that goes in at once starts its streams in step, and in a closed loop they stay so.
+  std::int32_t idle_capacity = 0;
 };
 
 struct TickPlan {
@@ -64,7 +67,7 @@ struct TickPlan {
 // (3) Otherwise spend the prefill budget (at least min_prefill) on prefill chunks: urgent before
 //     relaxed; least slack first (deadline order) among prompts that can still meet their TTFT
 //     target, then shortest remaining first among those that cannot; round-robin among equals. With nobody decoding,
-//     the budget is the whole capacity: it exists to protect running streams, and there are none;
+//     the budget is idle_capacity: it exists to protect running streams, and there are none;
 //     background work then still takes at most background_idle_cap, to keep arrivals' TTFT short.
 TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in);
 // The prefilling candidates in the order (3) serves them: urgent first, then least slack (late ones

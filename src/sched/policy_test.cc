@@ -84,6 +84,24 @@ TEST(Policy, WholePromptsWithNobodyDecodingABurstIsCutToFillTheTick) {
   EXPECT_EQ(plan_tick(d, whole_prompts(512)).prefill.size(), 3u);
 }
 
+TEST(Policy, WithNobodyDecodingABurstFillsTheIdleCapacityNotJustOnePass) {
+  // n_batch 2048 over passes of 512: eight 129-token prompts go in at once, so the eight streams
+  // start in step; with a stream decoding a tick is still one pass's worth.
+  const std::vector<Candidate> c(8, prefilling(129));
+  PolicyInput in = whole_prompts(64);
+  in.idle_capacity = 2048;
+  const TickPlan p = plan_tick(c, in);
+  ASSERT_EQ(p.prefill.size(), 8u);
+  for (const auto& [i, n] : p.prefill) EXPECT_EQ(n, 129) << i;
+  EXPECT_EQ(plan_tick(c, whole_prompts(64)).prefill.size(), 4u) << "without it: one pass's 512";
+  std::vector<Candidate> d = c;
+  d.push_back(decoding());
+  in.budget = 2048;
+  std::int32_t carried = 0;
+  for (const auto& [i, n] : plan_tick(d, in).prefill) carried += n;
+  EXPECT_LE(carried, 511) << "beside a decode row the tick stays within one pass";
+}
+
 TEST(Policy, WholePromptsAPromptLongerThanWhatDecodeLeavesIsCutNotStarved) {
   // n_batch 512 with 64 streams decoding leaves at most 448 a tick: a 470-token prompt never
   // fits whole while they run, so it is cut now (it waited forever when judged by the budget).

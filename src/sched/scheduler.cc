@@ -8,7 +8,7 @@
 namespace uma {
 namespace {
 SchedulerConfig for_layout(SchedulerConfig c, const Decoder& decoder) {
-  if (decoder.kv_per_sequence()) c.min_prefill = c.per_seq_min_prefill < 0 ? decoder.n_batch() : c.per_seq_min_prefill;
+  if (decoder.kv_per_sequence()) c.min_prefill = c.per_seq_min_prefill < 0 ? decoder.n_ubatch() : c.per_seq_min_prefill;
   return c;
 }
 }  // namespace
@@ -32,7 +32,7 @@ ModelShape model_shape(const Decoder::Shape& s) {
 
 Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerConfig& config, const TimeSource& time)
     : decoder_(decoder), metrics_(metrics), config_(for_layout(config, decoder)), time_(time),
-      budget_(decoder.n_batch(), config_.tick_target_ms, config_.start_budget, config_.min_prefill),
+      budget_(decoder.n_ubatch(), config_.tick_target_ms, config_.start_budget, config_.min_prefill),
       cost_(model_shape(decoder.shape())),
       ledger_(kv_shape(decoder, config)), cache_(decoder, metrics, config.prefix, time, ledger_.kept_ids()) {
   if (ledger_.per_seq()) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
@@ -66,13 +66,14 @@ void Scheduler::tick(std::vector<Event>& out) {
   if (!gather(now)) return;
   const auto n_decoding = static_cast<std::int32_t>(
       std::count_if(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.decoding; }));
-  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_batch(), prefill_floor(), guard_fired_last_,
+  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_ubatch(), prefill_floor(), guard_fired_last_,
                  budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
   in.whole_prompts = ledger_.per_seq();
+  in.idle_capacity = decoder_.n_batch();
   // What is published (tick_prefill_budget_tokens) stays the controller's figure: a router's TTFT
   // model reads it as a prompt's tokens per tick, and was fitted to it.
   const std::int32_t published_budget = in.budget;
-  if (const std::int32_t slo = slo_budget(now, decoder_.n_batch() - n_decoding); slo > 0) {
+  if (const std::int32_t slo = slo_budget(now, decoder_.n_ubatch() - n_decoding); slo > 0) {
     // The SLO budget weighs the streams' gaps itself: the overdue guard would second-guess it.
     in.budget = slo;
     for (Candidate& c : candidates_) c.overdue = false;

@@ -101,7 +101,7 @@ std::int32_t Scheduler::prefill_floor() const {
       floor = std::max(floor, (n + config_.prompt_chunks_max - 1) / config_.prompt_chunks_max);
     }
   }
-  return std::min(floor, decoder_.n_batch());
+  return std::min(floor, decoder_.n_ubatch());
 }
 
 std::int32_t Scheduler::slo_budget(Clock::time_point now, std::int32_t capacity) {

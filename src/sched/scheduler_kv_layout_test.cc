@@ -3,6 +3,9 @@
 // consecutive sequence ids, which is how many passes llama.cpp would make over the weights).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "sched/scheduler_test_support.h"
 
 namespace uma {
@@ -78,6 +81,46 @@ TEST_F(PrefillFloor, PerSequenceKvHonoursAnExplicitMinimumPrefill) {
 
 TEST_F(PrefillFloor, UnifiedKvKeepsTheSmallPrefillFloorBesideRunningStreams) {
   EXPECT_EQ(biggest_tick_beside_a_stream(/*per_seq=*/false, -1), 1u + 8u);
+}
+
+// n_batch above n_ubatch (the CPU default, 2048 over passes of 512): a burst arriving while nobody
+// decodes goes in in one tick, so its streams decode in step and end on one tick (a closed loop's
+// next burst then arrives together too); with streams decoding, a tick stays one pass's worth.
+TEST_F(SchedulerTest, PerSequenceKvABurstGoesInAtOnceAndItsStreamsEndTogether) {
+  SchedulerConfig cfg;
+  cfg.slo_tbt_ms = 1e9;
+  decoder_ = std::make_unique<testing_support::FakeDecoder>(/*n_batch=*/2048, /*n_ctx=*/16 * 256, /*n_seq=*/16, /*per_seq=*/true);
+  decoder_->set_n_ubatch(512);
+  scheduler_ = std::make_unique<Scheduler>(*decoder_, metrics_, cfg, clock_);
+  std::vector<std::size_t> sizes;
+  decoder_->on_decode_ = [&](std::span<const BatchEntry> b) { sizes.push_back(b.size()); };
+  for (RequestId id = 1; id <= 8; ++id) submit(id, std::string(128, static_cast<char>('a' + id)), 20);  // 129 tokens
+  std::map<RequestId, int> ended_at;
+  for (int t = 0; t < 100 && scheduler_->has_work(); ++t) {
+    scheduler_->tick(events_);
+    for (const Event& e : events_) {
+      if (e.kind == Event::Kind::kDone) ended_at[e.request_id] = t;
+    }
+    collect();
+  }
+  ASSERT_FALSE(sizes.empty());
+  EXPECT_EQ(sizes.front(), 8u * 129u) << "the whole burst in the first decode";
+  ASSERT_EQ(ended_at.size(), 8u);
+  for (const auto& [id, t] : ended_at) EXPECT_EQ(t, ended_at.begin()->second) << id;
+  for (RequestId id = 1; id <= 8; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'a' + static_cast<Token>(id), 20)) << id;
+
+  // A stream decoding, six prompts arriving: every tick stays within one pass.
+  submit(20, "z", 30);
+  scheduler_->tick(events_);
+  scheduler_->tick(events_);
+  collect();
+  for (RequestId id = 21; id <= 26; ++id) submit(id, std::string(128, static_cast<char>('a' + id)), 2);
+  sizes.clear();
+  run_until_idle();
+  ASSERT_FALSE(sizes.empty());
+  EXPECT_LE(*std::max_element(sizes.begin(), sizes.end()), 512u);
+  for (RequestId id = 21; id <= 26; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'a' + static_cast<Token>(id), 2)) << id;
+  EXPECT_EQ(decoder_->total_kv(), 0);
 }
 
 TEST_F(SchedulerTest, PerSequenceKvLimitsARequestToOneSequencesCells) {

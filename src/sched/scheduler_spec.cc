@@ -65,7 +65,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     w.span_cells += n * (ledger_.per_seq() ? depth + 1 : unified_span_ + 1);
     return cost_.predict_ms(w);
   };
-  std::int32_t room = decoder_.n_batch() - static_cast<std::int32_t>(batch_.entries.size());
+  std::int32_t room = decoder_.n_ubatch() - static_cast<std::int32_t>(batch_.entries.size());
   if (!ledger_.per_seq()) room = std::min(room, cells_free() / 2);  // a draft's cells are back after the tick
   const std::int32_t cap = config_.speculate_always ? room : yield_guard_.max_draft_rows(batch_.decoded.size());
   room = std::min(room, cap);

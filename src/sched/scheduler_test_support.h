@@ -31,6 +31,8 @@ class FakeDecoder final : public Decoder {
         cells_(static_cast<size_t>(n_seq)), live_(static_cast<size_t>(n_seq)) {}
 
   std::int32_t n_batch() const override { return n_batch_; }
+  std::int32_t n_ubatch() const override { return n_ubatch_ > 0 ? n_ubatch_ : n_batch_; }
+  void set_n_ubatch(std::int32_t n) { n_ubatch_ = n; }  // before the scheduler is made
   std::int32_t n_ctx() const override { return n_ctx_; }
   std::int32_t n_seq_max() const override { return n_seq_; }
   bool kv_per_sequence() const override { return per_seq_; }
@@ -320,7 +322,7 @@ class FakeDecoder final : public Decoder {
                                           return e.seq == q && !used[static_cast<std::size_t>(&e - batch.data())];
                                         }));
       }
-      per_seq = std::clamp<std::size_t>(static_cast<std::size_t>(n_batch_) / set.size(), 1, per_seq);
+      per_seq = std::clamp<std::size_t>(static_cast<std::size_t>(n_ubatch()) / set.size(), 1, per_seq);
       for (std::int32_t q : set) {
         std::size_t taken = 0;
         for (std::size_t i = 0; i < batch.size() && taken < per_seq; ++i) {
@@ -337,6 +339,7 @@ class FakeDecoder final : public Decoder {
   }
 
   std::int32_t n_batch_, n_ctx_, n_seq_;
+  std::int32_t n_ubatch_ = 0;  // 0: n_batch
   bool per_seq_ = false;
   bool room_for(std::int32_t seq, std::int32_t n) const {
     if (per_seq_) return static_cast<std::int32_t>(kv_[seq].size()) + n <= n_ctx_ / n_seq_;
