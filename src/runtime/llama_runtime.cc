@@ -102,8 +102,9 @@ std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_toke
   const std::int64_t t2 = now_ns();
   if (timing_.prev_done_ns != 0) {
     const double launch_ms = static_cast<double>(t1 - t0) / 1e6;
-    if (launch_ms > 5.0 && timing_.slow_logged < 40) {
-      // What a slow launch was: its shape (prompt chunks, sequences) and whether llama.cpp reused
+    const double device_ms = static_cast<double>(t2 - t1) / 1e6;
+    if ((launch_ms > 5.0 || device_ms > 40.0) && timing_.slow_logged < 40) {
+      // What a slow call was: its shape (prompt chunks, sequences) and whether llama.cpp reused
       // its last graph; the sampler switches since the last call show a graph re-reserve.
       ++timing_.slow_logged;
       std::map<std::int32_t, std::int32_t> per_seq;
@@ -111,8 +112,8 @@ std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_toke
       std::int32_t longest = 0;
       for (const auto& [seq, n] : per_seq) longest = std::max(longest, n);
       const llama_perf_context_data perf = llama_perf_context(ctx_);
-      spdlog::info("slow launch {:.2f} ms (device {:.2f} ms): {} tokens, {} sequences, longest run {}, graph reused {}, "
-                   "sampler switches {}, fillers {}", launch_ms, static_cast<double>(t2 - t1) / 1e6, n_tokens, per_seq.size(), longest,
+      spdlog::info("slow decode: launch {:.2f} ms, device {:.2f} ms: {} tokens, {} sequences, longest run {}, graph reused {}, "
+                   "sampler switches {}, fillers {}", launch_ms, device_ms, n_tokens, per_seq.size(), longest,
                    perf.n_reused > timing_.reused_before ? "yes" : "no", sampler_switches_ - timing_.switches_before,
                    arrange_ ? arranged_.fillers.size() : 0);
     }
