@@ -131,7 +131,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   }
   std::vector<DraftJob> jobs;
   for (std::size_t k = 0; k < who.size(); ++k) {
-    if (dp.k[k] == 0) who[k]->accept = idle_acceptance(who[k]->accept, spec_accept_);
+    if (dp.k[k] == 0) who[k]->accept = idle_acceptance(who[k]->accept);
     if (by_model[k] && dp.k[k] > 0) {
       jobs.push_back({who[k]->seq, who[k]->tokens, dp.k[k], &who[k]->draft});
     } else {
@@ -252,7 +252,7 @@ void Scheduler::sample_batch() {
     const auto k = static_cast<std::int32_t>(s.draft.size());
     if (n < k) decoder_.trim_sequence(s.seq, s.n_past + 1 + n);
     s.accept = update_acceptance(s.accept, k, n);
-    spec_accept_ = update_acceptance(spec_accept_, k, n, kLongRunStep);
+    spec_accept_ = update_acceptance(spec_accept_, k, n);
     if (s.draft_from_prediction) {
       s.prediction_accepted += n;
       s.prediction_rejected += k - n;

@@ -113,15 +113,15 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
   return plan;
 }
 
-double idle_acceptance(double estimate, double long_run) {
-  return estimate < long_run ? estimate + 0.02 * (long_run - estimate) : estimate;
+double idle_acceptance(double estimate) {
+  return estimate < kAcceptancePrior ? estimate + 0.002 * (kAcceptancePrior - estimate) : estimate;
 }
 
-double update_acceptance(double estimate, std::int32_t drafted, std::int32_t accepted, double step) {
-  // Each verified token moves the estimate by `step` of its surprise: the accepted ones towards
+double update_acceptance(double estimate, std::int32_t drafted, std::int32_t accepted) {
+  // Each verified token moves the estimate by a fifth of its surprise: the accepted ones towards
   // 1, the first rejected one towards 0 (those after it were never tested).
   const std::int32_t tested = std::min(drafted, accepted + 1);
-  for (std::int32_t i = 0; i < tested; ++i) estimate += step * ((i < accepted ? 1.0 : 0.0) - estimate);
+  for (std::int32_t i = 0; i < tested; ++i) estimate += 0.2 * ((i < accepted ? 1.0 : 0.0) - estimate);
   return std::clamp(estimate, 0.0, 1.0);
 }
 

@@ -87,20 +87,13 @@ struct DraftPlan {
 
 DraftPlan plan_drafts(const DraftPlanInput& in);
 
-// An acceptance estimate after a verification: `accepted` of `drafted` tokens taken. An EWMA per
-// draft token, so a long accepted run counts as much as its length; `step` is each tested token's
-// weight: a session's own estimate moves fast (kSessionStep), the server's long-run rate, which
-// seeds new sessions and which idle ones return to, slowly (kLongRunStep).
-inline constexpr double kSessionStep = 0.2;
-inline constexpr double kLongRunStep = 0.02;
-double update_acceptance(double estimate, std::int32_t drafted, std::int32_t accepted, double step = kSessionStep);
-// An offer the plan did not verify drifts back towards the long-run rate, a fiftieth of the way a
-// tick. A session's fast estimate is noisy (at a true rate of 0.8 a few short runs take it under
-// 0.4, where no plan verifies it): without the drift such a dip would last the whole request (seen
-// on an H100: one request of three drafted for 56 ticks, then never). A session whose drafts are
-// worse than the server's is tried again now and then, instead of never (the text it copies may
-// have changed); where the long-run rate is as low, it stays.
-double idle_acceptance(double estimate, double long_run);
-inline constexpr double kAcceptancePrior = 0.6;  // before the server's first verification
+// A session's acceptance estimate after a verification: `accepted` of `drafted` tokens taken.
+// An EWMA per draft token, so a long accepted run counts as much as its length.
+double update_acceptance(double estimate, std::int32_t drafted, std::int32_t accepted);
+// An offer the plan did not verify drifts back towards the prior, slowly: a session whose drafts
+// were wrong for a while (its estimate too low to be verified) is tried again now and then, one
+// token, instead of never (the text it copies may have changed).
+double idle_acceptance(double estimate);
+inline constexpr double kAcceptancePrior = 0.6;  // before a session's first verification
 
 }  // namespace uma
