@@ -262,7 +262,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_TEMPERATURE")->capture_default_str()->check(CLI::Range(0.0, 100.0));
   app.add_option("--seed", srv.limits.sampling.seed, "default sampling seed (with --temperature > 0)")
       ->envname("UMA_SEED");
-  app.footer("Environment: UMA_DEBUG=1 turns on debug traces (tick composition, session states, I/O).\n"
+  app.footer("Environment: UMA_DEBUG=1 turns on debug traces (tick composition, session states, I/O); "
+             "UMA_DEBUG=2 adds llama.cpp's own debug log.\n"
              "Protocol: framed JSON by default (uint32_le length | JSON request; token/eos/error events back;\n"
              "{\"type\":\"metrics\"} for metrics); --protocol newline: one prompt line in, one reply line out,\n"
              "'/metrics' for metrics. See docs/PROTOCOL.md.");
@@ -371,6 +372,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   if (rt.n_threads == 0) rt.n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const char* debug = std::getenv("UMA_DEBUG");
   out.debug = debug != nullptr && std::string(debug) != "0" && std::string(debug) != "";
+  out.trace = debug != nullptr && std::string(debug) == "2";
   *exit_code = -1;  // keep running
   return Status::Ok();
 }

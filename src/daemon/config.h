@@ -56,7 +56,8 @@ struct DaemonConfig {
   std::uint64_t models_mb = 0;      // --models-mb: their bytes at most (0: no limit)
   std::string keep_alive = "5m";    // --keep-alive: an idle model's stay (Ollama's; -1: forever)
   bool router() const { return !models_dir.empty() || models.size() > 1; }
-  bool debug = false;
+  bool debug = false;  // UMA_DEBUG=1
+  bool trace = false;  // UMA_DEBUG=2: llama.cpp's debug log too
   int test_load_delay_ms = 0;  // tests only: a slow model load, to observe /health's 503
 };
 

@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("umad"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  spdlog::set_level(cfg.debug ? spdlog::level::debug : spdlog::level::info);
+  spdlog::set_level(cfg.trace ? spdlog::level::trace : cfg.debug ? spdlog::level::debug : spdlog::level::info);
   std::signal(SIGPIPE, SIG_IGN);
   if (cfg.router()) return run_model_router(cfg, argc, argv);  // several models: a umad each behind one port
 

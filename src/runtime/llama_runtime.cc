@@ -103,7 +103,7 @@ std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_toke
   if (timing_.prev_done_ns != 0) {
     const double launch_ms = static_cast<double>(t1 - t0) / 1e6;
     const double device_ms = static_cast<double>(t2 - t1) / 1e6;
-    if ((launch_ms > 5.0 || device_ms > 40.0) && timing_.slow_logged < 40) {
+    if ((launch_ms > 5.0 || device_ms > 40.0) && timing_.slow_logged < 400) {
       // What a slow call was: its shape (prompt chunks, sequences) and whether llama.cpp reused
       // its last graph; the sampler switches since the last call show a graph re-reserve.
       ++timing_.slow_logged;

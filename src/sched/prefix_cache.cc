@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace uma {
 
@@ -34,7 +35,12 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
   k.used_at = time_.now();
   k.hits++;
   k.served = std::max(k.served, m.length);
-  if (k.hits == 1 && k.seq >= 0) decoder_.prepare_save(k.seq);  // now worth host memory
+  if (k.hits == 1 && k.seq >= 0) {  // now worth host memory
+    const auto t0 = std::chrono::steady_clock::now();
+    decoder_.prepare_save(k.seq);
+    spdlog::debug("prefix cache: host memory readied for an entry of {} cells in {:.2f} ms", k.cells,
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (k.seq < 0) {
     // A host snapshot: bring it back into the KV cache (all of it: a snapshot restores whole).
     const auto n = static_cast<std::int32_t>(index_.tokens(m.id).size());
@@ -43,7 +49,11 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
     }
     if (ids_.empty() || n > cells_free) return {};
     const std::int32_t seq = ids_.take();
-    if (Status st = decoder_.restore_kv(seq, k.snapshot); !st.ok()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status st = decoder_.restore_kv(seq, k.snapshot);
+    spdlog::debug("prefix cache: snapshot of {} tokens restored in {:.2f} ms", n,
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (!st.ok()) {
       spdlog::warn("prefix cache: snapshot of {} tokens did not fit back: {}", n, st.message());
       ids_.give_back(seq);
       return {};
@@ -178,7 +188,13 @@ void PrefixCache::evict_one(std::uint64_t id) {
       index_.erase(oldest);
       kept_.erase(oldest);
     }
+    const auto t0 = std::chrono::steady_clock::now();
     saved = host_bytes_ + bytes <= config_.host_bytes && decoder_.save_kv(k.seq, k.snapshot).ok();
+    spdlog::debug("prefix cache: entry of {} cells (sequence {}) {} host memory in {:.2f} ms ({} bytes)", k.cells, k.seq,
+                  saved ? "copied to" : "not copied to",
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), bytes);
+  } else {
+    spdlog::debug("prefix cache: entry of {} cells (sequence {}) dropped", k.cells, k.seq);
   }
   decoder_.end_sequence(k.seq);
   ids_.give_back(k.seq);
