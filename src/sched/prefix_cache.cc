@@ -35,12 +35,7 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
   k.used_at = time_.now();
   k.hits++;
   k.served = std::max(k.served, m.length);
-  if (k.hits == 1 && k.seq >= 0) {  // now worth host memory
-    const auto t0 = std::chrono::steady_clock::now();
-    decoder_.prepare_save(k.seq);
-    spdlog::debug("prefix cache: host memory readied for an entry of {} cells in {:.2f} ms", k.cells,
-                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
+  prepare_if_worth(m.id);
   if (k.seq < 0) {
     // A host snapshot: bring it back into the KV cache (all of it: a snapshot restores whole).
     const auto n = static_cast<std::int32_t>(index_.tokens(m.id).size());
@@ -93,9 +88,9 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   if (same.length == n) {  // an entry already holds all of these tokens
     kept_.at(same.id).last_used = ++clock_;
     kept_.at(same.id).used_at = time_.now();
-    if (kept_.at(same.id).hits == 0 && kept_.at(same.id).seq >= 0) decoder_.prepare_save(kept_.at(same.id).seq);
     kept_.at(same.id).hits += 1 + led;
     kept_.at(same.id).served = std::max(kept_.at(same.id).served, n);
+    prepare_if_worth(same.id);
     return false;
   }
   if (config_.keep_unseen_min > 0 && n < config_.keep_unseen_min && starts_with(kv_tokens) < 2) {
@@ -115,7 +110,7 @@ bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::
   // Followers shared some prefix of it (how much is not tracked): count all of it as served.
   kept_[id] = Kept{seq, own, {}, ++clock_, time_.now(), led, led > 0 ? n : 0};
   cells_ += own;
-  if (led > 0) decoder_.prepare_save(seq);
+  prepare_if_worth(id);
   publish();
   return true;
 }
@@ -200,6 +195,7 @@ void PrefixCache::evict_one(std::uint64_t id) {
   ids_.give_back(k.seq);
   cells_ -= k.cells;
   k.seq = -1;
+  k.prepared = false;  // back in the KV cache, it is judged again
   k.cells = 0;
   if (saved) {
     host_bytes_ += k.snapshot.size();
@@ -232,6 +228,20 @@ std::int32_t PrefixCache::common_prefix(std::uint64_t a, std::uint64_t b) const 
   const auto n = std::min(x.size(), y.size());
   return static_cast<std::int32_t>(std::mismatch(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n), y.begin()).first -
                                    x.begin());
+}
+
+void PrefixCache::prepare_if_worth(std::uint64_t id) {
+  // Host memory is readied (page-locked, off this thread) only for an entry that eviction would
+  // copy there: page-locking holds the GPU's driver while it runs (an 8B's 3000-token entry, 400 MB:
+  // 136-160 ms during which a decode's KV copy waited, docs/BENCHMARKS.md), for nothing where
+  // another entry holds the prefix and this one would be dropped.
+  Kept& k = kept_.at(id);
+  if (k.seq < 0 || k.prepared || k.hits == 0 || !worth_host_memory(id)) return;
+  k.prepared = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  decoder_.prepare_save(k.seq);
+  spdlog::debug("prefix cache: host memory readied for an entry of {} cells in {:.2f} ms", k.cells,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 }
 
 bool PrefixCache::worth_host_memory(std::uint64_t id) const {

@@ -136,11 +136,13 @@ class PrefixCache {
     Clock::time_point used_at{};
     std::uint32_t hits = 0;       // lookups it served: only an entry reused once is worth host memory
     std::int32_t served = 0;      // the longest prefix it served
+    bool prepared = false;        // host memory was readied for its snapshot (Decoder::prepare_save)
   };
   static constexpr std::uint64_t kLiveBit = std::uint64_t{1} << 63;
 
   void evict_one(std::uint64_t id);
   bool worth_host_memory(std::uint64_t id) const;
+  void prepare_if_worth(std::uint64_t id);  // Decoder::prepare_save once, for an entry worth host memory
   bool extends(std::uint64_t longer, std::uint64_t shorter) const;  // strictly, token for token
   std::int32_t common_prefix(std::uint64_t a, std::uint64_t b) const;  // tokens the two entries share
   std::uint64_t victim() const;  // LRU kept-in-KV entry, leaves first; 0: none
