@@ -82,6 +82,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   // Nothing here names a backend: llama.cpp offloads to whichever GPU backend it was built with.
   const bool gpu = llama_supports_gpu_offload();
   mp.n_gpu_layers = !gpu ? 0 : config.n_gpu_layers < 0 ? std::numeric_limits<std::int32_t>::max() : config.n_gpu_layers;
+  const bool on_gpu = gpu && mp.n_gpu_layers != 0;  // the weights (some of them) on a GPU
   if (config.use_mmap) mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP;
   else mp.load_mode = config.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE;
   if (config.image) {
@@ -110,7 +111,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   if (n_ctx <= 0) {  // the model's trained context, or the largest whose KV fits
     const std::int64_t cell = kv_bytes_per_token(rt->model_) * streams;
     const ContextChoice c = choose_context(llama_model_n_ctx_train(rt->model_), cell,
-                                           kv_budget_bytes(llama_supports_gpu_offload() && mp.n_gpu_layers != 0));
+                                           kv_budget_bytes(on_gpu));
     n_ctx = per_seq ? c.n_ctx * streams : c.n_ctx;
     rt->n_ctx_why_ = per_seq ? c.why + " per stream" : c.why;
   } else if (per_seq) {
@@ -118,16 +119,13 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   }
   cp.n_ctx = static_cast<uint32_t>(n_ctx);
   const std::int32_t n_ubatch = std::max(config.n_ubatch, 1);
-  const std::int32_t n_batch = config.n_batch > 0                     ? config.n_batch
-                               : llama_supports_gpu_offload() && mp.n_gpu_layers != 0 ? n_ubatch
-                                                                                      : std::max(2048, n_ubatch);
+  const std::int32_t n_batch = config.n_batch > 0 ? config.n_batch : on_gpu ? n_ubatch : std::max(2048, n_ubatch);
   cp.n_batch = static_cast<uint32_t>(n_batch);
   cp.n_ubatch = static_cast<uint32_t>(std::min(n_ubatch, n_batch));
   cp.n_seq_max = static_cast<uint32_t>(config.n_seq_max);
   cp.n_threads = config.n_threads > 0 ? config.n_threads : hw;
   cp.n_threads_batch = cp.n_threads;
   rt->n_threads_ = static_cast<std::int32_t>(cp.n_threads);
-  const bool on_gpu = llama_supports_gpu_offload() && mp.n_gpu_layers != 0;
   rt->on_gpu_ = on_gpu;
   // KV snapshots (prefixes, paused requests) in page-locked memory where a GPU holds the KV.
   if (on_gpu) {
@@ -207,8 +205,8 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   // On a CPU a pass is one more read of the weights (~16 ms for 143 M Q8_0 params on 2 cores) and
   // a deep stream's depth costs every row beside it ~7 us per cell (docs/BENCHMARKS.md, issue 32).
   rt->stream_options_.deep_pass_row_cells = config.deep_pass_row_cells >= 0 ? config.deep_pass_row_cells
-                                            : mp.n_gpu_layers == 0                ? 2048
-                                                                                  : 0;
+                                            : on_gpu                              ? 0
+                                                                                  : 2048;
   *status = Status::Ok();
   return rt;
 }

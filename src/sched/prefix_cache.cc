@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 
 namespace uma {
 
@@ -44,10 +43,10 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
     }
     if (ids_.empty() || n > cells_free) return {};
     const std::int32_t seq = ids_.take();
-    const auto t0 = std::chrono::steady_clock::now();
+    const Clock::time_point t0 = Clock::now();
     const Status st = decoder_.restore_kv(seq, k.snapshot);
     spdlog::debug("prefix cache: snapshot of {} tokens restored in {:.2f} ms", n,
-                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                  ms_between(t0, Clock::now()));
     if (!st.ok()) {
       spdlog::warn("prefix cache: snapshot of {} tokens did not fit back: {}", n, st.message());
       ids_.give_back(seq);
@@ -183,11 +182,11 @@ void PrefixCache::evict_one(std::uint64_t id) {
       index_.erase(oldest);
       kept_.erase(oldest);
     }
-    const auto t0 = std::chrono::steady_clock::now();
+    const Clock::time_point t0 = Clock::now();
     saved = host_bytes_ + bytes <= config_.host_bytes && decoder_.save_kv(k.seq, k.snapshot).ok();
     spdlog::debug("prefix cache: entry of {} cells (sequence {}) {} host memory in {:.2f} ms ({} bytes)", k.cells, k.seq,
                   saved ? "copied to" : "not copied to",
-                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), bytes);
+                  ms_between(t0, Clock::now()), bytes);
   } else {
     spdlog::debug("prefix cache: entry of {} cells (sequence {}) dropped", k.cells, k.seq);
   }
@@ -238,10 +237,10 @@ void PrefixCache::prepare_if_worth(std::uint64_t id) {
   Kept& k = kept_.at(id);
   if (k.seq < 0 || k.prepared || k.hits == 0 || !worth_host_memory(id)) return;
   k.prepared = true;
-  const auto t0 = std::chrono::steady_clock::now();
+  const Clock::time_point t0 = Clock::now();
   decoder_.prepare_save(k.seq);
   spdlog::debug("prefix cache: host memory readied for an entry of {} cells in {:.2f} ms", k.cells,
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                ms_between(t0, Clock::now()));
 }
 
 bool PrefixCache::worth_host_memory(std::uint64_t id) const {
