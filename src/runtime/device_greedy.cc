@@ -1,15 +1,40 @@
 #include "runtime/device_greedy.h"
 
+#include <ggml-alloc.h>
+#include <ggml-backend.h>
 #include <ggml.h>
 #include <llama.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace uma {
 namespace {
 
+struct SeqSampler {
+  DeviceGreedyShare* share;
+  std::int32_t seq;
+};
+
+SeqSampler& me(const llama_sampler* smpl) { return *static_cast<SeqSampler*>(smpl->ctx); }
+
+bool ignores_end(const SeqSampler& s) {
+  const auto at = static_cast<std::size_t>(s.seq);
+  return at < s.share->ignore_end.size() && s.share->ignore_end[at] != 0;
+}
+
 const char* name(const llama_sampler*) { return "uma-device-greedy"; }
 
-void apply(llama_sampler*, llama_token_data_array* cur_p) {
-  // The host's greedy: the first largest logit (llama_sampler_init_greedy's rule).
+void apply(llama_sampler* smpl, llama_token_data_array* cur_p) {
+  // The host's greedy: the first largest logit (llama_sampler_init_greedy's rule), ends skipped
+  // as on the device.
+  const SeqSampler& s = me(smpl);
+  if (ignores_end(s)) {
+    for (std::int32_t t : s.share->end_tokens) {
+      if (static_cast<std::size_t>(t) < cur_p->size && cur_p->data[t].id == t) cur_p->data[t].logit = -INFINITY;
+    }
+  }
   cur_p->selected = 0;
   for (size_t i = 1; i < cur_p->size; ++i) {
     if (cur_p->data[i].logit > cur_p->data[cur_p->selected].logit) cur_p->selected = static_cast<int64_t>(i);
@@ -17,36 +42,111 @@ void apply(llama_sampler*, llama_token_data_array* cur_p) {
 }
 
 llama_sampler* clone(const llama_sampler* smpl);
-void free_nothing(llama_sampler*) {}  // the share belongs to the runtime
+void free_ctx(llama_sampler* smpl) { delete static_cast<SeqSampler*>(smpl->ctx); }
 
-bool backend_init(llama_sampler*, ggml_backend_buffer_type_t, uint32_t) { return true; }  // argmax runs everywhere
+bool backend_init(llama_sampler* smpl, ggml_backend_buffer_type_t buft, uint32_t) {
+  // The end mask's buffer, once, on the device the logits are on (the buffer type every sampler
+  // is offered). Without it ends cannot be masked there: the runtime samples such requests on
+  // the host (DeviceGreedyShare::can_mask). A graph that cannot mask a row (llama.cpp's probe,
+  // another layout, more rows than the buffer) leaves it to the host: no token, its logits kept.
+  DeviceGreedyShare* share = me(smpl).share;
+  if (share->mask_ctx != nullptr || share->end_tokens.empty() || share->max_rows <= 0) return true;
+  const ggml_init_params params{ggml_tensor_overhead(), nullptr, /*no_alloc=*/true};
+  share->mask_ctx = ggml_init(params);
+  if (share->mask_ctx == nullptr) return true;
+  share->mask = ggml_new_tensor_2d(share->mask_ctx, GGML_TYPE_F32, 1, share->max_rows);
+  ggml_set_name(share->mask, "uma_end_mask");
+  share->mask_buffer = ggml_backend_alloc_ctx_tensors_from_buft(share->mask_ctx, buft);
+  if (share->mask_buffer == nullptr) {
+    share->mask = nullptr;
+    return true;
+  }
+  ggml_backend_buffer_clear(share->mask_buffer, 0);
+  share->mask_host.assign(static_cast<std::size_t>(share->max_rows), 0.0f);
+  return true;  // argmax runs everywhere
+}
 
 void backend_reset(llama_sampler* smpl) {
   // Called for every sampler before any builds into a new graph: forget the last graph's tensors.
-  auto* share = static_cast<DeviceGreedyShare*>(smpl->ctx);
+  DeviceGreedyShare* share = me(smpl).share;
   share->logits = nullptr;
   share->argmax = nullptr;
+  share->masked = false;
+  share->row_seq.clear();
+  share->row0_claims.clear();
+}
+
+// The logits matrix with the end tokens' columns lowered by each row's mask amount (in place:
+// the matrix is llama.cpp's padded copy of the logits, which nothing but the samplers reads).
+ggml_tensor* mask_ends(DeviceGreedyShare* share, ggml_context* ctx, ggml_tensor* matrix) {
+  const std::int64_t n_rows = matrix->ne[1];
+  ggml_tensor* amount = ggml_view_2d(ctx, share->mask, 1, n_rows, share->mask->nb[1], 0);
+  ggml_tensor* m = matrix;
+  for (std::int32_t t : share->end_tokens) {
+    if (t < 0 || t >= matrix->ne[0]) continue;
+    const std::size_t offset = static_cast<std::size_t>(t) * matrix->nb[0];
+    ggml_tensor* column = ggml_view_2d(ctx, m, 1, n_rows, matrix->nb[1], offset);
+    m = ggml_set_2d_inplace(ctx, m, ggml_add(ctx, column, amount), matrix->nb[1], offset);
+  }
+  return m;
 }
 
 void backend_apply(llama_sampler* smpl, ggml_context* ctx, ggml_cgraph*, llama_sampler_data* data) {
-  auto* share = static_cast<DeviceGreedyShare*>(smpl->ctx);
+  const SeqSampler& s = me(smpl);
+  DeviceGreedyShare* share = s.share;
   ggml_tensor* row = data->logits;
   ggml_tensor* matrix = row->view_src;
   const bool row_of_matrix = matrix != nullptr && ggml_n_dims(matrix) == 2 && row->ne[0] == matrix->ne[0] &&
                              ggml_nelements(row) == row->ne[0] && row->view_offs % matrix->nb[1] == 0;
   if (!row_of_matrix || share->per_row) {
-    // Not the layout this was written against: an argmax of this row alone (still correct).
+    if (ignores_end(s)) return;  // no token: its logits row goes to the host, whose chain masks the ends
+    // Not the layout this was written against (or asked for): an argmax of this row alone.
     ggml_tensor* best = ggml_argmax(ctx, ggml_reshape_1d(ctx, row, ggml_nelements(row)));
     data->sampled = ggml_view_1d(ctx, best, 1, 0);
+    if (!share->copy_logits) data->logits = nullptr;
     return;
   }
   if (share->logits != matrix) {
     share->logits = matrix;
-    share->argmax = ggml_argmax(ctx, matrix);
+    share->masked = share->mask != nullptr && matrix->ne[1] <= share->mask->ne[1];
+    share->argmax = ggml_argmax(ctx, share->masked ? mask_ends(share, ctx, matrix) : matrix);
     ggml_set_name(share->argmax, "uma_greedy_argmax");
+    share->row_seq.assign(static_cast<std::size_t>(matrix->ne[1]), -1);
   }
-  const size_t r = row->view_offs / matrix->nb[1];
+  const std::size_t r = row->view_offs / matrix->nb[1];
+  if (ignores_end(s) && !share->masked) return;  // as above: the host picks
+  // A sequence with no output row in this graph gets row 0 (llama.cpp's inactive samplers), so
+  // row 0's owner is known only when llama.cpp sets the inputs of the active ones.
+  if (r == 0) {
+    share->row0_claims.push_back(s.seq);
+  } else {
+    share->row_seq[r] = s.seq;
+  }
   data->sampled = ggml_view_1d(ctx, share->argmax, 1, r * share->argmax->nb[0]);
+  if (!share->copy_logits) data->logits = nullptr;
+}
+
+void backend_set_input(llama_sampler* smpl) {
+  // Each row's mask amount from its sequence's flag now (a reused graph keeps its rows' owners,
+  // not their flags); written only where the device's copy differs. Called for every active
+  // sampler, in no set order: each call may settle row 0's owner, and a call writes only what
+  // changed (nothing, as a rule).
+  const SeqSampler& s = me(smpl);
+  DeviceGreedyShare* share = s.share;
+  if (!share->masked) return;
+  if (std::find(share->row0_claims.begin(), share->row0_claims.end(), s.seq) != share->row0_claims.end()) share->row_seq[0] = s.seq;
+  std::size_t first = share->row_seq.size(), last = 0;
+  for (std::size_t r = 0; r < share->row_seq.size(); ++r) {
+    const std::int32_t seq = share->row_seq[r];
+    const bool ignore = seq >= 0 && static_cast<std::size_t>(seq) < share->ignore_end.size() && share->ignore_end[static_cast<std::size_t>(seq)] != 0;
+    const float want = ignore ? -INFINITY : 0.0f;
+    if (share->mask_host[r] == want) continue;
+    share->mask_host[r] = want;
+    first = std::min(first, r);
+    last = r;
+  }
+  if (first > last) return;
+  ggml_backend_tensor_set(share->mask, share->mask_host.data() + first, first * sizeof(float), (last - first + 1) * sizeof(float));
 }
 
 llama_sampler_i kIface = {
@@ -55,22 +155,29 @@ llama_sampler_i kIface = {
     /* .apply             = */ apply,
     /* .reset             = */ nullptr,
     /* .clone             = */ clone,
-    /* .free              = */ free_nothing,
+    /* .free              = */ free_ctx,
     /* .backend_init      = */ backend_init,
     /* .backend_accept    = */ nullptr,
     /* .backend_apply     = */ backend_apply,
-    /* .backend_set_input = */ nullptr,
+    /* .backend_set_input = */ backend_set_input,
     /* .backend_reset     = */ backend_reset,
     /* .copy_state        = */ nullptr,
 };
 
-llama_sampler* clone(const llama_sampler* smpl) { return llama_sampler_init(&kIface, smpl->ctx); }
+llama_sampler* clone(const llama_sampler* smpl) { return llama_sampler_init(&kIface, new SeqSampler(me(smpl))); }
 
 }  // namespace
 
-llama_sampler* make_device_greedy(DeviceGreedyShare* share) {
+DeviceGreedyShare::~DeviceGreedyShare() {
+  if (mask_buffer != nullptr) ggml_backend_buffer_free(mask_buffer);
+  if (mask_ctx != nullptr) ggml_free(mask_ctx);
+}
+
+bool DeviceGreedyShare::can_mask() const { return mask != nullptr; }
+
+llama_sampler* make_device_greedy(DeviceGreedyShare* share, std::int32_t seq) {
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
-  llama_sampler_chain_add(chain, llama_sampler_init(&kIface, share));
+  llama_sampler_chain_add(chain, llama_sampler_init(&kIface, new SeqSampler{share, seq}));
   return chain;
 }
 

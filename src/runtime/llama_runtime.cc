@@ -60,10 +60,18 @@ Status LlamaRuntime::start_sequence(std::int32_t seq, const SamplingParams& para
   end_sequence(seq);  // a sequence starts empty, whatever came before
   llama_sampler* chain = make_sampler_chain(params, vocab_);
   if (chain == nullptr) return Status(ErrorCode::kBadRequest, "the grammar does not parse", "grammar");
-  samplers_[static_cast<size_t>(seq)] = chain;
-  greedy_[static_cast<size_t>(seq)] = greedy_only(chain);
-  attach_backend_sampler(seq, greedy_[static_cast<size_t>(seq)]);
+  set_chain(seq, chain);
   return Status::Ok();
+}
+
+void LlamaRuntime::set_chain(std::int32_t seq, llama_sampler* chain) {
+  const auto s = static_cast<size_t>(seq);
+  samplers_[s] = chain;
+  greedy_[s] = chain != nullptr && greedy_only(chain);
+  const bool ignore_end = chain != nullptr && s < device_share_.ignore_end.size() && device_share_.can_mask() && greedy_ignoring_end(chain);
+  if (s < device_share_.ignore_end.size()) device_share_.ignore_end[s] = ignore_end ? 1 : 0;
+  device_pick_[s] = greedy_[s] || ignore_end;
+  if (chain != nullptr) attach_backend_sampler(seq, device_pick_[s]);
 }
 
 void LlamaRuntime::attach_backend_sampler(std::int32_t seq, bool greedy) {
@@ -75,7 +83,7 @@ void LlamaRuntime::attach_backend_sampler(std::int32_t seq, bool greedy) {
     // A chain is set up for the device once (llama.cpp asserts it): a fresh one each attach. The
     // one it replaces may still be named by the last graph until the next decode re-reserves.
     retired_.push_back(chain);
-    chain = make_device_greedy(&device_share_);
+    chain = make_device_greedy(&device_share_, seq);
   }
   // llama.cpp may refuse a device sampler (a tensor-split model): that id samples on the host.
   const bool ok = llama_set_sampler(ctx_, seq, greedy ? chain : nullptr);
@@ -218,13 +226,11 @@ Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t caller_index) {
     spdlog::error("sample: sequence {} asked for entry {}, not in the last decode; ending it", seq, caller_index);
     return llama_vocab_eos(vocab_);
   }
-  if (greedy_[s] && s < attached_.size() && attached_[s]) {
-    // Sampled on the device, in the decode's graph: the token id is all that came back (no
-    // logits row either, so there is nothing on the host to fall back on).
+  if (device_pick_[s] && s < attached_.size() && attached_[s]) {
+    // Picked on the device, in the decode's graph: the token id is all that came back. A row the
+    // device sampler left to the host (device_greedy.h) has its logits here instead.
     const llama_token t = llama_get_sampled_token_ith(ctx_, batch_index);
     if (t != LLAMA_TOKEN_NULL) return t;
-    spdlog::error("sample: sequence {} row {} has no device-sampled token; ending it", seq, batch_index);
-    return llama_vocab_eos(vocab_);
   }
   const float* row = llama_get_logits_ith(ctx_, batch_index);
   if (samplers_[s] == nullptr || row == nullptr) {

@@ -194,8 +194,11 @@ class LlamaRuntime final : public Decoder {
   Status check_no_pending_copy(std::int32_t seq, std::uint8_t role) const;
   std::string placement_;  // where the weights went (describe())
   std::vector<bool> greedy_;  // per sequence: its chain is greedy alone (sample() takes the argmax)
+  std::vector<bool> device_pick_;  // per sequence: its chain can be picked on the device (greedy, ends maybe masked)
+  void set_chain(std::int32_t seq, llama_sampler* chain);  // a sequence's chain (or none) and where it is picked
   // Backend sampling: one greedy chain per sequence id, handed to llama.cpp at context creation so
-  // its graphs are reserved with them (freed after the context). A sequence whose request is not
+  // its graphs are reserved with them (freed after the context). A greedy request that ignores
+  // end tokens keeps it (its ends are masked on the device). A sequence whose request is not
   // greedy has its device sampler detached (its logits row then comes to the host for its CPU
   // chain); attaching and detaching costs a graph reserve, so a free id keeps whatever it had last
   // and is switched only when a request of the other kind takes it.

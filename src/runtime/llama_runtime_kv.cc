@@ -57,11 +57,8 @@ void LlamaRuntime::move_sequence(std::int32_t from, std::int32_t to) {
   llama_memory_seq_cp(mem, from, to, -1, -1);
   llama_memory_seq_rm(mem, from, -1, -1);
   if (per_seq_) note_stream_copy(from, to);
-  samplers_[static_cast<size_t>(to)] = samplers_[static_cast<size_t>(from)];
-  samplers_[static_cast<size_t>(from)] = nullptr;
-  greedy_[static_cast<size_t>(to)] = greedy_[static_cast<size_t>(from)];
-  greedy_[static_cast<size_t>(from)] = false;
-  attach_backend_sampler(to, greedy_[static_cast<size_t>(to)]);
+  set_chain(to, samplers_[static_cast<size_t>(from)]);
+  set_chain(from, nullptr);
 }
 
 void LlamaRuntime::drop_sampler(std::int32_t seq) {
@@ -121,9 +118,7 @@ Status LlamaRuntime::unpark_sequence(std::int32_t seq, ParkedSequence& from) {
   if (seq < 0 || seq >= n_seq_max_ || from.sampler == nullptr) return Status(ErrorCode::kInternal, "bad unpark");
   end_sequence(seq);
   // Take the chain back: disarm the deleter, then drop the owner.
-  samplers_[static_cast<size_t>(seq)] = static_cast<llama_sampler*>(from.sampler.get());
-  greedy_[static_cast<size_t>(seq)] = greedy_only(samplers_[static_cast<size_t>(seq)]);
-  attach_backend_sampler(seq, greedy_[static_cast<size_t>(seq)]);
+  set_chain(seq, static_cast<llama_sampler*>(from.sampler.get()));
   *std::get_deleter<void (*)(void*)>(from.sampler) = &keep_unparked_sampler;
   from.sampler.reset();
   const Status st = restore_kv(seq, from.kv);

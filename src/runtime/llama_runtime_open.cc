@@ -149,13 +149,17 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   std::vector<llama_sampler_seq_config> sampler_configs;
   const char* device_greedy = std::getenv("UMA_DEVICE_GREEDY");
   rt->device_share_.per_row = device_greedy != nullptr && std::string_view(device_greedy) == "row";
+  rt->device_share_.copy_logits = device_greedy != nullptr && std::string_view(device_greedy) == "copy";
   if (config.backend_sampling == "on" || (config.backend_sampling == "auto" && output_on_gpu)) {
     // Per-sequence KV: only the ids requests run under; ids above them hold kept prefixes and
     // never sample. (In a unified KV kept prefixes take any free id.)
     const std::int32_t n = per_seq && config.n_seq_sampling > 0 ? std::min(config.n_seq_sampling, config.n_seq_max)
                                                                  : config.n_seq_max;
+    rt->device_share_.end_tokens.assign(end_tokens(rt->vocab_).begin(), end_tokens(rt->vocab_).end());
+    rt->device_share_.max_rows = static_cast<std::int32_t>(cp.n_ubatch) + 1;  // a pass's outputs and llama.cpp's pad row
+    rt->device_share_.ignore_end.assign(static_cast<std::size_t>(n), 0);
     for (std::int32_t seq = 0; seq < n; ++seq) {
-      llama_sampler* chain = make_device_greedy(&rt->device_share_);
+      llama_sampler* chain = make_device_greedy(&rt->device_share_, seq);
       rt->backend_greedy_.push_back(chain);
       sampler_configs.push_back({seq, chain});
     }
@@ -178,6 +182,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->per_seq_ = per_seq;
   rt->samplers_.assign(static_cast<size_t>(rt->n_seq_max_), nullptr);
   rt->greedy_.assign(static_cast<size_t>(rt->n_seq_max_), false);
+  rt->device_pick_.assign(static_cast<size_t>(rt->n_seq_max_), false);
   rt->copy_pending_.assign(static_cast<size_t>(rt->n_seq_max_), 0);
   rt->attached_.assign(rt->backend_greedy_.size(), true);
   const auto nb = static_cast<size_t>(rt->n_batch_);

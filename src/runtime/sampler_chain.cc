@@ -44,20 +44,8 @@ llama_sampler* make_grammar(const SamplingParams& p, const llama_vocab* vocab) {
   return n < 0 ? (llama_sampler_free(g), nullptr) : g;
 }
 
-// The vocabulary's end-of-generation tokens, found once per vocabulary (a scan of every token).
-const std::vector<llama_token>& end_tokens(const llama_vocab* vocab) {
-  static std::mutex mu;
-  static std::unordered_map<const llama_vocab*, std::vector<llama_token>> known;
-  const std::lock_guard<std::mutex> lock(mu);
-  auto [it, added] = known.try_emplace(vocab);
-  if (added) {
-    const std::int32_t n = llama_vocab_n_tokens(vocab);
-    for (llama_token t = 0; t < n; ++t) {
-      if (llama_vocab_is_eog(vocab, t)) it->second.push_back(t);
-    }
-  }
-  return it->second;
-}
+
+constexpr const char* kIgnoreEnd = "uma-ignore-end";  // an end guard that never lets go
 
 // Holds `tokens` at -inf until `until` tokens were accepted (ignore_eos: never lets go).
 struct EndGuard {
@@ -68,7 +56,9 @@ struct EndGuard {
 llama_sampler* make_end_guard(EndGuard g);
 llama_sampler_i end_guard_iface() {
   llama_sampler_i i{};
-  i.name = [](const llama_sampler*) { return "uma-end-guard"; };
+  i.name = [](const llama_sampler* s) {
+    return static_cast<const EndGuard*>(s->ctx)->until == std::numeric_limits<std::int32_t>::max() ? kIgnoreEnd : "uma-end-guard";
+  };
   i.accept = [](llama_sampler* s, llama_token) { static_cast<EndGuard*>(s->ctx)->accepted++; };
   i.apply = [](llama_sampler* s, llama_token_data_array* cur) {
     const auto* g = static_cast<const EndGuard*>(s->ctx);
@@ -124,6 +114,21 @@ void add_biases(llama_sampler* chain, const SamplingParams& p, const llama_vocab
 
 }  // namespace
 
+// A scan of every token, once per vocabulary.
+const std::vector<llama_token>& end_tokens(const llama_vocab* vocab) {
+  static std::mutex mu;
+  static std::unordered_map<const llama_vocab*, std::vector<llama_token>> known;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto [it, added] = known.try_emplace(vocab);
+  if (added) {
+    const std::int32_t n = llama_vocab_n_tokens(vocab);
+    for (llama_token t = 0; t < n; ++t) {
+      if (llama_vocab_is_eog(vocab, t)) it->second.push_back(t);
+    }
+  }
+  return it->second;
+}
+
 llama_sampler* make_sampler_chain(const SamplingParams& p, const llama_vocab* vocab) {
   const std::int32_t n_vocab = llama_vocab_n_tokens(vocab);
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
@@ -158,6 +163,11 @@ llama_sampler* make_sampler_chain(const SamplingParams& p, const llama_vocab* vo
 
 bool greedy_only(llama_sampler* chain) {
   return llama_sampler_chain_n(chain) == 1 && std::strcmp(llama_sampler_name(llama_sampler_chain_get(chain, 0)), "greedy") == 0;
+}
+
+bool greedy_ignoring_end(llama_sampler* chain) {
+  return llama_sampler_chain_n(chain) == 2 && std::strcmp(llama_sampler_name(llama_sampler_chain_get(chain, 0)), kIgnoreEnd) == 0 &&
+         std::strcmp(llama_sampler_name(llama_sampler_chain_get(chain, 1)), "greedy") == 0;
 }
 
 }  // namespace uma

@@ -6,6 +6,8 @@
 
 #include <llama.h>
 
+#include <vector>
+
 #include "serve/sampling.h"
 
 namespace uma {
@@ -15,5 +17,10 @@ llama_sampler* make_sampler_chain(const SamplingParams& p, const llama_vocab* vo
 // The chain is greedy alone (sample() may take the argmax itself); asked of the chain, so the
 // answer moves with a parked sampler to whichever sequence id it resumes under.
 bool greedy_only(llama_sampler* chain);
+// The chain is greedy over every token but the end-of-generation ones (ignore_eos alone): the
+// device can pick it with its ends masked (device_greedy.h).
+bool greedy_ignoring_end(llama_sampler* chain);
+// The vocabulary's end-of-generation tokens (found once per vocabulary).
+const std::vector<llama_token>& end_tokens(const llama_vocab* vocab);
 
 }  // namespace uma

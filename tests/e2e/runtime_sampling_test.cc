@@ -158,6 +158,71 @@ TEST_P(BackendSampling, GreedyAndSeededTokensMatchTheHostsThroughSwitchesMovesAn
 
 }
 
+// A greedy request that ignores end tokens is picked on the device too, its ends masked per row:
+// on the oracle model (after token t the argmax is t + 1) a prompt ending one before an end token
+// makes plain greedy pick that end, and ignore_eos the best other token, as the host's chain does.
+// Which rows are masked is a value set at each decode, so requests of both kinds take the same
+// ids in turn with no sampler detached and a reused graph picking up the change.
+TEST_P(BackendSampling, IgnoringEndsIsPickedOnTheDeviceWithNoSwitchAndMaskedPerRow) {
+  const auto open_oracle = [&](const std::string& backend_sampling) {
+    return open_tiny_runtime([&](RuntimeConfig& cfg) {
+      cfg.model_path = std::string(UMA_MODELS_DIR) + "/oracle.gguf";
+      cfg.n_ctx = 1024;
+      cfg.kv_layout = GetParam();
+      cfg.backend_sampling = backend_sampling;
+    });
+  };
+  auto dev = open_oracle("on");
+  auto host = open_oracle("off");
+  ASSERT_TRUE(dev && host);
+  ASSERT_TRUE(dev->backend_sampling());
+  Token end = -1;
+  for (Token t = 1; t < 1000 && end < 0; ++t) {
+    if (dev->is_end_of_generation(t)) end = t;
+  }
+  ASSERT_GT(end, 0);
+  Driver d(*dev), h(*host);
+  SamplingParams greedy;
+  SamplingParams ignoring;
+  ignoring.ignore_eos = true;
+  const auto both = [&](auto&& f) { f(d); f(h); };
+  const std::uint64_t switches = dev->sampler_switches();
+
+  both([&](Driver& x) {
+    x.start(0, ignoring, {700, 701, end - 1});
+    x.start(1, greedy, {800, end - 1});
+    x.start(2, ignoring, {900, 901});
+  });
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(d.step(), 0);  // every row picked on the device
+    h.step();
+  }
+  for (std::int32_t seq : {0, 1, 2}) EXPECT_EQ(d.out(seq), h.out(seq)) << "sequence " << seq;
+  EXPECT_EQ(d.out(1).front(), end);  // plain greedy: the end token, its row not masked
+  EXPECT_NE(d.out(0).front(), end);  // ignoring ends: the next best
+  EXPECT_EQ(d.out(2).front(), 902);
+  for (std::int32_t seq : {0, 2}) {
+    for (Token t : d.out(seq)) EXPECT_FALSE(dev->is_end_of_generation(t)) << "sequence " << seq;
+  }
+
+  // The kinds trade ids with one-token prompts: the batch keeps its shape, so llama.cpp may reuse
+  // its graph, and only the rows' mask amounts change.
+  both([&](Driver& x) {
+    x.end(0);
+    x.end(1);
+    x.start(0, greedy, {end - 1});
+    x.start(1, ignoring, {end - 1});
+  });
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(d.step(), 0);
+    h.step();
+  }
+  for (std::int32_t seq : {0, 1, 2}) EXPECT_EQ(d.out(seq), h.out(seq)) << "sequence " << seq;
+  EXPECT_EQ(d.out(0).front(), end);
+  EXPECT_NE(d.out(1).front(), end);
+  EXPECT_EQ(dev->sampler_switches(), switches);  // no id was detached
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, BackendSampling, ::testing::Values("unified", "per-seq"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param == "unified" ? std::string("Unified") : std::string("PerSeq");
