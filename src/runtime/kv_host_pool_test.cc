@@ -1,5 +1,6 @@
 // KvHostPool over a counting allocator (the page-locking one needs a GPU): blocks come back for
-// reuse, within what the pool retains, and a failed allocation still gives usable memory.
+// reuse, within what the pool retains, and a failed allocation still gives usable memory; the
+// arena, page-locked once, serves snapshots with no allocation while they fit.
 #include "runtime/kv_host_pool.h"
 
 #include <gtest/gtest.h>
@@ -115,6 +116,63 @@ TEST(HostBytes, MovesOwnershipAndReleasesOnce) {
   c.clear();
   c.clear();
   EXPECT_EQ(released, 1);
+}
+
+TEST(KvHostPool, TheArenaServesSnapshotsWithNoAllocationWhileTheyFitAndMergesWhatIsFreed) {
+  CountingAllocator a;
+  auto pool = KvHostPool::make(a.fn(), 1 << 20, 64 * 4096);
+  pool->wait_prepared();
+  ASSERT_EQ(a.allocated, 1) << "the arena, at start";
+  ASSERT_EQ(pool->arena_free_bytes(), 64u * 4096);
+  pool->prepare(40 * 4096);
+  pool->wait_prepared();
+  EXPECT_EQ(a.allocated, 1) << "the arena has room: nothing to page-lock";
+  HostBytes x = pool->take(20 * 4096), y = pool->take(20 * 4096 - 100), z = pool->take(20 * 4096);
+  EXPECT_EQ(a.allocated, 1);
+  EXPECT_EQ(pool->arena_free_bytes(), 4u * 4096);
+  std::memset(x.data(), 1, x.size());
+  std::memset(y.data(), 2, y.size());
+  std::memset(z.data(), 3, z.size());
+  EXPECT_EQ(x.data()[x.size() - 1], 1);  // no snapshot overlaps another
+  EXPECT_EQ(y.data()[0], 2);
+  EXPECT_EQ(y.data()[y.size() - 1], 2);
+  EXPECT_EQ(z.data()[0], 3);
+  HostBytes w = pool->take(10 * 4096);
+  EXPECT_EQ(a.allocated, 2) << "beyond the arena: a block of its own";
+  // x and y freed side by side make one range that a snapshot of both their sizes fits.
+  x.clear();
+  y.clear();
+  EXPECT_EQ(pool->arena_free_bytes(), 44u * 4096);
+  HostBytes both = pool->take(40 * 4096);
+  EXPECT_EQ(a.allocated, 2) << "the merged range";
+  both.clear();
+  z.clear();
+  EXPECT_EQ(pool->arena_free_bytes(), 64u * 4096) << "all of it one range again";
+  HostBytes all = pool->take(64 * 4096);
+  EXPECT_EQ(a.allocated, 2);
+}
+
+TEST(KvHostPool, AnArenaSnapshotOutlivesThePoolAndTheArenaGoesWithTheLastOne) {
+  CountingAllocator a;
+  auto pool = KvHostPool::make(a.fn(), 1 << 20, 16 * 4096);
+  pool->wait_prepared();
+  HostBytes s = pool->take(4096);
+  pool.reset();
+  EXPECT_EQ(a.released, 0) << "the snapshot holds the arena";
+  std::memset(s.data(), 5, s.size());
+  s.clear();
+  EXPECT_EQ(a.released, 1);
+}
+
+TEST(KvHostPool, WithoutAnArenaSnapshotsStillGetBlocks) {
+  CountingAllocator a;
+  a.fail = true;  // the arena cannot be had
+  auto pool = KvHostPool::make(a.fn(), 1 << 20, 16 * 4096);
+  pool->wait_prepared();
+  EXPECT_EQ(pool->arena_free_bytes(), 0u);
+  a.fail = false;
+  HostBytes s = pool->take(4096);
+  EXPECT_EQ(a.allocated, 1) << "a block";
 }
 
 }  // namespace

@@ -171,7 +171,6 @@ class LlamaRuntime final : public Decoder {
   std::uint64_t fillers_total_ = 0;
   std::uint64_t deep_passes_total_ = 0;
   std::shared_ptr<KvHostPool> kv_host_;  // page-locked snapshot memory (GPU); null: heap
-  static constexpr std::uint64_t kKvHostRetain = std::uint64_t{1} << 30;  // freed blocks kept for reuse
   std::vector<llama_sampler*> samplers_;  // by sequence id; nullptr when idle
   std::int32_t n_batch_ = 0;
   std::int32_t n_ubatch_ = 0;

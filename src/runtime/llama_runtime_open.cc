@@ -72,6 +72,23 @@ std::string placement(const llama_model* model, std::int32_t n_gpu_layers) {
   return s;
 }
 
+// One pool of page-locked snapshot memory per process, shared by every model on the GPU, so its
+// arena is page-locked once (kv_host_pool.h); it goes with the last runtime holding it.
+// UMA_KV_HOST_ARENA_MB sizes the arena (0: none, every snapshot block page-locked when needed).
+std::shared_ptr<KvHostPool> shared_kv_host_pool() {
+  static std::mutex mu;
+  static std::weak_ptr<KvHostPool> shared;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (std::shared_ptr<KvHostPool> pool = shared.lock()) return pool;
+  store::HostAllocator locked = page_locked_allocator();
+  if (!locked) return nullptr;
+  std::uint64_t arena = std::uint64_t{1} << 30;
+  if (const char* mb = std::getenv("UMA_KV_HOST_ARENA_MB")) arena = std::strtoull(mb, nullptr, 10) << 20;
+  std::shared_ptr<KvHostPool> pool = KvHostPool::make(std::move(locked), std::uint64_t{1} << 30, arena);
+  shared = pool;
+  return pool;
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, Status* status) {
@@ -129,7 +146,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->on_gpu_ = on_gpu;
   // KV snapshots (prefixes, paused requests) in page-locked memory where a GPU holds the KV.
   if (on_gpu) {
-    if (store::HostAllocator locked = page_locked_allocator()) rt->kv_host_ = KvHostPool::make(locked, kKvHostRetain);
+    rt->kv_host_ = shared_kv_host_pool();
   }
   cp.kv_unified = !per_seq;
   // auto: llama.cpp's choice where a GPU runs the model; off on CPU-only builds, where its flash
