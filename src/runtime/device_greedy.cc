@@ -1,6 +1,5 @@
 #include "runtime/device_greedy.h"
 
-#include <ggml-alloc.h>
 #include <ggml-backend.h>
 #include <ggml.h>
 #include <llama.h>
@@ -44,49 +43,33 @@ void apply(llama_sampler* smpl, llama_token_data_array* cur_p) {
 llama_sampler* clone(const llama_sampler* smpl);
 void free_ctx(llama_sampler* smpl) { delete static_cast<SeqSampler*>(smpl->ctx); }
 
-bool backend_init(llama_sampler* smpl, ggml_backend_buffer_type_t buft, uint32_t) {
-  // The end mask's buffer, once, on the device the logits are on (the buffer type every sampler
-  // is offered). Without it ends cannot be masked there: the runtime samples such requests on
-  // the host (DeviceGreedyShare::can_mask). A graph that cannot mask a row (llama.cpp's probe,
-  // another layout, more rows than the buffer) leaves it to the host: no token, its logits kept.
-  DeviceGreedyShare* share = me(smpl).share;
-  if (share->mask_ctx != nullptr || share->end_tokens.empty() || share->max_rows <= 0) return true;
-  const ggml_init_params params{ggml_tensor_overhead(), nullptr, /*no_alloc=*/true};
-  share->mask_ctx = ggml_init(params);
-  if (share->mask_ctx == nullptr) return true;
-  share->mask = ggml_new_tensor_2d(share->mask_ctx, GGML_TYPE_F32, 1, share->max_rows);
-  ggml_set_name(share->mask, "uma_end_mask");
-  share->mask_buffer = ggml_backend_alloc_ctx_tensors_from_buft(share->mask_ctx, buft);
-  if (share->mask_buffer == nullptr) {
-    share->mask = nullptr;
-    return true;
-  }
-  ggml_backend_buffer_clear(share->mask_buffer, 0);
-  share->mask_host.assign(static_cast<std::size_t>(share->max_rows), 0.0f);
-  return true;  // argmax runs everywhere
-}
+bool backend_init(llama_sampler*, ggml_backend_buffer_type_t, uint32_t) { return true; }  // argmax runs everywhere
 
 void backend_reset(llama_sampler* smpl) {
   // Called for every sampler before any builds into a new graph: forget the last graph's tensors.
   DeviceGreedyShare* share = me(smpl).share;
   share->logits = nullptr;
   share->argmax = nullptr;
-  share->masked = false;
+  share->mask = nullptr;
   share->row_seq.clear();
   share->row0_claims.clear();
 }
 
-// The logits matrix with the end tokens' columns lowered by each row's mask amount (in place:
-// the matrix is llama.cpp's padded copy of the logits, which nothing but the samplers reads).
+// The logits matrix with the end tokens' columns lowered by each row's amount, an input of the
+// graph (in place: the matrix is llama.cpp's padded copy of the logits, which nothing but the
+// samplers reads). As every graph input it lives in host memory and reaches the device through
+// llama.cpp's scheduler, which orders that copy after the last graph's use of it.
 ggml_tensor* mask_ends(DeviceGreedyShare* share, ggml_context* ctx, ggml_tensor* matrix) {
   const std::int64_t n_rows = matrix->ne[1];
-  ggml_tensor* amount = ggml_view_2d(ctx, share->mask, 1, n_rows, share->mask->nb[1], 0);
+  share->mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, n_rows);
+  ggml_set_name(share->mask, "uma_end_mask");
+  ggml_set_input(share->mask);
   ggml_tensor* m = matrix;
   for (std::int32_t t : share->end_tokens) {
     if (t < 0 || t >= matrix->ne[0]) continue;
     const std::size_t offset = static_cast<std::size_t>(t) * matrix->nb[0];
     ggml_tensor* column = ggml_view_2d(ctx, m, 1, n_rows, matrix->nb[1], offset);
-    m = ggml_set_2d_inplace(ctx, m, ggml_add(ctx, column, amount), matrix->nb[1], offset);
+    m = ggml_set_2d_inplace(ctx, m, ggml_add(ctx, column, share->mask), matrix->nb[1], offset);
   }
   return m;
 }
@@ -99,7 +82,9 @@ void backend_apply(llama_sampler* smpl, ggml_context* ctx, ggml_cgraph*, llama_s
   const bool row_of_matrix = matrix != nullptr && ggml_n_dims(matrix) == 2 && row->ne[0] == matrix->ne[0] &&
                              ggml_nelements(row) == row->ne[0] && row->view_offs % matrix->nb[1] == 0;
   if (!row_of_matrix || share->per_row) {
-    if (ignores_end(s)) return;  // no token: its logits row goes to the host, whose chain masks the ends
+    // A graph that cannot mask a row (llama.cpp's probe, another layout) leaves it to the host:
+    // no token, and its logits row kept for the host's chain, which masks the ends.
+    if (ignores_end(s)) return;
     // Not the layout this was written against (or asked for): an argmax of this row alone.
     ggml_tensor* best = ggml_argmax(ctx, ggml_reshape_1d(ctx, row, ggml_nelements(row)));
     data->sampled = ggml_view_1d(ctx, best, 1, 0);
@@ -108,13 +93,11 @@ void backend_apply(llama_sampler* smpl, ggml_context* ctx, ggml_cgraph*, llama_s
   }
   if (share->logits != matrix) {
     share->logits = matrix;
-    share->masked = share->mask != nullptr && matrix->ne[1] <= share->mask->ne[1];
-    share->argmax = ggml_argmax(ctx, share->masked ? mask_ends(share, ctx, matrix) : matrix);
+    share->argmax = ggml_argmax(ctx, share->end_tokens.empty() ? matrix : mask_ends(share, ctx, matrix));
     ggml_set_name(share->argmax, "uma_greedy_argmax");
     share->row_seq.assign(static_cast<std::size_t>(matrix->ne[1]), -1);
   }
   const std::size_t r = row->view_offs / matrix->nb[1];
-  if (ignores_end(s) && !share->masked) return;  // as above: the host picks
   // A sequence with no output row in this graph gets row 0 (llama.cpp's inactive samplers), so
   // row 0's owner is known only when llama.cpp sets the inputs of the active ones.
   if (r == 0) {
@@ -127,26 +110,20 @@ void backend_apply(llama_sampler* smpl, ggml_context* ctx, ggml_cgraph*, llama_s
 }
 
 void backend_set_input(llama_sampler* smpl) {
-  // Each row's mask amount from its sequence's flag now (a reused graph keeps its rows' owners,
-  // not their flags); written only where the device's copy differs. Called for every active
-  // sampler, in no set order: each call may settle row 0's owner, and a call writes only what
-  // changed (nothing, as a rule).
+  // Each row's amount from its owner's flag now (a reused graph keeps its rows' owners, not their
+  // flags). Called for every active sampler, in no set order, before the graph runs: each call
+  // may settle row 0's owner and writes all rows (a few hundred bytes of host memory).
   const SeqSampler& s = me(smpl);
   DeviceGreedyShare* share = s.share;
-  if (!share->masked) return;
+  if (share->mask == nullptr) return;
   if (std::find(share->row0_claims.begin(), share->row0_claims.end(), s.seq) != share->row0_claims.end()) share->row_seq[0] = s.seq;
-  std::size_t first = share->row_seq.size(), last = 0;
+  share->mask_rows.resize(share->row_seq.size());
   for (std::size_t r = 0; r < share->row_seq.size(); ++r) {
     const std::int32_t seq = share->row_seq[r];
     const bool ignore = seq >= 0 && static_cast<std::size_t>(seq) < share->ignore_end.size() && share->ignore_end[static_cast<std::size_t>(seq)] != 0;
-    const float want = ignore ? -INFINITY : 0.0f;
-    if (share->mask_host[r] == want) continue;
-    share->mask_host[r] = want;
-    first = std::min(first, r);
-    last = r;
+    share->mask_rows[r] = ignore ? -INFINITY : 0.0f;
   }
-  if (first > last) return;
-  ggml_backend_tensor_set(share->mask, share->mask_host.data() + first, first * sizeof(float), (last - first + 1) * sizeof(float));
+  ggml_backend_tensor_set(share->mask, share->mask_rows.data(), 0, share->mask_rows.size() * sizeof(float));
 }
 
 llama_sampler_i kIface = {
@@ -167,13 +144,6 @@ llama_sampler_i kIface = {
 llama_sampler* clone(const llama_sampler* smpl) { return llama_sampler_init(&kIface, new SeqSampler(me(smpl))); }
 
 }  // namespace
-
-DeviceGreedyShare::~DeviceGreedyShare() {
-  if (mask_buffer != nullptr) ggml_backend_buffer_free(mask_buffer);
-  if (mask_ctx != nullptr) ggml_free(mask_ctx);
-}
-
-bool DeviceGreedyShare::can_mask() const { return mask != nullptr; }
 
 llama_sampler* make_device_greedy(DeviceGreedyShare* share, std::int32_t seq) {
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());

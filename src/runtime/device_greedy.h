@@ -19,57 +19,43 @@
 // per tick, one copy call each) although a greedy pick needs nothing but the token id.
 //
 // A request that ignores end-of-generation tokens (ignore_eos) is still greedy: the shared argmax
-// runs over the logits with the end tokens' columns lowered by a per-row amount, 0 or -inf, read
-// from a small buffer of the share's own (persistent, written only when a row's value changes).
-// Whether a sequence ignores ends is a value, not a different sampler, so a request of either kind
-// takes a sequence id without detaching its sampler, which would make llama.cpp re-reserve its
-// graphs (tens of milliseconds on an 8B model).
+// runs over the logits with the end tokens' columns lowered by a per-row amount, 0 or -inf, a
+// graph input written from each row's owner's flag every time the graph runs. Whether a sequence
+// ignores ends is a value, not a different sampler, so a request of either kind takes a sequence
+// id without detaching its sampler, which would make llama.cpp re-reserve its graphs (40-50 ms on
+// an 8B model).
 //
 // Thread-safety: as the llama_context that uses them (compute thread only).
 // Ownership: make_device_greedy() returns a sampler chain the caller frees (after the context
-// that uses it); all of them point at one DeviceGreedyShare, which must outlive them and frees
-// its buffer when destroyed.
+// that uses it); all of them point at one DeviceGreedyShare, which must outlive them.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-struct ggml_backend_buffer;
-struct ggml_context;
 struct ggml_tensor;
 struct llama_sampler;
 
 namespace uma {
 
 struct DeviceGreedyShare {
-  DeviceGreedyShare() = default;
-  DeviceGreedyShare(const DeviceGreedyShare&) = delete;
-  DeviceGreedyShare& operator=(const DeviceGreedyShare&) = delete;
-  ~DeviceGreedyShare();
-
   // Set before the first sampler is made.
   bool per_row = false;               // one argmax per sampler instead (UMA_DEVICE_GREEDY=row, to compare)
   bool copy_logits = false;           // let llama.cpp copy each row's logits to the host anyway (UMA_DEVICE_GREEDY=copy, to compare)
   std::vector<std::int32_t> end_tokens;  // the vocabulary's end-of-generation ids (none: no mask is built)
-  std::int32_t max_rows = 0;          // most logits rows a graph has (a pass's tokens, plus llama.cpp's pad row)
   // By sequence id, set by the runtime between decodes: its rows never pick an end token.
   std::vector<std::uint8_t> ignore_end;
 
   // The graph being built (reset by llama.cpp before each build).
   ggml_tensor* logits = nullptr;      // its logits matrix
   ggml_tensor* argmax = nullptr;      // its argmax per row (I32)
+  ggml_tensor* mask = nullptr;        // its rows' amounts for the end tokens' columns (input, F32)
   std::vector<std::int32_t> row_seq;  // its rows' sequence ids (-1: a row no sampler here took)
   std::vector<std::int32_t> row0_claims;  // sequences given row 0: its owner, and those with no row
-  bool masked = false;                // its argmax reads the end mask
+  std::vector<float> mask_rows;       // what set_input writes into `mask`
 
   // Ends can be masked on the device (else a request ignoring them samples on the host).
-  bool can_mask() const;
-
-  // The end mask's per-row amounts, on the logits' device, and the host's copy of what it holds.
-  ggml_context* mask_ctx = nullptr;
-  ggml_backend_buffer* mask_buffer = nullptr;
-  ggml_tensor* mask = nullptr;
-  std::vector<float> mask_host;
+  bool can_mask() const { return !end_tokens.empty(); }
 };
 
 // A one-sampler chain for sequence `seq` whose CPU path is greedy (masked as the device's) and
