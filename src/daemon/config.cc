@@ -346,6 +346,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   rt.outputs_per_seq = sc.speculate || !out.draft_model.empty() ? sc.draft_max + 1 : 1;
   sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;
+  // Page-locked at start for what may be snapshotted: kept prefixes and paused requests' KV.
+  rt.kv_host_arena_bytes = std::min<std::uint64_t>(
+      rt.kv_host_arena_bytes, (sc.prefix.enabled ? sc.prefix.host_bytes : 0) + (sc.preemption && sc.park != ParkPreference::kRecompute ? sc.park_host_bytes : 0));
   out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;
   if (!api_key.empty() && !api_key_file.empty()) {
     std::cerr << "umad: --api-key and --api-key-file: give one\n";

@@ -83,7 +83,9 @@ void backend_apply(llama_sampler* smpl, ggml_context* ctx, ggml_cgraph*, llama_s
                              ggml_nelements(row) == row->ne[0] && row->view_offs % matrix->nb[1] == 0;
   if (!row_of_matrix || share->per_row) {
     // A graph that cannot mask a row (llama.cpp's probe, another layout) leaves it to the host:
-    // no token, and its logits row kept for the host's chain, which masks the ends.
+    // no token, and its logits row kept for the host's chain, which masks the ends. (The probe
+    // counts a chain's nodes for llama.cpp's graph budget; the shared mask's 3 per end token and
+    // the argmax, once per graph, are within the slack that budget keeps.)
     if (ignores_end(s)) return;
     // Not the layout this was written against (or asked for): an argmax of this row alone.
     ggml_tensor* best = ggml_argmax(ctx, ggml_reshape_1d(ctx, row, ggml_nelements(row)));

@@ -41,7 +41,9 @@ namespace uma {
 struct DeviceGreedyShare {
   // Set before the first sampler is made.
   bool per_row = false;               // one argmax per sampler instead (UMA_DEVICE_GREEDY=row, to compare)
-  bool copy_logits = false;           // let llama.cpp copy each row's logits to the host anyway (UMA_DEVICE_GREEDY=copy, to compare)
+  // Let llama.cpp copy each row's logits to the host anyway (UMA_DEVICE_GREEDY=copy, to compare
+  // the cost; those rows show the end mask's -inf where their request ignores ends).
+  bool copy_logits = false;
   std::vector<std::int32_t> end_tokens;  // the vocabulary's end-of-generation ids (none: no mask is built)
   // By sequence id, set by the runtime between decodes: its rows never pick an end token.
   std::vector<std::uint8_t> ignore_end;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <cstring>
 
 namespace uma {
@@ -150,6 +151,39 @@ TEST(KvHostPool, TheArenaServesSnapshotsWithNoAllocationWhileTheyFitAndMergesWha
   EXPECT_EQ(pool->arena_free_bytes(), 64u * 4096) << "all of it one range again";
   HostBytes all = pool->take(64 * 4096);
   EXPECT_EQ(a.allocated, 2);
+}
+
+TEST(KvHostPool, ARangeFreedBeforeAFreeOneMergesWithIt) {
+  CountingAllocator a;
+  auto pool = KvHostPool::make(a.fn(), 1 << 20, 8 * 4096);
+  pool->wait_prepared();
+  HostBytes x = pool->take(2 * 4096), y = pool->take(2 * 4096), z = pool->take(4 * 4096);
+  z.clear();  // the arena's tail is free: [4, 8)
+  y.clear();  // [2, 4) joins it
+  HostBytes big = pool->take(6 * 4096);
+  EXPECT_EQ(a.allocated, 1) << "[2, 8) as one range";
+  EXPECT_EQ(big.data(), x.data() + 2 * 4096);
+}
+
+TEST(KvHostPool, DestroyingThePoolWaitsForTheArenaBeingPageLocked) {
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  std::atomic<int> released{0};
+  store::HostAllocator slow = [open, &released](std::uint64_t bytes) -> store::HostMemory {
+    open.wait();  // page-locking under way until the test lets it finish
+    auto* p = new std::uint8_t[bytes];
+    store::HostMemory m;
+    m.data = p;
+    m.size = bytes;
+    m.release = [p, &released] { ++released, delete[] p; };
+    return m;
+  };
+  auto pool = KvHostPool::make(slow, 1 << 20, 4 * 4096);
+  EXPECT_EQ(pool->arena_free_bytes(), 0u) << "not yet";
+  std::future<void> destroyed = std::async(std::launch::async, [&pool] { pool.reset(); });
+  gate.set_value();
+  destroyed.get();  // joined the arena's thread, then freed the arena with the pool
+  EXPECT_EQ(released, 1);
 }
 
 TEST(KvHostPool, AnArenaSnapshotOutlivesThePoolAndTheArenaGoesWithTheLastOne) {

@@ -231,6 +231,12 @@ Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t caller_index) {
     // device sampler left to the host (device_greedy.h) has its logits here instead.
     const llama_token t = llama_get_sampled_token_ith(ctx_, batch_index);
     if (t != LLAMA_TOKEN_NULL) return t;
+    if (llama_get_sampled_logits_ith(ctx_, batch_index) == nullptr) {
+      // Neither: llama.cpp's raw logits row may be an earlier decode's (it copies them only for
+      // rows with no device sampler), so there is nothing to pick from.
+      spdlog::error("sample: sequence {} row {} has no device-sampled token; ending it", seq, batch_index);
+      return llama_vocab_eos(vocab_);
+    }
   }
   const float* row = llama_get_logits_ith(ctx_, batch_index);
   if (samplers_[s] == nullptr || row == nullptr) {
@@ -255,6 +261,8 @@ std::span<const float> LlamaRuntime::logits(std::int32_t caller_index) {
   if (row == nullptr) return {};
   return {row, static_cast<size_t>(llama_vocab_n_tokens(vocab_))};
 }
+
+std::int32_t LlamaRuntime::graphs_reused() const { return llama_perf_context(ctx_).n_reused; }
 
 std::int32_t LlamaRuntime::embed_max_tokens() const {
   // The model's trained context, at most 8192: an embeddings context holds one pass's inputs.

@@ -79,6 +79,10 @@ struct RuntimeConfig {
   // Device sampling: the most rows one sequence may sample in a decode. Speculation verifies a
   // session's K drafts with K + 1 rows, each picked on the device (draft max + 1); 1 otherwise.
   std::int32_t outputs_per_seq = 1;
+  // KV snapshots (prefixes, paused requests) on a GPU: page-locked once at start (the process's
+  // first runtime sizes it; runtime/kv_host_pool.h), so serving never page-locks while they fit.
+  // 0: none. UMA_KV_HOST_ARENA_MB overrides it.
+  std::uint64_t kv_host_arena_bytes = std::uint64_t{1} << 30;
   // Per-sequence KV: each decode's entries ordered, and missing ids filled, for llama.cpp's split
   // (runtime/stream_batch.h); false gives llama.cpp the batch as it comes (for comparison).
   bool stream_batches = true;
@@ -140,6 +144,7 @@ class LlamaRuntime final : public Decoder {
   // Times a sequence id's device sampler was attached or detached (each makes llama.cpp re-reserve
   // its graphs before the next decode). For metrics and tests.
   std::uint64_t sampler_switches() const { return sampler_switches_; }
+  std::int32_t graphs_reused() const;  // decodes that ran llama.cpp's last graph again (for tests)
   // Filler entries given to llama.cpp so far (stream_batch.h). For tests and diagnostics.
   std::uint64_t fillers_total() const { return fillers_total_; }
   std::uint64_t deep_passes_total() const { return deep_passes_total_; }  // decodes that gave a deep sequence its own pass

@@ -74,15 +74,14 @@ std::string placement(const llama_model* model, std::int32_t n_gpu_layers) {
 
 // One pool of page-locked snapshot memory per process, shared by every model on the GPU, so its
 // arena is page-locked once (kv_host_pool.h); it goes with the last runtime holding it.
-// UMA_KV_HOST_ARENA_MB sizes the arena (0: none, every snapshot block page-locked when needed).
-std::shared_ptr<KvHostPool> shared_kv_host_pool() {
+// UMA_KV_HOST_ARENA_MB overrides `arena` (0: none, every snapshot block page-locked when needed).
+std::shared_ptr<KvHostPool> shared_kv_host_pool(std::uint64_t arena) {
   static std::mutex mu;
   static std::weak_ptr<KvHostPool> shared;
   const std::lock_guard<std::mutex> lock(mu);
   if (std::shared_ptr<KvHostPool> pool = shared.lock()) return pool;
   store::HostAllocator locked = page_locked_allocator();
   if (!locked) return nullptr;
-  std::uint64_t arena = std::uint64_t{1} << 30;
   if (const char* mb = std::getenv("UMA_KV_HOST_ARENA_MB")) arena = std::strtoull(mb, nullptr, 10) << 20;
   std::shared_ptr<KvHostPool> pool = KvHostPool::make(std::move(locked), std::uint64_t{1} << 30, arena);
   shared = pool;
@@ -146,7 +145,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->on_gpu_ = on_gpu;
   // KV snapshots (prefixes, paused requests) in page-locked memory where a GPU holds the KV.
   if (on_gpu) {
-    rt->kv_host_ = shared_kv_host_pool();
+    rt->kv_host_ = shared_kv_host_pool(config.kv_host_arena_bytes);
   }
   cp.kv_unified = !per_seq;
   // auto: llama.cpp's choice where a GPU runs the model; off on CPU-only builds, where its flash
