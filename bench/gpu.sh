@@ -172,6 +172,12 @@ if os.path.exists(os.path.join(out, "umad-8b-uds-c%d.json" % c)):
 if 1 in conc:
     print(f"c=1: umad {run('umad-uds-c1')['output_tok_s']:.0f} tok/s = {run('umad-uds-c1')['output_tok_s'] / tg:.2f} x llama-bench tg"
           f" (S_TG B=1 {stg.get(1, float('nan')):.0f})")
+    # tok/s counts each request's prefill, which tg does not: the decode alone is one token per ITL.
+    for name in ("umad-uds-c1", "umad-nospec-uds-c1"):
+        if os.path.exists(os.path.join(out, name + ".json")):
+            itl = run(name)['itl_ms']
+            print(f"c=1 decode ({name}): 1/ITL p50 {1000 / itl['p50']:.0f}, 1/ITL mean {1000 / itl['mean']:.0f} tok/s"
+                  f" = {1000 / itl['p50'] / tg:.2f} / {1000 / itl['mean'] / tg:.2f} x llama-bench tg")
 import svg_plot
 gpu = open(os.path.join(out, "gpu.txt")).read().split(",")[0].strip()
 svg_plot.lines(os.path.join(out, "throughput.svg"), f"Output tok/s ({gpu})", "concurrent streams", "tok/s", conc,
