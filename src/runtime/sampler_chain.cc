@@ -1,5 +1,6 @@
 #include "runtime/sampler_chain.h"
 
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -114,19 +115,28 @@ void add_biases(llama_sampler* chain, const SamplingParams& p, const llama_vocab
 
 }  // namespace
 
-// A scan of every token, once per vocabulary.
+// A scan of every token, once per vocabulary. Models come and go (an agent's serverless tier), and
+// a new vocabulary may take a freed one's address: an entry also holds what identifies its
+// vocabulary besides the address, and is scanned again where that differs.
 const std::vector<llama_token>& end_tokens(const llama_vocab* vocab) {
+  struct Known {
+    std::array<std::int32_t, 4> id{};  // n_tokens, eos, eot, bos
+    std::vector<llama_token> tokens;
+  };
   static std::mutex mu;
-  static std::unordered_map<const llama_vocab*, std::vector<llama_token>> known;
+  static std::unordered_map<const llama_vocab*, Known> known;
   const std::lock_guard<std::mutex> lock(mu);
+  const std::array<std::int32_t, 4> id{llama_vocab_n_tokens(vocab), llama_vocab_eos(vocab), llama_vocab_eot(vocab),
+                                       llama_vocab_bos(vocab)};
   auto [it, added] = known.try_emplace(vocab);
-  if (added) {
-    const std::int32_t n = llama_vocab_n_tokens(vocab);
-    for (llama_token t = 0; t < n; ++t) {
-      if (llama_vocab_is_eog(vocab, t)) it->second.push_back(t);
+  if (added || it->second.id != id) {
+    it->second.id = id;
+    it->second.tokens.clear();
+    for (llama_token t = 0; t < id[0]; ++t) {
+      if (llama_vocab_is_eog(vocab, t)) it->second.tokens.push_back(t);
     }
   }
-  return it->second;
+  return it->second.tokens;
 }
 
 llama_sampler* make_sampler_chain(const SamplingParams& p, const llama_vocab* vocab) {
