@@ -2,13 +2,18 @@
 // not, usage, stop, errors) against the oracle model's known outputs; raw sockets check what an
 // SDK never sends (malformed requests, oversize bodies, keep-alive, timeouts, disconnects).
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "e2e/daemon_harness.h"
@@ -130,27 +135,54 @@ TEST(UmadHttp, MalformedRequestsAndOversizeBodiesGetTypedErrors) {
   EXPECT_EQ(nlohmann::json::parse(body_of(r))["choices"][0]["text"], oracle().expected_text("hello world", 5));
 }
 
+// A TCP port free on 127.0.0.1 now (the kernel's pick for port 0), for a server that must be
+// told its port before it starts.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok ? ntohs(a.sin_port) : 0;
+}
+
 TEST(UmadHttp, HealthSays503WhileTheModelLoadsThen200) {
-  // The harness returns once the model is loaded, so a poller on a fixed port watches from before
-  // the start; the load is slowed down by a test-only flag.
-  const int port = 20000 + static_cast<int>(::getpid() % 20000);
-  std::atomic<bool> stop{false};
-  std::vector<int> seen;
+  // The harness returns once the model is loaded, so a poller on a port chosen beforehand watches
+  // from before the start; the load is slowed down by a test-only flag.
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  std::mutex mu;
+  std::condition_variable ready;
+  bool stop = false;
+  std::vector<int> seen;  // under mu
   std::string loading_body;
   std::thread poller([&] {
-    while (!stop) {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (stop) return;
+      }
       Tcp t(port);
       if (t.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) {
         const std::string r = t.response();
+        std::lock_guard<std::mutex> lock(mu);
         if (status_of(r) > 0) seen.push_back(status_of(r));
         if (status_of(r) == 503) loading_body = body_of(r);
+        if (status_of(r) == 200) ready.notify_all();
       }
-      std::this_thread::sleep_for(20ms);
+      std::this_thread::sleep_for(20ms);  // the polling interval, not a synchronisation
     }
   });
   Daemon d(args({"--http", "127.0.0.1:" + std::to_string(port), "--test-load-delay-ms", "1500"}));
-  std::this_thread::sleep_for(200ms);
-  stop = true;
+  {
+    // Until the poller has seen the loaded daemon answer 200 (or 10 s: then the checks below fail).
+    std::unique_lock<std::mutex> lock(mu);
+    ready.wait_for(lock, 10s, [&] { return !seen.empty() && seen.back() == 200; });
+    stop = true;
+  }
   poller.join();
   ASSERT_TRUE(d.started()) << d.log();
   ASSERT_FALSE(seen.empty());
