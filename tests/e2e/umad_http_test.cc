@@ -2,9 +2,6 @@
 // not, usage, stop, errors) against the oracle model's known outputs; raw sockets check what an
 // SDK never sends (malformed requests, oversize bodies, keep-alive, timeouts, disconnects).
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +17,7 @@
 #include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
 #include "e2e/openai_sdk_run.h"
+#include "e2e/redis_harness.h"
 #include "e2e/oracle.h"
 #include "llama.h"
 
@@ -135,24 +133,10 @@ TEST(UmadHttp, MalformedRequestsAndOversizeBodiesGetTypedErrors) {
   EXPECT_EQ(nlohmann::json::parse(body_of(r))["choices"][0]["text"], oracle().expected_text("hello world", 5));
 }
 
-// A TCP port free on 127.0.0.1 now (the kernel's pick for port 0), for a server that must be
-// told its port before it starts.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t n = sizeof a;
-  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0;
-  if (fd >= 0) ::close(fd);
-  return ok ? ntohs(a.sin_port) : 0;
-}
-
 TEST(UmadHttp, HealthSays503WhileTheModelLoadsThen200) {
   // The harness returns once the model is loaded, so a poller on a port chosen beforehand watches
   // from before the start; the load is slowed down by a test-only flag.
-  const int port = free_port();
+  const int port = free_loopback_port();
   ASSERT_GT(port, 0);
   std::mutex mu;
   std::condition_variable ready;
