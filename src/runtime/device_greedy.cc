@@ -52,6 +52,7 @@ void backend_reset(llama_sampler* smpl) {
   share->mask = nullptr;
   share->row_seq.clear();
   share->row0_claims.clear();
+  share->mask_written = 0;
 }
 
 // The logits matrix with the end tokens' columns lowered by each row's amount, an input of the
@@ -112,19 +113,26 @@ void backend_apply(llama_sampler* smpl, ggml_context* ctx, ggml_cgraph*, llama_s
 
 void backend_set_input(llama_sampler* smpl) {
   // Each row's amount from its owner's flag now (a reused graph keeps its rows' owners, not their
-  // flags). Called for every active sampler, in no set order, before the graph runs: each call
-  // may settle row 0's owner and writes all rows (a few hundred bytes of host memory).
+  // flags), written by the first active sampler of each run of the graph; the others only settle
+  // row 0's owner (called in no set order) and rewrite its amount if that changes it.
   const SeqSampler& s = me(smpl);
   DeviceGreedyShare* share = s.share;
   if (share->mask == nullptr) return;
-  if (std::find(share->row0_claims.begin(), share->row0_claims.end(), s.seq) != share->row0_claims.end()) share->row_seq[0] = s.seq;
-  share->mask_rows.resize(share->row_seq.size());
-  for (std::size_t r = 0; r < share->row_seq.size(); ++r) {
-    const std::int32_t seq = share->row_seq[r];
+  const auto amount = [share](std::int32_t seq) {
     const bool ignore = seq >= 0 && static_cast<std::size_t>(seq) < share->ignore_end.size() && share->ignore_end[static_cast<std::size_t>(seq)] != 0;
-    share->mask_rows[r] = ignore ? -INFINITY : 0.0f;
+    return ignore ? -INFINITY : 0.0f;
+  };
+  const bool owns_row0 = std::find(share->row0_claims.begin(), share->row0_claims.end(), s.seq) != share->row0_claims.end();
+  if (owns_row0) share->row_seq[0] = s.seq;
+  if (share->mask_written != share->decodes || share->decodes == 0) {
+    share->mask_rows.resize(share->row_seq.size());
+    for (std::size_t r = 0; r < share->row_seq.size(); ++r) share->mask_rows[r] = amount(share->row_seq[r]);
+    ggml_backend_tensor_set(share->mask, share->mask_rows.data(), 0, share->mask_rows.size() * sizeof(float));
+    share->mask_written = share->decodes;
+  } else if (owns_row0 && share->mask_rows[0] != amount(s.seq)) {
+    share->mask_rows[0] = amount(s.seq);
+    ggml_backend_tensor_set(share->mask, share->mask_rows.data(), 0, sizeof(float));
   }
-  ggml_backend_tensor_set(share->mask, share->mask_rows.data(), 0, share->mask_rows.size() * sizeof(float));
 }
 
 llama_sampler_i kIface = {

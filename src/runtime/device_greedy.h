@@ -55,6 +55,8 @@ struct DeviceGreedyShare {
   std::vector<std::int32_t> row_seq;  // its rows' sequence ids (-1: a row no sampler here took)
   std::vector<std::int32_t> row0_claims;  // sequences given row 0: its owner, and those with no row
   std::vector<float> mask_rows;       // what set_input writes into `mask`
+  std::uint64_t decodes = 0;          // bumped by the runtime before each llama_decode
+  std::uint64_t mask_written = 0;     // `decodes` when `mask` was last written (0: not since its build)
 
   // Ends can be masked on the device (else a request ignoring them samples on the host).
   bool can_mask() const { return !end_tokens.empty(); }

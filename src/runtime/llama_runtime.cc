@@ -172,6 +172,7 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> caller_batch) {
   b.n_seq_id = batch_nseq_.data();
   b.seq_id = batch_seq_ptr_.data();
   b.logits = batch_logits_.data();
+  ++device_share_.decodes;  // the device samplers' inputs are this decode's
   const int32_t rc = timing_.on ? timed_decode(b, batch.size()) : llama_decode(ctx_, b);
   if (arrange_) {
     // The fillers' cells go again (on the host only: the next graph's mask no longer sees them).
