@@ -256,9 +256,6 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--gather-ms", sc.gather_max_ms, "before a tick that would only prefill, wait at most this long "
                  "(and 1% of that tick's predicted time) for the rest of a burst of arrivals (0: never)")
       ->capture_default_str()->check(CLI::Range(0.0, 1000.0));
-  app.add_option("--prompt-hold-ms", sc.prompt_hold_ms, "per-sequence KV on a GPU, streams decoding: hold arriving "
-                 "prompts at most this long for more, so that one tick carries several (0: never)")
-      ->envname("UMA_PROMPT_HOLD_MS")->capture_default_str()->check(CLI::Range(0.0, 1000.0));
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
       ->envname("UMA_TICK_MS")->capture_default_str()->check(CLI::Range(1.0, 10000.0));
   app.add_option("--temperature", srv.limits.sampling.temperature, "default sampling temperature (0: greedy)")

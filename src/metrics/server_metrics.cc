@@ -104,7 +104,6 @@ const std::vector<Scalar>& scalars() {
       {"ignored_fields_total", "ignored_fields_total", Type::kCounter, "Request fields no one defined, accepted and ignored (X-Uma-Ignored-Fields).", load(&M::ignored_fields_total)},
       {"inputs_prepared_off_io_total", "inputs_prepared_off_io_total", Type::kCounter, "Request bodies parsed and rendered on the prepare stage's thread, not the I/O thread.", load(&M::inputs_prepared_off_io_total)},
       {"requests_gathered_total", "requests_gathered_total", Type::kCounter, "Requests admitted while the compute thread waited for the rest of a burst before a prefill-only tick (--gather-ms).", load(&M::requests_gathered_total)},
-      {"prompt_held_ticks_total", "prompt_held_ticks_total", Type::kCounter, "Ticks that held arriving prompts back for more while streams decoded (--prompt-hold-ms).", load(&M::prompt_held_ticks_total)},
       {"gateway_tokens_total", "gateway_tokens_total", Type::kCounter, "Prompts a gateway sent as token ids (uma.prompt_tokens), not tokenized here.", load(&M::gateway_tokens_total)},
       {"requests_admitted_total", "requests_admitted_total", Type::kCounter, "Requests admitted by the scheduler.", load(&M::requests_admitted_total)},
       {"resumed_total", "resumptions_total", Type::kCounter, "Paused sessions resumed.", load(&M::resumed_total)},

@@ -124,7 +124,6 @@ class ServerMetrics {
   std::atomic<std::uint64_t> ignored_fields_total{0};
   std::atomic<std::uint64_t> inputs_prepared_off_io_total{0};  // request bodies parsed and rendered off the I/O thread
   std::atomic<std::uint64_t> requests_gathered_total{0};  // admitted while the compute thread gathered a burst
-  std::atomic<std::uint64_t> prompt_held_ticks_total{0};  // ticks that held arriving prompts back for more
   std::atomic<std::uint64_t> gateway_tokens_total{0};  // prompts a gateway sent as tokens (not tokenized here)
   std::atomic<std::uint64_t> embedding_requests_total{0};
   std::atomic<std::uint64_t> embedding_tokens_total{0};       // request fields no one defined, accepted and ignored

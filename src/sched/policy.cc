@@ -48,7 +48,6 @@ TickPlan plan_tick(std::span<const Candidate> sessions, const PolicyInput& in) {
 
   plan.guard_fired = overdue && !in.guard_fired_last_tick;
   if (plan.guard_fired) return plan;
-  if (in.hold_prompts && !plan.decode.empty()) return plan;
 
   const std::int32_t capacity = plan.decode.empty() ? std::max(in.capacity, in.idle_capacity) : in.capacity;
   const std::int32_t budget = plan.decode.empty() ? capacity : std::max(in.budget, in.min_prefill);

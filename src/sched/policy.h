@@ -52,9 +52,6 @@ struct PolicyInput {
   // With nobody decoding: the most one prompt-only tick carries (llama's n_batch; 0: capacity). A
   // burst that goes in at once starts its streams in step, and in a closed loop they stay so.
   std::int32_t idle_capacity = 0;
-  // Streams decode and the prompts that arrived lately are held for more (Scheduler::holds_prompts):
-  // this tick carries no prompt.
-  bool hold_prompts = false;
 };
 
 struct TickPlan {
@@ -67,7 +64,6 @@ struct TickPlan {
 // (1) One token for every decoding session (urgent ones first if capacity runs out).
 // (2) If a stream is overdue, skip prefill this tick (never two ticks running, so prefill cannot
 //     starve).
-// (2b) If the prompts are held (PolicyInput::hold_prompts) and someone decodes, no prefill.
 // (3) Otherwise spend the prefill budget (at least min_prefill) on prefill chunks: urgent before
 //     relaxed; least slack first (deadline order) among prompts that can still meet their TTFT
 //     target, then shortest remaining first among those that cannot; round-robin among equals. With nobody decoding,

@@ -70,8 +70,6 @@ void Scheduler::tick(std::vector<Event>& out) {
                  budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
   in.whole_prompts = ledger_.per_seq();
   in.idle_capacity = decoder_.n_batch();
-  in.hold_prompts = holds_prompts(now) > 0;
-  if (in.hold_prompts) metrics_.prompt_held_ticks_total++;
   // What is published (tick_prefill_budget_tokens) stays the controller's figure: a router's TTFT
   // model reads it as a prompt's tokens per tick, and was fitted to it.
   const std::int32_t published_budget = in.budget;
@@ -128,27 +126,6 @@ void Scheduler::prepare_tick(std::vector<Event>& out) {
   resolve_followers();
   make_room_for_tick(time_.now());
   compact_sequences();
-}
-
-std::size_t Scheduler::holds_prompts(Clock::time_point now) const {
-  if (config_.prompt_hold_ms <= 0.0 || !ledger_.per_seq() || !decoder_.decode_is_async()) return 0;
-  std::int64_t waiting = 0;
-  std::int32_t decoding = 0;
-  std::size_t held = 0;
-  double oldest_ms = 0.0;
-  for (const auto& s : sessions_) {
-    if (s->state == SessionState::kDecode) {
-      ++decoding;
-    } else if (s->state == SessionState::kPrefill) {
-      // A prompt under way (chunks in, or resumed after a pause) goes on: only new ones wait.
-      if (s->generated > 0 || s->n_prefilled > s->shared_prefix) return 0;
-      ++held;
-      waiting += s->prompt_remaining();
-      oldest_ms = std::max(oldest_ms, ms_between(s->received_at, now));
-    }
-  }
-  const bool hold = decoding > 0 && held > 0 && waiting < decoder_.n_ubatch() - decoding && oldest_ms < config_.prompt_hold_ms;
-  return hold ? held : 0;
 }
 
 bool Scheduler::gather(Clock::time_point now) {

@@ -75,11 +75,6 @@ struct SchedulerConfig {
   double slo_tbt_ms = 80.0;
   double tick_target_ms = 30.0;
   double gather_max_ms = 20.0;  // most wait for the rest of a burst (policy.h gather_window_ms; 0: never)
-  // Per-sequence KV on an asynchronous decoder (a GPU), streams decoding: a tick that carries
-  // prompts costs passes and graph captures of its own whatever its length, and breaks the
-  // pipelined ticks. So prompts that arrived lately wait for more, until they fill what one pass
-  // leaves beside the streams or the first has waited this long (0: never).
-  double prompt_hold_ms = 0.0;
   std::int32_t start_budget = 64;
   std::int32_t min_prefill = 8;
   // How a tick's prompt tokens are chosen once the cost model is warm (tick_cost.h): by the worst
@@ -239,9 +234,6 @@ class Scheduler {
   // The steps of tick(), in order.
   void prepare_tick(std::vector<Event>& out);  // expiry, offload, starts, room, compaction
   bool gather(Clock::time_point now);          // order_ and candidates_; false when nobody is active
-  // Whether this tick holds the waiting prompts back (SchedulerConfig::prompt_hold_ms), and how
-  // many sessions it holds: every active session not decoding.
-  std::size_t holds_prompts(Clock::time_point now) const;
   void fail_batch(const Status& st, std::vector<Event>& out);  // a failed decode fails its sessions
   void record_tick(double decode_ms, std::int32_t budget);     // tick budget and metrics
   void apply_batch(Clock::time_point decoded_at, std::vector<Event>& out);  // positions, sampled_ tokens

@@ -7,9 +7,9 @@
 // is known to be right except where N's host work ends a session: EOS, stop token ids and
 // max_tokens are seen before the launch (those rows stay out); a stop string matched in N's text
 // or a cancellation costs one row computed for nothing, whose cell finish() trims.
-// Anything that changes the plan (an arrival not held back, a cancellation, prompt work, drafts
-// the yield guard would let verify, embeddings, room) stops the pipeline: those ticks take tick()'s
-// ordinary path after settle().
+// Anything that changes the plan (an arrival, a cancellation, prompt work, drafts the yield guard
+// would let verify, embeddings, room) stops the pipeline: those ticks take tick()'s ordinary path
+// after settle().
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -26,10 +26,7 @@ void Scheduler::launch_pipelined() {
   if (!config_.pipelined_ticks || !decoder_.decode_is_async() || !embeds_.empty()) return;
   // Every session is a decode row of this batch with its token sampled, and none drafts: the next
   // tick's plan is then exactly these rows again, minus those about to end.
-  // (Or every other session is a prompt held back: the next plan holds it too.)
-  if (!batch_.prefilled.empty()) return;
-  const std::size_t held = batch_.rows.size() == sessions_.size() ? 0 : holds_prompts(time_.now());
-  if (batch_.rows.size() + held != sessions_.size()) return;
+  if (!batch_.prefilled.empty() || batch_.rows.size() != sessions_.size()) return;
   bool drafts_on_offer = false;
   for (std::size_t i = 0; i < batch_.rows.size(); ++i) {
     const Session& s = *batch_.rows[i].session;
@@ -61,7 +58,6 @@ void Scheduler::launch_pipelined() {
   inflight_ = true;
   for (Session* s : next_.decoded) s->in_flight = true;
   metrics_.pipelined_ticks_total++;
-  if (held > 0) metrics_.prompt_held_ticks_total++;
 }
 
 void Scheduler::drop_finished_from_next() {

@@ -3,8 +3,6 @@
 // arrival), KV left exact, and no pipelining where the decoder is synchronous.
 #include <gtest/gtest.h>
 
-#include <numeric>
-
 #include "sched/scheduler.h"
 #include "sched/scheduler_test_support.h"
 
@@ -121,63 +119,6 @@ TEST_F(PipelineTest, OffByConfigurationOrWhilePromptsWait) {
   run_until_idle();
   EXPECT_EQ(metrics_.pipelined_ticks_total.load(), 0u);
   EXPECT_EQ(out_[1].text, expected(100 + 'a', 20));
-}
-
-// SchedulerConfig::prompt_hold_ms: prompts arriving while streams decode wait for more (the
-// pipelined ticks go on meanwhile), then go in together in one tick; a prompt that fills what a
-// pass leaves beside the streams is not held.
-TEST_F(PipelineTest, PromptsArrivingWhileStreamsDecodeAreHeldForMoreThenGoInTogether) {
-  SchedulerConfig cfg;
-  cfg.prompt_hold_ms = 30.0;
-  cfg.speculate = false;
-  make(/*n_batch=*/512, /*n_ctx=*/16384, /*n_seq=*/16, cfg, /*per_seq=*/true);  // 1024 cells a sequence
-  decoder_->async_ = true;
-  std::vector<int> first_tokens;  // per decode: the prompts whose first token it carried
-  decoder_->on_decode_ = [&](std::span<const BatchEntry> batch) {
-    first_tokens.push_back(static_cast<int>(std::count_if(batch.begin(), batch.end(), [](const BatchEntry& e) { return e.pos == 0; })));
-  };
-  auto ticks = [&](int n) {
-    for (int k = 0; k < n; ++k) {
-      clock_.advance(std::chrono::milliseconds(1));
-      scheduler_->tick(events_);
-    }
-    collect();
-  };
-  submit(1, "a", 200);
-  submit(2, "b", 200);
-  ticks(4);
-  ASSERT_EQ(std::accumulate(first_tokens.begin(), first_tokens.end(), 0), 2);
-  submit(3, std::string(20, 'c'), 5);
-  const std::uint64_t pipelined = metrics_.pipelined_ticks_total.load();
-  const std::size_t decodes = first_tokens.size();
-  ticks(10);
-  EXPECT_TRUE(out_[3].text.empty()) << "held: 10 ms < 30 ms, 21 tokens < what a pass leaves";
-  EXPECT_GT(metrics_.pipelined_ticks_total.load(), pipelined + 5) << "a held prompt does not stop the pipeline";
-  submit(4, std::string(20, 'd'), 5);
-  ticks(10);
-  EXPECT_TRUE(out_[4].text.empty());
-  EXPECT_EQ(std::accumulate(first_tokens.begin() + static_cast<std::ptrdiff_t>(decodes), first_tokens.end(), 0), 0);
-  ticks(12);  // request 3 has waited 32 ms
-  int carried = 0;
-  for (std::size_t k = decodes; k < first_tokens.size(); ++k) {
-    if (first_tokens[k] > 0) {
-      EXPECT_EQ(first_tokens[k], 2) << "both prompts in one tick";
-      ++carried;
-    }
-  }
-  EXPECT_EQ(carried, 1);
-  // A prompt that fills a pass beside the two streams goes in at the next tick.
-  const std::size_t before_long = first_tokens.size();
-  submit(5, std::string(520, 'e'), 3);
-  ticks(1);
-  ASSERT_GT(first_tokens.size(), before_long);
-  EXPECT_EQ(first_tokens[before_long], 1);
-  run_until_idle();
-  EXPECT_EQ(out_[3].text, expected(100 + 'c', 5));
-  EXPECT_EQ(out_[4].text, expected(100 + 'd', 5));
-  EXPECT_EQ(out_[1].text, expected(100 + 'a', 200)) << "the streams as without holding";
-  EXPECT_EQ(out_[5].done, 1);
-  EXPECT_EQ(decoder_->total_kv(), 0);
 }
 
 }  // namespace
