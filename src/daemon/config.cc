@@ -105,7 +105,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("-s,--socket", srv.socket_path, "Unix socket path (created with mode 0600)")->envname("UMA_SOCK")
       ->capture_default_str();
   app.add_flag("--mmap,!--no-mmap", mmap, "memory-map the model file (default on)");
-  app.add_option("--flash-attn", rt.flash_attn, "flash attention: on, off or auto (off on CPU-only builds, else llama.cpp decides)")
+  app.add_option("--flash-attn", rt.flash_attn, "flash attention: on, off or auto (llama.cpp decides; off on CPU-only builds with a unified KV)")
       ->envname("UMA_FLASH_ATTN")->capture_default_str()->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_flag("--mlock,!--no-mlock", mlock, "lock the model in RAM (default off)");
   app.add_option("--gpu-layers", rt.n_gpu_layers, "layers (weights and KV) on the GPU: -1 all when llama.cpp has a GPU "
@@ -115,7 +115,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                  "this many cells times their number decodes in a pass of its own; -1: 2048 on a CPU, never on a GPU; 0: never")
       ->capture_default_str()->check(CLI::Range(static_cast<std::int64_t>(-1), static_cast<std::int64_t>(1) << 40));
   app.add_option("--kv-layout", rt.kv_layout, "KV cache: unified (one pool; a request may use all of n-ctx), per-seq "
-                 "(n-ctx / sequences each; attention spans a sequence's own cells) or auto (per-seq on a GPU)")
+                 "(n-ctx / sequences each; attention spans a sequence's own cells) or auto (per-seq with more than one sequence)")
       ->envname("UMA_KV_LAYOUT")->capture_default_str()->check(CLI::IsMember({"auto", "unified", "per-seq"}));
   app.add_option("--backend-sampling", rt.backend_sampling, "greedy requests sampled on the device, in the decode's "
                  "graph (only token ids reach the host): on, off or auto (on where the output layer is on a GPU)")
