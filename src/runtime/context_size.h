@@ -1,11 +1,14 @@
-// The context umad opens when --n-ctx is not given (0): the model's trained context when its KV
-// fits the memory it would live in, else the largest that does, with the reason said in the start
-// line. choose_context() is pure (unit-tested on synthetic sizes); the two readers ask the model
-// and the machine.
+// Choices about the llama context umad opens.
+// - Its size when --n-ctx is not given (0): the model's trained context when its KV fits the
+//   memory it would live in, else the largest that does, with the reason said in the start line.
+//   choose_context() is pure (unit-tested on synthetic sizes); the two readers ask the model and
+//   the machine.
+// - Flash attention (choose_flash_attention, pure).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 struct llama_model;
 
@@ -27,5 +30,14 @@ std::int64_t kv_bytes_per_token(const llama_model* model);
 // What KV may take: 85% of the least free memory of the GPUs that hold layers, less 512 MiB for
 // compute buffers; on the CPU half of MemAvailable. -1 when it cannot be told.
 std::int64_t kv_budget_bytes(bool layers_on_gpu);
+
+// --flash-attn `asked` (on, off, auto). auto is llama.cpp's own choice, except on a CPU-only
+// build with one KV pool: there every row attends over the whole pool, and llama.cpp's CPU kernel
+// is several times slower for a serving tick's small batches over a deep KV, so it is off. With
+// per-sequence KV a row attends over its own cells and flash attention wins on the CPU too
+// (docs/BENCHMARKS.md, session 31).
+enum class FlashAttention : std::uint8_t { kOn, kOff, kAuto };
+FlashAttention choose_flash_attention(std::string_view asked, bool cpu_only, bool per_seq);
+const char* flash_attention_name(FlashAttention f);  // "on", "off", "auto"
 
 }  // namespace uma

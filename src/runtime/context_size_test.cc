@@ -25,5 +25,19 @@ TEST(ContextSize, TheTrainedContextWhenItsKvFitsElseTheLargestThatDoes) {
   EXPECT_EQ(choose_context(0, per_token, std::int64_t{1} << 40).n_ctx, kFallbackContext);
 }
 
+TEST(ContextSize, FlashAttentionIsOffOnlyForAUnifiedKvOnACpuOrWhenAskedOff) {
+  for (bool cpu_only : {false, true}) {
+    for (bool per_seq : {false, true}) {
+      EXPECT_EQ(choose_flash_attention("on", cpu_only, per_seq), FlashAttention::kOn);
+      EXPECT_EQ(choose_flash_attention("off", cpu_only, per_seq), FlashAttention::kOff);
+    }
+  }
+  EXPECT_EQ(choose_flash_attention("auto", /*cpu_only=*/true, /*per_seq=*/false), FlashAttention::kOff);
+  EXPECT_EQ(choose_flash_attention("auto", /*cpu_only=*/true, /*per_seq=*/true), FlashAttention::kAuto);
+  EXPECT_EQ(choose_flash_attention("auto", /*cpu_only=*/false, /*per_seq=*/false), FlashAttention::kAuto);
+  EXPECT_EQ(choose_flash_attention("auto", /*cpu_only=*/false, /*per_seq=*/true), FlashAttention::kAuto);
+  EXPECT_STREQ(flash_attention_name(FlashAttention::kOff), "off");
+}
+
 }  // namespace
 }  // namespace uma

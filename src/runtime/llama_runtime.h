@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/context_size.h"
 #include "runtime/decoder.h"
 #include "runtime/device_greedy.h"
 #include "runtime/stream_batch.h"
@@ -186,6 +187,7 @@ class LlamaRuntime final : public Decoder {
   std::unique_ptr<Embedder> embedder_;  // made on the first embeddings request
   std::int32_t n_threads_ = 1;
   bool per_seq_ = false;
+  FlashAttention flash_attn_ = FlashAttention::kAuto;  // as asked of llama.cpp (describe())
   bool on_gpu_ = false;
   std::int32_t outputs_per_seq_ = 1;  // with device sampling (RuntimeConfig::outputs_per_seq)
   // Per-sequence KV: llama.cpp queues a copy between streams until the next llama_decode, while a

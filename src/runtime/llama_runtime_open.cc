@@ -148,15 +148,10 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
     rt->kv_host_ = shared_kv_host_pool(config.kv_host_arena_bytes);
   }
   cp.kv_unified = !per_seq;
-  // auto: llama.cpp's choice, except on CPU-only builds with one KV pool: there every row attends
-  // over the whole pool, and the CPU's flash attention kernel is several times slower for small
-  // batches over a deep KV (docs/BENCHMARKS.md, "Flash attention"). With per-sequence KV a row
-  // attends over its own cells, and flash attention wins there: prompts 15-40% faster, decode 5-17%
-  // (llama-batched-bench), interactive streams beside long prompts 2.9x (same document).
-  const bool cpu_only = !llama_supports_gpu_offload();
-  cp.flash_attn_type = config.flash_attn == "on"                                 ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                       : config.flash_attn == "off" || (cpu_only && !per_seq) ? LLAMA_FLASH_ATTN_TYPE_DISABLED
-                                                                                 : LLAMA_FLASH_ATTN_TYPE_AUTO;
+  rt->flash_attn_ = choose_flash_attention(config.flash_attn, !llama_supports_gpu_offload(), per_seq);
+  cp.flash_attn_type = rt->flash_attn_ == FlashAttention::kOn    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                       : rt->flash_attn_ == FlashAttention::kOff ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                                                 : LLAMA_FLASH_ATTN_TYPE_AUTO;
   const char* timing = std::getenv("UMA_DECODE_TIMING");
   rt->timing_.on = timing != nullptr && std::string_view(timing) == "1";
   cp.no_perf = !rt->timing_.on;
