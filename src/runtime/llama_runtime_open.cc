@@ -168,7 +168,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
     // never sample. (In a unified KV kept prefixes take any free id.)
     const std::int32_t n = per_seq && config.n_seq_sampling > 0 ? std::min(config.n_seq_sampling, config.n_seq_max)
                                                                  : config.n_seq_max;
-    rt->device_share_.end_tokens.assign(end_tokens(rt->vocab_).begin(), end_tokens(rt->vocab_).end());
+    rt->device_share_.end_tokens = end_tokens(rt->vocab_);  // one lookup: a copy of the list
     rt->device_share_.ignore_end.assign(static_cast<std::size_t>(n), 0);
     for (std::int32_t seq = 0; seq < n; ++seq) {
       llama_sampler* chain = make_device_greedy(&rt->device_share_, seq);
