@@ -52,6 +52,8 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path, i
   return pid;
 }
 
+}  // namespace
+
 int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
   const auto deadline = TestClock::now() + timeout;
   while (TestClock::now() < deadline) {
@@ -61,8 +63,6 @@ int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
   }
   return -2;
 }
-
-}  // namespace
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);

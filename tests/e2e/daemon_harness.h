@@ -46,6 +46,10 @@ class Daemon {
 // Starts a binary with its stdout+stderr in `out_path`; its pid (the caller waits for it).
 pid_t spawn_process(const std::vector<std::string>& argv, const std::string& out_path);
 
+// Waits up to `timeout` for a spawned process to exit: its exit status, -1 if a signal ended it,
+// -2 if it is still running.
+int wait_exit(pid_t pid, std::chrono::milliseconds timeout);
+
 // Runs a binary to completion; returns its exit status and output (stdout+stderr).
 int run_command(const std::vector<std::string>& argv, std::string* output, int timeout_sec = 60);
 

@@ -218,7 +218,9 @@ TEST_P(BackendSampling, IgnoringEndsIsPickedOnTheDeviceWithNoSwitchAndMaskedPerR
     EXPECT_EQ(d.step(), 0);
     h.step();
     // The first step after the trade already ran the last graph again (the flags are inputs).
-    if (i == 0) EXPECT_EQ(dev->graphs_reused(), reused + 1);
+    if (i == 0) {
+      EXPECT_EQ(dev->graphs_reused(), reused + 1);
+    }
   }
   for (std::int32_t seq : {0, 1, 2}) EXPECT_EQ(d.out(seq), h.out(seq)) << "sequence " << seq;
   EXPECT_EQ(d.out(0).front(), end);

@@ -32,11 +32,20 @@ class Router {
     pid_ = spawn_process(argv, log_path_);
     port_ = port_from_log(log_path_, "http listening on 127.0.0.1:", &pid_, &status_);
   }
+  // A router killed outright leaves its run folder (its models' logs and sockets) behind.
   ~Router() {
-    if (pid_ > 0) {
+    if (stop() == -2) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+  }
+  // SIGTERM: its exit status (-1: a signal ended it, -2: still running after 30 s).
+  int stop() {
+    if (pid_ <= 0) return exit_code();
+    ::kill(pid_, SIGTERM);
+    const int rc = wait_exit(pid_, 30s);
+    if (rc != -2) pid_ = -1;
+    return rc;
   }
   int port() const { return port_; }
   int exit_code() const { return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1; }  // once it has exited
@@ -148,6 +157,15 @@ TEST(UmadModels, SeveralModelFilesBehindOneKeyAndTheFlagsThatCannotGoTogether) {
   EXPECT_EQ(json::parse(body_of(a))["choices"][0]["text"], oracle().expected_text("the river", 6));
   EXPECT_EQ(status_of(post_to(r.port(), "/v1/completions", {{"model", "tiny-f16"}, {"prompt", "x"}, {"max_tokens", 2}}, "sesame")), 200);
   EXPECT_EQ(status_of(http_get(r.port(), "/health")), 200) << "open without the key";
+  // Stopped, it stops its models and takes their logs' and sockets' folder with it.
+  const std::string marker = "their logs in ";
+  const std::string log = r.log();
+  const std::size_t at = log.find(marker);
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string run_dir = log.substr(at + marker.size(), log.find(')', at) - at - marker.size());
+  EXPECT_TRUE(fs::exists(run_dir + "/oracle.log")) << run_dir;
+  EXPECT_EQ(r.stop(), 0) << r.log();
+  EXPECT_FALSE(fs::exists(run_dir)) << run_dir;
 
   const std::string empty_dir = temp_dir() + "/no-models-here";
   fs::create_directories(empty_dir);
