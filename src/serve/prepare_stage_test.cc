@@ -117,8 +117,12 @@ TEST(PrepareStage, TokensEmbeddingsAndUntokenizableTextPassThrough) {
   std::lock_guard<std::mutex> lock(sink.mu);
   for (const WorkItem& item : sink.items) {
     const Request& r = std::get<Request>(item);
-    if (r.id == 1) EXPECT_EQ(r.prompt_tokens, (std::vector<Token>{5, 6}));
-    if (r.id == 2) EXPECT_TRUE(r.prompt_tokens.empty());
+    if (r.id == 1) {
+      EXPECT_EQ(r.prompt_tokens, (std::vector<Token>{5, 6}));
+    }
+    if (r.id == 2) {
+      EXPECT_TRUE(r.prompt_tokens.empty());
+    }
     if (r.id == 3) {
       EXPECT_EQ(r.prompt, "bad!") << "left for the scheduler, which reports the error";
       EXPECT_TRUE(r.prompt_tokens.empty());
