@@ -6,7 +6,8 @@
 # copies (bench/spec_client.py); the draft is the tiny preset built as the oracle agreeing on
 # UMA_SPEC_AGREE (0.8) of the tokens (uma-mkmodel --agree).
 #   bench/spec.sh [OUT_DIR]
-# Env: UMA_SPEC_TOKENS (256, per request), UMA_SPEC_REQUESTS (3 per stream at c=1), and lib.sh's.
+# Env: UMA_SPEC_TOKENS (256, per request), UMA_SPEC_REQUESTS (3 per stream at c=1), UMA_SPEC_ROUNDS
+# (2: every row on every server, alternated; the table gives each row's mean), and lib.sh's.
 # Rows: copy (the gain), fresh (what lookup costs with nothing to find), decoy (every draft found
 # is wrong: speculation must back off, never below 0.97x of none), each at c=1 and c=16; with the
 # draft model, fresh at c=1 (its gain) and c=16.
@@ -31,30 +32,59 @@ draft_rows=("fresh 1 $reqs $tokens" "fresh 16 1 128")
 . bench/spec_rows.sh
 
 : >"$out/rows.txt"
-for mode in off lookup draft; do
-  log "umad --speculative $mode"
-  sock=$(mktemp -u /tmp/uma-spec-XXXXXX.sock)
-  if [ "$mode" = draft ]; then
-    start_umad "$sock" "$out/umad-$mode.log" --http "127.0.0.1:$port" --speculative lookup --draft-model "$draft"
-    spec_rows "umad-$mode" "${draft_rows[@]}"
-  else
-    start_umad "$sock" "$out/umad-$mode.log" --http "127.0.0.1:$port" --speculative "$mode"
-    spec_rows "umad-$mode" "${all_rows[@]}"
-  fi
-  build/bin/uma-cli -s "$sock" metrics >"$out/umad-$mode.metrics.json" 2>/dev/null || true
-  stop_server
+# Every server runs from the start, each on its own port, and each row is measured on one server
+# after the other, UMA_SPEC_ROUNDS times (the order reversed every other round): this machine's
+# speed drifts over a run, and measured mode after mode, a mode's rows would take the drift with
+# them. An idle server waits for work and costs the one measured nothing but memory.
+rounds=${UMA_SPEC_ROUNDS:-2}
+is_draft_row() { local x; for x in "${draft_rows[@]}"; do [ "$x" = "$1" ] && return 0; done; return 1; }
+servers=()  # "LABEL PORT ROWS SOCKET": ROWS all or draft (the draft model's rows only); SOCKET - for none
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+add_umad() {  # LABEL ROWS FLAGS...
+  local label=$1 which=$2 p=$((port + ${#servers[@]})); shift 2
+  local sock; sock=$(mktemp -u /tmp/uma-spec-XXXXXX.sock)
+  log "$label: umad --threads $threads --n-ctx $ctx --max-sessions 16 --http 127.0.0.1:$p $*"
+  build/bin/umad --model "$model" --socket "$sock" --threads "$threads" --n-ctx "$ctx" --max-sessions 16 \
+    --max-tokens 512 --http "127.0.0.1:$p" "$@" 2>"$out/$label.log" &
+  pids+=($!)
+  wait_ready "build/bin/uma-cli -s $sock metrics"
+  servers+=("$label $p $which $sock")
+}
+add_llama_server() {  # LABEL ROWS FLAGS...
+  local label=$1 which=$2 p=$((port + ${#servers[@]})); shift 2
+  log "$label: llama-server -t $threads -c $ctx -np 16 -kvu --port $p $*"
+  "$L/llama-server" -m "$model" -t "$threads" -c "$ctx" -np 16 -kvu --host 127.0.0.1 --port "$p" --no-webui "$@" \
+    >"$out/$label.log" 2>&1 &
+  pids+=($!)
+  wait_ready "python3 -c 'import urllib.request,sys; sys.exit(urllib.request.urlopen(\"http://127.0.0.1:$p/health\").status != 200)'"
+  servers+=("$label $p $which -")
+}
+add_umad umad-off all --speculative off
+add_umad umad-lookup all --speculative lookup
+add_umad umad-draft draft --speculative lookup --draft-model "$draft"
+add_llama_server llama-server-none all --spec-type none
+add_llama_server llama-server-ngram-simple all --spec-type ngram-simple
+add_llama_server llama-server-draft-simple draft --spec-type draft-simple -md "$draft"
+for r in $(seq "$rounds"); do
+  spec_first=$((200 * (r - 1)))  # each round its own prompts: a server's cache must not answer them
+  order=("${servers[@]}")
+  if [ $((r % 2)) = 0 ]; then order=(); for ((i = ${#servers[@]} - 1; i >= 0; i--)); do order+=("${servers[i]}"); done; fi
+  for w in "${all_rows[@]}"; do
+    for s in "${order[@]}"; do
+      read -r label p which _ <<<"$s"
+      [ "$which" = draft ] && ! is_draft_row "$w" && continue
+      url=http://127.0.0.1:$p
+      spec_rows "$label" "$w"
+    done
+  done
 done
-for spec in none ngram-simple draft-simple; do
-  log "llama-server --spec-type $spec"
-  extra=()
-  [ "$spec" = draft-simple ] && extra=(-md "$draft")
-  "$L/llama-server" -m "$model" -t "$threads" -c "$ctx" -np 16 -kvu --host 127.0.0.1 --port "$port" --no-webui \
-    --spec-type "$spec" "${extra[@]}" >"$out/llama-server-$spec.log" 2>&1 &
-  pid=$!
-  trap 'kill $pid 2>/dev/null || true' EXIT
-  wait_ready "python3 -c 'import urllib.request,sys; sys.exit(urllib.request.urlopen(\"$url/health\").status != 200)'"
-  if [ "$spec" = draft-simple ]; then spec_rows "llama-server-$spec" "${draft_rows[@]}"; else spec_rows "llama-server-$spec" "${all_rows[@]}"; fi
-  stop_server
+for s in "${servers[@]}"; do
+  read -r label _ _ sock <<<"$s"
+  [ "$sock" != - ] && build/bin/uma-cli -s "$sock" metrics >"$out/$label.metrics.json" 2>/dev/null || true
 done
+kill -TERM "${pids[@]}" 2>/dev/null || true
+wait "${pids[@]}" 2>/dev/null || true
+trap - EXIT
 
 python3 bench/spec_table.py "$out/rows.txt"

@@ -1,12 +1,13 @@
 # Sourced by bench/spec.sh and bench/gpu_spec.sh: spec_rows LABEL ROW... runs bench/spec_client.py
 # against $url for each "WORKLOAD STREAMS REQUESTS TOKENS" row (after a warm-up with other
-# prompts) and appends "LABEL WORKLOAD c=STREAMS JSON" to $out/rows.txt.
+# prompts) and appends "LABEL WORKLOAD c=STREAMS JSON" to $out/rows.txt. $spec_first (0) numbers the
+# first request: a later round gives other prompts, so that no server answers from its cache.
 spec_rows() {
   local label=$1; shift
   for w in "$@"; do
     set -- "$label" $w
     python3 bench/spec_client.py "$url" "$2" "$3" 1 16 100 >/dev/null  # warm-up (graphs, cost model), other prompts
-    local r; r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5" 0)
+    local r; r=$(python3 bench/spec_client.py "$url" "$2" "$3" "$4" "$5" "${spec_first:-0}")
     echo "$1 $2 c=$3 $r" | tee -a "$out/rows.txt"
   done
 }
