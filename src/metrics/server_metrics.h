@@ -60,11 +60,11 @@ class ServerMetrics {
   std::atomic<std::uint64_t> spec_declined_ticks_total{0};  // drafts there, and the cost model said no
   std::atomic<std::uint64_t> spec_drafted_total{0};        // draft tokens verified
   std::atomic<std::uint64_t> spec_verifications_total{0};  // a session's drafts verified in a tick (accepted / this: mean accepted length)
-  std::atomic<double> spec_overhead_ms{0.0};               // a verifying tick's cost beyond its rows (graph builds)
+  std::atomic<double> spec_overhead_ms{0.0};               // a verifying tick's cost beyond its rows (graph builds), the last one's bucket
   std::atomic<std::uint64_t> spec_accepted_total{0};       // of them, accepted
   std::atomic<double> spec_draft_ms_total{0.0};            // time the draft model spent drafting
   std::atomic<double> spec_draft_step_ms{0.0};             // its measured step
-  std::atomic<double> spec_draft_call_ms{0.0};             // a call's cost beyond its steps
+  std::atomic<double> spec_draft_call_ms{0.0};             // a call's cost beyond its steps, the last call's bucket
   std::atomic<std::uint64_t> ttft_slo_miss_total{0};
   std::atomic<std::uint64_t> tbt_slo_miss_total{0};
   std::atomic<std::int64_t> last_batch_size{0};

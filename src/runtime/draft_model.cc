@@ -82,7 +82,7 @@ void DraftModel::warm_up() {
       logits_[static_cast<std::size_t>(i)] = i + 1 == n;
     }
     n_ = n;
-    if (!decode(false).ok()) break;
+    if (!decode(false, nullptr).ok()) break;
     llama_memory_seq_rm(llama_get_memory(ctx_), 0, -1, -1);
   }
   llama_synchronize(ctx_);
@@ -101,7 +101,7 @@ std::string DraftModel::describe() const {
          std::to_string(llama_n_ctx(ctx_)) + " cells";
 }
 
-Status DraftModel::decode(bool step) {
+Status DraftModel::decode(bool step, double* ms_out) {
   llama_batch b{n_, tok_.data(), nullptr, pos_.data(), n_seq_id_.data(), seq_ptr_.data(), logits_.data()};
   const auto t0 = std::chrono::steady_clock::now();
   const std::int32_t rc = llama_decode(ctx_, b);
@@ -109,7 +109,8 @@ Status DraftModel::decode(bool step) {
   if (step) {
     llama_synchronize(ctx_);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    step_ms_ = step_ms_ > 0 ? 0.8 * step_ms_ + 0.2 * ms : ms;
+    step_ms_.add(static_cast<std::size_t>(n_), ms);
+    if (ms_out != nullptr) *ms_out = ms;
   }
   return Status::Ok();
 }
@@ -138,10 +139,13 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
   // decode overwrites them).
   const auto t_call = std::chrono::steady_clock::now();
   int steps = 0;
+  double steps_ms = 0.0;  // the steps' measured times, and the first's as a steady one would take
   auto flush = [&](bool step) -> Status {
     if (n_ == 0) return Status::Ok();
     steps += step ? 1 : 0;
-    if (Status st = decode(step && steps > 1); !st.ok()) return st;
+    double ms = step ? step_ms_.value(static_cast<std::size_t>(n_)) : 0.0;
+    if (Status st = decode(step && steps > 1, &ms); !st.ok()) return st;
+    steps_ms += ms;
     for (const Row& r : pending) {
       const float* row = llama_get_logits_ith(ctx_, r.row);
       if (row == nullptr) return Status(ErrorCode::kDecodeFailed, "draft: no logits row");
@@ -209,8 +213,7 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
   if (caught_up <= static_cast<std::size_t>(k_max) + 1) {
     llama_synchronize(ctx_);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_call).count();
-    const double beyond = std::max(0.0, ms - step_ms_ * steps);
-    call_ms_ = call_ms_ > 0 ? 0.8 * call_ms_ + 0.2 * beyond : beyond;
+    call_ms_.add(jobs.size(), std::max(0.0, ms - steps_ms));
   }
   return Status::Ok();
 }

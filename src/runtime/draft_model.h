@@ -6,7 +6,8 @@
 // little: 64 dims and 2 layers is 512 bytes a token), greedy proposals read on the host. Each
 // sequence remembers the tokens it fed; a call feeds only what differs from them (positions past
 // the common prefix are removed first), in batches of every job's catch-up together, then one
-// step per proposed token with every job still drafting in it. Step times are measured (EWMA).
+// step per proposed token with every job still drafting in it. Step times are measured (EWMA, by
+// the step's rows; a call's cost beyond its steps by its jobs).
 //
 // Thread-safety: compute thread only. Ownership: owns its model and context, freed on destruction.
 #pragma once
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bucketed_ewma.h"
 #include "runtime/drafter.h"
 
 struct llama_context;
@@ -42,15 +44,19 @@ class DraftModel final : public Drafter {
 
   Status draft(std::span<const DraftJob> jobs) override;
   void forget(std::int32_t seq) override;
-  double step_ms() const override { return step_ms_; }
-  double call_ms() const override { return call_ms_; }
+  double step_ms(std::size_t rows) const override { return step_ms_.value(rows); }
+  double call_ms(std::size_t jobs) const override { return call_ms_.value(jobs); }
+  void decay_costs(std::size_t jobs, double factor) override {
+    step_ms_.decay(jobs, factor);
+    call_ms_.decay(jobs, factor);
+  }
   std::string describe() const;
 
  private:
   DraftModel() = default;
   // One llama_decode of the batch built so far; the measured time feeds step_ms when `step`
-  // (a step after the first: the first's graph is new).
-  Status decode(bool step);
+  // (a step after the first: the first's graph is new). Returns its ms in `*ms` when `step`.
+  Status decode(bool step, double* ms);
   void clear();  // drops every sequence's cells (after an error)
   void warm_up();  // one decode of each shape a call makes, nothing kept
 
@@ -66,8 +72,8 @@ class DraftModel final : public Drafter {
   std::vector<std::int32_t*> seq_ptr_;
   std::vector<std::int8_t> logits_;
   std::int32_t n_ = 0;
-  double step_ms_ = 0.0;  // a steady step's (the first after a catch-up builds its graph: call_ms_)
-  double call_ms_ = 0.0;  // a steady call's time beyond step_ms_ per step (not a prompt's catch-up)
+  BucketedEwma step_ms_;  // a steady step's, by its rows (the first after a catch-up builds its graph: call_ms_)
+  BucketedEwma call_ms_;  // a steady call's time beyond its steps, by its jobs (not a prompt's catch-up)
 };
 
 }  // namespace uma

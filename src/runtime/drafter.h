@@ -13,6 +13,7 @@
 //   nothing (the next call starts over).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -36,12 +37,16 @@ class Drafter {
   // each (every job still drafting shares a step).
   virtual Status draft(std::span<const DraftJob> jobs) = 0;
   virtual void forget(std::int32_t seq) = 0;
-  // Measured milliseconds of one drafting step (0 until measured): what each drafted token costs
-  // the tick, over and above its verification.
-  virtual double step_ms() const = 0;
-  // Measured milliseconds a draft() call costs beyond its steps (the catch-up decode; on a GPU the
-  // graphs built for a batch of a new shape): a tick with model drafts pays it once.
-  virtual double call_ms() const { return 0.0; }
+  // Measured milliseconds of one drafting step of `rows` jobs together (0 until measured): what
+  // each drafted token costs the tick, over and above its verification.
+  virtual double step_ms(std::size_t rows) const = 0;
+  // Measured milliseconds a draft() call of `jobs` jobs costs beyond its steps (the catch-up
+  // decode; on a GPU the graphs built for a batch of a new shape): a tick with model drafts pays
+  // it once. Both are kept by the number's power-of-two bucket (common/bucketed_ewma.h).
+  virtual double call_ms(std::size_t jobs) const { return 0.0 * static_cast<double>(jobs); }
+  // Moves both estimates for `jobs` jobs towards 0 by `factor`: the scheduler calls it when they
+  // declined a plan, since only a draft refreshes them (a cold first sample would decline for good).
+  virtual void decay_costs(std::size_t jobs, double factor) { (void)jobs, (void)factor; }
 };
 
 }  // namespace uma

@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/bucketed_ewma.h"
 #include "metrics/server_metrics.h"
 #include "runtime/decoder.h"
 #include "runtime/drafter.h"
@@ -283,7 +284,9 @@ class Scheduler {
   // Speculation: the acceptance of every session's drafts, an EWMA; a new session starts from it
   // (kept within [0.1, 0.9]), so that a workload whose drafts fail stops paying for them at once.
   double spec_accept_ = kAcceptancePrior;
-  double spec_overhead_ms_ = 0.0;       // EWMA of observe_spec_overhead's samples
+  // observe_spec_overhead's samples, by the verifying tick's decode rows: a verifying tick of
+  // sixteen streams costs beyond its rows what one of a lone stream does not.
+  BucketedEwma spec_overhead_ms_;
   SpecYieldGuard yield_guard_;
   bool spec_granted_ = false;            // the guard already let the next plan verify
   static constexpr int kSteadyShapeRun = 3;
@@ -299,8 +302,11 @@ class Scheduler {
     double tokens = 0;
     bool open = false;
   } yield_pending_;                      // the last tick's, until the next tick() closes its period
-  bool spec_overhead_seen_ = false;
-  std::optional<double> spec_excess_pending_;  // the last tick verified: its excess, awaiting the next tick's
+  struct ExcessPending {
+    double ms = 0;
+    std::size_t rows = 0;  // its decode rows
+  };
+  std::optional<ExcessPending> spec_excess_pending_;  // the last tick verified: its excess, awaiting the next tick's
   Drafter* drafter_ = nullptr;
 };
 

@@ -48,7 +48,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   // The draft model's steps are shared by the sessions drafting together.
   const auto n_model = static_cast<double>(std::count(by_model.begin(), by_model.end(), true));
   for (std::size_t k = 0; k < offers.size(); ++k) {
-    if (by_model[k]) offers[k].ms_per_token = drafter_->step_ms() / n_model;
+    if (by_model[k]) offers[k].ms_per_token = drafter_->step_ms(static_cast<std::size_t>(n_model)) / n_model;
   }
   // Draft rows join the tick as a chunk of their session: weight products like prompt tokens,
   // attention over the session's depth (the mean depth of those offering stands for each). The
@@ -71,10 +71,21 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   room = std::min(room, cap);
   DraftPlanInput in{offers, static_cast<double>(batch_.decoded.size()), tick_ms, room};
   // Paid once whatever the drafts: the verifying tick's graphs, and a draft model's call.
-  in.fixed_ms = std::max(0.0, spec_overhead_ms_) + (n_model > 0 ? drafter_->call_ms() : 0.0);
+  const std::size_t n_rows = batch_.decoded.size();
+  const double overhead_ms = std::max(0.0, spec_overhead_ms_.value(n_rows));
+  const double call_ms = n_model > 0 ? drafter_->call_ms(static_cast<std::size_t>(n_model)) : 0.0;
+  in.fixed_ms = overhead_ms + call_ms;
+  // A prediction, which the guard's measurement overrules: where verifying ticks were measured to
+  // out-yield plain ones (their drafting and calls included), the fixed cost declines no plan.
+  if (yield_guard_.verifying_wins(n_rows)) in.fixed_ms = 0.0;
   // On a GPU a decode of a new shape is captured as a new CUDA graph, and the next one again: a
   // steady number of draft rows (the best measured arm's top) is worth more than each row's margin.
-  if (decoder_.decode_is_async() && cap < std::numeric_limits<std::int32_t>::max()) in.fill_to = cap;
+  // Before the guard has an arm for this bucket, the top of the arm the plan falls in.
+  if (decoder_.decode_is_async()) {
+    const std::int32_t steady = yield_guard_.steady_rows(n_rows);
+    in.fill_to = steady > 0 ? std::min(cap, steady) : cap;
+    in.fill_to_arm_top = steady == 0;
+  }
   if (config_.speculate_always) {
     for (DraftOffer& o : offers) o.accept = 1.0, o.ms_per_token = 0.0;
     in.tick_ms = [](std::int32_t) { return 1.0; };  // rows free: all of every offer, in room
@@ -108,6 +119,13 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
       dp.declined = true;
     }
   }
+  // A declined plan samples none of the costs that declined it: they drift back, so that a stale
+  // estimate (a cold first draft step, this CPU's drifting speed) is tried again. Where drafts
+  // really do not pay, the yield guard's measurement then declines them, its probes ever rarer.
+  if (dp.declined && !config_.speculate_always) {
+    if (in.fixed_ms > 0) spec_overhead_ms_.decay(n_rows, 0.95);
+    if (n_model > 0) drafter_->decay_costs(static_cast<std::size_t>(n_model), 0.8);
+  }
   const bool planned = dp.rows > 0;
   if (planned && decoder_.decode_is_async()) yield_guard_.pin(batch_.decoded.size(), dp.rows);
   plan_declined_bucket_ = planned ? 0 : SpecYieldGuard::bucket_of(batch_.decoded.size());
@@ -121,19 +139,20 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   if (dp.declined) metrics_.spec_declined_ticks_total++;
   if (spdlog::should_log(spdlog::level::debug)) {
     const std::size_t n = batch_.decoded.size();
-    spdlog::debug("tick {}: drafts for {} of {} decoding: {} rows{}; decode rows {:.2f} ms predicted, one draft row more "
+    spdlog::debug("tick {}: drafts for {} of {} decoding: {} rows{} (fill to {}); decode rows {:.2f} ms predicted, one draft row more "
                   "{:.3f} ms, fixed {:.2f} ms (overhead {:.2f}, draft call {:.2f}), draft step {:.2f} ms, acceptance "
                   "{:.2f} (first offer); yield tok/ms plain {:.3f} verifying {:.3f}",
-                  tick_no_ + 1, who.size(), n, dp.rows, planned && dp.rows == 0 ? " (the yield guard declined)" : "",
-                  in.tick_ms(0), in.tick_ms(1) - in.tick_ms(0), in.fixed_ms, spec_overhead_ms_,
-                  n_model > 0 ? drafter_->call_ms() : 0.0, n_model > 0 ? drafter_->step_ms() : 0.0, offers.front().accept,
+                  tick_no_ + 1, who.size(), n, dp.rows, planned && dp.rows == 0 ? " (the yield guard declined)" : "", in.fill_to,
+                  in.tick_ms(0), in.tick_ms(1) - in.tick_ms(0), in.fixed_ms, overhead_ms, call_ms,
+                  n_model > 0 ? drafter_->step_ms(static_cast<std::size_t>(n_model)) : 0.0, offers.front().accept,
                   yield_guard_.plain_rate(n), yield_guard_.spec_rate(n));
   }
   std::vector<DraftJob> jobs;
   for (std::size_t k = 0; k < who.size(); ++k) {
     if (dp.k[k] == 0) who[k]->accept = idle_acceptance(who[k]->accept);
-    if (by_model[k] && dp.k[k] > 0) {
-      jobs.push_back({who[k]->seq, who[k]->tokens, dp.k[k], &who[k]->draft});
+    who[k]->draft_proposed = static_cast<std::size_t>(dp.proposed[k]);
+    if (by_model[k] && dp.proposed[k] > 0) {
+      jobs.push_back({who[k]->seq, who[k]->tokens, dp.proposed[k], &who[k]->draft});
     } else {
       who[k]->draft.resize(static_cast<std::size_t>(dp.k[k]));
     }
@@ -144,8 +163,15 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     draft_ms_last_ = ms_between(t0, time_.now());
     spdlog::debug("tick {}: the draft model drafted for {} sessions in {:.2f} ms", tick_no_ + 1, jobs.size(), draft_ms_last_);
     metrics_.spec_draft_ms_total = metrics_.spec_draft_ms_total.load() + draft_ms_last_;
-    metrics_.spec_draft_step_ms = drafter_->step_ms();
-    metrics_.spec_draft_call_ms = drafter_->call_ms();
+    metrics_.spec_draft_step_ms = drafter_->step_ms(jobs.size());
+    metrics_.spec_draft_call_ms = drafter_->call_ms(jobs.size());
+    // Pads after what the model proposed: rows of the plan's steady shape (a repeat of the last
+    // proposal: verified as any draft, rarely accepted).
+    for (std::size_t k = 0; k < who.size(); ++k) {
+      std::vector<Token>& d = who[k]->draft;
+      who[k]->draft_proposed = d.size();
+      if (by_model[k] && !d.empty()) d.resize(static_cast<std::size_t>(dp.k[k]), d.back());
+    }
   }
   if (dp.rows > 0) build_batch(plan, order_, batch_);
 }
@@ -155,13 +181,12 @@ void Scheduler::observe_spec_overhead(double excess_ms) {
   // Samples keep their sign (the model's noise averages out); the estimate is clamped at 0.
   if (spec_excess_pending_.has_value()) {
     // The tick after a verifying one: a tick that verifies again kept the shape's cost to itself.
-    const double sample = *spec_excess_pending_ + (verified ? 0.0 : excess_ms);
+    const double sample = spec_excess_pending_->ms + (verified ? 0.0 : excess_ms);
+    spec_overhead_ms_.add(spec_excess_pending_->rows, sample);
+    metrics_.spec_overhead_ms = std::max(0.0, spec_overhead_ms_.value(spec_excess_pending_->rows));
     spec_excess_pending_.reset();
-    spec_overhead_ms_ = spec_overhead_seen_ ? 0.8 * spec_overhead_ms_ + 0.2 * sample : sample;
-    spec_overhead_seen_ = true;
   }
-  if (verified) spec_excess_pending_ = excess_ms;
-  metrics_.spec_overhead_ms = std::max(0.0, spec_overhead_ms_);
+  if (verified) spec_excess_pending_ = ExcessPending{excess_ms, batch_.decoded.size()};
 }
 
 void Scheduler::observe_yield(double decode_ms, bool pipelined) {
@@ -251,8 +276,10 @@ void Scheduler::sample_batch() {
     for (std::size_t k = i + 1; k < batch_.rows.size() && batch_.rows[k].session == &s; ++k) n += sampled_[k] != kNotSampled;
     const auto k = static_cast<std::int32_t>(s.draft.size());
     if (n < k) decoder_.trim_sequence(s.seq, s.n_past + 1 + n);
-    s.accept = update_acceptance(s.accept, k, n);
-    spec_accept_ = update_acceptance(spec_accept_, k, n);
+    // The acceptance is the proposals' (a pad's rejection says nothing of the drafts).
+    const auto proposed = static_cast<std::int32_t>(std::min(s.draft_proposed, s.draft.size()));
+    s.accept = update_acceptance(s.accept, proposed, std::min(n, proposed));
+    spec_accept_ = update_acceptance(spec_accept_, proposed, std::min(n, proposed));
     if (s.draft_from_prediction) {
       s.prediction_accepted += n;
       s.prediction_rejected += k - n;

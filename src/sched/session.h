@@ -83,6 +83,7 @@ struct Session {
   // A pipelined decode in flight holds a row of its (KV one cell past n_past until it is applied).
   bool in_flight = false;
   std::vector<Token> draft;
+  std::size_t draft_proposed = 0;   // of draft, the tokens proposed; the rest pad a steady shape (plan_drafts)
   double accept = kAcceptancePrior;
   // The client's expected output (OpenAI's `prediction`), a draft source before prompt lookup;
   // where its drafts left off, whether this tick's draft came from it, and its tokens accepted and

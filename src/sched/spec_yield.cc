@@ -112,6 +112,22 @@ void SpecYieldGuard::pin(std::size_t decode_rows, std::int32_t draft_rows) {
   if (buckets_[b].pinned < 0) buckets_[b].pinned = arm_of(draft_rows);
 }
 
+std::int32_t SpecYieldGuard::steady_rows(std::size_t decode_rows) const {
+  const Bucket* y = find(decode_rows);
+  if (y == nullptr) return 0;
+  int arm = best_arm(*y);
+  if (arm < 0) arm = best_arm(*y, 1);
+  if (arm < 0) arm = y->pinned;
+  return arm >= 0 ? top_of(arm) : 0;
+}
+
+bool SpecYieldGuard::verifying_wins(std::size_t decode_rows) const {
+  const Bucket* y = find(decode_rows);
+  if (y == nullptr || y->plain.n < kSamples) return false;
+  const int best = best_arm(*y);
+  return best >= 0 && y->arms[static_cast<std::size_t>(best)].value() > y->plain.value();
+}
+
 double SpecYieldGuard::plain_rate(std::size_t decode_rows) const {
   const Bucket* y = find(decode_rows);
   return y != nullptr ? y->plain.value() : 0.0;

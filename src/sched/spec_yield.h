@@ -60,6 +60,13 @@ class SpecYieldGuard {
   void pin(std::size_t decode_rows, std::int32_t draft_rows);
   // The bucket of `decode_rows` rows: 1 for one, 2 for 2-3, 3 for 4-7, ... (0 for none).
   static std::size_t bucket_of(std::size_t decode_rows);
+  // Draft rows a verifying tick should have where a new shape costs (the plan fills to them, not a
+  // cap): the top of the best arm, else of the one leading so far, else of the pinned one; 0
+  // before any of them.
+  std::int32_t steady_rows(std::size_t decode_rows) const;
+  // Whether verifying ticks were measured to out-yield plain ones in `decode_rows`' bucket (an arm
+  // with kArmSamples samples against kSamples plain ones).
+  bool verifying_wins(std::size_t decode_rows) const;
   // Tokens per ms measured (0 before any sample): plain ticks, and the best verifying arm.
   double plain_rate(std::size_t decode_rows) const;
   double spec_rate(std::size_t decode_rows) const;

@@ -135,5 +135,23 @@ TEST(SpecYieldGuard, ClimbsToTheDraftRowsThatYieldMost) {
   EXPECT_GE(cpu.max_draft_rows(1), 15);
 }
 
+TEST(SpecYieldGuard, TheSteadyRowsAreThePinnedArmsThenTheLeadersAndAWinIsMeasured) {
+  SpecYieldGuard g;
+  EXPECT_EQ(g.steady_rows(1), 0) << "nothing pinned nor measured";
+  g.pin(1, 5);
+  EXPECT_EQ(g.steady_rows(1), 7);
+  // One verifying sample at 2 rows (arm 2-3), none plain: it leads, while the cap stays open.
+  g.observe(1, 2, 3.0, 1.0);
+  EXPECT_EQ(g.steady_rows(1), 3);
+  EXPECT_FALSE(g.verifying_wins(1)) << "plain ticks not measured";
+  for (int i = 0; i < SpecYieldGuard::kArmSamples; ++i) g.observe(1, 2, 3.0, 1.0);
+  for (int i = 0; i < SpecYieldGuard::kSamples; ++i) g.observe(1, 0, 1.0, 1.0);
+  EXPECT_TRUE(g.verifying_wins(1));
+  EXPECT_EQ(g.steady_rows(1), 3);
+  EXPECT_FALSE(g.verifying_wins(16)) << "each bucket its own";
+  for (int i = 0; i < 40; ++i) g.observe(1, 0, 5.0, 1.0);
+  EXPECT_FALSE(g.verifying_wins(1)) << "plain ticks now yield more";
+}
+
 }  // namespace
 }  // namespace uma

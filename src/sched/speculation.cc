@@ -54,6 +54,7 @@ std::vector<Token> prediction_draft(std::span<const Token> output, std::span<con
 DraftPlan plan_drafts(const DraftPlanInput& in) {
   DraftPlan plan;
   plan.k.assign(in.offers.size(), 0);
+  plan.proposed.assign(in.offers.size(), 0);
   plan.expected_tokens = in.base_tokens;
   // The next draft token of each offer, by the probability that it is accepted: a^(k+1) for the
   // (k+1)-th, which needs all before it.
@@ -76,28 +77,46 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
   double tokens = in.base_tokens;
   double drafting = 0.0;  // the drafting the plan took so far (a draft model's steps)
   auto t_with = [&](const Next& n) { return in.tick_ms(plan.rows + 1) + in.offers[n.offer].ms_per_token + drafting + in.fixed_ms; };
-  auto take = [&](const Next n) {  // a copy: it pops the queue
+  auto take = [&](const Next n, bool filling) {  // a copy: it pops the queue
     next.pop();
-    tokens += n.p;
-    t = t_with(n);
-    drafting += in.offers[n.offer].ms_per_token;
-    plan.rows++;
     const std::size_t i = n.offer;
+    // A filled row's verification is paid for the shape: its drafting, where it costs, is worth
+    // it while its token pays for that alone at the tick's rate; after that it is a pad.
+    const bool pad = filling && in.offers[i].ms_per_token > 0 && !(n.p * t > in.offers[i].ms_per_token * tokens);
+    tokens += pad ? 0.0 : n.p;
+    drafting += pad ? 0.0 : in.offers[i].ms_per_token;
+    plan.rows++;
     plan.k[i]++;
-    const double p_next = n.p * in.offers[i].accept;
-    if (plan.k[i] < in.offers[i].available && p_next >= in.min_accept) next.push({p_next, i});
+    plan.proposed[i] += pad ? 0 : 1;
+    t = in.tick_ms(plan.rows) + drafting + in.fixed_ms;
+    const double p_next = pad ? 0.0 : n.p * in.offers[i].accept;
+    if (plan.k[i] < in.offers[i].available && (p_next >= in.min_accept || in.fill_to > 0)) next.push({p_next, i});
   };
   while (!next.empty() && plan.rows < in.max_rows) {
     const Next n = next.top();
+    if (n.p < in.min_accept) break;  // only a fill takes those
     // Worth it while the expected tokens per ms rise: (T + p) / (t + dt) > T / t (the first row's
     // dt without the fixed cost, which the whole plan must pay back).
     const double dt = t_with(n) - t - (plan.rows == 0 ? in.fixed_ms : 0.0);
     if (!(t > 0) || n.p * t <= dt * tokens) break;
-    take(n);
+    take(n, false);
   }
   const DraftPlan unfilled = plan;
   const double unfilled_tokens = tokens, unfilled_t = t;
-  while (plan.rows > 0 && !next.empty() && plan.rows < std::min(in.fill_to, in.max_rows)) take(next.top());
+  std::int32_t fill = std::min(in.fill_to, in.max_rows);
+  if (in.fill_to_arm_top && plan.rows > 0) {
+    std::int32_t top = 1;
+    while (top < plan.rows) top = 2 * top + 1;
+    fill = std::min(fill, top);
+  }
+  while (plan.rows > 0 && !next.empty() && plan.rows < fill) {
+    const Next n = next.top();
+    if (in.offers[n.offer].ms_per_token > 0 && plan.proposed[n.offer] == 0) {
+      next.pop();  // pads go after a proposal, never alone
+      continue;
+    }
+    take(n, true);
+  }
   if (plan.rows > unfilled.rows && !(tokens * t0 > in.base_tokens * t)) {  // the rows filled in do not pay
     plan = unfilled;
     tokens = unfilled_tokens;
@@ -105,6 +124,7 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
   }
   if (plan.rows > 0 && in.fixed_ms > 0 && !(tokens * t0 > in.base_tokens * t)) {
     std::fill(plan.k.begin(), plan.k.end(), 0);  // the rows pay, not the fixed cost with them
+    std::fill(plan.proposed.begin(), plan.proposed.end(), 0);
     plan.rows = 0;
     tokens = in.base_tokens;
   }

@@ -72,14 +72,20 @@ struct DraftPlanInput {
   // rows are still chosen by their marginal worth, then the plan stands only if the tick's
   // expected tokens per ms, this included, beat the decode rows' alone.
   double fixed_ms = 0;
-  // Once the plan takes any rows, it takes more, best first, up to this many (each still at least
-  // min_accept likely): where a tick of a new shape costs a graph capture (a GPU), a steady number
-  // of draft rows is worth more than the last row's margin.
+  // Once the plan takes any rows, it takes more, best first, up to this many, however unlikely:
+  // where a tick of a new shape costs a graph capture (a GPU), a steady number of draft rows is
+  // worth more than the last row's margin. A filled row whose drafting costs more than its token
+  // is worth (a draft model's step) is a pad: any token, not drafted, worth nothing but the shape.
   std::int32_t fill_to = 0;
+  // Fill to the top of the power-of-two range the margin's rows fall in (1, 2-3, 4-7, ...: the
+  // yield guard's arms), at most fill_to: where no arm is chosen yet, a few shapes rather than one
+  // per number of rows.
+  bool fill_to_arm_top = false;
 };
 
 struct DraftPlan {
   std::vector<std::int32_t> k;  // per offer: draft tokens to verify (0: none)
+  std::vector<std::int32_t> proposed;  // per offer: of k, those to draft; the rest are pads (fill_to)
   std::int32_t rows = 0;        // their sum
   double expected_tokens = 0;   // the tick's expected yield with them
   bool declined = false;        // some offer had drafts, and the cost said no to all of them

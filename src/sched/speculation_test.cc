@@ -117,14 +117,55 @@ TEST(PlanDrafts, FillsToASteadyNumberOfRowsWhenAskedWhileTheyStillPay) {
   EXPECT_EQ(filled.rows, 7);
   EXPECT_GT(filled.expected_tokens, margin.expected_tokens);
   EXPECT_EQ(with_fill(0.8, 3, 0.6).rows, 5) << "never fewer than the margin takes";
-  // Tokens below min_accept are never filled in (0.4^4 < 0.05).
-  EXPECT_LE(with_fill(0.4, 16, 0.01).rows, 3);
+  // The margin never takes tokens below min_accept (0.4^4 < 0.05); a fill does, for the shape.
+  EXPECT_LE(with_fill(0.4, 0, 0.01).rows, 3);
+  EXPECT_EQ(with_fill(0.4, 16, 0.01).rows, 16);
   // Filled rows that make the tick yield less than no drafts at all are left out.
   const DraftPlan dear = with_fill(0.8, 15, 2.0);
   EXPECT_EQ(dear.rows, 2);
   EXPECT_EQ(with_fill(0.8, 0, 2.0).rows, 2);
   // No drafts chosen: nothing to fill.
   EXPECT_EQ(with_fill(0.8, 7, 10.0).rows, 0);
+}
+
+TEST(PlanDrafts, AFillPadsWhereDraftingWouldCostAndNeverPadsAnOfferWithoutProposals) {
+  // A draft model's offers (0.5 ms a drafted token), rows nearly free: the margin stops at what is
+  // worth drafting; the fill to 7 rows adds pads, which cost their rows but no drafting, and are
+  // worth nothing but the shape.
+  auto plan = [](std::vector<DraftOffer> offers, std::int32_t fill_to) {
+    DraftPlanInput in{offers, static_cast<double>(offers.size()), [](std::int32_t n) { return 4.0 + 0.01 * n; }, 64};
+    in.fill_to = fill_to;
+    return plan_drafts(in);
+  };
+  const DraftPlan margin = plan({{16, 0.5, 0.5}}, 0);
+  ASSERT_GT(margin.rows, 0);
+  ASSERT_LT(margin.rows, 7);
+  EXPECT_EQ(margin.proposed, margin.k);
+  const DraftPlan filled = plan({{16, 0.5, 0.5}}, 7);
+  EXPECT_EQ(filled.rows, 7);
+  EXPECT_EQ(filled.proposed[0], margin.k[0]) << "pads are not drafted";
+  EXPECT_DOUBLE_EQ(filled.expected_tokens, margin.expected_tokens) << "and expected to yield nothing";
+  // A lookup's tokens cost nothing to draft: a fill takes them, every one proposed.
+  const DraftPlan lookup = plan({{16, 0.5, 0.0}}, 7);
+  EXPECT_EQ(lookup.rows, 7);
+  EXPECT_EQ(lookup.proposed[0], 7);
+  EXPECT_GT(lookup.expected_tokens, margin.expected_tokens);
+  // Two offers drafted at 0.5 ms a token, rows at 0.3 ms: the margin (paying for a row and its
+  // drafting) takes 5 of the first (accepted 0.9) and none of the second (0.3). A fill to 15 pays
+  // the rows anyway: it drafts the first's tokens while each is worth its drafting alone (to 10),
+  // then pads; never the second alone.
+  DraftPlanInput in2;
+  const std::vector<DraftOffer> offers2{{16, 0.9, 0.5}, {16, 0.3, 0.5}};
+  in2.offers = offers2;
+  in2.base_tokens = 2;
+  in2.tick_ms = [](std::int32_t n) { return 4.0 + 0.3 * n; };
+  in2.max_rows = 64;
+  const DraftPlan margin2 = plan_drafts(in2);
+  ASSERT_EQ(margin2.k, (std::vector<std::int32_t>{5, 0}));
+  in2.fill_to = 15;
+  const DraftPlan two = plan_drafts(in2);
+  EXPECT_EQ(two.k, (std::vector<std::int32_t>{15, 0}));
+  EXPECT_EQ(two.proposed, (std::vector<std::int32_t>{10, 0}));
 }
 
 TEST(PredictionDraft, FollowsThePredictionAcrossAnEditAndPrefersWhatComesAfterTheCursor) {
