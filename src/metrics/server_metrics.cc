@@ -137,7 +137,7 @@ const std::vector<Scalar>& scalars() {
       {"spec_accepted_total", "spec_accepted_tokens_total", Type::kCounter, "Draft tokens accepted.", load(&M::spec_accepted_total)},
       {"spec_draft_ms_total", "spec_draft_seconds_total", Type::kCounter, "Time the draft model spent drafting.", load(&M::spec_draft_ms_total), 0.001},
       {"spec_overhead_ms", "spec_overhead_seconds", Type::kGauge, "What a verifying tick costs beyond its rows (a GPU's graph builds), learnt per number of streams: the last verifying tick's; speculation must pay for it.", load(&M::spec_overhead_ms), 0.001},
-      {"spec_draft_call_ms", "spec_draft_call_seconds", Type::kGauge, "The draft model's measured cost of a call beyond its steps (catch-up, graph builds), for the last call's number of sequences.", load(&M::spec_draft_call_ms), 0.001},
+      {"spec_draft_call_ms", "spec_draft_call_seconds", Type::kGauge, "The draft model's measured cost of a call beyond its steps (catch-up, graph builds), for the last call's number of sequences (the last measured).", load(&M::spec_draft_call_ms), 0.001},
       {"spec_draft_step_ms", "spec_draft_step_seconds", Type::kGauge, "The draft model's measured step (one token for every session drafting).", load(&M::spec_draft_step_ms), 0.001},
       {"ttft_slo_miss_total", "ttft_slo_misses_total", Type::kCounter, "First tokens later than their request's target.", load(&M::ttft_slo_miss_total)},
       {"tbt_slo_miss_total", "tbt_slo_misses_total", Type::kCounter, "Tokens later than their stream's inter-token target.", load(&M::tbt_slo_miss_total)},

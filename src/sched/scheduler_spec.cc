@@ -163,8 +163,9 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     draft_ms_last_ = ms_between(t0, time_.now());
     spdlog::debug("tick {}: the draft model drafted for {} sessions in {:.2f} ms", tick_no_ + 1, jobs.size(), draft_ms_last_);
     metrics_.spec_draft_ms_total = metrics_.spec_draft_ms_total.load() + draft_ms_last_;
-    metrics_.spec_draft_step_ms = drafter_->step_ms(jobs.size());
-    metrics_.spec_draft_call_ms = drafter_->call_ms(jobs.size());
+    // The last call's bucket, once it has been measured (a catch-up call is no sample).
+    if (const double step = drafter_->step_ms(jobs.size()); step > 0) metrics_.spec_draft_step_ms = step;
+    if (const double call = drafter_->call_ms(jobs.size()); call > 0) metrics_.spec_draft_call_ms = call;
     // Pads after what the model proposed: rows of the plan's steady shape (a repeat of the last
     // proposal: verified as any draft, rarely accepted).
     for (std::size_t k = 0; k < who.size(); ++k) {
