@@ -176,6 +176,33 @@ TEST_F(SpecSchedulerTest, DearRowsTurnSpeculationOff) {
   EXPECT_GT(metrics_.spec_declined_ticks_total.load(), 0u);
 }
 
+TEST_F(SpecSchedulerTest, AVerifyingTickTakesAtMostTwiceAPlainOne) {
+  start(true);
+  // 10 ms a tick and 2 ms a row: drafts accepted nearly always would pay up to 16 rows a stream,
+  // a 44 ms gap. Each verifying tick stays within twice a plain one, as the cost model predicts.
+  std::size_t most = 0;
+  std::string run;
+  for (char c = '!'; c <= '~'; ++c) run += c;
+  const auto prompt = static_cast<std::int32_t>(run.size() + 3);
+  bool served = false;  // past calibration
+  decoder_->on_decode_ = [this, &most, &served, prompt](std::span<const BatchEntry> b) {
+    const bool decoding = std::all_of(b.begin(), b.end(), [&](const BatchEntry& e) { return e.pos >= prompt; });
+    if (served && decoding) most = std::max(most, b.size());
+    clock_.advance(std::chrono::microseconds(10000 + 2000 * static_cast<long>(b.size())));
+  };
+  ASSERT_TRUE(scheduler_->calibrate(1e9).ok());
+  served = true;
+  submit(1, run + "!\"#", 60);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + '#', 60));
+  EXPECT_GT(metrics_.spec_accepted_total.load(), 10u);
+  // Uncapped, a tick would carry the row and 16 drafts. The cap is on the cost model's
+  // prediction, whose fit here prices a draft row below its 2 ms: fewer rows than that, more
+  // than the six that 2 ms each would allow.
+  EXPECT_LT(most, 17u);
+  EXPECT_GE(most, 4u);
+}
+
 TEST_F(SpecSchedulerTest, WhatAVerifyingTickCostsBeyondItsRowsIsLearnt) {
   double without = 0.0;
   for (int shape_ms : {0, 8}) {
