@@ -43,7 +43,10 @@ class Drafter {
   // Measured milliseconds a draft() call of `jobs` jobs costs beyond its steps (the catch-up
   // decode; on a GPU the graphs built for a batch of a new shape): a tick with model drafts pays
   // it once. Both are kept by the number's power-of-two bucket (common/bucketed_ewma.h).
-  virtual double call_ms(std::size_t jobs) const { return 0.0 * static_cast<double>(jobs); }
+  virtual double call_ms(std::size_t jobs) const {
+    (void)jobs;
+    return 0.0;
+  }
   // Moves both estimates for `jobs` jobs towards 0 by `factor`: the scheduler calls it when they
   // declined a plan, since only a draft refreshes them (a cold first sample would decline for good).
   virtual void decay_costs(std::size_t jobs, double factor) { (void)jobs, (void)factor; }

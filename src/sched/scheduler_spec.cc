@@ -72,13 +72,15 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   // A verifying tick is every decoding stream's next gap: it may take at most kVerifyStretch times
   // what the plain tick would (predicted), however well the drafts pay (measured at 4 streams on
   // this CPU, uncapped rows made a 518 ms gap where a tick takes 30).
-  const double stretch_ms = kVerifyStretch * tick_ms(0);
-  std::int32_t lo = 0, hi = std::max(room, 0);
-  while (lo < hi) {
-    const std::int32_t mid = lo + (hi - lo + 1) / 2;
-    if (tick_ms(mid) <= stretch_ms) lo = mid; else hi = mid - 1;
+  if (!config_.speculate_always) {
+    const double stretch_ms = kVerifyStretch * tick_ms(0);
+    std::int32_t lo = 0, hi = std::max(room, 0);
+    while (lo < hi) {  // the most rows within it (the predicted time rises with rows)
+      const std::int32_t mid = lo + (hi - lo + 1) / 2;
+      if (tick_ms(mid) <= stretch_ms) lo = mid; else hi = mid - 1;
+    }
+    room = lo;
   }
-  if (!config_.speculate_always) room = lo;
   DraftPlanInput in{offers, static_cast<double>(batch_.decoded.size()), tick_ms, room};
   // Paid once whatever the drafts: the verifying tick's graphs, and a draft model's call.
   const std::size_t n_rows = batch_.decoded.size();

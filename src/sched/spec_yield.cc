@@ -3,13 +3,11 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/bucketed_ewma.h"
+
 namespace uma {
 
-std::size_t SpecYieldGuard::bucket_of(std::size_t rows) {
-  std::size_t b = 0;
-  while (rows > 0) rows >>= 1, ++b;
-  return b;
-}
+std::size_t SpecYieldGuard::bucket_of(std::size_t rows) { return BucketedEwma::bucket_of(rows); }
 
 int SpecYieldGuard::arm_of(std::int32_t draft_rows) {
   int a = -1;

@@ -58,7 +58,8 @@ class SpecYieldGuard {
   // scheduler samples one from the third of its shape); without it the plan's rows follow the
   // acceptance tick by tick and no shape repeats. No effect once the bucket has a pinned arm.
   void pin(std::size_t decode_rows, std::int32_t draft_rows);
-  // The bucket of `decode_rows` rows: 1 for one, 2 for 2-3, 3 for 4-7, ... (0 for none).
+  // The bucket of `decode_rows` rows: 1 for one, 2 for 2-3, 3 for 4-7, ... (0 for none), as the
+  // costs the scheduler keeps by rows (common/bucketed_ewma.h).
   static std::size_t bucket_of(std::size_t decode_rows);
   // Draft rows a verifying tick should have where a new shape costs (the plan fills to them, not a
   // cap): the top of the best arm, else of the one leading so far, else of the pinned one; 0
