@@ -26,6 +26,7 @@
 //                 themselves; a lone stream (memory-bound: a row is almost free) turns it on.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -89,6 +90,13 @@ struct DraftPlan {
   std::int32_t rows = 0;        // their sum
   double expected_tokens = 0;   // the tick's expected yield with them
   bool declined = false;        // some offer had drafts, and the cost said no to all of them
+  // Takes every row back (a later check said no): nothing verified, nothing to draft.
+  void decline() {
+    std::fill(k.begin(), k.end(), 0);
+    std::fill(proposed.begin(), proposed.end(), 0);
+    rows = 0;
+    declined = true;
+  }
 };
 
 DraftPlan plan_drafts(const DraftPlanInput& in);
