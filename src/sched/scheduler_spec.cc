@@ -90,17 +90,14 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   // A prediction, which the guard's measurement overrules: where verifying ticks were measured to
   // out-yield plain ones (their drafting and calls included), the fixed cost declines no plan.
   if (yield_guard_.verifying_wins(n_rows)) in.fixed_ms = 0.0;
-  // A decode of a new shape costs: on a GPU a new CUDA graph's capture, on a CPU llama.cpp's graph
-  // build and allocation, which a decode of the last one's shape skips (measured on this CPU: 4-row
-  // verifying ticks 32.8 ms at one steady shape, 35.5 where the rows followed the acceptance). A
-  // steady number of draft rows (the best measured arm's top) is worth more than each row's
-  // margin. Before the guard has an arm for this bucket, the top of the arm the plan falls in.
-  // The steady rows snap to an arm's top within the tick's room (its stretch cap moves with the
-  // cost model's fit): 7 where 4-6 fit becomes 3, and stays so.
-  std::int32_t steady = yield_guard_.steady_rows(n_rows);
-  while (steady > room) steady /= 2;
-  in.fill_to = steady > 0 ? std::min(cap, steady) : cap;
-  in.fill_to_arm_top = steady == 0;
+  // On a GPU a decode of a new shape is captured as a new CUDA graph, and the next one again: a
+  // steady number of draft rows (the best measured arm's top) is worth more than each row's margin.
+  // Before the guard has an arm for this bucket, the top of the arm the plan falls in.
+  if (decoder_.decode_is_async()) {
+    const std::int32_t steady = yield_guard_.steady_rows(n_rows);
+    in.fill_to = steady > 0 ? std::min(cap, steady) : cap;
+    in.fill_to_arm_top = steady == 0;
+  }
   if (config_.speculate_always) {
     for (DraftOffer& o : offers) o.accept = 1.0, o.ms_per_token = 0.0;
     in.tick_ms = [](std::int32_t) { return 1.0; };  // rows free: all of every offer, in room
@@ -138,7 +135,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     if (n_model > 0) drafter_->decay_costs(static_cast<std::size_t>(n_model), 0.8);
   }
   const bool planned = dp.rows > 0;
-  if (planned) yield_guard_.pin(batch_.decoded.size(), dp.rows);
+  if (planned && decoder_.decode_is_async()) yield_guard_.pin(batch_.decoded.size(), dp.rows);
   plan_declined_bucket_ = planned ? 0 : SpecYieldGuard::bucket_of(batch_.decoded.size());
   ticks_since_plan_ = 0;
   const bool granted = std::exchange(spec_granted_, false);

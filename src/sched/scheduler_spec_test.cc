@@ -485,40 +485,6 @@ TEST_F(SpecSchedulerTest, ADraftModelsVerifyingTicksKeepOneShapeWhateverItsAccep
   EXPECT_LT(metrics_.spec_accepted_total.load(), metrics_.spec_drafted_total.load());
 }
 
-TEST_F(SpecSchedulerTest, OnACpuVerifyingTicksKeepOneShapeOnceTheyWin) {
-  // A CPU as this one measured (docs/BENCHMARKS.md, session 34): one row 15 ms, each more 4.5 ms,
-  // and a batch of another size than the last 2.5 ms more (llama.cpp builds and allocates its
-  // graph again). A draft model right about 8 times in 10 (pseudo-random by token): the
-  // acceptance, and with it the rows worth drafting, moves with each verification. Once the guard
-  // has measured an arm best, the plan fills to its top and the shape mostly holds (the guard's
-  // arms yield within 12% of each other here: noise moves it now and then). Without the fill on
-  // a CPU, and with a lone tick for a neighbour arm, the commonest shape had 55% of them.
-  start(true);
-  std::size_t last = 0;
-  std::map<std::size_t, int> shapes;  // verifying ticks by rows
-  decoder_->on_decode_ = [&](std::span<const BatchEntry> b) {
-    const long build = b.size() != last ? 2500 : 0;
-    last = b.size();
-    if (b.size() > 1) shapes[b.size()]++;
-    clock_.advance(std::chrono::microseconds(15000 + 4500 * (static_cast<long>(b.size()) - 1) + build));
-  };
-  ASSERT_TRUE(scheduler_->calibrate(1e9).ok());
-  shapes.clear();
-  FakeDrafter drafter([](Token t) {
-    std::uint32_t h = static_cast<std::uint32_t>(t) * 2654435761u;
-    return ((h ^ (h >> 15)) >> 7) % 10 < 8;
-  });
-  scheduler_->set_drafter(&drafter);
-  submit(1, "b", 600);
-  run_until_idle();
-  EXPECT_EQ(out_[1].text, expected(100 + 'b', 600));
-  EXPECT_EQ(decoder_->total_kv(), 0);
-  const ShapeTally t = tally(shapes);
-  ASSERT_GT(t.verifying, 100);
-  EXPECT_GT(t.most, 0.65 * t.verifying) << "verifying ticks by rows:" << t.seen;
-  scheduler_.reset();  // before the drafter it holds
-}
-
 TEST_F(SpecSchedulerTest, APredictionOfTheOutputIsVerifiedAndTakenUpAgainAfterAnEdit) {
   for (bool with : {false, true}) {
     start(true);

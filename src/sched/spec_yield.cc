@@ -60,9 +60,6 @@ bool SpecYieldGuard::allows(std::size_t decode_rows) {
   const int best = best_arm(y);
   if (best < 0 && n_spec(y) < kSamples) return true;  // verifying ticks measured first
   if (y.plain.n < kSamples) return false;             // then plain ones, to compare with
-  // Then the leading arm until it has its samples: a verifying tick yields 1 to K + 1 tokens, and
-  // one unlucky first tick condemned an arm that wins (on a CPU, 3 draft rows, for good).
-  if (best < 0) return true;
   if (spec_rate(decode_rows) >= y.plain.value()) {
     y.probe_every = kProbeFirst;
     if (++y.since_probe <= kPlainEvery) return true;
@@ -70,8 +67,8 @@ bool SpecYieldGuard::allows(std::size_t decode_rows) {
     if (y.since_probe == kPlainEvery + kPlainRun) y.since_probe = 0;
     return false;
   }
-  // Losing: the arm below the best until it has its samples (max_draft_rows caps the tick to it).
-  if (best > 0 && y.arms[static_cast<std::size_t>(best - 1)].n < kArmSamples) return true;
+  // Losing: an untried arm below the leader first (max_draft_rows caps the tick to it).
+  if (const int lead = best_arm(y, 1); best < 0 && lead > 0 && y.arms[static_cast<std::size_t>(lead - 1)].n == 0) return true;
   if (++y.since_probe < y.probe_every) return false;
   y.since_probe = 0;
   y.probe_every = std::min(2 * y.probe_every, kProbeLast);
@@ -84,27 +81,21 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
   const std::size_t b = bucket_of(decode_rows);
   if (buckets_.size() <= b) buckets_.resize(b + 1);
   Bucket& y = buckets_[b];
-  const int best = best_arm(y);
+  int best = best_arm(y);
   if (best < 0) {
-    // Before any arm has its samples: the pinned arm's top, else the plan's rows until plain ticks
-    // are measured (a bucket's first verifying ticks carry all the rows the plan picks); then the
-    // arm leading so far, measured until it has them (then its lower neighbour, below: fewer rows
-    // cost less).
+    // Before any arm has its samples (and once plain ticks are measured): the arm leading so far,
+    // or where it loses to plain ticks its lower neighbour once (fewer rows cost less: a bucket's
+    // first verifying ticks carry all the rows the plan picks).
     const int lead = best_arm(y, 1);
     if (lead < 0 && y.pinned >= 0) return top_of(y.pinned);
     if (lead < 0 || y.plain.n < kSamples) return std::numeric_limits<std::int32_t>::max();
-    return top_of(lead);
-  }
-  // An arm that leads on fewer samples (an explored neighbour's one lucky tick, or its first of
-  // a better arm) is measured until it has its samples: else where arms yield alike and the lower
-  // one got its samples first, the climb stays below (on a CPU, 1 draft row against 3).
-  if (const int lead = best_arm(y, 1); lead != best && y.arms[static_cast<std::size_t>(lead)].n < kArmSamples) {
-    return top_of(lead);
+    const bool losing = y.arms[static_cast<std::size_t>(lead)].value() < y.plain.value();
+    return losing && lead > 0 && y.arms[static_cast<std::size_t>(lead - 1)].n == 0 ? top_of(lead - 1) : top_of(lead);
   }
   const int lower = best - 1, upper = best + 1;
   if (lower >= 0 && y.arms[static_cast<std::size_t>(lower)].n < kArmSamples) return top_of(lower);
   ++y.verifying;
-  if (y.verifying % kExploreEvery >= kExploreEvery - kExploreRun) {  // a run: its first ticks are no samples
+  if (y.verifying % kExploreEvery == 0) {
     const bool up = (y.verifying / kExploreEvery) % 2 == 1;
     if (up && upper < kArms) return top_of(upper);
     if (!up && lower >= 0) return top_of(lower);

@@ -16,8 +16,7 @@
 //                   a lone probe would measure only that. Where drafts win, kPlainRun ticks in
 //                   kPlainEvery stay plain.
 //   max_draft_rows  the top of the best arm: a hill climb over arms, its lower neighbour tried
-//                   first (fewer rows cost less), then each neighbour now and then (a run of
-//                   kExploreRun ticks); an arm that leads on fewer samples gets them first.
+//                   first (fewer rows cost less), then each neighbour now and then.
 // Pure: numbers in, numbers out; tested on synthetic yields. Not thread-safe (the compute thread's).
 #pragma once
 
@@ -43,10 +42,6 @@ class SpecYieldGuard {
   // Verifying ticks between two tries of a neighbour arm, and between two plain ticks where
   // verifying wins: each is a tick of another shape, which a GPU captures as a new graph.
   static constexpr int kExploreEvery = 64;
-  // A neighbour is tried for a run of ticks: where ticks are pipelined the scheduler samples
-  // neither of the first two ticks of a shape (a GPU captures its graph), so that a lone tick
-  // measured nothing there.
-  static constexpr int kExploreRun = 4;
   static constexpr int kPlainEvery = 64;
   static constexpr int kPlainRun = 3;
   static constexpr int kArms = 7;
