@@ -123,9 +123,7 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
     t = unfilled_t;
   }
   if (plan.rows > 0 && in.fixed_ms > 0 && !(tokens * t0 > in.base_tokens * t)) {
-    std::fill(plan.k.begin(), plan.k.end(), 0);  // the rows pay, not the fixed cost with them
-    std::fill(plan.proposed.begin(), plan.proposed.end(), 0);
-    plan.rows = 0;
+    plan.decline();  // the rows pay, not the fixed cost with them
     tokens = in.base_tokens;
   }
   plan.expected_tokens = tokens;
