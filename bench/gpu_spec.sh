@@ -6,7 +6,8 @@
 # tokens. umad without speculation (--speculative off: the default GPU path, device sampling,
 # pipelined ticks), with prompt lookup and with the draft model (both verified on the device);
 # llama-server without, with --spec-type ngram-simple, and with -md (draft-simple, draft on the
-# GPU too); same model files and GPU, bench/spec_client.py's workloads at c=1 and c=16.
+# GPU too); same model files and GPU, bench/spec_client.py's workloads at c=1, c=16 and c=64 (the
+# issue's "backs off when the batch is large" rows; room per stream n_ctx / 64 = 1024 on both).
 # Expects the CUDA build of bench/gpu.sh (UMA_GPU=cuda, UMA_BUNDLE for an offline setup).
 # Env: UMA_SPEC_AGREE (0.8), UMA_SPEC_TOKENS (256), UMA_SPEC_REQUESTS (3), UMA_BENCH_PORT (18080).
 set -euo pipefail
@@ -17,7 +18,7 @@ bdir=build-$UMA_GPU
 out=${1:-$bdir/bench-gpu-spec}
 port=${UMA_BENCH_PORT:-18080}
 url=http://127.0.0.1:$port
-ctx=16384
+ctx=65536
 mkdir -p "$out"
 log() { printf '\n== %s\n' "$*" >&2; }
 scripts/setup.sh llama-server >/dev/null
@@ -46,15 +47,15 @@ wait_ready() {
 stop() { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
 trap stop EXIT
 . bench/spec_rows.sh
-lookup_rows=("copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "copy 16 1 128" "fresh 16 1 128")
-draft_rows=("fresh 1 $reqs $tokens" "fresh 16 1 128")
+lookup_rows=("copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "copy 16 1 128" "fresh 16 1 128" "copy 64 1 128" "fresh 64 1 128")
+draft_rows=("fresh 1 $reqs $tokens" "fresh 16 1 128" "fresh 64 1 128")
 
 : >"$out/rows.txt"
 for mode in off lookup draft; do
   flags=(--speculative "$mode")
   [ "$mode" = draft ] && flags=(--speculative lookup --draft-model "$draft")
   log "umad ${flags[*]}"
-  "$bdir/bin/umad" --model "$target" --socket "$out/umad.sock" --n-ctx "$ctx" --max-sessions 16 --http "127.0.0.1:$port" \
+  "$bdir/bin/umad" --model "$target" --socket "$out/umad.sock" --n-ctx "$ctx" --max-sessions 64 --http "127.0.0.1:$port" \
     "${flags[@]}" 2>"$out/umad-$mode.log" &
   pid=$!
   wait_ready
@@ -66,7 +67,7 @@ for spec in none ngram-simple draft-simple; do
   extra=()
   [ "$spec" = draft-simple ] && extra=(-md "$draft" -ngld 999)
   log "llama-server --spec-type $spec ${extra[*]}"
-  "$L/llama-server" -m "$target" -ngl 999 -c "$ctx" -np 16 --host 127.0.0.1 --port "$port" --no-webui \
+  "$L/llama-server" -m "$target" -ngl 999 -c "$ctx" -np 64 --host 127.0.0.1 --port "$port" --no-webui \
     --spec-type "$spec" "${extra[@]}" >"$out/llama-server-$spec.log" 2>&1 &
   pid=$!
   wait_ready

@@ -19,7 +19,7 @@ rounds = max((len(v) for v in runs.values()), default=0)
 
 def table(title, pairs, works):
     print(title)
-    for conc in ("c=1", "c=16"):
+    for conc in ("c=1", "c=16", "c=64"):
         key = "decode_tok_s" if conc == "c=1" else "tok_s"
         for work in works:
             try:
@@ -33,5 +33,5 @@ table("\nworkload       umad off  umad lookup  (x)   llama-server  ngram-simple 
       ("umad-off", "umad-lookup", "llama-server-none", "llama-server-ngram-simple"), ("copy", "fresh", "decoy"))
 table("\ndraft model       umad off  umad draft   (x)   llama-server  -md draft     (x)   umad / llama-server",
       ("umad-off", "umad-draft", "llama-server-none", "llama-server-draft-simple"), ("fresh",))
-print("c=1: decode tok/s of one stream (first token to last); c=16: all streams' tokens over the wall time"
+print("c=1: decode tok/s of one stream (first token to last); c=16, c=64: all streams' tokens over the wall time"
       + (f"; each the mean of {rounds} rounds" if rounds > 1 else ""))

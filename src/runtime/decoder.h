@@ -70,6 +70,9 @@ class Decoder {
   // The most logits rows one sequence may ask for in a decode (0: no limit). llama.cpp's sampling
   // on the device takes as many as it was told at creation: one leaves nothing to verify drafts.
   virtual std::int32_t outputs_per_sequence() const { return 0; }
+  // The most logits rows one decode may ask for, all sequences together, without llama.cpp
+  // growing its output buffer while serving (0: no bound kept). A verifying tick stays within it.
+  virtual std::int32_t outputs_reserved() const { return 0; }
 
   // Tokenizes text (BOS added when the model wants it). Control tokens written as text are parsed
   // only when parse_special (a rendered chat template); never in user text.

@@ -71,22 +71,38 @@ std::unique_ptr<DraftModel> DraftModel::open(const DraftConfig& config, const ll
 }
 
 void DraftModel::warm_up() {
-  // A catch-up's shape and a step's, once, then nothing kept: on a GPU the first decode of each
-  // loads its kernels (measured 247 ms for the first call on an H100), which no request should wait for.
+  // A catch-up's shape and a step's, then nothing kept: on a GPU the first decode of each loads
+  // its kernels (measured 247 ms for the first call on an H100), which no request should wait for.
+  // The catch-up's second run, a batch of prompts as a call feeds them, is the catch-up rate's
+  // first estimate (the plan charges a call's catch-up before any was measured).
   const llama_token bos = std::max<llama_token>(0, llama_vocab_bos(llama_model_get_vocab(model_)));
-  for (const std::int32_t n : {std::min<std::int32_t>(32, n_batch_), 1, 1}) {
+  const std::int32_t n_catch = std::min<std::int32_t>(256, n_batch_);
+  const std::int32_t n_seqs = std::max<std::int32_t>(1, std::min<std::int32_t>(8, static_cast<std::int32_t>(fed_.size())));
+  const std::int32_t per_seq = std::max<std::int32_t>(1, n_catch / n_seqs);
+  for (const std::int32_t n : {n_catch, n_catch, 1, 1}) {
     for (std::int32_t i = 0; i < n; ++i) {
+      const std::int32_t seq = n == 1 ? 0 : std::min(i / per_seq, n_seqs - 1);
       tok_[static_cast<std::size_t>(i)] = bos;
-      pos_[static_cast<std::size_t>(i)] = i;
-      seq_[static_cast<std::size_t>(i)] = 0;
-      logits_[static_cast<std::size_t>(i)] = i + 1 == n;
+      pos_[static_cast<std::size_t>(i)] = n == 1 ? 0 : i - seq * per_seq;
+      seq_[static_cast<std::size_t>(i)] = seq;
+      logits_[static_cast<std::size_t>(i)] = i + 1 == n || (n > 1 && (i + 1) % per_seq == 0);
     }
     n_ = n;
+    const auto t0 = std::chrono::steady_clock::now();
     if (!decode(false, nullptr).ok()) break;
-    llama_memory_seq_rm(llama_get_memory(ctx_), 0, -1, -1);
+    llama_synchronize(ctx_);
+    if (n > 1) catch_up_ms_per_token_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
+    for (std::int32_t seq = 0; seq < n_seqs; ++seq) llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
   }
-  llama_synchronize(ctx_);
   n_ = 0;
+}
+
+std::size_t DraftModel::lag(std::int32_t seq, std::span<const Token> tokens) const {
+  if (seq < 0 || seq >= static_cast<std::int32_t>(fed_.size())) return tokens.size();
+  const std::vector<Token>& fed = fed_[static_cast<std::size_t>(seq)];
+  std::size_t common = 0;  // as draft() counts it: the last token is always fed again
+  while (common < fed.size() && common + 1 < tokens.size() && fed[common] == tokens[common]) ++common;
+  return tokens.size() - common;
 }
 
 DraftModel::~DraftModel() {
@@ -171,6 +187,7 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
   // Catch-up: each sequence's cells are made to hold its tokens; the last one's logits propose.
   n_ = 0;
   std::size_t caught_up = 0;  // most tokens one sequence fed: a new request's prompt, or what a tick accepted
+  std::size_t fed_total = 0;  // all sequences' together
   std::int32_t k_max = 0;
   for (const DraftJob& j : jobs) {
     j.out->clear();
@@ -184,6 +201,7 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
       fed.resize(common);
     }
     caught_up = std::max(caught_up, n - common);
+    fed_total += n - common;
     k_max = std::max(k_max, j.k);
     for (std::size_t p = common; p < n; ++p) {
       if (n_ == n_batch_) {
@@ -195,6 +213,13 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
     fed.insert(fed.end(), j.tokens.begin() + static_cast<std::ptrdiff_t>(common), j.tokens.end());
   }
   if (Status st = flush(false); !st.ok()) return fail(st);
+  // A call that fed a prompt: its catch-up's rate per token (the flush read every job's logits
+  // row, so the catch-up has run). Calls feeding what a tick accepted are call_ms_'s samples.
+  if (caught_up > static_cast<std::size_t>(k_max) + 1 && fed_total > 0) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_call).count();
+    const double rate = ms / static_cast<double>(fed_total);  // the first replaces warm_up's estimate
+    catch_up_ms_per_token_ = catch_up_calls_++ == 0 ? rate : 0.7 * catch_up_ms_per_token_ + 0.3 * rate;
+  }
   // Steps: each job's proposal is taken, and fed back while it wants more (one token each).
   for (std::int32_t step = 1; !live.empty(); ++step) {
     for (const auto& [job, t] : live) {

@@ -50,6 +50,8 @@ class DraftModel final : public Drafter {
     step_ms_.decay(jobs, factor);
     call_ms_.decay(jobs, factor);
   }
+  std::size_t lag(std::int32_t seq, std::span<const Token> tokens) const override;
+  double catch_up_ms(std::size_t tokens) const override { return catch_up_ms_per_token_ * static_cast<double>(tokens); }
   std::string describe() const;
 
  private:
@@ -74,6 +76,8 @@ class DraftModel final : public Drafter {
   std::int32_t n_ = 0;
   BucketedEwma step_ms_;  // a steady step's, by its rows (the first after a catch-up builds its graph: call_ms_)
   BucketedEwma call_ms_;  // a steady call's time beyond its steps, by its jobs (not a prompt's catch-up)
+  double catch_up_ms_per_token_ = 0.0;  // a prompt's catch-up: warm_up's, then an EWMA of calls feeding prompts
+  int catch_up_calls_ = 0;
 };
 
 }  // namespace uma

@@ -47,6 +47,19 @@ class Drafter {
     (void)jobs;
     return 0.0;
   }
+  // Tokens a draft() for sequence `seq` would feed before its first step: where what it holds
+  // stops matching `tokens` (a new request's whole prompt; since its last call, what was accepted
+  // or generated meanwhile). 0 where not kept.
+  virtual std::size_t lag(std::int32_t seq, std::span<const Token> tokens) const {
+    (void)seq, (void)tokens;
+    return 0;
+  }
+  // Predicted ms of feeding `tokens` tokens of catch-up (0: not known): a per-token rate measured
+  // at start, then from the calls that fed prompts.
+  virtual double catch_up_ms(std::size_t tokens) const {
+    (void)tokens;
+    return 0.0;
+  }
   // Moves both estimates for `jobs` jobs towards 0 by `factor`: the scheduler calls it when they
   // declined a plan, since only a draft refreshes them (a cold first sample would decline for good).
   virtual void decay_costs(std::size_t jobs, double factor) { (void)jobs, (void)factor; }

@@ -80,6 +80,10 @@ struct RuntimeConfig {
   // Device sampling: the most rows one sequence may sample in a decode. Speculation verifies a
   // session's K drafts with K + 1 rows, each picked on the device (draft max + 1); 1 otherwise.
   std::int32_t outputs_per_seq = 1;
+  // Logits rows one decode may ask for (a verifying tick: every stream's row and its drafts),
+  // reserved at open where the output buffer is page-locked (a GPU), between n_seq_max and
+  // n_ubatch; 0: none (llama.cpp grows the buffer when a decode first needs more).
+  std::int32_t verify_outputs = 0;
   // KV snapshots (prefixes, paused requests) on a GPU: page-locked once at start (the process's
   // first runtime sizes it; runtime/kv_host_pool.h), so serving never page-locks while they fit.
   // 0: none. UMA_KV_HOST_ARENA_MB overrides it.
@@ -138,6 +142,7 @@ class LlamaRuntime final : public Decoder {
   bool decode_is_async() const override { return on_gpu_ && !timing_.on; }
   void synchronize() override;
   std::int32_t outputs_per_sequence() const override { return backend_greedy_.empty() ? 0 : outputs_per_seq_; }
+  std::int32_t outputs_reserved() const override { return outputs_reserved_; }
   std::int32_t kv_tokens(std::int32_t seq) const override;
 
   bool backend_sampling() const { return !backend_greedy_.empty(); }
@@ -190,6 +195,10 @@ class LlamaRuntime final : public Decoder {
   FlashAttention flash_attn_ = FlashAttention::kAuto;  // as asked of llama.cpp (describe())
   bool on_gpu_ = false;
   std::int32_t outputs_per_seq_ = 1;  // with device sampling (RuntimeConfig::outputs_per_seq)
+  std::int32_t outputs_reserved_ = 0;  // RuntimeConfig::verify_outputs as reserved (reserve_outputs)
+  // One throwaway decode asking for `rows` logits rows (over sequences 0.. as device sampling
+  // allows), so that llama.cpp sizes its output buffer for them now, not mid-serving.
+  void reserve_outputs(std::int32_t rows);
   // Per-sequence KV: llama.cpp queues a copy between streams until the next llama_decode, while a
   // state read or write acts at once. Until then a copy's destination must not be read (it would
   // snapshot the stream before the copy) nor its source written (the copy would carry the new

@@ -67,6 +67,10 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   };
   std::int32_t room = decoder_.n_ubatch() - static_cast<std::int32_t>(batch_.entries.size());
   if (!ledger_.per_seq()) room = std::min(room, cells_free() / 2);  // a draft's cells are back after the tick
+  // Within the logits rows the decoder reserved (more would grow llama.cpp's buffer mid-tick).
+  if (const std::int32_t reserved = decoder_.outputs_reserved(); reserved > 0) {
+    room = std::min(room, reserved - static_cast<std::int32_t>(batch_.entries.size()));
+  }
   const std::int32_t cap = config_.speculate_always ? room : yield_guard_.max_draft_rows(batch_.decoded.size());
   room = std::min(room, cap);
   // A verifying tick is every decoding stream's next gap: it may take at most kVerifyStretch times
@@ -86,7 +90,18 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   const std::size_t n_rows = batch_.decoded.size();
   const double overhead_ms = std::max(0.0, spec_overhead_ms_.value(n_rows));
   const double call_ms = n_model > 0 ? drafter_->call_ms(static_cast<std::size_t>(n_model)) : 0.0;
-  in.fixed_ms = overhead_ms + call_ms;
+  // A draft model first feeds what it lacks of each sequence (a new request's prompt; what came
+  // while ticks were declined): paid once, by the first verifying tick. A probe runs kProbeTicks
+  // ticks, so it must pay that off within them (on an H200 the first call at 64 streams fed 5,000
+  // prompt tokens in 120 ms, ten ticks' time, and verified once).
+  std::size_t behind = 0;
+  for (std::size_t k = 0; k < who.size(); ++k) {
+    const std::size_t lag = by_model[k] ? drafter_->lag(who[k]->seq, who[k]->tokens) : 0;
+    const auto steady = static_cast<std::size_t>(config_.draft_max) + 1;  // what a tick's call feeds anyway (call_ms)
+    behind += lag > steady ? lag - steady : 0;
+  }
+  const double catch_up_ms = behind > 0 ? drafter_->catch_up_ms(behind) / SpecYieldGuard::kProbeTicks : 0.0;
+  in.fixed_ms = overhead_ms + call_ms + catch_up_ms;
   // A prediction, which the guard's measurement overrules: where verifying ticks were measured to
   // out-yield plain ones (their drafting and calls included), the fixed cost declines no plan.
   if (yield_guard_.verifying_wins(n_rows)) in.fixed_ms = 0.0;
@@ -146,10 +161,10 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   if (spdlog::should_log(spdlog::level::debug)) {
     const std::size_t n = batch_.decoded.size();
     spdlog::debug("tick {}: drafts for {} of {} decoding: {} rows{} (fill to {}); decode rows {:.2f} ms predicted, one draft row more "
-                  "{:.3f} ms, fixed {:.2f} ms (overhead {:.2f}, draft call {:.2f}), draft step {:.2f} ms, acceptance "
+                  "{:.3f} ms, fixed {:.2f} ms (overhead {:.2f}, draft call {:.2f}, catch-up {:.2f}), draft step {:.2f} ms, acceptance "
                   "{:.2f} (first offer); yield tok/ms plain {:.3f} verifying {:.3f}",
                   tick_no_ + 1, who.size(), n, dp.rows, planned && dp.rows == 0 ? " (the yield guard declined)" : "", in.fill_to,
-                  in.tick_ms(0), in.tick_ms(1) - in.tick_ms(0), in.fixed_ms, overhead_ms, call_ms,
+                  in.tick_ms(0), in.tick_ms(1) - in.tick_ms(0), in.fixed_ms, overhead_ms, call_ms, catch_up_ms,
                   n_model > 0 ? drafter_->step_ms(static_cast<std::size_t>(n_model)) : 0.0, offers.front().accept,
                   yield_guard_.plain_rate(n), yield_guard_.spec_rate(n));
   }

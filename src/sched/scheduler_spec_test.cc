@@ -161,6 +161,20 @@ TEST_F(SpecSchedulerTest, PerSequenceKvStreamsVerifyDraftsInOnePassWhenEveryStre
   EXPECT_EQ(decoder_->total_kv(), 0);
 }
 
+TEST_F(SpecSchedulerTest, AVerifyingTickAsksForNoMoreLogitsRowsThanTheDecoderReserved) {
+  // Forced (every draft verified, whatever it costs): only the reserve holds the rows back.
+  SchedulerConfig cfg;
+  cfg.speculate = true;
+  cfg.speculate_always = true;
+  make(256, 4096, 8, cfg);
+  decoder_->outputs_reserved_ = 10;
+  for (RequestId id = 1; id <= 4; ++id) submit(id, kCopyPrompt, 20);
+  run_until_idle();
+  for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'c', 20)) << id;
+  EXPECT_GT(metrics_.spec_accepted_total.load(), 0u);
+  EXPECT_EQ(decoder_->total_kv(), 0);
+}
+
 TEST_F(SpecSchedulerTest, DearRowsTurnSpeculationOff) {
   SchedulerConfig cfg;
   make(256, 4096, 8, cfg);
@@ -265,6 +279,11 @@ class FakeDrafter final : public Drafter {
   explicit FakeDrafter(std::function<bool(Token)> agree) : agree_(std::move(agree)) {}
   Status draft(std::span<const DraftJob> jobs) override {
     ++calls_;
+    last_fed_ = 0;
+    for (const DraftJob& j : jobs) {
+      last_fed_ += lag(j.seq, j.tokens);
+      fed_[j.seq] = j.tokens.size();
+    }
     if (on_draft_) on_draft_();
     for (const DraftJob& j : jobs) {
       EXPECT_GT(j.k, 0);
@@ -276,8 +295,19 @@ class FakeDrafter final : public Drafter {
     }
     return Status::Ok();
   }
-  void forget(std::int32_t seq) override { forgotten_.push_back(seq); }
+  void forget(std::int32_t seq) override {
+    forgotten_.push_back(seq);
+    fed_.erase(seq);
+  }
   double step_ms(std::size_t) const override { return 0.5; }
+  // It holds what it was given last (its proposals aside): the rest is caught up.
+  std::size_t lag(std::int32_t seq, std::span<const Token> tokens) const override {
+    const auto it = fed_.find(seq);
+    return tokens.size() - (it == fed_.end() ? 0 : std::min(it->second, tokens.size() - 1));
+  }
+  double catch_up_ms(std::size_t tokens) const override { return catch_up_ms_per_token_ * static_cast<double>(tokens); }
+  double catch_up_ms_per_token_ = 0.0;
+  std::size_t last_fed_ = 0;  // tokens the last call caught up
   int calls_ = 0;
   std::int32_t drafted_ = 0;
   std::function<void()> on_draft_;  // what a call costs (the test's clock)
@@ -285,6 +315,7 @@ class FakeDrafter final : public Drafter {
 
  private:
   std::function<bool(Token)> agree_;
+  std::map<std::int32_t, std::size_t> fed_;
 };
 
 TEST_F(SpecSchedulerTest, DraftModelProposalsAgreeingNoneHalfOrAllLeaveEveryOutputExact) {
@@ -329,6 +360,33 @@ TEST_F(SpecSchedulerTest, TheDraftModelDraftsOnlyForTicksThatVerify) {
   EXPECT_GT(metrics_.spec_ticks_total.load(), 0u);
   EXPECT_EQ(static_cast<std::uint64_t>(drafter.calls_), metrics_.spec_ticks_total.load());
   scheduler_.reset();  // before the drafter it holds
+}
+
+TEST_F(SpecSchedulerTest, APromptsCatchUpInTheDraftModelIsPaidOnlyWhereAProbeEarnsItBack) {
+  // Rows cheap (10 ms a tick, 0.2 ms a row), a draft model agreeing always, feeding a prompt at
+  // 0.1 ms a token: one 100-token stream's catch-up pays within a probe, eight streams' does not.
+  for (const RequestId streams : {1, 8}) {
+    start(true);
+    out_.clear();
+    FakeDrafter drafter([](Token) { return true; });
+    drafter.catch_up_ms_per_token_ = 0.1;
+    drafter.on_draft_ = [this, &drafter] { clock_.advance(std::chrono::microseconds(static_cast<long>(100 * drafter.last_fed_))); };
+    scheduler_->set_drafter(&drafter);
+    // Prompts of 100 distinct tokens: nothing for a lookup to find.
+    std::map<RequestId, char> last;
+    for (RequestId id = 1; id <= streams; ++id) {
+      std::string prompt;
+      for (int i = 0; i < 100; ++i) prompt += static_cast<char>(33 + (i * 7 + static_cast<int>(id) * 13) % 90);
+      last[id] = prompt.back();
+      submit(id, prompt, 40);
+    }
+    run_until_idle();
+    for (RequestId id = 1; id <= streams; ++id) EXPECT_EQ(out_[id].text, expected(100 + last[id], 40)) << id;
+    if (streams == 1) EXPECT_GT(drafter.calls_, 0);
+    if (streams == 8) EXPECT_EQ(drafter.calls_, 0) << "eight prompts caught up for one probe";
+    EXPECT_EQ(decoder_->total_kv(), 0);
+    scheduler_.reset();  // before the drafter it holds
+  }
 }
 
 TEST_F(SpecSchedulerTest, ALookupDraftGoesBeforeTheDraftModel) {

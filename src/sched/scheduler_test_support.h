@@ -33,6 +33,9 @@ class FakeDecoder final : public Decoder {
   std::int32_t n_batch() const override { return n_batch_; }
   std::int32_t n_ubatch() const override { return n_ubatch_ > 0 ? n_ubatch_ : n_batch_; }
   void set_n_ubatch(std::int32_t n) { n_ubatch_ = n; }  // before the scheduler is made
+  // Logits rows a decode may ask for (0: any); a decode asking for more fails the test.
+  std::int32_t outputs_reserved() const override { return outputs_reserved_; }
+  std::int32_t outputs_reserved_ = 0;
   std::int32_t n_ctx() const override { return n_ctx_; }
   std::int32_t n_seq_max() const override { return n_seq_; }
   bool kv_per_sequence() const override { return per_seq_; }
@@ -164,6 +167,10 @@ class FakeDecoder final : public Decoder {
     if (on_decode_) on_decode_(batch);
     copy_pending_.clear();  // llama.cpp applies queued stream copies first
     EXPECT_LE(static_cast<std::int32_t>(batch.size()), n_batch_);
+    if (outputs_reserved_ > 0) {
+      EXPECT_LE(std::count_if(batch.begin(), batch.end(), [](const BatchEntry& e) { return e.logits; }), outputs_reserved_)
+          << "more logits rows than the decoder reserved";
+    }
     last_.clear();  // a failed decode has no rows
     sampled_.clear();
     rows_unsampled_ = 0;

@@ -255,6 +255,26 @@ TEST_P(BackendSampling, IgnoringEndsIsPickedOnTheDeviceWithNoSwitchAndMaskedPerR
   EXPECT_EQ(dev->sampler_switches(), switches);  // no id was detached
 }
 
+// Verifying ticks' logits rows are reserved at open where the output buffer is page-locked (a
+// GPU), by a throwaway decode that leaves no cell behind; a CPU's grows as llama.cpp's does.
+TEST_P(BackendSampling, AGpuReservesTheVerifyingRowsAtOpenAndKeepsNoCellOfThem) {
+  auto rt = open_tiny_runtime([&](RuntimeConfig& cfg) {
+    cfg.n_ctx = 1024;
+    cfg.kv_layout = GetParam();
+    cfg.outputs_per_seq = 5;
+    cfg.verify_outputs = 18;
+  });
+  ASSERT_TRUE(rt != nullptr);
+  EXPECT_EQ(rt->outputs_reserved(), rt->on_gpu() ? 18 : 0);
+  for (std::int32_t seq = 0; seq < rt->n_seq_max(); ++seq) EXPECT_EQ(rt->kv_tokens(seq), 0) << "sequence " << seq;
+  // And a request after it starts at position 0, decoding as on any fresh runtime.
+  Driver d(*rt);
+  d.start(0, SamplingParams{}, tiny_prompt(8, 1));
+  for (int i = 0; i < 4; ++i) d.step();
+  EXPECT_EQ(d.out(0).size(), 4u);
+  EXPECT_EQ(rt->kv_tokens(0), 11);
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, BackendSampling, ::testing::Values("unified", "per-seq"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param == "unified" ? std::string("Unified") : std::string("PerSeq");
