@@ -248,8 +248,12 @@ void LlamaRuntime::reserve_outputs(std::int32_t rows) {
   const Status st = decode(entries);
   llama_synchronize(ctx_);
   for (std::int32_t seq = 0; seq < seqs; ++seq) llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
-  if (st.ok()) outputs_reserved_ = static_cast<std::int32_t>(entries.size());
-  else spdlog::warn("reserving {} output rows: {} (llama.cpp grows its buffer when first needed)", rows, st.to_string());
+  if (st.ok()) {
+    outputs_reserved_ = static_cast<std::int32_t>(entries.size());
+    spdlog::info("output rows reserved for verifying ticks: {}", outputs_reserved_);
+  } else {
+    spdlog::warn("reserving {} output rows: {} (llama.cpp grows its buffer when first needed)", rows, st.to_string());
+  }
 }
 
 }  // namespace uma
