@@ -91,10 +91,27 @@ void DraftModel::warm_up() {
     const auto t0 = std::chrono::steady_clock::now();
     if (!decode(false, nullptr).ok()) break;
     llama_synchronize(ctx_);
-    if (n > 1) catch_up_ms_per_token_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
+    if (n > 1) {
+      catch_up_ms_per_token_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
+      catch_up_cells_ = n / 2.0;
+    }
     for (std::int32_t seq = 0; seq < n_seqs; ++seq) llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
   }
   n_ = 0;
+}
+
+std::size_t DraftModel::cells_in_use() const {
+  std::size_t n = 0;
+  for (const auto& f : fed_) n += f.size();
+  return n;
+}
+
+double DraftModel::catch_up_ms(std::size_t tokens) const {
+  // Affine in the cells beside (a batch's own weight work is the constant): a catch-up measured
+  // beside few cells predicts one beside many.
+  constexpr double kCellsOfWeights = 512;
+  const double beside = static_cast<double>(cells_in_use()) + static_cast<double>(tokens) / 2;
+  return catch_up_ms_per_token_ * static_cast<double>(tokens) * (beside + kCellsOfWeights) / (catch_up_cells_ + kCellsOfWeights);
 }
 
 std::size_t DraftModel::lag(std::int32_t seq, std::span<const Token> tokens) const {
@@ -186,6 +203,7 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
   };
   // Catch-up: each sequence's cells are made to hold its tokens; the last one's logits propose.
   n_ = 0;
+  const std::size_t cells_before = cells_in_use();
   std::size_t caught_up = 0;  // most tokens one sequence fed: a new request's prompt, or what a tick accepted
   std::size_t fed_total = 0;  // all sequences' together
   std::int32_t k_max = 0;
@@ -218,7 +236,10 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
   if (caught_up > static_cast<std::size_t>(k_max) + 1 && fed_total > 0) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_call).count();
     const double rate = ms / static_cast<double>(fed_total);  // the first replaces warm_up's estimate
-    catch_up_ms_per_token_ = catch_up_calls_++ == 0 ? rate : 0.7 * catch_up_ms_per_token_ + 0.3 * rate;
+    const double cells = (static_cast<double>(cells_before) + static_cast<double>(cells_in_use())) / 2;
+    const bool first = catch_up_calls_++ == 0;
+    catch_up_ms_per_token_ = first ? rate : 0.7 * catch_up_ms_per_token_ + 0.3 * rate;
+    catch_up_cells_ = first ? cells : 0.7 * catch_up_cells_ + 0.3 * cells;
   }
   // Steps: each job's proposal is taken, and fed back while it wants more (one token each).
   for (std::int32_t step = 1; !live.empty(); ++step) {

@@ -76,12 +76,18 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   // A verifying tick is every decoding stream's next gap: it may take at most kVerifyStretch times
   // what the plain tick would (predicted), however well the drafts pay (measured at 4 streams on
   // this CPU, uncapped rows made a 518 ms gap where a tick takes 30).
+  // Where plain ticks are measured first (a CPU), the draft rows' predicted cost may add at most
+  // (kVerifyStretch - 1) measured plain ticks: the cost model's base can be twice the truth.
+  yield_guard_.set_plain_first(!decoder_.decode_is_async());
   if (!config_.speculate_always) {
-    const double stretch_ms = kVerifyStretch * tick_ms(0);
+    const double base_ms = tick_ms(0);
+    const double plain_rate = decoder_.decode_is_async() ? 0.0 : yield_guard_.plain_rate(batch_.decoded.size());
+    const double plain_ms = plain_rate > 0 ? std::min(base_ms, static_cast<double>(batch_.decoded.size()) / plain_rate) : base_ms;
+    const double extra_ms = (kVerifyStretch - 1) * plain_ms;
     std::int32_t lo = 0, hi = std::max(room, 0);
     while (lo < hi) {  // the most rows within it (the predicted time rises with rows)
       const std::int32_t mid = lo + (hi - lo + 1) / 2;
-      if (tick_ms(mid) <= stretch_ms) lo = mid; else hi = mid - 1;
+      if (tick_ms(mid) - base_ms <= extra_ms) lo = mid; else hi = mid - 1;
     }
     room = lo;
   }
@@ -91,16 +97,20 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   const double overhead_ms = std::max(0.0, spec_overhead_ms_.value(n_rows));
   const double call_ms = n_model > 0 ? drafter_->call_ms(static_cast<std::size_t>(n_model)) : 0.0;
   // A draft model first feeds what it lacks of each sequence (a new request's prompt; what came
-  // while ticks were declined): paid once, by the first verifying tick. A probe runs kProbeTicks
-  // ticks, so it must pay that off within them (on an H200 the first call at 64 streams fed 5,000
-  // prompt tokens in 120 ms, ten ticks' time, and verified once).
+  // while ticks were declined): paid once, by the first verifying tick. The first measurement of a
+  // bucket runs kProbeTicks ticks, so it must pay that off within them (on an H200 the first call
+  // at 64 streams fed 5,000 prompt tokens in 120 ms, ten ticks' time, and verified once). Where
+  // verifying was measured to lose, a probe must pay it in its own tick (on this CPU at 16
+  // streams, a probe's call fed 2,000 tokens in 290 ms, four ticks' time, for ten tokens more).
   std::size_t behind = 0;
   for (std::size_t k = 0; k < who.size(); ++k) {
     const std::size_t lag = by_model[k] ? drafter_->lag(who[k]->seq, who[k]->tokens) : 0;
     const auto steady = static_cast<std::size_t>(config_.draft_max) + 1;  // what a tick's call feeds anyway (call_ms)
     behind += lag > steady ? lag - steady : 0;
   }
-  const double catch_up_ms = behind > 0 ? drafter_->catch_up_ms(behind) / SpecYieldGuard::kProbeTicks : 0.0;
+  const double catch_up_ms = behind == 0                               ? 0.0
+                             : yield_guard_.verifying_loses(n_rows) ? drafter_->catch_up_ms(behind)
+                                                                     : drafter_->catch_up_ms(behind) / SpecYieldGuard::kProbeTicks;
   in.fixed_ms = overhead_ms + call_ms + catch_up_ms;
   // A prediction, which the guard's measurement overrules: where verifying ticks were measured to
   // out-yield plain ones (their drafting and calls included), the fixed cost declines no plan.

@@ -51,12 +51,14 @@ void SpecYieldGuard::observe(std::size_t decode_rows, std::int32_t draft_rows, d
 
 bool SpecYieldGuard::allows(std::size_t decode_rows) {
   const std::size_t b = bucket_of(decode_rows);
-  if (b >= buckets_.size()) return true;
+  const bool plain_first = plain_first_ && decode_rows >= kPlainFirstRows;
+  if (b >= buckets_.size()) return !plain_first;
   Bucket& y = buckets_[b];
   if (y.probe_samples > 0 && y.probe_ticks > 0) {
     --y.probe_ticks;
     return true;
   }
+  if (plain_first && y.plain.n == 0) return false;
   const int best = best_arm(y);
   if (best < 0 && n_spec(y) < kSamples) return true;  // verifying ticks measured first
   if (y.plain.n < kSamples) return false;             // then plain ones, to compare with
@@ -124,6 +126,11 @@ bool SpecYieldGuard::verifying_wins(std::size_t decode_rows) const {
   if (y == nullptr || y->plain.n < kSamples) return false;
   const int best = best_arm(*y);
   return best >= 0 && y->arms[static_cast<std::size_t>(best)].value() > y->plain.value();
+}
+
+bool SpecYieldGuard::verifying_loses(std::size_t decode_rows) const {
+  const Bucket* y = find(decode_rows);
+  return y != nullptr && y->plain.n >= kSamples && n_spec(*y) > 0 && spec_rate(decode_rows) < y->plain.value();
 }
 
 double SpecYieldGuard::plain_rate(std::size_t decode_rows) const {

@@ -46,6 +46,14 @@ class SpecYieldGuard {
   static constexpr int kPlainRun = 3;
   static constexpr int kArms = 7;
 
+  // Where a decode of any shape costs alike (a CPU: no graphs captured), a bucket of at least
+  // kPlainFirstRows rows measures a plain tick before any verifying one: the scheduler caps a
+  // verifying tick's rows from a measured plain tick, where the cost model can be far off (right
+  // after prompts at 16 streams on this CPU it predicted 147 ms for a 70 ms tick, and a first
+  // verifying tick took 52 draft rows, 290 ms). Fewer rows verify at once (a lone stream's drafts
+  // from the prompt or a client's prediction are worth most on its first ticks).
+  static constexpr std::size_t kPlainFirstRows = 4;
+  void set_plain_first(bool on) { plain_first_ = on; }
   // A decode-only tick of `decode_rows` rows and `draft_rows` verified draft rows (0: plain) that
   // yielded `tokens` in `ms`, drafting included.
   void observe(std::size_t decode_rows, std::int32_t draft_rows, double tokens, double ms);
@@ -68,6 +76,9 @@ class SpecYieldGuard {
   // Whether verifying ticks were measured to out-yield plain ones in `decode_rows`' bucket (an arm
   // with kArmSamples samples against kSamples plain ones).
   bool verifying_wins(std::size_t decode_rows) const;
+  // Whether verifying ticks were measured to yield less than plain ones there (any arm's samples
+  // against kSamples plain ones): a verifying tick now is a probe.
+  bool verifying_loses(std::size_t decode_rows) const;
   // Tokens per ms measured (0 before any sample): plain ticks, and the best verifying arm.
   double plain_rate(std::size_t decode_rows) const;
   double spec_rate(std::size_t decode_rows) const;
@@ -98,6 +109,7 @@ class SpecYieldGuard {
   static int n_spec(const Bucket& y);
   const Bucket* find(std::size_t decode_rows) const;
   std::vector<Bucket> buckets_;
+  bool plain_first_ = false;
 };
 
 }  // namespace uma

@@ -27,6 +27,33 @@ std::function<double(std::int32_t)> flat(double plain, double spec) {
   return [=](std::int32_t k) { return k > 0 ? spec : plain; };
 }
 
+TEST(SpecYieldGuard, PlainFirstMeasuresAPlainTickOfABucketOfManyRowsBeforeItVerifies) {
+  SpecYieldGuard g;
+  g.set_plain_first(true);
+  EXPECT_TRUE(g.allows(1)) << "a lone stream verifies at once";
+  EXPECT_TRUE(g.allows(3));
+  EXPECT_FALSE(g.allows(16));
+  g.observe(16, 8, 40.0, 100.0);  // a verifying sample is not the plain one it waits for
+  EXPECT_FALSE(g.allows(16));
+  g.observe(16, 0, 16.0, 70.0);
+  EXPECT_TRUE(g.allows(16));
+  SpecYieldGuard gpu;  // where shapes cost, verifying ticks are measured first
+  EXPECT_TRUE(gpu.allows(16));
+}
+
+TEST(SpecYieldGuard, VerifyingLosesOnlyOnceBothKindsWereMeasuredAndPlainTicksYieldMore) {
+  for (const double spec : {0.2, 0.5}) {
+    SpecYieldGuard g;
+    EXPECT_FALSE(g.verifying_loses(16));
+    g.observe(16, 8, spec * 10, 10.0);  // a verifying tick first: no plain ones to compare with
+    EXPECT_FALSE(g.verifying_loses(16));
+    for (int i = 0; i < SpecYieldGuard::kSamples; ++i) g.observe(16, 0, 3.0, 10.0);
+    EXPECT_EQ(g.verifying_loses(16), spec < 0.3) << spec;
+    EXPECT_EQ(g.verifying_loses(20), spec < 0.3) << "the same bucket";
+    EXPECT_FALSE(g.verifying_loses(1)) << "another bucket";
+  }
+}
+
 TEST(SpecYieldGuard, DraftsWhileVerifyingTicksYieldMoreAndKeepsBothRatesCurrent) {
   SpecYieldGuard g;
   const int v = run(g, 1, 4, flat(0.3, 0.5), 1000);
