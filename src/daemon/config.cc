@@ -345,7 +345,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   // A speculating request verifies its drafts on the device too (greedy): K + 1 rows per sequence.
   rt.outputs_per_seq = sc.speculate || !out.draft_model.empty() ? sc.draft_max + 1 : 1;
   // And its verifying ticks' rows are reserved at start on a GPU (where growing the page-locked
-  // output buffer mid-serving cost a tick 50 ms): 256 rows, 0.5 GB at a 128k vocabulary.
+  // output buffer mid-serving cost a tick 50 ms): 256 rows, 0.65 GB at a 128k vocabulary.
   rt.verify_outputs = sc.speculate || !out.draft_model.empty() ? 256 : 0;
   sc.park = preempt == "save" ? ParkPreference::kSave : preempt == "recompute" ? ParkPreference::kRecompute : ParkPreference::kAuto;
   sc.park_host_bytes = static_cast<std::size_t>(preempt_host_mb) << 20;

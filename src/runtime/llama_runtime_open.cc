@@ -233,7 +233,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
 
 void LlamaRuntime::reserve_outputs(std::int32_t rows) {
   // llama.cpp grows its output buffer (page-locked where a GPU computes the output: a vocabulary
-  // of floats a row, four with device sampling) the first time a decode asks for more rows than
+  // of floats a row, about five with device sampling) the first time a decode asks for more rows than
   // any before, and clears it. Measured on an H200 (8B, 128k vocabulary): a first 128-row
   // verifying tick took 70 ms against 20 predicted, a one-off the scheduler then learnt as what
   // verifying costs. So the verifying ticks' rows are reserved here, before any request.
