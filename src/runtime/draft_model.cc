@@ -114,12 +114,15 @@ double DraftModel::catch_up_ms(std::size_t tokens) const {
   return catch_up_ms_per_token_ * static_cast<double>(tokens) * (beside + kCellsOfWeights) / (catch_up_cells_ + kCellsOfWeights);
 }
 
+std::size_t DraftModel::kept(const std::vector<Token>& fed, std::span<const Token> tokens) {
+  std::size_t common = 0;  // never the last token: it is fed again for its logits
+  while (common < fed.size() && common + 1 < tokens.size() && fed[common] == tokens[common]) ++common;
+  return common;
+}
+
 std::size_t DraftModel::lag(std::int32_t seq, std::span<const Token> tokens) const {
   if (seq < 0 || seq >= static_cast<std::int32_t>(fed_.size())) return tokens.size();
-  const std::vector<Token>& fed = fed_[static_cast<std::size_t>(seq)];
-  std::size_t common = 0;  // as draft() counts it: the last token is always fed again
-  while (common < fed.size() && common + 1 < tokens.size() && fed[common] == tokens[common]) ++common;
-  return tokens.size() - common;
+  return tokens.size() - kept(fed_[static_cast<std::size_t>(seq)], tokens);
 }
 
 DraftModel::~DraftModel() {
@@ -212,8 +215,7 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
     if (j.k <= 0 || j.tokens.empty() || j.seq < 0 || j.seq >= static_cast<std::int32_t>(fed_.size())) continue;
     std::vector<Token>& fed = fed_[static_cast<std::size_t>(j.seq)];
     const std::size_t n = j.tokens.size();
-    std::size_t common = 0;
-    while (common < fed.size() && common + 1 < n && fed[common] == j.tokens[common]) ++common;
+    const std::size_t common = kept(fed, j.tokens);
     if (common < fed.size()) {
       llama_memory_seq_rm(mem, j.seq, static_cast<llama_pos>(common), -1);
       fed.resize(common);

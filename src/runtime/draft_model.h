@@ -84,6 +84,9 @@ class DraftModel final : public Drafter {
   double catch_up_cells_ = 0.0;
   int catch_up_calls_ = 0;
   std::size_t cells_in_use() const;  // every sequence's fed tokens
+  // How many of `tokens` a sequence that was fed `fed` keeps: the common prefix, the last token
+  // aside (what draft() feeds, and lag() counts).
+  static std::size_t kept(const std::vector<Token>& fed, std::span<const Token> tokens);
 };
 
 }  // namespace uma

@@ -73,11 +73,11 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   }
   const std::int32_t cap = config_.speculate_always ? room : yield_guard_.max_draft_rows(batch_.decoded.size());
   room = std::min(room, cap);
-  // A verifying tick is every decoding stream's next gap: it may take at most kVerifyStretch times
-  // what the plain tick would (predicted), however well the drafts pay (measured at 4 streams on
-  // this CPU, uncapped rows made a 518 ms gap where a tick takes 30).
-  // Where plain ticks are measured first (a CPU), the draft rows' predicted cost may add at most
-  // (kVerifyStretch - 1) measured plain ticks: the cost model's base can be twice the truth.
+  // A verifying tick is every decoding stream's next gap: its draft rows may add at most
+  // (kVerifyStretch - 1) plain ticks, however well they pay (at 4 streams on this CPU uncapped
+  // rows made a 518 ms gap where a tick takes 30). The plain tick is the predicted one, or where
+  // plain ticks are measured first (a CPU) the measured one if shorter: right after prompts the
+  // cost model's base can be twice the truth.
   yield_guard_.set_plain_first(!decoder_.decode_is_async());
   if (!config_.speculate_always) {
     const double base_ms = tick_ms(0);
@@ -103,9 +103,9 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   // verifying was measured to lose, a probe must pay it in its own tick (on this CPU at 16
   // streams, a probe's call fed 2,000 tokens in 290 ms, four ticks' time, for ten tokens more).
   std::size_t behind = 0;
+  const auto steady = static_cast<std::size_t>(config_.draft_max) + 1;  // what a tick's call feeds anyway (call_ms)
   for (std::size_t k = 0; k < who.size(); ++k) {
     const std::size_t lag = by_model[k] ? drafter_->lag(who[k]->seq, who[k]->tokens) : 0;
-    const auto steady = static_cast<std::size_t>(config_.draft_max) + 1;  // what a tick's call feeds anyway (call_ms)
     behind += lag > steady ? lag - steady : 0;
   }
   const double catch_up_ms = behind == 0                               ? 0.0
