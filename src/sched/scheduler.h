@@ -290,6 +290,7 @@ class Scheduler {
   SpecYieldGuard yield_guard_;
   bool spec_granted_ = false;            // the guard already let the next plan verify
   static constexpr int kSteadyShapeRun = 3;
+  static constexpr std::size_t kUniformStreamsBelow = 32;  // per-sequence KV: equal drafts for all (scheduler_spec.cc)
   static constexpr double kVerifyStretch = 2.0;  // a verifying tick's predicted time at most, over a plain one's
   std::size_t last_shape_ = 0;           // the last decode tick's rows
   int shape_run_ = 0;                    // decode ticks of that many rows in a row

@@ -100,17 +100,17 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   // while ticks were declined): paid once, by the first verifying tick. The first measurement of a
   // bucket runs kProbeTicks ticks, so it must pay that off within them (on an H200 the first call
   // at 64 streams fed 5,000 prompt tokens in 120 ms, ten ticks' time, and verified once). Where
-  // verifying was measured to lose, a probe must pay it in its own tick (on this CPU at 16
-  // streams, a probe's call fed 2,000 tokens in 290 ms, four ticks' time, for ten tokens more).
+  // verifying was measured to lose, a tick that verifies is the guard's probe, and the guard's
+  // spacing (32 ticks, doubling to 512) rations what probes cost: charged to the plan, the
+  // catch-up grows with every declined tick and no probe ever pays again (on an H200 a lone
+  // stream measured losing once, cold, then never verified: 166 ms charged after 400 tokens).
   std::size_t behind = 0;
   const auto steady = static_cast<std::size_t>(config_.draft_max) + 1;  // what a tick's call feeds anyway (call_ms)
   for (std::size_t k = 0; k < who.size(); ++k) {
     const std::size_t lag = by_model[k] ? drafter_->lag(who[k]->seq, who[k]->tokens) : 0;
     behind += lag > steady ? lag - steady : 0;
   }
-  const double catch_up_ms = behind == 0                               ? 0.0
-                             : yield_guard_.verifying_loses(n_rows) ? drafter_->catch_up_ms(behind)
-                                                                     : drafter_->catch_up_ms(behind) / SpecYieldGuard::kProbeTicks;
+  const double catch_up_ms = behind == 0 || yield_guard_.verifying_loses(n_rows) ? 0.0 : drafter_->catch_up_ms(behind) / SpecYieldGuard::kProbeTicks;
   in.fixed_ms = overhead_ms + call_ms + catch_up_ms;
   // A prediction, which the guard's measurement overrules: where verifying ticks were measured to
   // out-yield plain ones (their drafting and calls included), the fixed cost declines no plan.
@@ -148,9 +148,23 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     }
     const double pass_ms = cost_.predict_ms({1, depth + 1, 1, depth});
     double drafting = 0.0;
-    for (std::size_t k = 0; k < offers.size(); ++k) drafting += offers[k].ms_per_token * dp.k[k];
+    for (std::size_t k = 0; k < offers.size(); ++k) drafting += offers[k].ms_per_token * dp.proposed[k];
     const double t0 = in.tick_ms(0), t = in.tick_ms(dp.rows) + in.fixed_ms + drafting + passes * pass_ms;
-    if (!(dp.expected_tokens * t0 > in.base_tokens * t)) dp.decline();
+    // Where every decoding stream drafts, the same K for all is one pass (at 16 streams copying on
+    // an H200 the plan's 71 rows, 4 or 5 a stream, were ten passes, and speculation never ran;
+    // with it, 1.22x). Not from 32 streams: at 64 copying on the H200 the one run read 0.93x
+    // where declining read 0.96-0.98x (docs/BENCHMARKS.md, session 36), not yet traced.
+    DraftPlan uniform;
+    if (!one_pass && who.size() == batch_.decoded.size() && who.size() < kUniformStreamsBelow) uniform = plan_uniform_drafts(in);
+    bool took_uniform = false;
+    if (uniform.rows > 0) {
+      double u_drafting = 0.0;
+      for (std::size_t k = 0; k < offers.size(); ++k) u_drafting += offers[k].ms_per_token * uniform.proposed[k];
+      const double u_t = in.tick_ms(uniform.rows) + in.fixed_ms + u_drafting;
+      took_uniform = uniform.expected_tokens * t > dp.expected_tokens * u_t;  // out-yields the passes
+      if (took_uniform) dp = uniform;
+    }
+    if (!took_uniform && !(dp.expected_tokens * t0 > in.base_tokens * t)) dp.decline();
   }
   // A declined plan samples none of the costs that declined it: they drift back, so that a stale
   // estimate (a cold first draft step, this CPU's drifting speed) is tried again. Where drafts
@@ -185,7 +199,9 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     if (by_model[k] && dp.proposed[k] > 0) {
       jobs.push_back({who[k]->seq, who[k]->tokens, dp.proposed[k], &who[k]->draft});
     } else {
-      who[k]->draft.resize(static_cast<std::size_t>(dp.k[k]));
+      // Pads after a lookup's tokens (a uniform plan's rows): repeats of its last, verified as any.
+      std::vector<Token>& d = who[k]->draft;
+      d.resize(static_cast<std::size_t>(dp.k[k]), d.empty() ? Token{} : d.back());
     }
   }
   if (!jobs.empty()) {

@@ -131,6 +131,51 @@ DraftPlan plan_drafts(const DraftPlanInput& in) {
   return plan;
 }
 
+DraftPlan plan_uniform_drafts(const DraftPlanInput& in) {
+  DraftPlan plan;
+  plan.k.assign(in.offers.size(), 0);
+  plan.proposed.assign(in.offers.size(), 0);
+  plan.expected_tokens = in.base_tokens;
+  plan.declined = true;
+  const auto n = static_cast<std::int32_t>(in.offers.size());
+  if (n == 0 || !in.tick_ms || in.max_rows < n) return plan;
+  const double t0 = in.tick_ms(0);
+  if (!(t0 > 0)) return plan;
+  const std::int32_t k_max = in.max_rows / n;
+  // Per K: the tokens its rows are expected to add (a^1 + ... + a^min(K, available) an offer) and
+  // the drafting they cost, both built up one K at a time.
+  std::vector<double> reach(in.offers.size(), 1.0);  // a^K of each offer, while K <= available
+  double tokens = in.base_tokens, drafting = 0.0;
+  std::int32_t best_k = 0, fill_k = 0;
+  double best_rate = in.base_tokens / t0, best_tokens = in.base_tokens;
+  const std::int32_t fill = in.fill_to > 0 ? std::min(in.fill_to, in.max_rows) / n : 0;
+  double fill_tokens = 0;
+  for (std::int32_t k = 1; k <= k_max; ++k) {
+    for (std::size_t i = 0; i < in.offers.size(); ++i) {
+      const DraftOffer& o = in.offers[i];
+      if (k > o.available) continue;  // a pad
+      reach[i] *= o.accept;
+      tokens += reach[i];
+      drafting += o.ms_per_token;
+    }
+    const double t = in.tick_ms(n * k) + drafting + in.fixed_ms;
+    if (!(t > 0)) break;
+    const double rate = tokens / t;
+    if (rate > best_rate) best_rate = rate, best_k = k, best_tokens = tokens;
+    if (k <= fill && rate > in.base_tokens / t0) fill_k = k, fill_tokens = tokens;
+  }
+  const std::int32_t k = fill > 0 && fill_k > best_k ? fill_k : best_k;
+  if (k == 0) return plan;
+  for (std::size_t i = 0; i < in.offers.size(); ++i) {
+    plan.k[i] = k;
+    plan.proposed[i] = std::min(k, std::max(in.offers[i].available, 0));
+  }
+  plan.rows = n * k;
+  plan.expected_tokens = k == best_k ? best_tokens : fill_tokens;
+  plan.declined = false;
+  return plan;
+}
+
 double idle_acceptance(double estimate) {
   return estimate < kAcceptancePrior ? estimate + 0.002 * (kAcceptancePrior - estimate) : estimate;
 }

@@ -18,6 +18,7 @@
 //                 sequence's last n tokens (the longest n from n_max down to n_min that occurs)
 //   prediction_draft  a client's expected output (OpenAI's `prediction`): what follows where the
 //                 output aligns with it, taken up again after an edit
+//   plan_uniform_drafts  the same number for every session, for per-sequence KV
 //   plan_drafts   how many draft tokens each session verifies this tick: a draft token is worth
 //                 the probability that it and those before it are accepted (tokens), and costs
 //                 the rows it adds to the tick (ms, from the cost model); tokens are added, best
@@ -100,6 +101,14 @@ struct DraftPlan {
 };
 
 DraftPlan plan_drafts(const DraftPlanInput& in);
+
+// The same K draft rows for every offer (per-sequence KV: a pass takes as many tokens from each
+// sequence as the shortest has, so only equal rows keep one pass): an offer with fewer than K
+// tokens available is padded (rows that cost and are worth nothing), a pad never drafted. K
+// ranges over 1..max_rows / offers; the best expected tokens per ms wins, or where fill_to > 0
+// (a GPU: a steady shape) the largest K within it whose tick still beats the decode rows alone.
+// Declined where no K does; min_accept and fill_to_arm_top play no part.
+DraftPlan plan_uniform_drafts(const DraftPlanInput& in);
 
 // A session's acceptance estimate after a verification: `accepted` of `drafted` tokens taken.
 // An EWMA per draft token, so a long accepted run counts as much as its length.

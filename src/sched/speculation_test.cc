@@ -168,6 +168,44 @@ TEST(PlanDrafts, AFillPadsWhereDraftingWouldCostAndNeverPadsAnOfferWithoutPropos
   EXPECT_EQ(two.proposed, (std::vector<std::int32_t>{10, 0}));
 }
 
+TEST(PlanUniformDrafts, EveryOfferVerifiesTheSameRowsAndAShortOneIsPadded) {
+  // Three streams, a 10 ms tick, a row 0.1 ms: rows are cheap, so K runs to the room's 6 a
+  // stream; the third has 2 tokens, its other 4 rows are pads (worth nothing, drafted by no one).
+  const std::vector<DraftOffer> offers = {{8, 0.9}, {8, 0.9}, {2, 0.9}};
+  DraftPlanInput in{offers, 3, [](std::int32_t n) { return 10.0 + 0.1 * (3 + n); }, 18};
+  const DraftPlan p = plan_uniform_drafts(in);
+  EXPECT_EQ(p.k, (std::vector<std::int32_t>{6, 6, 6}));
+  EXPECT_EQ(p.proposed, (std::vector<std::int32_t>{6, 6, 2}));
+  EXPECT_EQ(p.rows, 18);
+  EXPECT_FALSE(p.declined);
+  double six = 0, a = 1;
+  for (int k = 1; k <= 6; ++k) six += (a *= 0.9);
+  EXPECT_NEAR(p.expected_tokens, 3 + 2 * six + 0.9 + 0.81, 1e-9);
+  // Less room than a row for each: nothing.
+  in.max_rows = 2;
+  EXPECT_TRUE(plan_uniform_drafts(in).declined);
+}
+
+TEST(PlanUniformDrafts, StopsWhereAnotherRowForEachCostsMoreThanItBringsAndDeclinesDearRows) {
+  // A row 1 ms on a 10 ms tick at 0.4 acceptance: K = 1 yields 2.8 tokens in 12 ms, K = 2 3.12
+  // in 14 (0.233 against 0.223 a ms), so K = 1.
+  const std::vector<DraftOffer> offers = {{8, 0.4}, {8, 0.4}};
+  DraftPlanInput in{offers, 2, [](std::int32_t n) { return 8.0 + 1.0 * (2 + n); }, 16};
+  const DraftPlan p = plan_uniform_drafts(in);
+  EXPECT_EQ(p.k, (std::vector<std::int32_t>{1, 1}));
+  // Where a steady shape is asked for (fill_to), the largest K within it that still beats the
+  // decode rows alone (0.2 a ms): K = 3 yields 3.248 tokens in 16 ms.
+  in.fill_to = 6;
+  EXPECT_EQ(plan_uniform_drafts(in).k, (std::vector<std::int32_t>{3, 3}));
+  // A row as dear as the tick: no K pays.
+  in.tick_ms = [](std::int32_t n) { return 10.0 * (2 + n); };
+  in.fill_to = 0;
+  const DraftPlan q = plan_uniform_drafts(in);
+  EXPECT_TRUE(q.declined);
+  EXPECT_EQ(q.rows, 0);
+  EXPECT_EQ(q.k, (std::vector<std::int32_t>{0, 0}));
+}
+
 TEST(PredictionDraft, FollowsThePredictionAcrossAnEditAndPrefersWhatComesAfterTheCursor) {
   const LookupConfig cfg{2, 4, 16384};
   std::vector<Token> pred;
