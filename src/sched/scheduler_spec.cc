@@ -147,9 +147,12 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
       passes += joins ? 0 : 1;
     }
     const double pass_ms = cost_.predict_ms({1, depth + 1, 1, depth});
-    double drafting = 0.0;
-    for (std::size_t k = 0; k < offers.size(); ++k) drafting += offers[k].ms_per_token * dp.proposed[k];
-    const double t0 = in.tick_ms(0), t = in.tick_ms(dp.rows) + in.fixed_ms + drafting + passes * pass_ms;
+    auto plan_ms = [&](const DraftPlan& p) {  // its tick, fixed costs and drafting (pads draft nothing)
+      double drafting = 0.0;
+      for (std::size_t k = 0; k < offers.size(); ++k) drafting += offers[k].ms_per_token * p.proposed[k];
+      return in.tick_ms(p.rows) + in.fixed_ms + drafting;
+    };
+    const double t0 = in.tick_ms(0), t = plan_ms(dp) + passes * pass_ms;
     // Where every decoding stream drafts, the same K for all is one pass (at 16 streams copying on
     // an H200 the plan's 71 rows, 4 or 5 a stream, were ten passes, and speculation never ran;
     // with it, 1.22x). Not from 32 streams: at 64 copying on the H200 the one run read 0.93x
@@ -158,10 +161,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     if (!one_pass && who.size() == batch_.decoded.size() && who.size() < kUniformStreamsBelow) uniform = plan_uniform_drafts(in);
     bool took_uniform = false;
     if (uniform.rows > 0) {
-      double u_drafting = 0.0;
-      for (std::size_t k = 0; k < offers.size(); ++k) u_drafting += offers[k].ms_per_token * uniform.proposed[k];
-      const double u_t = in.tick_ms(uniform.rows) + in.fixed_ms + u_drafting;
-      took_uniform = uniform.expected_tokens * t > dp.expected_tokens * u_t;  // out-yields the passes
+      took_uniform = uniform.expected_tokens * t > dp.expected_tokens * plan_ms(uniform);  // out-yields the passes
       if (took_uniform) dp = uniform;
     }
     if (!took_uniform && !(dp.expected_tokens * t0 > in.base_tokens * t)) dp.decline();
