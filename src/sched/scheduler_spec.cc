@@ -106,11 +106,12 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   // stream measured losing once, cold, then never verified: 166 ms charged after 400 tokens).
   std::size_t behind = 0;
   const auto steady = static_cast<std::size_t>(config_.draft_max) + 1;  // what a tick's call feeds anyway (call_ms)
-  for (std::size_t k = 0; k < who.size(); ++k) {
+  const bool charged = n_model > 0 && !yield_guard_.verifying_loses(n_rows);
+  for (std::size_t k = 0; k < who.size() && charged; ++k) {
     const std::size_t lag = by_model[k] ? drafter_->lag(who[k]->seq, who[k]->tokens) : 0;
     behind += lag > steady ? lag - steady : 0;
   }
-  const double catch_up_ms = behind == 0 || yield_guard_.verifying_loses(n_rows) ? 0.0 : drafter_->catch_up_ms(behind) / SpecYieldGuard::kProbeTicks;
+  const double catch_up_ms = behind == 0 ? 0.0 : drafter_->catch_up_ms(behind) / SpecYieldGuard::kProbeTicks;
   in.fixed_ms = overhead_ms + call_ms + catch_up_ms;
   // A prediction, which the guard's measurement overrules: where verifying ticks were measured to
   // out-yield plain ones (their drafting and calls included), the fixed cost declines no plan.
