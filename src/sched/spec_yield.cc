@@ -30,6 +30,12 @@ int SpecYieldGuard::n_spec(const Bucket& y) {
   return n;
 }
 
+bool SpecYieldGuard::loses(const Bucket& y, double spec_rate) {
+  const int n = n_spec(y);
+  if (y.plain.n < kSamples || n == 0 || !(spec_rate < y.plain.value())) return false;
+  return n >= kLoseSamples || spec_rate < kDecisiveLoss * y.plain.value();
+}
+
 const SpecYieldGuard::Bucket* SpecYieldGuard::find(std::size_t decode_rows) const {
   const std::size_t b = bucket_of(decode_rows);
   return b < buckets_.size() ? &buckets_[b] : nullptr;
@@ -62,7 +68,7 @@ bool SpecYieldGuard::allows(std::size_t decode_rows) {
   const int best = best_arm(y);
   if (best < 0 && n_spec(y) < kSamples) return true;  // verifying ticks measured first
   if (y.plain.n < kSamples) return false;             // then plain ones, to compare with
-  if (spec_rate(decode_rows) >= y.plain.value()) {
+  if (!loses(y, spec_rate(decode_rows))) {
     y.probe_every = kProbeFirst;
     if (++y.since_probe <= kPlainEvery) return true;
     // A run of plain ticks now and then: where ticks are pipelined, all but its first are.
@@ -130,7 +136,7 @@ bool SpecYieldGuard::verifying_wins(std::size_t decode_rows) const {
 
 bool SpecYieldGuard::verifying_loses(std::size_t decode_rows) const {
   const Bucket* y = find(decode_rows);
-  return y != nullptr && y->plain.n >= kSamples && n_spec(*y) > 0 && spec_rate(decode_rows) < y->plain.value();
+  return y != nullptr && loses(*y, spec_rate(decode_rows));
 }
 
 double SpecYieldGuard::plain_rate(std::size_t decode_rows) const {

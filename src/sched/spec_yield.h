@@ -9,7 +9,11 @@
 //   allows          drafts only while the best arm out-yields plain ticks. Where it does not,
 //                   declined ticks verify anyway now and then (a probe), kProbeFirst ticks apart,
 //                   twice as far after each probe that lost, up to kProbeLast; a probe that wins
-//                   brings the spacing back. A probe is a run of verifying ticks that lasts until
+//                   brings the spacing back. Verifying loses only on evidence: kLoseSamples
+//                   verifying samples, or fewer that yield under half of plain's rate (a tick's
+//                   tokens run from 1 to K + 1, so three samples mislead: on an H200 a lone
+//                   stream whose steady ticks yield 1.5x plain read 0.94x on its first three and
+//                   spent 70 of its 300 ticks plain). A probe is a run of verifying ticks that lasts until
 //                   kProbeSamples of them were observed: where ticks are pipelined the scheduler
 //                   samples neither the first two verifying ticks of a shape nor the first plain
 //                   one after them (a GPU runs a new shape without a graph, then captures it), so
@@ -33,6 +37,10 @@ class SpecYieldGuard {
   // vary from 1 to K + 1 with what is accepted, a plain tick's do not.
   static constexpr int kSamples = 3;
   static constexpr int kArmSamples = 6;
+  // Verifying samples (all arms) before verifying may be judged to lose, unless it yields under
+  // kDecisiveLoss of plain's rate.
+  static constexpr int kLoseSamples = 8;
+  static constexpr double kDecisiveLoss = 0.5;
   static constexpr int kProbeFirst = 32;
   static constexpr int kProbeLast = 512;
   // A probe's run: until this many verifying samples came, and at most kProbeTicks ticks (ticks
@@ -107,6 +115,8 @@ class SpecYieldGuard {
   // The best arm of at least `min_samples` samples (1: the one leading so far); -1: none.
   static int best_arm(const Bucket& y, int min_samples = kArmSamples);
   static int n_spec(const Bucket& y);
+  // Whether `y`'s verifying ticks were measured to yield less than its plain ones, on evidence.
+  static bool loses(const Bucket& y, double spec_rate);
   const Bucket* find(std::size_t decode_rows) const;
   std::vector<Bucket> buckets_;
   bool plain_first_ = false;
