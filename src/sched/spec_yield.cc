@@ -49,6 +49,7 @@ void SpecYieldGuard::observe(std::size_t decode_rows, std::int32_t draft_rows, d
   if (draft_rows > 0 && y.plain.n >= kSamples && tokens / ms >= y.plain.value()) y.probe_every = kProbeFirst;  // a probe that won
   if (draft_rows > 0) {
     if (y.probe_samples > 0) --y.probe_samples;
+    if (y.explore_samples > 0 && arm_of(draft_rows) == y.explore_arm) --y.explore_samples;
     y.arms[static_cast<std::size_t>(arm_of(draft_rows))].add(tokens, ms, 0.95);
   } else {
     y.plain.add(tokens, ms, 0.8);
@@ -89,6 +90,11 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
   const std::size_t b = bucket_of(decode_rows);
   if (buckets_.size() <= b) buckets_.resize(b + 1);
   Bucket& y = buckets_[b];
+  y.exploring = y.explore_samples > 0 && y.explore_ticks > 0;
+  if (y.exploring) {
+    --y.explore_ticks;
+    return top_of(y.explore_arm);
+  }
   int best = best_arm(y);
   if (best < 0) {
     // Before any arm has its samples (and once plain ticks are measured): the arm leading so far,
@@ -105,8 +111,15 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
   ++y.verifying;
   if (y.verifying % kExploreEvery == 0) {
     const bool up = (y.verifying / kExploreEvery) % 2 == 1;
-    if (up && upper < kArms) return top_of(upper);
-    if (!up && lower >= 0) return top_of(lower);
+    const int arm = up ? upper : lower;
+    if (arm >= 0 && arm < kArms) {
+      const int n = y.arms[static_cast<std::size_t>(arm)].n;
+      y.explore_arm = arm;
+      y.explore_samples = std::min(std::max(kProbeSamples, kArmSamples - n), kProbeTicks - 2);
+      y.explore_ticks = kProbeTicks - 1;
+      y.exploring = true;
+      return top_of(arm);
+    }
   }
   return top_of(best);
 }
@@ -121,6 +134,7 @@ void SpecYieldGuard::pin(std::size_t decode_rows, std::int32_t draft_rows) {
 std::int32_t SpecYieldGuard::steady_rows(std::size_t decode_rows) const {
   const Bucket* y = find(decode_rows);
   if (y == nullptr) return 0;
+  if (y->exploring) return top_of(y->explore_arm);
   int arm = best_arm(*y);
   if (arm < 0) arm = best_arm(*y, 1);
   if (arm < 0) arm = y->pinned;

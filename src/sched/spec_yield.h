@@ -20,7 +20,12 @@
 //                   a lone probe would measure only that. Where drafts win, kPlainRun ticks in
 //                   kPlainEvery stay plain.
 //   max_draft_rows  the top of the best arm: a hill climb over arms, its lower neighbour tried
-//                   first (fewer rows cost less), then each neighbour now and then.
+//                   first (fewer rows cost less), then each neighbour now and then: an
+//                   exploration, a run like a probe's, until the neighbour has kArmSamples
+//                   samples (kProbeSamples more once it has) or kProbeTicks ticks passed (a lone
+//                   tick of a new shape is no sample where ticks are pipelined: on an H200 a lone
+//                   stream settled on 1 draft row, 0.40 tok/ms, and never measured 3 again, which
+//                   yielded 0.47 in another run).
 // Pure: numbers in, numbers out; tested on synthetic yields. Not thread-safe (the compute thread's).
 #pragma once
 
@@ -78,8 +83,8 @@ class SpecYieldGuard {
   // costs the scheduler keeps by rows (common/bucketed_ewma.h).
   static std::size_t bucket_of(std::size_t decode_rows);
   // Draft rows a verifying tick should have where a new shape costs (the plan fills to them, not a
-  // cap): the top of the best arm, else of the one leading so far, else of the pinned one; 0
-  // before any of them.
+  // cap): the top of the arm the last max_draft_rows explores, else of the best arm, else of the
+  // one leading so far, else of the pinned one; 0 before any of them.
   std::int32_t steady_rows(std::size_t decode_rows) const;
   // Whether verifying ticks were measured to out-yield plain ones in `decode_rows`' bucket (an arm
   // with kArmSamples samples against kSamples plain ones).
@@ -109,6 +114,10 @@ class SpecYieldGuard {
     int probe_ticks = 0;
     int verifying = 0;  // max_draft_rows calls, for exploration
     int pinned = -1;    // the arm measured first where shapes cost (pin)
+    int explore_arm = -1;  // an exploration's run: its arm, samples still to come, ticks left
+    int explore_samples = 0;
+    int explore_ticks = 0;
+    bool exploring = false;  // the last max_draft_rows capped to the explored arm
   };
   static int arm_of(std::int32_t draft_rows);
   static std::int32_t top_of(int arm) { return (std::int32_t{2} << arm) - 1; }
