@@ -48,8 +48,8 @@ void SpecYieldGuard::observe(std::size_t decode_rows, std::int32_t draft_rows, d
   Bucket& y = buckets_[b];
   if (draft_rows > 0 && y.plain.n >= kSamples && tokens / ms >= y.plain.value()) y.probe_every = kProbeFirst;  // a probe that won
   if (draft_rows > 0) {
-    if (y.probe_samples > 0) --y.probe_samples;
-    if (y.explore_samples > 0 && arm_of(draft_rows) == y.explore_arm) --y.explore_samples;
+    y.probe.sampled();
+    if (arm_of(draft_rows) == y.explore_arm) y.explore.sampled();
     y.arms[static_cast<std::size_t>(arm_of(draft_rows))].add(tokens, ms, 0.95);
   } else {
     y.plain.add(tokens, ms, 0.8);
@@ -61,10 +61,7 @@ bool SpecYieldGuard::allows(std::size_t decode_rows) {
   const bool plain_first = plain_first_ && decode_rows >= kPlainFirstRows;
   if (b >= buckets_.size()) return !plain_first;
   Bucket& y = buckets_[b];
-  if (y.probe_samples > 0 && y.probe_ticks > 0) {
-    --y.probe_ticks;
-    return true;
-  }
+  if (y.probe.next()) return true;
   if (plain_first && y.plain.n == 0) return false;
   const int best = best_arm(y);
   if (best < 0 && n_spec(y) < kSamples) return true;  // verifying ticks measured first
@@ -81,8 +78,7 @@ bool SpecYieldGuard::allows(std::size_t decode_rows) {
   if (++y.since_probe < y.probe_every) return false;
   y.since_probe = 0;
   y.probe_every = std::min(2 * y.probe_every, kProbeLast);
-  y.probe_samples = kProbeSamples;
-  y.probe_ticks = kProbeTicks - 1;
+  y.probe.start(kProbeSamples);
   return true;
 }
 
@@ -90,11 +86,8 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
   const std::size_t b = bucket_of(decode_rows);
   if (buckets_.size() <= b) buckets_.resize(b + 1);
   Bucket& y = buckets_[b];
-  y.exploring = y.explore_samples > 0 && y.explore_ticks > 0;
-  if (y.exploring) {
-    --y.explore_ticks;
-    return top_of(y.explore_arm);
-  }
+  y.exploring = y.explore.next();
+  if (y.exploring) return top_of(y.explore_arm);
   int best = best_arm(y);
   if (best < 0) {
     // Before any arm has its samples (and once plain ticks are measured): the arm leading so far,
@@ -115,8 +108,7 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
     if (arm >= 0 && arm < kArms) {
       const int n = y.arms[static_cast<std::size_t>(arm)].n;
       y.explore_arm = arm;
-      y.explore_samples = std::min(std::max(kProbeSamples, kArmSamples - n), kProbeTicks - 2);
-      y.explore_ticks = kProbeTicks - 1;
+      y.explore.start(std::min(std::max(kProbeSamples, kArmSamples - n), kProbeTicks - 2));
       y.exploring = true;
       return top_of(arm);
     }

@@ -13,8 +13,8 @@
 //                   verifying samples, or fewer that yield under half of plain's rate (a tick's
 //                   tokens run from 1 to K + 1, so three samples mislead: on an H200 a lone
 //                   stream whose steady ticks yield 1.5x plain read 0.94x on its first three and
-//                   spent 70 of its 300 ticks plain). A probe is a run of verifying ticks that lasts until
-//                   kProbeSamples of them were observed: where ticks are pipelined the scheduler
+//                   spent 70 of its 300 ticks plain). A probe is a run of verifying ticks that
+//                   lasts until kProbeSamples of them were observed: where ticks are pipelined the scheduler
 //                   samples neither the first two verifying ticks of a shape nor the first plain
 //                   one after them (a GPU runs a new shape without a graph, then captures it), so
 //                   a lone probe would measure only that. Where drafts win, kPlainRun ticks in
@@ -105,18 +105,24 @@ class SpecYieldGuard {
     void add(double t, double m, double decay) { tokens = decay * tokens + t, ms = decay * ms + m, ++n; }
     double value() const { return ms > 0 ? tokens / ms : 0.0; }
   };
+  // A probe's or an exploration's run of verifying ticks: samples still to come, and ticks left
+  // for them (kProbeTicks from its start).
+  struct Run {
+    int samples = 0, ticks = 0;
+    void start(int n) { samples = n, ticks = kProbeTicks - 1; }
+    bool next() { return samples > 0 && ticks > 0 && (--ticks, true); }  // counts a tick of it
+    void sampled() { samples -= samples > 0; }
+  };
   struct Bucket {
     Rate plain;
     std::array<Rate, kArms> arms{};
     int probe_every = kProbeFirst;
     int since_probe = 0;
-    int probe_samples = 0;  // a probe's run: samples still to come, and ticks left for them
-    int probe_ticks = 0;
+    Run probe;
     int verifying = 0;  // max_draft_rows calls, for exploration
     int pinned = -1;    // the arm measured first where shapes cost (pin)
-    int explore_arm = -1;  // an exploration's run: its arm, samples still to come, ticks left
-    int explore_samples = 0;
-    int explore_ticks = 0;
+    Run explore;
+    int explore_arm = -1;
     bool exploring = false;  // the last max_draft_rows capped to the explored arm
   };
   static int arm_of(std::int32_t draft_rows);
