@@ -55,6 +55,7 @@ std::unique_ptr<DraftModel> DraftModel::open(const DraftConfig& config, const ll
     return nullptr;
   }
   d->n_vocab_ = llama_vocab_n_tokens(v);
+  d->one_token_catch_up_ = config.one_token_catch_up.value_or(mp.n_gpu_layers > 0);
   d->n_batch_ = static_cast<std::int32_t>(llama_n_batch(d->ctx_));
   d->fed_.assign(static_cast<std::size_t>(llama_n_seq_max(d->ctx_)), {});
   const auto nb = static_cast<std::size_t>(d->n_batch_);
@@ -98,6 +99,7 @@ void DraftModel::warm_up() {
     for (std::int32_t seq = 0; seq < n_seqs; ++seq) llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1);
   }
   n_ = 0;
+  decodes_ = 0;
 }
 
 std::size_t DraftModel::cells_in_use() const {
@@ -141,6 +143,7 @@ Status DraftModel::decode(bool step, double* ms_out) {
   llama_batch b{n_, tok_.data(), nullptr, pos_.data(), n_seq_id_.data(), seq_ptr_.data(), logits_.data()};
   const auto t0 = std::chrono::steady_clock::now();
   const std::int32_t rc = llama_decode(ctx_, b);
+  ++decodes_;
   if (rc != 0) return Status(rc == 1 ? ErrorCode::kKvExhausted : ErrorCode::kDecodeFailed, "draft decode: " + std::to_string(rc));
   if (step) {
     llama_synchronize(ctx_);
@@ -223,11 +226,13 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
     caught_up = std::max(caught_up, n - common);
     fed_total += n - common;
     k_max = std::max(k_max, j.k);
+    // One token a decode (with its logits, as a step asks): the shape of the steps after it.
+    const bool one_by_one = one_token_catch_up_ && jobs.size() == 1 && n - common <= static_cast<std::size_t>(j.k) + 1;
     for (std::size_t p = common; p < n; ++p) {
-      if (n_ == n_batch_) {
+      if (n_ == n_batch_ || (one_by_one && n_ > 0)) {
         if (Status st = flush(false); !st.ok()) return fail(st);
       }
-      add(j.tokens[p], static_cast<std::int32_t>(p), j.seq, p + 1 == n);
+      add(j.tokens[p], static_cast<std::int32_t>(p), j.seq, one_by_one || p + 1 == n);
     }
     pending.push_back({&j, n_ - 1});
     fed.insert(fed.end(), j.tokens.begin() + static_cast<std::ptrdiff_t>(common), j.tokens.end());

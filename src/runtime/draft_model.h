@@ -6,13 +6,18 @@
 // little: 64 dims and 2 layers is 512 bytes a token), greedy proposals read on the host. Each
 // sequence remembers the tokens it fed; a call feeds only what differs from them (positions past
 // the common prefix are removed first), in batches of every job's catch-up together, then one
-// step per proposed token with every job still drafting in it. Step times are measured (EWMA, by
+// step per proposed token with every job still drafting in it. On a GPU a lone job's catch-up of
+// a few tokens goes one token a decode (one_token_catch_up): every decode of the call then has
+// the steps' shape, whose CUDA graph llama.cpp replays; a batch of another shape makes it run the
+// next two decodes eagerly and capture the graph again (measured on an H200 with the tiny draft:
+// a call after a fully accepted tick, two tokens to feed, 1.62 ms against 0.85). Step times are measured (EWMA, by
 // the step's rows; a call's cost beyond its steps by its jobs).
 //
 // Thread-safety: compute thread only. Ownership: owns its model and context, freed on destruction.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +37,9 @@ struct DraftConfig {
   std::int32_t n_batch = 512;
   std::int32_t n_threads = 0;  // 0: all hardware threads
   std::int32_t n_gpu_layers = -1;  // as RuntimeConfig's
+  // A lone job's catch-up of what a tick can accept (k + 1 tokens at most) fed one token a decode;
+  // unset: where the draft runs on a GPU (on a CPU a decode's cost is its weights, read once for the batch).
+  std::optional<bool> one_token_catch_up;
 };
 
 class DraftModel final : public Drafter {
@@ -53,6 +61,7 @@ class DraftModel final : public Drafter {
   std::size_t lag(std::int32_t seq, std::span<const Token> tokens) const override;
   double catch_up_ms(std::size_t tokens) const override;
   std::string describe() const;
+  std::size_t decodes() const { return decodes_; }  // llama_decode calls since open(), warm-up's aside
 
  private:
   DraftModel() = default;
@@ -66,6 +75,8 @@ class DraftModel final : public Drafter {
   llama_context* ctx_ = nullptr;
   std::int32_t n_vocab_ = 0;
   std::int32_t n_batch_ = 0;
+  bool one_token_catch_up_ = false;
+  std::size_t decodes_ = 0;
   std::vector<std::vector<Token>> fed_;  // per sequence: the tokens its cells hold, from position 0
   // The batch being built (llama_batch's arrays, owned here).
   std::vector<Token> tok_;
