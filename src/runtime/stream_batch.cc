@@ -38,7 +38,70 @@ std::int32_t deep_sequence(std::span<const BatchEntry> in, const std::vector<std
   return -1;
 }
 
+// Puts out.entries in the order of their passes' outputs (out.index_of follows). Reordering can
+// only join passes (a pass's sequences now come before any later one's), so it is repeated until
+// the order is its own passes' order; a few rounds at most.
+void order_as_passes(std::int32_t n_ubatch, StreamBatch& out) {
+  std::vector<std::int32_t> order, moved_to;
+  std::vector<BatchEntry> entries;
+  for (int round = 0; round < 4; ++round) {
+    order.clear();
+    for (const auto& pass : llama_passes(out.entries, n_ubatch)) order.insert(order.end(), pass.begin(), pass.end());
+    bool same = true;
+    for (std::size_t j = 0; j < order.size() && same; ++j) same = order[j] == static_cast<std::int32_t>(j);
+    if (same) return;
+    moved_to.assign(order.size(), -1);
+    entries.clear();
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      moved_to[static_cast<std::size_t>(order[j])] = static_cast<std::int32_t>(j);
+      entries.push_back(out.entries[static_cast<std::size_t>(order[j])]);
+    }
+    out.entries.swap(entries);
+    for (std::int32_t& i : out.index_of) i = moved_to[static_cast<std::size_t>(i)];
+  }
+}
+
 }  // namespace
+
+std::vector<std::vector<std::int32_t>> llama_passes(std::span<const BatchEntry> entries, std::int32_t n_ubatch) {
+  const auto limit = static_cast<std::size_t>(n_ubatch > 0 ? n_ubatch : INT32_MAX);
+  // Each sequence's entries in batch order, and how many of them passes took.
+  std::vector<std::pair<std::int32_t, std::vector<std::int32_t>>> of_seq;  // by first appearance
+  std::vector<std::size_t> taken;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    auto it = std::find_if(of_seq.begin(), of_seq.end(), [&](const auto& q) { return q.first == entries[i].seq; });
+    if (it == of_seq.end()) it = of_seq.insert(of_seq.end(), {entries[i].seq, {}});
+    it->second.push_back(static_cast<std::int32_t>(i));
+  }
+  taken.assign(of_seq.size(), 0);
+  std::vector<bool> used(entries.size(), false);
+  std::vector<std::vector<std::int32_t>> passes;
+  std::vector<std::size_t> chain;  // indices into of_seq
+  for (std::size_t done = 0; done < entries.size();) {
+    chain.clear();
+    for (std::size_t i = 0; i < entries.size() && chain.size() <= limit; ++i) {
+      if (used[i]) continue;
+      const std::int32_t seq = entries[i].seq;
+      if (!chain.empty() && seq != of_seq[chain.back()].first + 1) continue;
+      const auto at = static_cast<std::size_t>(
+          std::find_if(of_seq.begin(), of_seq.end(), [&](const auto& q) { return q.first == seq; }) - of_seq.begin());
+      if (std::find(chain.begin(), chain.end(), at) == chain.end()) chain.push_back(at);
+    }
+    std::size_t take = SIZE_MAX;
+    for (std::size_t q : chain) take = std::min(take, of_seq[q].second.size() - taken[q]);
+    take = std::max<std::size_t>(1, std::min(take, limit / chain.size()));
+    std::vector<std::int32_t>& pass = passes.emplace_back();
+    for (std::size_t q : chain) {
+      for (std::size_t k = 0; k < take; ++k) {
+        const std::int32_t i = of_seq[q].second[taken[q]++];
+        used[static_cast<std::size_t>(i)] = true;
+        pass.push_back(i);
+      }
+    }
+    done += pass.size();
+  }
+  return passes;
+}
 
 void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOptions& options, StreamBatch& out) {
   out.entries.clear();
@@ -95,6 +158,7 @@ void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOption
     if (seq != deep && in[static_cast<std::size_t>(by_seq[k - 1])].seq == seq) place(by_seq[k]);
   }
   if (deep >= 0 && !deep_first) place_deep();
+  order_as_passes(options.n_ubatch, out);
 }
 
 }  // namespace uma

@@ -19,6 +19,11 @@
 //   pass). It gets a filler: one entry, no output, at the position after its last one; the caller
 //   removes it from the KV again after the decode. A filler costs one row of the pass (~0.05 ms on
 //   that GPU), not a pass; runs longer than `max_filler_run` ids are left as gaps.
+// - Last, the entries go in the order the passes will output them (llama_passes): each pass's
+//   sequences' entries together. A verifying tick's rows (every sequence's decode row and drafts,
+//   all outputs, one pass) otherwise came out sequence by sequence from a batch ordered first
+//   rows first: measured on an H200 (8B, 16 streams of 1 + 4 rows), 5.2 ms of host time swapping
+//   rows after each 12.7 ms decode.
 //
 // Thread-safety: none needed (no state). Contract: entries of one sequence are in position order
 // (llama.cpp's rule), and stay so here.
@@ -59,7 +64,14 @@ struct StreamBatchOptions {
   // last or first, no id chain joins it; one in the middle would cut the chain in two). 0: never
   // (a GPU, where a pass costs more than attention; on a CPU a pass is a read of the weights).
   std::int64_t deep_pass_row_cells = 0;
+  std::int32_t n_ubatch = 0;  // llama.cpp's, which bounds a pass (0: unbounded)
 };
+
+// llama.cpp's passes over `entries` (split_equal(n_ubatch, sequential=true) in the pinned
+// llama-batch.cpp), each its entries' indices in the order its outputs come out: a pass is the
+// chain of consecutive sequence ids met scanning the unused entries in order, and takes as many
+// entries from each as the one with fewest left has (at most n_ubatch in all; 0: unbounded).
+std::vector<std::vector<std::int32_t>> llama_passes(std::span<const BatchEntry> entries, std::int32_t n_ubatch);
 
 void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOptions& options, StreamBatch& out);
 

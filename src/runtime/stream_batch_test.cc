@@ -14,7 +14,7 @@ namespace {
 // llama.cpp's split, as read in the pinned source: a pass is the chain of consecutive sequence ids
 // met scanning the unused entries in batch order, and takes as many entries from each sequence as
 // the shortest has left (n_ubatch large enough here not to matter).
-std::vector<std::vector<std::int32_t>> llama_passes(const std::vector<BatchEntry>& b) {
+std::vector<std::vector<std::int32_t>> model_passes(const std::vector<BatchEntry>& b) {
   std::vector<bool> used(b.size(), false);
   std::map<std::int32_t, std::vector<std::int32_t>> of_seq;
   for (std::size_t i = 0; i < b.size(); ++i) of_seq[b[i].seq].push_back(static_cast<std::int32_t>(i));
@@ -47,7 +47,7 @@ std::vector<std::vector<std::int32_t>> llama_passes(const std::vector<BatchEntry
 
 bool outputs_in_batch_order(const std::vector<BatchEntry>& b) {
   std::int32_t last = -1;
-  for (const auto& pass : llama_passes(b)) {
+  for (const auto& pass : model_passes(b)) {
     for (std::int32_t i : pass) {
       if (!b[static_cast<std::size_t>(i)].logits) continue;
       if (i < last) return false;
@@ -100,18 +100,18 @@ void expect_same_entries(std::span<const BatchEntry> in, const StreamBatch& out)
 TEST(StreamBatch, APromptAmongDecodeRowsNoLongerReordersTheOutputs) {
   const auto in = batch_of({{0, 1}, {1, 1}, {2, 5}, {3, 1}, {4, 1}});
   ASSERT_FALSE(outputs_in_batch_order(in)) << "the model of llama.cpp's split must see the problem";
-  ASSERT_EQ(llama_passes(in).size(), 2u);
+  ASSERT_EQ(model_passes(in).size(), 2u);
   StreamBatch out;
   arrange_for_streams(in, fill_all(), out);
   expect_same_entries(in, out);
   EXPECT_TRUE(out.fillers.empty());
   EXPECT_TRUE(outputs_in_batch_order(out.entries));
-  EXPECT_EQ(llama_passes(out.entries).size(), 2u) << "the decode rows and every first token, then the prompt's rest";
+  EXPECT_EQ(model_passes(out.entries).size(), 2u) << "the decode rows and every first token, then the prompt's rest";
 }
 
 TEST(StreamBatch, AGapBetweenDecodeRowsIsFilledSoTheyStayOnePass) {
   const auto in = batch_of({{0, 1}, {1, 1}, {4, 1}, {5, 1}});
-  ASSERT_EQ(llama_passes(in).size(), 2u);
+  ASSERT_EQ(model_passes(in).size(), 2u);
   StreamBatch out;
   arrange_for_streams(in, fill_all(), out);
   expect_same_entries(in, out);
@@ -125,7 +125,7 @@ TEST(StreamBatch, AGapBetweenDecodeRowsIsFilledSoTheyStayOnePass) {
       EXPECT_EQ(e.token, 7);
     }
   }
-  EXPECT_EQ(llama_passes(out.entries).size(), 1u);
+  EXPECT_EQ(model_passes(out.entries).size(), 1u);
   EXPECT_TRUE(outputs_in_batch_order(out.entries));
 }
 
@@ -139,8 +139,8 @@ TEST(StreamBatch, PromptsAndGapsTogether) {
   EXPECT_TRUE(outputs_in_batch_order(out.entries));
   // One pass for every decode row and first token, then the rest of each prompt (two ids apart:
   // a pass each).
-  EXPECT_EQ(llama_passes(out.entries).size(), 3u);
-  EXPECT_GT(llama_passes(in).size(), 3u);
+  EXPECT_EQ(model_passes(out.entries).size(), 3u);
+  EXPECT_GT(model_passes(in).size(), 3u);
 }
 
 TEST(StreamBatch, AGapIsFilledWholeOrNotAtAll) {
@@ -151,7 +151,7 @@ TEST(StreamBatch, AGapIsFilledWholeOrNotAtAll) {
   arrange_for_streams(in, o, out);
   expect_same_entries(in, out);
   EXPECT_TRUE(out.fillers.empty());
-  EXPECT_EQ(llama_passes(out.entries).size(), 2u);
+  EXPECT_EQ(model_passes(out.entries).size(), 2u);
 }
 
 TEST(StreamBatch, LongGapsAndAFullBatchAreLeftAlone) {
@@ -174,14 +174,72 @@ TEST(StreamBatch, LongGapsAndAFullBatchAreLeftAlone) {
 }
 
 TEST(StreamBatch, NoFillerFunctionMeansOnlyTheOrderChanges) {
-  const auto in = batch_of({{0, 3}, {2, 1}});
+  const auto in = batch_of({{2, 1}, {0, 3}});
   StreamBatch out;
   arrange_for_streams(in, StreamBatchOptions{}, out);
   expect_same_entries(in, out);
   EXPECT_TRUE(out.fillers.empty());
+  // The gap at id 1 ends the chain: sequence 0's pass, then 2's, in the order they come out.
   EXPECT_EQ(out.entries[0].seq, 0);
-  EXPECT_EQ(out.entries[1].seq, 2);
   EXPECT_EQ(out.entries[2].seq, 0);
+  EXPECT_EQ(out.entries[3].seq, 2);
+  EXPECT_TRUE(outputs_in_batch_order(out.entries));
+}
+
+// A verifying tick: every sequence's decode row and its drafts, each row an output.
+std::vector<BatchEntry> verifying(const std::vector<std::pair<std::int32_t, std::int32_t>>& seq_and_rows) {
+  std::vector<BatchEntry> b = batch_of(seq_and_rows);
+  for (BatchEntry& e : b) e.logits = true;
+  return b;
+}
+
+TEST(StreamBatch, AVerifyingTicksRowsComeOutInBatchOrder) {
+  std::vector<std::pair<std::int32_t, std::int32_t>> uniform;
+  for (std::int32_t s = 0; s < 16; ++s) uniform.emplace_back(s, 5);
+  using Shape = std::vector<std::pair<std::int32_t, std::int32_t>>;
+  for (const Shape& shape : std::vector<Shape>{uniform, {{0, 5}, {1, 3}, {2, 5}, {3, 1}}, {{0, 4}, {2, 4}, {3, 2}}}) {
+    const auto in = verifying(shape);
+    for (const StreamBatchOptions& o : {fill_all(), StreamBatchOptions{}}) {
+      StreamBatch out;
+      arrange_for_streams(in, o, out);
+      expect_same_entries(in, out);
+      EXPECT_TRUE(outputs_in_batch_order(out.entries)) << shape.size() << " sequences";
+      // Without fillers no more passes than the scheduler's order (a one-entry filler caps a pass
+      // at one row a sequence: where rows are uneven it can cost passes).
+      if (!o.filler_pos) EXPECT_LE(model_passes(out.entries).size(), model_passes(in).size());
+    }
+  }
+  const auto in = verifying(uniform);
+  StreamBatch out;
+  arrange_for_streams(in, fill_all(), out);
+  EXPECT_EQ(model_passes(out.entries).size(), 1u);
+}
+
+TEST(StreamBatch, ThePassesAreLlamaCppsAlsoWhereAPassReachesNUbatch) {
+  // Against the model above, where n_ubatch does not bind; then 16 sequences of 5 rows in passes
+  // of at most 32 entries: 2 rows of each a pass (2 x 16 = 32), then 2, then 1.
+  for (const auto& in : {verifying({{0, 5}, {1, 3}, {2, 5}, {3, 1}}), batch_of({{0, 1}, {1, 9}, {2, 1}, {4, 1}, {6, 4}})}) {
+    std::vector<std::vector<std::int32_t>> mine = llama_passes(std::span<const BatchEntry>(in), 0);
+    EXPECT_EQ(mine, model_passes(in));
+  }
+  std::vector<std::pair<std::int32_t, std::int32_t>> uniform;
+  for (std::int32_t s = 0; s < 16; ++s) uniform.emplace_back(s, 5);
+  const auto in = verifying(uniform);
+  std::vector<std::size_t> sizes;
+  for (const auto& p : uma::llama_passes(std::span<const BatchEntry>(in), 32)) sizes.push_back(p.size());
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{32, 32, 16}));
+  StreamBatchOptions o = fill_all();
+  o.n_ubatch = 32;
+  StreamBatch out;
+  arrange_for_streams(in, o, out);
+  EXPECT_EQ(uma::llama_passes(std::span<const BatchEntry>(out.entries), 32).size(), 3u);
+  std::int32_t last = -1;  // outputs in batch order under the bounded passes too
+  for (const auto& p : uma::llama_passes(std::span<const BatchEntry>(out.entries), 32)) {
+    for (std::int32_t i : p) {
+      EXPECT_GT(i, last);
+      last = i;
+    }
+  }
 }
 
 // Decode rows of sequences 0..3 at these positions (their depth).
@@ -193,7 +251,7 @@ std::vector<BatchEntry> rows_at(const std::vector<std::int32_t>& pos) {
 
 std::vector<std::int32_t> pass_sizes(const StreamBatch& out) {
   std::vector<std::int32_t> n;
-  for (const auto& p : llama_passes(out.entries)) n.push_back(static_cast<std::int32_t>(p.size()));
+  for (const auto& p : model_passes(out.entries)) n.push_back(static_cast<std::int32_t>(p.size()));
   return n;
 }
 

@@ -101,17 +101,22 @@ void Scheduler::tick(std::vector<Event>& out) {
   published_budget_ = published_budget;
   observe_cost(decode_ms);
   sample_batch();
+  const Clock::time_point t_sampled = time_.now();
   observe_yield(decode_ms, /*pipelined=*/false);
   launch_pipelined();
+  const Clock::time_point t_launched = time_.now();
   apply_batch(t1, out);
+  const Clock::time_point t_applied = time_.now();
   drop_finished_from_next();
   reap();
   start_waiting(out);
   if (!has_work()) yield_pending_.open = false;  // the compute loop waits: no period to close
   // The host side of the tick (sampling, text, events; not delivery): what the GPU waits for.
   if (spdlog::should_log(spdlog::level::debug)) {
-    spdlog::debug("tick {}: host {:.2f} ms after the decode for {} rows", tick_no_, ms_between(t1, time_.now()),
-                  batch_.rows.size());
+    const Clock::time_point t_end = time_.now();
+    spdlog::debug("tick {}: host {:.2f} ms after the decode for {} rows (sample {:.2f}, launch {:.2f}, apply {:.2f}, rest {:.2f})",
+                  tick_no_, ms_between(t1, t_end), batch_.rows.size(), ms_between(t1, t_sampled),
+                  ms_between(t_sampled, t_launched), ms_between(t_launched, t_applied), ms_between(t_applied, t_end));
   }
 }
 

@@ -35,33 +35,45 @@ class Lockstep {
   void start(std::int32_t seq, std::vector<Token> p) {
     ASSERT_TRUE(a_.start_sequence(seq, SamplingParams{}).ok());
     ASSERT_TRUE(b_.start_sequence(seq, SamplingParams{}).ok());
-    seqs_[seq] = {std::move(p), 0};
+    seqs_[seq] = {std::move(p), 0, false};
   }
   // One decode of the named sequences' pending tokens (in id order, as the scheduler builds it);
   // both runtimes get the token `a` picks, so they stay on one path whatever the logits.
-  void step(const std::set<std::int32_t>& active) {
+  // With `drafts` > 0 each sequence then gets its next token and that many more, every one an
+  // output row (a verifying tick's shape), all compared.
+  void step(const std::set<std::int32_t>& active, std::int32_t drafts = 0) {
     std::vector<BatchEntry> batch;
-    std::map<std::int32_t, std::int32_t> row;
+    std::map<std::int32_t, std::pair<std::int32_t, std::int32_t>> rows;  // first and last output row
     for (std::int32_t seq : active) {
       Seq& s = seqs_.at(seq);
-      for (std::size_t i = 0; i < s.pending.size(); ++i) batch.push_back({s.pending[i], s.pos++, seq, i + 1 == s.pending.size()});
-      row[seq] = static_cast<std::int32_t>(batch.size()) - 1;
+      const std::size_t n = s.pending.size();
+      const bool all = s.all_outputs;
+      rows[seq].first = static_cast<std::int32_t>(batch.size() + (all ? 0 : n - 1));
+      for (std::size_t i = 0; i < n; ++i) batch.push_back({s.pending[i], s.pos++, seq, all || i + 1 == n});
+      rows[seq].second = static_cast<std::int32_t>(batch.size()) - 1;
     }
     const Status sa = a_.decode(batch), sb = b_.decode(batch);
     ASSERT_TRUE(sa.ok()) << sa.message();
     ASSERT_TRUE(sb.ok()) << sb.message();
     for (std::int32_t seq : active) {
-      const std::span<const float> la = a_.logits(row[seq]), lb = b_.logits(row[seq]);
-      ASSERT_EQ(la.size(), lb.size());
-      ASSERT_FALSE(la.empty());
-      float scale = 1.0f, diff = 0.0f;
-      for (std::size_t k = 0; k < la.size(); ++k) {
-        scale = std::max(scale, std::fabs(lb[k]));
-        diff = std::max(diff, std::fabs(la[k] - lb[k]));
+      Token next = 0;
+      for (std::int32_t r = rows[seq].first; r <= rows[seq].second; ++r) {
+        const std::span<const float> la = a_.logits(r), lb = b_.logits(r);
+        ASSERT_EQ(la.size(), lb.size());
+        ASSERT_FALSE(la.empty()) << "row " << r;
+        float scale = 1.0f, diff = 0.0f;
+        for (std::size_t k = 0; k < la.size(); ++k) {
+          scale = std::max(scale, std::fabs(lb[k]));
+          diff = std::max(diff, std::fabs(la[k] - lb[k]));
+        }
+        worst_ = std::max(worst_, diff / scale);
+        next = argmax_first(la.data(), static_cast<std::int32_t>(la.size()));
+        ++rows_;
       }
-      worst_ = std::max(worst_, diff / scale);
-      seqs_.at(seq).pending = {argmax_first(la.data(), static_cast<std::int32_t>(la.size()))};
-      ++rows_;
+      Seq& s = seqs_.at(seq);
+      s.pending = {next};
+      for (std::int32_t k = 1; k <= drafts; ++k) s.pending.push_back(500 + (next + 97 * k) % 20000);
+      s.all_outputs = drafts > 0;
     }
   }
   float worst() const { return worst_; }
@@ -71,6 +83,7 @@ class Lockstep {
   struct Seq {
     std::vector<Token> pending;
     std::int32_t pos = 0;
+    bool all_outputs = false;  // every pending token an output row
   };
   LlamaRuntime &a_, &b_;
   std::map<std::int32_t, Seq> seqs_;
@@ -123,6 +136,23 @@ TEST(StreamBatches, ADeepSequenceInAPassOfItsOwnGivesTheSameLogits) {
   EXPECT_EQ(arranged->deep_passes_total() - before, 6u);
   EXPECT_EQ(plain->deep_passes_total(), 0u);
   EXPECT_EQ(run.rows(), 140 + 6 * 4);
+  EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
+}
+
+// Verifying ticks: every sequence's next token and its drafts, each row an output, in one decode
+// (uneven where some sequences have no drafts): every row's logits as the plain batches give.
+// The arranged batch reorders the rows to the order llama.cpp's passes output them.
+TEST(StreamBatches, VerifyingRowsOfEverySequenceGiveTheSameLogits) {
+  auto arranged = open_per_seq(true);
+  auto plain = open_per_seq(false);
+  ASSERT_TRUE(arranged && plain);
+  Lockstep run(*arranged, *plain);
+  for (std::int32_t seq : {0, 1, 2, 3, 5}) run.start(seq, tiny_prompt(6 + 5 * seq, seq));
+  run.step({0, 1, 2, 3, 5}, 3);
+  for (int i = 0; i < 3; ++i) run.step({0, 1, 2, 3, 5}, 3);  // 4 rows each, a gap at 4
+  run.step({0, 1, 2, 3, 5}, 1);
+  for (int i = 0; i < 2; ++i) run.step({0, 1, 2, 3, 5}, i);  // 2 rows each, then 1
+  EXPECT_EQ(run.rows(), 5 + 3 * 5 * 4 + 5 * 4 + 5 * 2 + 5 * 1);
   EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
 }
 
