@@ -49,7 +49,10 @@ void SpecYieldGuard::observe(std::size_t decode_rows, std::int32_t draft_rows, d
   if (draft_rows > 0 && y.plain.n >= kSamples && tokens / ms >= y.plain.value()) y.probe_every = kProbeFirst;  // a probe that won
   if (draft_rows > 0) {
     y.probe.sampled();
-    if (arm_of(draft_rows) == y.explore_arm) y.explore.sampled();
+    if (arm_of(draft_rows) == y.explore_arm) {
+      y.explore.sampled();
+      if (y.explore_from >= 0) y.fresh.add(tokens, ms, 1.0);
+    }
     y.arms[static_cast<std::size_t>(arm_of(draft_rows))].add(tokens, ms, 0.95);
   } else {
     y.plain.add(tokens, ms, 0.8);
@@ -88,6 +91,17 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
   Bucket& y = buckets_[b];
   y.exploring = y.explore.next();
   if (y.exploring) return top_of(y.explore_arm);
+  if (y.explore_from >= 0) {  // an exploration ended
+    // Its samples replace the arm's older ones where they beat the best arm: those are stale (the
+    // acceptance moved), and a few new samples hardly move a decayed sum of many.
+    Rate& arm = y.arms[static_cast<std::size_t>(y.explore_arm)];
+    if (y.fresh.n > 0 && y.fresh.value() > y.arms[static_cast<std::size_t>(y.explore_from)].value()) {
+      arm = Rate{y.fresh.tokens, y.fresh.ms, std::max(arm.n, kArmSamples)};
+    }
+    // One that moved nothing: the next comes twice as far.
+    y.explore_every = best_arm(y) == y.explore_from ? std::min(2 * y.explore_every, kExploreLast) : kExploreEvery;
+    y.explore_from = -1;
+  }
   int best = best_arm(y);
   if (best < 0) {
     // Before any arm has its samples (and once plain ticks are measured): the arm leading so far,
@@ -101,13 +115,15 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
   }
   const int lower = best - 1, upper = best + 1;
   if (lower >= 0 && y.arms[static_cast<std::size_t>(lower)].n < kArmSamples) return top_of(lower);
-  ++y.verifying;
-  if (y.verifying % kExploreEvery == 0) {
-    const bool up = (y.verifying / kExploreEvery) % 2 == 1;
-    const int arm = up ? upper : lower;
+  if (++y.since_explore >= y.explore_every) {
+    y.since_explore = 0;
+    y.explore_up = !y.explore_up;
+    const int arm = y.explore_up ? upper : lower;
     if (arm >= 0 && arm < kArms) {
       const int n = y.arms[static_cast<std::size_t>(arm)].n;
       y.explore_arm = arm;
+      y.explore_from = best;
+      y.fresh = Rate{};
       y.explore.start(std::min(std::max(kProbeSamples, kArmSamples - n), kProbeTicks - 2));
       y.exploring = true;
       return top_of(arm);

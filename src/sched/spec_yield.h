@@ -25,7 +25,12 @@
 //                   samples (kProbeSamples more once it has) or kProbeTicks ticks passed (a lone
 //                   tick of a new shape is no sample where ticks are pipelined: on an H200 a lone
 //                   stream settled on 1 draft row, 0.40 tok/ms, and never measured 3 again, which
-//                   yielded 0.47 in another run).
+//                   yielded 0.47 in another run). Explorations come kExploreEvery verifying ticks
+//                   apart, twice as far after each that left the best arm as it was, up to
+//                   kExploreLast; one that moves it brings the spacing back, and where its own
+//                   samples beat the best arm they replace the explored arm's older ones (on an H200 a lone
+//                   stream's 7-row explorations, 6.4-9 ms for 2.5-4 tokens against 5.4 ms for
+//                   2.9 at 3 rows, were 9-15 of a request's 85 ticks).
 // Pure: numbers in, numbers out; tested on synthetic yields. Not thread-safe (the compute thread's).
 #pragma once
 
@@ -55,6 +60,7 @@ class SpecYieldGuard {
   // Verifying ticks between two tries of a neighbour arm, and between two plain ticks where
   // verifying wins: each is a tick of another shape, which a GPU captures as a new graph.
   static constexpr int kExploreEvery = 64;
+  static constexpr int kExploreLast = 512;
   static constexpr int kPlainEvery = 64;
   static constexpr int kPlainRun = 3;
   static constexpr int kArms = 7;
@@ -119,7 +125,11 @@ class SpecYieldGuard {
     int probe_every = kProbeFirst;
     int since_probe = 0;
     Run probe;
-    int verifying = 0;  // max_draft_rows calls, for exploration
+    int explore_every = kExploreEvery;
+    int since_explore = 0;  // max_draft_rows calls since the last exploration began
+    bool explore_up = false;  // the last exploration's direction (they alternate)
+    int explore_from = -1;    // the best arm when the exploration now running began
+    Rate fresh;               // that exploration's samples
     int pinned = -1;    // the arm measured first where shapes cost (pin)
     Run explore;
     int explore_arm = -1;

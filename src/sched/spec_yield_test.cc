@@ -179,6 +179,40 @@ TEST(SpecYieldGuard, ClimbsToTheDraftRowsThatYieldMost) {
   EXPECT_GE(cpu.max_draft_rows(1), 15);
 }
 
+// Ticks away from the best arm's top (7 rows) among `ticks` more, yields as `yield`.
+int explored_ticks(SpecYieldGuard& g, const std::function<double(std::int32_t)>& yield, int ticks, std::int32_t top = 7) {
+  int away = 0;
+  for (int i = 0; i < ticks; ++i) {
+    const std::int32_t k = std::min(31, g.max_draft_rows(1));
+    const bool v = g.allows(1);
+    away += v && k != top;
+    g.observe(1, v ? k : 0, yield(v ? k : 0), 1.0);
+  }
+  return away;
+}
+
+TEST(SpecYieldGuard, ExplorationsThatFindNothingBetterComeLessAndLessOftenAndAFindBringsThemBack) {
+  // Plain 0.32 tokens/ms; 4-7 draft rows yield most.
+  auto yield = [](std::int32_t k) { return k == 0 ? 0.32 : k <= 3 ? 0.38 : k <= 7 ? 0.43 : 0.36; };
+  SpecYieldGuard g;
+  run(g, 1, 31, yield, 600);
+  ASSERT_NEAR(g.spec_rate(1), 0.43, 1e-9) << "settled on 4-7 rows";
+  // Spacing 64 throughout would explore about 4000 / 64 = 62 times (2 ticks each, every tick a
+  // sample here); doubling to 512 leaves a tenth or so.
+  const int away = explored_ticks(g, yield, 4000);
+  EXPECT_GT(away, 0) << "still explores";
+  EXPECT_LT(away, 2 * (4000 / SpecYieldGuard::kExploreEvery) / 3);
+  // The drafts turn better (acceptance rose): 8-15 rows now yield most. An exploration up finds
+  // it within two of the longest spacings, and the climb goes on from there.
+  auto better = [](std::int32_t k) { return k == 0 ? 0.32 : k <= 3 ? 0.38 : k <= 7 ? 0.43 : k <= 15 ? 0.55 : 0.40; };
+  int ticks = 0;
+  for (; g.spec_rate(1) < 0.5 && ticks < 3000; ++ticks) explored_ticks(g, better, 1);
+  EXPECT_LE(ticks, 2 * SpecYieldGuard::kExploreLast + 2 * SpecYieldGuard::kProbeTicks);
+  // Once moved, the spacing is back at its shortest: within 200 ticks the neighbours are tried.
+  EXPECT_GT(explored_ticks(g, better, 200, 15), 0);
+  EXPECT_NEAR(g.spec_rate(1), 0.55, 1e-9);
+}
+
 TEST(SpecYieldGuard, WherePipelinedTicksSampleTheThirdOfAShapeAnExplorationRunsUntilItIsMeasured) {
   // A lone stream on a GPU: only the third tick of a shape in a row is a sample. Each arm's first
   // three samples are cold (0.9x plain); then 1 draft row yields 1.2x, 2-3 rows 1.6x, 4-7 1.3x.
