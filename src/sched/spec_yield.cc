@@ -92,10 +92,11 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
   y.exploring = y.explore.next();
   if (y.exploring) return top_of(y.explore_arm);
   if (y.explore_from >= 0) {  // an exploration ended
-    // Its samples replace the arm's older ones where they beat the best arm: those are stale (the
-    // acceptance moved), and a few new samples hardly move a decayed sum of many.
+    // Its samples replace the arm's older ones where they beat the best arm clearly (two samples
+    // vary with what was accepted): those are stale (the acceptance moved), and a few new samples
+    // hardly move a decayed sum of many.
     Rate& arm = y.arms[static_cast<std::size_t>(y.explore_arm)];
-    if (y.fresh.n > 0 && y.fresh.value() > y.arms[static_cast<std::size_t>(y.explore_from)].value()) {
+    if (y.fresh.n > 0 && y.fresh.value() > kExploreWin * y.arms[static_cast<std::size_t>(y.explore_from)].value()) {
       arm = Rate{y.fresh.tokens, y.fresh.ms, std::max(arm.n, kArmSamples)};
     }
     // One that moved nothing: the next comes twice as far.

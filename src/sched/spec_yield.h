@@ -27,10 +27,11 @@
 //                   stream settled on 1 draft row, 0.40 tok/ms, and never measured 3 again, which
 //                   yielded 0.47 in another run). Explorations come kExploreEvery verifying ticks
 //                   apart, twice as far after each that left the best arm as it was, up to
-//                   kExploreLast; one that moves it brings the spacing back, and where its own
-//                   samples beat the best arm they replace the explored arm's older ones (on an H200 a lone
-//                   stream's 7-row explorations, 6.4-9 ms for 2.5-4 tokens against 5.4 ms for
-//                   2.9 at 3 rows, were 9-15 of a request's 85 ticks).
+//                   kExploreLast (on an H200 a lone stream's 7-row explorations, 6.4-9 ms for
+//                   2.5-4 tokens against 5.4 ms for 2.9 at 3 rows, were 9-15 of a request's 85
+//                   ticks); one that moves it brings the spacing back. Where an exploration's own
+//                   samples beat the best arm by kExploreWin they replace the explored arm's
+//                   older ones, which a few new samples would hardly move (the acceptance moved).
 // Pure: numbers in, numbers out; tested on synthetic yields. Not thread-safe (the compute thread's).
 #pragma once
 
@@ -61,6 +62,7 @@ class SpecYieldGuard {
   // verifying wins: each is a tick of another shape, which a GPU captures as a new graph.
   static constexpr int kExploreEvery = 64;
   static constexpr int kExploreLast = 512;
+  static constexpr double kExploreWin = 1.1;
   static constexpr int kPlainEvery = 64;
   static constexpr int kPlainRun = 3;
   static constexpr int kArms = 7;
