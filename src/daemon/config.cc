@@ -194,6 +194,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                "before the last one's tokens become text and events (default on)")->envname("UMA_PIPELINED_TICKS");
   // Tests only: every draft found is verified, whatever the cost model says.
   app.add_flag("--speculative-force", sc.speculate_always)->group("");
+  // Benchmarks only: the stream count from which speculation's plans stop giving every stream equal drafts.
+  app.add_option("--spec-uniform-below", sc.spec_uniform_streams_below)->envname("UMA_SPEC_UNIFORM_BELOW")
+      ->check(CLI::Range(0, 1 << 16))->group("");
   app.add_flag("--prefix-cache,!--no-prefix-cache", prefix_cache,
                "reuse the KV of earlier prompts' shared prefixes (default on)")->envname("UMA_PREFIX_CACHE");
   app.add_option("--prefix-cache-seqs", sc.prefix.max_kept, "finished sequences kept in the KV cache for reuse")

@@ -108,6 +108,9 @@ struct SchedulerConfig {
   std::int32_t draft_max = 16;
   LookupConfig lookup;
   bool speculate_always = false;  // tests: every draft found is verified, whatever the cost
+  // Per-sequence KV: below this many decoding streams a plan may give every stream the same K
+  // (one pass; scheduler_spec.cc). A tuning knob for measuring the gate, not a user setting.
+  std::size_t spec_uniform_streams_below = 32;
   // With an asynchronous decoder (a GPU): launch the next decode-only batch as soon as a tick's
   // tokens are sampled, before they become text and events (scheduler_pipeline.cc).
   bool pipelined_ticks = true;
@@ -290,7 +293,6 @@ class Scheduler {
   SpecYieldGuard yield_guard_;
   bool spec_granted_ = false;            // the guard already let the next plan verify
   static constexpr int kSteadyShapeRun = 3;
-  static constexpr std::size_t kUniformStreamsBelow = 32;  // per-sequence KV: equal drafts for all (scheduler_spec.cc)
   static constexpr double kVerifyStretch = 2.0;  // a verifying tick's predicted time at most, over a plain one's
   std::size_t last_shape_ = 0;           // the last decode tick's rows
   int shape_run_ = 0;                    // decode ticks of that many rows in a row

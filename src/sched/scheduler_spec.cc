@@ -159,7 +159,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     // with it, 1.22x). Not from 32 streams: at 64 copying on the H200 the one run read 0.93x
     // where declining read 0.96-0.98x (docs/BENCHMARKS.md, session 36), not yet traced.
     DraftPlan uniform;
-    if (!one_pass && who.size() == batch_.decoded.size() && who.size() < kUniformStreamsBelow) uniform = plan_uniform_drafts(in);
+    if (!one_pass && who.size() == batch_.decoded.size() && who.size() < config_.spec_uniform_streams_below) uniform = plan_uniform_drafts(in);
     bool took_uniform = false;
     if (uniform.rows > 0) {
       took_uniform = uniform.expected_tokens * t > dp.expected_tokens * plan_ms(uniform);  // out-yields the passes
@@ -171,6 +171,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   // estimate (a cold first draft step, this CPU's drifting speed) is tried again. Where drafts
   // really do not pay, the yield guard's measurement then declines them, its probes ever rarer.
   if (dp.declined && !config_.speculate_always) {
+    yield_guard_.declined_under_cap(n_rows);
     if (in.fixed_ms > 0) spec_overhead_ms_.decay(n_rows, 0.95);
     if (n_model > 0) drafter_->decay_costs(static_cast<std::size_t>(n_model), 0.8);
   }

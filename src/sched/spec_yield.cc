@@ -89,6 +89,7 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
   const std::size_t b = bucket_of(decode_rows);
   if (buckets_.size() <= b) buckets_.resize(b + 1);
   Bucket& y = buckets_[b];
+  y.trial = -1;
   y.exploring = y.explore.next();
   if (y.exploring) return top_of(y.explore_arm);
   if (y.explore_from >= 0) {  // an exploration ended
@@ -112,10 +113,15 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
     if (lead < 0 && y.pinned >= 0) return top_of(y.pinned);
     if (lead < 0 || y.plain.n < kSamples) return std::numeric_limits<std::int32_t>::max();
     const bool losing = y.arms[static_cast<std::size_t>(lead)].value() < y.plain.value();
-    return losing && lead > 0 && y.arms[static_cast<std::size_t>(lead - 1)].n == 0 ? top_of(lead - 1) : top_of(lead);
+    if (!(losing && lead > 0 && y.arms[static_cast<std::size_t>(lead - 1)].n == 0)) return top_of(lead);
+    y.trial = lead - 1;
+    return top_of(y.trial);
   }
   const int lower = best - 1, upper = best + 1;
-  if (lower >= 0 && y.arms[static_cast<std::size_t>(lower)].n < kArmSamples) return top_of(lower);
+  if (lower >= 0 && y.arms[static_cast<std::size_t>(lower)].n < kArmSamples) {
+    y.trial = lower;
+    return top_of(lower);
+  }
   if (++y.since_explore >= y.explore_every) {
     y.since_explore = 0;
     y.explore_up = !y.explore_up;
@@ -131,6 +137,15 @@ std::int32_t SpecYieldGuard::max_draft_rows(std::size_t decode_rows) {
     }
   }
   return top_of(best);
+}
+
+void SpecYieldGuard::declined_under_cap(std::size_t decode_rows) {
+  const std::size_t b = bucket_of(decode_rows);
+  if (b >= buckets_.size() || buckets_[b].trial < 0) return;
+  Bucket& y = buckets_[b];
+  // As many samples as an arm needs to count, at plain's rate (none measured yet: nothing verified).
+  y.arms[static_cast<std::size_t>(y.trial)] = Rate{y.plain.tokens, y.plain.ms > 0 ? y.plain.ms : 1.0, kArmSamples};
+  y.trial = -1;
 }
 
 void SpecYieldGuard::pin(std::size_t decode_rows, std::int32_t draft_rows) {

@@ -82,6 +82,11 @@ class SpecYieldGuard {
   bool allows(std::size_t decode_rows);
   // Most draft rows a verifying tick of `decode_rows` rows should carry now (counts the tick).
   std::int32_t max_draft_rows(std::size_t decode_rows);
+  // The plan of a tick of `decode_rows` rows was declined under the cap max_draft_rows last gave.
+  // Where that cap was a lower arm's first trial, the arm counts as yielding what plain ticks do:
+  // capped there, ticks are plain. An arm no plan can fill (at 64 streams drafting alike, fewer
+  // than 64 rows are no plan) is otherwise never sampled, and its trial holds every tick to it.
+  void declined_under_cap(std::size_t decode_rows);
   // Where a decode's shape costs (a GPU's graphs): the first plan's `draft_rows` pins the arm a
   // bucket is measured at until an arm has samples, so verifying ticks keep one shape (the
   // scheduler samples one from the third of its shape); without it the plan's rows follow the
@@ -136,6 +141,7 @@ class SpecYieldGuard {
     Run explore;
     int explore_arm = -1;
     bool exploring = false;  // the last max_draft_rows capped to the explored arm
+    int trial = -1;          // the arm below the best (or the leader) the last one capped to, for its first samples
   };
   static int arm_of(std::int32_t draft_rows);
   static std::int32_t top_of(int arm) { return (std::int32_t{2} << arm) - 1; }

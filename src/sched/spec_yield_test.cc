@@ -260,5 +260,47 @@ TEST(SpecYieldGuard, TheSteadyRowsAreThePinnedArmsThenTheLeadersAndAWinIsMeasure
   EXPECT_FALSE(g.verifying_wins(1)) << "plain ticks now yield more";
 }
 
+TEST(SpecYieldGuard, ALowerArmNoPlanCanFillCountsAsPlainTicksAndTheBestArmKeepsVerifying) {
+  // 64 streams drafting alike (an H200 copying: 64 + 64 rows gave 128 tokens in 18.6 ms, 64 plain
+  // ones took 13.6): K = 1 is 64 draft rows, and a cap below that leaves no plan to verify.
+  SpecYieldGuard g;
+  const std::size_t rows = 64;
+  for (int i = 0; i < SpecYieldGuard::kSamples; ++i) g.observe(rows, 0, 64.0, 13.6);
+  int verified = 0, late = 0, capped_below = 0;
+  for (int tick = 0; tick < 400; ++tick) {
+    const std::int32_t cap = g.max_draft_rows(rows);
+    if (cap < 64) {
+      ++capped_below;
+      g.declined_under_cap(rows);
+      g.observe(rows, 0, 64.0, 13.6);
+      continue;
+    }
+    const bool v = g.allows(rows);
+    verified += v;
+    late += v && tick >= 200;
+    g.observe(rows, v ? 64 : 0, v ? 128.0 : 64.0, v ? 18.6 : 13.6);
+  }
+  // Without declined_under_cap the first trial of 32-63 rows held every later tick to 63.
+  EXPECT_GT(late, 180) << "verified " << verified << ", capped below the plan " << capped_below;
+  EXPECT_GT(g.spec_rate(rows), g.plain_rate(rows));
+  // Explorations of the arm below still come (and find it plain), ever further apart.
+  EXPECT_GT(capped_below, 1);
+  EXPECT_LT(capped_below, 40);
+}
+
+TEST(SpecYieldGuard, APlanDeclinedUnderTheBestArmsCapLeavesTheArmsAsTheyAre) {
+  SpecYieldGuard g;
+  run(g, 4, 3, [](std::int32_t k) { return 1.0 + 0.3 * k; }, 40);  // 2-3 rows best, 1 row tried and measured
+  const double spec = g.spec_rate(4);
+  const std::int32_t steady = g.steady_rows(4);
+  ASSERT_EQ(steady, 3);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(g.max_draft_rows(4), 3);
+    g.declined_under_cap(4);  // the acceptance fell this tick: a plan of no rows, not the arm's yield
+  }
+  EXPECT_EQ(g.steady_rows(4), steady);
+  EXPECT_DOUBLE_EQ(g.spec_rate(4), spec);
+}
+
 }  // namespace
 }  // namespace uma
