@@ -10,7 +10,8 @@
 # (2: every row on every server, alternated; the table gives each row's mean), and lib.sh's.
 # Rows: copy (the gain), fresh (what lookup costs with nothing to find), decoy (every draft found
 # is wrong: speculation must back off, never below 0.97x of none), each at c=1 and c=16; with the
-# draft model, fresh at c=1 (its gain) and c=16.
+# draft model, fresh at c=1 (its gain) and c=16. UMA_SPEC_ONLY=draft: the draft model's rows alone,
+# on umad off / draft and llama-server none / -md (the issue's CPU row, in a third of the time).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -60,11 +61,13 @@ add_llama_server() {  # LABEL ROWS FLAGS...
   wait_ready "python3 -c 'import urllib.request,sys; sys.exit(urllib.request.urlopen(\"http://127.0.0.1:$p/health\").status != 200)'"
   servers+=("$label $p $which -")
 }
+only_draft=0
+[ "${UMA_SPEC_ONLY:-}" = draft ] && only_draft=1 all_rows=("${draft_rows[@]}")
 add_umad umad-off all --speculative off
-add_umad umad-lookup all --speculative lookup
+[ "$only_draft" = 1 ] || add_umad umad-lookup all --speculative lookup
 add_umad umad-draft draft --speculative lookup --draft-model "$draft"
 add_llama_server llama-server-none all --spec-type none
-add_llama_server llama-server-ngram-simple all --spec-type ngram-simple
+[ "$only_draft" = 1 ] || add_llama_server llama-server-ngram-simple all --spec-type ngram-simple
 add_llama_server llama-server-draft-simple draft --spec-type draft-simple -md "$draft"
 for r in $(seq "$rounds"); do
   spec_first=$((200 * (r - 1)))  # each round its own prompts: a server's cache must not answer them
