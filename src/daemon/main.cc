@@ -174,9 +174,9 @@ int main(int argc, char** argv) {
     dc.n_threads = cfg.runtime.n_threads;
     dc.n_gpu_layers = cfg.runtime.n_gpu_layers;
     // On a thread of its own that then ends, as the calibration below: the draft's warm-up decodes
-    // on the main thread left OpenMP a team there, and libgomp, managing more threads than this
-    // 2-core machine has, spun less at every barrier: the target's one-row decode went from 7.7 to
-    // 10.7 ms with the draft model loaded and never called.
+    // on the main thread left OpenMP a team there, and on a 2-core machine the target's one-row
+    // decode went from 7.7 to 10.7 ms with the draft model loaded and never called (OpenMP's
+    // waiting: 15.9 ms with OMP_WAIT_POLICY=passive).
     std::thread([&] { draft = DraftModel::open(dc, model_vocab(runtime->model()), &st); }).join();
     if (!draft) {
       spdlog::error("{}", st.to_string());
