@@ -36,17 +36,8 @@ tokens=${UMA_SPEC_TOKENS:-256}
 reqs=${UMA_SPEC_REQUESTS:-3}
 
 pid=
-wait_ready() {
-  for _ in $(seq 1800); do
-    python3 -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('$url/health').status != 200)" >/dev/null 2>&1 && return 0
-    kill -0 "$pid" 2>/dev/null || { echo "server exited" >&2; return 1; }
-    sleep 0.1
-  done
-  echo "server did not come up" >&2; return 1
-}
-stop() { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-trap stop EXIT
 . bench/spec_rows.sh
+trap spec_server_stop EXIT
 lookup_rows=("copy 1 $reqs $tokens" "fresh 1 $reqs $tokens" "copy 16 1 128" "fresh 16 1 128" "copy 64 1 128" "fresh 64 1 128")
 draft_rows=("fresh 1 $reqs $tokens" "fresh 16 1 128" "fresh 64 1 128")
 
@@ -58,10 +49,10 @@ for mode in off lookup draft; do
   "$bdir/bin/umad" --model "$target" --socket "$out/umad.sock" --n-ctx "$ctx" --max-sessions 64 --http "127.0.0.1:$port" \
     "${flags[@]}" 2>"$out/umad-$mode.log" &
   pid=$!
-  wait_ready
+  spec_server_ready
   if [ "$mode" = draft ]; then spec_rows "umad-$mode" "${draft_rows[@]}"; else spec_rows "umad-$mode" "${lookup_rows[@]}"; fi
   "$bdir/bin/uma-cli" -s "$out/umad.sock" metrics >"$out/umad-$mode.metrics.json" 2>/dev/null || true
-  stop
+  spec_server_stop
 done
 for spec in none ngram-simple draft-simple; do
   extra=()
@@ -70,9 +61,9 @@ for spec in none ngram-simple draft-simple; do
   "$L/llama-server" -m "$target" -ngl 999 -c "$ctx" -np 64 --host 127.0.0.1 --port "$port" --no-webui \
     --spec-type "$spec" "${extra[@]}" >"$out/llama-server-$spec.log" 2>&1 &
   pid=$!
-  wait_ready
+  spec_server_ready
   if [ "$spec" = draft-simple ]; then spec_rows "llama-server-$spec" "${draft_rows[@]}"; else spec_rows "llama-server-$spec" "${lookup_rows[@]}"; fi
-  stop
+  spec_server_stop
 done
 echo "GPU: $(cat "$out/gpu.txt")"
 python3 bench/spec_table.py "$out/rows.txt"

@@ -28,17 +28,8 @@ target=$bdir/models/8b-oracle-q4_0.gguf
 read -r -a modes <<<"${UMA_AB_MODES:-off lookup off lookup off lookup}"
 IFS=';' read -r -a rows <<<"${UMA_AB_ROWS:-fresh 16 1 128;fresh 64 1 128}"
 pid=
-wait_ready() {
-  for _ in $(seq 1800); do
-    python3 -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('$url/health').status != 200)" >/dev/null 2>&1 && return 0
-    kill -0 "$pid" 2>/dev/null || { echo "server exited" >&2; return 1; }
-    sleep 0.1
-  done
-  echo "server did not come up" >&2; return 1
-}
-stop() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }; }
-trap stop EXIT
 . bench/spec_rows.sh
+trap spec_server_stop EXIT
 : >"$out/rows.txt"
 i=0
 for mode in "${modes[@]}"; do
@@ -53,9 +44,9 @@ for mode in "${modes[@]}"; do
   "$bdir/bin/umad" --model "$target" --socket "$out/umad.sock" --n-ctx "$ctx" --max-sessions 64 --http "127.0.0.1:$port" \
     "${flags[@]}" 2>"$out/umad-$i-$name.log" &
   pid=$!
-  wait_ready
+  spec_server_ready
   spec_rows "umad-$i-$name" "${rows[@]}"
-  stop
+  spec_server_stop
   pid=
 done
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo unknown)"
