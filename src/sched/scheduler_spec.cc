@@ -156,8 +156,10 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     const double t0 = in.tick_ms(0), t = plan_ms(dp) + passes * pass_ms;
     // Where every decoding stream drafts, the same K for all is one pass (at 16 streams copying on
     // an H200 the plan's 71 rows, 4 or 5 a stream, were ten passes, and speculation never ran;
-    // with it, 1.22x). Not from 32 streams: at 64 copying on the H200 the one run read 0.93x
-    // where declining read 0.96-0.98x (docs/BENCHMARKS.md, session 36), not yet traced.
+    // with it, 1.22x). Not yet from 32 streams (spec_uniform_streams_below): traced at 64 copying
+    // on an H200, its verifying ticks paid (6.8 tok/ms against 4.7 plain) until the guard's
+    // lower-arm trial held them at 63 rows (declined_under_cap mends that; docs/BENCHMARKS.md,
+    // session 39), and the row has not been measured with the mend.
     DraftPlan uniform;
     if (!one_pass && who.size() == batch_.decoded.size() && who.size() < config_.spec_uniform_streams_below) uniform = plan_uniform_drafts(in);
     bool took_uniform = false;
