@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "chat/chat_templates.h"
 #include "publish/agent_heartbeat.h"
@@ -49,6 +50,16 @@ std::string advertised_host(const std::string& url, const std::string& fallback)
 // The last line of defence: each front end turns what its handlers throw into an error for that
 // one connection (net/stream_server.h, its exception boundary); anything that still escapes a handler is logged
 // and counted, and the loop runs on (Asio allows run() again after a handler threw).
+// Startup work that decodes (the draft model's warm-up, the calibration) runs on a thread of its
+// own that then ends: llama.cpp's OpenMP keeps a team of compute threads for each caller, and one
+// left on the main thread (which goes on to run the I/O loop) slowed every later decode on a 2-core
+// machine: one stream 29 against 58 tok/s after the calibration, a one-row decode 10.7 against
+// 7.7 ms after the draft's warm-up (15.9 ms with OMP_WAIT_POLICY=passive: OpenMP's waiting).
+template <typename F>
+void off_the_main_thread(F&& work) {
+  std::thread(std::forward<F>(work)).join();
+}
+
 void run_io(boost::asio::io_context& io, uma::ServerMetrics& metrics) {
   for (;;) {
     try {
@@ -173,11 +184,7 @@ int main(int argc, char** argv) {
     dc.n_seq_max = runtime->n_seq_max();
     dc.n_threads = cfg.runtime.n_threads;
     dc.n_gpu_layers = cfg.runtime.n_gpu_layers;
-    // On a thread of its own that then ends, as the calibration below: the draft's warm-up decodes
-    // on the main thread left OpenMP a team there, and on a 2-core machine the target's one-row
-    // decode went from 7.7 to 10.7 ms with the draft model loaded and never called (OpenMP's
-    // waiting: 15.9 ms with OMP_WAIT_POLICY=passive).
-    std::thread([&] { draft = DraftModel::open(dc, model_vocab(runtime->model()), &st); }).join();
+    off_the_main_thread([&] { draft = DraftModel::open(dc, model_vocab(runtime->model()), &st); });
     if (!draft) {
       spdlog::error("{}", st.to_string());
       return 1;
@@ -186,12 +193,9 @@ int main(int argc, char** argv) {
     spdlog::info("draft model: {} ({})", cfg.draft_model, draft->describe());
   }
   if (cfg.agent_calibrate_ms > 0) {
-    // Before the compute thread starts (it owns the scheduler from then on) and an agent's first beat,
-    // on a thread of its own that then ends: the main thread goes on to run the I/O loop, and
-    // llama.cpp's compute threads for a caller that stays (OpenMP's team of the main thread)
-    // halved every later decode's speed on a 2-core machine (one stream: 29 against 58 tok/s).
+    // Before the compute thread starts (it owns the scheduler from then on) and an agent's first beat.
     Status cal;
-    std::thread([&] { cal = scheduler.calibrate(cfg.agent_calibrate_ms); }).join();
+    off_the_main_thread([&] { cal = scheduler.calibrate(cfg.agent_calibrate_ms); });
     if (!cal.ok()) spdlog::warn("calibration: {} (the cost model learns from the first requests)", cal.to_string());
     const auto c = scheduler.cost_model().coefficients();  // ms, ms per GB, ms per GFLOP (dense, attention)
     auto rate = [](double ms_per_giga) { return ms_per_giga > 0 ? 1e3 / ms_per_giga : 0.0; };
