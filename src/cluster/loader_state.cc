@@ -132,4 +132,16 @@ Migration choose_migration(const std::vector<LoaderState>& loaders, const std::s
   return best;
 }
 
+std::vector<std::string> migration_for_queued_load(
+    const LoaderState& l, const std::string& model, std::uint64_t bytes,
+    const std::function<bool(const std::string& model, const std::string& loader)>& served_elsewhere) {
+  const LoaderModel* queued = l.model(model);
+  if (queued == nullptr || queued->state != "queued") return {};
+  // A queued load holds no budget yet (held_bytes leaves it out): the room it needs is the
+  // question choose_migration answers for a model on the loader's disk.
+  LoaderState as_if_cold = l;
+  std::erase_if(as_if_cold.models, [&](const LoaderModel& m) { return m.name == model; });
+  return choose_migration({as_if_cold}, model, bytes, served_elsewhere).models;
+}
+
 }  // namespace uma::cluster

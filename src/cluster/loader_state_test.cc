@@ -110,5 +110,32 @@ TEST(LoaderState, LiveMigrationMovesTheFewestBytesOfModelsServedElsewhere) {
   EXPECT_EQ(choose_migration({idle}, "cold", 2, everywhere).loader, -1);
 }
 
+// The choice was made on a view a beat behind a stream: the load waits queued at a loader whose
+// budget a model in use holds. Its streams move (once the view shows it queued there), unless
+// the room is coming anyway or they cannot resume elsewhere.
+TEST(LoaderState, AQueuedLoadWaitingForAModelInUseMovesItsStreams) {
+  LoaderState l = loader("c", {{"busy", "loaded", 3, true}, {"cold", "queued"}});
+  l.budget_bytes = 4;
+  l.held_bytes = 3;
+  l.idle_bytes = 0;
+  const auto everywhere = [](const std::string&, const std::string&) { return true; };
+  EXPECT_EQ(migration_for_queued_load(l, "cold", 3, everywhere), (std::vector<std::string>{"busy"}));
+  const auto nowhere = [](const std::string&, const std::string&) { return false; };
+  EXPECT_TRUE(migration_for_queued_load(l, "cold", 3, nowhere).empty()) << "streams that cannot resume elsewhere stay";
+  EXPECT_TRUE(migration_for_queued_load(l, "cold", 1, everywhere).empty()) << "room enough: it goes in";
+  LoaderState idle = l;
+  idle.models[0].in_use = false;
+  idle.idle_bytes = 3;
+  EXPECT_TRUE(migration_for_queued_load(idle, "cold", 3, everywhere).empty()) << "an idle model leaves on its own";
+  for (const char* state : {"filling", "starting", "loaded", "nvme"}) {
+    LoaderState s = l;
+    s.models[1].state = state;
+    EXPECT_TRUE(migration_for_queued_load(s, "cold", 3, everywhere).empty()) << state << ": not waiting for room";
+  }
+  LoaderState lagging = l;
+  lagging.models.pop_back();
+  EXPECT_TRUE(migration_for_queued_load(lagging, "cold", 3, everywhere).empty()) << "the view does not show it queued yet";
+}
+
 }  // namespace
 }  // namespace uma::cluster

@@ -1,6 +1,7 @@
 #include "gateway/cold_loads.h"
 
 #include <boost/asio/post.hpp>
+#include <algorithm>
 #include <random>
 #include <spdlog/spdlog.h>
 
@@ -54,6 +55,7 @@ struct ColdLoads::Model {
   std::chrono::steady_clock::time_point started_at{};
   double predicted_s = 0;
   std::string loader;  // where ours runs
+  bool moved_streams = false;  // this load's live migration ran (once a load)
   std::uint64_t bytes = 0;
   std::string last_error;
 };
@@ -151,17 +153,13 @@ void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t by
     static thread_local std::mt19937_64 rng{std::random_device{}()};
     at = room[options_.policy == LoadPolicy::kRoundRobin ? cursor_++ % room.size() : rng() % room.size()];
   }
+  m.moved_streams = false;
   if (at < 0 && options_.live_migration && served_elsewhere_ && move_streams_) {
     const cluster::Migration mg = cluster::choose_migration(m.loaders, model, bytes, served_elsewhere_);
     if (mg.loader >= 0) {
       // Its load waits at the loader for the room those models leave once their streams are gone.
-      counters_.migrations++;
       at = mg.loader;
-      std::string moved;
-      for (const std::string& x : mg.models) moved += (moved.empty() ? "" : ", ") + x;
-      spdlog::info("live migration: moving the streams of {} off {} to make room for {}", moved,
-                   m.loaders[static_cast<std::size_t>(at)].id, model);
-      move_streams_(m.loaders[static_cast<std::size_t>(at)].id, mg.models);
+      migrate(m, model, m.loaders[static_cast<std::size_t>(at)].id, mg.models);
     }
   }
   if (at < 0) {
@@ -173,6 +171,26 @@ void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t by
   }
   m.attempt.lock_result(true, std::chrono::steady_clock::now(), options_.retry);
   start_load(model, m.loaders[static_cast<std::size_t>(at)], bytes);
+}
+
+void ColdLoads::migrate(Model& m, const std::string& model, const std::string& loader, const std::vector<std::string>& models) {
+  counters_.migrations++;
+  m.moved_streams = true;
+  std::string moved;
+  for (const std::string& x : models) moved += (moved.empty() ? "" : ", ") + x;
+  spdlog::info("live migration: moving the streams of {} off {} to make room for {}", moved, loader, model);
+  move_streams_(loader, models);
+}
+
+void ColdLoads::make_room_for_queued(const std::vector<cluster::LoaderState>& loaders) {
+  if (!options_.live_migration || !served_elsewhere_ || !move_streams_) return;
+  for (auto& [model, m] : models_) {
+    if (!m->call || m->moved_streams || m->loader.empty()) continue;
+    const auto l = std::find_if(loaders.begin(), loaders.end(), [&](const cluster::LoaderState& x) { return x.id == m->loader; });
+    if (l == loaders.end()) continue;
+    const std::vector<std::string> models = cluster::migration_for_queued_load(*l, model, m->bytes, served_elsewhere_);
+    if (!models.empty()) migrate(*m, model, l->id, models);
+  }
 }
 
 std::string ColdLoads::loader_request(const std::string& host, const std::string& path, const std::string& body) const {

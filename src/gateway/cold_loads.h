@@ -77,6 +77,10 @@ class ColdLoads {
   }
   // A request waits for `model`: see that someone loads it (`loaders`: the gateway's latest view).
   void ensure(const std::string& model, const std::vector<cluster::LoaderState>& loaders);
+  // Each load of this gateway's that `loaders` (its latest view) shows queued at its loader behind
+  // models in use (chosen on a view a beat older than a stream that came since): their streams
+  // move off it, once a load, as a migration at the choice would have moved them.
+  void make_room_for_queued(const std::vector<cluster::LoaderState>& loaders);
   // `loaders` as this gateway knows them: each with the models this gateway had loaded there within
   // a lock time added (loaders' beats lag their loads by about a second).
   std::vector<cluster::LoaderState> with_own_loads(std::vector<cluster::LoaderState> loaders) const;
@@ -96,6 +100,7 @@ class ColdLoads {
   void on_redis(Task task);  // runs `task` on the Redis thread
   void locked(const std::string& model, bool acquired, std::uint64_t bytes, const Status& st);
   void start_load(const std::string& model, const cluster::LoaderState& to, std::uint64_t bytes);
+  void migrate(Model& m, const std::string& model, const std::string& loader, const std::vector<std::string>& models);
   void finished(const std::string& model, const Status& st);
   void prefetched(std::uint64_t id, const std::string& what, const Status& st);
   void renew(const std::string& model);

@@ -107,6 +107,7 @@ void GatewayServer::sweep() {
   const auto now = SteadyClock::now();
   for (Proxy* p : waiting_.room_expired(now, std::chrono::milliseconds(config_.queue_timeout_ms))) p->queue_expired();
   if (cold_loads_ != nullptr) {
+    cold_loads_->make_room_for_queued(agents_.loaders());
     const std::vector<cluster::LoaderState> loaders = cold_loads_->with_own_loads(agents_.loaders());
     for (const FanOut::Prefetch& f : fan_out_.due(loaders, now)) {
       const auto l = std::find_if(loaders.begin(), loaders.end(), [&](const cluster::LoaderState& x) { return x.id == f.loader; });
