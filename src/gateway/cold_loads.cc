@@ -55,7 +55,6 @@ struct ColdLoads::Model {
   std::chrono::steady_clock::time_point started_at{};
   double predicted_s = 0;
   std::string loader;  // where ours runs
-  bool moved_streams = false;  // this load's live migration ran (once a load)
   std::uint64_t bytes = 0;
   std::string last_error;
 };
@@ -153,13 +152,12 @@ void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t by
     static thread_local std::mt19937_64 rng{std::random_device{}()};
     at = room[options_.policy == LoadPolicy::kRoundRobin ? cursor_++ % room.size() : rng() % room.size()];
   }
-  m.moved_streams = false;
   if (at < 0 && options_.live_migration && served_elsewhere_ && move_streams_) {
     const cluster::Migration mg = cluster::choose_migration(m.loaders, model, bytes, served_elsewhere_);
     if (mg.loader >= 0) {
       // Its load waits at the loader for the room those models leave once their streams are gone.
       at = mg.loader;
-      migrate(m, model, m.loaders[static_cast<std::size_t>(at)].id, mg.models);
+      migrate(m.loaders[static_cast<std::size_t>(at)].id, model, mg.models);
     }
   }
   if (at < 0) {
@@ -173,23 +171,25 @@ void ColdLoads::locked(const std::string& model, bool acquired, std::uint64_t by
   start_load(model, m.loaders[static_cast<std::size_t>(at)], bytes);
 }
 
-void ColdLoads::migrate(Model& m, const std::string& model, const std::string& loader, const std::vector<std::string>& models) {
+void ColdLoads::migrate(const std::string& loader, const std::string& model, const std::vector<std::string>& models) {
+  const std::size_t moved = move_streams_(loader, models);
+  if (moved == 0) return;  // none of this gateway's there (any more): nothing to count
   counters_.migrations++;
-  m.moved_streams = true;
-  std::string moved;
-  for (const std::string& x : models) moved += (moved.empty() ? "" : ", ") + x;
-  spdlog::info("live migration: moving the streams of {} off {} to make room for {}", moved, loader, model);
-  move_streams_(loader, models);
+  std::string names;
+  for (const std::string& x : models) names += (names.empty() ? "" : ", ") + x;
+  spdlog::info("live migration: moved {} streams of {} off {} to make room for {}", moved, names, loader, model);
 }
 
 void ColdLoads::make_room_for_queued(const std::vector<cluster::LoaderState>& loaders) {
   if (!options_.live_migration || !served_elsewhere_ || !move_streams_) return;
-  for (auto& [model, m] : models_) {
-    if (!m->call || m->moved_streams || m->loader.empty()) continue;
-    const auto l = std::find_if(loaders.begin(), loaders.end(), [&](const cluster::LoaderState& x) { return x.id == m->loader; });
-    if (l == loaders.end()) continue;
-    const std::vector<std::string> models = cluster::migration_for_queued_load(*l, model, m->bytes, served_elsewhere_);
-    if (!models.empty()) migrate(*m, model, l->id, models);
+  // Every sweep: streams moved once are elsewhere by the next (none to move again, however long
+  // the view shows the model in use there), and one routed there since goes too.
+  for (const cluster::LoaderState& l : loaders) {
+    for (const cluster::LoaderModel& x : l.models) {
+      if (x.state != "queued") continue;
+      const std::vector<std::string> models = cluster::migration_for_queued_load(l, x.name, x.bytes, served_elsewhere_);
+      if (!models.empty()) migrate(l.id, x.name, models);
+    }
   }
 }
 

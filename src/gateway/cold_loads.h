@@ -54,7 +54,7 @@ struct ColdLoadCounters {
   std::uint64_t succeeded = 0;
   std::uint64_t failed = 0;
   std::uint64_t lock_busy = 0;  // another gateway held the lock
-  std::uint64_t migrations = 0;         // loads that made room by moving streams (live migration)
+  std::uint64_t migrations = 0;         // times this gateway moved streams for a load (live migration)
   std::uint64_t prefetches = 0;         // prefetches asked of loaders (gateway/fan_out.h)
   std::uint64_t prefetch_failures = 0;  // refused, or the loader could not be reached
 };
@@ -70,16 +70,18 @@ class ColdLoads {
   // has in use, and moving this gateway's streams of models off a loader (the gateway's proxies
   // resume them elsewhere). Set by the gateway; unset: no migration.
   using ServedElsewhere = std::function<bool(const std::string& model, const std::string& loader)>;
-  using MoveStreams = std::function<void(const std::string& loader, const std::vector<std::string>& models)>;
+  // MoveStreams answers how many of this gateway's streams it moved.
+  using MoveStreams = std::function<std::size_t(const std::string& loader, const std::vector<std::string>& models)>;
   void set_migration(ServedElsewhere served_elsewhere, MoveStreams move_streams) {
     served_elsewhere_ = std::move(served_elsewhere);
     move_streams_ = std::move(move_streams);
   }
   // A request waits for `model`: see that someone loads it (`loaders`: the gateway's latest view).
   void ensure(const std::string& model, const std::vector<cluster::LoaderState>& loaders);
-  // Each load of this gateway's that `loaders` (its latest view) shows queued at its loader behind
-  // models in use (chosen on a view a beat older than a stream that came since): their streams
-  // move off it, once a load, as a migration at the choice would have moved them.
+  // Each load that `loaders` (this gateway's latest view) shows queued at a loader behind models in
+  // use: this gateway's streams of them move off it. Whichever gateway chose it: one chosen on a
+  // view a beat older than a stream that came since, or one whose room another gateway's streams
+  // hold (the choosing gateway moved only its own).
   void make_room_for_queued(const std::vector<cluster::LoaderState>& loaders);
   // `loaders` as this gateway knows them: each with the models this gateway had loaded there within
   // a lock time added (loaders' beats lag their loads by about a second).
@@ -100,7 +102,8 @@ class ColdLoads {
   void on_redis(Task task);  // runs `task` on the Redis thread
   void locked(const std::string& model, bool acquired, std::uint64_t bytes, const Status& st);
   void start_load(const std::string& model, const cluster::LoaderState& to, std::uint64_t bytes);
-  void migrate(Model& m, const std::string& model, const std::string& loader, const std::vector<std::string>& models);
+  // Moves this gateway's streams of `models` off `loader` for `model`'s load (counted where any did).
+  void migrate(const std::string& loader, const std::string& model, const std::vector<std::string>& models);
   void finished(const std::string& model, const Status& st);
   void prefetched(std::uint64_t id, const std::string& what, const Status& st);
   void renew(const std::string& model);

@@ -35,7 +35,7 @@ std::string GatewayServer::metrics_text() {
     prom::metric(out, "uma_gw_model_loads_failed_total", "Loads this gateway asked for that failed.", static_cast<double>(c.failed));
     prom::metric(out, "uma_gw_model_load_lock_busy_total", "Times another gateway held a model's load lock.",
                  static_cast<double>(c.lock_busy));
-    prom::metric(out, "uma_gw_migrations_total", "Loads that made room by moving streams of models served elsewhere too.",
+    prom::metric(out, "uma_gw_migrations_total", "Times this gateway moved its streams of models served elsewhere too off a loader, to make room for a load.",
                  static_cast<double>(c.migrations));
     prom::metric(out, "uma_gw_migrated_total", "Requests moved to another agent for such a load (resumed token-exactly).",
                  static_cast<double>(m.migrated_total));

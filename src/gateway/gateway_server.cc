@@ -72,7 +72,9 @@ GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDi
           return agents_.serving(model, cluster::loaded_model_agent_id(loader, model)) > 0;
         },
         [this](const std::string& loader, const std::vector<std::string>& models) {
-          for (const std::string& m : models) move_streams(cluster::loaded_model_agent_id(loader, m), "room for a load on " + loader);
+          std::size_t moved = 0;
+          for (const std::string& m : models) moved += move_streams(cluster::loaded_model_agent_id(loader, m), "room for a load on " + loader);
+          return moved;
         });
   }
 }

@@ -404,12 +404,15 @@ std::string stream_model(int port, const std::string& model, const std::string& 
   return text;
 }
 
-// `view_first`: the cold request comes once the gateway's view shows both loaders' model in use
-// (the choice itself moves the streams); else at once, on a view a beat behind the streams (the
+// How the request for the cold model comes: once the gateway's view shows both loaders' model in
+// use (the choice itself moves the streams); at once, on a view a beat behind the streams (the
 // load is sent where the view shows room, queues there behind the model in use, and the streams
-// move once the view shows it queued). Which of the two a run takes is timing: both must move
-// the streams exactly once.
-void live_migration_makes_room(bool view_first) {
+// move once the view shows it queued); or through another gateway than the streams' (it has no
+// streams to move: the streams' gateway moves them once its view shows the load queued).
+// Which way the choice goes is timing: the streams must move exactly once either way.
+enum class ColdAsked { kOnceTheViewShowsTheStreams, kAtOnce, kThroughAnotherGateway };
+
+void live_migration_makes_room(ColdAsked asked) {
   Catalog cat;
   ASSERT_TRUE(cat.up({"busy", "cold"}));
   const std::string second_store = cat.store_dir + "-2";
@@ -422,8 +425,17 @@ void live_migration_makes_room(bool view_first) {
   for (const Agent* x : {&a, &c}) ASSERT_EQ(load(x->port(), "busy", {{"stream", false}}).back().value("state", ""), "loaded");
   Gateway g(cat.redis.address(), {"--policy", "round-robin"});  // the streams spread over both
   ASSERT_TRUE(g.started()) << g.log();
-  ASSERT_TRUE(wait_for([&] { return gw_metric(g, "uma_gw_loaders") == 2 && gw_metric(g, "uma_gw_agents_live") == 2; },
-                       std::chrono::seconds(10))) << g.log();
+  std::unique_ptr<Gateway> other;
+  if (asked == ColdAsked::kThroughAnotherGateway) {
+    other = std::make_unique<Gateway>(cat.redis.address());
+    ASSERT_TRUE(other->started()) << other->log();
+  }
+  for (const Gateway* x : {&g, other.get()}) {
+    if (x == nullptr) continue;
+    ASSERT_TRUE(wait_for([&] { return gw_metric(*x, "uma_gw_loaders") == 2 && gw_metric(*x, "uma_gw_agents_live") == 2; },
+                         std::chrono::seconds(10))) << x->log();
+  }
+  const Gateway& asker = other ? *other : g;
   const auto busy_in_gateways_view = [&](const Agent& x) {
     return gw_metric(g, "uma_gw_loader_busy_bytes{loader=\"127.0.0.1:" + std::to_string(x.port()) + "\"}") > 0;
   };
@@ -439,18 +451,21 @@ void live_migration_makes_room(bool view_first) {
   ASSERT_TRUE(wait_for([&] { return in_use(a) && in_use(c); }, std::chrono::seconds(10))) << "both busy: " << model_row(a.port(), "busy").dump() << " "
                                                                                         << model_row(c.port(), "busy").dump() << "\n"
                                                                                         << g.log();
-  if (view_first) {
+  if (asked == ColdAsked::kOnceTheViewShowsTheStreams) {
     ASSERT_TRUE(wait_for([&] { return busy_in_gateways_view(a) && busy_in_gateways_view(c); }, std::chrono::seconds(10)))
         << g.log();
   }
-  const auto asked = std::chrono::steady_clock::now();
-  const std::string cold = stream_model(g.port(), "cold", "hello world", 12);
-  const auto served_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked).count();
-  EXPECT_EQ(cold, oracle().expected_text("hello world", 12)) << g.log();
+  const auto asked_at = std::chrono::steady_clock::now();
+  const std::string cold = stream_model(asker.port(), "cold", "hello world", 12);
+  const auto served_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked_at).count();
+  EXPECT_EQ(cold, oracle().expected_text("hello world", 12)) << g.log() << asker.log();
   const auto streams_done = std::chrono::steady_clock::now();
   for (auto& s : streams) s.wait();
   std::printf("cold model served in %lld ms with live migration (%s); the busy model's streams went on %lld ms after\n",
-              static_cast<long long>(served_ms), view_first ? "asked once the view showed the streams" : "asked at once",
+              static_cast<long long>(served_ms),
+              asked == ColdAsked::kOnceTheViewShowsTheStreams ? "asked once the view showed the streams"
+              : asked == ColdAsked::kAtOnce                   ? "asked at once"
+                                                              : "asked through another gateway",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - streams_done).count()));
   for (std::size_t i = 0; i < streams.size(); ++i) {
     EXPECT_EQ(streams[i].get(), oracle().expected_text(prompts[i], 1500)) << "stream " << i << " stayed exact\n" << g.log();
@@ -459,6 +474,10 @@ void live_migration_makes_room(bool view_first) {
   EXPECT_GE(gw_metric(g, "uma_gw_migrated_total"), 1);
   EXPECT_EQ(gw_metric(g, "uma_gw_resumes_total"), gw_metric(g, "uma_gw_migrated_total"));
   EXPECT_EQ(gw_metric(g, "uma_gw_failed_total"), 0);
+  if (other) {
+    EXPECT_EQ(gw_metric(*other, "uma_gw_migrations_total"), 0) << "it had no streams to move\n" << other->log();
+    EXPECT_EQ(gw_metric(*other, "uma_gw_failed_total"), 0);
+  }
   const double room_unloads =
       prometheus_value(body_of(request(a.port(), "GET", "/metrics", "")), "uma_agent_unloads_total{reason=\"room\"}") +
       prometheus_value(body_of(request(c.port(), "GET", "/metrics", "")), "uma_agent_unloads_total{reason=\"room\"}");
@@ -466,11 +485,15 @@ void live_migration_makes_room(bool view_first) {
 }
 
 TEST(AgentCluster, LiveMigrationMovesStreamsOffALoaderToMakeRoomForAColdModelAndEveryStreamStaysExact) {
-  live_migration_makes_room(true);
+  live_migration_makes_room(ColdAsked::kOnceTheViewShowsTheStreams);
 }
 
 TEST(AgentCluster, ALoadSentOnAViewBehindTheStreamsQueuesAndTheStreamsMoveOffItsLoader) {
-  live_migration_makes_room(false);
+  live_migration_makes_room(ColdAsked::kAtOnce);
+}
+
+TEST(AgentCluster, AnotherGatewaysLoadQueuedBehindTheStreamsMovesThemOff) {
+  live_migration_makes_room(ColdAsked::kThroughAnotherGateway);
 }
 
 // Fan-out: a model asked for often enough is prefetched to the loader that lacks it (from the
