@@ -81,10 +81,11 @@ struct Migration {
 };
 Migration choose_migration(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes,
                            const std::function<bool(const std::string& model, const std::string& loader)>& served_elsewhere);
-// A load of `model` already queued at `l` whose room models in use hold: the choice was made on a
-// view a beat behind a stream that reached `l` since (loaders beat once a second). The models to
-// move off `l` (as choose_migration would), or none when it is not queued there, its room is
-// coming (idle models leave on their own), or what holds it cannot resume elsewhere.
+// A load of `model` already queued at `l` whose room models in use hold (it was chosen on a view a
+// beat behind a stream that reached `l` since, loaders beating once a second; or another gateway's
+// streams hold the room). The models to move off `l` (as choose_migration would), or none when it
+// is not queued there, its room is coming (idle models leave on their own), or what holds it
+// cannot resume elsewhere.
 std::vector<std::string> migration_for_queued_load(
     const LoaderState& l, const std::string& model, std::uint64_t bytes,
     const std::function<bool(const std::string& model, const std::string& loader)>& served_elsewhere);
