@@ -12,6 +12,10 @@
 # the libraries and tools in unity batches (UMA_UNITY, CMakeLists.txt says why); an existing build/
 # keeps its setting (-DUMA_UNITY=OFF there for quick incremental builds). The sanitizer stages
 # build only what the tests run (test_targets).
+# Stages and load (scripts/test_stage.sh): UMA_TEST_STAGES="plain asan tsan fuzz" picks stages (the plain
+# build is always made: the others use its tools), UMA_TEST_REGEX / UMA_TEST_REPEAT pick and repeat
+# tests, UMA_TEST_CONTEND=1 runs every test stage beside one busy loop per core. Each stage's time
+# and its 20 slowest tests are printed, and a test stage fails if it left a process or a temp folder behind.
 # UMA_GPU=cuda: llama.cpp with CUDA, the project in build-cuda/, unit + end-to-end tests with every
 # layer on the GPU; stages 3-5 test the project's own code, backend-independent, and are left to CI
 # there (UMA_SKIP_*=0 asks for them). UMA_BUNDLE=DIR: set up offline (scripts/setup.sh).
@@ -21,10 +25,16 @@ cd "$root"
 jobs=${UMA_JOBS:-$(nproc)}
 # ccache hits across checkouts (a fresh clone elsewhere reuses this machine's cache).
 export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
-step() { printf '\n== %s\n' "$*"; }
+. scripts/test_stage.sh
+trap 'contend_stop; print_stage_times' EXIT
+want() { [[ " ${UMA_TEST_STAGES:-plain asan tsan fuzz} " == *" $1 "* ]]; }
+want asan || UMA_SKIP_SANITIZERS=1
+want tsan || UMA_SKIP_TSAN=1
+want fuzz || UMA_SKIP_FUZZ=1
 
-step "setup"
+stage_begin "setup"
 scripts/setup.sh
+stage_end
 
 bdir=build${UMA_GPU:+-$UMA_GPU}
 if [ -n "${UMA_GPU:-}" ]; then
@@ -42,26 +52,33 @@ test_targets=(uma_unit_tests uma_e2e_tests store_remote_test umad uma-gw uma-age
 unity=()
 [ -f "$bdir/CMakeCache.txt" ] || unity=(-DUMA_UNITY=ON)
 
-step "build ($bdir/)"
+stage_begin "build ($bdir/)"
 cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=ON "${unity[@]}" >/dev/null
 cmake --build "$bdir" -j "$jobs"
+stage_end
 
-step "tests ($bdir/)"
-ctest --test-dir "$bdir" -j "$jobs" --output-on-failure --timeout 600 "${skip[@]}"
+if want plain; then
+  stage_begin "tests ($bdir/)"
+  run_ctest "$bdir" -j "$jobs" --timeout 600 "${skip[@]}"
+  stage_end
+fi
 
 if [ "${UMA_SKIP_SANITIZERS:-0}" != "1" ]; then
-  step "build (build-asan/: AddressSanitizer + UBSan)"
+  stage_begin "build (build-asan/: AddressSanitizer + UBSan)"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DUMA_SANITIZE=ON -DUMA_BUILD_TESTS=ON -DUMA_UNITY=ON >/dev/null
   cmake --build build-asan -j "$jobs" --target "${test_targets[@]}"
-  step "tests (build-asan/)"
+  stage_end
+  stage_begin "tests (build-asan/)"
   UMA_SKIP_RSS=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 900
+    run_ctest build-asan -j "$jobs" --timeout 900
+  stage_end
 fi
 if [ "${UMA_SKIP_TSAN:-0}" != "1" ]; then
-  step "build (build-tsan/: ThreadSanitizer)"
+  stage_begin "build (build-tsan/: ThreadSanitizer)"
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_TSAN=ON -DUMA_BUILD_TESTS=ON -DUMA_UNITY=ON >/dev/null
   cmake --build build-tsan -j "$jobs" --target "${test_targets[@]}"
-  step "tests (build-tsan/)"
+  stage_end
+  stage_begin "tests (build-tsan/)"
   # halt_on_error: a race report ends the process (a daemon's death fails its test), never a warning.
   # ignore_noninstrumented_modules: interceptors (memcpy, strlen, read, ...) called from code not
   # built with TSan (llama.cpp, ggml, libgomp, libstdc++) check no memory; their synchronisation
@@ -74,10 +91,11 @@ if [ "${UMA_SKIP_TSAN:-0}" != "1" ]; then
   # in place; the bytes are deterministic) and leaves the two MkModel tests to the other stages.
   UMA_MKMODEL=build/bin/uma-mkmodel UMA_MODELS_DIR=build-tsan/models scripts/make_test_models.sh >/dev/null
   UMA_SKIP_RSS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$root/scripts/tsan.supp" \
-    ctest --test-dir build-tsan -j "$jobs" --output-on-failure --timeout 900 -E '^MkModel\.'
+    run_ctest build-tsan -j "$jobs" --timeout 900 -E '^MkModel\.'
+  stage_end
 fi
 if [ "${UMA_SKIP_FUZZ:-0}" != "1" ]; then
-  step "fuzz (build-fuzz/: libFuzzer, ${UMA_FUZZ_SECONDS:-60} s each: wire frames + JSON requests; HTTP parser + routing + OpenAI requests)"
+  stage_begin "fuzz (build-fuzz/: libFuzzer, ${UMA_FUZZ_SECONDS:-60} s each: wire frames + JSON requests; HTTP parser + routing + OpenAI requests)"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_FUZZ=ON \
     -DUMA_BUILD_TESTS=OFF -DUMA_UNITY=ON >/dev/null
   cmake --build build-fuzz -j "$jobs" --target uma-fuzz-wire uma-fuzz-http
@@ -94,12 +112,15 @@ if [ "${UMA_SKIP_FUZZ:-0}" != "1" ]; then
     if ls "$corpus"/crash-* >/dev/null 2>&1; then echo "uma-fuzz-$target found a crash: $corpus"; return 1; fi
     rm -rf "$corpus" "$corpus.log"
   }
+  contend_start
   fuzz_one wire >build-fuzz/wire.out 2>&1 & wire_pid=$!
   fuzz_one http >build-fuzz/http.out 2>&1 & http_pid=$!
   fuzz_failed=0
   wait "$wire_pid" || fuzz_failed=1
   wait "$http_pid" || fuzz_failed=1
+  contend_stop
   cat build-fuzz/wire.out build-fuzz/http.out
   [ "$fuzz_failed" = 0 ] || exit 1
+  stage_end
 fi
-step "all tests passed"
+printf '\n== all tests passed\n'

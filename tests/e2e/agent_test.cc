@@ -2,30 +2,41 @@
 // umad per loaded model (oracle models under several ids, served from the agent's NVMe tier), the
 // management API over HTTP. Loads on demand with progress, exact streams on one model while another
 // loads and unloads, unloads by keep_alive and for room (least recently used, never one in use),
-// a load that cannot fit, a crashed model, and the cluster key.
+// a load that cannot fit, a crashed model, and the cluster key. Whatever must be in use while
+// something else happens is held in use by the test (HeldStream), never by a stream's speed.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "cluster/loader_state.h"
 #include "cluster/model_catalog.h"
 #include "e2e/cluster_harness.h"
+#include "e2e/held_stream.h"
 #include "e2e/http_client.h"
 #include "e2e/nginx_harness.h"
 #include "e2e/oracle.h"
 #include "e2e/redis_harness.h"
+#include "httpkit/http_wire.h"
 
 namespace uma::test {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+// A server-side wait (a load queued for room, a request waiting for its model) as long as the hang guard.
+const std::string kAgentGuardMs = std::to_string(std::chrono::milliseconds(kHangGuard).count());
+// Two held streams (kHeldStreamTokens) fit one umad's context.
+const char* const kUmadFlags[] = {"--", "--threads", "1", "--max-tokens", "20000", "--n-ctx", "49152", "--max-sessions", "4"};
 
 class Agent {
  public:
@@ -37,7 +48,7 @@ class Agent {
     std::vector<std::string> argv = {bin_path("uma-agent"), "--listen", "127.0.0.1:0", "--redis", redis,
                                      "--store-dir", store_dir, "--run-dir", run_dir_};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    for (const char* a : {"--", "--threads", "1", "--max-tokens", "4000", "--n-ctx", "8192", "--max-sessions", "4"}) argv.emplace_back(a);
+    argv.insert(argv.end(), std::begin(kUmadFlags), std::end(kUmadFlags));
     pid_ = spawn_process(argv, log_path_);
     port_ = port_from_log(log_path_, "agent listening on 127.0.0.1:", &pid_);
   }
@@ -64,15 +75,15 @@ class Agent {
   int port_ = -1;
 };
 
-std::string request(int port, const std::string& method, const std::string& path, const std::string& body,
-                    const std::string& key = "") {
-  Tcp t(port);
+std::string http_request(const std::string& method, const std::string& path, const std::string& body, const std::string& key) {
   const std::string auth = key.empty() ? "" : "Authorization: Bearer " + key + "\r\n";
-  if (!t.send(method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + auth +
-              "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body)) {
-    return "";
-  }
-  return t.response(std::chrono::seconds(60));
+  return method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + auth + "Content-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+std::string request(int port, const std::string& method, const std::string& path, const std::string& body, const std::string& key = "") {
+  Tcp t(port);
+  return t.send(http_request(method, path, body, key)) ? t.response() : "";
 }
 
 // A streamed /load: every event, the last one the end.
@@ -109,16 +120,14 @@ json model_row(int port, const std::string& id) {
 }
 
 std::string state_of(int port, const std::string& id) { return model_row(port, id).value("state", "absent"); }
+bool model_in_use(int port, const std::string& id) { return model_row(port, id).value("in_use", false); }
+bool model_gone(int port, const std::string& id) {
+  const std::string state = state_of(port, id);
+  return state != "loaded" && state != "unloading";
+}
 
 std::string complete_model(int port, const std::string& model, const std::string& prompt, int n, const std::string& key = "") {
-  Tcp t(port);
-  const std::string body = json({{"model", model}, {"prompt", prompt}, {"max_tokens", n}}).dump();
-  const std::string auth = key.empty() ? "" : "Authorization: Bearer " + key + "\r\n";
-  if (!t.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + auth + "Content-Type: application/json\r\nContent-Length: " +
-              std::to_string(body.size()) + "\r\n\r\n" + body)) {
-    return "no connection";
-  }
-  const std::string r = t.response(std::chrono::seconds(60));
+  const std::string r = request(port, "POST", "/v1/completions", json({{"model", model}, {"prompt", prompt}, {"max_tokens", n}}).dump(), key);
   const json j = json::parse(body_of(r), nullptr, false);
   if (status_of(r) != 200 || j.is_discarded() || !j.contains("choices")) return r;
   return j["choices"][0].value("text", r);
@@ -135,7 +144,7 @@ struct Catalog {
     fs::create_directories(store_dir);
     cluster::RedisAddress addr;
     if (!cluster::parse_redis_address(redis.address(), &addr)) return false;
-    cluster::RedisClient rc(addr, std::chrono::milliseconds(2000));
+    cluster::RedisClient rc(addr, kHangGuard);
     for (const std::string& id : ids) {
       store::Manifest m;
       if (!store::build_manifest(model_path("oracle.gguf"), id, 1 << 20, 2, &m).ok()) return false;
@@ -145,6 +154,8 @@ struct Catalog {
     }
     return true;
   }
+  // An agent's --models-mb with room for one model, not two.
+  std::string one_model_mb() const { return std::to_string((bytes >> 20) + 16); }
   static inline int counter = 0;
 };
 
@@ -180,33 +191,35 @@ TEST(Agent, LoadsOnDemandWithProgressAndServesOneModelExactlyWhileAnotherLoadsAn
   // A second load of a loaded model answers at once with the same place.
   EXPECT_EQ(port_of(load(agent.port(), "oracle-a").back()), a);
 
-  // A long stream on A while B loads, serves and unloads.
-  auto long_a = std::async(std::launch::async, [a] { return complete(a, "hello world", 1500); });
-  ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "oracle-a").value("in_use", false); }, std::chrono::seconds(10)));
+  // A stream on A, held all the while B loads, serves and unloads.
+  HeldStream long_a(a, "", "hello world");
+  ASSERT_TRUE(eventually([&] { return long_a.tokens() > 0 && model_in_use(agent.port(), "oracle-a"); }, "A's stream under way"))
+      << agent.log();
   const json b_loaded = load(agent.port(), "oracle-b", {{"stream", false}}).back();
   ASSERT_EQ(b_loaded.value("state", ""), "loaded") << b_loaded.dump() << agent.log();
   EXPECT_EQ(complete(port_of(b_loaded), "one two three", 12), oracle().expected_text("one two three", 12));
   // Its umad says "idle" once the request's slot is free, which may come after the client has its
   // answer (seen under TSan): an unload asked before that drains (202) instead.
-  ASSERT_TRUE(wait_for([&] { return !model_row(agent.port(), "oracle-b").value("in_use", true); }, std::chrono::seconds(10)));
+  ASSERT_TRUE(eventually([&] { return !model_in_use(agent.port(), "oracle-b"); }, "B idle after its request"));
   const std::string unloaded = request(agent.port(), "POST", "/unload", R"({"model":"oracle-b"})");
   EXPECT_EQ(status_of(unloaded), 200) << unloaded;
   EXPECT_NE(body_of(unloaded).find("\"unloaded\""), std::string::npos) << unloaded;
   EXPECT_NE(state_of(agent.port(), "oracle-b"), "loaded");
-  // A was in use when B's load began (asserted above); whether it outlasted B's whole life depends
-  // on the machine (on an H200 its 1500 tokens ended first), so it is said, not asserted.
-  std::printf("A's stream %s B's load, request and unload\n",
-              model_row(agent.port(), "oracle-a").value("in_use", false) ? "outlasted" : "ended within");
-  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 1500));
+  ASSERT_FALSE(long_a.ended()) << "A's stream outlasts B's whole life";
+  long_a.close();
+  EXPECT_TRUE(long_a.exact());
 
-  // An unload of a model in use drains: it goes once its request ends.
-  auto again = std::async(std::launch::async, [a] { return complete(a, "hello world", 1500); });
-  ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "oracle-a").value("in_use", false); }, std::chrono::seconds(10)));
+  // An unload of a model in use drains: it serves its stream on, and goes once its request ends.
+  HeldStream again(a, "", "hello world");
+  ASSERT_TRUE(eventually([&] { return again.tokens() > 0 && model_in_use(agent.port(), "oracle-a"); }, "A's next stream under way"));
   const std::string draining = request(agent.port(), "POST", "/unload", R"({"model":"oracle-a"})");
   EXPECT_EQ(status_of(draining), 202) << draining;
-  EXPECT_EQ(again.get(), oracle().expected_text("hello world", 1500)) << "a draining model finishes its stream";
-  EXPECT_TRUE(wait_for([&] { return state_of(agent.port(), "oracle-a") != "loaded" && state_of(agent.port(), "oracle-a") != "unloading"; },
-                       std::chrono::seconds(20)));
+  const std::size_t at_unload = again.tokens();
+  EXPECT_TRUE(eventually([&] { return again.tokens() >= at_unload + 16; }, "A's stream going on while it drains"));
+  EXPECT_EQ(state_of(agent.port(), "oracle-a"), "loaded") << "not gone while its request runs";
+  again.close();
+  EXPECT_TRUE(again.exact()) << "a draining model serves its stream exactly";
+  EXPECT_TRUE(eventually([&] { return model_gone(agent.port(), "oracle-a"); }, "A unloaded once its request ended")) << agent.log();
 
   // Bad requests are typed errors; an unknown model is a 404.
   EXPECT_EQ(status_of(request(agent.port(), "POST", "/load", R"({"model":"no-such"})")), 200) << "streamed: the error is an event";
@@ -238,25 +251,32 @@ TEST(Agent, IdleModelsGoByKeepAliveAndForRoomLeastRecentlyUsedFirstButNeverOneIn
   EXPECT_EQ(state_of(agent.port(), "m-c"), "loaded");
   EXPECT_EQ(prometheus_value(body_of(http_get(agent.port(), "/metrics")), "uma_agent_unloads_total{reason=\"room\"}"), 1);
 
-  // A in use (and used longer ago than C): D takes C's room, never A's.
-  auto long_a = std::async(std::launch::async, [pa] { return complete(pa, "hello world", 1500); });
-  ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "m-a").value("in_use", false); }, std::chrono::seconds(10)));
-  ASSERT_GT(port_of(loaded("m-d")), 0) << agent.log();
+  // A in use (and used longer ago than C) all the while: D takes C's room, never A's.
+  HeldStream long_a(pa, "", "hello world");
+  ASSERT_TRUE(eventually([&] { return long_a.tokens() > 0 && model_in_use(agent.port(), "m-a"); }, "A's stream under way"));
+  const int pd = port_of(loaded("m-d"));
+  ASSERT_GT(pd, 0) << agent.log();
   EXPECT_EQ(state_of(agent.port(), "m-a"), "loaded");
   EXPECT_NE(state_of(agent.port(), "m-c"), "loaded");
-  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 1500));
+  ASSERT_FALSE(long_a.ended()) << "A was in use throughout D's load";
   EXPECT_EQ(prometheus_value(body_of(http_get(agent.port(), "/metrics")), "uma_agent_unload_refusals_total"), 0)
       << "the policy never asked a model in use";
 
-  // keep_alive from the load: D goes once idle that long; A (never) stays.
+  // keep_alive from the load: D goes once idle that long; A (never) stays. D is given it while in
+  // use (an idle D could be gone before its row is read), and goes once its stream ends.
+  HeldStream on_d(pd, "", "one two three");
+  ASSERT_TRUE(eventually([&] { return on_d.tokens() > 0 && model_in_use(agent.port(), "m-d"); }, "D's stream under way"));
   const json d = load(agent.port(), "m-d", {{"keep_alive", "300ms"}}).back();
   ASSERT_EQ(d.value("state", ""), "loaded");
   EXPECT_EQ(model_row(agent.port(), "m-d")["keep_alive"], 300);
-  const auto took = wait_for([&] { return state_of(agent.port(), "m-d") != "loaded" && state_of(agent.port(), "m-d") != "unloading"; },
-                             std::chrono::seconds(20));
-  ASSERT_TRUE(took.has_value()) << agent.log();
+  EXPECT_EQ(state_of(agent.port(), "m-d"), "loaded") << "in use: its keep_alive does not run";
+  on_d.close();
+  EXPECT_TRUE(on_d.exact());
+  ASSERT_TRUE(eventually([&] { return model_gone(agent.port(), "m-d"); }, "D unloaded by its keep_alive")) << agent.log();
   EXPECT_EQ(state_of(agent.port(), "m-a"), "loaded");
   EXPECT_EQ(prometheus_value(body_of(http_get(agent.port(), "/metrics")), "uma_agent_unloads_total{reason=\"keep_alive\"}"), 1);
+  long_a.close();
+  EXPECT_TRUE(long_a.exact());
   EXPECT_EQ(agent.stop(), 0) << agent.log();
 }
 
@@ -264,19 +284,23 @@ TEST(Agent, ALoadThatCannotFitIsRefusedAndACrashedModelCanBeLoadedAgain) {
   Catalog cat;
   ASSERT_TRUE(cat.up({"x-a", "x-b"}));
   const std::string budget_mb = std::to_string((cat.bytes * 3 / 2) >> 20);  // one model
-  // The refusal comes after the queue timeout, while A still generates (1500 tokens: under a
-  // second on an H100, so the timeout is short).
+  // The refusal comes after the queue timeout (short: nothing else needs it), while A is held in use.
   Agent agent(cat.redis.address(), cat.store_dir, {"--models-mb", budget_mb, "--queue-timeout-ms", "100"});
   ASSERT_GT(agent.port(), 0) << agent.log();
   const int pa = port_of(load(agent.port(), "x-a").back());
   ASSERT_GT(pa, 0) << agent.log();
-  auto long_a = std::async(std::launch::async, [pa] { return complete(pa, "hello world", 1500); });
-  ASSERT_TRUE(wait_for([&] { return model_row(agent.port(), "x-a").value("in_use", false); }, std::chrono::seconds(10)));
-  const std::string refused = request(agent.port(), "POST", "/load", R"({"model":"x-b","stream":false})");
-  EXPECT_EQ(status_of(refused), 503) << refused;
-  EXPECT_NE(body_of(refused).find("in use"), std::string::npos) << refused;
-  EXPECT_EQ(long_a.get(), oracle().expected_text("hello world", 1500));
+  {
+    HeldStream long_a(pa, "", "hello world");
+    ASSERT_TRUE(eventually([&] { return long_a.tokens() > 0 && model_in_use(agent.port(), "x-a"); }, "A's stream under way"));
+    const std::string refused = request(agent.port(), "POST", "/load", R"({"model":"x-b","stream":false})");
+    EXPECT_EQ(status_of(refused), 503) << refused;
+    EXPECT_NE(body_of(refused).find("in use"), std::string::npos) << refused;
+    EXPECT_FALSE(long_a.ended()) << "A was in use throughout B's wait";
+    long_a.close();
+    EXPECT_TRUE(long_a.exact());
+  }
   // Now A is idle: B takes its room.
+  ASSERT_TRUE(eventually([&] { return !model_in_use(agent.port(), "x-a"); }, "A idle once its client left"));
   const int pb = port_of(load(agent.port(), "x-b").back());
   ASSERT_GT(pb, 0) << agent.log();
   EXPECT_NE(state_of(agent.port(), "x-a"), "loaded");
@@ -284,7 +308,7 @@ TEST(Agent, ALoadThatCannotFitIsRefusedAndACrashedModelCanBeLoadedAgain) {
   const pid_t pid = model_row(agent.port(), "x-b")["pid"].get<pid_t>();
   ASSERT_GT(pid, 0);
   ::kill(pid, SIGKILL);
-  ASSERT_TRUE(wait_for([&] { return state_of(agent.port(), "x-b") != "loaded"; }, std::chrono::seconds(10)));
+  ASSERT_TRUE(eventually([&] { return state_of(agent.port(), "x-b") != "loaded"; }, "B's crash seen"));
   EXPECT_EQ(prometheus_value(body_of(http_get(agent.port(), "/metrics")), "uma_agent_model_crashes_total"), 1);
   const int pb2 = port_of(load(agent.port(), "x-b").back());
   ASSERT_GT(pb2, 0) << agent.log();
@@ -322,27 +346,29 @@ TEST(Agent, NothingButHealthIsServedWithoutTheClusterKeyOnTheAgentOrItsModels) {
   EXPECT_EQ(agent.stop(), 0) << agent.log();
 }
 
-}  // namespace
-}  // namespace uma::test
-
-namespace uma::test {
-namespace {
-
 // Two gateways, eight requests for a model no agent serves: one lock, one load on the agent, and
 // every request served exactly once it is up (the gateways pass the cluster's key to the model's
-// umad, which takes nothing without it); an unknown model is still a 404.
+// umad, which takes nothing without it); an unknown model is still a 404. The agent's room is held
+// by another model in use until all eight wait (the gate the test opens): none can find it served.
 TEST(AgentCluster, TwoGatewaysOneLockOneLoadAndEveryRequestForTheColdModelServedExactly) {
   Catalog cat;
-  ASSERT_TRUE(cat.up({"cold-1"}));
+  ASSERT_TRUE(cat.up({"cold-1", "holder"}));
   const std::string key_file = temp_dir() + "/cluster-key";
   std::ofstream(key_file) << "cluster-secret\n";
-  Agent agent(cat.redis.address(), cat.store_dir, {"--cluster", "--api-key-file", key_file});
+  Agent agent(cat.redis.address(), cat.store_dir,
+              {"--cluster", "--api-key-file", key_file, "--models-mb", cat.one_model_mb(), "--queue-timeout-ms", kAgentGuardMs});
   ASSERT_GT(agent.port(), 0) << agent.log();
-  Gateway g1(cat.redis.address(), {"--agent-key-file", key_file});
-  Gateway g2(cat.redis.address(), {"--agent-key-file", key_file});
+  const json holder = load(agent.port(), "holder", {{"stream", false}}, "cluster-secret").back();
+  ASSERT_EQ(holder.value("state", ""), "loaded") << holder.dump() << agent.log();
+  HeldStream held(port_of(holder), "holder", "hello world", "cluster-secret");
+  // Requests wait for the model, and its lock lives, a hang guard: the lock is read below however slowly the replies came.
+  const std::vector<std::string> gw_flags = {"--agent-key-file", key_file, "--queue-timeout-ms", kAgentGuardMs, "--load-lock-ms", kAgentGuardMs};
+  Gateway g1(cat.redis.address(), gw_flags), g2(cat.redis.address(), gw_flags);
   ASSERT_TRUE(g1.started() && g2.started()) << g1.log() << g2.log();
+  const std::string busy_bytes = "uma_gw_loader_busy_bytes{loader=\"127.0.0.1:" + std::to_string(agent.port()) + "\"}";
   for (const Gateway* g : {&g1, &g2}) {
-    ASSERT_TRUE(wait_for([&] { return gw_metric(*g, "uma_gw_loaders") == 1; }, std::chrono::seconds(10))) << g->log();
+    const auto held_in_view = [&] { return held.tokens() > 0 && gw_metric(*g, "uma_gw_loaders") == 1 && gw_metric(*g, busy_bytes) > 0; };
+    ASSERT_TRUE(eventually(held_in_view, "a gateway's view: the loader, its room held in use")) << g->log();
   }
   std::vector<std::future<std::string>> replies;
   const std::vector<std::string> prompts = {"hello world", "one two three", "the quick brown fox", "a b c d"};
@@ -351,11 +377,17 @@ TEST(AgentCluster, TwoGatewaysOneLockOneLoadAndEveryRequestForTheColdModelServed
       replies.push_back(std::async(std::launch::async, [port = g->port(), p] { return complete_model(port, "cold-1", p, 12); }));
     }
   }
+  ASSERT_TRUE(eventually([&] { return gw_metric(g1, "uma_gw_awaiting_model") + gw_metric(g2, "uma_gw_awaiting_model") == 8; },
+                         "all eight requests waiting for the cold model"))
+      << g1.log() << g2.log();
+  EXPECT_FALSE(held.ended()) << "the holder was in use until now";
+  held.close();  // its model goes idle: its room is the cold model's
   for (std::size_t i = 0; i < replies.size(); ++i) {
     EXPECT_EQ(replies[i].get(), oracle().expected_text(prompts[i % prompts.size()], 12)) << g1.log() << g2.log() << agent.log();
   }
-  EXPECT_EQ(prometheus_value(body_of(request(agent.port(), "GET", "/metrics", "", "cluster-secret")), "uma_agent_loads_total"), 1)
-      << agent.log();
+  EXPECT_TRUE(held.exact());
+  EXPECT_EQ(prometheus_value(body_of(request(agent.port(), "GET", "/metrics", "", "cluster-secret")), "uma_agent_loads_total"), 2)
+      << "the holder's, then the cold model's once\n" << agent.log();
   EXPECT_EQ(gw_metric(g1, "uma_gw_model_loads_started_total") + gw_metric(g2, "uma_gw_model_loads_started_total"), 1);
   EXPECT_EQ(gw_metric(g1, "uma_gw_awaited_model_total") + gw_metric(g2, "uma_gw_awaited_model_total"), 8);
   EXPECT_EQ(gw_metric(g1, "uma_gw_failed_total") + gw_metric(g2, "uma_gw_failed_total"), 0);
@@ -363,18 +395,19 @@ TEST(AgentCluster, TwoGatewaysOneLockOneLoadAndEveryRequestForTheColdModelServed
   const std::string direct = request(agent.port(), "GET", "/models", "", "cluster-secret");
   const json rows = json::parse(body_of(direct), nullptr, false);
   ASSERT_TRUE(rows.contains("models")) << direct;
+  ASSERT_EQ(rows["models"][0].value("model", ""), "cold-1") << direct;
   EXPECT_EQ(status_of(complete_model(port_of(rows["models"][0]), "cold-1", "hello world", 3)), 401);
   // The lock outlives the load by one lock time, marked done (gateways whose views lag wait for
   // the model rather than load it again), then lapses; the model is served without a wait.
   cluster::RedisAddress addr;
   ASSERT_TRUE(cluster::parse_redis_address(cat.redis.address(), &addr));
-  cluster::RedisClient rc(addr, std::chrono::milliseconds(1000));
+  cluster::RedisClient rc(addr, kHangGuard);
   cluster::RedisReply lock, ttl;
   ASSERT_TRUE(rc.command({"GET", cluster::load_lock_key("cold-1")}, &lock).ok());
   EXPECT_EQ(lock.str.rfind("loaded-by-gw-", 0), 0u) << lock.str;
   ASSERT_TRUE(rc.command({"PTTL", cluster::load_lock_key("cold-1")}, &ttl).ok());
   EXPECT_GT(ttl.integer, 0);
-  EXPECT_LE(ttl.integer, 10000);
+  EXPECT_LE(ttl.integer, std::chrono::milliseconds(kHangGuard).count());
   EXPECT_EQ(complete_model(g1.port(), "cold-1", "hello world", 5), oracle().expected_text("hello world", 5));
   EXPECT_EQ(gw_metric(g1, "uma_gw_awaited_model_total") + gw_metric(g2, "uma_gw_awaited_model_total"), 8);
   const std::string unknown = complete_model(g2.port(), "no-such-model", "hello", 4);
@@ -382,33 +415,14 @@ TEST(AgentCluster, TwoGatewaysOneLockOneLoadAndEveryRequestForTheColdModelServed
   EXPECT_EQ(agent.stop(), 0) << agent.log();
 }
 
-// Live migration: both loaders' budgets are held by one model with streams in flight, a request
-// comes for a cold model: the gateway moves its streams off one loader (resumed token-exactly on
-// the other, which serves the same model), and the cold model loads in the room they leave.
-std::string stream_model(int port, const std::string& model, const std::string& prompt, int n) {
-  Tcp t(port);
-  const std::string body = json({{"model", model}, {"prompt", prompt}, {"max_tokens", n}, {"stream", true}}).dump();
-  if (!t.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
-              std::to_string(body.size()) + "\r\n\r\n" + body)) {
-    return "no connection";
-  }
-  const std::string r = t.response(std::chrono::seconds(120));
-  const std::string sse = dechunk(body_of(r));
-  std::string text;
-  for (std::size_t at = sse.find("data: "); at != std::string::npos; at = sse.find("data: ", at + 1)) {
-    const json j = json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6), nullptr, false);
-    if (j.is_discarded()) continue;
-    if (j.contains("error")) return "ERROR " + j.dump();
-    if (j.contains("choices") && !j["choices"].empty()) text += j["choices"][0].value("text", "");
-  }
-  return text;
-}
-
-// How the request for the cold model comes: once the gateway's view shows both loaders' model in
-// use (the choice itself moves the streams); at once, on a view a beat behind the streams (the
-// load is sent where the view shows room, queues there behind the model in use, and the streams
-// move once the view shows it queued); or through another gateway than the streams' (it has no
-// streams to move: the streams' gateway moves them once its view shows the load queued).
+// Live migration: both loaders' budgets are held by one model with streams in flight (held: the
+// cold model cannot load until they move), a request comes for a cold model: the gateway moves its
+// streams off one loader (resumed token-exactly on the other, which serves the same model), and the
+// cold model loads in the room they leave. The request comes once the gateway's view shows both
+// loaders' model in use (the choice itself moves the streams); at once, on a view a beat behind the
+// streams (the load is sent where the view shows room, queues there behind the model in use, and
+// the streams move once the view shows it queued); or through another gateway than the streams'
+// (it has none to move: the streams' gateway moves them once its view shows the load queued).
 // Which way the choice goes is timing: the streams must move exactly once either way.
 enum class ColdAsked { kOnceTheViewShowsTheStreams, kAtOnce, kThroughAnotherGateway };
 
@@ -418,61 +432,57 @@ void live_migration_makes_room(ColdAsked asked) {
   const std::string second_store = cat.store_dir + "-2";
   fs::create_directories(second_store);
   for (const char* id : {"busy", "cold"}) fs::copy_file(cat.store_dir + "/" + id + ".gguf", second_store + "/" + id + ".gguf");
-  const std::string one_model_mb = std::to_string((cat.bytes >> 20) + 16);  // room for one model, not two
-  Agent a(cat.redis.address(), cat.store_dir, {"--cluster", "--models-mb", one_model_mb});
-  Agent c(cat.redis.address(), second_store, {"--cluster", "--models-mb", one_model_mb});
+  // Room for one model, not two; a load queued behind the streams waits for them to move.
+  const std::vector<std::string> loader = {"--cluster", "--models-mb", cat.one_model_mb(), "--queue-timeout-ms", kAgentGuardMs};
+  Agent a(cat.redis.address(), cat.store_dir, loader), c(cat.redis.address(), second_store, loader);
   ASSERT_TRUE(a.port() > 0 && c.port() > 0) << a.log() << c.log();
   for (const Agent* x : {&a, &c}) ASSERT_EQ(load(x->port(), "busy", {{"stream", false}}).back().value("state", ""), "loaded");
-  Gateway g(cat.redis.address(), {"--policy", "round-robin"});  // the streams spread over both
+  Gateway g(cat.redis.address(), {"--policy", "round-robin", "--queue-timeout-ms", kAgentGuardMs});  // the streams spread over both
   ASSERT_TRUE(g.started()) << g.log();
   std::unique_ptr<Gateway> other;
   if (asked == ColdAsked::kThroughAnotherGateway) {
-    other = std::make_unique<Gateway>(cat.redis.address());
+    other = std::make_unique<Gateway>(cat.redis.address(), std::vector<std::string>{"--queue-timeout-ms", kAgentGuardMs});
     ASSERT_TRUE(other->started()) << other->log();
   }
   for (const Gateway* x : {&g, other.get()}) {
-    if (x == nullptr) continue;
-    ASSERT_TRUE(wait_for([&] { return gw_metric(*x, "uma_gw_loaders") == 2 && gw_metric(*x, "uma_gw_agents_live") == 2; },
-                         std::chrono::seconds(10))) << x->log();
+    const auto both = [&] { return gw_metric(*x, "uma_gw_loaders") == 2 && gw_metric(*x, "uma_gw_agents_live") == 2; };
+    if (x != nullptr) {
+      ASSERT_TRUE(eventually(both, "a gateway's view: both loaders, both agents live")) << x->log();
+    }
   }
   const Gateway& asker = other ? *other : g;
-  const auto busy_in_gateways_view = [&](const Agent& x) {
-    return gw_metric(g, "uma_gw_loader_busy_bytes{loader=\"127.0.0.1:" + std::to_string(x.port()) + "\"}") > 0;
-  };
-  // Streams until both loaders have the model in use (routing spreads them; at most four).
-  std::vector<std::future<std::string>> streams;
+  const auto loader_id = [](const Agent& x) { return "127.0.0.1:" + std::to_string(x.port()); };
+  const auto busy_in_gateways_view = [&](const Agent& x) { return gw_metric(g, "uma_gw_loader_busy_bytes{loader=\"" + loader_id(x) + "\"}") > 0; };
+  const auto streams_at = [&](const Agent& x) { return gw_metric(g, "uma_gw_agent_sessions{agent=\"" + loader_id(x) + "/busy\"}"); };
+  // Streams until each loader has one (round-robin: one each; at most four).
+  std::vector<std::unique_ptr<HeldStream>> streams;
   const std::vector<std::string> prompts = {"hello world", "one two three", "the quick brown fox", "a b c d"};
-  const auto in_use = [](const Agent& x) { return model_row(x.port(), "busy").value("in_use", false); };
-  for (std::size_t i = 0; i < prompts.size() && !(in_use(a) && in_use(c)); ++i) {
-    streams.push_back(std::async(std::launch::async, [port = g.port(), p = prompts[i]] { return stream_model(port, "busy", p, 1500); }));
-    wait_for([&] { return gw_metric(g, "uma_gw_requests_total") == static_cast<double>(i + 1) && (in_use(a) || in_use(c)); },
-             std::chrono::seconds(10));
+  for (std::size_t i = 0; i < prompts.size() && !(streams_at(a) > 0 && streams_at(c) > 0); ++i) {
+    streams.push_back(std::make_unique<HeldStream>(g.port(), "busy", prompts[i]));
+    ASSERT_TRUE(eventually([&] { return streams.back()->tokens() > 0; }, "stream " + std::to_string(i) + " under way")) << g.log();
   }
-  ASSERT_TRUE(wait_for([&] { return in_use(a) && in_use(c); }, std::chrono::seconds(10))) << "both busy: " << model_row(a.port(), "busy").dump() << " "
-                                                                                        << model_row(c.port(), "busy").dump() << "\n"
-                                                                                        << g.log();
+  const auto in_use = [](const Agent& x) { return model_in_use(x.port(), "busy"); };
+  ASSERT_TRUE(eventually([&] { return in_use(a) && in_use(c); }, "both loaders' model in use"))
+      << model_row(a.port(), "busy").dump() << " " << model_row(c.port(), "busy").dump() << "\n" << g.log();
   if (asked == ColdAsked::kOnceTheViewShowsTheStreams) {
-    ASSERT_TRUE(wait_for([&] { return busy_in_gateways_view(a) && busy_in_gateways_view(c); }, std::chrono::seconds(10)))
+    ASSERT_TRUE(eventually([&] { return busy_in_gateways_view(a) && busy_in_gateways_view(c); }, "the gateway's view showing both in use"))
         << g.log();
   }
-  const auto asked_at = std::chrono::steady_clock::now();
-  const std::string cold = stream_model(asker.port(), "cold", "hello world", 12);
-  const auto served_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked_at).count();
-  EXPECT_EQ(cold, oracle().expected_text("hello world", 12)) << g.log() << asker.log();
-  const auto streams_done = std::chrono::steady_clock::now();
-  for (auto& s : streams) s.wait();
-  std::printf("cold model served in %lld ms with live migration (%s); the busy model's streams went on %lld ms after\n",
-              static_cast<long long>(served_ms),
-              asked == ColdAsked::kOnceTheViewShowsTheStreams ? "asked once the view showed the streams"
-              : asked == ColdAsked::kAtOnce                   ? "asked at once"
-                                                              : "asked through another gateway",
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - streams_done).count()));
+  for (const auto& s : streams) ASSERT_FALSE(s->ended()) << "every stream is in flight when the cold model is asked for";
+  HeldStream cold(asker.port(), "cold", "hello world", "", 12);
+  ASSERT_TRUE(eventually([&] { return cold.ended(); }, "the cold model's reply")) << g.log() << asker.log();
+  EXPECT_TRUE(cold.exact()) << g.log() << asker.log();
+  // Each stream goes on past the move (those moved, resumed elsewhere) until the test ends it.
+  const auto ended_first = std::count_if(streams.begin(), streams.end(), [](const auto& s) { return s->ended(); });
   for (std::size_t i = 0; i < streams.size(); ++i) {
-    EXPECT_EQ(streams[i].get(), oracle().expected_text(prompts[i], 1500)) << "stream " << i << " stayed exact\n" << g.log();
+    const std::size_t at = streams[i]->tokens();
+    EXPECT_TRUE(eventually([&] { return streams[i]->ended() || streams[i]->tokens() >= at + 16; }, "stream " + std::to_string(i) + " going on"));
+    streams[i]->close();
+    EXPECT_TRUE(streams[i]->exact()) << "stream " << i << " stayed exact\n" << g.log();
   }
-  EXPECT_EQ(gw_metric(g, "uma_gw_migrations_total"), 1) << g.log() << a.log() << c.log();
+  EXPECT_EQ(gw_metric(g, "uma_gw_migrations_total"), 1) << ended_first << " streams had ended by the cold reply\n" << g.log() << a.log() << c.log();
   EXPECT_GE(gw_metric(g, "uma_gw_migrated_total"), 1);
-  EXPECT_EQ(gw_metric(g, "uma_gw_resumes_total"), gw_metric(g, "uma_gw_migrated_total"));
+  EXPECT_EQ(gw_metric(g, "uma_gw_resumes_total"), gw_metric(g, "uma_gw_migrated_total")) << "every stream moved had its first tokens";
   EXPECT_EQ(gw_metric(g, "uma_gw_failed_total"), 0);
   if (other) {
     EXPECT_EQ(gw_metric(*other, "uma_gw_migrations_total"), 0) << "it had no streams to move\n" << other->log();
@@ -505,7 +515,7 @@ TEST(AgentCluster, ABusyModelIsPrefetchedToTheOtherLoadersNvmeTierFromTheRemoteT
   fs::copy_file(model_path("oracle.gguf"), fs::path(nginx.root()) / "oracle.gguf");
   RedisServer redis;
   ASSERT_TRUE(redis.start());
-  cluster::RedisClient rc(redis.cluster_address(), std::chrono::milliseconds(2000));
+  cluster::RedisClient rc(redis.cluster_address(), kHangGuard);
   store::Manifest m;
   ASSERT_TRUE(store::build_manifest(model_path("oracle.gguf"), "busy", 1 << 20, 2, &m).ok());
   ASSERT_TRUE(cluster::catalog_put(rc, m, nginx.url("oracle.gguf")).ok());
@@ -518,22 +528,19 @@ TEST(AgentCluster, ABusyModelIsPrefetchedToTheOtherLoadersNvmeTierFromTheRemoteT
   }
   Gateway g(redis.address(), {"--fan-out", "2", "--fan-out-rps", "0.2"});
   ASSERT_TRUE(g.started()) << g.log();
-  ASSERT_TRUE(wait_for([&] { return gw_metric(g, "uma_gw_loaders") == 2; }, std::chrono::seconds(10))) << g.log();
+  ASSERT_TRUE(eventually([&] { return gw_metric(g, "uma_gw_loaders") == 2; }, "both loaders in the gateway's view")) << g.log();
   // 0.2/s with the rate's 30 s half-life: about ten requests in a few seconds make it busy.
   for (int i = 0; i < 12; ++i) EXPECT_EQ(complete_model(g.port(), "busy", "hello world", 4), oracle().expected_text("hello world", 4));
   const auto row_on = [&](const Agent& a) {  // "state/tier" of the model on `a`
-    const json rows = json::parse(body_of(request(a.port(), "GET", "/models", "")), nullptr, false);
-    if (!rows.contains("models")) return std::string();
-    for (const json& r : rows["models"]) {
-      if (r["model"] == "busy") return r["state"].get<std::string>() + "/" + r["tier"].get<std::string>();
-    }
-    return std::string("none");
+    const json r = model_row(a.port(), "busy");
+    return r.value("state", "none") + "/" + r.value("tier", "");
   };
   // One agent loaded it from the remote tier; the other gets it on its NVMe tier by fan-out.
-  ASSERT_TRUE(wait_for([&] {
+  ASSERT_TRUE(eventually([&] {
     const std::string a = row_on(*agents[0]), b = row_on(*agents[1]);
     return (a.starts_with("loaded/") && b == "nvme/nvme") || (b.starts_with("loaded/") && a == "nvme/nvme");
-  }, std::chrono::seconds(20))) << row_on(*agents[0]) << " " << row_on(*agents[1]) << "\n" << g.log();
+  }, "the model loaded on one loader and prefetched to the other's NVMe tier"))
+      << row_on(*agents[0]) << " " << row_on(*agents[1]) << "\n" << g.log();
   EXPECT_EQ(gw_metric(g, "uma_gw_prefetches_total"), 1) << g.log();
   EXPECT_EQ(gw_metric(g, "uma_gw_prefetch_failures_total"), 0);
   EXPECT_EQ(gw_metric(g, "uma_gw_model_loads_started_total"), 1);

@@ -25,7 +25,6 @@
 namespace uma::test {
 namespace {
 
-using namespace std::chrono_literals;
 using cluster::RedisClient;
 using cluster::RedisReply;
 
@@ -53,8 +52,8 @@ struct Cluster {
   bool up() {
     if (!redis.start()) return false;
     daemon = std::make_unique<Daemon>(agent_args(redis, id));
-    client = std::make_unique<RedisClient>(cluster::RedisAddress{"127.0.0.1", redis.port()}, 500ms);
-    return daemon->started() && wait_for([&] { return (state = agent_state(*client, id)).has_value(); }, 10s);
+    client = std::make_unique<RedisClient>(cluster::RedisAddress{"127.0.0.1", redis.port()}, kHangGuard);
+    return daemon->started() && wait_for([&] { return (state = agent_state(*client, id)).has_value(); });
   }
   std::string id;
   RedisServer redis;
@@ -87,11 +86,11 @@ TEST(ClusterAgent, RegistersItsStateUnderATtlAndLeavesOnShutdown) {
   // Beats go on (the timestamp moves) and carry the measured rates once there was work.
   const std::int64_t ts = (*s)["ts_ms"];
   EXPECT_EQ(complete(http_port(d), "hello world", 24), oracle().expected_text("hello world", 24));
-  ASSERT_TRUE(wait_for([&] {
+  ASSERT_TRUE(eventually([&] {
     s = agent_state(c, "agent-a");
     return s && (*s)["ts_ms"].get<std::int64_t>() > ts && (*s)["decode_tok_s"].get<double>() > 0.0 &&
            (*s)["prefill_tok_s"].get<double>() > 0.0;
-  }, 10s)) << (s ? s->dump() : "no state");
+  }, "a later beat with the measured rates")) << (s ? s->dump() : "no state");
 
   EXPECT_EQ(d.stop(), 0);
   EXPECT_FALSE(agent_state(c, "agent-a").has_value()) << "a clean shutdown leaves at once, not after the TTL";
@@ -110,8 +109,8 @@ TEST(ClusterAgent, ServesThroughARedisOutageAndRegistersAgainWhenItIsBack) {
   one.redis.kill();  // Redis crashes: the agent is not on Redis's path; requests are served as before
   EXPECT_EQ(complete(http_port(d), "the river", 16), oracle().expected_text("the river", 16));
   ASSERT_TRUE(one.redis.start());  // back, empty, on the same port
-  const auto back = wait_for([&] { return (s = agent_state(c, "agent-b")).has_value(); }, 10s);
-  ASSERT_TRUE(back.has_value()) << d.log();
+  const auto back = wait_for([&] { return (s = agent_state(c, "agent-b")).has_value(); });
+  ASSERT_TRUE(back.has_value()) << "timed out waiting for the agent's state in Redis again\n" << d.log();
   EXPECT_EQ((*s)["boot_id"], boot) << "the same process: the same boot id";
   std::printf("re-registered %lld ms after Redis answered again\n", static_cast<long long>(back->count()));
   EXPECT_EQ(complete(http_port(d), "the stone", 8), oracle().expected_text("the stone", 8));
@@ -126,7 +125,7 @@ TEST(ClusterAgent, PublishesThePrefixBlocksItHoldsOnItsKvEventStream) {
   ASSERT_EQ(events.rfind("127.0.0.1:", 0), 0u) << events;
   Tcp sub(std::stoi(events.substr(events.find(':') + 1)));
   ASSERT_TRUE(sub.send("GET /kv-events HTTP/1.1\r\nHost: x\r\n\r\n"));
-  const std::string head = sub.read_until([](const std::string& b) { return b.find("\n\n", b.find("\r\n\r\n")) != std::string::npos; }, 10s);
+  const std::string head = sub.read_until([](const std::string& b) { return b.find("\n\n", b.find("\r\n\r\n")) != std::string::npos; });
   ASSERT_EQ(status_of(head), 200) << head;
   EXPECT_NE(head.find("text/event-stream"), std::string::npos);
   EXPECT_NE(head.find("Transfer-Encoding: chunked"), std::string::npos);
@@ -158,16 +157,16 @@ TEST(ClusterAgent, PublishesThePrefixBlocksItHoldsOnItsKvEventStream) {
     }
     return std::all_of(want.begin(), want.end(), [&](std::uint64_t h) { return held.count(h) != 0; });
   };
-  const std::string stream = sub.read_until(all_there, 10s);
-  EXPECT_TRUE(all_there(stream)) << stream;
+  const std::string stream = sub.read_until(all_there);
+  EXPECT_TRUE(all_there(stream)) << "the stream's blocks, within the hang guard: " << stream;
   EXPECT_NE(stream.find("\"load\""), std::string::npos);
 
   Tcp wrong(std::stoi(events.substr(events.find(':') + 1)));
   ASSERT_TRUE(wrong.send("GET /nope HTTP/1.1\r\n\r\n"));
-  EXPECT_EQ(status_of(wrong.response(5s)), 404);
+  EXPECT_EQ(status_of(wrong.response()), 404);
   // The agent stops: its stream ends (what a gateway takes as "gone").
   one.daemon->stop();
-  EXPECT_TRUE(sub.closed_by_peer(10s));
+  EXPECT_TRUE(sub.closed_by_peer(kHangGuard));
 }
 
 TEST(ClusterAgent, NoRedisAtStartIsNotFatal) {

@@ -19,7 +19,6 @@ namespace uma::test {
 namespace {
 
 using json = nlohmann::json;
-using namespace std::chrono_literals;
 
 std::string complete_as(int port, const std::string& model) {
   Tcp t(port);
@@ -41,9 +40,9 @@ TEST(ClusterCatalog, UnknownModelsAre404sWithOrWithoutACatalogWhichModelsLists) 
 
   store::Manifest m;
   ASSERT_TRUE(store::build_manifest(model_path("oracle.gguf"), "oracle-cold", 1 << 20, 2, &m).ok());
-  cluster::RedisClient rc(c.redis.cluster_address(), std::chrono::milliseconds(1000));
+  cluster::RedisClient rc(c.redis.cluster_address(), kHangGuard);
   ASSERT_TRUE(cluster::catalog_put(rc, m, "").ok());
-  ASSERT_TRUE(wait_for([&] { return http_get(port, "/v1/models").find("oracle-cold") != std::string::npos; }, 5s))
+  ASSERT_TRUE(eventually([&] { return http_get(port, "/v1/models").find("oracle-cold") != std::string::npos; }, "the catalog model listed"))
       << http_get(port, "/v1/models");
   const json models = json::parse(body_of(http_get(port, "/v1/models")));
   std::vector<std::string> ids;
@@ -85,7 +84,7 @@ TEST(ClusterCatalog, EachModelIsTokenizedWithItsOwnVocabularyLoadedFromTheCatalo
   RedisServer redis;
   ASSERT_TRUE(redis.start());
   const cluster::RedisAddress addr = redis.cluster_address();
-  cluster::RedisClient rc(addr, std::chrono::milliseconds(1000));
+  cluster::RedisClient rc(addr, kHangGuard);
   put_model(rc, "oracle.gguf", "plain");
   put_model(rc, "oracle-qwen25-template.gguf", "qwen");
   put_model(rc, "tiny-nobos-f16.gguf", "nobos");
@@ -162,7 +161,7 @@ TEST(ClusterCatalog, EachModelIsTokenizedWithItsOwnVocabularyLoadedFromTheCatalo
 TEST(ClusterCatalog, TheGatewayRendersChatWithTheTemplateOfTheModelAsked) {
   RedisServer redis;
   ASSERT_TRUE(redis.start());
-  cluster::RedisClient rc(redis.cluster_address(), std::chrono::milliseconds(1000));
+  cluster::RedisClient rc(redis.cluster_address(), kHangGuard);
   put_model(rc, "oracle-qwen25-template.gguf", "qwen");
   put_model(rc, "oracle.gguf", "plain");
   Daemon agent({"--http", "127.0.0.1:0", "--agent", "--redis", redis.address(), "--alias", "qwen"},
@@ -170,7 +169,8 @@ TEST(ClusterCatalog, TheGatewayRendersChatWithTheTemplateOfTheModelAsked) {
   ASSERT_TRUE(agent.started()) << agent.log();
   Gateway gw(redis.address(), {"--model", "", "--chat-template", ""});  // no vocabulary but the catalog's
   ASSERT_TRUE(gw.started()) << gw.log();
-  ASSERT_TRUE(wait_for([&] { return json::parse(body_of(http_get(gw.port(), "/health")), nullptr, false).value("live", 0) == 1; }, 20s))
+  ASSERT_TRUE(eventually([&] { return json::parse(body_of(http_get(gw.port(), "/health")), nullptr, false).value("live", 0) == 1; },
+                         "the agent live in the gateway's view"))
       << gw.log();
 
   const auto chat = [](int port, const std::string& model) {

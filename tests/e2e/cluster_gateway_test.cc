@@ -2,8 +2,10 @@
 // model and uma-gw gateways. Exact outputs through a gateway (raw HTTP and the OpenAI Node SDK),
 // failover (a killed agent, a hung one, a request that fails before its first byte, an agent dying
 // mid-stream: resumed exactly), two gateways sending a shared prefix to the agent that holds
-// it, and clients that leave while their prompts are tokenized. Under load (Redis down 30 s, a full cluster, 100 concurrent requests): cluster_load_test.cc. Times are printed, not asserted beyond what proves
-// the mechanism (timing targets live in bench/cluster.sh).
+// it, and clients that leave while their prompts are tokenized. Under load (Redis down 30 s, a full
+// cluster, 100 concurrent requests): cluster_load_test.cc. Times are printed, never asserted: which
+// mechanism took an agent out of routing is read from the gateway's log (timing targets live in
+// bench/cluster.sh).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -25,7 +27,6 @@
 namespace uma::test {
 namespace {
 
-using namespace std::chrono_literals;
 using json = nlohmann::json;
 
 // The streamed text of one SSE completion body (chunked), "ERROR ..." at an error event.
@@ -124,27 +125,49 @@ TEST(ClusterGateway, AgentsRunTheGatewaysTokensWhichAreTheirOwn) {
   EXPECT_EQ(prometheus_value(body_of(http_get(agent, "/metrics")), "uma_gateway_tokens_total") - before, 2.0);
 }
 
+// The gateway's log line saying agent `id` went out of routing, the first past byte `from` ("" if none).
+std::string out_of_routing(const Gateway& g, const std::string& id, std::size_t from) {
+  const std::string log = g.log();
+  const std::size_t down = log.find("agent " + id + ": event stream down (", from), gone = log.find("agent " + id + ": gone from the cluster view", from);
+  if (down == std::string::npos && gone == std::string::npos) return "";
+  if (down < gone) return log.substr(down, log.find('\n', down) - down);
+  return log.substr(gone, log.find('\n', gone) - gone);
+}
+
 TEST(ClusterGateway, AKilledAgentIsDroppedAtOnceAndItsStreamResumesExactlyElsewhere) {
   LocalCluster c;
-  ASSERT_TRUE(c.up(3, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  // A stream far longer than the test's steps (the test leaves once it has seen enough of it).
+  const int n = 12000;
+  ASSERT_TRUE(c.up(3, 1, {"--n-ctx", "16384"})) << (c.gateways.empty() ? "" : c.gateways[0]->log());
   const Gateway& g = *c.gateways[0];
   const std::string prompt = "the river";
-  const int n = 400;
+  ASSERT_EQ(oracle().expected_pieces(prompt, n).size(), static_cast<std::size_t>(n)) << "the oracle's continuation ends early";
   Tcp t(g.port());
   ASSERT_TRUE(t.send(post("/v1/completions", json({{"prompt", prompt}, {"max_tokens", n}, {"stream", true}}).dump())));
-  t.read_until([](const std::string& b) { return data_events(b) >= 60; }, 30s);
+  t.read_until([](const std::string& b) { return data_events(b) >= 60; });
   const int victim = busy_agent(c);
-  ASSERT_GE(victim, 0);
+  ASSERT_GE(victim, 0) << "no agent with the stream in flight";
+  ASSERT_EQ(response_length(t.buffered()), std::string::npos) << "the stream is in flight when its agent is killed";
+  const std::size_t log_at = g.log().size();
+  // Reads what came, while the test waits (a client that stops reading is dropped, not resumed).
+  const auto reading = [&] { t.closed_by_peer(std::chrono::milliseconds(20)); };
   ::kill(c.agents[static_cast<std::size_t>(victim)]->pid(), SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
-  const auto detected = wait_for([&] { return live_agents(g) == 2; }, 10s);
-  ASSERT_TRUE(detected.has_value()) << g.log();
+  ASSERT_TRUE(eventually([&] { reading(); return live_agents(g) == 2; }, "the killed agent out of routing")) << g.log();
   std::printf("killed agent out of routing after %lld ms\n", static_cast<long long>(
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - killed).count()));
-  // Its stream's break says so, well before its heartbeat's key could expire (3 s).
-  EXPECT_LT(*detected, 2500ms);
-  const std::string r = t.response(60s);
-  EXPECT_EQ(stream_text(dechunk(body_of(r))), oracle().expected_text(prompt, n)) << g.log();
+  // Its stream's break says so, before its heartbeat's key could expire (3 s) take it from the view.
+  const std::string why = out_of_routing(g, "127.0.0.1:" + std::to_string(c.agent_port(static_cast<std::size_t>(victim))), log_at);
+  EXPECT_NE(why.find("event stream down"), std::string::npos) << why << "\n" << g.log();
+  EXPECT_EQ(why.find("silent"), std::string::npos) << why;
+  // The stream goes on elsewhere, exact across the resume.
+  ASSERT_TRUE(eventually([&] { reading(); return gw_metric(g, "uma_gw_resumes_total") == 1; }, "the stream resumed mid-stream")) << g.log();
+  const std::size_t at = data_events(t.buffered());
+  const std::string r = t.read_until([&](const std::string& b) { return data_events(b) >= at + 100; });
+  const std::string text = stream_text(dechunk(body_of(r)));
+  EXPECT_GE(data_events(r), at + 100) << "tokens after the resume";
+  EXPECT_EQ(text, oracle().expected_text(prompt, n).substr(0, text.size())) << g.log();
+  t.close();
   EXPECT_EQ(gw_metric(g, "uma_gw_resumes_total"), 1);
   // Nothing new goes to it: no request needs a retry.
   for (int i = 0; i < 6; ++i) EXPECT_EQ(complete(g.port(), "hello world", 8), oracle().expected_text("hello world", 8));
@@ -158,12 +181,15 @@ TEST(ClusterGateway, AHungAgentIsDroppedWhenItsBeatStopsAndNothingIsSentToIt) {
   ASSERT_TRUE(c.up(3, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
   const Gateway& g = *c.gateways[0];
   const pid_t hung = c.agents[1]->pid();
+  const std::size_t log_at = g.log().size();
   ::kill(hung, SIGSTOP);
-  const auto detected = wait_for([&] { return live_agents(g) == 2; }, 15s);
+  const auto detected = wait_for([&] { return live_agents(g) == 2; });
   ::kill(hung, SIGCONT);  // (after the measurement: the agent comes back as a fresh stream)
-  ASSERT_TRUE(detected.has_value()) << g.log();
+  ASSERT_TRUE(detected.has_value()) << "timed out waiting for the hung agent to leave routing\n" << g.log();
   std::printf("hung agent out of routing after %lld ms\n", static_cast<long long>(detected->count()));
-  EXPECT_GE(*detected, 1000ms) << "its stream stays open: only its silence can say";
+  const std::string why = out_of_routing(g, "127.0.0.1:" + std::to_string(c.agent_port(1)), log_at);
+  EXPECT_NE(why.find("silent: the agent hangs"), std::string::npos) << "its stream stays open: only its silence can say\n" << why
+                                                                     << "\n" << g.log();
   ::kill(hung, SIGSTOP);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(complete(g.port(), "hello world", 8), oracle().expected_text("hello world", 8));
   ::kill(hung, SIGCONT);
@@ -176,7 +202,7 @@ TEST(ClusterGateway, ARequestThatFailsBeforeItsFirstByteIsRetriedOnTheNextAgent)
   const Gateway& g = *c.gateways[0];
   // An agent that died a moment ago: still in Redis, its address refusing connections. It claims
   // to be the fastest, so the gateway picks it first. (Its event stream is a live agent's.)
-  cluster::RedisClient redis({"127.0.0.1", c.redis.port()}, 500ms);
+  cluster::RedisClient redis({"127.0.0.1", c.redis.port()}, kHangGuard);
   cluster::RedisReply reply;
   ASSERT_TRUE(redis.command({"GET", cluster::agent_key("127.0.0.1:" + std::to_string(c.agent_port(0)))}, &reply).ok());
   cluster::AgentState ghost;
@@ -184,10 +210,14 @@ TEST(ClusterGateway, ARequestThatFailsBeforeItsFirstByteIsRetriedOnTheNextAgent)
   ghost.id = "ghost";
   ghost.address = "http://127.0.0.1:" + std::to_string(free_loopback_port());
   ghost.prefill_tok_s = 1e9;
-  ghost.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  ASSERT_TRUE(redis.command({"SET", cluster::agent_key("ghost"), cluster::encode_agent_state(ghost), "PX", "2500"}, &reply).ok());
-  ASSERT_TRUE(redis.command({"SADD", cluster::kAgentsSet, "ghost"}, &reply).ok());
-  ASSERT_TRUE(wait_for([&] { return live_agents(g) == 3; }, 5s).has_value()) << g.log();
+  // It beats as an agent does (a view takes fresh states only) until the gateway routes to it; its
+  // link stays while its stream talks.
+  const auto beat = [&] {
+    ghost.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return redis.command({"SET", cluster::agent_key("ghost"), cluster::encode_agent_state(ghost), "PX", "3000"}, &reply).ok() &&
+           redis.command({"SADD", cluster::kAgentsSet, "ghost"}, &reply).ok();
+  };
+  ASSERT_TRUE(eventually([&] { return beat() && live_agents(g) == 3; }, "the ghost live in the gateway's view")) << g.log();
   EXPECT_EQ(complete(g.port(), "hello world", 8), oracle().expected_text("hello world", 8)) << g.log();
   EXPECT_EQ(gw_metric(g, "uma_gw_retries_total"), 1);
   Tcp t(g.port());
@@ -213,7 +243,7 @@ TEST(ClusterGateway, TwoGatewaysSendASharedPrefixToTheAgentHoldingIt) {
     }
     return false;
   };
-  ASSERT_TRUE(wait_for([&] { return holds(*c.gateways[0]) && holds(*c.gateways[1]); }, 5s).has_value());
+  ASSERT_TRUE(eventually([&] { return holds(*c.gateways[0]) && holds(*c.gateways[1]); }, "both gateways hearing of the prefix's blocks"));
   for (int i = 0; i < 6; ++i) {
     const std::string prompt = prefix + " turn" + std::to_string(i);
     EXPECT_EQ(complete(c.gateways[static_cast<std::size_t>(i % 2)]->port(), prompt, 4), oracle().expected_text(prompt, 4));
@@ -258,7 +288,7 @@ TEST(ClusterGateway, ClientsThatLeaveWhileTheirPromptsAreTokenizedLeaveNothingBe
     }
     return in_use == 0;
   };
-  EXPECT_TRUE(wait_for(nothing_held, 30s).has_value()) << g.log();
+  EXPECT_TRUE(eventually(nothing_held, "no session held by the clients that left")) << g.log();
   EXPECT_EQ(complete(g.port(), "hello world", 8), expected);
   std::printf("%.0f of 40 skipped at their tokenizer\n", gw_metric(g, "uma_gw_abandoned_total"));
   EXPECT_GE(gw_metric(g, "uma_gw_abandoned_total"), 1) << "no request was skipped: the test did not reach its case\n"

@@ -14,15 +14,6 @@
 
 namespace uma::test {
 
-std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  const auto start = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - start < timeout) {
-    if (pred()) return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a poll interval, not a synchronisation
-  }
-  return std::nullopt;
-}
-
 Gateway::Gateway(const std::string& redis_address, std::vector<std::string> extra) {
   static int counter = 0;
   log_path_ = temp_dir() + "/uma-gw-" + std::to_string(counter++) + ".log";
@@ -50,7 +41,7 @@ int port_from_log(const std::string& log_path, const std::string& marker, pid_t*
     *pid = -1;
     if (status != nullptr) *status = st;
     return true;
-  }, std::chrono::seconds(30));
+  });
   return port;
 }
 
@@ -66,7 +57,7 @@ std::string Gateway::log() const { return slurp(log_path_); }
 std::string http_get(int port, const std::string& path) {
   Tcp t(port);
   if (!t.connected() || !t.send("GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) return "";
-  return t.response(std::chrono::seconds(10));
+  return t.response(kHangGuard);
 }
 
 double prometheus_value(const std::string& page, const std::string& name) {

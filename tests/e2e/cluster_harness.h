@@ -16,9 +16,7 @@
 
 namespace uma::test {
 
-// Polls `pred` until it holds or `timeout` passes: the time it took, or nullopt.
-std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
-// The port a spawned server writes after `marker` in its log, once it does (30 s at most); -1 when
+// The port a spawned server writes after `marker` in its log, once it does (the hang guard at most); -1 when
 // it exited first (reaped: *pid becomes -1, its wait status goes to *status) or never said it.
 int port_from_log(const std::string& log_path, const std::string& marker, pid_t* pid, int* status = nullptr);
 
@@ -55,7 +53,7 @@ std::vector<double> gw_series(const Gateway& g, const std::string& name);
 struct LocalCluster {
   bool up(int agents, int gateways, std::vector<std::string> agent_extra = {}, std::vector<std::string> gateway_extra = {});
   // Every gateway routes to `n` agents (their event streams are live).
-  bool all_live(std::size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  bool all_live(std::size_t n, std::chrono::milliseconds timeout = kHangGuard);
   int agent_port(std::size_t i) const;
   RedisServer redis;
   std::vector<std::unique_ptr<Daemon>> agents;

@@ -7,6 +7,7 @@
 
 #include "publish/agent_heartbeat.h"
 #include "gateway/cluster_view.h"
+#include "e2e/daemon_harness.h"
 #include "e2e/redis_harness.h"
 
 namespace uma::test {
@@ -22,18 +23,19 @@ std::vector<std::string> beat(const std::string& id, std::chrono::system_clock::
   a.boot_id = "b";
   a.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count();
   a.models = {{"m.gguf", 1, "loaded", "dram"}};
-  return {"SET", agent_key(id), encode_agent_state(a), "PX", "3000"};
+  // Age is the view's to judge from ts_ms and the time it is given; the key outlives a slow test.
+  return {"SET", agent_key(id), encode_agent_state(a), "PX", std::to_string(std::chrono::milliseconds(kHangGuard).count())};
 }
 
 TEST(ClusterView, LiveAgentsOnlyAndTheLastSnapshotWhileRedisIsDown) {
   RedisServer redis;
   ASSERT_TRUE(redis.start());
-  RedisClient w({"127.0.0.1", redis.port()}, 500ms);
+  RedisClient w({"127.0.0.1", redis.port()}, kHangGuard);
   const auto now = std::chrono::system_clock::now();
   ASSERT_TRUE(w.pipeline({beat("b", now), beat("a", now), beat("old", now - 10s),
                           {"SET", agent_key("junk"), "not json"},
                           {"SADD", kAgentsSet, "a", "b", "old", "junk", "gone"}}).ok());
-  ClusterView view({"127.0.0.1", redis.port()}, 200ms, 3000ms);
+  ClusterView view({"127.0.0.1", redis.port()}, kHangGuard, 3000ms);
   EXPECT_TRUE(view.stale()) << "nothing read yet";
   ASSERT_TRUE(view.refresh(now).ok());
   ASSERT_EQ(view.agents().size(), 2u) << "'old' beat 10 s ago, 'gone' has no key, 'junk' does not decode";

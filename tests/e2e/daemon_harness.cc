@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,8 +38,12 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path, i
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    // A test process killed by ctest's timeout (no destructor runs) takes its servers with it.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) _exit(127);
     if (max_open_files > 0) {
       const rlimit lim{static_cast<rlim_t>(max_open_files), static_cast<rlim_t>(max_open_files)};
       ::setrlimit(RLIMIT_NOFILE, &lim);
@@ -53,6 +58,20 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path, i
 }
 
 }  // namespace
+
+std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& pred, std::chrono::milliseconds guard) {
+  const auto start = TestClock::now();
+  while (TestClock::now() - start < guard) {
+    if (pred()) return std::chrono::duration_cast<std::chrono::milliseconds>(TestClock::now() - start);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a poll interval, not a synchronisation
+  }
+  return std::nullopt;
+}
+
+::testing::AssertionResult eventually(const std::function<bool()>& pred, const std::string& what, std::chrono::milliseconds guard) {
+  if (wait_for(pred, guard)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "timed out after " << guard.count() / 1000.0 << " s waiting for " << what;
+}
 
 int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
   const auto deadline = TestClock::now() + timeout;
@@ -118,14 +137,15 @@ Daemon::Daemon(std::vector<std::string> args, const std::string& model, int max_
   log_path_ = temp_dir() + "/umad-" + tag + ".log";
   std::vector<std::string> argv = {bin_path("umad"), "--socket", socket_};
   if (!model.empty()) argv.insert(argv.begin() + 1, {"--model", model_path(model)});
-  // Two compute threads unless the test chooses (one is far steadier on a busy machine).
-  if (std::find(args.begin(), args.end(), "--threads") == args.end()) args.insert(args.begin(), {"--threads", "2"});
+  // One compute thread unless the test chooses: the test models need no more, and a thread pool
+  // whose threads wait for one another at every barrier stalls whenever a core is taken.
+  if (std::find(args.begin(), args.end(), "--threads") == args.end()) args.insert(args.begin(), {"--threads", "1"});
   // Tests that do not choose a protocol speak the newline one (these helpers are line-based).
   if (std::find(args.begin(), args.end(), "--protocol") == args.end()) args.insert(args.begin(), {"--protocol", "newline"});
   json_ = std::find(args.begin(), args.end(), "json") != args.end();
   argv.insert(argv.end(), args.begin(), args.end());
   pid_ = spawn(argv, log_path_, max_open_files);
-  const auto deadline = TestClock::now() + std::chrono::seconds(60);
+  const auto deadline = TestClock::now() + kHangGuard;
   while (TestClock::now() < deadline) {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -253,14 +273,15 @@ std::string fetch_metrics_json(const std::string& socket_path) {
   Status st;
   auto c = UmaClient::connect(socket_path, &st);
   WireEvent ev;
-  if (!c || !c->send_metrics_request().ok() || !c->read_event(&ev, 30000).ok()) return {};
+  const int guard_ms = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());
+  if (!c || !c->send_metrics_request().ok() || !c->read_event(&ev, guard_ms).ok()) return {};
   return ev.kind == WireEvent::Kind::kMetrics ? ev.raw : std::string();
 }
 
 std::string fetch_metrics(const std::string& socket_path) {
   Client c(socket_path);
   if (!c.connected() || !c.send("/metrics\n")) return {};
-  return c.read_line(std::chrono::seconds(10)).value_or("");
+  return c.read_line(kHangGuard).value_or("");
 }
 
 }  // namespace uma::test

@@ -4,7 +4,10 @@
 
 #include <sys/types.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +15,18 @@
 namespace uma::test {
 
 using TestClock = std::chrono::steady_clock;
+
+// How long a test waits for an event before it fails: a guard against a hang, far beyond what the
+// slowest stage (ThreadSanitizer on a machine whose cores are taken) needs, never a speed target.
+// Tests assert behaviour, not speed: a wait ends on the event it needs, not on time passing.
+inline constexpr std::chrono::seconds kHangGuard{120};
+
+// Polls `pred` (every few ms) until it holds: how long that took, or nullopt once `guard` passed.
+std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& pred, std::chrono::milliseconds guard = kHangGuard);
+// The same as a gtest assertion: ASSERT_TRUE(eventually(pred, "both agents live")) fails with
+// "timed out after 120 s waiting for both agents live".
+::testing::AssertionResult eventually(const std::function<bool()>& pred, const std::string& what,
+                                      std::chrono::milliseconds guard = kHangGuard);
 
 std::string bin_path(const std::string& name);     // build/bin/<name>
 std::string model_path(const std::string& name);   // build/models/<name>
@@ -22,7 +37,7 @@ std::string slurp(const std::string& path);        // a whole file ("" when unre
 
 class Daemon {
  public:
-  // Starts umad with --socket <tmp> plus `args` (and --threads 2 unless they say); waits until the
+  // Starts umad with --socket <tmp> plus `args` (and --threads 1 unless they say); waits until the
   // socket accepts. max_open_files > 0: the daemon runs under that RLIMIT_NOFILE. An empty `model`
   // passes no --model (the args name it: --model-id).
   explicit Daemon(std::vector<std::string> args, const std::string& model = "oracle.gguf", int max_open_files = 0);
@@ -31,7 +46,7 @@ class Daemon {
   pid_t pid() const { return pid_; }
   bool started() const { return started_; }
   // SIGTERM, then waits; returns the exit status (or -1 on timeout / abnormal end).
-  int stop(std::chrono::seconds timeout = std::chrono::seconds(20));
+  int stop(std::chrono::seconds timeout = kHangGuard);
   long rss_kib() const;  // VmRSS from /proc
   std::string log() const;
 
@@ -50,8 +65,9 @@ pid_t spawn_process(const std::vector<std::string>& argv, const std::string& out
 // -2 if it is still running.
 int wait_exit(pid_t pid, std::chrono::milliseconds timeout);
 
-// Runs a binary to completion; returns its exit status and output (stdout+stderr).
-int run_command(const std::vector<std::string>& argv, std::string* output, int timeout_sec = 60);
+// Runs a binary to completion; returns its exit status and output (stdout+stderr); -2 when it was
+// still running after the hang guard (then killed).
+int run_command(const std::vector<std::string>& argv, std::string* output, int timeout_sec = kHangGuard.count());
 
 class Client {
  public:
@@ -60,7 +76,7 @@ class Client {
   bool connected() const { return fd_ >= 0; }
   bool send(const std::string& bytes);
   // Reads until a '\n'; returns the line without it, or nullopt on timeout / EOF.
-  std::optional<std::string> read_line(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout = kHangGuard);
   // Reads whatever arrives within `timeout` (at least one byte unless it times out).
   std::string read_some(std::chrono::milliseconds timeout);
   bool wait_closed(std::chrono::milliseconds timeout);  // true once the server closed the socket

@@ -39,7 +39,7 @@ Tcp::~Tcp() { close(); }
 bool Tcp::send(const std::string& s) {
   // A peer that stops reading without closing cannot block a test forever.
   std::string error;
-  return socket_.send_all(s, BlockingClock::now() + std::chrono::seconds(10), &error);
+  return socket_.send_all(s, BlockingClock::now() + kHangGuard, &error);
 }
 
 std::string Tcp::read_until(const std::function<bool(const std::string&)>& done, std::chrono::milliseconds timeout) {

@@ -30,14 +30,14 @@ class Tcp {
   Tcp(const Tcp&) = delete;
   Tcp& operator=(const Tcp&) = delete;
   bool connected() const { return socket_.valid(); }
-  // Sends all of `s` (false if the peer closed or reset first, or 10 s passed).
+  // Sends all of `s` (false if the peer closed or reset first, or the hang guard passed).
   bool send(const std::string& s);
   // Reads until `done(buffer)`, the peer closes (or resets) or `timeout` passes.
   std::string read_until(const std::function<bool(const std::string&)>& done,
-                         std::chrono::milliseconds timeout = std::chrono::seconds(30));
+                         std::chrono::milliseconds timeout = kHangGuard);
   // One whole response, removed from the buffer; what arrived of it if the peer closed first or
   // `timeout` passed (then it stays in the buffer too: see buffered()).
-  std::string response(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  std::string response(std::chrono::milliseconds timeout = kHangGuard);
   // True once the peer has closed (or reset) the connection, waiting up to `timeout`; what arrives
   // meanwhile is kept in buffered().
   bool closed_by_peer(std::chrono::milliseconds timeout);

@@ -24,7 +24,8 @@ WireRequest request(const std::string& id, const std::string& prompt, int max_to
 Reply read_reply(UmaClient& c, bool check_close) {
   Reply r;
   WireEvent ev;
-  while (c.read_event(&ev, 30000).ok()) {
+  const int guard_ms = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());
+  while (c.read_event(&ev, guard_ms).ok()) {
     if (ev.kind == WireEvent::Kind::kToken) {
       r.text += ev.text;
       ++r.tokens;

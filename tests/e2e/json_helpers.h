@@ -25,13 +25,13 @@ struct Reply {
   WireEvent end;  // the eos or error
   bool closed_after = false;
 };
-// Reads token events up to the eos or error (30 s at most per event); then, when check_close,
+// Reads token events up to the eos or error (the hang guard at most per event); then, when check_close,
 // whether the server closed the connection.
 Reply read_reply(UmaClient& c, bool check_close = true);
 nlohmann::json metrics(const Daemon& d);
 // Polls metrics() until `pred` holds or `timeout` passes; returns the last snapshot read.
 nlohmann::json wait_metrics_json(const Daemon& d, const std::function<bool(const nlohmann::json&)>& pred,
-                                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                                 std::chrono::milliseconds timeout = kHangGuard);
 // Daemon arguments with --protocol json in front.
 std::vector<std::string> args(std::vector<std::string> extra);
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "e2e/daemon_harness.h"
 #include "store/remote_fetch.h"
 
 namespace uma::test {
@@ -101,9 +103,12 @@ bool NginxServer::start() {
   argv.push_back(nullptr);
   const int out = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (out < 0) return false;
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);  // its own group: kill() reaches the worker too
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test killed by ctest's timeout takes its master along
+    if (::getppid() != parent) ::_exit(127);
     ::dup2(out, STDOUT_FILENO);
     ::dup2(out, STDERR_FILENO);
     ::close_range(3, ~0u, 0);  // not the test's sockets
@@ -114,7 +119,7 @@ bool NginxServer::start() {
   if (pid < 0) return false;
   ::setpgid(pid, pid);  // also here: kill() may come before the child ran
   pid_ = pid;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto end = std::chrono::steady_clock::now() + kHangGuard;
   while (std::chrono::steady_clock::now() < end) {
     if (connects(port_)) return true;
     if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {  // exited: a bad config, a port taken

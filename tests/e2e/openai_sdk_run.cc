@@ -75,13 +75,16 @@ std::string expectations(std::string* out) {
   return exp_path;
 }
 
+// A script of many requests, each bounded by its SDK's timeout (the hang guard): the run, by twice that.
+constexpr int kSdkRunGuardSec = static_cast<int>(2 * kHangGuard.count());
+
 }  // namespace
 
 int run_openai_sdk_test(const std::string& base_url, std::string* out) {
   const std::string exp_path = expectations(out);
   if (exp_path.empty()) return -1;
   return run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node", UMA_SOURCE_DIR "/tests/http/openai_sdk_test.js",
-                      base_url, exp_path}, out, 120);
+                      base_url, exp_path}, out, kSdkRunGuardSec);
 }
 
 bool node_sdks_available() {
@@ -95,7 +98,7 @@ int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* o
   if (exp_path.empty()) return -1;
   return run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node",
                       UMA_SOURCE_DIR "/tests/http/anthropic_responses_sdk_test.js", base_url, exp_path,
-                      through_gateway ? "gateway" : "direct"}, out, 120);
+                      through_gateway ? "gateway" : "direct"}, out, kSdkRunGuardSec);
 }
 
 }  // namespace uma::test

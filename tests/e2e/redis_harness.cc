@@ -46,7 +46,7 @@ bool RedisServer::start() {
   if (!password_.empty()) argv.insert(argv.end(), {"--requirepass", password_});
   pid_ = spawn_process(argv, temp_dir() + "/redis-" + std::to_string(port_) + ".log");
   cluster::RedisClient c({"127.0.0.1", port_, "", password_}, std::chrono::milliseconds(200));
-  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10); std::chrono::steady_clock::now() < end;) {
+  for (auto end = std::chrono::steady_clock::now() + kHangGuard; std::chrono::steady_clock::now() < end;) {
     cluster::RedisReply r;
     if (c.command({"PING"}, &r).ok() && r.str == "PONG") return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a poll interval while it starts

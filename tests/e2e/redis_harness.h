@@ -19,7 +19,7 @@ class RedisServer {
   // A server that requires this password (requirepass); the harness's own client sends it.
   explicit RedisServer(std::string password);
   ~RedisServer();
-  bool start();  // spawns it and waits until it answers PING (10 s at most)
+  bool start();  // spawns it and waits until it answers PING (the hang guard at most)
   void kill();   // SIGKILL, reaped
   int port() const { return port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }

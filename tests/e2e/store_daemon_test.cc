@@ -31,7 +31,7 @@ TEST(StoreDaemon, ServesACatalogModelFromTheRemoteTierThenFromItsNvmeTierExactly
   ASSERT_TRUE(store::build_manifest(model_path("oracle.gguf"), "oracle-1", 1 << 20, 2, &m).ok());
   cluster::RedisAddress addr;
   ASSERT_TRUE(cluster::parse_redis_address(redis.address(), &addr));
-  cluster::RedisClient rc(addr, std::chrono::milliseconds(1000));
+  cluster::RedisClient rc(addr, kHangGuard);
   ASSERT_TRUE(cluster::catalog_put(rc, m, nginx.url("oracle.gguf")).ok());
   const std::string dir = temp_dir() + "/store-daemon-nvme";
   fs::remove_all(dir);
@@ -42,12 +42,12 @@ TEST(StoreDaemon, ServesACatalogModelFromTheRemoteTierThenFromItsNvmeTierExactly
     ASSERT_TRUE(d.started()) << d.log();
     // Its beat says where the model's bytes are now and how fast the tier it came from loaded.
     cluster::AgentState beat;
-    ASSERT_TRUE(wait_for([&] {
+    ASSERT_TRUE(eventually([&] {
       cluster::RedisReply ids, v;
       if (!rc.command({"SMEMBERS", "uma:agents"}, &ids).ok() || ids.elements.size() != 1) return false;
       return rc.command({"GET", "uma:agent:" + ids.elements[0].str}, &v).ok() && v.kind == cluster::RedisReply::Kind::kString &&
              cluster::decode_agent_state(v.str, &beat).ok();
-    }, std::chrono::seconds(10))) << d.log();
+    }, "its beat in Redis")) << d.log();
     ASSERT_EQ(beat.models.size(), 1u);
     EXPECT_EQ(beat.models[0].name, "oracle-1");
     EXPECT_EQ(beat.models[0].bytes, static_cast<std::int64_t>(m.bytes));
@@ -81,11 +81,11 @@ TEST(StoreDaemon, ARedisWithAPasswordIsReachedThroughItsFileAndRefusedWithout) {
   ASSERT_TRUE(cluster::parse_redis_address(redis.address(), &bare));
   ASSERT_TRUE(cluster::redis_address_from_flags(redis.address(), pw, "", &authed).ok());
   std::vector<cluster::CatalogModel> all;
-  cluster::RedisClient no_auth(bare, std::chrono::milliseconds(1000));
+  cluster::RedisClient no_auth(bare, kHangGuard);
   const Status refused = cluster::catalog_list(no_auth, &all);
   EXPECT_EQ(refused.code(), ErrorCode::kIo);
   EXPECT_NE(refused.message().find("NOAUTH"), std::string::npos) << refused.to_string();
-  cluster::RedisClient rc(authed, std::chrono::milliseconds(1000));
+  cluster::RedisClient rc(authed, kHangGuard);
   store::Manifest m;
   ASSERT_TRUE(store::build_manifest(model_path("oracle.gguf"), "oracle-pw", 1 << 20, 2, &m).ok());
   ASSERT_TRUE(cluster::catalog_put(rc, m, "").ok());

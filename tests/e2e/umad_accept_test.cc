@@ -1,7 +1,8 @@
-// Accepting survives descriptor exhaustion and connection floods on both front ends (issue 11):
-// umad runs under a low RLIMIT_NOFILE, a flood of idle connections takes every descriptor, and
-// when the flood closes the Unix socket and HTTP both serve again within a second; meanwhile
-// umad neither spins a core nor floods its log. --max-connections caps HTTP as it caps the socket.
+// Accepting survives descriptor exhaustion and connection floods on both front ends: umad runs
+// under a low RLIMIT_NOFILE, a flood of idle connections takes every descriptor, and when the
+// flood closes the Unix socket and HTTP both serve again; meanwhile umad backs off (its failed
+// attempts at most one per backoff period) and does not flood its log. --max-connections caps
+// HTTP as it caps the socket. How soon they serve again is printed, not asserted.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -60,7 +62,7 @@ int connect_uds(const std::string& path) {
 
 // One HTTP exchange on a fresh connection: the whole response up to the server's close, or ""
 // if nothing came within `timeout`.
-std::string http_exchange(int port, const std::string& request, std::chrono::milliseconds timeout) {
+std::string http_exchange(int port, const std::string& request, std::chrono::milliseconds timeout = kHangGuard) {
   const int fd = connect_tcp(port);
   if (fd < 0) return "";
   std::string out;
@@ -103,9 +105,21 @@ long log_lines(const Daemon& d) {
   return static_cast<long>(std::count(log.begin(), log.end(), '\n'));
 }
 
-TEST(UmadAccept, BothSocketsServeAgainWithinASecondAfterADescriptorFlood) {
+// Every "resumed after N failed attempts over M ms" line of the log: (N, M).
+std::vector<std::pair<long, long>> accept_resumptions(const std::string& log) {
+  std::vector<std::pair<long, long>> out;
+  const std::string key = ": resumed after ";
+  for (std::size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
+    long n = -1, ms = -1;
+    if (std::sscanf(log.c_str() + at + key.size(), "%ld failed attempts over %ld ms", &n, &ms) == 2) out.emplace_back(n, ms);
+  }
+  return out;
+}
+
+TEST(UmadAccept, BothSocketsServeAgainAfterADescriptorFloodAndAcceptingBacksOffMeanwhile) {
   const int kLimit = 64;
-  Daemon d(args({"--http", "127.0.0.1:0", "--max-tokens", "16"}), "oracle.gguf", kLimit);
+  // --http-timeout-sec 3600: the flood's idle connections stay however long the test takes.
+  Daemon d(args({"--http", "127.0.0.1:0", "--max-tokens", "16", "--http-timeout-sec", "3600"}), "oracle.gguf", kLimit);
   ASSERT_TRUE(d.started()) << d.log();
   const int port = http_port(d);
   ASSERT_GT(port, 0) << d.log();
@@ -123,51 +137,45 @@ TEST(UmadAccept, BothSocketsServeAgainWithinASecondAfterADescriptorFlood) {
   const auto paused_on = [&](const char* name) {
     return d.log().find(std::string("accept on ") + name + ": Too many open files") != std::string::npos;
   };
-  for (auto deadline = TestClock::now() + 10s; TestClock::now() < deadline && !(paused_on("unix socket") && paused_on("http"));) {
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_TRUE(paused_on("unix socket") && paused_on("http")) << d.log();
-  // While the flood holds: a measurement window of one second. Spinning would cost ~1 CPU second;
-  // backing off costs a few accept attempts.
+  ASSERT_TRUE(eventually([&] { return paused_on("unix socket") && paused_on("http"); }, "both front ends to pause accepting"))
+      << d.log();
+  // While the flood holds, a window of one second: the log gains no line per attempt. (A slower
+  // machine makes fewer attempts, never more.) CPU time is printed; the backoff is checked below.
   const double cpu0 = cpu_seconds(d.pid());
   const long lines0 = log_lines(d);
-  std::this_thread::sleep_for(1s);
+  std::this_thread::sleep_for(1s);  // a measurement window, not a synchronisation
   const double cpu_during = cpu_seconds(d.pid()) - cpu0;
   const long lines_during = log_lines(d) - lines0;
-  EXPECT_LT(cpu_during, 0.25) << "umad spins while out of descriptors";
   EXPECT_LE(lines_during, 4) << d.log();
 
   for (int fd : flood) ::close(fd);
   const auto closed_at = TestClock::now();
-  // Both sockets answer again within a second. One client on each right away: each waits its turn
-  // in its listen queue behind the flood's closed connections (a retry after a short timeout would
-  // only join the back of the queue again).
-  const auto deadline = closed_at + 1s;
-  const auto left = [&] {
-    return std::max(1ms, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TestClock::now()));
-  };
+  // Both sockets answer again. One client on each right away: each waits its turn in its listen
+  // queue behind the flood's closed connections (a retry after a short timeout would only join
+  // the back of the queue again).
   const auto ms_since_close = [&] {
     return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(TestClock::now() - closed_at).count());
   };
   Status st;
   auto uds = UmaClient::connect(d.socket(), &st);
   bool uds_ok = uds && uds->send_metrics_request().ok();
-  bool http_ok = false;
-  while (!http_ok && TestClock::now() < deadline) http_ok = status_of(http_exchange(port, kHealth, left())) == 200;
+  const bool http_ok = static_cast<bool>(
+      eventually([&] { return status_of(http_exchange(port, kHealth)) == 200; }, "HTTP to answer again"));
   const long long http_ms = ms_since_close();
   WireEvent ev;
-  uds_ok = uds_ok && uds->read_event(&ev, static_cast<int>(left().count())).ok() && ev.kind == WireEvent::Kind::kMetrics;
+  const int guard_ms = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());
+  uds_ok = uds_ok && uds->read_event(&ev, guard_ms).ok() && ev.kind == WireEvent::Kind::kMetrics;
   const long long uds_ms = ms_since_close();
   std::printf("flood: %zu connections; during 1 s: %.3f CPU s, %ld log lines; HTTP back %lld ms, Unix socket %lld ms "
               "after the flood closed\n", flood.size(), cpu_during, lines_during, http_ms, uds_ms);
-  EXPECT_TRUE(http_ok) << "HTTP not back " << http_ms << " ms after the flood closed\n" << d.log();
-  EXPECT_TRUE(uds_ok) << "the Unix socket not back " << uds_ms << " ms after the flood closed\n" << d.log();
+  EXPECT_TRUE(http_ok) << "timed out waiting for HTTP to answer after the flood closed\n" << d.log();
+  EXPECT_TRUE(uds_ok) << "timed out waiting for the Unix socket to answer after the flood closed\n" << d.log();
   // And they serve exact completions, on both front ends.
   auto c = connect(d);
   ASSERT_TRUE(c);
   ASSERT_TRUE(c->send_request(request("a", "hello world", 8)).ok());
   EXPECT_EQ(read_reply(*c).text, oracle().expected_text("hello world", 8));
-  const std::string r = http_exchange(port, post("/v1/completions", R"({"prompt":"hello world","max_tokens":8})", false), 30s);
+  const std::string r = http_exchange(port, post("/v1/completions", R"({"prompt":"hello world","max_tokens":8})", false));
   ASSERT_EQ(status_of(r), 200) << r;
   const auto body = nlohmann::json::parse(body_of(r));
   EXPECT_EQ(body["choices"][0]["text"], oracle().expected_text("hello world", 8));
@@ -175,28 +183,38 @@ TEST(UmadAccept, BothSocketsServeAgainWithinASecondAfterADescriptorFlood) {
   EXPECT_GE(m["accept_pauses_total"].get<int>(), 2);
   EXPECT_NE(d.log().find("accept on http: resumed after"), std::string::npos) << d.log();
   EXPECT_NE(d.log().find("accept on unix socket: resumed after"), std::string::npos) << d.log();
+  // No spinning: attempts come one a backoff period (10 ms at the least; timers never fire early),
+  // so an episode of M ms holds at most M / 10 + 1 of them. A spinning loop makes thousands.
+  const auto resumptions = accept_resumptions(d.log());
+  EXPECT_GE(resumptions.size(), 2u) << d.log();
+  for (const auto& [attempts, ms] : resumptions) {
+    EXPECT_LE(attempts, ms / 10 + 1) << attempts << " failed accepts in " << ms << " ms: umad spins while out of descriptors";
+  }
   EXPECT_EQ(d.stop(), 0) << d.log();
 }
 
 TEST(UmadAccept, MaxConnectionsCapsHttpToo) {
-  Daemon d(args({"--http", "127.0.0.1:0", "--max-connections", "4"}));
+  // --http-timeout-sec 3600: the held idle connections stay however long the test takes.
+  Daemon d(args({"--http", "127.0.0.1:0", "--max-connections", "4", "--http-timeout-sec", "3600"}));
   ASSERT_TRUE(d.started()) << d.log();
   const int port = http_port(d);
   std::vector<int> held;
   for (int i = 0; i < 4; ++i) held.push_back(connect_tcp(port));
   // The daemon counts what it holds; wait for all four before the fifth.
-  for (auto deadline = TestClock::now() + 10s;
-       TestClock::now() < deadline && metrics(d)["http_connections_open"].get<int>() < 4;) {
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_EQ(metrics(d)["http_connections_open"], 4);
-  EXPECT_EQ(http_exchange(port, kHealth, 5s), "");  // closed at once, unanswered
-  EXPECT_EQ(metrics(d)["http_connections_rejected_total"], 1);
+  ASSERT_TRUE(eventually([&] { return metrics(d)["http_connections_open"] == 4; }, "four HTTP connections open"))
+      << metrics(d).dump();
+  // Closed at once, unanswered: the exchange ends on the server's close.
+  EXPECT_EQ(http_exchange(port, kHealth), "");
+  EXPECT_TRUE(eventually([&] { return metrics(d)["http_connections_rejected_total"] == 1; }, "the fifth connection counted rejected"))
+      << metrics(d).dump();
   ::close(held.back());
   held.pop_back();
-  std::string r;
-  for (auto deadline = TestClock::now() + 10s; TestClock::now() < deadline && r.empty();) r = http_exchange(port, kHealth, 5s);
+  // Once the daemon has seen that close, a new connection is served.
+  ASSERT_TRUE(eventually([&] { return metrics(d)["http_connections_open"] == 3; }, "the closed connection to be let go"))
+      << metrics(d).dump();
+  const std::string r = http_exchange(port, kHealth);
   EXPECT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r;
+  EXPECT_EQ(metrics(d)["http_connections_rejected_total"], 1);
   for (int fd : held) ::close(fd);
   EXPECT_EQ(d.stop(), 0) << d.log();
 }

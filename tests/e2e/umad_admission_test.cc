@@ -92,20 +92,21 @@ TEST(UmadAdmission, SixteenEarlyStoppingRequestsAskingFor4096AllDecodeAtOnce) {
   ASSERT_TRUE(d.started()) << d.log();
   // Before, each was granted 4096+ cells up front, so at most one ran in 8192 cells at a time.
   const std::vector<Stopping> reqs = stopping_requests(400);
+  // All connected first: the 16 requests go out back to back, each with 400 tokens to run.
   std::vector<std::unique_ptr<UmaClient>> clients;
+  for (int k = 0; k < 16; ++k) clients.push_back(connect(d));
   for (int k = 0; k < 16; ++k) {
-    clients.push_back(connect(d));
     WireRequest r = request("r" + std::to_string(k), reqs[k].prompt, 4096);
     r.stop = {reqs[k].stop};
-    ASSERT_TRUE(clients.back()->send_request(r).ok());
+    ASSERT_TRUE(clients[k]->send_request(r).ok());
   }
-  // Wait on the gauge itself: all 16 in decode at once, or all done without it (a failure).
+  // Wait on the gauge itself: all 16 in decode at once, or one done without it (a failure).
   std::int64_t most = 0;
-  for (int polls = 0; polls < 100000 && most < 16; ++polls) {
+  EXPECT_TRUE(eventually([&] {
     const json m = metrics(d);
     most = std::max<std::int64_t>(most, m["sessions_by_state"]["decode"].get<std::int64_t>());
-    if (m["requests_completed_total"].get<std::int64_t>() > 0) break;
-  }
+    return most == 16 || m["requests_completed_total"].get<std::int64_t>() > 0;
+  }, "all 16 in decode, or one done"));
   EXPECT_EQ(most, 16) << "the sessions-in-decode gauge";
   for (int k = 0; k < 16; ++k) {
     const Reply r = read_reply(*clients[k], false);
@@ -123,12 +124,15 @@ TEST(UmadAdmission, KvExhaustionUnderSixteenLongGenerationsIsResolvedByPreemptio
     // 16 x (4 + 500) cells are asked for over time; 2048 exist.
     Daemon d(args({"--n-ctx", "2048", "--max-sessions", "16", "--preempt", mode}));
     ASSERT_TRUE(d.started()) << d.log();
+    // All connected first: the 16 requests go out back to back and outgrow the cells together.
     std::vector<std::unique_ptr<UmaClient>> clients;
     std::vector<std::string> prompts;
     for (int k = 0; k < 16; ++k) {
       prompts.push_back("hello world " + std::to_string(200 + k));
       clients.push_back(connect(d));
-      ASSERT_TRUE(clients.back()->send_request(request("r" + std::to_string(k), prompts.back(), 500)).ok());
+    }
+    for (int k = 0; k < 16; ++k) {
+      ASSERT_TRUE(clients[k]->send_request(request("r" + std::to_string(k), prompts[k], 500)).ok());
     }
     std::vector<Reply> replies(16);
     std::vector<std::thread> readers;
@@ -170,7 +174,7 @@ TEST(UmadAdmission, OneSessionLimitForBothFrontEndsAndASlotPerRequest) {
   ASSERT_TRUE(idle->send_request(a).ok());
   EXPECT_EQ(read_reply(*idle, false).text, oracle().expected_text("the apple", 5));
   json m = wait_metrics_json(d, [](const json& j) { return j["sessions_open"] == 0; });
-  EXPECT_EQ(m["sessions_open"], 0) << "the finished request gave its slot back";
+  EXPECT_EQ(m["sessions_open"], 0) << "timed out waiting for the finished request to give its slot back";
   // Another Unix-socket client and an HTTP client are served meanwhile.
   auto other = connect(d);
   ASSERT_TRUE(other->send_request(request("b", "the river", 5)).ok());
@@ -184,7 +188,8 @@ TEST(UmadAdmission, OneSessionLimitForBothFrontEndsAndASlotPerRequest) {
   longr.keep_alive = true;
   ASSERT_TRUE(idle->send_request(longr).ok());
   WireEvent ev;
-  ASSERT_TRUE(idle->read_event(&ev, 30000).ok());
+  ASSERT_TRUE(idle->read_event(&ev, static_cast<int>(std::chrono::milliseconds(kHangGuard).count())).ok())
+      << "timed out waiting for the long request's first token";
   ASSERT_EQ(ev.kind, WireEvent::Kind::kToken);
   const std::string busy = http_completion(5);
   EXPECT_EQ(status_of(busy), 429) << busy;
@@ -196,7 +201,7 @@ TEST(UmadAdmission, OneSessionLimitForBothFrontEndsAndASlotPerRequest) {
   // Cancelled, it frees the slot for HTTP.
   ASSERT_TRUE(idle->send_cancel("long").ok());
   m = wait_metrics_json(d, [](const json& j) { return j["sessions_open"] == 0 && j["active_sessions"] == 0; });
-  EXPECT_EQ(m["sessions_open"], 0);
+  EXPECT_EQ(m["sessions_open"], 0) << "timed out waiting for the cancel to free the slot";
   EXPECT_EQ(status_of(http_completion(5)), 200);
   EXPECT_EQ(metrics(d)["http_sessions_open"], 0);
 }

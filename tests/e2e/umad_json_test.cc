@@ -23,6 +23,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A read_event's hang guard.
+constexpr int kJsonGuardMs = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());
+
 TEST(UmadJson, StreamsTheOracleContinuationThenEosWithUsageTimingsAndMetadata) {
   Daemon d(args({"--max-tokens", "64"}));
   ASSERT_TRUE(d.started()) << d.log();
@@ -129,7 +132,7 @@ TEST(UmadJson, ByteAtATimeFramesWork) {
   append_frame(frame, encode_request(request("slow", "the music", 8)));
   for (char ch : frame) {
     ASSERT_TRUE(c->send_raw(std::string_view(&ch, 1)).ok());
-    std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(1ms);  // bytes apart, to arrive apart (a busy machine may still join some)
   }
   EXPECT_EQ(read_reply(*c).text, oracle().expected_text("the music", 8));
 }
@@ -147,7 +150,7 @@ TEST(UmadJson, TwoFramesInOneWriteTheSecondRequestIsBusy) {
   std::string text;
   bool busy_seen = false;
   WireEvent ev;
-  while (c->read_event(&ev, 30000).ok()) {
+  while (c->read_event(&ev, kJsonGuardMs).ok()) {
     if (ev.kind == WireEvent::Kind::kError) {
       EXPECT_EQ(ev.id, "second");
       EXPECT_EQ(ev.code, "E_BUSY");
@@ -161,17 +164,19 @@ TEST(UmadJson, TwoFramesInOneWriteTheSecondRequestIsBusy) {
     }
   }
   EXPECT_TRUE(busy_seen);
+  EXPECT_EQ(ev.kind, WireEvent::Kind::kEos) << "timed out waiting for the first request's end";
   EXPECT_EQ(text, oracle().expected_text("the garden", 30));
 }
 
-// Sends raw bytes on a fresh connection; returns the first event and whether the server closed.
+// Sends raw bytes on a fresh connection; returns the first event and whether the server closed
+// (nothing more came: the read ends on the close, or at the hang guard).
 std::pair<WireEvent, bool> send_and_read(const Daemon& d, const std::string& bytes) {
   auto c = connect(d);
   EXPECT_TRUE(c->send_raw(bytes).ok());
   WireEvent ev;
-  EXPECT_TRUE(c->read_event(&ev, 10000).ok());
+  EXPECT_TRUE(c->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for the error event";
   WireEvent after;
-  const bool closed = !c->read_event(&after, 5000).ok();
+  const bool closed = !c->read_event(&after, kJsonGuardMs).ok();
   return {ev, closed};
 }
 
@@ -211,25 +216,24 @@ TEST(UmadJson, ProtocolErrorsAreTypedEventsThenClose) {
   EXPECT_EQ(m["kv_tokens_used"], 0);
 }
 
-TEST(UmadJson, CancelEndsTheStreamWithinTwoTicksAndFreesKv) {
-  Daemon d(args({"--max-tokens", "4000", "--n-ctx", "8192"}));
+TEST(UmadJson, CancelEndsTheStreamWithACancelledEosAndFreesKv) {
+  // 8000 tokens: the cancel lands long before the end, however slow the machine.
+  Daemon d(args({"--max-tokens", "8000", "--n-ctx", "8192"}));
   ASSERT_TRUE(d.started()) << d.log();
   auto c = connect(d);
-  ASSERT_TRUE(c->send_request(request("long", "hello world", 4000)).ok());
+  ASSERT_TRUE(c->send_request(request("long", "hello world", 8000)).ok());
   WireEvent ev;
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->read_event(&ev, 10000).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for token " << i;
   ASSERT_TRUE(c->send_cancel("long").ok());
-  const auto sent = TestClock::now();
   int tokens_after_cancel = 0;
-  while (c->read_event(&ev, 10000).ok() && ev.kind == WireEvent::Kind::kToken) ++tokens_after_cancel;
-  const double ms = std::chrono::duration<double, std::milli>(TestClock::now() - sent).count();
-  EXPECT_EQ(ev.kind, WireEvent::Kind::kEos);
+  while (c->read_event(&ev, kJsonGuardMs).ok() && ev.kind == WireEvent::Kind::kToken) ++tokens_after_cancel;
+  EXPECT_EQ(ev.kind, WireEvent::Kind::kEos) << "timed out waiting for the eos";
   EXPECT_EQ(ev.reason, "cancelled");
-  EXPECT_LT(ev.completion_tokens, 4000);
-  // Tokens after the cancel left the client: the tick running when it arrived and at most one
-  // more, plus those already in the socket when it left (~1 ms ticks here: a client slowed down by
-  // the sanitizer build lags a few). Cancel latency itself is measured by uma-protocol-bench.
-  EXPECT_LE(tokens_after_cancel, 8) << "cancel took " << ms << " ms";
+  EXPECT_LT(ev.completion_tokens, 8000);
+  // Every token event is one the eos counts (the end may flush one more: a cut code point's
+  // bytes). How many came after the cancel depends on how far the daemon ran ahead of this
+  // client; cancel latency is measured by uma-protocol-bench.
+  EXPECT_LE(5 + tokens_after_cancel, ev.completion_tokens + 1);
   const auto m = metrics(d);
   EXPECT_EQ(m["kv_tokens_used"], 0);
   EXPECT_EQ(m["active_sessions"], 0);
@@ -237,23 +241,24 @@ TEST(UmadJson, CancelEndsTheStreamWithinTwoTicksAndFreesKv) {
 }
 
 TEST(UmadJson, DisconnectMidStreamCancelsAndFreesKv) {
-  Daemon d(args({"--max-tokens", "4000", "--n-ctx", "8192"}));
+  // 8000 tokens: the disconnect lands long before the end, however slow the machine.
+  Daemon d(args({"--max-tokens", "8000", "--n-ctx", "8192"}));
   ASSERT_TRUE(d.started()) << d.log();
   {
     auto c = connect(d);
-    ASSERT_TRUE(c->send_request(request("gone", "hello world", 4000)).ok());
+    ASSERT_TRUE(c->send_request(request("gone", "hello world", 8000)).ok());
     WireEvent ev;
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(c->read_event(&ev, 10000).ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(c->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for token " << i;
   }  // closed mid-stream
   nlohmann::json m;
-  for (int i = 0; i < 500; ++i, std::this_thread::sleep_for(10ms)) {
+  EXPECT_TRUE(eventually([&] {
     m = metrics(d);
-    if (m["requests_cancelled_total"] == 1 && m["kv_tokens_used"] == 0) break;
-  }
+    return m["requests_cancelled_total"] == 1 && m["kv_tokens_used"] == 0;
+  }, "the disconnect to cancel the request and free its KV")) << m.dump();
   EXPECT_EQ(m["requests_cancelled_total"], 1);
   EXPECT_EQ(m["kv_tokens_used"], 0);
   EXPECT_EQ(m["active_sessions"], 0);
-  EXPECT_LT(m["tokens_generated_total"].get<int>(), 4000);
+  EXPECT_LT(m["tokens_generated_total"].get<int>(), 8000);
 }
 
 TEST(UmadJson, OverloadIsRejectedAtOnceWithATypedError) {
@@ -264,10 +269,10 @@ TEST(UmadJson, OverloadIsRejectedAtOnceWithATypedError) {
   auto a = connect(d);
   ASSERT_TRUE(a->send_request(request("a", "hello world", 3000)).ok());
   WireEvent ev;
-  ASSERT_TRUE(a->read_event(&ev, 10000).ok());  // a is running
+  ASSERT_TRUE(a->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for a's first token";  // a is running
   auto b = connect(d);
   ASSERT_TRUE(b->send_request(request("b", "hello world", 3000)).ok());
-  ASSERT_TRUE(b->read_event(&ev, 10000).ok());
+  ASSERT_TRUE(b->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for b's answer";
   EXPECT_EQ(ev.kind, WireEvent::Kind::kError);
   EXPECT_EQ(ev.code, "E_OVERLOADED");
   ASSERT_TRUE(a->send_cancel("a").ok());
@@ -306,12 +311,12 @@ TEST(UmadJson, MetricsFrameThenClose) {
   auto c = connect(d);
   ASSERT_TRUE(c->send_metrics_request().ok());
   WireEvent ev;
-  ASSERT_TRUE(c->read_event(&ev, 10000).ok());
+  ASSERT_TRUE(c->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for the metrics frame";
   EXPECT_EQ(ev.kind, WireEvent::Kind::kMetrics);
   const auto j = nlohmann::json::parse(ev.raw);
   EXPECT_EQ(j["event"], "metrics");
   EXPECT_TRUE(j.contains("tokens_generated_total"));
-  EXPECT_FALSE(c->read_event(&ev, 5000).ok()) << "closed after the metrics frame";
+  EXPECT_FALSE(c->read_event(&ev, kJsonGuardMs).ok()) << "closed after the metrics frame";
 }
 
 // scripts/setup.sh puts promtool on PATH or into the cache's prefix.
@@ -371,7 +376,7 @@ TEST(UmadJson, UmaCliEndToEnd) {
 }
 
 TEST(UmadJson, CtrlCInUmaCliCancelsAndExitsAfterEos) {
-  Daemon d(args({"--max-tokens", "5000", "--n-ctx", "8192"}));
+  Daemon d(args({"--max-tokens", "8000", "--n-ctx", "8192"}));  // still streaming at the SIGINT
   ASSERT_TRUE(d.started()) << d.log();
   const std::string out_path = temp_dir() + "/cli-ctrlc.out";
   const pid_t pid = ::fork();
@@ -382,15 +387,20 @@ TEST(UmadJson, CtrlCInUmaCliCancelsAndExitsAfterEos) {
     _exit(127);
   }
   // Wait until it streams, then interrupt it like a terminal would.
-  for (int i = 0; i < 500 && metrics(d)["tokens_generated_total"].get<int>() < 20; ++i) std::this_thread::sleep_for(10ms);
+  const bool streaming = static_cast<bool>(
+      eventually([&] { return metrics(d)["tokens_generated_total"].get<int>() >= 20; }, "uma-cli's stream to start"));
   ::kill(pid, SIGINT);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const int rc = wait_exit(pid, kHangGuard);
+  if (rc == -2) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  ASSERT_TRUE(streaming) << "timed out waiting for uma-cli's stream to start";
+  ASSERT_NE(rc, -2) << "timed out waiting for uma-cli to exit after SIGINT";
+  EXPECT_EQ(rc, 130);
   const auto m = metrics(d);
   EXPECT_EQ(m["requests_cancelled_total"], 1);
-  EXPECT_LT(m["tokens_generated_total"].get<int>(), 5000);
+  EXPECT_LT(m["tokens_generated_total"].get<int>(), 8000);
   EXPECT_EQ(m["kv_tokens_used"], 0);
 }
 

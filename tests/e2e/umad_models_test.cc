@@ -26,7 +26,7 @@ class Router {
   explicit Router(std::vector<std::string> extra) {
     static int counter = 0;
     log_path_ = temp_dir() + "/umad-router-" + std::to_string(counter++) + ".log";
-    std::vector<std::string> argv = {bin_path("umad"), "--http", "127.0.0.1:0", "--threads", "2", "--n-ctx", "2048",
+    std::vector<std::string> argv = {bin_path("umad"), "--http", "127.0.0.1:0", "--threads", "1", "--n-ctx", "2048",
                                      "--max-sessions", "4"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     pid_ = spawn_process(argv, log_path_);
@@ -39,11 +39,11 @@ class Router {
       ::waitpid(pid_, nullptr, 0);
     }
   }
-  // SIGTERM: its exit status (-1: a signal ended it, -2: still running after 30 s).
+  // SIGTERM: its exit status (-1: a signal ended it, -2: still running after the hang guard).
   int stop() {
     if (pid_ <= 0) return exit_code();
     ::kill(pid_, SIGTERM);
-    const int rc = wait_exit(pid_, 30s);
+    const int rc = wait_exit(pid_, kHangGuard);
     if (rc != -2) pid_ = -1;
     return rc;
   }
@@ -66,7 +66,7 @@ std::string post_to(int port, const std::string& path, const json& body, const s
               "Content-Type: application/json\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b)) {
     return "";
   }
-  return t.response(60s);
+  return t.response();
 }
 
 std::string streamed_text(const std::string& response) {
@@ -123,7 +123,7 @@ TEST(UmadModels, OnePortServesADirectoryOfModelsEachLoadedOnFirstUseTheLeastRece
   a = post_to(port, "/v1/completions", {{"model", "oracle"}, {"prompt", "the river"}, {"max_tokens", 6}, {"keep_alive", 0}});
   ASSERT_EQ(status_of(a), 200) << a;
   EXPECT_EQ(json::parse(body_of(a))["choices"][0]["text"], expected);
-  ASSERT_TRUE(wait_for([&] { return model_state(port, "oracle") == "unloaded"; }, 20s)) << "keep_alive 0: unloaded once idle";
+  ASSERT_TRUE(eventually([&] { return model_state(port, "oracle") == "unloaded"; }, "keep_alive 0 to unload the idle model"));
 
   const std::string metrics = body_of(http_get(port, "/metrics"));
   EXPECT_EQ(prometheus_value(metrics, "uma_agent_loads_total"), 3);

@@ -13,12 +13,16 @@
 namespace uma::test {
 namespace {
 
+// A read_event's hang guard.
+constexpr int kSchedGuardMs = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());
+
 // n_ctx 1024: a background request with a 1000-word prompt leaves too few cells for an
 // interactive one to start, so the interactive one pauses the background one.
 void preempt_and_resume(const std::string& mode, const std::string& metric) {
   Daemon d(args({"--n-ctx", "1024", "--preempt", mode}));
   ASSERT_TRUE(d.started()) << d.log();
   auto bg = connect(d);
+  auto fg = connect(d);  // connected now: once bg streams only the request is left to send
   const std::string bg_prompt = Oracle::long_prompt(1000, "river");
   WireRequest r = request("bg", bg_prompt, 20);
   r.background = true;
@@ -26,10 +30,9 @@ void preempt_and_resume(const std::string& mode, const std::string& metric) {
   WireEvent ev;
   std::string bg_text;
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(bg->read_event(&ev, 10000).ok());
+    ASSERT_TRUE(bg->read_event(&ev, kSchedGuardMs).ok()) << "timed out waiting for token " << i << " of the background request";
     bg_text += ev.text;
   }
-  auto fg = connect(d);
   ASSERT_TRUE(fg->send_request(request("fg", "hello world", 600)).ok());
   const Reply fg_reply = read_reply(*fg);
   EXPECT_EQ(fg_reply.text, oracle().expected_text("hello world", 600));
@@ -61,11 +64,11 @@ TEST(UmadSched, TenantCapRejectsTheExtraRequestWithATypedError) {
   r.tenant = "acme";
   ASSERT_TRUE(a->send_request(r).ok());
   WireEvent ev;
-  ASSERT_TRUE(a->read_event(&ev, 10000).ok());
+  ASSERT_TRUE(a->read_event(&ev, kSchedGuardMs).ok()) << "timed out waiting for a's first token";
   auto b = connect(d);
   r.id = "b";
   ASSERT_TRUE(b->send_request(r).ok());
-  ASSERT_TRUE(b->read_event(&ev, 10000).ok());
+  ASSERT_TRUE(b->read_event(&ev, kSchedGuardMs).ok()) << "timed out waiting for b's answer";
   EXPECT_EQ(ev.kind, WireEvent::Kind::kError);
   EXPECT_EQ(ev.code, "E_OVERLOADED");
   EXPECT_NE(ev.message.find("acme"), std::string::npos) << ev.message;
@@ -85,7 +88,8 @@ TEST(UmadSched, BackgroundWorkIsNotStarvedByAStreamOfInteractiveWork) {
   // With --preempt off each request is granted its worst case up front: room for one reply at a
   // time; two interactive clients keep one request running and one waiting. The background
   // request, past its wait bound (300 ms), ranks as urgent, and being the oldest, gets the next
-  // turn. Without the bound it would wait until the interactive load stops.
+  // turn. Without the bound it would wait until the interactive load stops, which here it does
+  // only once the background reply is in: starved, it fails at the hang guard.
   Daemon d(args({"--n-ctx", "512", "--background-max-wait-ms", "300", "--preempt", "off"}));
   ASSERT_TRUE(d.started()) << d.log();
   std::atomic<bool> stop{false};
@@ -97,7 +101,17 @@ TEST(UmadSched, BackgroundWorkIsNotStarvedByAStreamOfInteractiveWork) {
     }
   };
   std::thread a(interactive_load, "a"), b(interactive_load, "b");
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The load is on: one interactive request running and one waiting.
+  const ::testing::AssertionResult loaded = eventually([&] {
+    const auto m = metrics(d);
+    return m["active_sessions"] == 1 && m["queued_sessions"] == 1;
+  }, "one interactive request running and one waiting");
+  if (!loaded) {
+    stop = true;
+    a.join();
+    b.join();
+  }
+  ASSERT_TRUE(loaded);
   auto bg = connect(d);
   WireRequest r = request("bg", "the river", 250);  // 253 + 303 cells > 512
   r.background = true;
@@ -106,9 +120,8 @@ TEST(UmadSched, BackgroundWorkIsNotStarvedByAStreamOfInteractiveWork) {
   stop = true;
   a.join();
   b.join();
-  EXPECT_EQ(reply.text, oracle().expected_text("the river", 250));
+  EXPECT_EQ(reply.text, oracle().expected_text("the river", 250)) << "starved behind the interactive load";
   EXPECT_EQ(reply.end.reason, "length");
-  EXPECT_LT(reply.end.queue_ms, 20000) << "bounded wait";
 }
 
 TEST(UmadSched, ARequestWaitingPastTheQueueAgeLimitIsRejected) {
@@ -118,7 +131,7 @@ TEST(UmadSched, ARequestWaitingPastTheQueueAgeLimitIsRejected) {
   auto a = connect(d);
   ASSERT_TRUE(a->send_request(request("a", "hello world", 3000)).ok());
   WireEvent ev;
-  ASSERT_TRUE(a->read_event(&ev, 10000).ok());
+  ASSERT_TRUE(a->read_event(&ev, kSchedGuardMs).ok()) << "timed out waiting for a's first token";
   auto b = connect(d);
   const auto sent = std::chrono::steady_clock::now();
   ASSERT_TRUE(b->send_request(request("b", "the river", 3000)).ok());
@@ -126,7 +139,7 @@ TEST(UmadSched, ARequestWaitingPastTheQueueAgeLimitIsRejected) {
   const double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent).count();
   EXPECT_EQ(rb.end.kind, WireEvent::Kind::kError);
   EXPECT_EQ(rb.end.code, "E_OVERLOADED");
-  EXPECT_GE(waited, 300.0);
+  EXPECT_GE(waited, 300.0) << "rejected before its age limit";  // a slower machine only waits longer
   ASSERT_TRUE(a->send_cancel("a").ok());
   read_reply(*a);
   EXPECT_EQ(metrics(d)["rejected_total"]["queue_timeout"], 1);

@@ -125,7 +125,9 @@ TEST(UmadStructured, EveryOutputOfThreeSchemasTimesTwentySeedsEndsWithStopParses
           why = "cannot send";
         } else {
           const Reply reply = read_reply(*c, false);
-          if (reply.end.kind != WireEvent::Kind::kEos) {
+          if (reply.end.kind == WireEvent::Kind::kUnknown) {
+            why = "timed out waiting for the eos (or the connection closed) after " + std::to_string(reply.tokens) + " tokens";
+          } else if (reply.end.kind != WireEvent::Kind::kEos) {
             why = "no eos: " + reply.end.code + " " + reply.end.message;
           } else if (reply.end.reason != "stop") {
             why = "ended with '" + reply.end.reason + "' after " + std::to_string(reply.end.completion_tokens) + " tokens";

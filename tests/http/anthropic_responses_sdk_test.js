@@ -5,13 +5,15 @@
 // BASE_URL without /v1 (each SDK adds its own path). The expectations come from the oracle model
 // (tests/e2e/openai_sdk_run.cc computes them): the chatml prompt of a system and a user message.
 'use strict';
+// How long one request may take before it has hung (tests/e2e/daemon_harness.h's kHangGuard).
+const kHangGuardMs = 120000;
 const Anthropic = require('@anthropic-ai/sdk');
 const OpenAI = require('openai');
 const fs = require('fs');
 const assert = require('assert');
 
 async function anthropic(base, exp, gateway) {
-  const client = new Anthropic({ baseURL: base, apiKey: 'not-needed', maxRetries: 0 });
+  const client = new Anthropic({ baseURL: base, apiKey: 'not-needed', maxRetries: 0, timeout: kHangGuardMs });
   const req = { model: 'oracle', max_tokens: exp.n, system: 'be brief', messages: [{ role: 'user', content: 'hello world' }] };
 
   let m = await client.messages.create(req);
@@ -54,7 +56,7 @@ async function anthropic(base, exp, gateway) {
 }
 
 async function responses(base, exp) {
-  const client = new OpenAI({ baseURL: base + '/v1', apiKey: 'not-needed', maxRetries: 0 });
+  const client = new OpenAI({ baseURL: base + '/v1', apiKey: 'not-needed', maxRetries: 0, timeout: kHangGuardMs });
   const req = { model: 'oracle', instructions: 'be brief', input: 'hello world', max_output_tokens: exp.n };
   let r = await client.responses.create(req);
   assert.strictEqual(r.object, 'response');

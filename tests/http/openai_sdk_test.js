@@ -2,6 +2,8 @@
 //   node openai_sdk_test.js BASE_URL EXPECTATIONS.json
 // The expectations come from the oracle model (tests/e2e/umad_http_test.cc computes them).
 'use strict';
+// How long one request may take before it has hung (tests/e2e/daemon_harness.h's kHangGuard).
+const kHangGuardMs = 120000;
 const OpenAI = require('openai');
 const fs = require('fs');
 const assert = require('assert');
@@ -23,7 +25,7 @@ async function collect(stream, pick) {
 async function main() {
   const [baseURL, expFile] = process.argv.slice(2);
   const exp = JSON.parse(fs.readFileSync(expFile, 'utf8'));
-  const client = new OpenAI({ baseURL, apiKey: 'not-needed', maxRetries: 0 });
+  const client = new OpenAI({ baseURL, apiKey: 'not-needed', maxRetries: 0, timeout: kHangGuardMs });
   const base = { model: 'oracle', prompt: exp.prompt, max_tokens: exp.n, temperature: 0 };
 
   let r = await client.completions.create(base);

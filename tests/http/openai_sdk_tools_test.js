@@ -4,6 +4,8 @@
 // The oracle picks, among what the grammar allows, a fixed token, so a forced call is the same call
 // every time; what it must be is what the schema allows.
 'use strict';
+// How long one request may take before it has hung (tests/e2e/daemon_harness.h's kHangGuard).
+const kHangGuardMs = 120000;
 const OpenAI = require('openai');
 const assert = require('assert');
 
@@ -30,7 +32,7 @@ function checkArguments(text) {
 
 async function main() {
   const [baseURL] = process.argv.slice(2);
-  const client = new OpenAI({ baseURL, apiKey: 'not-needed', maxRetries: 0 });
+  const client = new OpenAI({ baseURL, apiKey: 'not-needed', maxRetries: 0, timeout: kHangGuardMs });
   const chat = { model: 'oracle', messages: [{ role: 'user', content: 'Weather in Paris?' }], temperature: 0, max_tokens: 200 };
 
   // A forced call (named), one call: the reply is that call, its arguments valid for the schema.
@@ -112,7 +114,7 @@ async function main() {
 // the result back as a tool_result block; the oracle makes the same call as through chat.
 async function anthropicTools(base, call) {
   const Anthropic = require('@anthropic-ai/sdk');
-  const client = new Anthropic({ baseURL: base, apiKey: 'not-needed', maxRetries: 0 });
+  const client = new Anthropic({ baseURL: base, apiKey: 'not-needed', maxRetries: 0, timeout: kHangGuardMs });
   const tool = { name: 'get_weather', description: weather.function.description, input_schema: weather.function.parameters };
   const req = { model: 'oracle', max_tokens: 200, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools: [tool],
                 tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true } };
