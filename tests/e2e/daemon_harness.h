@@ -21,6 +21,14 @@ using TestClock = std::chrono::steady_clock;
 // Tests assert behaviour, not speed: a wait ends on the event it needs, not on time passing.
 inline constexpr std::chrono::seconds kHangGuard{120};
 
+// A sanitizer build: a test that repeats one path many times for its statistics (seeds, schemas)
+// runs fewer repeats there. The sanitizer checks the path, and every repeat runs in the plain build.
+#ifdef UMA_TEST_SANITIZED
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // Polls `pred` (every few ms) until it holds: how long that took, or nullopt once `guard` passed.
 std::optional<std::chrono::milliseconds> wait_for(const std::function<bool()>& pred, std::chrono::milliseconds guard = kHangGuard);
 // The same as a gtest assertion: ASSERT_TRUE(eventually(pred, "both agents live")) fails with
