@@ -206,7 +206,9 @@ TEST(StreamBatch, AVerifyingTicksRowsComeOutInBatchOrder) {
       EXPECT_TRUE(outputs_in_batch_order(out.entries)) << shape.size() << " sequences";
       // Without fillers no more passes than the scheduler's order (a one-entry filler caps a pass
       // at one row a sequence: where rows are uneven it can cost passes).
-      if (!o.filler_pos) EXPECT_LE(model_passes(out.entries).size(), model_passes(in).size());
+      if (!o.filler_pos) {
+        EXPECT_LE(model_passes(out.entries).size(), model_passes(in).size());
+      }
     }
   }
   const auto in = verifying(uniform);
