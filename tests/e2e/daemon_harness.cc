@@ -273,8 +273,7 @@ std::string fetch_metrics_json(const std::string& socket_path) {
   Status st;
   auto c = UmaClient::connect(socket_path, &st);
   WireEvent ev;
-  const int guard_ms = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());
-  if (!c || !c->send_metrics_request().ok() || !c->read_event(&ev, guard_ms).ok()) return {};
+  if (!c || !c->send_metrics_request().ok() || !c->read_event(&ev, kHangGuardMs).ok()) return {};
   return ev.kind == WireEvent::Kind::kMetrics ? ev.raw : std::string();
 }
 

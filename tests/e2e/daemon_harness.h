@@ -20,6 +20,7 @@ using TestClock = std::chrono::steady_clock;
 // slowest stage (ThreadSanitizer on a machine whose cores are taken) needs, never a speed target.
 // Tests assert behaviour, not speed: a wait ends on the event it needs, not on time passing.
 inline constexpr std::chrono::seconds kHangGuard{120};
+inline constexpr int kHangGuardMs = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());  // for read_event
 
 // A sanitizer build: a test that repeats one path many times for its statistics (seeds, schemas)
 // runs fewer repeats there. The sanitizer checks the path, and every repeat runs in the plain build.

@@ -24,8 +24,7 @@ WireRequest request(const std::string& id, const std::string& prompt, int max_to
 Reply read_reply(UmaClient& c, bool check_close) {
   Reply r;
   WireEvent ev;
-  const int guard_ms = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());
-  while (c.read_event(&ev, guard_ms).ok()) {
+  while (c.read_event(&ev, kHangGuardMs).ok()) {
     if (ev.kind == WireEvent::Kind::kToken) {
       r.text += ev.text;
       ++r.tokens;

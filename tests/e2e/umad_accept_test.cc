@@ -163,8 +163,7 @@ TEST(UmadAccept, BothSocketsServeAgainAfterADescriptorFloodAndAcceptingBacksOffM
       eventually([&] { return status_of(http_exchange(port, kHealth)) == 200; }, "HTTP to answer again"));
   const long long http_ms = ms_since_close();
   WireEvent ev;
-  const int guard_ms = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());
-  uds_ok = uds_ok && uds->read_event(&ev, guard_ms).ok() && ev.kind == WireEvent::Kind::kMetrics;
+  uds_ok = uds_ok && uds->read_event(&ev, kHangGuardMs).ok() && ev.kind == WireEvent::Kind::kMetrics;
   const long long uds_ms = ms_since_close();
   std::printf("flood: %zu connections; during 1 s: %.3f CPU s, %ld log lines; HTTP back %lld ms, Unix socket %lld ms "
               "after the flood closed\n", flood.size(), cpu_during, lines_during, http_ms, uds_ms);

@@ -188,7 +188,7 @@ TEST(UmadAdmission, OneSessionLimitForBothFrontEndsAndASlotPerRequest) {
   longr.keep_alive = true;
   ASSERT_TRUE(idle->send_request(longr).ok());
   WireEvent ev;
-  ASSERT_TRUE(idle->read_event(&ev, static_cast<int>(std::chrono::milliseconds(kHangGuard).count())).ok())
+  ASSERT_TRUE(idle->read_event(&ev, kHangGuardMs).ok())
       << "timed out waiting for the long request's first token";
   ASSERT_EQ(ev.kind, WireEvent::Kind::kToken);
   const std::string busy = http_completion(5);

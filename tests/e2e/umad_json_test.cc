@@ -23,9 +23,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A read_event's hang guard.
-constexpr int kJsonGuardMs = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());
-
 TEST(UmadJson, StreamsTheOracleContinuationThenEosWithUsageTimingsAndMetadata) {
   Daemon d(args({"--max-tokens", "64"}));
   ASSERT_TRUE(d.started()) << d.log();
@@ -150,7 +147,7 @@ TEST(UmadJson, TwoFramesInOneWriteTheSecondRequestIsBusy) {
   std::string text;
   bool busy_seen = false;
   WireEvent ev;
-  while (c->read_event(&ev, kJsonGuardMs).ok()) {
+  while (c->read_event(&ev, kHangGuardMs).ok()) {
     if (ev.kind == WireEvent::Kind::kError) {
       EXPECT_EQ(ev.id, "second");
       EXPECT_EQ(ev.code, "E_BUSY");
@@ -174,9 +171,9 @@ std::pair<WireEvent, bool> send_and_read(const Daemon& d, const std::string& byt
   auto c = connect(d);
   EXPECT_TRUE(c->send_raw(bytes).ok());
   WireEvent ev;
-  EXPECT_TRUE(c->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for the error event";
+  EXPECT_TRUE(c->read_event(&ev, kHangGuardMs).ok()) << "timed out waiting for the error event";
   WireEvent after;
-  const bool closed = !c->read_event(&after, kJsonGuardMs).ok();
+  const bool closed = !c->read_event(&after, kHangGuardMs).ok();
   return {ev, closed};
 }
 
@@ -223,10 +220,10 @@ TEST(UmadJson, CancelEndsTheStreamWithACancelledEosAndFreesKv) {
   auto c = connect(d);
   ASSERT_TRUE(c->send_request(request("long", "hello world", 8000)).ok());
   WireEvent ev;
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for token " << i;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->read_event(&ev, kHangGuardMs).ok()) << "timed out waiting for token " << i;
   ASSERT_TRUE(c->send_cancel("long").ok());
   int tokens_after_cancel = 0;
-  while (c->read_event(&ev, kJsonGuardMs).ok() && ev.kind == WireEvent::Kind::kToken) ++tokens_after_cancel;
+  while (c->read_event(&ev, kHangGuardMs).ok() && ev.kind == WireEvent::Kind::kToken) ++tokens_after_cancel;
   EXPECT_EQ(ev.kind, WireEvent::Kind::kEos) << "timed out waiting for the eos";
   EXPECT_EQ(ev.reason, "cancelled");
   EXPECT_LT(ev.completion_tokens, 8000);
@@ -248,7 +245,7 @@ TEST(UmadJson, DisconnectMidStreamCancelsAndFreesKv) {
     auto c = connect(d);
     ASSERT_TRUE(c->send_request(request("gone", "hello world", 8000)).ok());
     WireEvent ev;
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(c->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for token " << i;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(c->read_event(&ev, kHangGuardMs).ok()) << "timed out waiting for token " << i;
   }  // closed mid-stream
   nlohmann::json m;
   EXPECT_TRUE(eventually([&] {
@@ -269,10 +266,10 @@ TEST(UmadJson, OverloadIsRejectedAtOnceWithATypedError) {
   auto a = connect(d);
   ASSERT_TRUE(a->send_request(request("a", "hello world", 3000)).ok());
   WireEvent ev;
-  ASSERT_TRUE(a->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for a's first token";  // a is running
+  ASSERT_TRUE(a->read_event(&ev, kHangGuardMs).ok()) << "timed out waiting for a's first token";  // a is running
   auto b = connect(d);
   ASSERT_TRUE(b->send_request(request("b", "hello world", 3000)).ok());
-  ASSERT_TRUE(b->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for b's answer";
+  ASSERT_TRUE(b->read_event(&ev, kHangGuardMs).ok()) << "timed out waiting for b's answer";
   EXPECT_EQ(ev.kind, WireEvent::Kind::kError);
   EXPECT_EQ(ev.code, "E_OVERLOADED");
   ASSERT_TRUE(a->send_cancel("a").ok());
@@ -311,12 +308,12 @@ TEST(UmadJson, MetricsFrameThenClose) {
   auto c = connect(d);
   ASSERT_TRUE(c->send_metrics_request().ok());
   WireEvent ev;
-  ASSERT_TRUE(c->read_event(&ev, kJsonGuardMs).ok()) << "timed out waiting for the metrics frame";
+  ASSERT_TRUE(c->read_event(&ev, kHangGuardMs).ok()) << "timed out waiting for the metrics frame";
   EXPECT_EQ(ev.kind, WireEvent::Kind::kMetrics);
   const auto j = nlohmann::json::parse(ev.raw);
   EXPECT_EQ(j["event"], "metrics");
   EXPECT_TRUE(j.contains("tokens_generated_total"));
-  EXPECT_FALSE(c->read_event(&ev, kJsonGuardMs).ok()) << "closed after the metrics frame";
+  EXPECT_FALSE(c->read_event(&ev, kHangGuardMs).ok()) << "closed after the metrics frame";
 }
 
 // scripts/setup.sh puts promtool on PATH or into the cache's prefix.

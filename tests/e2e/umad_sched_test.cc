@@ -13,9 +13,6 @@
 namespace uma::test {
 namespace {
 
-// A read_event's hang guard.
-constexpr int kSchedGuardMs = static_cast<int>(std::chrono::milliseconds(kHangGuard).count());
-
 // n_ctx 1024: a background request with a 1000-word prompt leaves too few cells for an
 // interactive one to start, so the interactive one pauses the background one.
 void preempt_and_resume(const std::string& mode, const std::string& metric) {
@@ -30,7 +27,7 @@ void preempt_and_resume(const std::string& mode, const std::string& metric) {
   WireEvent ev;
   std::string bg_text;
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(bg->read_event(&ev, kSchedGuardMs).ok()) << "timed out waiting for token " << i << " of the background request";
+    ASSERT_TRUE(bg->read_event(&ev, kHangGuardMs).ok()) << "timed out waiting for token " << i << " of the background request";
     bg_text += ev.text;
   }
   ASSERT_TRUE(fg->send_request(request("fg", "hello world", 600)).ok());
@@ -64,11 +61,11 @@ TEST(UmadSched, TenantCapRejectsTheExtraRequestWithATypedError) {
   r.tenant = "acme";
   ASSERT_TRUE(a->send_request(r).ok());
   WireEvent ev;
-  ASSERT_TRUE(a->read_event(&ev, kSchedGuardMs).ok()) << "timed out waiting for a's first token";
+  ASSERT_TRUE(a->read_event(&ev, kHangGuardMs).ok()) << "timed out waiting for a's first token";
   auto b = connect(d);
   r.id = "b";
   ASSERT_TRUE(b->send_request(r).ok());
-  ASSERT_TRUE(b->read_event(&ev, kSchedGuardMs).ok()) << "timed out waiting for b's answer";
+  ASSERT_TRUE(b->read_event(&ev, kHangGuardMs).ok()) << "timed out waiting for b's answer";
   EXPECT_EQ(ev.kind, WireEvent::Kind::kError);
   EXPECT_EQ(ev.code, "E_OVERLOADED");
   EXPECT_NE(ev.message.find("acme"), std::string::npos) << ev.message;
@@ -131,7 +128,7 @@ TEST(UmadSched, ARequestWaitingPastTheQueueAgeLimitIsRejected) {
   auto a = connect(d);
   ASSERT_TRUE(a->send_request(request("a", "hello world", 3000)).ok());
   WireEvent ev;
-  ASSERT_TRUE(a->read_event(&ev, kSchedGuardMs).ok()) << "timed out waiting for a's first token";
+  ASSERT_TRUE(a->read_event(&ev, kHangGuardMs).ok()) << "timed out waiting for a's first token";
   auto b = connect(d);
   const auto sent = std::chrono::steady_clock::now();
   ASSERT_TRUE(b->send_request(request("b", "the river", 3000)).ok());
