@@ -2,6 +2,7 @@
 #   run_ctest DIR [ctest args...]  ctest on DIR with the stage options below, its 20 slowest tests
 #                                  listed after, and a check that it left nothing behind
 #   stage_begin NAME / stage_end   the stage's wall time, summed up by print_stage_times
+#   seed_test_costs FROM TO        TO's ctest orders its tests by FROM's measured times
 # Options (environment):
 #   UMA_TEST_CONTEND=1  the CPUs are contended while tests run: one busy loop per core of its own
 #                       (N > 1: N busy loops), started for each test stage and stopped after it
@@ -67,6 +68,14 @@ leftover_processes() {
 leftover_tmp() {
   find /tmp -maxdepth 1 -newer "$1" \( -name 'uma-e2e-*' -o -name 'uma-nginx-*' -o -name 'uma-cluster-test-*' \) \
     -printf '  %p\n' 2>/dev/null
+}
+
+# ctest starts the tests it knows to be long first; in a fresh build folder it knows none and
+# a long test started last runs alone at the end. The plain stage's measured times order the others.
+seed_test_costs() {
+  local from=$1/Testing/Temporary/CTestCostData.txt to=$2/Testing/Temporary
+  [ -f "$from" ] && [ ! -f "$to/CTestCostData.txt" ] || return 0
+  mkdir -p "$to" && cp "$from" "$to/"
 }
 
 run_ctest() {
