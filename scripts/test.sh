@@ -79,8 +79,8 @@ if [ "${UMA_SKIP_SANITIZERS:-0}" != "1" ]; then
   cmake --build build-asan -j "$jobs" --target "${test_targets[@]}"
   stage_end
   stage_begin "tests (build-asan/)"
+  seed_test_costs "$bdir" build-asan
   UMA_SKIP_RSS=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    seed_test_costs "$bdir" build-asan
     run_ctest build-asan -j "$test_jobs" --timeout 900 -E "$unsanitized_only"
   stage_end
 fi
