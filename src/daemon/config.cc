@@ -92,9 +92,13 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--store-dram-mb", store_dram_mb, "model images kept in host memory when unused (LRU)")
       ->envname("UMA_STORE_DRAM_MB")->capture_default_str();
   rt.n_ctx = 0;
-  app.add_option("--n-ctx", rt.n_ctx, "KV cells shared by all sessions (unified KV); 0: the model's trained context, "
-                 "or the largest whose KV fits memory (said in the start line)")->envname("UMA_N_CTX")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("--n-ctx", rt.n_ctx, "KV cells of all sessions together (per-seq KV: n-ctx / --max-sessions each); 0: "
+                 "each request's room the model's trained context, or the largest whose KV fits --kv-mb (said in the start line)")
+      ->envname("UMA_N_CTX")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  std::int64_t kv_mb = -1;
+  app.add_option("--kv-mb", kv_mb, "the KV budget (MiB) --n-ctx 0 sizes the context by, and that an explicit --n-ctx must "
+                 "fit; -1: half of available host memory on a CPU, 85% of free GPU memory less 512 MiB on a GPU")
+      ->envname("UMA_KV_MB")->capture_default_str()->check(CLI::Range(static_cast<std::int64_t>(-1), static_cast<std::int64_t>(1) << 30));
   app.add_option("--n-batch", rt.n_batch, "most tokens in one decode: a burst of prompts while nobody decodes "
                  "(0: 2048 with the weights on the CPU, --n-ubatch on a GPU)")->envname("UMA_N_BATCH")
       ->capture_default_str()->check(CLI::Range(0, 1 << 16));
@@ -115,7 +119,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                  "this many cells times their number decodes in a pass of its own; -1: 2048 on a CPU, never on a GPU; 0: never")
       ->capture_default_str()->check(CLI::Range(static_cast<std::int64_t>(-1), static_cast<std::int64_t>(1) << 40));
   app.add_option("--kv-layout", rt.kv_layout, "KV cache: unified (one pool; a request may use all of n-ctx), per-seq "
-                 "(n-ctx / sequences each; attention spans a sequence's own cells) or auto (per-seq with more than one sequence)")
+                 "(n-ctx / sessions each; attention spans a sequence's own cells) or auto (per-seq with more than one session)")
       ->envname("UMA_KV_LAYOUT")->capture_default_str()->check(CLI::IsMember({"auto", "unified", "per-seq"}));
   app.add_option("--backend-sampling", rt.backend_sampling, "greedy requests sampled on the device, in the decode's "
                  "graph (only token ids reach the host): on, off or auto (on where the output layer is on a GPU)")
@@ -286,18 +290,25 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   sc.prefix.host_bytes = prefix_mb->count() > 0 ? static_cast<std::size_t>(prefix_cache_mb) << 20
                                                 : default_prefix_host_bytes();
   if (prefix_hash == "weak") sc.prefix.hash = [](std::uint64_t, std::span<const Token>) -> std::uint64_t { return 42; };
-  // Kept prefix sequences take ids beyond the sessions' (llama.cpp allows 256 in all).
+  if (kv_mb >= 0) rt.kv_budget_bytes = kv_mb << 20;
+  // The layout is settled here, for the sequence count follows it. Per-sequence KV: a stream per
+  // session and nothing more; a kept prefix stays in the stream it ran in (its session's, free
+  // until a start needs it), so the prefix cache holds no memory the sessions do not. Unified: ids
+  // cost nothing, kept prefixes take ids beyond the sessions' and cells of the one pool (llama.cpp
+  // allows 256 ids in all).
+  const bool per_seq = rt.kv_layout == "per-seq" || (rt.kv_layout == "auto" && srv.max_sessions > 1);
+  rt.kv_layout = per_seq ? "per-seq" : "unified";
   if (!prefix_cache) sc.prefix.max_kept = 0;
   sc.prefix.max_kept = std::min(sc.prefix.max_kept, 256 - srv.max_sessions);
-  rt.n_seq_max = srv.max_sessions + sc.prefix.max_kept;
-  rt.n_seq_sampling = srv.max_sessions;  // per-sequence KV: the kept prefixes' ids never sample
+  rt.n_seq_max = per_seq ? srv.max_sessions : srv.max_sessions + sc.prefix.max_kept;
+  rt.n_seq_sampling = srv.max_sessions;
   // llama.cpp reserves an output row per sequence in a batch: fewer rows than sequences aborts
   // inside it at context creation. Adjusted and said, as a bad combination must never crash.
   for (auto [flag, n] : {std::pair{"n-batch", &rt.n_batch}, std::pair{"n-ubatch", &rt.n_ubatch}}) {
     if (*n > 0 && *n < rt.n_seq_max) {
       std::cerr << "umad: --" << flag << " " << *n << " is below the " << rt.n_seq_max << " sequences (--max-sessions "
-                << srv.max_sessions << " + " << sc.prefix.max_kept << " kept prefixes): " << flag << " raised to "
-                << rt.n_seq_max << "\n";
+                << srv.max_sessions << (per_seq ? "" : " + " + std::to_string(sc.prefix.max_kept) + " kept prefixes")
+                << "): " << flag << " raised to " << rt.n_seq_max << "\n";
       *n = rt.n_seq_max;
     }
   }

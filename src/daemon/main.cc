@@ -152,6 +152,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("model: {}", runtime->describe());
+  // What the memory goes to, said once: nothing beyond this is reserved (prefix snapshots in host
+  // memory are taken as prefixes are evicted, up to their cap).
+  spdlog::info("memory: {}; prefix snapshots up to {} MiB of host memory, as used", runtime->memory_plan(),
+               cfg.scheduler.prefix.enabled ? cfg.scheduler.prefix.host_bytes >> 20 : 0);
   {
     // Caps a client's request may reach, from the context one request may use (unless given).
     const RequestLimits limits = derive_request_limits(runtime->n_ctx_seq(), cfg);

@@ -122,6 +122,7 @@ const std::vector<Scalar>& scalars() {
        }},
       {"prefix_cache.evictions_total", "prefix_cache_evictions_total", Type::kCounter, "Kept sequences evicted from the KV cache.", load(&M::prefix_evictions_total)},
       {"prefix_cache.not_kept_total", "prefix_cache_not_kept_total", Type::kCounter, "Finished sequences not kept: first block not seen before and short.", load(&M::prefix_not_kept_total)},
+      {"prefix_cache.adopted_total", "prefix_cache_adopted_total", Type::kCounter, "Kept streams a request took over in place, nothing copied (per-sequence KV).", load(&M::prefix_adopted_total)},
       {"prefix_cache.kept_sequences", "prefix_cache_kept_sequences", Type::kGauge, "Finished sequences kept in the KV cache.", load(&M::prefix_kept_sequences)},
       {"prefix_cache.kept_cells", "prefix_cache_kept_cells", Type::kGauge, "KV cells held by kept sequences (estimate).", load(&M::prefix_kept_cells)},
       {"prefix_cache.host_snapshots", "prefix_cache_host_snapshots", Type::kGauge, "Kept prefixes held as host snapshots.", load(&M::prefix_host_snapshots)},

@@ -110,6 +110,7 @@ class ServerMetrics {
   std::atomic<std::uint64_t> prefix_reused_tokens_total{0};  // of those, served from cached KV
   std::atomic<std::uint64_t> prefix_evictions_total{0};
   std::atomic<std::uint64_t> prefix_not_kept_total{0};      // finished sequences the admission rule let go
+  std::atomic<std::uint64_t> prefix_adopted_total{0};       // kept streams a request took over in place (per-sequence KV)
   std::atomic<std::int64_t> prefix_kept_sequences{0};       // finished sequences kept in the KV cache
   std::atomic<std::int64_t> prefix_host_snapshots{0};
   std::atomic<std::int64_t> prefix_kept_cells{0};

@@ -83,6 +83,10 @@ class Decoder {
   virtual bool is_end_of_generation(Token token) const = 0;
 
   virtual Status start_sequence(std::int32_t seq, const SamplingParams& params) = 0;
+  // Per-sequence KV: starts a request on a sequence that holds a kept prefix (its sampler was
+  // dropped), keeping positions [0, keep) and removing the rest: the prefix is reused where it is,
+  // with nothing copied. On error the sequence is unchanged.
+  virtual Status adopt_sequence(std::int32_t seq, const SamplingParams& params, std::int32_t keep) = 0;
   virtual void end_sequence(std::int32_t seq) = 0;
   virtual Status decode(std::span<const BatchEntry> batch) = 0;
   // Whether decode() returns once the work is queued on a device, the host free until results are

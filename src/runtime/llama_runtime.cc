@@ -64,6 +64,16 @@ Status LlamaRuntime::start_sequence(std::int32_t seq, const SamplingParams& para
   return Status::Ok();
 }
 
+Status LlamaRuntime::adopt_sequence(std::int32_t seq, const SamplingParams& params, std::int32_t keep) {
+  if (seq < 0 || seq >= n_seq_max_) return Status(ErrorCode::kInternal, "sequence id out of range");
+  llama_sampler* chain = make_sampler_chain(params, vocab_);
+  if (chain == nullptr) return Status(ErrorCode::kBadRequest, "the grammar does not parse", "grammar");
+  drop_sampler(seq);
+  llama_memory_seq_rm(llama_get_memory(ctx_), seq, keep, -1);
+  set_chain(seq, chain);
+  return Status::Ok();
+}
+
 void LlamaRuntime::set_chain(std::int32_t seq, llama_sampler* chain) {
   const auto s = static_cast<size_t>(seq);
   samplers_[s] = chain;
@@ -293,6 +303,20 @@ std::string LlamaRuntime::describe() const {
          std::to_string(n_seq_max_) + ", threads " + std::to_string(llama_n_threads(ctx_)) +
          ", flash attention " + flash_attention_name(flash_attn_) +
          (backend_greedy_.empty() ? "" : ", greedy sampled on the device") + "; weights: " + placement_;
+}
+
+std::string LlamaRuntime::memory_plan() const {
+  const auto mib = [](double bytes) { return std::to_string(static_cast<long long>(bytes / (1 << 20) + 0.5)) + " MiB"; };
+  const std::int64_t cell = kv_bytes_per_token(model_);
+  std::string plan = "weights " + mib(static_cast<double>(llama_model_size(model_))) + "; KV " +
+                     mib(static_cast<double>(cell) * n_ctx_) + " = " +
+                     (per_seq_ ? std::to_string(n_seq_max_) + " sessions x " + std::to_string(n_ctx_seq_) + " cells"
+                               : std::to_string(n_ctx_) + " cells shared by " + std::to_string(n_seq_max_) + " sequences") +
+                     " x " + std::to_string(cell >> 10) + " KiB";
+  if (!buffers_.empty()) plan += "; llama.cpp's buffers: " + buffers_;
+  plan += kv_budget_ >= 0 ? "; KV budget " + mib(static_cast<double>(kv_budget_)) + " (" + kv_budget_why_ + ")"
+                          : "; KV budget unknown";
+  return plan;
 }
 
 }  // namespace uma

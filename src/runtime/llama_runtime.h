@@ -42,6 +42,9 @@ struct RuntimeConfig {
   std::shared_ptr<store::ModelImage> image;
   ImageLoadPath image_load = ImageLoadPath::kAuto;
   std::int32_t n_ctx = 4096;  // <= 0: the model's trained context, or the largest whose KV fits (context_size.h)
+  // What the KV may take, bytes: an automatic n_ctx fits it, an explicit one must (open fails
+  // otherwise). < 0: derived from the machine (context_size.h, kv_budget_bytes).
+  std::int64_t kv_budget_bytes = -1;
   // Most tokens one decode takes; 0: 2048 with the weights on the CPU (a burst of prompts arriving
   // while nobody decodes goes in at once, as llama-server's default, so the streams start in step),
   // n_ubatch on a GPU. Passes stay n_ubatch long: ticks with streams decoding are planned in those.
@@ -64,10 +67,9 @@ struct RuntimeConfig {
   // sequence. With a unified KV every row's attention spans every cell in use: a prompt chunk
   // beside 16 streams on a CPU cost twice what it costs alone (docs/BENCHMARKS.md, issue 32), and
   // on a GPU it is what a 64-stream tick spends its time on.
-  // Per-seq room: each of the n_seq_sampling sessions' streams holds n_ctx / n_seq_sampling cells
-  // (llama-server's -c / -np); the kept prefixes' streams above them get as many on top, so they
-  // never shrink a request's room. With n_ctx <= 0 the room is the trained context, or the largest
-  // for which every stream's KV fits.
+  // Per-seq room: each of the n_seq_max streams holds n_ctx / n_seq_max cells (llama-server's
+  // -c / -np). With n_ctx <= 0 the room is the trained context, or the largest for which every
+  // stream's KV fits the budget.
   std::string kv_layout = "auto";
   // Greedy requests sampled on the device: llama.cpp's backend sampler (an argmax in the decode's
   // own graph) picks the token, and only token ids cross to the host, not a logits row of n_vocab
@@ -75,7 +77,7 @@ struct RuntimeConfig {
   // on | off | auto (on where the output layer runs on a GPU; on a CPU the graph's argmax is no
   // faster than the host's, and every attached sampler adds its nodes to each graph).
   std::string backend_sampling = "auto";
-  // Per-sequence KV: ids [0, n) get a device sampler (0: all); the ids above hold kept prefixes.
+  // Ids [0, n) get a device sampler (0: all); a unified KV's ids above them hold kept prefixes.
   std::int32_t n_seq_sampling = 0;
   // Device sampling: the most rows one sequence may sample in a decode. Speculation verifies a
   // session's K drafts with K + 1 rows, each picked on the device (draft max + 1); 1 otherwise.
@@ -122,6 +124,7 @@ class LlamaRuntime final : public Decoder {
   std::string piece(Token token) const override;
   bool is_end_of_generation(Token token) const override;
   Status start_sequence(std::int32_t seq, const SamplingParams& params) override;
+  Status adopt_sequence(std::int32_t seq, const SamplingParams& params, std::int32_t keep) override;
   void end_sequence(std::int32_t seq) override;
   Status decode(std::span<const BatchEntry> batch) override;
   Token sample(std::int32_t seq, std::int32_t batch_index) override;
@@ -155,6 +158,9 @@ class LlamaRuntime final : public Decoder {
   std::uint64_t fillers_total() const { return fillers_total_; }
   std::uint64_t deep_passes_total() const { return deep_passes_total_; }  // decodes that gave a deep sequence its own pass
   std::string describe() const;  // one line: model size, params, context shape
+  // One line: what the weights, the KV (sessions x room) and the compute buffers take, and the
+  // budget the KV was sized within.
+  std::string memory_plan() const;
 
  private:
   LlamaRuntime() = default;
@@ -189,6 +195,9 @@ class LlamaRuntime final : public Decoder {
   std::int32_t n_seq_max_ = 0;
   std::int32_t n_ctx_seq_ = 0;
   std::string n_ctx_why_;  // how an automatic n_ctx was chosen (describe())
+  std::int64_t kv_budget_ = -1;  // the budget n_ctx was chosen within (memory_plan())
+  std::string kv_budget_why_;    // where the budget came from
+  std::string buffers_;          // the KV and compute buffers llama.cpp made, by kind (memory_plan())
   std::unique_ptr<Embedder> embedder_;  // made on the first embeddings request
   std::int32_t n_threads_ = 1;
   bool per_seq_ = false;

@@ -24,15 +24,20 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 namespace uma {
 namespace {
 
+// While a context is made on this thread: llama.cpp's lines that size its buffers (the memory plan).
+thread_local std::vector<std::string>* buffer_lines = nullptr;
+
 void log_from_llama(ggml_log_level level, const char* text, void*) {
   std::string_view line(text);
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
   if (line.empty()) return;
+  if (buffer_lines != nullptr && line.find(" buffer size = ") != std::string_view::npos) buffer_lines->emplace_back(line);
   switch (level) {
     case GGML_LOG_LEVEL_ERROR: spdlog::error("llama: {}", line); break;
     case GGML_LOG_LEVEL_WARN: spdlog::warn("llama: {}", line); break;
@@ -88,6 +93,33 @@ std::shared_ptr<KvHostPool> shared_kv_host_pool(std::uint64_t arena) {
   return pool;
 }
 
+// "llama_kv_cache:        CPU KV buffer size =   512.00 MiB" and "sched_reserve:  CUDA0 compute
+// buffer size = 300.01 MiB": MiB by kind and buffer, e.g. "KV 512 MiB (CPU), compute 300 MiB (CUDA0 298, CPU 2)".
+std::string summarize_buffers(const std::vector<std::string>& lines) {
+  std::map<std::string, std::map<std::string, double>> mib;  // kind -> buffer -> MiB
+  for (const std::string& line : lines) {
+    const std::size_t eq = line.find(" buffer size = ");
+    const std::size_t colon = line.find(':');
+    if (eq == std::string::npos || colon == std::string::npos || colon > eq) continue;
+    std::istringstream words(line.substr(colon + 1, eq - colon - 1));
+    std::string buffer, kind;
+    words >> buffer >> kind;
+    if (kind.empty()) continue;
+    mib[kind][buffer] += std::strtod(line.c_str() + eq + 15, nullptr);
+  }
+  std::string out;
+  for (const auto& [kind, by_buffer] : mib) {
+    double total = 0;
+    std::string parts;
+    for (const auto& [buffer, m] : by_buffer) {
+      total += m;
+      parts += (parts.empty() ? "" : ", ") + buffer + (by_buffer.size() > 1 ? " " + std::to_string(static_cast<long>(m + 0.5)) : "");
+    }
+    out += (out.empty() ? "" : ", ") + kind + " " + std::to_string(static_cast<long>(total + 0.5)) + " MiB (" + parts + ")";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, Status* status) {
@@ -119,20 +151,28 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   llama_context_params cp = llama_context_default_params();
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const bool per_seq = config.kv_layout == "per-seq" || (config.kv_layout == "auto" && config.n_seq_max > 1);
-  // Per-sequence KV: n_ctx is the sessions' streams' cells; the kept prefixes' streams come on top.
-  const std::int32_t rooms = per_seq && config.n_seq_sampling > 0 ? std::min(config.n_seq_sampling, config.n_seq_max)
-                                                                  : config.n_seq_max;
-  const std::int32_t streams = per_seq ? config.n_seq_max : 1;
+  // Per-sequence KV: n_ctx is every stream's cells together, n_ctx / n_seq_max each.
+  const std::int32_t streams = per_seq ? std::max(config.n_seq_max, 1) : 1;
+  const std::int64_t budget = config.kv_budget_bytes >= 0 ? config.kv_budget_bytes : kv_budget_bytes(on_gpu);
+  const std::int64_t bytes_per_cell = kv_bytes_per_token(rt->model_);
   std::int32_t n_ctx = config.n_ctx;
   if (n_ctx <= 0) {  // the model's trained context, or the largest whose KV fits
-    const std::int64_t cell = kv_bytes_per_token(rt->model_) * streams;
-    const ContextChoice c = choose_context(llama_model_n_ctx_train(rt->model_), cell,
-                                           kv_budget_bytes(on_gpu));
+    const ContextChoice c = choose_context(llama_model_n_ctx_train(rt->model_), bytes_per_cell * streams, budget);
     n_ctx = per_seq ? c.n_ctx * streams : c.n_ctx;
     rt->n_ctx_why_ = per_seq ? c.why + " per stream" : c.why;
-  } else if (per_seq) {
-    n_ctx = std::max(1, n_ctx / std::max(rooms, 1)) * streams;
+  } else {
+    if (per_seq) n_ctx = std::max(1, n_ctx / streams) * streams;
+    if (config.kv_budget_bytes >= 0 && static_cast<std::int64_t>(n_ctx) * bytes_per_cell > config.kv_budget_bytes) {
+      *status = Status(ErrorCode::kInvalidArgument,
+                       "--n-ctx " + std::to_string(n_ctx) + " needs " + std::to_string((n_ctx * bytes_per_cell) >> 20) +
+                           " MiB of KV, over the --kv-mb budget of " + std::to_string(config.kv_budget_bytes >> 20) + " MiB");
+      return nullptr;
+    }
   }
+  rt->kv_budget_ = budget;
+  rt->kv_budget_why_ = config.kv_budget_bytes >= 0 ? "--kv-mb"
+                       : on_gpu ? "85% of the least free GPU memory, less 512 MiB"
+                                : "half of available host memory";
   cp.n_ctx = static_cast<uint32_t>(n_ctx);
   const std::int32_t n_ubatch = std::max(config.n_ubatch, 1);
   const std::int32_t n_batch = config.n_batch > 0 ? config.n_batch : on_gpu ? n_ubatch : std::max(2048, n_ubatch);
@@ -180,7 +220,11 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
     rt->outputs_per_seq_ = std::max(1, config.outputs_per_seq);
     cp.n_outputs_max_per_seq = static_cast<std::uint32_t>(rt->outputs_per_seq_);
   }
+  std::vector<std::string> sized;
+  buffer_lines = &sized;
   rt->ctx_ = llama_init_from_model(rt->model_, cp);
+  buffer_lines = nullptr;
+  rt->buffers_ = summarize_buffers(sized);
   if (rt->ctx_ == nullptr) {
     *status = Status(ErrorCode::kModelLoad, "cannot create a context (n_ctx " + std::to_string(n_ctx) +
                                                 ", sequences " + std::to_string(config.n_seq_max) + ")");

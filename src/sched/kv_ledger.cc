@@ -2,11 +2,7 @@
 
 namespace uma {
 
-KvLedger::KvLedger(const KvShape& shape) : shape_(shape) {
-  const std::int32_t kept = shape.per_seq ? shape.kept_ids : 0;
-  session_ids_.add_range(0, shape.n_seq_max - kept);
-  kept_ids_.add_range(shape.n_seq_max - kept, shape.n_seq_max);
-}
+KvLedger::KvLedger(const KvShape& shape) : shape_(shape) { ids_.add_range(0, shape.n_seq_max); }
 
 std::int32_t KvLedger::cells_free(std::int32_t granted) const {
   return shape_.per_seq ? shape_.n_ctx_seq : shape_.n_ctx - granted;
@@ -22,7 +18,7 @@ std::int32_t KvLedger::shortfall(std::int32_t need, std::int32_t granted, bool a
 }
 
 bool KvLedger::fits(std::int32_t need, std::int32_t granted, bool anyone_running) const {
-  return !session_ids_.empty() && shortfall(need, granted, anyone_running) <= 0;
+  return !ids_.empty() && shortfall(need, granted, anyone_running) <= 0;
 }
 
 }  // namespace uma

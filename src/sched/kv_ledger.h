@@ -1,9 +1,9 @@
 // KvLedger: the one owner of the KV cache's two resources, sequence ids and cells, and of the one
 // room test. Nobody else holds a free id or writes the "is there room" arithmetic.
-// - Ids: two SeqIdPools. The sessions' ids [0, n), and with per-sequence KV the kept prefixes' ids
-//   above them (so running ids stay dense); with a unified KV the prefix cache draws on the
-//   sessions' pool. Every take and give back goes through them; a double give-back or a foreign id
-//   aborts (seq_id_pool.h).
+// - Ids: one SeqIdPool, [0, n_seq_max), that sessions and kept prefixes both draw on. A kept
+//   prefix holds the id its session ran under (per-sequence KV: the stream stays where it is, and
+//   the next request with that prefix takes it over) until a start needs the id. Every take and
+//   give back goes through it; a double give-back or a foreign id aborts (seq_id_pool.h).
 // - Cells: held by the claims of sessions holding a sequence and by kept prefixes. Claims change
 //   with every token and with who shares whose prefix, so the scheduler hands the ledger the
 //   current total (`granted`) when it asks, rather than the ledger keeping a copy that goes stale.
@@ -26,7 +26,6 @@ struct KvShape {
   std::int32_t n_ctx_seq = 0;   // cells one sequence may use
   std::int32_t n_seq_max = 1;   // sequence ids
   bool per_seq = false;         // per-sequence KV streams (else one unified cache)
-  std::int32_t kept_ids = 0;    // per-sequence KV: ids reserved for kept prefixes (above the sessions')
   double watermark_share = 0.0; // of n_ctx
   bool preemption = true;
 };
@@ -39,10 +38,8 @@ class KvLedger {
 
   bool per_seq() const { return shape_.per_seq; }
   std::int32_t n_ctx() const { return shape_.n_ctx; }
-  SeqIdPool& session_ids() { return session_ids_; }
-  const SeqIdPool& session_ids() const { return session_ids_; }
-  // The prefix cache's pool: its own ids with per-sequence KV, the sessions' with a unified KV.
-  SeqIdPool& kept_ids() { return shape_.per_seq ? kept_ids_ : session_ids_; }
+  SeqIdPool& ids() { return ids_; }
+  const SeqIdPool& ids() const { return ids_; }
 
   // Cells nobody holds, given the cells `granted` to claims and kept prefixes (per-sequence KV:
   // one id's worth, whatever the others hold).
@@ -55,8 +52,7 @@ class KvLedger {
 
  private:
   KvShape shape_;
-  SeqIdPool session_ids_;
-  SeqIdPool kept_ids_;
+  SeqIdPool ids_;
 };
 
 }  // namespace uma

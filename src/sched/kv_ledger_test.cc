@@ -23,7 +23,7 @@ TEST(KvLedger, UnifiedRoomCountsGrantedCellsAndTheWatermarkOnlyWhileSomeoneRuns)
   EXPECT_EQ(ledger.shortfall(650, 300, true), 650 + 100 - 700);
   EXPECT_TRUE(ledger.fits(600, 300, true));
   EXPECT_FALSE(ledger.fits(601, 300, true));
-  for (int i = 0; i < 4; ++i) ledger.session_ids().take();
+  for (int i = 0; i < 4; ++i) ledger.ids().take();
   EXPECT_FALSE(ledger.fits(0, 0, false)) << "no sequence id left: no room whatever the cells";
 }
 
@@ -35,28 +35,16 @@ TEST(KvLedger, WithoutPreemptionThereIsNoWatermark) {
   EXPECT_TRUE(ledger.fits(700, 300, true));
 }
 
-TEST(KvLedger, PerSequenceIdsOwnTheirCellsAndKeptPrefixesHaveIdsAboveTheSessions) {
+TEST(KvLedger, PerSequenceIdsOwnTheirCells) {
   KvShape k = unified(4096, 8);
   k.per_seq = true;
   k.n_ctx_seq = 512;
-  k.kept_ids = 3;
   KvLedger ledger(k);
   EXPECT_EQ(ledger.cells_free(100000), 512) << "per-sequence: one id's cells, whatever others hold";
-  EXPECT_EQ(ledger.session_ids().size(), 5u);
-  EXPECT_EQ(ledger.kept_ids().size(), 3u);
-  EXPECT_EQ(ledger.kept_ids().lowest(), 5) << "kept prefixes live above the sessions' ids";
+  EXPECT_EQ(ledger.ids().size(), 8u) << "one pool: sessions and kept prefixes draw on the same ids";
   EXPECT_TRUE(ledger.fits(100000, 100000, true)) << "a free id is all a start needs";
-  for (int i = 0; i < 5; ++i) ledger.session_ids().take();
+  for (int i = 0; i < 8; ++i) ledger.ids().take();
   EXPECT_FALSE(ledger.fits(0, 0, false));
-  EXPECT_EQ(ledger.kept_ids().size(), 3u) << "the cache's ids are not the sessions'";
-}
-
-TEST(KvLedger, UnifiedKeptPrefixesDrawOnTheSessionsIds) {
-  KvShape k = unified(1000, 4);
-  k.kept_ids = 2;  // ignored without per-sequence KV
-  KvLedger ledger(k);
-  EXPECT_EQ(&ledger.kept_ids(), &ledger.session_ids());
-  EXPECT_EQ(ledger.session_ids().size(), 4u);
 }
 
 }  // namespace

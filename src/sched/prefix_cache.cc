@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace uma {
 
@@ -27,13 +28,18 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
   // Among equally long matches, cells already in the KV cache need neither waiting nor a restore.
   const auto in_kv = [&](std::uint64_t id) { return !(id & kLiveBit) && kept_.at(id).seq >= 0; };
   const PrefixIndex::Match m = index_.find(prompt, max_length, usable, in_kv);
-  if (m.length == 0 || m.length < config_.min_reuse) return {};
-  if (m.id & kLiveBit) return {Hit::Kind::kLive, m.id & ~kLiveBit, -1, m.length};
+  if (m.length == 0) return {};
+  if (m.length < config_.min_reuse && !(in_place_ && in_kv(m.id))) return {};
+  if (m.id & kLiveBit) return {Hit::Kind::kLive, m.id & ~kLiveBit, -1, 0, m.length};
   Kept& k = kept_.at(m.id);
   k.last_used = clock_;
   k.used_at = time_.now();
   k.hits++;
   k.served = std::max(k.served, m.length);
+  if (in_place_) {  // a kept stream is taken over (nothing to ready host memory for), a snapshot restored
+    if (k.seq >= 0) return {Hit::Kind::kKept, 0, k.seq, 0, m.length};
+    return {Hit::Kind::kHost, 0, -1, m.id, m.length};
+  }
   prepare_if_worth(m.id);
   if (k.seq < 0) {
     // A host snapshot: bring it back into the KV cache (all of it: a snapshot restores whole).
@@ -58,7 +64,35 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const Token> prompt, std::int32_t
     cells_ += n;
     publish();
   }
-  return {Hit::Kind::kKept, 0, k.seq, m.length};
+  return {Hit::Kind::kKept, 0, k.seq, 0, m.length};
+}
+
+std::int32_t PrefixCache::adopt(std::int32_t seq) {
+  for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+    if (it->second.seq != seq) continue;
+    cells_ -= it->second.cells;
+    index_.erase(it->first);
+    kept_.erase(it);
+    metrics_.prefix_adopted_total++;
+    publish();
+    return seq;
+  }
+  std::abort();  // not a kept entry's sequence: a bug in the caller
+}
+
+std::int32_t PrefixCache::restore_into(const Hit& hit, std::int32_t seq) {
+  const auto it = kept_.find(hit.entry);
+  if (hit.kind != Hit::Kind::kHost || it == kept_.end() || it->second.seq >= 0) return 0;
+  const Clock::time_point t0 = Clock::now();
+  const Status st = decoder_.restore_kv(seq, it->second.snapshot);
+  if (!st.ok()) {
+    spdlog::debug("prefix cache: snapshot not restored into sequence {}: {}", seq, st.message());
+    return 0;
+  }
+  decoder_.trim_sequence(seq, hit.length);
+  spdlog::debug("prefix cache: snapshot restored into sequence {} in {:.2f} ms, {} tokens reused", seq,
+                ms_between(t0, Clock::now()), hit.length);
+  return hit.length;
 }
 
 std::int32_t PrefixCache::reusable(std::span<const Token> prompt, std::int32_t max_length,
@@ -81,7 +115,8 @@ void PrefixCache::count(std::int32_t prompt_tokens, std::int32_t reused) {
 
 bool PrefixCache::keep(std::int32_t seq, std::span<const Token> kv_tokens, std::int32_t shared, std::uint32_t led) {
   const auto n = static_cast<std::int32_t>(kv_tokens.size());
-  if (!config_.enabled || config_.max_kept <= 0 || n < std::max(config_.block, config_.min_reuse)) return false;
+  // In place any kept length is reusable (taking the stream over copies nothing); min_reuse bounds copies.
+  if (!config_.enabled || config_.max_kept <= 0 || n < std::max(config_.block, in_place_ ? 0 : config_.min_reuse)) return false;
   const auto in_kv = [&](std::uint64_t id) { return !(id & kLiveBit) && kept_.at(id).seq >= 0; };
   const PrefixIndex::Match same = index_.find(kv_tokens, n, in_kv);
   if (same.length == n) {  // an entry already holds all of these tokens
@@ -131,12 +166,6 @@ std::uint32_t PrefixCache::starts_with(std::span<const Token> tokens) const {
   if (tokens.size() < static_cast<std::size_t>(config_.block)) return 0;
   const auto it = seen_.find(config_.hash(0, tokens.first(static_cast<std::size_t>(config_.block))));
   return it == seen_.end() ? 0 : it->second;
-}
-
-void PrefixCache::relocate(std::int32_t from, std::int32_t to) {
-  for (auto& [id, k] : kept_) {
-    if (k.seq == from) k.seq = to;
-  }
 }
 
 std::uint64_t PrefixCache::victim() const {

@@ -4,11 +4,15 @@
 // - live sessions: a request may copy (share) the cells of a running session's prompt prefix,
 //   waiting for that session to prefill it if need be;
 // - kept sequences: a finished session's sequence stays in the KV cache, without a sampler, as an
-//   entry (its cells are shared with `llama_memory_seq_cp`, never copied);
+//   entry, under the id it ran in. Unified KV: its cells are shared with `llama_memory_seq_cp`,
+//   never copied. Per-sequence KV (`in_place`): its stream stays where it is and the next request
+//   with that prefix takes the id over (Decoder::adopt_sequence), so keeping costs no memory and
+//   no copy: the stream was the session's, and a start that needs the id evicts the entry;
 // - host snapshots: under KV pressure (or idle) a kept sequence that has served a hit (one whose
 //   served prefixes no other kept entry holds) is evicted
-//   to host memory (`llama_state_seq_get_data`, up to host_bytes) and brought back on a hit; one
-//   that never did is dropped. Copying out costs the compute thread a GPU->host transfer, and with
+//   to host memory (`llama_state_seq_get_data`, up to host_bytes) and brought back on a hit (unified:
+//   into an id of its own, kept again; per-sequence: into the requesting session's stream, the
+//   snapshot staying in host memory for the next); one that never did is dropped. Copying out costs the compute thread a GPU->host transfer, and with
 //   nothing shared (every prompt different) it would be paid for every request and never repaid
 //   (measured on an H100 at 64 streams: 241 snapshots cut 3441 tok/s to 1201).
 // Eviction is LRU, leaves first (an entry whose tokens are a prefix of another's goes last).
@@ -81,16 +85,25 @@ class PrefixCache {
   void remove_live(RequestId id);
 
   struct Hit {
-    enum class Kind : std::uint8_t { kNone, kLive, kKept } kind = Kind::kNone;
+    enum class Kind : std::uint8_t { kNone, kLive, kKept, kHost } kind = Kind::kNone;
     RequestId leader = 0;     // kLive
-    std::int32_t seq = -1;    // kKept: the sequence to share cells from
+    std::int32_t seq = -1;    // kKept: the sequence to share cells from (in place: to adopt)
+    std::uint64_t entry = 0;  // kHost: the snapshot to restore (restore_into)
     std::int32_t length = 0;  // tokens reusable
   };
   // The longest reusable prefix of `prompt`, at most max_length tokens. `live_ok(id)` says whether
-  // a live session may lead (it is prefilling or decoding). A host snapshot hit is restored into
-  // one of the cache's ids first (and becomes a kept entry), when room allows.
+  // a live session may lead (it is prefilling or decoding). A host snapshot hit is, unified,
+  // restored into one of the cache's ids first (and becomes a kept entry) when room allows; in
+  // place, answered kHost for restore_into. min_reuse bounds every hit but an in-place kept one
+  // (taking a stream over copies nothing).
   Hit lookup(std::span<const Token> prompt, std::int32_t max_length, const std::function<bool(RequestId)>& live_ok,
              std::int32_t cells_free);
+  // In place: the kept entry in `seq` (a kKept hit) leaves the cache, and its id with it: the
+  // caller now holds the id and its KV. Returns seq.
+  std::int32_t adopt(std::int32_t seq);
+  // In place: a kHost hit's snapshot into the empty, started sequence `seq`, cut to the hit's
+  // length. Returns the tokens reused (0 when it did not fit back: the sequence is then empty).
+  std::int32_t restore_into(const Hit& hit, std::int32_t seq);
   // Without side effects: how many of `prompt`'s first max_length tokens could share cells that
   // are in the KV cache now (a usable live session's prompt, or a kept sequence; not a host
   // snapshot, which would need cells to come back). What admission may discount.
@@ -109,10 +122,12 @@ class PrefixCache {
   void set_min_reuse(std::int32_t n) { config_.min_reuse = n; }
   void set_keep_unseen_min(std::int32_t n) { config_.keep_unseen_min = n; }
   void set_save_leaves(bool on) { config_.save_leaves = on; }
+  void set_in_place(bool on) { in_place_ = on; }
+  bool in_place() const { return in_place_; }
+  // Kept entries in the KV cache (each holds a sequence id a start may evict it for).
+  std::int32_t kept_in_kv() const;
   // Counts a started request's first block, for keep()'s admission (a bounded, forgetting count).
   void note_start(std::span<const Token> prompt);
-  // The kept entry held in sequence `from` now lives in `to` (the caller moved its KV).
-  void relocate(std::int32_t from, std::int32_t to);
   // KV cells the kept entries hold (estimate, see above).
   std::int32_t cells() const { return cells_; }
   // Evicts kept entries until `cells_needed` cells are released or none is left; their sequence
@@ -146,7 +161,6 @@ class PrefixCache {
   bool extends(std::uint64_t longer, std::uint64_t shorter) const;  // strictly, token for token
   std::int32_t common_prefix(std::uint64_t a, std::uint64_t b) const;  // tokens the two entries share
   std::uint64_t victim() const;  // LRU kept-in-KV entry, leaves first; 0: none
-  std::int32_t kept_in_kv() const;
   void drop_host(std::uint64_t id);
   void publish();
 
@@ -157,6 +171,7 @@ class PrefixCache {
   const TimeSource& time_;
   SeqIdPool& ids_;
   PrefixCacheConfig config_;
+  bool in_place_ = false;  // per-sequence KV: kept streams are taken over, host hits restored into the session's
   PrefixIndex index_;
   std::map<std::uint64_t, Kept> kept_;  // by entry id (no kLiveBit)
   std::uint64_t next_id_ = 1;

@@ -20,7 +20,6 @@ KvShape kv_shape(const Decoder& decoder, const SchedulerConfig& config) {
   k.n_ctx_seq = decoder.n_ctx_seq();
   k.n_seq_max = decoder.n_seq_max();
   k.per_seq = decoder.kv_per_sequence();
-  k.kept_ids = k.per_seq && config.prefix.enabled ? std::clamp(config.prefix.max_kept, 0, decoder.n_seq_max() - 1) : 0;
   k.watermark_share = config.kv_watermark;
   k.preemption = config.preemption;
   return k;
@@ -34,10 +33,11 @@ Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerCo
     : decoder_(decoder), metrics_(metrics), config_(for_layout(config, decoder)), time_(time),
       budget_(decoder.n_ubatch(), config_.tick_target_ms, config_.start_budget, config_.min_prefill),
       cost_(model_shape(decoder.shape())),
-      ledger_(kv_shape(decoder, config)), cache_(decoder, metrics, config.prefix, time, ledger_.kept_ids()) {
+      ledger_(kv_shape(decoder, config)), cache_(decoder, metrics, config.prefix, time, ledger_.ids()) {
   if (ledger_.per_seq()) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
-  cache_.set_keep_unseen_min(ledger_.per_seq() ? config.per_seq_keep_unseen_min : config.unified_keep_unseen_min);
+  cache_.set_keep_unseen_min(ledger_.per_seq() ? 0 : config.unified_keep_unseen_min);
   cache_.set_save_leaves(!ledger_.per_seq());
+  cache_.set_in_place(ledger_.per_seq());
   metrics_.kv_cells_total = decoder.n_ctx();
 }
 

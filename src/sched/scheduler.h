@@ -60,13 +60,11 @@ struct SchedulerConfig {
   double kv_watermark = 0.02;          // share of n_ctx kept free when starting or resuming requests
   std::int32_t preemptions_before_protected = 3;  // paused this often: paused last, and urgent if background
   // Per-sequence KV: a gap among the running ids lasting this many ticks is closed by moving
-  // sequences; prefixes shorter than per_seq_min_reuse are recomputed rather than copied.
+  // sequences; prefixes shorter than per_seq_min_reuse are recomputed rather than copied from
+  // another stream (a kept stream taken over in place copies nothing and is reused at any length).
+  // Every finished sequence is kept where it ran: keeping costs neither a copy nor memory.
   std::int32_t compact_after_ticks = 16;
   std::int32_t per_seq_min_reuse = 512;
-  // Per-sequence KV: a finished sequence is kept (moved to a cache id: a copy between streams) only
-  // when its first block started another request too, or when it is at least this long
-  // (PrefixCacheConfig::keep_unseen_min; 0 keeps all).
-  std::int32_t per_seq_keep_unseen_min = 1024;
   // Unified KV: keeping is free, but kept cells lengthen every running stream's attention until
   // evicted, and recomputing is dear on a CPU: the bar for a prefix nobody else began with is lower.
   std::int32_t unified_keep_unseen_min = 256;
@@ -179,7 +177,9 @@ class Scheduler {
   void end_pause(Session& s, Clock::time_point now);  // time-in-pause accounting
   bool recover_kv_exhausted();                   // evicts kept prefixes, else pauses one session
   // Prefix cache (scheduler_room.cc): reuse at start, followers catching up, keeping at the end.
-  void reuse_prefix(Session& s);
+  PrefixCache::Hit find_prefix(const Session& s);  // the start's lookup (counts the start's first block)
+  // A started session's prefix from the hit: taken over (adopted), restored, shared or followed.
+  void reuse_prefix(Session& s, const PrefixCache::Hit& hit, bool adopted);
   void resolve_followers();
   Session* find_session(RequestId id);
   const Session* find_session(RequestId id) const;
@@ -266,7 +266,7 @@ class Scheduler {
   double unified_span_ = 0.0;  // unified KV: cells every row's attention spans this tick
   std::int32_t prefill_knee_ = 0;  // calibrate(): the smallest efficient prompt chunk (0: not measured)
   KvLedger ledger_;  // sequence ids and the room test: every take and give back goes through it
-  PrefixCache cache_;  // draws its ids from ledger_.kept_ids()
+  PrefixCache cache_;  // draws its ids from ledger_.ids(), as sessions do
   EmbedQueue embeds_;
   double embed_ms_per_token_ = 0.0;  // an embeddings pass's measured cost per token (EWMA)
   std::vector<std::unique_ptr<Session>> sessions_;  // admission order

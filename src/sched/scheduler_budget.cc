@@ -160,7 +160,7 @@ void Scheduler::observe_cost(double decode_ms) {
 }
 
 Status Scheduler::calibrate(double most_ms) {
-  if (!sessions_.empty() || ledger_.session_ids().empty()) {
+  if (!sessions_.empty() || ledger_.ids().empty()) {
     return Status(ErrorCode::kInternal, "calibrate runs before the first request");
   }
   std::vector<Token> text;
@@ -171,7 +171,7 @@ Status Scheduler::calibrate(double most_ms) {
   const std::int32_t big = std::max(TickBudget::kMinSample, std::min({decoder_.n_batch(), 256, decoder_.n_ctx_seq() - 1}));
   const auto part = [big](std::int32_t d) { return std::max(TickBudget::kMinSample, big / d); };
   const std::array<std::int32_t, 2> chunks = {part(4), part(4)};
-  const std::int32_t seq = ledger_.session_ids().take();
+  const std::int32_t seq = ledger_.ids().take();
   std::vector<BatchEntry> batch;
   double spent_ms = 0.0;
   Status result = Status::Ok();
@@ -233,7 +233,7 @@ Status Scheduler::calibrate(double most_ms) {
       }
     }
   }
-  ledger_.session_ids().give_back(seq);
+  ledger_.ids().give_back(seq);
   metrics_.prefill_fixed_ms = budget_.prefill_fixed_ms();
   metrics_.prefill_ms_per_token = budget_.ms_per_prefill_token();
   return result;

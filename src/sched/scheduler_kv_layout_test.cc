@@ -13,14 +13,12 @@ namespace {
 
 using testing_support::SchedulerTest;
 
-// Prefix cache on, 16-token blocks; every prefix worth copying and every finished sequence kept
-// unless a test says otherwise.
-SchedulerConfig with_prefix_cache(std::int32_t min_reuse = 0, std::int32_t keep_unseen_min = 0) {
+// Prefix cache on, 16-token blocks; every prefix worth copying unless a test says otherwise.
+SchedulerConfig with_prefix_cache(std::int32_t min_reuse = 0) {
   SchedulerConfig cfg;
   cfg.prefix.enabled = true;
   cfg.prefix.block = 16;
   cfg.per_seq_min_reuse = min_reuse;
-  cfg.per_seq_keep_unseen_min = keep_unseen_min;
   return cfg;
 }
 
@@ -138,26 +136,54 @@ TEST_F(SchedulerTest, PerSequenceKvLimitsARequestToOneSequencesCells) {
   EXPECT_EQ(decoder_->kv_exhausted_, 0);
 }
 
-TEST_F(SchedulerTest, PerSequenceKvKeepsPrefixesAboveTheSessionsIds) {
+// Kept prefixes hold no ids of their own: a finished session's stream stays where it ran, and the
+// next request with its prefix takes that stream over, nothing copied; a start that needs an id
+// evicts a kept stream.
+TEST_F(SchedulerTest, PerSequenceKvKeepsAPrefixInItsStreamAndTheNextRequestTakesItOver) {
   SchedulerConfig cfg = with_prefix_cache();
-  cfg.prefix.max_kept = 2;
   cfg.compact_after_ticks = 0;
-  make(64, /*n_ctx=*/6 * 128, /*n_seq=*/4 + 2, cfg, /*per_seq=*/true);
+  make(64, /*n_ctx=*/2 * 128, /*n_seq=*/2, cfg, /*per_seq=*/true);
   const std::string shared(40, 'x');
   submit(1, shared + "a", 4);
-  submit(2, "short", 30);  // still running when 1 ends: 1's id is below it
+  submit(2, "short", 30);  // still running when 1 ends
   run_until_idle();
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 2) << "both were kept";
-  EXPECT_GT(decoder_->kv_tokens(4), 0) << "kept sequences live in the cache's ids (1's moved from below 2's)";
-  EXPECT_GT(decoder_->kv_tokens(5), 0);
-  for (std::int32_t seq = 0; seq < 4; ++seq) EXPECT_EQ(decoder_->kv_tokens(seq), 0) << seq;
-  submit(3, shared + "b", 4);
-  submit(4, "other", 10);
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 2) << "both were kept, each where it ran";
+  EXPECT_GT(decoder_->kv_tokens(0), 0);
+  EXPECT_GT(decoder_->kv_tokens(1), 0);
+  EXPECT_EQ(decoder_->moves_, 0) << "keeping moved nothing";
+  submit(3, shared + "b", 4);  // takes 1's stream over
   run_until_idle();
   EXPECT_EQ(out_[3].text, expected(100 + 'b', 4));
-  EXPECT_EQ(out_[4].text, expected(100 + 'r', 10));
+  EXPECT_EQ(decoder_->adopted_tokens_, 41) << "BOS + 40 shared tokens reused in place";
+  EXPECT_EQ(decoder_->shared_tokens_, 0) << "nothing copied between streams";
+  EXPECT_EQ(metrics_.prefix_adopted_total.load(), 1u);
   EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 41u);
+  submit(4, "other", 10);  // no id free: 2's stream (least recently used) is evicted for it
+  submit(5, "again", 10);
+  run_until_idle();
+  EXPECT_EQ(out_[4].text, expected(100 + 'r', 10));
+  EXPECT_EQ(out_[5].text, expected(100 + 'n', 10));
+  EXPECT_GE(metrics_.prefix_evictions_total.load(), 2u);
   EXPECT_EQ(decoder_->max_excess_passes_, 0);
+}
+
+// Unified KV, per-sequence streams: the cache makes a server hold what its sessions hold. Several
+// requests at once with one prefix: the first takes the kept stream over, the others copy from it
+// live (a copy between streams), and nothing is evicted while a free id is left.
+TEST_F(SchedulerTest, PerSequenceKvRequestsArrivingTogetherTakeOverOneKeptStreamAndCopyFromIt) {
+  make(64, /*n_ctx=*/4 * 128, /*n_seq=*/4, with_prefix_cache(), /*per_seq=*/true);
+  const std::string shared(40, 'x');
+  submit(1, shared + "a", 2);
+  run_until_idle();
+  ASSERT_EQ(metrics_.prefix_kept_sequences.load(), 1);
+  for (RequestId id = 2; id <= 4; ++id) submit(id, shared + std::string(1, static_cast<char>('a' + id)), 3);
+  run_until_idle();
+  for (RequestId id = 2; id <= 4; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'a' + static_cast<Token>(id), 3)) << id;
+  EXPECT_EQ(decoder_->adopted_tokens_, 41);
+  EXPECT_EQ(decoder_->shared_tokens_, 2 * 41) << "the two others copied the prefix from the first";
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load(), 3 * 41u);
+  EXPECT_EQ(metrics_.prefix_evictions_total.load(), 0u);
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 3) << "three streams kept, the fourth id was never used";
 }
 
 TEST_F(SchedulerTest, PerSequenceKvClosesAGapOnlyWhenItOutlivesTheArrivals) {
@@ -181,67 +207,24 @@ TEST_F(SchedulerTest, PerSequenceKvClosesAGapOnlyWhenItOutlivesTheArrivals) {
   EXPECT_EQ(out_[5].text, expected(100 + 'e', 30));
 }
 
-TEST_F(SchedulerTest, PerSequenceKvDoesNotCopyShortPrefixes) {
+// A copy between streams costs a graph reserve on a GPU: a short prefix is recomputed rather than
+// copied from a live session. Taking a kept stream over copies nothing, so any length is reused.
+TEST_F(SchedulerTest, PerSequenceKvDoesNotCopyShortPrefixesButTakesAKeptOneOver) {
   SchedulerConfig cfg = with_prefix_cache(/*min_reuse=*/64);
   make(64, /*n_ctx=*/6 * 128, /*n_seq=*/6, cfg, /*per_seq=*/true);
-  submit(1, std::string(40, 'x') + "a", 4);  // 46 tokens: under 64
-  run_until_idle();
-  submit(2, std::string(40, 'x') + "b", 4);
+  submit(1, std::string(40, 'x') + "a", 40);  // 42 tokens: under 64
+  scheduler_->tick(events_);
+  collect();
+  submit(2, std::string(40, 'x') + "b", 4);  // 1 is live: too short to copy from it
   run_until_idle();
   EXPECT_EQ(out_[2].text, expected(100 + 'b', 4));
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0);
   EXPECT_EQ(decoder_->shared_tokens_, 0);
-  submit(3, std::string(80, 'y') + "a", 4);  // 86 tokens: kept and reused
-  run_until_idle();
-  submit(4, std::string(80, 'y') + "b", 4);
-  run_until_idle();
-  EXPECT_EQ(out_[4].text, expected(100 + 'b', 4));
-  EXPECT_EQ(decoder_->shared_tokens_, 81);
-}
-
-TEST_F(SchedulerTest, PerSequenceKvKeepsOnlyPrefixesThatStartedTwiceOrAreLong) {
-  SchedulerConfig cfg = with_prefix_cache(0, /*keep_unseen_min=*/100);
-  make(64, /*n_ctx=*/6 * 256, /*n_seq=*/6, cfg, /*per_seq=*/true);
-  const std::string shared(40, 'x');
-  submit(1, shared + "a", 4);  // nothing else began like it: let go, no copy between streams
-  run_until_idle();
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0);
-  EXPECT_EQ(metrics_.prefix_not_kept_total.load(), 1u);
-  EXPECT_EQ(decoder_->moves_, 0);
-  submit(2, shared + "b", 4);  // the second start with this first block: kept
-  run_until_idle();
-  EXPECT_EQ(decoder_->shared_tokens_, 0) << "1 was not kept, so 2 prefilled its prompt";
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
-  submit(3, shared + "c", 4);
+  EXPECT_EQ(decoder_->adopted_tokens_, 0);
+  submit(3, std::string(40, 'x') + "c", 4);  // a kept stream holds the prefix: taken over
   run_until_idle();
   EXPECT_EQ(out_[3].text, expected(100 + 'c', 4));
-  EXPECT_EQ(decoder_->shared_tokens_, 41) << "3 reused 2's prefix";
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 2) << "3 began like 1 and 2: kept too";
-  submit(4, std::string(120, 'z') + "a", 4);  // never seen, but long enough to be worth a copy
-  run_until_idle();
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 3);
-  EXPECT_EQ(metrics_.prefix_not_kept_total.load(), 1u);
-  EXPECT_EQ(decoder_->max_excess_passes_, 0);
-}
-
-TEST_F(SchedulerTest, PerSequenceKvNeverRestoresIntoAStreamStillBeingCopiedOut) {
-  SchedulerConfig cfg = with_prefix_cache();
-  cfg.prefix.max_kept = 1;
-  make(64, /*n_ctx=*/2 * 128, /*n_seq=*/1 + 1, cfg, /*per_seq=*/true);  // one session id, one cache id
-  submit_background(1, "bbbb", 40);
-  for (int i = 0; i < 6; ++i) scheduler_->tick(events_);
-  collect();
-  submit(2, std::string(20, 'i'), 3);  // pauses 1 (KV saved), takes id 0
-  ASSERT_EQ(metrics_.preempted_saved_total.load(), 1u);
-  // 2 ends and is kept: its stream is copied from id 0 to the cache's id at the next decode, and
-  // 1 comes back into id 0 before that: its saved KV must not land in a stream still being copied
-  // out, so it is recomputed (same output).
-  run_until_idle();
-  EXPECT_EQ(out_[2].text, expected(100 + 'i', 3));
-  EXPECT_EQ(out_[1].text, expected(100 + 'b', 40)) << "paused and resumed as if never paused";
-  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 1);
-  EXPECT_EQ(decoder_->pending_refusals_, 1);
-  EXPECT_EQ(metrics_.kv_restore_fallbacks_total.load(), 1u);
+  EXPECT_EQ(decoder_->shared_tokens_, 0);
+  EXPECT_EQ(decoder_->adopted_tokens_, 41);
 }
 
 }  // namespace

@@ -133,16 +133,10 @@ void Scheduler::finish(Session& s, SessionState terminal) {
     const bool kept = terminal != SessionState::kFailed &&
                       cache_.keep(s.seq, std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_past)),
                                   s.shared_prefix, s.led);
-    if (kept && ledger_.per_seq()) {
-      // Kept sequences live above the sessions' ids. keep() left the cache at most max_kept
-      // entries, this one in a session's id, so one of the cache's ids is free.
-      const std::int32_t to = ledger_.kept_ids().take();
-      decoder_.move_sequence(s.seq, to);
-      cache_.relocate(s.seq, to);
-      ledger_.session_ids().give_back(s.seq);
-    } else if (!kept) {
+    // Kept, the sequence stays where it is and its id goes with it to the cache.
+    if (!kept) {
       decoder_.end_sequence(s.seq);
-      ledger_.session_ids().give_back(s.seq);
+      ledger_.ids().give_back(s.seq);
     }
     s.seq = -1;
   }
@@ -152,7 +146,7 @@ void Scheduler::compact_sequences() {
   if (!ledger_.per_seq()) return;
   std::int32_t top_seq = -1;
   for (auto& s : sessions_) top_seq = std::max(top_seq, s->seq);
-  const bool gap = !ledger_.session_ids().empty() && ledger_.session_ids().lowest() < top_seq;
+  const bool gap = !ledger_.ids().empty() && ledger_.ids().lowest() < top_seq;
   gap_ticks_ = gap ? gap_ticks_ + 1 : 0;
   if (gap_ticks_ < config_.compact_after_ticks) return;
   gap_ticks_ = 0;
@@ -161,10 +155,10 @@ void Scheduler::compact_sequences() {
     for (auto& s : sessions_) {
       if (s->seq >= 0 && (top == nullptr || s->seq > top->seq)) top = s.get();
     }
-    if (top == nullptr || ledger_.session_ids().empty() || ledger_.session_ids().lowest() > top->seq) return;
-    const std::int32_t to = ledger_.session_ids().take();
+    if (top == nullptr || ledger_.ids().empty() || ledger_.ids().lowest() > top->seq) return;
+    const std::int32_t to = ledger_.ids().take();
     decoder_.move_sequence(top->seq, to);
-    ledger_.session_ids().give_back(top->seq);
+    ledger_.ids().give_back(top->seq);
     if (drafter_ != nullptr) drafter_->forget(top->seq);
     top->seq = to;
     metrics_.kv_sequence_moves_total++;

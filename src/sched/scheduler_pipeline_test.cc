@@ -40,7 +40,6 @@ TEST_F(PipelineTest, StreamsAreTheSameWithAndWithoutPipelinedTicks) {
   SchedulerConfig cfg;  // every finished sequence is kept: what it holds is compared
   cfg.prefix.enabled = true;
   cfg.prefix.max_kept = 8;
-  cfg.per_seq_keep_unseen_min = 0;
   cfg.per_seq_min_reuse = 0;
   cfg.unified_keep_unseen_min = 0;
   for (bool per_seq : {false, true}) {

@@ -191,7 +191,6 @@ TEST_F(SchedulerTest, IdleKeptSequencesMoveToHostMemoryAndStillServeHits) {
 TEST_F(SchedulerTest, PerSequenceKvSendsALeaderThatServedFollowersToHostMemory) {
   SchedulerConfig cfg = cache_config(/*kept=*/1);
   cfg.per_seq_min_reuse = 0;
-  cfg.per_seq_keep_unseen_min = 0;
   make(/*n_batch=*/64, /*n_ctx=*/4 * 256, /*n_seq=*/4, cfg, /*per_seq=*/true);
   submit(1, kShared + "aaaa", 2);
   submit(2, kShared + "bbbb", 8);  // follows request 1; ends later, when request 1's is kept
@@ -205,13 +204,12 @@ TEST_F(SchedulerTest, PerSequenceKvSendsALeaderThatServedFollowersToHostMemory) 
   EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1);
 }
 
-// One system prompt, a different question each time: each request leaves an entry that served
-// the same prefix. Copying each out to host memory bought nothing another entry did not hold
-// (on an H100, 400 MB and 300 ms of the compute thread per 3000-token 8B entry).
-TEST_F(SchedulerTest, AnEntryWhosePrefixAnotherHoldsIsDroppedNotCopiedToHostMemory) {
+// One system prompt, a different question each time. Per-sequence KV: each request takes the
+// last one's kept stream over, so nothing is copied, evicted or sent to host memory (a copy out
+// was 400 MB and 300 ms of the compute thread per 3000-token 8B entry on an H100).
+TEST_F(SchedulerTest, PerSequenceKvOneSystemPromptADifferentQuestionEachTimeCopiesNothing) {
   SchedulerConfig cfg = cache_config(/*kept=*/1);
   cfg.per_seq_min_reuse = 0;
-  cfg.per_seq_keep_unseen_min = 0;
   make(/*n_batch=*/64, /*n_ctx=*/4 * 256, /*n_seq=*/4, cfg, /*per_seq=*/true);
   const char* questions[] = {"aaaa", "bbbb", "cccc", "dddd"};
   for (int i = 0; i < 4; ++i) {
@@ -219,14 +217,38 @@ TEST_F(SchedulerTest, AnEntryWhosePrefixAnotherHoldsIsDroppedNotCopiedToHostMemo
     run_until_idle();
     EXPECT_EQ(out_[1 + i].text, expected(100 + questions[i][0], 2));
   }
-  // Request 2 evicted request 1's entry, which had served it: to host memory (nothing else held
-  // the prefix then). Requests 3 and 4 evicted entries whose prefix that snapshot holds: dropped.
-  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1);
-  EXPECT_GE(metrics_.prefix_evictions_total.load(), 3u);
   EXPECT_EQ(metrics_.prefix_hits_total.load(), 3u) << "every later request reused the prefix";
-  // Only the entry that eviction copied out had host memory readied for it (page-locked off the
-  // compute thread): the later ones served a prefix the snapshot holds.
-  EXPECT_EQ(decoder_->prepared_saves_.size(), 1u);
+  EXPECT_EQ(metrics_.prefix_adopted_total.load(), 3u) << "each in the stream that held it";
+  EXPECT_EQ(decoder_->shared_tokens_, 0);
+  EXPECT_EQ(metrics_.prefix_evictions_total.load(), 0u);
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 0);
+  EXPECT_TRUE(decoder_->prepared_saves_.empty()) << "no host memory readied for a copy that never comes";
+}
+
+// Per-sequence KV: a host snapshot hit is restored into the requesting session's own stream (no id
+// of the cache's), and the snapshot stays in host memory for the next.
+TEST_F(SchedulerTest, PerSequenceKvRestoresAHostSnapshotIntoTheSessionsOwnStream) {
+  SchedulerConfig cfg = cache_config(/*kept=*/2);
+  cfg.per_seq_min_reuse = 0;
+  make(/*n_batch=*/64, /*n_ctx=*/2 * 256, /*n_seq=*/2, cfg, /*per_seq=*/true);
+  submit(1, kShared + "aaaa", 2);
+  submit(2, kShared + "bbbb", 8);  // follows 1: 1's entry served a hit
+  run_until_idle();
+  ASSERT_EQ(metrics_.prefix_kept_sequences.load(), 2);
+  submit(3, std::string(40, 'q'), 2);  // both ids are kept streams: 1's goes to host memory,
+  submit(4, std::string(40, 'r'), 2);  // 2's (never reused) is dropped
+  run_until_idle();
+  ASSERT_EQ(metrics_.prefix_host_snapshots.load(), 1);
+  const std::uint64_t reused_before = metrics_.prefix_reused_tokens_total.load();
+  submit(5, kShared + "cccc", 3);
+  run_until_idle();
+  EXPECT_EQ(out_[5].text, expected(100 + 'c', 3));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load() - reused_before, 81u) << "BOS + the shared prefix, from host memory";
+  EXPECT_EQ(metrics_.prefix_host_snapshots.load(), 1) << "the snapshot stays for the next";
+  submit(6, kShared + "dddd", 3);  // 5's stream now holds the prefix: taken over
+  run_until_idle();
+  EXPECT_EQ(out_[6].text, expected(100 + 'd', 3));
+  EXPECT_EQ(metrics_.prefix_reused_tokens_total.load() - reused_before, 2 * 81u);
 }
 
 TEST_F(SchedulerTest, KeptSequencesGiveTheirIdsBackToWaitingRequests) {

@@ -85,7 +85,8 @@ std::int32_t Scheduler::shortfall(const Session& s) const {
 }
 
 bool Scheduler::fits(const Session& s) const {
-  if (ledger_.per_seq()) return ledger_.fits(0, 0, false);
+  // Per-sequence KV: a kept stream gives its id up to a start (take_room evicts it, or adopts it).
+  if (ledger_.per_seq()) return ledger_.fits(0, 0, false) || cache_.kept_in_kv() > 0;
   return ledger_.fits(need(s), cells_granted(), anyone_running());
 }
 
@@ -99,8 +100,8 @@ void Scheduler::start_waiting(std::vector<Event>& out) {
                    [](const auto& a, const auto& b) { return waiting_before(a.first, b.first); });
   for (const auto& [w, s] : waiting) {
     // Kept prefixes give their sequence ids and cells back before anyone waits or is paused.
-    if (ledger_.session_ids().empty() && !ledger_.per_seq()) cache_.evict_one();
-    if (!ledger_.per_seq() && !fits(*s) && cache_.cells() > 0 && !ledger_.session_ids().empty()) {
+    if (ledger_.ids().empty() && !ledger_.per_seq()) cache_.evict_one();
+    if (!ledger_.per_seq() && !fits(*s) && cache_.cells() > 0 && !ledger_.ids().empty()) {
       cache_.evict(shortfall(*s));
     }
     if (!fits(*s) && !(s->priority == Priority::kInteractive && preempt_for(*s, now))) return;  // head of line waits
@@ -109,13 +110,22 @@ void Scheduler::start_waiting(std::vector<Event>& out) {
 }
 
 void Scheduler::take_room(Session& s, std::vector<Event>& out) {
-  const std::int32_t seq = ledger_.session_ids().take();
   const bool starting = s.state == SessionState::kQueued;
+  // Per-sequence KV: the prefix is looked up before the id is chosen, so that a request whose
+  // prefix a kept stream holds takes that stream over, nothing copied. A unified KV looks up after
+  // (a host snapshot hit is restored into an id of the cache's own, besides the session's).
+  PrefixCache::Hit hit;
+  if (starting && cache_.in_place()) hit = find_prefix(s);
+  const bool adopt = hit.kind == PrefixCache::Hit::Kind::kKept;
+  if (!adopt && ledger_.ids().empty()) cache_.evict_one();  // per-sequence: a kept stream makes way (fits())
+  const std::int32_t seq = adopt ? cache_.adopt(hit.seq) : ledger_.ids().take();
   if (starting) {
-    if (Status st = decoder_.start_sequence(seq, s.sampling); !st.ok()) {
+    const Status st = adopt ? decoder_.adopt_sequence(seq, s.sampling, hit.length) : decoder_.start_sequence(seq, s.sampling);
+    if (!st.ok()) {
       // The id goes back; the request ends here with the decoder's reason (a sampler it could
       // not build), rather than waiting forever for a start that fails the same way.
-      ledger_.session_ids().give_back(seq);
+      if (adopt) decoder_.end_sequence(seq);  // the kept prefix left the cache with its id
+      ledger_.ids().give_back(seq);
       spdlog::error("session {}: cannot start sequence: {}", s.id, st.to_string());
       finish(s, SessionState::kFailed);
       metrics_.count_error(st.code());
@@ -149,7 +159,10 @@ void Scheduler::take_room(Session& s, std::vector<Event>& out) {
     metrics_.resumed_total++;
   }
   s.seq = seq;
-  if (starting) reuse_prefix(s);  // needs its sequence id: shared cells go into it
+  if (starting) {
+    if (!cache_.in_place()) hit = find_prefix(s);
+    reuse_prefix(s, hit, adopt);  // needs its sequence id: shared cells go into it
+  }
 }
 
 VictimCandidate Scheduler::victim_candidate(const Session& s, Clock::time_point now) const {
@@ -175,7 +188,7 @@ bool Scheduler::preempt_for(const Session& head, Clock::time_point now) {
     running.push_back(victim_candidate(*s, now));
     who.push_back(s.get());
   }
-  const std::int32_t seqs_needed = ledger_.session_ids().empty() ? 1 : 0;
+  const std::int32_t seqs_needed = ledger_.ids().empty() ? 1 : 0;
   const std::vector<std::size_t> victims = choose_victims(running, seqs_needed, shortfall(head));
   for (std::size_t i : victims) {
     spdlog::debug("session {}: paused for interactive session {}", who[i]->id, head.id);
@@ -230,7 +243,7 @@ void Scheduler::pause(Session& s, Clock::time_point now, PauseCause cause) {
   parked_bytes_ += s.parked.bytes();
   (save ? metrics_.preempted_saved_total : metrics_.preempted_recomputed_total)++;
   (cause == PauseCause::kKvFull ? metrics_.preempted_kv_full_total : metrics_.preempted_priority_total)++;
-  ledger_.session_ids().give_back(s.seq);
+  ledger_.ids().give_back(s.seq);
   if (drafter_ != nullptr) drafter_->forget(s.seq);
   s.seq = -1;
   s.paused_from = s.state;
@@ -278,8 +291,8 @@ Session* Scheduler::find_session(RequestId id) {
   return const_cast<Session*>(std::as_const(*this).find_session(id));
 }
 
-void Scheduler::reuse_prefix(Session& s) {
-  if (!cache_.enabled()) return;
+PrefixCache::Hit Scheduler::find_prefix(const Session& s) {
+  if (!cache_.enabled()) return {};
   const std::span<const Token> prompt = std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_prompt));
   cache_.note_start(prompt);
   const auto live_ok = [&](RequestId id) {
@@ -287,9 +300,18 @@ void Scheduler::reuse_prefix(Session& s) {
     return leader != nullptr && is_active(*leader) && leader->seq >= 0;
   };
   // At least the last prompt token is evaluated, so the first token has logits.
-  const PrefixCache::Hit hit = cache_.lookup(prompt, s.n_prompt - 1, live_ok, cells_free());
+  return cache_.lookup(prompt, s.n_prompt - 1, live_ok, cells_free());
+}
+
+void Scheduler::reuse_prefix(Session& s, const PrefixCache::Hit& hit, bool adopted) {
+  if (!cache_.enabled()) return;
+  const std::span<const Token> prompt = std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_prompt));
   std::int32_t reused = 0;
-  if (hit.kind == PrefixCache::Hit::Kind::kKept) {
+  if (adopted) {
+    reused = hit.length;  // the stream it took over holds them: its own cells now
+  } else if (hit.kind == PrefixCache::Hit::Kind::kHost) {
+    reused = cache_.restore_into(hit, s.seq);
+  } else if (hit.kind == PrefixCache::Hit::Kind::kKept) {
     decoder_.share_prefix(hit.seq, s.seq, hit.length);
     reused = hit.length;
     s.shared_from_seq = hit.seq;
@@ -306,7 +328,9 @@ void Scheduler::reuse_prefix(Session& s) {
       spdlog::debug("session {}: follows session {} for {} prompt tokens", s.id, leader.id, hit.length);
     }
   }
-  s.n_prefilled = s.n_past = s.shared_prefix = reused;
+  s.n_prefilled = s.n_past = reused;
+  // Cells another sequence holds too (restored or taken-over cells are the session's own).
+  s.shared_prefix = adopted || hit.kind == PrefixCache::Hit::Kind::kHost ? 0 : reused;
   if (s.follow == 0) cache_.count(s.n_prompt, reused);
   cache_.add_live(s.id, prompt);
 }

@@ -78,6 +78,18 @@ class FakeDecoder final : public Decoder {
     sampler_[seq] = ++samplers_made_;
     return Status::Ok();
   }
+  Status adopt_sequence(std::int32_t seq, const SamplingParams&, std::int32_t keep) override {
+    no_rows_pending("adopt_sequence", seq);
+    EXPECT_TRUE(per_seq_) << "a kept sequence is adopted only with per-sequence KV";
+    EXPECT_FALSE(live_[seq]) << "adopting a live sequence " << seq;
+    EXPECT_LE(keep, static_cast<std::int32_t>(kv_[seq].size())) << "adopting more than the sequence holds";
+    trim_sequence(seq, keep);
+    live_[seq] = true;
+    sampler_[seq] = ++samplers_made_;
+    adopted_tokens_ += keep;
+    return Status::Ok();
+  }
+  std::int32_t adopted_tokens_ = 0;  // prefix tokens reused in place (adopt_sequence)
   std::size_t kv_state_bytes(std::int32_t seq) const override { return kv_[seq].size() * sizeof(Token); }
   void share_prefix(std::int32_t src, std::int32_t dst, std::int32_t n) override {
     no_rows_pending("share_prefix", dst);

@@ -89,6 +89,34 @@ TEST_P(RuntimeKv, SavedKvRestoredUnderAnotherSequenceGivesTheSameLogits) {
   }
 }
 
+// Per-sequence KV: a kept stream taken over in place (adopt_sequence: a new sampler, positions
+// past the prefix removed) and the suffix prefilled give the logits of a full prefill, for cuts on
+// and off the index's 32-token blocks and after the kept request had generated past its prompt.
+TEST(RuntimeKvPerSeq, AKeptStreamTakenOverInPlacePlusSuffixMatchesAFullPrefill) {
+  auto rt = open_tiny("per-seq");
+  ASSERT_TRUE(rt);
+  SamplingParams greedy;
+  const std::vector<Token> p = prompt_tokens(100, 7);
+  for (std::size_t cut : {1u, 32u, 45u, 99u}) {
+    const std::vector<Token> head(p.begin(), p.begin() + static_cast<long>(cut));
+    const std::vector<Token> tail(p.begin() + static_cast<long>(cut), p.end());
+    ASSERT_TRUE(rt->start_sequence(0, greedy).ok());
+    feed(*rt, 0, p);
+    const std::vector<float> want = last_logits(*rt, p.size());
+    rt->end_sequence(0);
+    // The kept request: its prompt head and then tokens of its own reply, sampler dropped (kept).
+    ASSERT_TRUE(rt->start_sequence(1, greedy).ok());
+    feed(*rt, 1, head);
+    feed(*rt, 1, prompt_tokens(20, 9), static_cast<std::int32_t>(cut));
+    rt->drop_sampler(1);
+    ASSERT_TRUE(rt->adopt_sequence(1, greedy, static_cast<std::int32_t>(cut)).ok());
+    EXPECT_EQ(rt->kv_tokens(1), static_cast<std::int32_t>(cut)) << "the reply's positions removed";
+    feed(*rt, 1, tail, static_cast<std::int32_t>(cut));
+    expect_close(want, last_logits(*rt, tail.size()));
+    rt->end_sequence(1);
+  }
+}
+
 // Issue 6: the prefix cache's two ways of reusing KV — cells shared from another sequence
 // (llama_memory_seq_cp) and a host snapshot restored — then the suffix prefilled, give the logits
 // of a full prefill (relative 1e-3, same argmax), for splits on and off the index's 32-token blocks.

@@ -50,6 +50,39 @@ TEST(UmadPrefix, ConcurrentRequestsSharingAPrefixGetExactOutputsAndReuseIt) {
   EXPECT_GT(m["hit_ratio_tokens"].get<double>(), 0.8) << m.dump();
 }
 
+// Per-sequence KV (the default with several sessions) follows the sessions and the budget: the
+// prefix cache holds no streams of its own (the oracle's cells are 1 KiB: 2 layers of 128-wide K
+// and V in f16; its trained context is 4096).
+TEST(UmadPrefix, TheKvIsTheSessionsRoomWithinTheBudgetAndPrefixesAreReusedInIt) {
+  {
+    Daemon d(args({"--kv-layout", "per-seq", "--max-sessions", "4", "--n-ctx", "4096"}));
+    ASSERT_TRUE(d.started()) << d.log();
+    EXPECT_EQ(metrics(d)["kv_cells_total"], 4096) << "4 sessions x 1024 cells, nothing on top for kept prefixes";
+    EXPECT_NE(d.log().find("KV 4 MiB = 4 sessions x 1024 cells x 1 KiB"), std::string::npos) << d.log();
+  }
+  // --n-ctx 0 under a 2 MiB budget: 4 x the trained 4096 would need 16 MiB; 512 cells a session fit.
+  Daemon d(args({"--kv-layout", "per-seq", "--max-sessions", "4", "--kv-mb", "2", "--max-tokens", "64"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  EXPECT_EQ(metrics(d)["kv_cells_total"], 2048) << d.log();
+  EXPECT_NE(d.log().find("KV budget 2 MiB (--kv-mb)"), std::string::npos) << d.log();
+  // A prefix reused exactly within it: one after another, each takes the last one's stream over.
+  const std::string prefix = Oracle::long_prompt(300, "system");
+  for (const char* word : {"apple", "river", "stone"}) {
+    auto c = connect(d);
+    const std::string prompt = prefix + " " + word;
+    ASSERT_TRUE(c->send_request(request(word, prompt, 8)).ok());
+    EXPECT_EQ(read_reply(*c).text, oracle().expected_text(prompt, 8)) << word;
+  }
+  const auto m = metrics(d)["prefix_cache"];
+  EXPECT_EQ(m["hits_total"], 2) << m.dump();
+  EXPECT_EQ(m["adopted_total"], 2) << "taken over where they were kept: " << m.dump();
+  // An explicit context over an explicit budget is refused at start, saying both.
+  std::string out;
+  EXPECT_NE(run_command({bin_path("umad"), "--model", model_path("oracle.gguf"), "--socket", temp_dir() + "/kv.sock",
+                         "--n-ctx", "8192", "--kv-mb", "4"}, &out), 0);
+  EXPECT_NE(out.find("over the --kv-mb budget of 4 MiB"), std::string::npos) << out;
+}
+
 TEST(UmadPrefix, EvictionUnderASmallCapKeepsOutputsExact) {
   Daemon d(args({"--max-tokens", "64", "--n-ctx", "2048", "--prefix-cache-seqs", "1", "--prefix-cache-mb", "1"}));
   ASSERT_TRUE(d.started()) << d.log();
