@@ -45,16 +45,21 @@ bdir=build${UMA_GPU:+-$UMA_GPU}
 if [ -n "${UMA_GPU:-}" ]; then
   : "${UMA_SKIP_SANITIZERS:=1}" "${UMA_SKIP_TSAN:=1}" "${UMA_SKIP_FUZZ:=1}"
 fi
-# The OpenAI Node SDK's tests check what goes over the wire, which no sanitizer changes; they run in
-# the plain stage only (completions, chat, streaming and tools run under both sanitizers in the C++
-# HTTP tests). The Anthropic SDK's test stays in every stage: it alone drives /v1/messages and /v1/responses.
-unsanitized_only='NodeSdk'
+# Tests whose work the sanitizers add nothing to run in the plain stage only:
+# - the OpenAI Node SDK's: they check what goes over the wire (completions, chat, streaming and
+#   tools run under both sanitizers in the C++ HTTP tests); the Anthropic SDK's test stays in every
+#   stage, it alone drives /v1/messages and /v1/responses;
+# - scripts/cluster.sh as a user runs it (the same agents and gateway run under both sanitizers in
+#   the C++ cluster tests);
+# - uma-mkmodel writing every type twice (llama.cpp's quantization; every stage's models are made
+#   by its own uma-mkmodel before its tests).
+unsanitized_only='NodeSdk|^ClusterScript\.|^MkModel\.SameSeedSameBytesForEveryType$'
 skip=()
 # The Node SDK tests (OpenAI's, Anthropic's) need node and the SDKs (scripts/npm_deps.sh); an offline GPU server may have neither.
 if ! command -v node >/dev/null || [ ! -d "$(scripts/npm_deps.sh --print-root)/openai" ]; then
   echo "(no node or SDKs here: the tests named *NodeSdk* and *AnthropicSdk* are skipped)"
   skip=(-E 'NodeSdk|AnthropicSdk')
-  unsanitized_only='NodeSdk|AnthropicSdk'
+  unsanitized_only="$unsanitized_only|AnthropicSdk"
 fi
 
 # The binaries the unit and end-to-end tests run (the benchmark and soak tools are built in $bdir/).

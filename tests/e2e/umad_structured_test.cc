@@ -101,7 +101,9 @@ const char* kSchemas[] = {
 TEST(UmadStructured, EveryOutputOfThreeSchemasTimesTwentySeedsEndsWithStopParsesAndValidates) {
   Daemon d(args({"--max-sessions", "16", "--n-ctx", "16384"}), "tiny-f16.gguf");
   ASSERT_TRUE(d.started()) << d.log();
-  constexpr int kSeeds = kSanitized ? 5 : 20;  // 15 streams at once even so
+  // The grammar's work is llama.cpp's (uninstrumented): under the sanitizers two seeds of each
+  // schema run the same paths, six streams at once.
+  constexpr int kSeeds = kSanitized ? 2 : 20;
   constexpr int kMaxTokens = 400;
   std::atomic<int> next{0};
   std::mutex mu;

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Memory against llama-server at the same sessions x room (umad --max-sessions S --n-ctx S*room,
+# llama-server -np S -c S*room; umad's prefix cache on, as by default): start-to-ready, RSS (and GPU
+# memory where nvidia-smi is) after one request, KV cells allocated, for 1, 4 and 16 sessions and
+# rooms of 4096 and 32768. Then 16 users sharing one 3000-token system prompt (16 sessions x 4096):
+# TTFT p50 against llama-server's, RSS and the KV tokens held after, for umad in both KV layouts.
+# Both servers over HTTP, same model file and threads, one run.
+#   bench/memory.sh [OUT_DIR]      (default build/bench-memory)
+# Env: bench/lib.sh's; UMA_MEMORY_SESSIONS ("1 4 16"), UMA_MEMORY_ROOMS ("4096 32768"),
+#      UMA_MEMORY_PREFIX (3000: the group's shared prompt, tokens). UMA_GPU=cuda: the GPU build,
+#      every layer on the GPU.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+out=${1:-build/bench-memory}
+sessions=(${UMA_MEMORY_SESSIONS:-1 4 16})
+rooms=(${UMA_MEMORY_ROOMS:-4096 32768})
+prefix=${UMA_MEMORY_PREFIX:-3000}
+mkdir -p "$out"
+bench_setup llama-server
+rows="$out/rows.jsonl"
+: >"$rows"
+
+ngl=()
+[ -n "${UMA_GPU:-}" ] && ngl=(-ngl 999)
+llama_cmd() {  # $1 sessions, $2 context
+  echo "$L/llama-server -m $model -t $threads -c $2 -np $1 ${ngl[*]} --host 127.0.0.1 --port $port --no-webui"
+}
+umad_cmd() {  # $1 sessions, $2 context, then extra flags
+  local s=$1 c=$2; shift 2
+  echo "$ubuild/bin/umad --model $model --socket $out/umad.sock --http 127.0.0.1:$port --threads $threads" \
+       "--n-ctx $c --max-sessions $s $*"
+}
+probe() {  # $1 name, then the command; appends a row tagged with sessions and room
+  local name=$1; shift
+  python3 bench/memory_probe.py "$name" "$port" "$out/$name.log" -- "$@" |
+    python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r.update(sessions=$s, room=$room); print(json.dumps(r))" >>"$rows"
+}
+
+for s in "${sessions[@]}"; do
+  for room in "${rooms[@]}"; do
+    ctx=$((s * room))
+    log "sessions $s x room $room (context $ctx)"
+    # shellcheck disable=SC2046
+    probe "llama-server-s$s-r$room" $(llama_cmd "$s" "$ctx")
+    # shellcheck disable=SC2046
+    probe "umad-s$s-r$room" $(umad_cmd "$s" "$ctx")
+  done
+done
+
+log "16 users, one ${prefix}-token system prompt (16 sessions x 4096)"
+group() {  # $1 name, then the command
+  local name=$1; shift
+  local pid
+  pid=$(python3 bench/memory_probe.py --keep "$name" "$port" "$out/$name.log" -- "$@" | python3 -c "import json,sys; print(json.load(sys.stdin)['pid'])")
+  build/bin/uma-bench --target "http://127.0.0.1:$port" --json --workload shared-prefix -c 16 -n 16 --seed 11 \
+    --prefix-tokens "$prefix" --suffix-tokens 30 --output-tokens 16 --warmup 1 >"$out/$name.json"
+  python3 - "$name" "$pid" "$port" "$out/$name.json" >>"$out/group.jsonl" <<'PY'
+import json, re, sys, urllib.request
+name, pid, port, path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+run = json.load(open(path))["runs"][0]
+rss = next(int(l.split()[1]) for l in open(f"/proc/{pid}/status") if l.startswith("VmRSS:")) / 1024
+tokens = None
+try:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    m = re.search(r"^uma_kv_cache_tokens_used (\d+)", text, re.M)
+    tokens = int(m.group(1)) if m else None
+except OSError:
+    pass
+print(json.dumps({"name": name, "ttft_p50_ms": run["ttft_ms"]["p50"], "ttft_p90_ms": run["ttft_ms"]["p90"],
+                  "output_tok_s": run["output_tok_s"], "rss_mib": round(rss, 1), "kv_tokens_held": tokens}))
+PY
+  kill -TERM "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+}
+: >"$out/group.jsonl"
+# shellcheck disable=SC2046
+group llama-server-group $(llama_cmd 16 65536)
+# shellcheck disable=SC2046
+group umad-group $(umad_cmd 16 65536)
+# shellcheck disable=SC2046
+group umad-unified-group $(umad_cmd 16 65536 --kv-layout unified)
+
+python3 - "$out" <<'PY' | tee "$out/report.md"
+import json, sys
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{out}/rows.jsonl")]
+by = {}
+for r in rows:
+    by.setdefault((r["sessions"], r["room"]), {})["llama" if r["name"].startswith("llama") else "umad"] = r
+print("| sessions x room | server | ready s | RSS MiB | GPU MiB | KV cells | RSS / llama-server | ready / llama-server |")
+print("|---|---|---|---|---|---|---|---|")
+for (s, room), pair in sorted(by.items()):
+    ref = pair.get("llama")
+    for who in ("llama", "umad"):
+        r = pair.get(who)
+        if r is None:
+            continue
+        ratio = lambda k: f"{r[k] / ref[k]:.2f}" if ref and ref.get(k) else "-"
+        print(f"| {s} x {room} | {'llama-server' if who == 'llama' else 'umad'} | {r['ready_s']:.2f} | {r['rss_mib']:.0f} | "
+              f"{r['gpu_mib'] if r['gpu_mib'] is not None else '-'} | {r['kv_cells']} | {ratio('rss_mib')} | {ratio('ready_s')} |")
+groups = [json.loads(l) for l in open(f"{out}/group.jsonl")]
+ref = next(g for g in groups if g["name"].startswith("llama"))
+print()
+print("| 16 users, one system prompt | TTFT p50 ms | p90 | out tok/s | RSS MiB | KV tokens held | TTFT p50 / llama-server |")
+print("|---|---|---|---|---|---|---|")
+for g in groups:
+    print(f"| {g['name']} | {g['ttft_p50_ms']:.0f} | {g['ttft_p90_ms']:.0f} | {g['output_tok_s']:.1f} | {g['rss_mib']:.0f} | "
+          f"{g['kv_tokens_held'] if g['kv_tokens_held'] is not None else '-'} | {g['ttft_p50_ms'] / ref['ttft_p50_ms']:.2f} |")
+PY
