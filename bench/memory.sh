@@ -6,9 +6,12 @@
 # TTFT p50 against llama-server's, RSS and the KV tokens held after, for umad in both KV layouts.
 # Both servers over HTTP, same model file and threads, one run.
 #   bench/memory.sh [OUT_DIR]      (default build/bench-memory)
-# Env: bench/lib.sh's; UMA_MEMORY_SESSIONS ("1 4 16"), UMA_MEMORY_ROOMS ("4096 32768"),
-#      UMA_MEMORY_PREFIX (3000: the group's shared prompt, tokens). UMA_GPU=cuda: the GPU build,
-#      every layer on the GPU.
+# The model says a trained context of 32768 (uma-mkmodel --context-length): llama-server caps a
+# slot's context to the trained one, and the rooms compared must be the same.
+# Env: bench/lib.sh's; UMA_MEMORY_MODEL ("small q8_0": uma-mkmodel's preset and type),
+#      UMA_MEMORY_SESSIONS ("1 4 16"), UMA_MEMORY_ROOMS ("4096 32768"), UMA_MEMORY_PREFIX (3000: the
+#      group's shared prompt, tokens). UMA_GPU=cuda UMA_BUILD=build-cuda: the GPU build, every
+#      layer on the GPU.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -20,6 +23,10 @@ rooms=(${UMA_MEMORY_ROOMS:-4096 32768})
 prefix=${UMA_MEMORY_PREFIX:-3000}
 mkdir -p "$out"
 bench_setup llama-server
+read -r preset qtype <<<"${UMA_MEMORY_MODEL:-small q8_0}"
+model=$ubuild/models/$preset-$qtype-ctx32k.gguf
+[ -s "$model" ] || "$ubuild"/bin/uma-mkmodel --preset "$preset" --type "$qtype" --seed 1 --context-length 32768 \
+  -o "$model" >/dev/null
 rows="$out/rows.jsonl"
 : >"$rows"
 
@@ -55,7 +62,7 @@ group() {  # $1 name, then the command
   local name=$1; shift
   local pid
   pid=$(python3 bench/memory_probe.py --keep "$name" "$port" "$out/$name.log" -- "$@" | python3 -c "import json,sys; print(json.load(sys.stdin)['pid'])")
-  build/bin/uma-bench --target "http://127.0.0.1:$port" --json --workload shared-prefix -c 16 -n 16 --seed 11 \
+  "$ubuild"/bin/uma-bench --target "http://127.0.0.1:$port" --json --workload shared-prefix -c 16 -n 16 --seed 11 \
     --prefix-tokens "$prefix" --suffix-tokens 30 --output-tokens 16 --warmup 1 >"$out/$name.json"
   python3 - "$name" "$pid" "$port" "$out/$name.json" >>"$out/group.jsonl" <<'PY'
 import json, re, sys, urllib.request

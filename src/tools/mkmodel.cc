@@ -16,7 +16,6 @@
 namespace uma {
 namespace {
 
-constexpr std::int32_t kContextLength = 4096;
 
 struct GgufFree { void operator()(gguf_context* c) const { gguf_free(c); } };
 struct GgmlFree { void operator()(ggml_context* c) const { ggml_free(c); } };
@@ -119,11 +118,11 @@ void fill_tensor(const TensorPlan& p, std::uint64_t seed, const std::vector<floa
   }
 }
 
-void set_hparams(gguf_context* g, const ModelShape& s, std::int64_t n_vocab) {
+void set_hparams(gguf_context* g, const ModelShape& s, std::int64_t n_vocab, std::int32_t context_length) {
   gguf_set_val_str(g, "general.architecture", "llama");
   gguf_set_val_str(g, "general.name", ("uma-" + s.name).c_str());
   gguf_set_val_u32(g, "general.file_type", 0);  // all F32 before quantization
-  gguf_set_val_u32(g, "llama.context_length", kContextLength);
+  gguf_set_val_u32(g, "llama.context_length", static_cast<std::uint32_t>(context_length));
   gguf_set_val_u32(g, "llama.embedding_length", static_cast<uint32_t>(s.n_embd));
   gguf_set_val_u32(g, "llama.block_count", static_cast<uint32_t>(s.n_layer));
   gguf_set_val_u32(g, "llama.feed_forward_length", static_cast<uint32_t>(s.n_ff));
@@ -145,7 +144,7 @@ Status write_f32(const MkModelOptions& o, const std::string& path) {
 
   GgufPtr g(gguf_init_empty());
   gguf_set_kv(g.get(), vocab.get());  // tokenizer.* (and the vocab file's own llama.* which we overwrite)
-  set_hparams(g.get(), o.shape, n_vocab);
+  set_hparams(g.get(), o.shape, n_vocab, o.context_length);
   if (!o.chat_template.empty()) gguf_set_val_str(g.get(), "tokenizer.chat_template", o.chat_template.c_str());
   if (o.no_bos) gguf_set_val_bool(g.get(), "tokenizer.ggml.add_bos_token", false);
 

@@ -39,6 +39,9 @@ struct MkModelOptions {
   std::int32_t threads = 0;   // for quantization; 0 = all
   std::string chat_template;  // written as tokenizer.chat_template when not empty (a model family's)
   bool no_bos = false;        // tokenizer.ggml.add_bos_token = false: another vocabulary (tests)
+  // llama.context_length: what servers take as the trained context (llama-server caps a slot's
+  // context to it, so comparisons with longer rooms need a model that says more).
+  std::int32_t context_length = 4096;
   // Oracle only: the share of tokens t whose greedy next token is t + 1 (oracle_agrees in
   // tools/oracle/oracle.h); for the
   // others it is another token's successor. A draft for an oracle target that agrees with it on

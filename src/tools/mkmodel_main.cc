@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   std::string template_file;
   app.add_option("--chat-template-file", template_file, "a chat template (a model family's Jinja text) to store as "
                  "tokenizer.chat_template")->check(CLI::ExistingFile);
+  app.add_option("--context-length", o.context_length, "the trained context the model says (llama.context_length)")
+      ->capture_default_str()->check(CLI::Range(256, 1 << 20));
   app.add_flag("--no-bos", o.no_bos, "tokenize without a BOS (tokenizer.ggml.add_bos_token = false)");
   bool oracle = false;
   app.add_option("--agree", o.agree, "oracle: the share of tokens after which the model predicts last + 1 as the "
