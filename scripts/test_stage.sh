@@ -91,8 +91,10 @@ run_ctest() {
   [ "$(cat "$dir/ctest.rc")" = 0 ] || rc=1
   contend_stop
   echo "-- the 20 slowest tests in $dir:"
+  # awk reads to the end: `head -20` exits early, and a sort still writing then dies of SIGPIPE,
+  # which pipefail made the stage's result (a passing TSan stage ended CI with 141, contended).
   grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: ' "$dir/ctest.out" |
-    sed -E 's/^.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/' | sort -rn | head -20 | sed 's/^/   /'
+    sed -E 's/^.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/' | sort -rn | awk 'NR <= 20 { print "   " $0 }'
   # A killed server's children die a moment after it (their parent-death signal): poll, briefly.
   for _ in $(seq 50); do
     left="$(leftover_processes "$before")$(leftover_tmp "$before")"

@@ -63,18 +63,22 @@ struct KvHostPool::Arena {
 std::shared_ptr<KvHostPool> KvHostPool::make(store::HostAllocator allocate, std::uint64_t retain_bytes,
                                              std::uint64_t arena_bytes) {
   std::shared_ptr<KvHostPool> pool(new KvHostPool(std::move(allocate), retain_bytes));
-  if (arena_bytes > 0) {
-    pool->arena_pending_ = true;
-    KvHostPool* p = pool.get();  // the destructor joins the thread first
-    pool->arena_thread_ = std::thread([p, n = pages_for(arena_bytes)] {
-      store::HostMemory m = p->allocate_(n);
-      std::shared_ptr<Arena> arena = m.data != nullptr ? std::make_shared<Arena>(std::move(m)) : nullptr;
-      std::lock_guard<std::mutex> lock(p->mu_);
-      p->arena_ = std::move(arena);
-      p->arena_pending_ = false;
-    });
-  }
+  pool->arena_bytes_ = arena_bytes;
   return pool;
+}
+
+void KvHostPool::start_arena() {
+  if (arena_started_ || arena_bytes_ == 0) return;
+  arena_started_ = true;
+  arena_pending_ = true;
+  // The destructor joins the thread first.
+  arena_thread_ = std::thread([this, n = pages_for(arena_bytes_)] {
+    store::HostMemory m = allocate_(n);
+    std::shared_ptr<Arena> arena = m.data != nullptr ? std::make_shared<Arena>(std::move(m)) : nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    arena_ = std::move(arena);
+    arena_pending_ = false;
+  });
 }
 
 KvHostPool::~KvHostPool() { wait_prepared(); }
@@ -85,6 +89,7 @@ HostBytes KvHostPool::take(std::size_t bytes) {
   std::shared_ptr<Arena> arena;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    start_arena();  // for the snapshots after this one
     arena = arena_;
   }
   if (arena) {
@@ -99,6 +104,7 @@ void KvHostPool::prepare(std::size_t bytes) {
   if (bytes == 0) return;
   const std::uint64_t pages = pages_for(bytes);
   std::lock_guard<std::mutex> lock(mu_);
+  start_arena();
   // The arena being page-locked will likely serve it; page-locking more beside it would only
   // hold the driver longer.
   if (arena_pending_ || (arena_ && arena_->fits(pages))) return;

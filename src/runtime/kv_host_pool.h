@@ -5,10 +5,12 @@
 // an H100 host, 8.6 ms page-locked). Page-locking costs about as much as such a copy (136-160 ms
 // for 400 MB there) and holds the GPU's driver while it runs: a decode's KV copy launched meanwhile
 // waits it out (a 197 ms tick, docs/BENCHMARKS.md). So:
-// - an arena of `arena_bytes` is page-locked once, on a thread of its own from make() on (as
-//   vLLM's swap space and SGLang's host KV pool are allocated at start), and snapshots are cut
-//   from it (first fit, whole pages, freed ranges merged): serving never page-locks while a
-//   snapshot fits there;
+// - an arena of `arena_bytes` is page-locked once, on a thread of its own, when the first
+//   snapshot is coming (the first prepare() or take()), and later snapshots are cut from it (first
+//   fit, whole pages, freed ranges merged): serving never page-locks while a snapshot fits there.
+//   Not at start (as vLLM's swap space and SGLang's host KV pool are): a server that never
+//   snapshots holds none of it (an 8B on an H200 held 1.6 GB of RSS with the arena at start,
+//   0.6 GB without; llama-server 0.45);
 // - beyond it, blocks are page-locked per snapshot; freed ones stay in a store::HostPool (the
 //   model images' reuse pool, here over page-locked blocks) up to `retain_bytes`, and prepare()
 //   page-locks one ahead on a thread of its own.
@@ -38,7 +40,7 @@ class KvHostPool {
   void prepare(std::size_t bytes);
   void wait_prepared();  // returns once no page-locking (the arena's included) is under way
   std::uint64_t retained_bytes() const { return pool_.free_bytes(); }
-  std::uint64_t arena_free_bytes() const;  // 0 until the arena is page-locked
+  std::uint64_t arena_free_bytes() const;  // 0 until the arena is page-locked (after the first snapshot is coming)
 
  private:
   struct Arena;
@@ -48,6 +50,9 @@ class KvHostPool {
   store::HostPool pool_;
   store::HostAllocator take_;
   store::HostAllocator allocate_;
+  void start_arena();  // under mu_: the arena's page-locking begins, once
+  std::uint64_t arena_bytes_ = 0;
+  bool arena_started_ = false;     // under mu_
   std::shared_ptr<Arena> arena_;  // set once page-locked (under mu_)
   mutable std::mutex mu_;         // over preparing_, running_, arena_
   std::thread preparing_;

@@ -86,8 +86,9 @@ struct RuntimeConfig {
   // reserved at open where the output buffer is page-locked (a GPU), between n_seq_max and
   // n_ubatch; 0: none (llama.cpp grows the buffer when a decode first needs more).
   std::int32_t verify_outputs = 0;
-  // KV snapshots (prefixes, paused requests) on a GPU: page-locked once at start (the process's
-  // first runtime sizes it; runtime/kv_host_pool.h), so serving never page-locks while they fit.
+  // KV snapshots (prefixes, paused requests) on a GPU: page-locked once, when the first snapshot
+  // is coming (the process's first runtime sizes it; runtime/kv_host_pool.h), so serving then
+  // never page-locks while they fit.
   // 0: none. UMA_KV_HOST_ARENA_MB overrides it.
   std::uint64_t kv_host_arena_bytes = std::uint64_t{1} << 30;
   // Per-sequence KV: each decode's entries ordered, and missing ids filled, for llama.cpp's split
