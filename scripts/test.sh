@@ -5,8 +5,9 @@
 #   3. build-asan/: the project's own code again under AddressSanitizer + UBSan's arithmetic checks, same tests
 #      (llama.cpp stays uninstrumented; the RSS test is skipped there: ASan's quarantine keeps
 #      freed memory on purpose, and LeakSanitizer checks leaks instead)
-#   4. build-tsan/: the project's own code under ThreadSanitizer, same tests (suppressions, each
-#      explained, in scripts/tsan.supp: llama.cpp/OpenMP internals only)
+#   4. build-tsan/: the project's own code under ThreadSanitizer, the tests that cross threads in new
+#      ways (tsan_skip below; suppressions, each explained, in scripts/tsan.supp: llama.cpp/OpenMP
+#      internals only)
 #   5. build-fuzz/: clang + libFuzzer; the wire and HTTP fuzzers run UMA_FUZZ_SECONDS each (default 60)
 # Compile time (CI has a cold cache): the sanitizer and fuzz builds, and a fresh build/, compile
 # the libraries and tools in unity batches (UMA_UNITY, CMakeLists.txt says why); an existing build/
@@ -47,13 +48,18 @@ if [ -n "${UMA_GPU:-}" ]; then
 fi
 # Tests whose work the sanitizers add nothing to run in the plain stage only:
 # - the OpenAI Node SDK's: they check what goes over the wire (completions, chat, streaming and
-#   tools run under both sanitizers in the C++ HTTP tests); the Anthropic SDK's test stays in every
+#   tools run under both sanitizers in the C++ HTTP tests); the Anthropic SDK's test stays in the ASan
 #   stage, it alone drives /v1/messages and /v1/responses;
 # - scripts/cluster.sh as a user runs it (the same agents and gateway run under both sanitizers in
 #   the C++ cluster tests);
 # - uma-mkmodel writing every type twice (llama.cpp's quantization; every stage's models are made
 #   by its own uma-mkmodel before its tests).
 unsanitized_only='NodeSdk|^ClusterScript\.|^MkModel\.SameSeedSameBytesForEveryType$'
+# Tests ThreadSanitizer adds nothing to, left to the plain and ASan stages: each drives one request
+# at a time through an edge translation (OpenAI/llama-server fields, JSON schemas to grammars, the
+# malformed-HTTP table, the benchmark tools' reports) over the same I/O -> compute hand-off that
+# every other end-to-end test crosses under TSan; the parsers are also fuzzed.
+tsan_skip='^UmadApi\.|^UmadStructured\.|^UmadHttpMalformed\.|^UmaBench\.|^BenchClients\.'
 skip=()
 # The Node SDK tests (OpenAI's, Anthropic's) need node and the SDKs (scripts/npm_deps.sh); an offline GPU server may have neither.
 if ! command -v node >/dev/null || [ ! -d "$(scripts/npm_deps.sh --print-root)/openai" ]; then
@@ -108,7 +114,7 @@ if [ "${UMA_SKIP_TSAN:-0}" != "1" ]; then
   UMA_MKMODEL=build/bin/uma-mkmodel UMA_MODELS_DIR=build-tsan/models scripts/make_test_models.sh >/dev/null
   seed_test_costs "$bdir" build-tsan
   UMA_SKIP_RSS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$root/scripts/tsan.supp" \
-    run_ctest build-tsan -j "$test_jobs" --timeout 900 -E "^MkModel\.|$unsanitized_only"
+    run_ctest build-tsan -j "$test_jobs" --timeout 900 -E "^MkModel\.|$tsan_skip|$unsanitized_only"
   stage_end
 fi
 if [ "${UMA_SKIP_FUZZ:-0}" != "1" ]; then
