@@ -231,8 +231,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                  "this port of the --http host; 0: any free one, advertised in its heartbeat")
       ->envname("UMA_AGENT_EVENTS_PORT")->capture_default_str();
   app.add_option("--calibrate-ms,--agent-calibrate-ms", out.agent_calibrate_ms, "time prompt chunks and decode steps "
-                 "for up to this long at start: the tick cost model's first samples (and an agent's first heartbeat's "
-                 "prefill rate, for gateways' routing); 0: none")
+                 "for up to this long at start, while idle (the first request ends it): the tick cost model's first "
+                 "samples; an agent calibrates before its first heartbeat, whose prefill rate gateways route by; 0: none")
       ->envname("UMA_CALIBRATE_MS")->capture_default_str()->check(CLI::Range(0, 60000));
   app.add_option("--http-timeout-sec", out.http.timeout_sec, "a request must arrive whole within this; idle "
                  "keep-alive connections close after it")

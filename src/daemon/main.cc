@@ -50,7 +50,7 @@ std::string advertised_host(const std::string& url, const std::string& fallback)
 // The last line of defence: each front end turns what its handlers throw into an error for that
 // one connection (net/stream_server.h, its exception boundary); anything that still escapes a handler is logged
 // and counted, and the loop runs on (Asio allows run() again after a handler threw).
-// Startup work that decodes (the draft model's warm-up, the calibration) runs on a thread of its
+// Startup work that decodes (the draft model's warm-up, an agent's calibration) runs on a thread of its
 // own that then ends: llama.cpp's OpenMP keeps a team of compute threads for each caller, and one
 // left on the main thread (which goes on to run the I/O loop) slowed every later decode on a 2-core
 // machine: one stream 29 against 58 tok/s after the calibration, a one-row decode 10.7 against
@@ -197,16 +197,16 @@ int main(int argc, char** argv) {
     spdlog::info("draft model: {} ({})", cfg.draft_model, draft->describe());
   }
   if (cfg.agent_calibrate_ms > 0) {
-    // Before the compute thread starts (it owns the scheduler from then on) and an agent's first beat.
-    Status cal;
-    off_the_main_thread([&] { cal = scheduler.calibrate(cfg.agent_calibrate_ms); });
-    if (!cal.ok()) spdlog::warn("calibration: {} (the cost model learns from the first requests)", cal.to_string());
-    const auto c = scheduler.cost_model().coefficients();  // ms, ms per GB, ms per GFLOP (dense, attention)
-    auto rate = [](double ms_per_giga) { return ms_per_giga > 0 ? 1e3 / ms_per_giga : 0.0; };
-    spdlog::info("calibrated: {:.3f} ms per prompt token, {:.2f} ms fixed per tick; cost model {:.2f} ms + {:.1f} GB/s + "
-                 "{:.0f} GFLOP/s prompt + {:.0f} GFLOP/s decode rows + {:.0f} GFLOP/s attention (0: not told apart yet); "
-                 "prompt chunks of {}+ tokens run near the best rate", metrics.prefill_ms_per_token.load(),
-                 metrics.prefill_fixed_ms.load(), c[0], rate(c[1]), rate(c[2]), rate(c[3]), rate(c[4]), scheduler.prefill_knee());
+    // Standalone, umad is ready at once: the compute thread calibrates while idle, and the first
+    // request cuts it short (Scheduler::begin_calibration). An agent's first beat carries its
+    // measured prefill rate: it calibrates whole before it serves, before the compute thread starts.
+    if (Status cal = scheduler.begin_calibration(cfg.agent_calibrate_ms); !cal.ok()) {
+      spdlog::warn("calibration: {} (the cost model learns from the first requests)", cal.to_string());
+    } else if (cfg.agent) {
+      off_the_main_thread([&] {
+        while (scheduler.calibrating()) (void)scheduler.calibrate_step();
+      });
+    }
   }
   compute = std::make_unique<ComputeThread>(scheduler, serving);
   prepare = std::make_unique<PrepareStage>(

@@ -4,8 +4,9 @@
 // variable: the wakeup toward compute). The compute thread hands Events back through an EventSink
 // once per tick (the sink posts them onto the I/O loop: the wakeup toward I/O).
 // Loop phases: drain inbox -> (before a prefill-only tick: gather the rest of a burst, at most
-// Scheduler::gather_window_ms) -> tick (one decode) -> publish metrics -> deliver events; it
-// sleeps only when no session is prefilling or decoding.
+// Scheduler::gather_window_ms) -> tick (one decode), or with nothing to serve one calibration
+// step (Scheduler::calibrate_step) -> publish metrics -> deliver events; it sleeps only when no
+// session is prefilling or decoding and the calibration is over.
 // Thread-safety: submit() and request_stop() may be called from any thread; everything else runs
 // on the compute thread. request_stop() makes the loop fail every open request with
 // kShuttingDown, deliver those events, call on_stopped, and exit.

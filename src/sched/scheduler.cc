@@ -43,6 +43,7 @@ Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerCo
 
 Scheduler::~Scheduler() {
   if (inflight_) decoder_.synchronize();
+  if (calibration_ && calibration_->open) decoder_.end_sequence(calibration_->seq);
   for (auto& s : sessions_) {
     if (s->seq >= 0) decoder_.end_sequence(s->seq);
   }

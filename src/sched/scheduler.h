@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -80,7 +81,7 @@ struct SchedulerConfig {
   // SLO ratio over running streams and waiting prompts (policy.h slo_prefill_budget), or by the
   // streams' gap alone (the tick budget's controller and the overdue guard; always used until warm).
   bool slo_prefill = true;
-  // Raise the prefill floor to the smallest chunk calibrate() found near the best per-token rate
+  // Raise the prefill floor to the smallest chunk the calibration found near the best per-token rate
   // (off when --min-prefill was given).
   bool measured_prefill_floor = true;
   // A prompt is prefilled in at most this many chunks (0: no bound): its chunks are at least its
@@ -140,12 +141,20 @@ class Scheduler {
   // cancelling or failing anything, which therefore never meets a decode in flight.
   void settle(std::vector<Event>& out);
   void publish_metrics();                // refresh gauges and the per-session table
-  // Measures what a prompt token costs before the first request: prompt chunks of two sizes on a
-  // scratch sequence, timed like ticks and fed to the tick budget's cost fit (the first chunk
-  // only warms up: graph building, first kernel launches). A cluster agent runs it before its
-  // first beat, so routing's first decisions use this machine's prefill rate instead of a guess.
-  // Stops after `most_ms` of decoding (at least one measured chunk). Only before any admit();
-  // the sequence id comes from the ledger and goes back, its KV freed.
+  // Calibration (scheduler_calibrate.cc): what a prompt token costs, measured before the first
+  // request on a scratch sequence, in chunks timed like ticks and fed to the tick budget's cost fit:
+  // a warm-up chunk and one-token step (graph building, first kernel launches), a measured pair,
+  // then a sequence filled and chunks of growing size appended at depth, the smallest near the
+  // best per-token rate becoming the prefill floor. begin_calibration() only plans it (before any
+  // admit(); kInternal after); each calibrate_step() decodes one chunk, so an idle daemon
+  // calibrates while it already serves: the first admit() ends it, keeping what was measured
+  // (fail_all() too). It stops after `most_ms` of decoding (at least one measured pair). Its
+  // sequence id comes from the ledger and goes back, its KV freed; its end is logged.
+  Status begin_calibration(double most_ms);
+  bool calibrating() const { return calibration_.has_value(); }
+  Status calibrate_step();  // the step's outcome; a failure ends the calibration
+  // begin_calibration() and every step at once (a cluster agent, before its first beat, so that
+  // routing's first decisions use this machine's prefill rate instead of a guess).
   Status calibrate(double most_ms);
   const TickCost& cost_model() const { return cost_; }
   // A draft model for speculative decoding (runtime/drafter.h), or none; it outlives the scheduler.
@@ -255,6 +264,22 @@ class Scheduler {
   void observe_cost(double decode_ms);                      // the model learns; bytes per session
   std::int32_t prefill_floor() const;  // min_prefill, the measured knee, the first prompt's share (after gather)
   static constexpr double kKneeSlack = 1.3;                 // "near the best per-token rate"
+  // scheduler_calibrate.cc.
+  struct Calibration {
+    double most_ms = 0.0;
+    double spent_ms = 0.0;      // decoding so far
+    std::vector<Token> text;    // what the chunks decode, repeated
+    std::int32_t seq = -1;      // the scratch sequence's id, held from begin to end
+    bool open = false;          // its sequence holds KV now
+    std::int32_t big = 0;       // the depth chunks are appended at, and the first rounds' scale
+    std::int32_t at = 0;        // the open sequence's length
+    enum class Phase : std::uint8_t { kWarmUp, kMeasured, kFill, kAtDepth };
+    Phase phase = Phase::kWarmUp;  // of the next step
+    std::size_t sized = 0;      // kAtDepth: chunks of growing size appended so far
+    std::map<std::int32_t, double> per_token;  // chunk size at depth -> ms per token
+  };
+  double timed_chunk(Calibration& c, std::int32_t n, Status& st);  // n tokens at c.at; ms, < 0 on failure
+  void end_calibration(const char* outcome);  // frees its sequence, publishes and logs what it measured
 
   Decoder& decoder_;
   ServerMetrics& metrics_;
@@ -264,7 +289,8 @@ class Scheduler {
   TickBudget budget_;
   TickCost cost_;
   double unified_span_ = 0.0;  // unified KV: cells every row's attention spans this tick
-  std::int32_t prefill_knee_ = 0;  // calibrate(): the smallest efficient prompt chunk (0: not measured)
+  std::int32_t prefill_knee_ = 0;  // calibration: the smallest efficient prompt chunk (0: not measured)
+  std::optional<Calibration> calibration_;  // planned and not ended
   KvLedger ledger_;  // sequence ids and the room test: every take and give back goes through it
   PrefixCache cache_;  // draws its ids from ledger_.ids(), as sessions do
   EmbedQueue embeds_;

@@ -9,6 +9,7 @@
 namespace uma {
 
 void Scheduler::admit(Request request, std::vector<Event>& out) {
+  end_calibration("cut short by the first request");  // what it measured is kept
   settle(out);
   if (!request.embed_inputs.empty()) {
     metrics_.embedding_requests_total++;
@@ -129,6 +130,7 @@ void Scheduler::cancel(RequestId id, std::vector<Event>& out) {
 }
 
 void Scheduler::fail_all(const Status& why, std::vector<Event>& out) {
+  end_calibration("stopped");
   settle(out);
   embeds_.fail_all(why, out);
   for (auto& s : sessions_) {

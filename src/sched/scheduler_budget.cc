@@ -1,8 +1,6 @@
 // The scheduler's cost model and SLO budget (tick_cost.h, policy.h slo_prefill_budget): what a
 // tick is predicted to cost, what it cost, and how many prompt tokens the next one carries.
 #include <algorithm>
-#include <array>
-#include <map>
 
 #include "sched/scheduler.h"
 
@@ -157,86 +155,6 @@ void Scheduler::observe_cost(double decode_ms) {
   for (const PrefillChunk& c : batch_.prefilled) {
     c.session->bytes_moved += weights_per_token * c.length + kv * (kv_read_of(c.session->n_prefilled) + c.length);
   }
-}
-
-Status Scheduler::calibrate(double most_ms) {
-  if (!sessions_.empty() || ledger_.ids().empty()) {
-    return Status(ErrorCode::kInternal, "calibrate runs before the first request");
-  }
-  std::vector<Token> text;
-  if (Status st = decoder_.tokenize("Calibration: the quick brown fox jumps over the lazy dog.", text); !st.ok()) return st;
-  if (text.empty()) return Status::Ok();
-  // A chunk on an empty sequence, followed by a one-token decode step (the cost model's two
-  // ends); the first round only warms up.
-  const std::int32_t big = std::max(TickBudget::kMinSample, std::min({decoder_.n_batch(), 256, decoder_.n_ctx_seq() - 1}));
-  const auto part = [big](std::int32_t d) { return std::max(TickBudget::kMinSample, big / d); };
-  const std::array<std::int32_t, 2> chunks = {part(4), part(4)};
-  const std::int32_t seq = ledger_.ids().take();
-  std::vector<BatchEntry> batch;
-  double spent_ms = 0.0;
-  Status result = Status::Ok();
-  // Decodes `n` prompt tokens of `seq` from position `at`; the time, or a negative one on failure.
-  auto timed_chunk = [&](std::int32_t at, std::int32_t n) {
-    batch.clear();
-    for (std::int32_t i = 0; i < n; ++i) batch.push_back({text[static_cast<std::size_t>(i) % text.size()], at + i, seq, false});
-    const Clock::time_point t0 = time_.now();
-    result = decoder_.decode(batch);
-    const double ms = ms_between(t0, time_.now());
-    spent_ms += ms;
-    return result.ok() ? ms : -1.0;
-  };
-  for (std::size_t k = 0; k < chunks.size(); ++k) {
-    if (result = decoder_.start_sequence(seq, SamplingParams{}); !result.ok()) break;
-    const double ms = timed_chunk(0, chunks[k]);
-    const double step_ms = ms >= 0 && chunks[k] < decoder_.n_ctx_seq() ? timed_chunk(chunks[k], 1) : -1.0;
-    decoder_.end_sequence(seq);
-    if (!result.ok()) break;
-    if (k > 0) {
-      budget_.observe_prefill(ms, chunks[k]);
-      cost_.observe({double(chunks[k]), span_of(0, chunks[k])}, ms);
-      if (step_ms > 0) cost_.observe({1.0, span_of(chunks[k], 1), 1.0, kv_read_of(chunks[k])}, step_ms);
-    }
-    if (k > 0 && spent_ms >= most_ms) break;
-  }
-  // The prefill floor: chunks of growing size appended to one sequence after a full one, so they
-  // run at depth as in serving; the smallest near the best per-token rate is the knee (on a
-  // 2-core CPU, chunks under 64 tokens ran 5x slower per token over a deep KV).
-  const std::array<std::int32_t, 4> sizes = {part(16), part(8), part(4), part(2)};
-  std::int32_t depth = big;
-  for (std::int32_t n : sizes) depth += n;
-  if (result.ok() && spent_ms < most_ms && depth < decoder_.n_ctx_seq() && (result = decoder_.start_sequence(seq, SamplingParams{})).ok()) {
-    std::map<std::int32_t, double> per_token;  // chunk size -> ms per token
-    std::int32_t at = 0;
-    if (const double ms = timed_chunk(0, big); ms >= 0) {
-      budget_.observe_prefill(ms, big);
-      cost_.observe({double(big), span_of(0, big)}, ms);
-      at = big;
-    }
-    for (std::int32_t n : sizes) {
-      if (!result.ok()) break;
-      const double ms = timed_chunk(at, n);
-      if (ms < 0) break;
-      // Sizes that spread: the tick budget's fit tells a tick's fixed cost from its per-token cost.
-      budget_.observe_prefill(ms, n);
-      cost_.observe({double(n), span_of(at, n), 0.0, kv_read_of(at)}, ms);
-      per_token[n] = ms / n;
-      spdlog::debug("calibration: {} tokens at depth {}: {:.3f} ms per token", n, at, ms / n);
-      at += n;
-    }
-    decoder_.end_sequence(seq);
-    double best = 1e300;
-    for (const auto& [size, ms] : per_token) best = std::min(best, ms);
-    for (const auto& [size, ms] : per_token) {  // ascending sizes: the first near the best
-      if (ms <= kKneeSlack * best) {
-        prefill_knee_ = size;
-        break;
-      }
-    }
-  }
-  ledger_.ids().give_back(seq);
-  metrics_.prefill_fixed_ms = budget_.prefill_fixed_ms();
-  metrics_.prefill_ms_per_token = budget_.ms_per_prefill_token();
-  return result;
 }
 
 }  // namespace uma

@@ -275,7 +275,7 @@ TEST_F(SchedulerTest, ShutdownFailsEveryOpenRequest) {
   EXPECT_EQ(decoder_->total_kv(), 0);
 }
 
-// An agent's calibration (before its first beat): the tick budget's cost fit learns a tick's
+// The calibration: the tick budget's cost fit learns a tick's
 // fixed cost and a prompt token's cost from timed chunks; the scratch sequence's id and KV go back.
 TEST_F(SchedulerTest, CalibrationFitsThePrefillCostAndLeavesNothingBehind) {
   make(256, 4096, 2);
@@ -284,7 +284,7 @@ TEST_F(SchedulerTest, CalibrationFitsThePrefillCostAndLeavesNothingBehind) {
   };
   EXPECT_EQ(metrics_.prefill_ms_per_token.load(), 0.0);
   ASSERT_TRUE(scheduler_->calibrate(1e9).ok());
-  EXPECT_EQ(decoder_->decodes_, 9) << "2 chunks, each followed by a one-token decode step, then 5 at depth";
+  EXPECT_EQ(decoder_->decodes_, 9) << "2 chunks, each followed by a one-token decode step, a fill, then 4 at depth";
   // 3 ms fixed: 16 tokens cost 0.24 ms each, 256 tokens 0.062; the first within 1.3x of that is 128.
   EXPECT_EQ(scheduler_->prefill_knee(), 128);
   EXPECT_NEAR(metrics_.prefill_fixed_ms.load(), 3.0, 0.05);
@@ -316,6 +316,33 @@ TEST_F(SchedulerTest, CalibrationStopsAtItsTimeBoundAndOnlyBeforeTheFirstRequest
   EXPECT_EQ(decoder_->decodes_, 4);
   run_until_idle();
   EXPECT_EQ(out_[1].text, expected(100 + 'b', 3));
+}
+
+// Idle, the compute thread calibrates a chunk a step; the first request ends it at once, keeping
+// what was measured, and the scratch sequence's KV and id go back before the request starts.
+TEST_F(SchedulerTest, CalibrationGoesAChunkAStepAndTheFirstRequestEndsItWithWhatItMeasuredKept) {
+  make(256, 4096, 1);
+  decoder_->on_decode_ = [this](std::span<const BatchEntry> b) {
+    clock_.advance(std::chrono::microseconds(3000 + 50 * static_cast<long>(b.size())));
+  };
+  ASSERT_TRUE(scheduler_->begin_calibration(1e9).ok());
+  EXPECT_TRUE(scheduler_->calibrating());
+  EXPECT_FALSE(scheduler_->has_work()) << "calibrating is not serving: nothing waits on it";
+  EXPECT_EQ(scheduler_->begin_calibration(1e9).code(), ErrorCode::kInternal) << "one at a time";
+  for (int step = 0; step < 3; ++step) ASSERT_TRUE(scheduler_->calibrate_step().ok());
+  EXPECT_EQ(decoder_->decodes_, 5) << "warm-up and measured chunk-and-step pairs, then the fill";
+  EXPECT_GT(decoder_->total_kv(), 0) << "the fill is held between steps";
+  EXPECT_TRUE(scheduler_->calibrating());
+  submit(1, "ab", 3);  // the one sequence id is the calibration's until the request ends it
+  EXPECT_FALSE(scheduler_->calibrating());
+  EXPECT_EQ(decoder_->total_kv(), 0);
+  EXPECT_GT(metrics_.prefill_ms_per_token.load(), 0.0) << "the measured pair is kept";
+  EXPECT_EQ(scheduler_->prefill_knee(), 0) << "no floor from a partial sweep";
+  EXPECT_TRUE(scheduler_->calibrate_step().ok()) << "a step after the end does nothing";
+  EXPECT_EQ(decoder_->decodes_, 5);
+  run_until_idle();
+  EXPECT_EQ(out_[1].text, expected(100 + 'b', 3));
+  EXPECT_EQ(decoder_->total_kv(), 0);
 }
 
 TEST_F(SchedulerTest, ACalibrationDecodeThatFailsGivesItsSequenceBack) {

@@ -38,28 +38,40 @@ TEST(UmadAdmission, LargeMaxTokensIsAcceptedOnEveryFrontEndAndTooLargeNamesTheFi
   // The lengths that fit: half the context and more in the plain build. The sanitizers check our
   // code on the same path at a quarter of the tokens (each token is the same work in our code).
   constexpr int kFramed = kSanitized ? 1024 : 4096, kHttp = kSanitized ? 256 : 1024, kCli = kSanitized ? 500 : 2000;
-  // Framed JSON: exact to the last token.
+  // Framed JSON, HTTP (the new user's first request: curl ... "max_tokens": 1024) and uma-cli -n
+  // at once, sharing the context's cells and its ticks; each exact to the last token.
   auto c = connect(d);
   ASSERT_TRUE(c->send_request(request("a", "hello world", kFramed)).ok());
-  const Reply big = read_reply(*c, false);
+  Reply big;
+  std::thread framed([&] { big = read_reply(*c, false); });
+  std::string cli_out;
+  int cli_rc = -1;
+  std::thread cli([&] {
+    cli_rc = run_command({bin_path("uma-cli"), "-s", d.socket(), "-n", std::to_string(kCli), "hello world"}, &cli_out);
+  });
+  const int port = http_port(d);
+  Tcp t(port);
+  const bool sent = t.send(post("/v1/completions",
+                                R"({"prompt":"hello world","max_tokens":)" + std::to_string(kHttp) + R"(,"temperature":0})"));
+  std::string resp = sent ? t.response() : "";
+  framed.join();
+  cli.join();
   EXPECT_EQ(big.end.reason, "length");
   EXPECT_EQ(big.end.completion_tokens, kFramed);
   EXPECT_EQ(big.text, oracle().expected_text("hello world", kFramed));
+  ASSERT_EQ(cli_rc, 0) << cli_out;
+  EXPECT_NE(cli_out.find(oracle().expected_text("hello world", kCli)), std::string::npos);
+  ASSERT_TRUE(sent);
+  ASSERT_EQ(status_of(resp), 200) << resp;
+  json j = json::parse(body_of(resp));
+  EXPECT_EQ(j["choices"][0]["text"], oracle().expected_text("hello world", kHttp));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  // Then what cannot fit, on both protocols: the error names the field and the context.
   auto c2 = connect(d);
   ASSERT_TRUE(c2->send_request(request("b", "hello world", 8190)).ok());
   const Reply over = read_reply(*c2, false);
   EXPECT_EQ(over.end.code, "E_LIMIT_CONTEXT");
   EXPECT_EQ(over.end.param, "max_tokens");
-  // HTTP: the new user's first request (curl ... "max_tokens": 1024), then one that cannot fit.
-  const int port = http_port(d);
-  Tcp t(port);
-  ASSERT_TRUE(t.send(post("/v1/completions",
-                          R"({"prompt":"hello world","max_tokens":)" + std::to_string(kHttp) + R"(,"temperature":0})")));
-  std::string resp = t.response();
-  ASSERT_EQ(status_of(resp), 200) << resp;
-  json j = json::parse(body_of(resp));
-  EXPECT_EQ(j["choices"][0]["text"], oracle().expected_text("hello world", kHttp));
-  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   ASSERT_TRUE(t.send(post("/v1/completions", R"({"prompt":"hello world","max_tokens":8190})")));
   resp = t.response();
   ASSERT_EQ(status_of(resp), 400) << resp;
@@ -67,10 +79,6 @@ TEST(UmadAdmission, LargeMaxTokensIsAcceptedOnEveryFrontEndAndTooLargeNamesTheFi
   EXPECT_EQ(j["error"]["param"], "max_tokens");
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_NE(j["error"]["message"].get<std::string>().find("8192"), std::string::npos) << j.dump();
-  // uma-cli -n.
-  std::string out;
-  ASSERT_EQ(run_command({bin_path("uma-cli"), "-s", d.socket(), "-n", std::to_string(kCli), "hello world"}, &out), 0) << out;
-  EXPECT_NE(out.find(oracle().expected_text("hello world", kCli)), std::string::npos);
 }
 
 // 16 prompts, each with the stop string that ends its reply after `n` tokens.

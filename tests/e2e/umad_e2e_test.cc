@@ -39,7 +39,8 @@ TEST(UmadE2E, SingleClientGetsTheOracleContinuation) {
                           "tick_predict_error", "bytes_per_token_last"}) {
     EXPECT_TRUE(m.contains(key)) << key;
   }
-  // Calibrated at start: the tick cost model predicted the ticks, and the request has its bytes.
+  // The tick cost model predicted the ticks (warm from the calibration or from the first ticks), and
+  // the request has its bytes.
   EXPECT_GT(m["tick_predicted_ms"].get<double>(), 0.0);
   EXPECT_GT(m["bytes_per_token_last"].get<double>(), 0.0);
   EXPECT_EQ(d.stop(), 0) << d.log();
