@@ -14,6 +14,7 @@ bench_setup() {
   cmake --build "$ubuild" -j "$(nproc)" --target umad uma-bench uma-mkmodel uma-cli >/dev/null
   L=$(scripts/llama.sh --print-root)/build/bin
   model=${UMA_BENCH_MODEL:-$ubuild/models/small-q8_0.gguf}
+  mkdir -p "$ubuild/models"
   [ -s "$model" ] || "$ubuild"/bin/uma-mkmodel --preset small --type q8_0 --seed 1 -o "$model" >/dev/null
 }
 

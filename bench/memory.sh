@@ -10,7 +10,7 @@
 # slot's context to the trained one, and the rooms compared must be the same.
 # Env: bench/lib.sh's; UMA_MEMORY_MODEL ("small q8_0": uma-mkmodel's preset and type),
 #      UMA_MEMORY_SESSIONS ("1 4 16"), UMA_MEMORY_ROOMS ("4096 32768"), UMA_MEMORY_PREFIX (3000: the
-#      group's shared prompt, tokens). UMA_GPU=cuda UMA_BUILD=build-cuda: the GPU build, every
+#      group's shared prompt, tokens), UMA_MEMORY_GROUP (1; 0: the rows only). UMA_GPU=cuda UMA_BUILD=build-cuda: the GPU build, every
 #      layer on the GPU.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -57,6 +57,8 @@ for s in "${sessions[@]}"; do
   done
 done
 
+rm -f "$out/group.jsonl"
+if [ "${UMA_MEMORY_GROUP:-1}" != 0 ]; then
 log "16 users, one ${prefix}-token system prompt (16 sessions x 4096)"
 group() {  # $1 name, then the command
   local name=$1; shift
@@ -89,6 +91,7 @@ group llama-server-group $(llama_cmd 16 65536)
 group umad-group $(umad_cmd 16 65536)
 # shellcheck disable=SC2046
 group umad-unified-group $(umad_cmd 16 65536 --kv-layout unified)
+fi
 
 python3 - "$out" <<'PY' | tee "$out/report.md"
 import json, sys
@@ -108,7 +111,10 @@ for (s, room), pair in sorted(by.items()):
         ratio = lambda k: f"{r[k] / ref[k]:.2f}" if ref and ref.get(k) else "-"
         print(f"| {s} x {room} | {'llama-server' if who == 'llama' else 'umad'} | {r['ready_s']:.2f} | {r['rss_mib']:.0f} | "
               f"{r['gpu_mib'] if r['gpu_mib'] is not None else '-'} | {r['kv_cells']} | {ratio('rss_mib')} | {ratio('ready_s')} |")
-groups = [json.loads(l) for l in open(f"{out}/group.jsonl")]
+try:
+    groups = [json.loads(l) for l in open(f"{out}/group.jsonl")]
+except FileNotFoundError:
+    sys.exit(0)
 ref = next(g for g in groups if g["name"].startswith("llama"))
 print()
 print("| 16 users, one system prompt | TTFT p50 ms | p90 | out tok/s | RSS MiB | KV tokens held | TTFT p50 / llama-server |")
