@@ -89,18 +89,16 @@ void ComputeThread::run() {
       work.swap(inbox_);
       stopping = stop_;
     }
-    const bool admitted = apply(work, events) > 0;
-    if (admitted && !stopping) stopping = gather(work, events);
+    if (apply(work, events) > 0 && !stopping) stopping = gather(work, events);
     if (stopping) scheduler_.fail_all(Status(ErrorCode::kShuttingDown, "server shutting down"), events);
     else if (scheduler_.has_work()) scheduler_.tick(events);
     else if (scheduler_.calibrating()) (void)scheduler_.calibrate_step();  // idle: one chunk; a failure is logged
     // The gauges and the session table are for people and scrapers: refreshing them every tick
     // (a table of every session) would be host time the accelerator waits for at 64 streams.
     // Idle, they are always current, and published before the events that made the daemon idle
-    // are delivered: a client that saw its last `done` reads metrics that include it. So are a
-    // tick's that admitted requests: one that saw its first token reads metrics that count it.
+    // are delivered: a client that saw its last `done` reads metrics that include it.
     const auto now = scheduler_.time().now();
-    if (admitted || !scheduler_.has_work() || now - last_publish >= kPublishEvery) {
+    if (!scheduler_.has_work() || now - last_publish >= kPublishEvery) {
       scheduler_.publish_metrics();
       last_publish = now;
     }

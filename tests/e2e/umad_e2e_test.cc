@@ -188,7 +188,12 @@ TEST(UmadE2E, DisconnectMidStreamFreesTheSessionAndItsKv) {
     Client c(d.socket());
     ASSERT_TRUE(c.send("hello world\n"));
     ASSERT_FALSE(c.read_some(kHangGuard).empty()) << "timed out waiting for the first bytes";
-    const auto busy = metrics_of(d);
+    // The gauges are refreshed every 20 ms while streams run: wait for the ones that count it.
+    nlohmann::json busy;
+    EXPECT_TRUE(eventually([&] {
+      busy = metrics_of(d);
+      return busy["active_sessions"] == 1 && busy["kv_tokens_used"].get<int>() > 0;
+    }, "the running session in the gauges")) << busy.dump();
     EXPECT_EQ(busy["active_sessions"], 1);
     EXPECT_GT(busy["kv_tokens_used"].get<int>(), 0);
   }  // closes mid-stream
