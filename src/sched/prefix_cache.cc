@@ -322,6 +322,20 @@ bool PrefixCache::holds(std::int32_t seq) const {
   return std::any_of(kept_.begin(), kept_.end(), [seq](const auto& kv) { return kv.second.seq == seq; });
 }
 
+std::int32_t PrefixCache::kept_between(std::int32_t lo, std::int32_t hi) const {
+  std::int32_t best = -1;
+  for (const auto& [id, k] : kept_) {
+    if (k.seq > lo && k.seq < hi && (best < 0 || k.seq < best)) best = k.seq;
+  }
+  return best;
+}
+
+void PrefixCache::relocate(std::int32_t from, std::int32_t to) {
+  for (auto& [id, k] : kept_) {
+    if (k.seq == from) k.seq = to;
+  }
+}
+
 void PrefixCache::clear() {
   for (auto& [id, k] : kept_) {
     if (k.seq >= 0) {

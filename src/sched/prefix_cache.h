@@ -136,6 +136,10 @@ class PrefixCache {
   // Evicts the one best victim (a waiting request needs a sequence id); false when none is kept.
   bool evict_one();
   bool holds(std::int32_t seq) const;
+  // The lowest sequence in (lo, hi) a kept entry holds, or -1.
+  std::int32_t kept_between(std::int32_t lo, std::int32_t hi) const;
+  // The kept entry in `from` now lives in `to` (the caller moved its KV and holds both ids).
+  void relocate(std::int32_t from, std::int32_t to);
   // Moves kept sequences idle for longer than idle_ms out of the KV cache (to host memory when it
   // fits). Called every tick.
   void offload_idle(Clock::time_point now);

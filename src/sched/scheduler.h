@@ -209,7 +209,8 @@ class Scheduler {
   // host time on an H100), while a gap costs a filler row per decode (the runtime's, see
   // runtime/stream_batch.h; a pass of its own where it cannot fill) and is usually taken by the
   // next arrival, which gets the lowest free id: so only a gap that outlives
-  // SchedulerConfig::compact_after_ticks is closed by moving.
+  // SchedulerConfig::compact_after_ticks is closed by moving. A kept prefix's stream between two
+  // running ones is a gap no arrival fills: it moves above them (and stays reusable there).
   void compact_sequences();
   void reap();  // drops terminal sessions
   // scheduler_spec.cc: speculative decoding. Drafts for the planned decode rows (then the batch is

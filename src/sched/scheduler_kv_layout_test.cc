@@ -186,6 +186,36 @@ TEST_F(SchedulerTest, PerSequenceKvRequestsArrivingTogetherTakeOverOneKeptStream
   EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 3) << "three streams kept, the fourth id was never used";
 }
 
+// A kept stream between two running ones is a gap the next arrival never fills (it takes a free
+// id): compaction moves the kept stream above the running ones and the top one into its id. The
+// prefix stays reusable where it went.
+TEST_F(SchedulerTest, PerSequenceKvMovesAKeptStreamOutOfTheRunningIds) {
+  SchedulerConfig cfg = with_prefix_cache();
+  cfg.compact_after_ticks = 0;
+  make(64, /*n_ctx=*/4 * 128, /*n_seq=*/4, cfg, /*per_seq=*/true);
+  const std::string shared(40, 'x');
+  submit(1, "long one", 40);  // id 0
+  submit(2, shared + "a", 2);  // id 1: ends first, kept
+  submit(3, "long two", 40);  // id 2
+  while (out_[2].done == 0) {
+    scheduler_->tick(events_);
+    collect();
+  }
+  ASSERT_EQ(metrics_.prefix_kept_sequences.load(), 1);
+  scheduler_->tick(events_);
+  collect();
+  EXPECT_EQ(decoder_->span_holes_, 0) << "the running ids are one run again";
+  EXPECT_EQ(decoder_->moves_, 2) << "the kept stream went up, the top running one into its id";
+  EXPECT_GT(decoder_->kv_tokens(3), 0) << "the kept stream is in the highest free id";
+  submit(4, shared + "b", 4);
+  run_until_idle();
+  EXPECT_EQ(out_[4].text, expected(100 + 'b', 4));
+  EXPECT_EQ(out_[1].text, expected(100 + 'e', 40));
+  EXPECT_EQ(out_[3].text, expected(100 + 'o', 40));
+  EXPECT_EQ(decoder_->adopted_tokens_, 41) << "the moved stream was taken over";
+  EXPECT_EQ(decoder_->shared_tokens_, 0);
+}
+
 TEST_F(SchedulerTest, PerSequenceKvClosesAGapOnlyWhenItOutlivesTheArrivals) {
   SchedulerConfig cfg;
   cfg.compact_after_ticks = 5;

@@ -144,21 +144,49 @@ void Scheduler::finish(Session& s, SessionState terminal) {
 
 void Scheduler::compact_sequences() {
   if (!ledger_.per_seq()) return;
-  std::int32_t top_seq = -1;
-  for (auto& s : sessions_) top_seq = std::max(top_seq, s->seq);
-  const bool gap = !ledger_.ids().empty() && ledger_.ids().lowest() < top_seq;
+  SeqIdPool& ids = ledger_.ids();
+  const auto running_bounds = [&] {
+    std::pair<std::int32_t, std::int32_t> lo_hi{-1, -1};
+    for (auto& s : sessions_) {
+      if (s->seq < 0) continue;
+      if (lo_hi.first < 0 || s->seq < lo_hi.first) lo_hi.first = s->seq;
+      lo_hi.second = std::max(lo_hi.second, s->seq);
+    }
+    return lo_hi;
+  };
+  // A hole in the running ids: a free id below the top one, or a kept stream between two running
+  // ones that a free id above them could take (the next arrival never takes a kept stream's id,
+  // so that gap would stay as long as the entry does).
+  const auto kept_hole = [&](std::pair<std::int32_t, std::int32_t> b) {
+    return ids.empty() || ids.highest() < b.second ? -1 : cache_.kept_between(b.first, b.second);
+  };
+  const auto b0 = running_bounds();
+  const bool gap = (!ids.empty() && ids.lowest() < b0.second) || kept_hole(b0) >= 0;
   gap_ticks_ = gap ? gap_ticks_ + 1 : 0;
   if (gap_ticks_ < config_.compact_after_ticks) return;
   gap_ticks_ = 0;
+  // Every move of one compaction lands in the same decode: llama.cpp copies the streams and builds
+  // its graph anew once for all of them.
   for (;;) {
+    const auto b = running_bounds();
+    if (b.second < 0 || ids.empty()) return;
+    if (const std::int32_t k = kept_hole(b); k >= 0 && ids.lowest() > b.second) {
+      // The kept stream goes above the running ones (a copy); its id is then the hole to fill.
+      const std::int32_t to = ids.take_highest();
+      decoder_.move_sequence(k, to);
+      cache_.relocate(k, to);
+      ids.give_back(k);
+      metrics_.kv_sequence_moves_total++;
+      continue;
+    }
+    if (ids.lowest() > b.second) return;
     Session* top = nullptr;
     for (auto& s : sessions_) {
-      if (s->seq >= 0 && (top == nullptr || s->seq > top->seq)) top = s.get();
+      if (s->seq == b.second) top = s.get();
     }
-    if (top == nullptr || ledger_.ids().empty() || ledger_.ids().lowest() > top->seq) return;
-    const std::int32_t to = ledger_.ids().take();
+    const std::int32_t to = ids.take();
     decoder_.move_sequence(top->seq, to);
-    ledger_.ids().give_back(top->seq);
+    ids.give_back(top->seq);
     if (drafter_ != nullptr) drafter_->forget(top->seq);
     top->seq = to;
     metrics_.kv_sequence_moves_total++;

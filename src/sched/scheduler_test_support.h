@@ -215,6 +215,7 @@ class FakeDecoder final : public Decoder {
         return std::count_if(batch.begin(), batch.end(), [&](const BatchEntry& e) { return e.seq == q; }) > 1;
       });
       max_passes_ = std::max(max_passes_, passes);
+      span_holes_ = *seqs.rbegin() - *seqs.begin() + 1 - static_cast<int>(seqs.size());
       max_excess_passes_ = std::max(max_excess_passes_, passes - 1 - static_cast<int>(multi));
     }
     last_.assign(batch.begin(), batch.end());
@@ -274,6 +275,7 @@ class FakeDecoder final : public Decoder {
   int moves_ = 0;
   int max_passes_ = 0;  // per-sequence KV: most ubatches (passes over the weights) one decode took
   int max_excess_passes_ = 0;
+  int span_holes_ = 0;  // per-sequence KV: ids between the last decode's lowest and highest not in it
   mutable int pending_refusals_ = 0;  // save/restore refused while a stream copy was queued  // most passes one decode took beyond the best its sequences allow
   int ended_ = 0;
   size_t max_batch_ = 0;

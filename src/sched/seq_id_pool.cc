@@ -44,6 +44,19 @@ std::int32_t SeqIdPool::take() {
   return id;
 }
 
+std::int32_t SeqIdPool::highest() const {
+  if (free_.empty()) die("highest() of an empty pool");
+  return free_.front();
+}
+
+std::int32_t SeqIdPool::take_highest() {
+  if (free_.empty()) die("take_highest() from an empty pool");
+  const std::int32_t id = free_.front();
+  free_.erase(free_.begin());
+  state_[static_cast<std::size_t>(id)] = kTaken;
+  return id;
+}
+
 void SeqIdPool::give_back(std::int32_t id) {
   if (!owns(id) || state_[static_cast<std::size_t>(id)] != kTaken) {
     die(owns(id) ? "give_back() of an id the pool holds free already" : "give_back() of an id the pool does not own");

@@ -1,9 +1,9 @@
 // SeqIdPool: the free sequence ids of one kind, the single owner of who may take which id.
 //
-// The scheduler has two: the sessions' ids, and (per-sequence KV) the ids above them that hold
-// kept prefixes; with a unified KV the prefix cache draws on the sessions' pool. An id is either
+// The scheduler has one (KvLedger's), that sessions and kept prefixes draw on. An id is either
 // free in its pool or held by whoever took it: take() hands out the lowest free id (live
-// sequences stay dense, which keeps per-sequence KV streams in few ubatches) and give_back()
+// sequences stay dense, which keeps per-sequence KV streams in few ubatches), take_highest() the
+// highest (where a kept prefix's stream moves out of the running ids' way) and give_back()
 // returns one. Taking from an empty pool, giving back an id that is already free, or one that is
 // not this pool's, is a bug in the caller and aborts (as Session::set_state does on an illegal transition).
 // Thread-safety: none (the compute thread's).
@@ -25,6 +25,8 @@ class SeqIdPool {
   std::int32_t lowest() const;                          // !empty(), else aborts
   bool owns(std::int32_t id) const;                     // one of this pool's ids, free or taken
   std::int32_t take();                                  // the lowest free id; !empty(), else aborts
+  std::int32_t highest() const;                         // !empty(), else aborts
+  std::int32_t take_highest();                          // the highest free id; !empty(), else aborts
   void give_back(std::int32_t id);                      // a taken id of this pool
 
  private:

@@ -22,6 +22,21 @@ TEST(SeqIdPool, HandsOutTheLowestFreeIdAndTakesIdsBackInAnyOrder) {
   EXPECT_EQ(pool.take(), 0);
 }
 
+TEST(SeqIdPool, TakesTheHighestFreeIdWhenAskedAndKeepsTheLowestForTake) {
+  SeqIdPool pool;
+  pool.add_range(0, 5);
+  EXPECT_EQ(pool.take(), 0);
+  EXPECT_EQ(pool.highest(), 4);
+  EXPECT_EQ(pool.take_highest(), 4);
+  EXPECT_EQ(pool.take_highest(), 3);
+  pool.give_back(4);
+  EXPECT_EQ(pool.highest(), 4);
+  EXPECT_EQ(pool.take(), 1);
+  EXPECT_EQ(pool.take(), 2);
+  EXPECT_EQ(pool.take(), 4);
+  EXPECT_TRUE(pool.empty());
+}
+
 TEST(SeqIdPool, OwnsOnlyItsRange) {
   SeqIdPool cache;
   cache.add_range(6, 8);
