@@ -16,7 +16,7 @@ mkdir -p "$out"
 log() { printf '\n== %s\n' "$*" >&2; }
 
 log "setup: llama.cpp tools from the pinned source, our binaries"
-scripts/setup.sh llama-server llama-batched-bench
+scripts/setup.sh llama-bench llama-server llama-batched-bench
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" --target umad uma-bench uma-mkmodel uma-cli
 L=$(scripts/llama.sh --print-root)/build/bin

@@ -30,7 +30,7 @@ cref=$cmax; for c in "${conc[@]}"; do [ "$c" = 64 ] && cref=64; done
 ctx=$((cmax * 512 > 8192 ? cmax * 512 : 8192))
 
 log "setup: llama.cpp ($UMA_GPU) and the project in $bdir/"
-scripts/setup.sh llama-server llama-batched-bench >/dev/null
+scripts/setup.sh llama-bench llama-server llama-batched-bench >/dev/null
 cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=OFF >/dev/null
 cmake --build "$bdir" -j "$(nproc)" --target umad uma-bench uma-mkmodel uma-cli >/dev/null
 L=$(scripts/llama.sh --print-root)/build/bin

@@ -9,6 +9,7 @@ cd "$root"
 threads=${1:-2}
 n=${2:-128}
 reps=${3:-5}
+scripts/setup.sh llama-bench >/dev/null
 llama_bin=$(scripts/llama.sh --print-root)/build/bin
 model=${UMA_MODEL:-build/models/small-q8_0.gguf}
 [ -s "$model" ] || build/bin/uma-mkmodel --preset small --type q8_0 --seed 1 -o "$model" >/dev/null

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetches, verifies and builds the pinned llama.cpp into a per-machine cache outside git.
 #
-#   scripts/llama.sh [TARGET...]            build libllama, libllama-common (+ llama-bench) and any extra llama.cpp targets
+#   scripts/llama.sh [TARGET...]            build libllama, libllama-common and any extra llama.cpp targets
+#                                           (llama-bench, llama-server, ...: the benchmarks name what they run)
 #   scripts/llama.sh --from-bundle DIR [TARGET...]   the same from an offline bundle (scripts/bundle.sh)
 #   scripts/llama.sh --print-root           print the cache folder the project's CMake reads
 #   scripts/llama.sh --print-prefix         print where a bundle's Debian packages were unpacked ("" if none)
@@ -122,9 +123,9 @@ build() {
     printf '%s' "${args[*]}" >"$home/build/.uma-config"
   fi
   local jobs=${UMA_JOBS:-$(nproc)}
-  log "building llama.cpp targets: llama llama-common llama-bench $* (-j$jobs${gpu:+, $gpu})"
+  log "building llama.cpp targets: llama llama-common $* (-j$jobs${gpu:+, $gpu})"
   # llama.cpp's build prints thousands of compiler warnings; keep them in a log, show them on failure.
-  if ! cmake --build "$home/build" -j "$jobs" --target llama llama-common llama-bench "$@" >"$home/build.log" 2>&1; then
+  if ! cmake --build "$home/build" -j "$jobs" --target llama llama-common "$@" >"$home/build.log" 2>&1; then
     grep -E 'error|Error' "$home/build.log" | head -40 >&2
     log "llama.cpp build failed; full log: $home/build.log"; exit 1
   fi

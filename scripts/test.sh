@@ -8,11 +8,15 @@
 #   4. build-tsan/: the project's own code under ThreadSanitizer, the tests that cross threads in new
 #      ways (tsan_skip below; suppressions, each explained, in scripts/tsan.supp: llama.cpp/OpenMP
 #      internals only)
-#   5. build-fuzz/: clang + libFuzzer; the wire and HTTP fuzzers run UMA_FUZZ_SECONDS each (default 60)
-# Compile time (CI has a cold cache): the sanitizer and fuzz builds, and a fresh build/, compile
-# the libraries and tools in unity batches (UMA_UNITY, CMakeLists.txt says why); an existing build/
-# keeps its setting (-DUMA_UNITY=OFF there for quick incremental builds). The sanitizer stages
-# build only what the tests run (test_targets).
+#   5. fuzz: the wire and HTTP fuzzers (libFuzzer, built in build-asan/) run UMA_FUZZ_SECONDS each (default 60)
+# Compilers: a fresh build/ and build-asan/ are compiled with clang where it is installed (CI: a
+# third less compile time than g++ for the same code, docs/BENCHMARKS.md "CI time"; libFuzzer needs
+# it anyway); build-tsan/ with g++, so every source and test still compiles with the compiler the
+# GPU servers build with. An existing build/ keeps the compiler it was configured with.
+# Compile time (CI has a cold cache): the sanitizer builds and a fresh build/ compile the libraries
+# and tools in unity batches (UMA_UNITY, CMakeLists.txt says why); an existing build/ keeps its
+# setting (-DUMA_UNITY=OFF there for quick incremental builds). The sanitizer stages build only
+# what the tests run (test_targets).
 # Stages and load (scripts/test_stage.sh): UMA_TEST_STAGES="plain asan tsan fuzz" picks stages (the plain
 # build is always made: the others use its tools), UMA_TEST_REGEX / UMA_TEST_REPEAT pick and repeat
 # tests, UMA_TEST_CONTEND=1 runs every test stage beside one busy loop per core, UMA_TEST_JOBS sets
@@ -70,11 +74,16 @@ fi
 
 # The binaries the unit and end-to-end tests run (the benchmark and soak tools are built in $bdir/).
 test_targets=(uma_unit_tests uma_e2e_tests store_remote_test umad uma-gw uma-agent uma-cli uma-mkmodel uma-store uma-bench)
-unity=()
-[ -f "$bdir/CMakeCache.txt" ] || unity=(-DUMA_UNITY=ON)
+clang=()
+command -v clang++ >/dev/null && command -v clang >/dev/null && clang=(CC=clang CXX=clang++)
+fresh=() fresh_cc=()
+if [ ! -f "$bdir/CMakeCache.txt" ]; then
+  fresh=(-DUMA_UNITY=ON)
+  [ -z "${UMA_GPU:-}" ] && fresh_cc=("${clang[@]}")
+fi
 
 stage_begin "build ($bdir/)"
-cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=ON "${unity[@]}" >/dev/null
+env "${fresh_cc[@]}" cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=ON "${fresh[@]}" >/dev/null
 cmake --build "$bdir" -j "$jobs"
 stage_end
 
@@ -84,11 +93,26 @@ if want plain; then
   stage_end
 fi
 
-if [ "${UMA_SKIP_SANITIZERS:-0}" != "1" ]; then
-  stage_begin "build (build-asan/: AddressSanitizer + UBSan)"
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DUMA_SANITIZE=ON -DUMA_BUILD_TESTS=ON -DUMA_UNITY=ON >/dev/null
-  cmake --build build-asan -j "$jobs" --target "${test_targets[@]}"
+# build-asan/ holds the fuzzers as well (clang only): one build of the libraries for both stages.
+asan_targets=()
+[ "${UMA_SKIP_SANITIZERS:-0}" != "1" ] && asan_targets+=("${test_targets[@]}")
+[ "${UMA_SKIP_FUZZ:-0}" != "1" ] && asan_targets+=(uma-fuzz-wire uma-fuzz-http)
+if [ "${#asan_targets[@]}" -gt 0 ]; then
+  fuzz=(-DUMA_FUZZ=OFF) with=""
+  if [ "${#clang[@]}" -gt 0 ]; then
+    fuzz=(-DUMA_FUZZ=ON) with=", clang, with the fuzzers"
+    # A build-asan/ configured with g++ (an older checkout's) is rebuilt with clang, not mixed.
+    [ -f build-asan/CMakeCache.txt ] && ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang' build-asan/CMakeCache.txt && rm -rf build-asan
+  elif [ "${UMA_SKIP_FUZZ:-0}" != "1" ]; then
+    echo "the fuzz stage needs clang (libFuzzer): install it or set UMA_SKIP_FUZZ=1"; exit 1
+  fi
+  stage_begin "build (build-asan/: AddressSanitizer + UBSan$with)"
+  env "${clang[@]}" cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DUMA_SANITIZE=ON "${fuzz[@]}" \
+    -DUMA_BUILD_TESTS=ON -DUMA_UNITY=ON >/dev/null
+  cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
   stage_end
+fi
+if [ "${UMA_SKIP_SANITIZERS:-0}" != "1" ]; then
   stage_begin "tests (build-asan/)"
   seed_test_costs "$bdir" build-asan
   UMA_SKIP_RSS=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -118,17 +142,14 @@ if [ "${UMA_SKIP_TSAN:-0}" != "1" ]; then
   stage_end
 fi
 if [ "${UMA_SKIP_FUZZ:-0}" != "1" ]; then
-  stage_begin "fuzz (build-fuzz/: libFuzzer, ${UMA_FUZZ_SECONDS:-60} s each: wire frames + JSON requests; HTTP parser + routing + OpenAI requests)"
-  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_FUZZ=ON \
-    -DUMA_BUILD_TESTS=OFF -DUMA_UNITY=ON >/dev/null
-  cmake --build build-fuzz -j "$jobs" --target uma-fuzz-wire uma-fuzz-http
+  stage_begin "fuzz (build-asan/: libFuzzer, ${UMA_FUZZ_SECONDS:-60} s each: wire frames + JSON requests; HTTP parser + routing + OpenAI requests)"
   # The two fuzzers run side by side (each is one process on one core): the stage takes the time
   # of one, and each still gets its UMA_FUZZ_SECONDS of a core.
   fuzz_one() {
     local target=$1 seeds=fuzz/seeds corpus
     [ "$target" = http ] && seeds=fuzz/seeds-http
     corpus=$(mktemp -d)
-    build-fuzz/bin/uma-fuzz-$target -max_total_time="${UMA_FUZZ_SECONDS:-60}" -print_final_stats=1 \
+    build-asan/bin/uma-fuzz-$target -max_total_time="${UMA_FUZZ_SECONDS:-60}" -print_final_stats=1 \
       -artifact_prefix="$corpus/crash-" "$corpus" "$seeds" >"$corpus.log" 2>&1 || true
     echo "-- uma-fuzz-$target"
     grep -E '^(stat::|Done|==[0-9]+==ERROR|SUMMARY)' "$corpus.log" || true
@@ -136,13 +157,13 @@ if [ "${UMA_SKIP_FUZZ:-0}" != "1" ]; then
     rm -rf "$corpus" "$corpus.log"
   }
   contend_start
-  fuzz_one wire >build-fuzz/wire.out 2>&1 & wire_pid=$!
-  fuzz_one http >build-fuzz/http.out 2>&1 & http_pid=$!
+  fuzz_one wire >build-asan/wire.out 2>&1 & wire_pid=$!
+  fuzz_one http >build-asan/http.out 2>&1 & http_pid=$!
   fuzz_failed=0
   wait "$wire_pid" || fuzz_failed=1
   wait "$http_pid" || fuzz_failed=1
   contend_stop
-  cat build-fuzz/wire.out build-fuzz/http.out
+  cat build-asan/wire.out build-asan/http.out
   [ "$fuzz_failed" = 0 ] || exit 1
   stage_end
 fi
