@@ -330,6 +330,22 @@ std::int32_t PrefixCache::kept_between(std::int32_t lo, std::int32_t hi) const {
   return best;
 }
 
+bool PrefixCache::unproven(std::int32_t seq) const {
+  for (const auto& [id, k] : kept_) {
+    if (k.seq == seq) return k.hits == 0 && unseen(index_.tokens(id));
+  }
+  return false;
+}
+
+void PrefixCache::evict_seq(std::int32_t seq) {
+  for (const auto& [id, k] : kept_) {
+    if (k.seq != seq) continue;
+    evict_one(id);  // takes the id by value: the entry is erased
+    return;
+  }
+  std::abort();  // not a kept entry's sequence: a bug in the caller
+}
+
 void PrefixCache::relocate(std::int32_t from, std::int32_t to) {
   for (auto& [id, k] : kept_) {
     if (k.seq == from) k.seq = to;

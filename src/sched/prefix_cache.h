@@ -138,6 +138,14 @@ class PrefixCache {
   bool holds(std::int32_t seq) const;
   // The lowest sequence in (lo, hi) a kept entry holds, or -1.
   std::int32_t kept_between(std::int32_t lo, std::int32_t hi) const;
+  // Whether the kept entry in `seq` has shown no reuse yet: it served no hit and no other request
+  // began with its first block. Such a stream is dropped rather than moved (a move costs a copy
+  // and a new worst-case graph) when it lies between running ones.
+  bool unproven(std::int32_t seq) const;
+  // Whether no request but one began with these tokens' first block (note_start).
+  bool unseen(std::span<const Token> tokens) const { return starts_with(tokens) < 2; }
+  // Frees the kept entry in `seq` as an eviction would, its id back to the pool.
+  void evict_seq(std::int32_t seq);
   // The kept entry in `from` now lives in `to` (the caller moved its KV and holds both ids).
   void relocate(std::int32_t from, std::int32_t to);
   // Moves kept sequences idle for longer than idle_ms out of the KV cache (to host memory when it

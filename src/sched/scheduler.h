@@ -178,6 +178,12 @@ class Scheduler {
   // ends that request with an error event.
   void start_waiting(std::vector<Event>& out);
   void take_room(Session& s, std::vector<Event>& out);  // kQueued -> kPrefill, or resumes a kPaused session
+  // The sequence id a start or resume takes that adopts no kept stream: the lowest free one, except
+  // that with per-sequence KV a kept stream nothing has reused (PrefixCache::unproven) between the
+  // lowest running id and it is dropped and its id taken: a gap filled without a move.
+  std::int32_t take_id();
+  std::pair<std::int32_t, std::int32_t> running_ids() const;  // lowest and highest running id; -1 when none
+  bool between_running(const Session& s) const;  // other sessions run in ids both below and above s's
   bool preempt_for(const Session& head, Clock::time_point now);
   void make_room_for_tick(Clock::time_point now);  // claims outgrew the cache: evict, then pause
   VictimCandidate victim_candidate(const Session& s, Clock::time_point now) const;
@@ -210,7 +216,9 @@ class Scheduler {
   // runtime/stream_batch.h; a pass of its own where it cannot fill) and is usually taken by the
   // next arrival, which gets the lowest free id: so only a gap that outlives
   // SchedulerConfig::compact_after_ticks is closed by moving. A kept prefix's stream between two
-  // running ones is a gap no arrival fills: it moves above them (and stays reusable there).
+  // running ones is a gap no arrival fills: it moves above them (and stays reusable there) when it
+  // has been reused, and is dropped otherwise (under churn every finished stream is kept, and
+  // moving each cost c=64 on an H200 an eighth of its tokens).
   void compact_sequences();
   void reap();  // drops terminal sessions
   // scheduler_spec.cc: speculative decoding. Drafts for the planned decode rows (then the batch is

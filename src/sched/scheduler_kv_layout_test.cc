@@ -187,16 +187,17 @@ TEST_F(SchedulerTest, PerSequenceKvRequestsArrivingTogetherTakeOverOneKeptStream
 }
 
 // A kept stream between two running ones is a gap the next arrival never fills (it takes a free
-// id): compaction moves the kept stream above the running ones and the top one into its id. The
-// prefix stays reusable where it went.
-TEST_F(SchedulerTest, PerSequenceKvMovesAKeptStreamOutOfTheRunningIds) {
+// id). One that has been reused (here another request began with its first block) is moved above
+// the running ones at compaction, the top one into its id, and stays reusable where it went.
+TEST_F(SchedulerTest, PerSequenceKvMovesAReusedKeptStreamOutOfTheRunningIds) {
   SchedulerConfig cfg = with_prefix_cache();
   cfg.compact_after_ticks = 0;
-  make(64, /*n_ctx=*/4 * 128, /*n_seq=*/4, cfg, /*per_seq=*/true);
+  make(64, /*n_ctx=*/5 * 128, /*n_seq=*/5, cfg, /*per_seq=*/true);
   const std::string shared(40, 'x');
   submit(1, "long one", 40);  // id 0
   submit(2, shared + "a", 2);  // id 1: ends first, kept
   submit(3, "long two", 40);  // id 2
+  submit(5, shared + "c", 40);  // id 3: began with 2's first block (and copied 2's prefix)
   while (out_[2].done == 0) {
     scheduler_->tick(events_);
     collect();
@@ -206,14 +207,66 @@ TEST_F(SchedulerTest, PerSequenceKvMovesAKeptStreamOutOfTheRunningIds) {
   collect();
   EXPECT_EQ(decoder_->span_holes_, 0) << "the running ids are one run again";
   EXPECT_EQ(decoder_->moves_, 2) << "the kept stream went up, the top running one into its id";
-  EXPECT_GT(decoder_->kv_tokens(3), 0) << "the kept stream is in the highest free id";
+  EXPECT_GT(decoder_->kv_tokens(4), 0) << "the kept stream is in the highest free id";
   submit(4, shared + "b", 4);
   run_until_idle();
   EXPECT_EQ(out_[4].text, expected(100 + 'b', 4));
   EXPECT_EQ(out_[1].text, expected(100 + 'e', 40));
   EXPECT_EQ(out_[3].text, expected(100 + 'o', 40));
+  EXPECT_EQ(out_[5].text, expected(100 + 'c', 40));
   EXPECT_EQ(decoder_->adopted_tokens_, 41) << "the moved stream was taken over";
-  EXPECT_EQ(decoder_->shared_tokens_, 0);
+  EXPECT_EQ(metrics_.prefix_evictions_total.load(), 0u);
+}
+
+// Under churn most finished streams are never reused, and one kept between running ones is a gap
+// that a move would have to close (a copy and a new worst-case graph on a GPU). So a stream nothing
+// has reused is not kept where it would be such a gap, and one kept that becomes one (an arrival
+// took an id above it) gives its id to the next arrival. The running ids stay one run, no moves.
+TEST_F(SchedulerTest, PerSequenceKvKeepsNoUnreusedStreamBetweenRunningOnes) {
+  SchedulerConfig cfg = with_prefix_cache();
+  cfg.compact_after_ticks = 1000;  // only arrivals close gaps
+  make(64, /*n_ctx=*/4 * 128, /*n_seq=*/4, cfg, /*per_seq=*/true);
+  submit(1, "long one", 40);                  // id 0
+  submit(2, std::string(40, 'x') + "a", 2);   // id 1: ends first, between 0 and 2
+  submit(3, "long two", 40);                  // id 2
+  while (out_[2].done == 0) {
+    scheduler_->tick(events_);
+    collect();
+  }
+  EXPECT_EQ(metrics_.prefix_kept_sequences.load(), 0) << "not kept: it would be a gap nothing fills";
+  submit(4, std::string(40, 'y') + "b", 20);  // takes the freed id 1
+  scheduler_->tick(events_);
+  collect();
+  EXPECT_EQ(decoder_->span_holes_, 0);
+  run_until_idle();
+  EXPECT_EQ(decoder_->moves_, 0);
+  EXPECT_EQ(decoder_->kv_tokens(3), 0) << "id 3 was never used";
+  EXPECT_EQ(out_[4].text, expected(100 + 'b', 20));
+  EXPECT_EQ(out_[1].text, expected(100 + 'e', 40));
+  EXPECT_EQ(out_[3].text, expected(100 + 'o', 40));
+}
+
+TEST_F(SchedulerTest, PerSequenceKvAnArrivalTakesTheIdOfAKeptStreamNothingReused) {
+  SchedulerConfig cfg = with_prefix_cache();
+  cfg.compact_after_ticks = 1000;
+  make(64, /*n_ctx=*/4 * 128, /*n_seq=*/4, cfg, /*per_seq=*/true);
+  submit(1, "long one", 40);                  // id 0
+  submit(2, std::string(40, 'x') + "a", 2);   // id 1: ends first, above every running id: kept
+  while (out_[2].done == 0) {
+    scheduler_->tick(events_);
+    collect();
+  }
+  ASSERT_EQ(metrics_.prefix_kept_sequences.load(), 1);
+  submit(3, std::string(40, 'y') + "b", 20);  // id 2 is free, but it would leave 1 a gap
+  scheduler_->tick(events_);
+  collect();
+  EXPECT_EQ(metrics_.prefix_evictions_total.load(), 1u) << "the kept stream made way";
+  EXPECT_EQ(decoder_->span_holes_, 0) << "the running ids are one run";
+  run_until_idle();
+  EXPECT_EQ(decoder_->moves_, 0);
+  EXPECT_EQ(decoder_->kv_tokens(2), 0) << "id 2 was never used";
+  EXPECT_EQ(out_[3].text, expected(100 + 'b', 20));
+  EXPECT_EQ(out_[1].text, expected(100 + 'e', 40));
 }
 
 TEST_F(SchedulerTest, PerSequenceKvClosesAGapOnlyWhenItOutlivesTheArrivals) {

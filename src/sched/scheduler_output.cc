@@ -129,10 +129,12 @@ void Scheduler::finish(Session& s, SessionState terminal) {
     // So is a pipelined decode's row (a stop string matched, a cancellation).
     if (s.speculated || s.in_flight) decoder_.trim_sequence(s.seq, s.n_past);
     if (drafter_ != nullptr) drafter_->forget(s.seq);
-    // A sequence that ended well keeps its KV for later prompts with the same prefix.
-    const bool kept = terminal != SessionState::kFailed &&
-                      cache_.keep(s.seq, std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_past)),
-                                  s.shared_prefix, s.led);
+    // A sequence that ended well keeps its KV for later prompts with the same prefix, unless (per-
+    // sequence KV) it would be a gap between running ones that nothing has reused yet: under churn
+    // such streams were moved or dropped soon after, and the moves cost a GPU its throughput.
+    const std::span<const Token> held = std::span<const Token>(s.tokens).first(static_cast<std::size_t>(s.n_past));
+    const bool gap = cache_.in_place() && s.led == 0 && cache_.unseen(held) && between_running(s);
+    const bool kept = terminal != SessionState::kFailed && !gap && cache_.keep(s.seq, held, s.shared_prefix, s.led);
     // Kept, the sequence stays where it is and its id goes with it to the cache.
     if (!kept) {
       decoder_.end_sequence(s.seq);
@@ -142,25 +144,26 @@ void Scheduler::finish(Session& s, SessionState terminal) {
   }
 }
 
+bool Scheduler::between_running(const Session& s) const {
+  bool below = false, above = false;
+  for (const auto& o : sessions_) {
+    if (o.get() == &s || o->seq < 0) continue;
+    below |= o->seq < s.seq;
+    above |= o->seq > s.seq;
+  }
+  return below && above;
+}
+
 void Scheduler::compact_sequences() {
   if (!ledger_.per_seq()) return;
   SeqIdPool& ids = ledger_.ids();
-  const auto running_bounds = [&] {
-    std::pair<std::int32_t, std::int32_t> lo_hi{-1, -1};
-    for (auto& s : sessions_) {
-      if (s->seq < 0) continue;
-      if (lo_hi.first < 0 || s->seq < lo_hi.first) lo_hi.first = s->seq;
-      lo_hi.second = std::max(lo_hi.second, s->seq);
-    }
-    return lo_hi;
-  };
   // A hole in the running ids: a free id below the top one, or a kept stream between two running
   // ones that a free id above them could take (the next arrival never takes a kept stream's id,
   // so that gap would stay as long as the entry does).
   const auto kept_hole = [&](std::pair<std::int32_t, std::int32_t> b) {
     return ids.empty() || ids.highest() < b.second ? -1 : cache_.kept_between(b.first, b.second);
   };
-  const auto b0 = running_bounds();
+  const auto b0 = running_ids();
   const bool gap = (!ids.empty() && ids.lowest() < b0.second) || kept_hole(b0) >= 0;
   gap_ticks_ = gap ? gap_ticks_ + 1 : 0;
   if (gap_ticks_ < config_.compact_after_ticks) return;
@@ -168,8 +171,12 @@ void Scheduler::compact_sequences() {
   // Every move of one compaction lands in the same decode: llama.cpp copies the streams and builds
   // its graph anew once for all of them.
   for (;;) {
-    const auto b = running_bounds();
+    const auto b = running_ids();
     if (b.second < 0 || ids.empty()) return;
+    if (const std::int32_t k = kept_hole(b); k >= 0 && cache_.unproven(k)) {
+      cache_.evict_seq(k);  // nothing reused it: dropped, not copied; its id is the hole to fill
+      continue;
+    }
     if (const std::int32_t k = kept_hole(b); k >= 0 && ids.lowest() > b.second) {
       // The kept stream goes above the running ones (a copy); its id is then the hole to fill.
       const std::int32_t to = ids.take_highest();

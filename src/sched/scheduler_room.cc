@@ -63,6 +63,26 @@ std::int32_t Scheduler::reusable_now(const Session& s) const {
   return cache_.reusable(prompt, s.n_prompt - 1, live_ok);
 }
 
+std::int32_t Scheduler::take_id() {
+  SeqIdPool& ids = ledger_.ids();
+  if (cache_.in_place() && !ids.empty()) {
+    const std::int32_t lo = running_ids().first;
+    const std::int32_t k = lo < 0 ? -1 : cache_.kept_between(lo, ids.lowest());
+    if (k >= 0 && cache_.unproven(k)) cache_.evict_seq(k);  // its id is now the lowest free one
+  }
+  return ids.take();
+}
+
+std::pair<std::int32_t, std::int32_t> Scheduler::running_ids() const {
+  std::pair<std::int32_t, std::int32_t> lo_hi{-1, -1};
+  for (const auto& s : sessions_) {
+    if (s->seq < 0) continue;
+    if (lo_hi.first < 0 || s->seq < lo_hi.first) lo_hi.first = s->seq;
+    lo_hi.second = std::max(lo_hi.second, s->seq);
+  }
+  return lo_hi;
+}
+
 std::int32_t Scheduler::cells_granted() const {
   if (ledger_.per_seq()) return 0;  // every id owns its cells: nothing to add up
   std::int32_t n = cache_.cells();
@@ -118,7 +138,7 @@ void Scheduler::take_room(Session& s, std::vector<Event>& out) {
   if (starting && cache_.in_place()) hit = find_prefix(s);
   const bool adopt = hit.kind == PrefixCache::Hit::Kind::kKept;
   if (!adopt && ledger_.ids().empty()) cache_.evict_one();  // per-sequence: a kept stream makes way (fits())
-  const std::int32_t seq = adopt ? cache_.adopt(hit.seq) : ledger_.ids().take();
+  const std::int32_t seq = adopt ? cache_.adopt(hit.seq) : take_id();
   if (starting) {
     const Status st = adopt ? decoder_.adopt_sequence(seq, s.sampling, hit.length) : decoder_.start_sequence(seq, s.sampling);
     if (!st.ok()) {
