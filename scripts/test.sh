@@ -8,6 +8,7 @@
 #   4. build-tsan/: the project's own code under ThreadSanitizer, the tests that cross threads in new
 #      ways (tsan_skip below; suppressions, each explained, in scripts/tsan.supp: llama.cpp/OpenMP
 #      internals only)
+#   deploy: scripts/deploy_check.sh, the deployment files' static checks (after the plain tests)
 #   5. fuzz: the wire and HTTP fuzzers (libFuzzer, built in build-asan/) run UMA_FUZZ_SECONDS each (default 60)
 # Compilers: a fresh build/ and build-asan/ are compiled with clang where it is installed (CI: a
 # third less compile time than g++ for the same code, docs/BENCHMARKS.md "CI time"; libFuzzer needs
@@ -17,7 +18,7 @@
 # and tools in unity batches (UMA_UNITY, CMakeLists.txt says why); an existing build/ keeps its
 # setting (-DUMA_UNITY=OFF there for quick incremental builds). The sanitizer stages build only
 # what the tests run (test_targets).
-# Stages and load (scripts/test_stage.sh): UMA_TEST_STAGES="plain asan tsan fuzz" picks stages (the plain
+# Stages and load (scripts/test_stage.sh): UMA_TEST_STAGES="plain deploy asan tsan fuzz" picks stages (the plain
 # build is always made: the others use its tools), UMA_TEST_REGEX / UMA_TEST_REPEAT pick and repeat
 # tests, UMA_TEST_CONTEND=1 runs every test stage beside one busy loop per core, UMA_TEST_JOBS sets
 # how many tests run at once (default two per core); the sanitizer stages start the tests the plain
@@ -37,7 +38,7 @@ test_jobs=${UMA_TEST_JOBS:-$((2 * jobs))}
 export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
 . scripts/test_stage.sh
 trap 'contend_stop; print_stage_times' EXIT
-want() { [[ " ${UMA_TEST_STAGES:-plain asan tsan fuzz} " == *" $1 "* ]]; }
+want() { [[ " ${UMA_TEST_STAGES:-plain deploy asan tsan fuzz} " == *" $1 "* ]]; }
 want asan || UMA_SKIP_SANITIZERS=1
 want tsan || UMA_SKIP_TSAN=1
 want fuzz || UMA_SKIP_FUZZ=1
@@ -90,6 +91,14 @@ stage_end
 if want plain; then
   stage_begin "tests ($bdir/)"
   run_ctest "$bdir" -j "$test_jobs" --timeout 600 "${skip[@]}"
+  stage_end
+fi
+
+# The deployment files (Helm chart, systemd units, Prometheus rules, Compose, Dockerfile): static
+# checks, no cluster or container (helm comes from the npm registry, so not on an offline GPU server).
+if want deploy && [ -z "${UMA_GPU:-}" ]; then
+  stage_begin "deployment files (scripts/deploy_check.sh)"
+  scripts/deploy_check.sh
   stage_end
 fi
 
