@@ -3,7 +3,8 @@
 # llama-server -np S -c S*room; umad's prefix cache on, as by default): start-to-ready, RSS (and GPU
 # memory where nvidia-smi is) after one request, KV cells allocated, for 1, 4 and 16 sessions and
 # rooms of 4096 and 32768. Then 16 users sharing one 3000-token system prompt (16 sessions x 4096):
-# TTFT p50 against llama-server's, RSS and the KV tokens held after, for umad in both KV layouts.
+# TTFT p50 against llama-server's, RSS, the KV cells held at the peak (bench/metrics_peak.py) against
+# the prompt held once, and the KV tokens held after, for umad in both KV layouts.
 # Both servers over HTTP, same model file and threads, one run.
 #   bench/memory.sh [OUT_DIR]      (default build/bench-memory)
 # The model says a trained context of 32768 (uma-mkmodel --context-length): llama-server caps a
@@ -64,11 +65,15 @@ group() {  # $1 name, then the command
   local name=$1; shift
   local pid
   pid=$(python3 bench/memory_probe.py --keep "$name" "$port" "$out/$name.log" -- "$@" | python3 -c "import json,sys; print(json.load(sys.stdin)['pid'])")
+  python3 bench/metrics_peak.py "$port" >"$out/$name.peak.json" &
+  local sampler=$!
   "$ubuild"/bin/uma-bench --target "http://127.0.0.1:$port" --json --workload shared-prefix -c 16 -n 16 --seed 11 \
     --prefix-tokens "$prefix" --suffix-tokens 30 --output-tokens 16 --warmup 1 >"$out/$name.json"
-  python3 - "$name" "$pid" "$port" "$out/$name.json" >>"$out/group.jsonl" <<'PY'
+  kill -TERM "$sampler"; wait "$sampler"
+  python3 - "$name" "$pid" "$port" "$out/$name.json" "$out/$name.peak.json" >>"$out/group.jsonl" <<'PY'
 import json, re, sys, urllib.request
 name, pid, port, path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+peak = json.load(open(sys.argv[5]))["kv_cells_held_peak"]
 run = json.load(open(path))["runs"][0]
 rss = next(int(l.split()[1]) for l in open(f"/proc/{pid}/status") if l.startswith("VmRSS:")) / 1024
 tokens = None
@@ -79,7 +84,8 @@ try:
 except OSError:
     pass
 print(json.dumps({"name": name, "ttft_p50_ms": run["ttft_ms"]["p50"], "ttft_p90_ms": run["ttft_ms"]["p90"],
-                  "output_tok_s": run["output_tok_s"], "rss_mib": round(rss, 1), "kv_tokens_held": tokens}))
+                  "output_tok_s": run["output_tok_s"], "rss_mib": round(rss, 1), "kv_tokens_held": tokens,
+                  "kv_cells_held_peak": peak}))
 PY
   kill -TERM "$pid"
   while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
@@ -93,7 +99,7 @@ group umad-group $(umad_cmd 16 65536)
 group umad-unified-group $(umad_cmd 16 65536 --kv-layout unified)
 fi
 
-python3 - "$out" <<'PY' | tee "$out/report.md"
+python3 - "$out" "$prefix" <<'PY' | tee "$out/report.md"
 import json, sys
 out = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{out}/rows.jsonl")]
@@ -117,9 +123,19 @@ except FileNotFoundError:
     sys.exit(0)
 ref = next(g for g in groups if g["name"].startswith("llama"))
 print()
-print("| 16 users, one system prompt | TTFT p50 ms | p90 | out tok/s | RSS MiB | KV tokens held | TTFT p50 / llama-server |")
-print("|---|---|---|---|---|---|---|")
+# What the group needs held once: the prompt, and each user's suffix and output (tokens as uma-bench
+# sends them; a chat template would add a few).
+prefix = int(sys.argv[2])
+once = prefix + 16 * (30 + 16)
+print(f"KV cells the group needs with its prompt held once: {prefix} + 16 x (30 + 16) = {once}")
+print()
+print("| 16 users, one system prompt | TTFT p50 ms | p90 | out tok/s | RSS MiB | KV cells held, peak | held / once | KV tokens after | TTFT p50 / llama-server |")
+print("|---|---|---|---|---|---|---|---|---|")
+# llama-server's TTFT is 0 when none of its requests finished (the client gave up): no ratio then.
+ratio = lambda g: f"{g['ttft_p50_ms'] / ref['ttft_p50_ms']:.2f}" if ref["ttft_p50_ms"] > 0 else "-"
 for g in groups:
+    held = g.get("kv_cells_held_peak")
     print(f"| {g['name']} | {g['ttft_p50_ms']:.0f} | {g['ttft_p90_ms']:.0f} | {g['output_tok_s']:.1f} | {g['rss_mib']:.0f} | "
-          f"{g['kv_tokens_held'] if g['kv_tokens_held'] is not None else '-'} | {g['ttft_p50_ms'] / ref['ttft_p50_ms']:.2f} |")
+          f"{held if held is not None else '-'} | {f'{held / once:.2f}' if held is not None else '-'} | "
+          f"{g['kv_tokens_held'] if g['kv_tokens_held'] is not None else '-'} | {ratio(g)} |")
 PY
