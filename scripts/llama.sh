@@ -104,7 +104,12 @@ build() {
   # kernel does not grant (ggml's AMX kernels die with SIGILL/SIGSEGV), and explicit -mno-amx-*
   # wins over -march=native whatever the order.
   local noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  # llama.cpp's common library in unity batches (the file says why); copied beside the build so the
+  # configuration does not name the checkout that ran setup first.
+  mkdir -p "$home"
+  cmp -s "$root/cmake/llama_unity.cmake" "$home/llama_unity.cmake" || cp "$root/cmake/llama_unity.cmake" "$home/llama_unity.cmake"
   local args=(-G Ninja -Wno-dev -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=ON
+    "-DCMAKE_PROJECT_INCLUDE=$home/llama_unity.cmake"
     "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx"
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF

@@ -33,11 +33,11 @@ TEST(UmadAdmission, WithoutMaxTokensGenerationRunsExactlyToTheContextsEnd) {
 }
 
 TEST(UmadAdmission, LargeMaxTokensIsAcceptedOnEveryFrontEndAndTooLargeNamesTheField) {
-  Daemon d(http_args({"--n-ctx", "8192"}));
+  Daemon d(http_args({"--n-ctx", "4096"}));
   ASSERT_TRUE(d.started()) << d.log();
   // The lengths that fit: half the context and more in the plain build. The sanitizers check our
-  // code on the same path at a quarter of the tokens (each token is the same work in our code).
-  constexpr int kFramed = kSanitized ? 1024 : 4096, kHttp = kSanitized ? 256 : 1024, kCli = kSanitized ? 500 : 2000;
+  // code on the same path at half the tokens (each token is the same work in our code).
+  constexpr int kFramed = kSanitized ? 1024 : 2060, kHttp = kSanitized ? 256 : 1024, kCli = kSanitized ? 400 : 700;
   // Framed JSON, HTTP (the new user's first request: curl ... "max_tokens": 1024) and uma-cli -n
   // at once, sharing the context's cells and its ticks; each exact to the last token.
   auto c = connect(d);
@@ -68,18 +68,18 @@ TEST(UmadAdmission, LargeMaxTokensIsAcceptedOnEveryFrontEndAndTooLargeNamesTheFi
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   // Then what cannot fit, on both protocols: the error names the field and the context.
   auto c2 = connect(d);
-  ASSERT_TRUE(c2->send_request(request("b", "hello world", 8190)).ok());
+  ASSERT_TRUE(c2->send_request(request("b", "hello world", 4094)).ok());
   const Reply over = read_reply(*c2, false);
   EXPECT_EQ(over.end.code, "E_LIMIT_CONTEXT");
   EXPECT_EQ(over.end.param, "max_tokens");
   Tcp t2(port);  // t sat idle through the longer streams: past the keep-alive timeout it may be closed
-  ASSERT_TRUE(t2.send(post("/v1/completions", R"({"prompt":"hello world","max_tokens":8190})")));
+  ASSERT_TRUE(t2.send(post("/v1/completions", R"({"prompt":"hello world","max_tokens":4094})")));
   resp = t2.response();
   ASSERT_EQ(status_of(resp), 400) << resp;
   j = json::parse(body_of(resp));
   EXPECT_EQ(j["error"]["param"], "max_tokens");
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
-  EXPECT_NE(j["error"]["message"].get<std::string>().find("8192"), std::string::npos) << j.dump();
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("4096"), std::string::npos) << j.dump();
 }
 
 // 16 prompts, each with the stop string that ends its reply after `n` tokens.
@@ -132,10 +132,9 @@ TEST(UmadAdmission, SixteenEarlyStoppingRequestsAskingFor4096AllDecodeAtOnce) {
 }
 
 TEST(UmadAdmission, KvExhaustionUnderSixteenLongGenerationsIsResolvedByPreemptionExactly) {
-  // 16 x (4 + kTokens) cells are asked for over time, four times the cells that exist. Under the
-  // sanitizers both halve: the same pauses and resumes at half the tokens.
-  constexpr int kTokens = kSanitized ? 250 : 500;
-  const std::string cells = kSanitized ? "1024" : "2048";
+  // 16 x (4 + kTokens) cells are asked for over time, four times the cells that exist.
+  constexpr int kTokens = 250;
+  const std::string cells = "1024";
   for (const char* mode : {"save", "recompute"}) {
     SCOPED_TRACE(mode);
     Daemon d(args({"--n-ctx", cells, "--max-sessions", "16", "--preempt", mode}));
