@@ -16,8 +16,9 @@
 # GPU servers build with. An existing build/ keeps the compiler it was configured with.
 # Compile time (CI has a cold cache): the sanitizer builds and a fresh build/ compile the libraries
 # and tools in unity batches (UMA_UNITY, CMakeLists.txt says why); an existing build/ keeps its
-# setting (-DUMA_UNITY=OFF there for quick incremental builds). The sanitizer stages build only
-# what the tests run (test_targets).
+# setting (-DUMA_UNITY=OFF there for quick incremental builds). The plain and sanitizer stages build
+# what the tests run (test_targets); the benchmark tools no test runs compile in build-asan/.
+# The test executables' own code compiles at -O0 with a precompiled header (cmake/test_compile.cmake).
 # Stages and load (scripts/test_stage.sh): UMA_TEST_STAGES="plain deploy asan tsan fuzz" picks stages (the plain
 # build is always made: the others use its tools), UMA_TEST_REGEX / UMA_TEST_REPEAT pick and repeat
 # tests, UMA_TEST_CONTEND=1 runs every test stage beside one busy loop per core, UMA_TEST_JOBS sets
