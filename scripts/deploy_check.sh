@@ -138,7 +138,7 @@ print("  ok" if not bad else "")
 sys.exit(bad)
 EOF
 if command -v shellcheck >/dev/null; then
-  shellcheck deploy/docker/base-image.sh deploy/docker/uma-entrypoint deploy/compose/make-secrets.sh scripts/deploy_check.sh ||
+  shellcheck deploy/docker/base-image.sh deploy/docker/uma-entrypoint deploy/compose/make-secrets.sh deploy/rolling-restart.sh scripts/deploy_check.sh ||
     bad "shellcheck"
 fi
 

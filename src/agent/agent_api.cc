@@ -8,6 +8,7 @@
 #include <map>
 
 #include "common/json_text.h"
+#include "metrics/prometheus.h"
 #include "http/openai.h"
 
 namespace uma::agent {
@@ -224,7 +225,9 @@ void AgentApi::models(const HttpExchangePtr& ex) {
                                          {"held_bytes", host_.held_bytes()}}));
 }
 
-void AgentApi::metrics(const HttpExchangePtr& ex) { ex->reply(200, "text/plain; version=0.0.4", host_metrics_text(host_)); }
+void AgentApi::metrics(const HttpExchangePtr& ex) {
+  ex->reply(200, "text/plain; version=0.0.4", host_metrics_text(host_) + store_metrics_text(store_));
+}
 
 std::string host_metrics_text(const ModelHost& host) {
   const HostCounters& c = host.counters();
@@ -245,6 +248,29 @@ std::string host_metrics_text(const ModelHost& host) {
   out += "uma_agent_models_held_bytes " + std::to_string(host.held_bytes()) + "\n";
   out += "# HELP uma_agent_models_budget_bytes the budget (0: none)\n# TYPE uma_agent_models_budget_bytes gauge\n";
   out += "uma_agent_models_budget_bytes " + std::to_string(host.config().budget.bytes) + "\n";
+  prom::family(out, "uma_agent_model_state", "each model this agent holds, 1 in its state (queued, filling, starting, loaded, unloading)",
+               prom::Type::kGauge);
+  const std::vector<ModelInfo> models = host.models();
+  for (const ModelInfo& m : models) {
+    prom::sample(out, "uma_agent_model_state",
+                 "model=\"" + prom::label_value(m.id) + "\",state=\"" + model_state_name(m.state) + "\"", std::uint64_t{1});
+  }
+  prom::family(out, "uma_agent_model_in_use", "1 while a request is in flight on the model", prom::Type::kGauge);
+  for (const ModelInfo& m : models) {
+    prom::sample(out, "uma_agent_model_in_use", "model=\"" + prom::label_value(m.id) + "\"", std::uint64_t{m.in_use ? 1u : 0u});
+  }
+  return out;
+}
+
+std::string store_metrics_text(const store::TierStore& store) {
+  std::string out;
+  prom::family(out, "uma_agent_model_tier", "each model in this agent's store, 1 at the fastest tier holding all of it (dram, nvme)",
+               prom::Type::kGauge);
+  for (const store::ModelTierInfo& t : store.list()) {
+    if (t.tier == store::Tier::kNone) continue;
+    prom::sample(out, "uma_agent_model_tier",
+                 "model=\"" + prom::label_value(t.id) + "\",tier=\"" + std::string(store::tier_name(t.tier)) + "\"", std::uint64_t{1});
+  }
   return out;
 }
 

@@ -39,6 +39,8 @@ Status parse_duration_ms(std::string_view text, std::int64_t* ms);
 Status read_keep_alive(const nlohmann::json& body, std::optional<std::int64_t>* out);
 // The host's counters and budget as Prometheus text (uma_agent_*).
 std::string host_metrics_text(const ModelHost& host);
+// Each model in `store` at its fastest tier (uma_agent_model_tier).
+std::string store_metrics_text(const store::TierStore& store);
 
 class AgentApi {
  public:

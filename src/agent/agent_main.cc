@@ -2,7 +2,8 @@
 // the catalog's URLs as the remote tier), runs one umad per loaded model (agent/model_host.h) and
 // serves the management API (agent/agent_api.h) on --listen, behind --api-key-file's key.
 // Everything after `--` is given to every umad (threads, n_ctx, sessions, --agent flags...).
-// SIGINT/SIGTERM: every umad is told to stop (SIGKILL after 10 s), then the agent exits 0.
+// SIGTERM: every umad drains for --drain-sec (gateways move its streams to other agents), SIGINT: every
+// umad stops at once; SIGKILL 10 s after that, then the agent exits 0.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   std::uint64_t store_nvme_mb = 0, store_dram_mb = 0, models_mb = 0;
   std::int32_t max_models = 0;
   std::int64_t queue_timeout_ms = 30000, start_timeout_ms = 300000;
+  int drain_sec = 30;
   bool debug = false, cluster_mode = false;
   std::string agent_id;
   agent::HostConfig hc;
@@ -56,22 +58,26 @@ int main(int argc, char** argv) {
       ->envname("UMA_REDIS_PASSWORD_FILE")->check(CLI::ExistingFile);
   app.add_option("--redis-user", redis_user, "the Redis ACL user the password is for")->envname("UMA_REDIS_USER");
   app.add_option("--store-dir", store_dir, "the NVMe tier: a directory of models")->envname("UMA_STORE_DIR");
-  app.add_option("--store-nvme-mb", store_nvme_mb, "--store-dir holds at most this much (LRU; 0: no limit)");
-  app.add_option("--store-dram-mb", store_dram_mb, "model images kept in host memory when no umad uses them (LRU)");
+  app.add_option("--store-nvme-mb", store_nvme_mb, "--store-dir holds at most this much (LRU; 0: no limit)")->envname("UMA_AGENT_STORE_NVME_MB");
+  app.add_option("--store-dram-mb", store_dram_mb, "model images kept in host memory when no umad uses them (LRU)")->envname("UMA_AGENT_STORE_DRAM_MB");
   app.add_option("--models-mb", models_mb, "loaded models' bytes at most (LRU of idle models makes room; 0: no limit)")
       ->envname("UMA_MODELS_MB");
-  app.add_option("--max-models", max_models, "loaded models at most (0: no limit)")->check(CLI::Range(0, 1024));
+  app.add_option("--max-models", max_models, "loaded models at most (0: no limit)")->check(CLI::Range(0, 1024))->envname("UMA_AGENT_MAX_MODELS");
   app.add_option("--keep-alive", keep_alive, "an idle model is unloaded after this (Ollama's keep_alive: 5m, 30s, "
-                 "-1 never); a load may say its own")->capture_default_str();
-  app.add_option("--queue-timeout-ms", queue_timeout_ms, "a load waits this long for room")->capture_default_str();
-  app.add_option("--start-timeout-ms", start_timeout_ms, "a umad must serve within this of its start")->capture_default_str();
+                 "-1 never); a load may say its own")->capture_default_str()->envname("UMA_AGENT_KEEP_ALIVE");
+  app.add_option("--queue-timeout-ms", queue_timeout_ms, "a load waits this long for room")->capture_default_str()->envname("UMA_AGENT_QUEUE_TIMEOUT_MS");
+  app.add_option("--start-timeout-ms", start_timeout_ms, "a umad must serve within this of its start")->capture_default_str()->envname("UMA_AGENT_START_TIMEOUT_MS");
+  app.add_option("--drain-sec", drain_sec, "SIGTERM drains every umad for up to this long (the gateways move their "
+                 "streams to other agents serving the model; the rest end where they are), then the agent exits; 0: "
+                 "SIGTERM ends open streams at once (SIGINT always does)")
+      ->envname("UMA_AGENT_DRAIN_SEC")->capture_default_str()->check(CLI::Range(0, 86400));
   app.add_flag("--cluster", cluster_mode, "join the cluster at --redis: beat this loader's state (gateways load "
                "models here on demand) and run every umad as a cluster agent (--agent)")->envname("UMA_AGENT_CLUSTER");
   app.add_option("--agent-id", agent_id, "this agent's id in the cluster (default: the --listen address); its "
                  "umads are ID/MODEL")->envname("UMA_AGENT_ID");
-  app.add_option("--umad", hc.umad, "the umad binary (default: beside uma-agent)");
-  app.add_option("--run-dir", hc.run_dir, "umads' sockets and logs (created)");
-  app.add_flag("--debug", debug, "debug logs");
+  app.add_option("--umad", hc.umad, "the umad binary (default: beside uma-agent)")->envname("UMA_AGENT_UMAD");
+  app.add_option("--run-dir", hc.run_dir, "umads' sockets and logs (created)")->envname("UMA_AGENT_RUN_DIR");
+  app.add_flag("--debug", debug, "debug logs")->envname("UMA_AGENT_DEBUG");
   std::vector<std::string> raw(argv + 1, argv + argc);
   if (auto dash = std::find(raw.begin(), raw.end(), "--"); dash != raw.end()) {
     hc.umad_args.assign(dash + 1, raw.end());
@@ -124,6 +130,9 @@ int main(int argc, char** argv) {
     if (std::find(hc.umad_args.begin(), hc.umad_args.end(), "--agent-calibrate-ms") == hc.umad_args.end()) {
       hc.cluster_args.insert(hc.cluster_args.end(), {"--agent-calibrate-ms", "0"});
     }
+  }
+  if (std::find(hc.umad_args.begin(), hc.umad_args.end(), "--drain-sec") == hc.umad_args.end()) {
+    hc.umad_args.insert(hc.umad_args.end(), {"--drain-sec", std::to_string(drain_sec)});
   }
   hc.budget = {models_mb << 20, max_models};
   hc.queue_timeout = std::chrono::milliseconds(queue_timeout_ms);
@@ -212,11 +221,12 @@ int main(int argc, char** argv) {
                hc.run_dir);
   signals.async_wait([&](const boost::system::error_code& e, int sig) {
     if (e) return;
-    spdlog::info("signal {}: stopping every model", sig);
+    spdlog::info("signal {}: {} every model", sig, sig == SIGTERM && drain_sec > 0 ? "draining" : "stopping");
     server.stop();
     beat_timer.cancel();
     if (beat) beat->stop();  // gateways stop choosing this loader at once
-    host->stop(std::chrono::seconds(10), [&io] { io.stop(); });
+    const bool drain = sig == SIGTERM && drain_sec > 0;
+    host->stop(std::chrono::seconds((drain ? drain_sec : 0) + 10), [&io] { io.stop(); }, drain);
   });
   io.run();
   store.stop();  // fills the host may wait for end here

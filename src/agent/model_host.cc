@@ -338,7 +338,7 @@ std::vector<ModelInfo> ModelHost::models() const {
   return out;
 }
 
-void ModelHost::stop(std::chrono::milliseconds grace, std::function<void()> done) {
+void ModelHost::stop(std::chrono::milliseconds grace, std::function<void()> done, bool drain) {
   stopping_ = true;
   std::vector<std::string> queued(queue_.begin(), queue_.end());
   for (const std::string& id : queued) {
@@ -346,12 +346,18 @@ void ModelHost::stop(std::chrono::milliseconds grace, std::function<void()> done
   }
   for (auto& [id, e] : entries_) {
     if (!e->process) continue;
+    const bool serving = drain && e->state == ModelState::kLoaded;
     if (e->state == ModelState::kLoaded || e->state == ModelState::kStarting) {
       e->forced = true;
       e->unload_reason = "stop";
       set_state(*e, ModelState::kUnloading);
     }
-    e->process->terminate();
+    // A serving umad drains (its streams move to other agents, or end); one still starting stops.
+    if (serving) {
+      e->process->drain();
+    } else {
+      e->process->terminate();
+    }
   }
   stopped_ = std::move(done);
   // Fills still running end when the store stops; their entries have no process to wait for.

@@ -140,8 +140,9 @@ class ModelHost {
   // An idle model's unload (asked to exit), measured: what a load that must make room waits first.
   double stop_s() const { return stop_s_; }
   const HostConfig& config() const { return config_; }
-  // Ends every model (SIGTERM, SIGKILL after `grace`); `done` once all have exited.
-  void stop(std::chrono::milliseconds grace, std::function<void()> done);
+  // Ends every model (`drain`: a serving umad drains, SIGTERM; the rest stop at once, SIGINT;
+  // SIGKILL after `grace`); `done` once all have exited.
+  void stop(std::chrono::milliseconds grace, std::function<void()> done, bool drain = false);
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -119,7 +119,8 @@ void ModelProcess::signal(int sig) {
 }
 
 void ModelProcess::ask_unload() { signal(SIGUSR1); }
-void ModelProcess::terminate() { signal(SIGTERM); }
+void ModelProcess::terminate() { signal(SIGINT); }
+void ModelProcess::drain() { signal(SIGTERM); }
 
 void ModelProcess::exited(int status) {
   exit_status_ = status;

@@ -53,7 +53,8 @@ class ModelProcess {
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
   void ask_unload();  // SIGUSR1: umad stops if no request is in flight, else answers "busy"
-  void terminate();   // SIGTERM: umad ends its streams with an error and stops
+  void terminate();   // SIGINT: umad ends its streams with an error and stops
+  void drain();       // SIGTERM: with --drain-sec umad lets its streams end or move first, then stops
   // The reaper saw it exit with wait status `status`: no signal is sent from here on.
   void exited(int status);
   int exit_status() const { return exit_status_; }

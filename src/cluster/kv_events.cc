@@ -58,6 +58,7 @@ std::string encode_kv_event(const KvEvent& e) {
   j["stored"] = hex_array(e.stored);
   if (!e.snapshot) j["evicted"] = hex_array(e.evicted);
   j["load"] = {{"active", e.load.active}, {"queued", e.load.queued}, {"backlog", e.load.backlog}, {"admitted", e.load.admitted}};
+  if (e.draining) j["draining"] = true;
   return to_json_text(j);
 }
 
@@ -89,6 +90,10 @@ Status decode_kv_event(std::string_view text, KvEvent* out) {
         !(st = l.integer("backlog", kMin, kMax, &e.load.backlog)).ok() || !(st = l.integer("admitted", kMin, kMax, &e.load.admitted)).ok()) {
       return st;
     }
+  }
+  if (const auto draining = j.find("draining"); draining != j.end()) {
+    if (!draining->is_boolean()) return bad("draining");
+    e.draining = draining->get<bool>();
   }
   *out = std::move(e);
   return Status::Ok();

@@ -42,6 +42,9 @@ struct KvEvent {
   std::int32_t block = kBlockTokens;  // snapshot only: tokens per block
   std::vector<std::uint64_t> stored, evicted;
   AgentLoad load;
+  // The agent's last event before its stream closes: it is draining (stopping), takes no new
+  // requests, and the gateways move the streams they carry there to other agents.
+  bool draining = false;
 };
 
 std::string encode_kv_event(const KvEvent& e);

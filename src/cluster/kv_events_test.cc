@@ -95,6 +95,10 @@ TEST(KvEvents, EventsRoundTripAndBadOnesAreTypedErrors) {
   ASSERT_TRUE(decode_kv_event(encode_kv_event(delta), &back).ok());
   EXPECT_FALSE(back.snapshot);
   EXPECT_EQ(back.evicted, delta.evicted);
+  EXPECT_FALSE(back.draining);
+  delta.draining = true;
+  ASSERT_TRUE(decode_kv_event(encode_kv_event(delta), &back).ok());
+  EXPECT_TRUE(back.draining);
 
   EXPECT_EQ(decode_kv_event("[1]", &back).code(), ErrorCode::kInvalidJson);
   EXPECT_EQ(decode_kv_event(R"({"type":"nope"})", &back).param(), "type");
@@ -104,6 +108,7 @@ TEST(KvEvents, EventsRoundTripAndBadOnesAreTypedErrors) {
   EXPECT_EQ(decode_kv_event(R"({"type":"delta","load":{"admitted":1.5}})", &back).param(), "admitted");
   EXPECT_EQ(decode_kv_event(R"({"type":"snapshot","boot_id":"x","block":0})", &back).param(), "block");
   EXPECT_EQ(decode_kv_event(R"({"type":"snapshot"})", &back).param(), "boot_id");
+  EXPECT_EQ(decode_kv_event(R"({"type":"delta","draining":1})", &back).param(), "draining");
 }
 
 }  // namespace

@@ -33,9 +33,10 @@ std::string CatalogModel::describe_fill() const {
   for (const store::FillRecord& r : store_->history()) {
     if (r.id != manifest_->id) continue;
     char line[256];
-    std::snprintf(line, sizeof line, "%.2f GB from %s in %.2f s (%.2f GB/s), %llu corrupt chunks fetched again%s",
+    std::snprintf(line, sizeof line, "%.2f GB from %s in %.2f s (%.2f GB/s), %llu corrupt chunks fetched again%s%s",
                   r.bytes / 1e9, std::string(store::tier_name(r.from)).c_str(), r.seconds, r.bytes / r.seconds / 1e9,
-                  static_cast<unsigned long long>(r.corrupt_chunks), r.direct ? "" : ", page cache (no O_DIRECT here)");
+                  static_cast<unsigned long long>(r.corrupt_chunks), r.direct ? "" : ", page cache (no O_DIRECT here)",
+                  r.io_uring ? "" : ", pread (io_uring refused here)");
     return line;
   }
   return "still filling";

@@ -108,16 +108,16 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->capture_default_str()->check(CLI::Range(0, 1024));
   app.add_option("-s,--socket", srv.socket_path, "Unix socket path (created with mode 0600)")->envname("UMA_SOCK")
       ->capture_default_str();
-  app.add_flag("--mmap,!--no-mmap", mmap, "memory-map the model file (default on)");
+  app.add_flag("--mmap,!--no-mmap", mmap, "memory-map the model file (default on)")->envname("UMA_MMAP");
   app.add_option("--flash-attn", rt.flash_attn, "flash attention: on, off or auto (llama.cpp decides; off on CPU-only builds with a unified KV)")
       ->envname("UMA_FLASH_ATTN")->capture_default_str()->check(CLI::IsMember({"on", "off", "auto"}));
-  app.add_flag("--mlock,!--no-mlock", mlock, "lock the model in RAM (default off)");
+  app.add_flag("--mlock,!--no-mlock", mlock, "lock the model in RAM (default off)")->envname("UMA_MLOCK");
   app.add_option("--gpu-layers", rt.n_gpu_layers, "layers (weights and KV) on the GPU: -1 all when llama.cpp has a GPU "
                  "backend (UMA_GPU=cuda scripts/setup.sh), 0 none")
       ->envname("UMA_GPU_LAYERS")->capture_default_str()->check(CLI::Range(-1, 100000));
   app.add_option("--deep-pass-row-cells", rt.deep_pass_row_cells, "per-seq KV: a sequence deeper than the others by "
                  "this many cells times their number decodes in a pass of its own; -1: 2048 on a CPU, never on a GPU; 0: never")
-      ->capture_default_str()->check(CLI::Range(static_cast<std::int64_t>(-1), static_cast<std::int64_t>(1) << 40));
+      ->capture_default_str()->check(CLI::Range(static_cast<std::int64_t>(-1), static_cast<std::int64_t>(1) << 40))->envname("UMA_DEEP_PASS_ROW_CELLS");
   app.add_option("--kv-layout", rt.kv_layout, "KV cache: unified (one pool; a request may use all of n-ctx), per-seq "
                  "(n-ctx / sessions each; attention spans a sequence's own cells) or auto (per-seq with more than one session)")
       ->envname("UMA_KV_LAYOUT")->capture_default_str()->check(CLI::IsMember({"auto", "unified", "per-seq"}));
@@ -255,6 +255,10 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--status-fd", out.status_fd, "run under a supervisor (uma-agent): JSON status lines on this "
                  "inherited descriptor; SIGUSR1 stops the daemon if no request is in flight")->group("")
       ->check(CLI::Range(3, 1 << 20));
+  app.add_option("--drain-sec", out.drain_sec, "SIGTERM drains: no new requests (with --agent the gateways move the "
+                 "streams here to other agents serving the model), those in flight end, for up to this long, then the "
+                 "daemon stops; 0: SIGTERM ends open streams with an error at once (SIGINT always does)")
+      ->envname("UMA_DRAIN_SEC")->capture_default_str()->check(CLI::Range(0, 86400));
   app.add_option("--reasoning-format", out.reasoning_format, "a thinking model's reasoning: auto / deepseek (apart, "
                  "as reasoning_content), deepseek-legacy, or none (left in the content)")
       ->envname("UMA_REASONING_FORMAT")->capture_default_str()->check(CLI::IsMember({"auto", "deepseek", "deepseek-legacy", "none"}));
@@ -262,7 +266,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                  "llama.cpp name (chatml, llama3, ...); default: the model's")->envname("UMA_CHAT_TEMPLATE");
   app.add_option("--gather-ms", sc.gather_max_ms, "before a tick that would only prefill, wait at most this long "
                  "(and 1% of that tick's predicted time) for the rest of a burst of arrivals (0: never)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1000.0));
+      ->capture_default_str()->check(CLI::Range(0.0, 1000.0))->envname("UMA_GATHER_MS");
   app.add_option("--tick-ms", sc.tick_target_ms, "decode time per tick the budget adapts toward (ms)")
       ->envname("UMA_TICK_MS")->capture_default_str()->check(CLI::Range(1.0, 10000.0));
   app.add_option("--temperature", srv.limits.sampling.temperature, "default sampling temperature (0: greedy)")

@@ -48,6 +48,9 @@ struct DaemonConfig {
   // JSON lines from descriptor N: {"event":"ready",...} once serving, then "busy"/"idle" as the
   // first request starts and the last ends; SIGUSR1 then asks it to stop if idle ("busy" if not).
   int status_fd = -1;
+  // --drain-sec: SIGTERM stops taking requests and lets those in flight end (an agent's: move to
+  // other agents) for up to this long before the shutdown; 0: SIGTERM ends them at once.
+  int drain_sec = 0;
   // Several models behind one port (umad's model router, docs/AGENT.md): every *.gguf of
   // --models-dir and each of several --model, a umad of its own each, loaded on first request.
   std::vector<std::string> models;  // --model, as given (one: the plain single-model daemon)

@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
     spdlog::error("{}", st.to_string());
     return 1;
   }
+  if (server.activated()) spdlog::info("socket-activated: {} is the service manager's socket", cfg.server.socket_path);
   std::unique_ptr<HttpServer> http;
   if (cfg.http_enabled) {
     http = std::make_unique<HttpServer>(io, cfg.http, metrics, serving);
@@ -249,6 +250,7 @@ int main(int argc, char** argv) {
   }
 
   std::unique_ptr<cluster::KvEventServer> kv_events;
+  std::unique_ptr<cluster::AgentHeartbeat> agent;
   SupervisorLink supervisor(cfg.status_fd);
   bool stopping = false;
   const auto shut_down = [&](const std::string& why) {
@@ -261,9 +263,44 @@ int main(int argc, char** argv) {
     serving.begin_shutdown();
     compute->request_stop();
   };
-  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
-    if (!ec) shut_down("signal " + std::to_string(sig));
-  });
+  // SIGTERM with --drain-sec: no new requests (gateways hear `draining` on the KV-event stream and
+  // move their streams to other agents), those in flight end or move, then the shutdown above.
+  boost::asio::steady_timer drain_poll(io);
+  std::chrono::steady_clock::time_point drain_until{};
+  bool draining = false;
+  std::function<void()> poll_drained = [&] {
+    if (stopping) return;
+    if (slots.in_use() == 0) return shut_down("drained");
+    if (std::chrono::steady_clock::now() >= drain_until) {
+      return shut_down("--drain-sec over with " + std::to_string(slots.in_use()) + " requests in flight");
+    }
+    drain_poll.expires_after(std::chrono::milliseconds(50));
+    drain_poll.async_wait([&](const boost::system::error_code& ec) {
+      if (!ec) poll_drained();
+    });
+  };
+  const auto drain = [&](int sig) {
+    draining = true;
+    metrics.draining.store(1, std::memory_order_relaxed);
+    metrics.drain_in_flight.store(slots.in_use(), std::memory_order_relaxed);
+    spdlog::info("signal {}: draining {} requests in flight for up to {} s", sig, slots.in_use(), cfg.drain_sec);
+    supervisor.stopping("draining");
+    if (kv_events) kv_events->drain();
+    if (agent) agent->stop();  // out of the cluster view: no gateway routes here again
+    server.stop_accepting();
+    if (http) http->stop_accepting();
+    drain_until = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.drain_sec);
+    poll_drained();
+  };
+  std::function<void()> await_signal = [&] {
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      if (sig != SIGTERM || cfg.drain_sec == 0 || draining || stopping) return shut_down("signal " + std::to_string(sig));
+      drain(sig);
+      await_signal();  // a second signal stops at once
+    });
+  };
+  await_signal();
   // Supervised: the agent asks for an unload with SIGUSR1, honoured only while no request is in
   // flight. Checked here, on the thread that admits requests, so none slips in between.
   boost::asio::signal_set unload_signal(io);
@@ -290,7 +327,6 @@ int main(int argc, char** argv) {
       });
     });
   });
-  std::unique_ptr<cluster::AgentHeartbeat> agent;
   if (cfg.agent) {
     cluster::KvEventConfig kc;
     kc.host = cfg.http.host;

@@ -110,6 +110,13 @@ void AgentLink::apply(const cluster::KvEvent& e) {
   if (e.load.admitted < admitted_) assigned_ = e.load.admitted;
   admitted_ = e.load.admitted;
   full_until_ = {};
+  if (e.draining && !draining_) {
+    draining_ = true;
+    live_ = false;
+    spdlog::info("agent {}: draining: out of routing", state_.id);
+    if (dir_.on_draining_) dir_.on_draining_(state_.id);
+    return;
+  }
   if (dir_.on_room_) dir_.on_room_();
 }
 
@@ -191,7 +198,7 @@ void AgentDirectory::update(const std::vector<cluster::AgentState>& view, Steady
       }
     }
     AgentLink& a = *it->second;
-    if (!a.stream_ && !a.live_ && now - a.last_dial_ >= options_.redial) a.subscribe(now);
+    if (!a.stream_ && !a.live_ && !a.draining_ && now - a.last_dial_ >= options_.redial) a.subscribe(now);
   }
   for (auto it = links_.begin(); it != links_.end();) {
     AgentLink& a = *it->second;
@@ -202,9 +209,11 @@ void AgentDirectory::update(const std::vector<cluster::AgentState>& view, Steady
       continue;
     }
     const std::string id = it->first;
-    spdlog::warn("agent {}: gone from the cluster view: out of routing", id);
+    // A draining agent leaves the view on purpose; its requests still in flight are not hung.
+    const bool hung = !a.draining_;
+    if (hung) spdlog::warn("agent {}: gone from the cluster view: out of routing", id);
     it = links_.erase(it);
-    if (on_gone_) on_gone_(id, true);
+    if (on_gone_) on_gone_(id, hung);
   }
 }
 

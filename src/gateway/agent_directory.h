@@ -98,6 +98,8 @@ class AgentLink final : private UpstreamSink {
   void apply(const cluster::KvEvent& e);
   // Its stream sent something (an event or a ping) at `at`; public for tests.
   void heard(SteadyClock::time_point at) { heard_at_ = at; }
+  // Its stream said it is draining: out of routing, not dialled again (a restart is a new boot).
+  bool draining() const { return draining_; }
 
  private:
   friend class AgentDirectory;
@@ -119,6 +121,7 @@ class AgentLink final : private UpstreamSink {
   std::shared_ptr<Upstream> stream_;
   SseEvents sse_;
   bool live_ = false;  // its stream is up and has sent its snapshot
+  bool draining_ = false;
   bool foreign_blocks_ = false;  // its snapshot's blocks are not kBlockTokens long
   SteadyClock::time_point last_dial_{};
   std::unordered_set<std::uint64_t> blocks_;
@@ -142,6 +145,9 @@ class AgentDirectory {
   using OnRoom = std::function<void()>;
   AgentDirectory(boost::asio::io_context& io, DirectoryOptions options, OnGone on_gone, OnRoom on_room = {});
   ~AgentDirectory();
+  // Told when an agent's stream says it is draining (it stops; its requests should move).
+  using OnDraining = std::function<void(const std::string& id)>;
+  void set_on_draining(OnDraining f) { on_draining_ = std::move(f); }
 
   void update(const std::vector<cluster::AgentState>& view, SteadyClock::time_point now);
   // Runs check_streams() every options.check_every on the I/O thread until the directory ends.
@@ -206,6 +212,7 @@ class AgentDirectory {
   DirectoryOptions options_;
   OnGone on_gone_;
   OnRoom on_room_;
+  OnDraining on_draining_;
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
   std::vector<std::string> catalog_;
   std::vector<cluster::LoaderState> loaders_;

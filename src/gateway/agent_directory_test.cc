@@ -157,5 +157,42 @@ TEST_F(DirectoryTest, RepeatedStallsDoNotHideAHungAgent) {
   EXPECT_EQ(out - t0, std::chrono::seconds(o.silent / o.loop_stall + 1));
 }
 
+// An agent that says it is draining leaves routing at once (before its stream ends or its key
+// goes), the gateway is told once, and when it leaves the view it is not counted as hung.
+TEST_F(DirectoryTest, ADrainingAgentLeavesRoutingAtOnceAndLeavesTheViewAsNotHung) {
+  ASSERT_NE(link, nullptr);
+  std::vector<std::string> draining;
+  std::vector<std::pair<std::string, bool>> gone;
+  AgentDirectory d(io, DirectoryOptions{}, [&](const std::string& id, bool hung) { gone.emplace_back(id, hung); });
+  d.set_on_draining([&](const std::string& id) { draining.push_back(id); });
+  cluster::AgentState s;
+  s.id = "a2";
+  s.address = "http://127.0.0.1:1";
+  s.boot_id = "b1";
+  s.models = {{"m.gguf", 1, "loaded", "dram"}};
+  s.max_sessions = 4;
+  d.update({s}, SteadyClock::now());
+  AgentLink* a = d.find("a2");
+  ASSERT_NE(a, nullptr);
+  a->apply(load_event(true, 1, 0, 1));
+  AgentDirectory::Candidates cs;
+  d.candidates("m.gguf", {}, {}, SteadyClock::now(), &cs);
+  ASSERT_EQ(cs.list.size(), 1u);
+  EXPECT_EQ(d.serving("m.gguf", ""), 1u);
+  cluster::KvEvent last = load_event(false, 1, 0, 1);
+  last.draining = true;
+  a->apply(last);
+  a->apply(last);  // said twice: told once
+  EXPECT_TRUE(a->draining());
+  EXPECT_FALSE(a->live());
+  EXPECT_EQ(draining, std::vector<std::string>{"a2"});
+  d.candidates("m.gguf", {}, {}, SteadyClock::now(), &cs);
+  EXPECT_TRUE(cs.list.empty());
+  EXPECT_EQ(d.serving("m.gguf", ""), 0u) << "no stream can move there";
+  d.update({}, SteadyClock::now());  // its key is gone: it stopped
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0], std::make_pair(std::string("a2"), false));
+}
+
 }  // namespace
 }  // namespace uma::gateway

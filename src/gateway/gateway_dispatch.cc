@@ -40,6 +40,28 @@ std::size_t GatewayServer::move_streams(const std::string& agent, const std::str
   return moved;
 }
 
+void GatewayServer::agent_draining(const std::string& id) {
+  std::vector<Proxy*> at;
+  for (auto& [ex, f] : inflight_) {
+    if (f.proxy && f.proxy->agent() == id && f.proxy->state() != ProxyState::kDone) at.push_back(f.proxy.get());
+  }
+  for (Proxy* p : at) {
+    const std::string served = p->model().empty() ? std::string() : agents_.served_name(p->model());
+    const bool elsewhere = p->model().empty() ? agents_.live() > 0 : !served.empty() && agents_.serving(served, id) > 0;
+    if (elsewhere && p->migrate("agent " + id + " is draining", /*exclude=*/false)) {
+      metrics_.drain_moved_total++;
+    } else {
+      metrics_.drain_left_total++;
+    }
+  }
+}
+
+void GatewayServer::drain_clients() {
+  if (stopped_ || server_.draining()) return;
+  spdlog::info("draining: {} requests in flight, {} client connections", inflight_.size(), server_.connections());
+  server_.drain();
+}
+
 void GatewayServer::record_ttft(double predicted_s, double measured_s) {
   metrics_.ttft_ms.observe(measured_s * 1e3);
   if (measured_s <= 0) return;

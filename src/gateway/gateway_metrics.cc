@@ -1,5 +1,6 @@
 // GatewayServer's /metrics page (Prometheus text): its counters, gauges and histograms, written
 // from GatewayMetrics and the agent directory. Split from gateway_server.cc: one idea a file.
+#include <map>
 #include <string>
 
 #include "gateway/gateway_server.h"
@@ -50,6 +51,12 @@ std::string GatewayServer::metrics_text() {
                    e[e.size() / 2], prom::Type::kGauge);
     }
   }
+  prom::metric(out, "uma_gw_drain_moved_total", "Requests moved off agents that said they are draining (resumed token-exactly).",
+               static_cast<double>(m.drain_moved_total));
+  prom::metric(out, "uma_gw_drain_left_total", "Requests left to finish on a draining agent (no other agent serves their model).",
+               static_cast<double>(m.drain_left_total));
+  prom::metric(out, "uma_gw_draining", "1 while this gateway drains (SIGTERM: no new connections, carrying what it has to its end).",
+               server_.draining() ? 1.0 : 0.0, prom::Type::kGauge);
   prom::metric(out, "uma_gw_upstream_dialled_total", "Connections opened to agents for completions.",
                static_cast<double>(upstream_pool_.dialled()));
   prom::metric(out, "uma_gw_upstream_reused_total", "Completions sent on a kept-alive connection to their agent.",
@@ -83,6 +90,16 @@ std::string GatewayServer::metrics_text() {
                prom::Type::kGauge);
   for (const AgentDirectory::AgentSummary& a : agents) {
     prom::sample(out, "uma_gw_agent_sessions", "agent=\"" + a.id + "\"", static_cast<double>(a.sessions));
+  }
+  // This gateway's own requests on each agent: what a drain of that agent moves or leaves.
+  std::map<std::string, std::uint64_t> proxied;
+  for (const auto& [ex, f] : inflight_) {
+    if (f.proxy && f.proxy->state() != ProxyState::kDone && !f.proxy->agent().empty()) proxied[f.proxy->agent()]++;
+  }
+  prom::family(out, "uma_gw_agent_proxied", "Requests this gateway carries to each agent now.", prom::Type::kGauge);
+  for (const AgentDirectory::AgentSummary& a : agents) {
+    const auto it = proxied.find(a.id);
+    prom::sample(out, "uma_gw_agent_proxied", "agent=\"" + a.id + "\"", it == proxied.end() ? std::uint64_t{0} : it->second);
   }
   prom::histogram(out, "uma_gw_added_us", "What the gateway adds before the agent starts: request whole to its bytes on the way.", m.added_us.snapshot());
   prom::histogram(out, "uma_gw_route_decision_us", "Routing decision time (candidates, prefix match, choice).", m.route_us.snapshot());

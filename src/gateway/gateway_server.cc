@@ -123,10 +123,14 @@ void GatewayServer::handle(const HttpExchangePtr& ex) {
   const auto received_at = SteadyClock::now();
   const HttpRequest& req = ex->request();
   if (req.method == http::verb::get && req.path == "/health") {
+    // Ready while it can serve: some agent is live, or a loader can load a model on demand (a cold
+    // cluster has no agent until its first request). A draining gateway is not ready.
     const std::size_t live = agents_.live();
-    const std::string body = "{\"status\":\"" + std::string(live > 0 ? "ok" : "no agents") +
-                             "\",\"agents\":" + std::to_string(agents_.size()) + ",\"live\":" + std::to_string(live) + "}";
-    return ex->reply_json(live > 0 ? 200 : 503, body);
+    const bool ready = !server_.draining() && (live > 0 || loads_on_demand());
+    const char* status = server_.draining() ? "draining" : ready ? "ok" : "no agents";
+    const std::string body = "{\"status\":\"" + std::string(status) + "\",\"agents\":" + std::to_string(agents_.size()) +
+                             ",\"live\":" + std::to_string(live) + ",\"loaders\":" + std::to_string(agents_.loaders().size()) + "}";
+    return ex->reply_json(ready ? 200 : 503, body);
   }
   if (req.method == http::verb::get && req.path == "/metrics") return ex->reply(200, "text/plain; version=0.0.4", metrics_text());
   if (req.method == http::verb::get && req.path == "/v1/models") {

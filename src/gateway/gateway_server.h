@@ -97,6 +97,8 @@ struct GatewayMetrics {
   std::uint64_t agent_full_total = 0;     // an agent answered 429 (the request went elsewhere or waited)
   std::uint64_t awaited_model_total = 0;  // waited for its model to be loaded somewhere
   std::uint64_t migrated_total = 0;       // moved to another agent to make room for a load (live migration)
+  std::uint64_t drain_moved_total = 0;    // moved off an agent that said it is draining
+  std::uint64_t drain_left_total = 0;     // left to finish on a draining agent: none other serves its model
   Histogram model_wait_ms{latency_ms_bounds()};  // how long those waited
   Histogram queue_wait_ms{latency_ms_bounds()};
   Histogram route_us{{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000}};
@@ -123,6 +125,15 @@ class GatewayServer final {
   void agent_gone(const std::string& id, bool hung);  // the directory's news
   // Live migration: this gateway's requests at agent `agent` go to other agents serving its model.
   std::size_t move_streams(const std::string& agent, const std::string& why);
+  // Agent `id` said it is draining: each request there moves to another agent serving its model;
+  // one whose model no other agent serves finishes where it is.
+  void agent_draining(const std::string& id);
+  // A graceful stop (SIGTERM): /health says 503 "draining", the listener closes, idle client
+  // connections close and busy ones after their answer; what is in flight is carried to its end.
+  // idle() once nothing is left (then stop()).
+  void drain_clients();
+  bool draining() const { return server_.draining(); }
+  bool idle() const { return inflight_.empty() && server_.connections() == 0; }
   void kick();  // an agent may have room: the queue moves (soon, outside the caller's stack)
   // The queue of requests waiting for room (Proxy's kQueued): `front` for one woken that still
   // found none (it keeps its place).

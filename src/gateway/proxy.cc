@@ -155,7 +155,7 @@ std::string Proxy::upstream_request(const AgentLink& a) const {
 // What the gateway adds before the agent can start: parsing, checking, rendering, tokenizing,
 // routing and the connection to the agent (its first dispatch only).
 void Proxy::on_sent() {
-  if (attempts_ == 1 && resumes_ == 0) {
+  if (attempts_ == 1 && resumes_ == 0 && moves_ == 0) {
     gw_.metrics().added_us.observe(std::chrono::duration<double, std::micro>(SteadyClock::now() - job_.received_at).count());
   }
 }
@@ -216,7 +216,7 @@ void Proxy::on_body(std::string_view bytes) {
 // Predicted vs measured, for a first dispatch only (a retry's or a resume's clock started later).
 // The decision's parts go to the debug log: what the prediction error is made of.
 void Proxy::record_ttft() {
-  if (resumes_ != 0 || attempts_ != 1) return;
+  if (resumes_ != 0 || moves_ != 0 || attempts_ != 1) return;
   const double measured = std::chrono::duration<double>(SteadyClock::now() - dispatched_at_).count();
   gw_.record_ttft(predicted_.total(), measured);
   if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().measured(*a, predicted_, measured);
@@ -256,12 +256,12 @@ void Proxy::agent_gone() {
   failover("the agent stopped answering");
 }
 
-bool Proxy::migrate(const std::string& why) {
+bool Proxy::migrate(const std::string& why, bool exclude) {
   if (state_ != ProxyState::kWaiting && state_ != ProxyState::kRelaying) return false;
   if (client_head_sent_ && !job_.resumable) return false;
   if (up_) up_->abort();
   spdlog::info("request {}: moving off agent {} ({})", id_, agent_, why);
-  failover(why);
+  failover(why, /*planned=*/true, exclude);
   return true;
 }
 
@@ -272,10 +272,15 @@ void Proxy::client_gone() {
   if (state_ != ProxyState::kDone) set_state(ProxyState::kDone);
 }
 
-void Proxy::failover(const std::string& why) {
+void Proxy::failover(const std::string& why, bool planned, bool exclude) {
   up_.reset();
   leave_agent();
-  tried_.insert(agent_);
+  if (exclude) tried_.insert(agent_);
+  if (planned) ++moves_;
+  if (!client_head_sent_ && planned) {
+    if (attempts_ > 0) --attempts_;  // a move is not one of the request's attempts
+    return dispatch();
+  }
   if (!client_head_sent_) {
     if (attempts_ < gw_.config().max_attempts) {
       spdlog::info("request {}: agent {} failed before its first byte ({}): sending it to another", id_, agent_, why);
@@ -290,7 +295,7 @@ void Proxy::failover(const std::string& why) {
     return end_with_error(Status(ErrorCode::kUnavailable, "the agent failed mid-stream (" + why +
                                                               ") and this request cannot resume elsewhere (n > 1, tools or logprobs)"));
   }
-  if (resumes_ >= gw_.config().max_resumes) {
+  if (!planned && resumes_ >= gw_.config().max_resumes) {
     gw_.metrics().failed_total++;
     return end_with_error(Status(ErrorCode::kUnavailable, "the agent failed mid-stream: " + why));
   }
@@ -318,9 +323,9 @@ void Proxy::failover(const std::string& why) {
     client_->send_raw(sse_chunk(to_json_text(c)) + sse_chunk("[DONE]") + std::string(kLastChunk));
     return done();
   }
-  spdlog::info("request {}: agent {} failed mid-stream ({}) after {} tokens: resuming on another", id_, agent_, why,
-               emitted_.size());
-  ++resumes_;
+  spdlog::info("request {}: {} agent {} ({}) after {} tokens: resuming on another", id_, planned ? "leaving" : "failed mid-stream at",
+               agent_, why, emitted_.size());
+  if (!planned) ++resumes_;
   gw_.metrics().resumes_total++;
   dispatch();
 }

@@ -77,8 +77,11 @@ class Proxy final : private UpstreamSink {
   void agent_gone();
   void client_gone();  // the client left: the agent's request is dropped (the agent cancels it)
   // Live migration: leave the agent for another serving its model (resumed token-exactly, as after
-  // a failure, but planned). False when it cannot (not at an agent, or mid-stream and not resumable).
-  bool migrate(const std::string& why);
+  // a failure, but planned: no retry or resume limit applies). `exclude`: the agent is not tried
+  // again for this request (it makes room for a load); a draining agent is out of routing anyway and
+  // may serve the request again once restarted. False when it cannot (not at an agent, or
+  // mid-stream and not resumable).
+  bool migrate(const std::string& why, bool exclude = true);
   // Queued: an agent may have room now (dispatch again; it may queue again, at the front).
   void wake() { dispatch(); }
   // Queued for longer than the gateway's queue deadline.
@@ -93,7 +96,7 @@ class Proxy final : private UpstreamSink {
   void set_state(ProxyState to);
   void dispatch();
   std::string upstream_request(const AgentLink& a) const;
-  void failover(const std::string& why);
+  void failover(const std::string& why, bool planned = false, bool exclude = true);
   void finish_stream();
   void end_with_error(const Status& st);
   void done();
@@ -115,6 +118,7 @@ class Proxy final : private UpstreamSink {
   std::unordered_set<std::string> tried_;  // agents that failed this request
   std::int32_t attempts_ = 0;              // dispatches before any byte reached the client
   std::int32_t resumes_ = 0;
+  std::int32_t moves_ = 0;                 // planned moves (live migration, drains)
   SseEvents sse_;
   unsigned status_ = 0;                    // the agent's reply
   bool agent_stream_ = false;

@@ -97,6 +97,29 @@ void RequestServer::stop() {
   for (const ConnectionPtr& c : open) c->close("server stopping");
 }
 
+void RequestServer::drain() {
+  if (stopped_ || draining_) return;
+  draining_ = true;
+  // As Go's http.Server.Shutdown: idle connections close now, busy ones after their answer.
+  std::vector<ConnectionPtr> idle;
+  for (auto& [id, cl] : clients_) {
+    if (!cl->busy && cl->reader.buffered() == 0) idle.push_back(cl->conn);
+    if (const HttpExchangePtr ex = cl->exchange.lock()) ex->request_.keep_alive = false;  // its answer says close
+  }
+  for (const ConnectionPtr& c : idle) c->close("draining");
+  // Connections the kernel completed before the close are served: closing the acceptor with them
+  // queued would reset them after their client sent a request.
+  accept_loop_.drain();
+  boost::system::error_code ec;
+  acceptor_.non_blocking(true, ec);
+  for (;;) {
+    tcp::socket s(io_);
+    if (acceptor_.accept(s, ec); ec) break;
+    adopt(std::move(s));
+  }
+  acceptor_.close(ec);
+}
+
 void RequestServer::adopt(tcp::socket s) {
   boost::system::error_code ignored;
   if (stopped_ || clients_.size() + *held_after_close_ >= static_cast<std::size_t>(config_.max_connections)) {
@@ -156,6 +179,7 @@ void RequestServer::serve(Client& cl) {
       return conn->close_when_flushed();
     case RequestReader::Result::kRequest: break;
   }
+  if (draining_) req.keep_alive = false;  // the answer says the connection closes after it
   const AccessCheck access = check_access(config_.access, req);
   cl.busy = true;
   conn->set_state(ConnState::kBusy);
@@ -179,7 +203,7 @@ void RequestServer::exchange_done(std::uint64_t id, bool keep_alive) {
   Client& cl = *it->second;
   cl.busy = false;
   cl.exchange.reset();
-  if (!keep_alive) return cl.conn->close_when_flushed();
+  if (!keep_alive || draining_) return cl.conn->close_when_flushed();
   if (cl.conn->state() == ConnState::kBusy) cl.conn->set_state(ConnState::kIdle);
   // A pipelined request is served after this handler returns (never inside the one answering).
   asio::post(io_, [this, id] {

@@ -111,6 +111,11 @@ class RequestServer final : private ConnectionOwner {
   std::uint16_t port() const;
   void start();
   void stop();  // closes the listener and every connection
+  // A graceful stop's first half: the listener closes (what waits in its backlog is still served),
+  // idle connections close, and a busy one closes once its answer is out (answers from now on say
+  // `Connection: close`). connections() reaches 0 as the last answers end.
+  void drain();
+  bool draining() const { return draining_; }
   // Requests answered by the server itself: malformed, over a limit, or without the key.
   std::uint64_t rejected() const { return rejected_; }
   std::size_t connections() const { return clients_.size(); }
@@ -138,6 +143,7 @@ class RequestServer final : private ConnectionOwner {
   std::uint64_t next_id_ = 1;
   std::uint64_t rejected_ = 0;
   bool stopped_ = true;
+  bool draining_ = false;
 };
 
 }  // namespace uma

@@ -10,10 +10,12 @@
 #include <boost/asio/write.hpp>
 
 #include <functional>
+#include <future>
 #include <thread>
 
 #include "httpkit/http_client.h"
 #include "httpkit/request_server.h"
+#include "net/blocking_socket.h"
 
 namespace uma {
 namespace {
@@ -184,6 +186,75 @@ TEST(HttpClient, ARequestOnAConnectionTheServerClosedGoesAgainOnAFreshOne) {
     EXPECT_EQ(three_gets(client, &failure), (std::vector<std::string>{"1", "2", "3"})) << failure;
     EXPECT_EQ(client.connections_opened(), 3);
   }
+}
+
+// What comes on `s` until the server closes it (the hang guard at most).
+std::string read_to_eof(BlockingSocket& s) {
+  std::string out, error;
+  char buf[4096];
+  const auto deadline = BlockingClock::now() + std::chrono::seconds(120);
+  for (;;) {
+    std::size_t n = 0;
+    const Read r = s.read_some(buf, sizeof buf, deadline, &n, &error);
+    if (r != Read::kData) return r == Read::kEof ? out : out + "<" + describe(r) + ">";
+    out.append(buf, n);
+  }
+}
+
+// A graceful stop: an idle kept-alive connection closes at once, a busy one once its answer is
+// out (saying Connection: close), and the listener takes no new connection.
+TEST(RequestServer, DrainClosesIdleConnectionsAtOnceAndBusyOnesAfterTheirAnswer) {
+  asio::io_context io;
+  std::vector<HttpExchangePtr> held;  // on the loop's thread
+  RequestServer server(io, RequestServerConfig{}, [&](const HttpExchangePtr& ex) {
+    if (ex->request().path == "/hold") return held.push_back(ex);
+    ex->reply(200, "text/plain", "ok");
+  });
+  ASSERT_TRUE(server.listen().ok());
+  server.start();
+  const int port = server.port();
+  LoopThread loop(io);
+  const auto on_loop = [&io](const std::function<void()>& f) {
+    std::promise<void> done;
+    asio::post(io, [&] {
+      f();
+      done.set_value();
+    });
+    done.get_future().wait();
+  };
+  const auto deadline = [] { return BlockingClock::now() + std::chrono::seconds(120); };
+  std::string error;
+  BlockingSocket idle = BlockingSocket::tcp("127.0.0.1", port, 0, &error);
+  ASSERT_TRUE(idle.send_all("GET /a HTTP/1.1\r\nHost: x\r\n\r\n", deadline(), &error)) << error;
+  char buf[4096];
+  std::size_t n = 0;
+  ASSERT_EQ(idle.read_some(buf, sizeof buf, deadline(), &n, &error), Read::kData) << error;
+  EXPECT_NE(std::string(buf, n).find("keep-alive"), std::string::npos) << std::string(buf, n);
+  BlockingSocket busy = BlockingSocket::tcp("127.0.0.1", port, 0, &error);
+  ASSERT_TRUE(busy.send_all("GET /hold HTTP/1.1\r\nHost: x\r\n\r\n", deadline(), &error)) << error;
+  bool holding = false;
+  const auto until = deadline();
+  while (!holding && BlockingClock::now() < until) on_loop([&] { holding = !held.empty(); });
+  ASSERT_TRUE(holding) << "timed out waiting for the held request to reach the handler";
+
+  on_loop([&] { server.drain(); });
+  EXPECT_EQ(read_to_eof(idle), "") << "the idle connection closed at once";
+  BlockingSocket late = BlockingSocket::tcp("127.0.0.1", port, 0, &error);
+  EXPECT_FALSE(late.valid()) << "a new connection is refused";
+  std::size_t open = 0;
+  on_loop([&] { open = server.connections(); });
+  EXPECT_EQ(open, 1u) << "the busy one stays until its answer";
+  on_loop([&] { held.front()->reply(200, "text/plain", "done"); });
+  const std::string answer = read_to_eof(busy);
+  EXPECT_NE(answer.find("200"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("done"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
+  on_loop([&] { open = server.connections(); });
+  EXPECT_EQ(open, 0u);
+  on_loop([&] {
+    held.clear();
+    server.stop();
+  });
 }
 
 }  // namespace

@@ -2,12 +2,16 @@
 
 #include "net/unix_connect.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace uma {
 namespace {
@@ -39,6 +43,35 @@ Status prepare_socket_path(const std::string& path) {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return Status(ErrorCode::kIo, "cannot remove stale socket '" + path + "': " + std::strerror(errno));
   }
+  return Status::Ok();
+}
+
+Status activated_socket(const std::string& path, int* fd) {
+  *fd = -1;
+  const char* pid = std::getenv("LISTEN_PID");
+  const char* fds = std::getenv("LISTEN_FDS");
+  if (pid == nullptr || fds == nullptr || std::strtol(pid, nullptr, 10) != static_cast<long>(::getpid())) return Status::Ok();
+  const long n = std::strtol(fds, nullptr, 10);
+  ::unsetenv("LISTEN_PID");
+  ::unsetenv("LISTEN_FDS");
+  ::unsetenv("LISTEN_FDNAMES");
+  constexpr int kFirst = 3;  // SD_LISTEN_FDS_START
+  if (n != 1) return Status(ErrorCode::kInvalidArgument, "socket activation passed " + std::to_string(n) + " descriptors; umad takes one");
+  int listening = 0, type = 0;
+  socklen_t len = sizeof listening;
+  sockaddr_un addr{};
+  socklen_t alen = sizeof addr;
+  if (::getsockopt(kFirst, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening == 0 ||
+      ::getsockopt(kFirst, SOL_SOCKET, SO_TYPE, &type, &(len = sizeof type)) != 0 || type != SOCK_STREAM ||
+      ::getsockname(kFirst, reinterpret_cast<sockaddr*>(&addr), &alen) != 0 || addr.sun_family != AF_UNIX) {
+    return Status(ErrorCode::kInvalidArgument, "socket activation: descriptor 3 is not a listening Unix stream socket");
+  }
+  if (std::string(addr.sun_path) != path) {
+    return Status(ErrorCode::kInvalidArgument, "socket activation passed a socket at '" + std::string(addr.sun_path) +
+                                                   "', not --socket '" + path + "'");
+  }
+  ::fcntl(kFirst, F_SETFD, FD_CLOEXEC);  // a model router's umads get sockets of their own
+  *fd = kFirst;
   return Status::Ok();
 }
 

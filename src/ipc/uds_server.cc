@@ -109,6 +109,16 @@ void UdsServer::remove_socket_file() {
 }
 
 Status UdsServer::listen() {
+  int activated = -1;
+  if (Status st = activated_socket(config_.socket_path, &activated); !st.ok()) return st;
+  if (activated >= 0) {
+    // The service manager's socket: its file, mode and group stay as its unit made them.
+    boost::system::error_code ec;
+    acceptor_.assign(stream_protocol(), activated, ec);
+    if (ec) return Status(ErrorCode::kIo, "socket activation: " + ec.message());
+    activated_ = true;
+    return Status::Ok();
+  }
   if (Status st = prepare_socket_path(config_.socket_path); !st.ok()) return st;
   boost::system::error_code ec;
   acceptor_.open(stream_protocol(), ec);

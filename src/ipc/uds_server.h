@@ -52,7 +52,10 @@ class UdsServer final {
   UdsServer(boost::asio::io_context& io, ServerConfig config, ServerMetrics& metrics, StreamServer& serving);
   ~UdsServer();
 
-  Status listen();  // claims the path (see socket_path.h), binds with mode 0600, listens
+  // Claims the path (see socket_path.h), binds with mode 0600, listens; or, socket-activated
+  // (systemd's LISTEN_FDS), takes the service manager's socket for the path and leaves its file be.
+  Status listen();
+  bool activated() const { return activated_; }
   void start();     // the accept loop
   // Caps from the context, for connections accepted from now on (before start()).
   void set_request_limits(std::size_t max_prompt_bytes, std::size_t max_frame_bytes);
@@ -65,7 +68,8 @@ class UdsServer final {
   ServerConfig config_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   AcceptLoop<boost::asio::local::stream_protocol::acceptor> accept_loop_;
-  bool listening_ = false;
+  bool listening_ = false;  // the socket file is ours to remove
+  bool activated_ = false;
 };
 
 }  // namespace uma

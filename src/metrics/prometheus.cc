@@ -30,6 +30,20 @@ void sample_text(std::string& out, std::string_view name, std::string_view label
 
 }  // namespace
 
+std::string label_value(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (const char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 void sample(std::string& out, std::string_view name, std::string_view labels, double value) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9g", value);

@@ -15,6 +15,8 @@ enum class Type { kCounter, kGauge, kHistogram };
 void family(std::string& out, std::string_view name, std::string_view help, Type type);
 // `labels`: "" or `key="value",...` without the braces.
 void sample(std::string& out, std::string_view name, std::string_view labels, double value);
+// A label's value as the text format wants it inside quotes (\\, \" and \n escaped).
+std::string label_value(std::string_view v);
 void sample(std::string& out, std::string_view name, std::string_view labels, std::uint64_t value);
 // A family with one sample, unlabelled.
 inline void metric(std::string& out, std::string_view name, std::string_view help, double value, Type type = Type::kCounter) {

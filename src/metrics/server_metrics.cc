@@ -93,6 +93,8 @@ const std::vector<Scalar>& scalars() {
       {"ttft_ms_last", "time_to_first_token_last_seconds", Type::kGauge, "Time to first token of the last request (-0.001 before any).", load(&M::ttft_ms_last), 0.001},
       {"active_sessions", "num_requests_running", Type::kGauge, "Requests prefilling or decoding.", load(&M::active_sessions)},
       {"queued_sessions", "num_requests_waiting", Type::kGauge, "Requests waiting for KV room.", load(&M::queued_sessions)},
+      {"draining", "draining", Type::kGauge, "1 while draining (SIGTERM with --drain-sec): no new requests, those in flight end or move to other agents.", load(&M::draining)},
+      {"drain_in_flight", "drain_in_flight_requests", Type::kGauge, "Requests in flight when the drain began.", load(&M::drain_in_flight)},
       {"prefill_backlog_tokens", "prefill_backlog_tokens", Type::kGauge, "Prompt tokens admitted and not yet prefilled (what a new prompt waits behind).", load(&M::prefill_backlog_tokens)},
       {"kv_tokens_used", "kv_cache_tokens_used", Type::kGauge, "Tokens held in the KV cache.", load(&M::kv_tokens_used)},
       {"kv_sequences_used", "kv_cache_sequences_used", Type::kGauge, "Sequences holding KV.", load(&M::kv_sequences_used)},

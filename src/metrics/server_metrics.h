@@ -85,6 +85,8 @@ class ServerMetrics {
   std::atomic<std::int64_t> active_sessions{0};   // prefill + decode
   std::atomic<std::int64_t> queued_sessions{0};   // admitted, waiting for KV room
   std::atomic<std::int64_t> prefill_backlog_tokens{0};  // prompt tokens admitted, not yet prefilled
+  std::atomic<std::int64_t> draining{0};         // 1 from a SIGTERM with --drain-sec until the exit
+  std::atomic<std::int64_t> drain_in_flight{0};  // requests in flight when the drain began
   // requests_admitted_total when the gauges above were last published: the requests they cover (a
   // router that sent one more knows whether this backlog includes it yet).
   std::atomic<std::uint64_t> backlog_admitted{0};

@@ -50,15 +50,27 @@ class AcceptLoop {
   }
   void stop() {
     stopped_ = true;
+    draining_ = false;
+    timer_.cancel();
+  }
+  // Before the owner closes the acceptor of a graceful stop: an accept already completed still
+  // goes to `on_accept`, and none is armed after it.
+  void drain() {
+    draining_ = true;
     timer_.cancel();
   }
   bool paused() const { return failures_ > 0; }
 
  private:
   void arm() {
-    if (stopped_ || !acceptor_.is_open()) return;
+    if (stopped_ || draining_ || !acceptor_.is_open()) return;
     acceptor_.async_accept([this](const boost::system::error_code& ec, Socket socket) {
-      if (stopped_ || ec == boost::asio::error::operation_aborted) return;
+      if (ec == boost::asio::error::operation_aborted) return;
+      if (draining_) {
+        if (!ec) on_accept_(std::move(socket));
+        return;
+      }
+      if (stopped_) return;
       if (ec) return back_off(ec);
       if (failures_ > 0) {
         spdlog::info("accept on {}: resumed after {} failed attempts over {} ms", name_, failures_,
@@ -93,6 +105,7 @@ class AcceptLoop {
   OnAccept on_accept_;
   std::atomic<std::uint64_t>* paused_total_;
   bool stopped_ = true;
+  bool draining_ = false;
   std::uint64_t failures_ = 0;
   std::chrono::steady_clock::time_point since_{};
   std::chrono::milliseconds backoff_{kFirstBackoff};

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 #include "httpkit/http_wire.h"
 
 namespace uma::cluster {
@@ -41,11 +43,29 @@ void KvEventServer::start(std::string boot_id) {
 }
 
 void KvEventServer::stop() {
-  if (stopped_) return;
   stopped_ = true;
   timer_.cancel();
   subscribers_.clear();
   server_.stop();
+}
+
+void KvEventServer::drain() {
+  if (stopped_) return;
+  stopped_ = true;
+  timer_.cancel();
+  KvEvent last;
+  const BlockJournal::Delta d = journal_.take();
+  last.stored = d.stored;
+  last.evicted = d.evicted;
+  last.load = load();
+  last.draining = true;
+  const std::string bytes = event_text(last);
+  server_.drain();  // first: each stream's connection then closes once its last bytes are out
+  const std::vector<HttpExchangePtr> streams = std::exchange(subscribers_, {});
+  for (const HttpExchangePtr& s : streams) {
+    s->event_bytes(bytes);
+    s->end_events();
+  }
 }
 
 void KvEventServer::handle(const HttpExchangePtr& ex) {

@@ -51,6 +51,9 @@ class KvEventServer final {
   std::uint16_t port() const { return server_.port(); }
   void start(std::string boot_id);  // the heartbeat's: a snapshot names the agent's process
   void stop();  // closes the listener and every stream
+  // The agent is stopping gracefully: every stream gets a last event saying `draining` (the
+  // gateways route around it and move their streams off it) and ends; no new subscriber is taken.
+  void drain();
   std::size_t subscribers() const { return subscribers_.size(); }
 
  private:

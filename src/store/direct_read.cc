@@ -65,12 +65,67 @@ Status read_direct(const std::string& path, const std::shared_ptr<ModelImage>& i
       ++blocks_left[i];
     }
   }
+  auto verdicts = std::make_shared<Verdicts>();
+  // A chunk whose blocks are all in goes to the verify pool; a match is ready.
+  const auto verify = [&](std::size_t chunk) {
+    {
+      std::lock_guard lock(verdicts->mu);
+      ++verdicts->pending;
+    }
+    pool.submit(image, chunk, [verdicts, image, chunk](Status s) {
+      if (s.ok()) image->chunk_ready(chunk);
+      std::lock_guard lock(verdicts->mu);
+      if (s.ok()) ++verdicts->ok; else verdicts->corrupt.push_back(chunk);
+      if (--verdicts->pending == 0) verdicts->cv.notify_all();
+    });
+  };
+  // Every verdict in, then the outcome.
+  const auto finish = [&](const Status& failure) {
+    std::unique_lock lock(verdicts->mu);
+    verdicts->cv.wait(lock, [&] { return verdicts->pending == 0; });
+    local.chunks_ok = verdicts->ok;
+    if (corrupt) {
+      *corrupt = verdicts->corrupt;
+      std::sort(corrupt->begin(), corrupt->end());
+    }
+    if (stats) *stats = local;
+    return failure;
+  };
   io_uring ring{};
-  if (int rc = io_uring_queue_init(static_cast<unsigned>(options.depth), &ring, 0); rc < 0) {
+  const int rc = options.io_uring ? io_uring_queue_init(static_cast<unsigned>(options.depth), &ring, 0) : -ENOSYS;
+  if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES) {
+    // No io_uring here (a container runtime's seccomp profile refuses it, an old kernel): the same
+    // blocks with pread, one at a time, into the same memory.
+    local.io_uring = false;
+    Status failure;
+    for (const Read& b : todo) {
+      if (options.cancel != nullptr && options.cancel->load()) {
+        failure = {ErrorCode::kShuttingDown, "the model store is stopping"};
+        break;
+      }
+      std::uint64_t done = 0;
+      while (done < b.size && failure.ok()) {
+        const ssize_t n = ::pread(fd, image->data() + b.offset + done, b.size - done, static_cast<off_t>(b.offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) failure = {ErrorCode::kIo, path + ": read at " + std::to_string(b.offset) + ": " + std::strerror(errno)};
+        if (n <= 0) break;
+        done += static_cast<std::uint64_t>(n);
+      }
+      if (!failure.ok()) break;
+      local.bytes_read += std::min<std::uint64_t>(done, m.bytes - b.offset);
+      if (b.offset + done < std::min<std::uint64_t>(m.bytes, b.offset + b.size)) {
+        failure = {ErrorCode::kIo, path + ": the file ended early"};
+        break;
+      }
+      if (--blocks_left[b.chunk] == 0) verify(b.chunk);
+    }
+    ::close(fd);
+    return finish(failure);
+  }
+  if (rc < 0) {
     ::close(fd);
     return {ErrorCode::kIo, std::string("io_uring_queue_init: ") + std::strerror(-rc)};
   }
-  auto verdicts = std::make_shared<Verdicts>();
   std::vector<Read> slots(static_cast<std::size_t>(options.depth));
   std::vector<int> free_slots;
   for (int s = options.depth - 1; s >= 0; --s) free_slots.push_back(s);
@@ -127,31 +182,11 @@ Status read_direct(const std::string& path, const std::shared_ptr<ModelImage>& i
       continue;
     }
     free_slots.push_back(slot);
-    if (--blocks_left[r.chunk] == 0 && failure.ok()) {
-      {
-        std::lock_guard lock(verdicts->mu);
-        ++verdicts->pending;
-      }
-      const std::size_t chunk = r.chunk;
-      pool.submit(image, chunk, [verdicts, image, chunk](Status s) {
-        if (s.ok()) image->chunk_ready(chunk);
-        std::lock_guard lock(verdicts->mu);
-        if (s.ok()) ++verdicts->ok; else verdicts->corrupt.push_back(chunk);
-        if (--verdicts->pending == 0) verdicts->cv.notify_all();
-      });
-    }
+    if (--blocks_left[r.chunk] == 0 && failure.ok()) verify(r.chunk);
   }
   io_uring_queue_exit(&ring);
   ::close(fd);
-  std::unique_lock lock(verdicts->mu);
-  verdicts->cv.wait(lock, [&] { return verdicts->pending == 0; });
-  local.chunks_ok = verdicts->ok;
-  if (corrupt) {
-    *corrupt = verdicts->corrupt;
-    std::sort(corrupt->begin(), corrupt->end());
-  }
-  if (stats) *stats = local;
-  return failure;
+  return finish(failure);
 }
 
 }  // namespace uma::store

@@ -393,6 +393,7 @@ FillRecord TierStore::fill(const Job& job) {
   }
   rec.corrupt_chunks = corrupt.size();
   rec.direct = ds.direct;
+  rec.io_uring = ds.io_uring;
   if (rec.status.ok() && !image->complete()) {
     if (job.source.url.empty()) {
       std::string which;

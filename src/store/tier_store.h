@@ -73,6 +73,7 @@ struct FillRecord {
   std::uint64_t refetched_chunks = 0;  // NVMe chunks fetched again from the remote tier
   std::uint64_t resumed_transfers = 0;
   bool direct = true;               // NVMe reads bypassed the page cache
+  bool io_uring = true;             // NVMe reads went through io_uring (false: refused here, pread)
   Status status;
 };
 

@@ -17,9 +17,10 @@ namespace uma::test {
 Gateway::Gateway(const std::string& redis_address, std::vector<std::string> extra) {
   static int counter = 0;
   log_path_ = temp_dir() + "/uma-gw-" + std::to_string(counter++) + ".log";
-  std::vector<std::string> argv = {bin_path("uma-gw"), "--redis", redis_address, "--listen", "127.0.0.1:0", "--refresh-ms", "100"};
+  std::vector<std::string> argv = {bin_path("uma-gw"), "--redis", redis_address, "--refresh-ms", "100"};
   // The oracle's vocabulary and chatml, unless `extra` names its own (an empty value: none).
   const auto given = [&](const char* flag) { return std::find(extra.begin(), extra.end(), flag) != extra.end(); };
+  if (!given("--listen")) argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
   if (!given("--model")) argv.insert(argv.end(), {"--model", model_path("oracle.gguf")});
   if (!given("--chat-template")) argv.insert(argv.end(), {"--chat-template", "chatml"});
   argv.insert(argv.end(), extra.begin(), extra.end());
@@ -45,12 +46,9 @@ int port_from_log(const std::string& log_path, const std::string& marker, pid_t*
   return port;
 }
 
-Gateway::~Gateway() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-}
+Gateway::~Gateway() { kill_process(&pid_); }
+
+int Gateway::stop() { return stop_process(&pid_); }
 
 std::string Gateway::log() const { return slurp(log_path_); }
 

@@ -22,8 +22,12 @@ int port_from_log(const std::string& log_path, const std::string& marker, pid_t*
 
 class Gateway {
  public:
+  // `extra` may name a --listen of its own (a restarted gateway on its predecessor's port).
   Gateway(const std::string& redis_address, std::vector<std::string> extra = {});
   ~Gateway();  // SIGKILL if still running
+  // SIGTERM (a drain, --drain-sec), then its exit: the exit code, -1 when a signal ended it, -2
+  // when it still ran after the hang guard (then killed).
+  int stop();
   bool started() const { return port_ > 0; }
   int port() const { return port_; }
   pid_t pid() const { return pid_; }

@@ -172,9 +172,30 @@ Daemon::~Daemon() {
   }
 }
 
+int stop_process(pid_t* pid) {
+  if (*pid <= 0) return -1;
+  ::kill(*pid, SIGTERM);
+  const int rc = wait_exit(*pid, kHangGuard);
+  if (rc == -2) kill_process(pid);
+  *pid = -1;
+  return rc;
+}
+
+void kill_process(pid_t* pid) {
+  if (*pid <= 0) return;
+  ::kill(*pid, SIGKILL);
+  ::waitpid(*pid, nullptr, 0);
+  *pid = -1;
+}
+
 int Daemon::stop(std::chrono::seconds timeout) {
   if (pid_ <= 0) return -1;
   ::kill(pid_, SIGTERM);
+  return wait(timeout);
+}
+
+int Daemon::wait(std::chrono::seconds timeout) {
+  if (pid_ <= 0) return -1;
   const int rc = wait_exit(pid_, timeout);
   if (rc != -2) pid_ = -1;
   return rc < 0 ? -1 : rc;

@@ -56,6 +56,8 @@ class Daemon {
   bool started() const { return started_; }
   // SIGTERM, then waits; returns the exit status (or -1 on timeout / abnormal end).
   int stop(std::chrono::seconds timeout = kHangGuard);
+  // Waits for an exit it did not ask for (after a signal the test sent itself); the same returns.
+  int wait(std::chrono::seconds timeout = kHangGuard);
   long rss_kib() const;  // VmRSS from /proc
   std::string log() const;
 
@@ -73,6 +75,12 @@ pid_t spawn_process(const std::vector<std::string>& argv, const std::string& out
 // Waits up to `timeout` for a spawned process to exit: its exit status, -1 if a signal ended it,
 // -2 if it is still running.
 int wait_exit(pid_t pid, std::chrono::milliseconds timeout);
+
+// A spawned process's end: SIGTERM and wait up to the hang guard (SIGKILL past it); *pid becomes -1.
+// Returns as wait_exit does; -1 when *pid never started or was already reaped.
+int stop_process(pid_t* pid);
+// SIGKILL and reap, for destructors; *pid becomes -1.
+void kill_process(pid_t* pid);
 
 // Runs a binary to completion; returns its exit status and output (stdout+stderr); -2 when it was
 // still running after the hang guard (then killed).

@@ -78,10 +78,21 @@ NginxServer::NginxServer(Options options) : options_(std::move(options)), port_(
     << "  proxy_temp_path " << dir_ << "/proxy;\n"
     << "  fastcgi_temp_path " << dir_ << "/fastcgi;\n"
     << "  uwsgi_temp_path " << dir_ << "/uwsgi;\n"
-    << "  scgi_temp_path " << dir_ << "/scgi;\n"
-    << "  server {\n    listen 127.0.0.1:" << port_ << ";\n    root " << root_ << ";\n"
-    << "    location / { limit_rate " << options_.limit_rate << "; }\n"
-    << options_.extra << "\n  }\n}\n";
+    << "  scgi_temp_path " << dir_ << "/scgi;\n";
+  if (options_.upstreams.empty()) {
+    c << "  server {\n    listen 127.0.0.1:" << port_ << ";\n    root " << root_ << ";\n"
+      << "    location / { limit_rate " << options_.limit_rate << "; }\n";
+  } else {
+    c << "  upstream backends {\n";
+    for (int p : options_.upstreams) c << "    server 127.0.0.1:" << p << " max_fails=0;\n";
+    c << "    keepalive 16;\n  }\n"
+      << "  server {\n    listen 127.0.0.1:" << port_ << ";\n"
+      << "    location / {\n      proxy_pass http://backends;\n      proxy_http_version 1.1;\n"
+      << "      proxy_set_header Connection \"\";\n      proxy_buffering off;\n      proxy_read_timeout 1h;\n"
+      << "      proxy_next_upstream error timeout http_502 http_503 non_idempotent;\n"
+      << "      proxy_next_upstream_tries " << options_.upstreams.size() + 1 << ";\n    }\n";
+  }
+  c << options_.extra << "\n  }\n}\n";
   std::ofstream(conf_) << c.str();
 }
 

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace uma::test {
 
@@ -23,6 +24,10 @@ class NginxServer {
   struct Options {
     std::string limit_rate = "0";  // nginx's syntax: "0" (no limit), "64k", "1m"
     std::string extra;             // more directives inside the server block (locations)
+    // Non-empty: a reverse proxy in front of these loopback ports instead of a file server, as
+    // deploy/compose/nginx.conf puts it in front of the gateways (a request a server refuses or
+    // answers 502/503 before any byte goes to the next).
+    std::vector<int> upstreams;
   };
   NginxServer() : NginxServer(Options{}) {}
   explicit NginxServer(Options options);

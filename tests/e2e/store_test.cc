@@ -111,12 +111,19 @@ TEST_F(Store, AFlippedByteOnTheNvmeTierIsCaughtAndFetchedAgainFromTheRemoteTier)
   fs::copy_file(kTiny, local);
   const std::uint64_t at = m->tensor("blk.1.ffn_up.weight")->offset + 77;
   flip_byte(local, at);
-  {  // the reader alone: exactly that chunk is left out
+  // The reader alone: exactly that chunk is left out, through io_uring and through pread (where a
+  // container's seccomp profile refuses io_uring).
+  for (const bool io_uring : {true, false}) {
     Status s;
     auto image = store::ModelImage::create(m, store::allocate_pageable, &s);
     store::VerifyPool pool(2);
     std::vector<std::size_t> corrupt;
-    ASSERT_TRUE(store::read_direct(local, image, pool, {4, 64 << 10}, {}, &corrupt, nullptr).ok());
+    store::DirectReadOptions o{4, 64 << 10};
+    o.io_uring = io_uring;
+    store::DirectReadStats stats;
+    ASSERT_TRUE(store::read_direct(local, image, pool, o, {}, &corrupt, &stats).ok());
+    EXPECT_EQ(stats.io_uring, io_uring);
+    EXPECT_EQ(stats.bytes_read, m->bytes);
     EXPECT_EQ(corrupt, std::vector<std::size_t>{m->first_chunk(at)});
     EXPECT_FALSE(image->is_ready(m->first_chunk(at)));
     EXPECT_EQ(image->ready_bytes(), m->bytes - m->chunk_size(m->first_chunk(at)));

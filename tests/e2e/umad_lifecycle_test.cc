@@ -1,6 +1,7 @@
 // End-to-end: start-up checks, flags, shutdown, and memory over many connections.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "e2e/daemon_harness.h"
+#include "e2e/oracle.h"
 
 namespace uma::test {
 namespace {
@@ -39,6 +41,53 @@ TEST(UmadLifecycle, SigtermEndsOpenStreamsWithAnErrorLineRemovesTheSocketAndExit
   EXPECT_EQ(line, "error: server shutting down");
   EXPECT_TRUE(idle.wait_closed(kHangGuard));
   EXPECT_FALSE(exists(d.socket())) << "socket file left behind";
+}
+
+// --drain-sec: SIGTERM stops taking connections but the stream in flight goes on; the daemon exits
+// 0 once nothing is in flight (here: its client leaves), not before.
+TEST(UmadLifecycle, SigtermWithDrainSecKeepsTheStreamInFlightGoingRefusesNewConnectionsAndExitsOnceDrained) {
+  Daemon d({"--max-tokens", "8000", "--n-ctx", "8192", "--drain-sec", std::to_string(kHangGuard.count())});
+  ASSERT_TRUE(d.started()) << d.log();
+  Client streaming(d.socket());
+  ASSERT_TRUE(streaming.send("hello world\n"));
+  ASSERT_FALSE(streaming.read_some(kHangGuard).empty()) << "timed out waiting for the stream's first bytes";
+  ASSERT_EQ(::kill(d.pid(), SIGTERM), 0);
+  EXPECT_TRUE(eventually([&] { return !Client(d.socket()).connected(); }, "the socket refusing new connections")) << d.log();
+  const std::string more = streaming.read_some(kHangGuard);
+  EXPECT_FALSE(more.empty()) << "the stream goes on while the daemon drains";
+  EXPECT_EQ(more.find("error"), std::string::npos) << more;
+  EXPECT_EQ(::kill(d.pid(), 0), 0) << "still running: a request is in flight";
+  EXPECT_TRUE(exists(d.socket())) << "the socket file stays until the exit";
+  streaming.close();  // the last request in flight ends
+  EXPECT_EQ(d.wait(), 0) << d.log();
+  EXPECT_NE(d.log().find("draining 1 requests in flight"), std::string::npos) << d.log();
+  EXPECT_NE(d.log().find("drained: shutting down"), std::string::npos) << d.log();
+  EXPECT_FALSE(exists(d.socket()));
+}
+
+// Socket activation as systemd does it (systemd-socket-activate speaks the same LISTEN_FDS
+// protocol): the service manager owns the socket file, umad starts on the first connection, serves
+// it on the socket it was handed, and leaves the file in place when it stops.
+TEST(UmadLifecycle, ASocketActivatedDaemonServesOnTheSocketItWasHandedAndLeavesItsFile) {
+  const std::string path = temp_dir() + "/activated.sock";
+  const std::string log = temp_dir() + "/activated.log";
+  ::unlink(path.c_str());
+  const pid_t pid = spawn_process({"/usr/bin/systemd-socket-activate", "-l", path, bin_path("umad"), "--model",
+                                   model_path("oracle.gguf"), "--socket", path, "--threads", "1", "--protocol", "newline", "--max-tokens", "16"},
+                                  log);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(eventually([&] { return exists(path); }, "the activator's socket")) << slurp(log);
+  Client c(path);  // the first connection starts umad
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.send("hello world\n"));
+  const auto line = c.read_line();
+  EXPECT_EQ(line.value_or("<none>"), oracle().expected_reply("hello world", 16)) << slurp(log);
+  EXPECT_NE(slurp(log).find("socket-activated"), std::string::npos) << slurp(log);
+  c.close();
+  ::kill(pid, SIGTERM);  // the activator has exec'd umad in its place
+  EXPECT_EQ(wait_exit(pid, kHangGuard), 0) << slurp(log);
+  EXPECT_TRUE(exists(path)) << "the socket file is the service manager's";
+  ::unlink(path.c_str());
 }
 
 TEST(UmadLifecycle, SigtermDuringStartupIsStillAGracefulShutdown) {
