@@ -99,6 +99,7 @@ else
   echo "  (no docker compose here: its own validation skipped)"
 fi
 python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' deploy/compose/model-targets.py || bad "model-targets.py"
+python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' scripts/exact_load.py || bad "exact_load.py"
 if command -v nginx >/dev/null; then
   # On a copy whose /tmp paths are this check's own: nginx -t creates its temp folders.
   mkdir -p "$tmp/nginx"
@@ -138,7 +139,7 @@ print("  ok" if not bad else "")
 sys.exit(bad)
 EOF
 if command -v shellcheck >/dev/null; then
-  shellcheck deploy/docker/base-image.sh deploy/docker/uma-entrypoint deploy/compose/make-secrets.sh deploy/rolling-restart.sh scripts/deploy_check.sh ||
+  shellcheck deploy/docker/base-image.sh deploy/docker/uma-entrypoint deploy/compose/make-secrets.sh deploy/rolling-restart.sh scripts/deploy_check.sh scripts/container_check.sh ||
     bad "shellcheck"
 fi
 
