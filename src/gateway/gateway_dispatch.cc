@@ -22,30 +22,26 @@ void GatewayServer::proxy_done(const HttpExchangePtr& client) {
 
 void GatewayServer::agent_gone(const std::string& id, bool hung) {
   if (!hung) return;  // a stream that broke: its requests' own connections say whether it died
-  std::vector<Proxy*> waiting;
-  for (auto& [ex, f] : inflight_) {
-    if (f.proxy && f.proxy->agent() == id && f.proxy->state() != ProxyState::kDone) waiting.push_back(f.proxy.get());
+  for (Proxy* p : proxies_at(id)) p->agent_gone();
+}
+
+std::vector<Proxy*> GatewayServer::proxies_at(const std::string& agent) const {
+  std::vector<Proxy*> at;
+  for (const auto& [ex, f] : inflight_) {
+    if (f.proxy && f.proxy->agent() == agent && f.proxy->state() != ProxyState::kDone) at.push_back(f.proxy.get());
   }
-  for (Proxy* p : waiting) p->agent_gone();
+  return at;
 }
 
 std::size_t GatewayServer::move_streams(const std::string& agent, const std::string& why) {
-  std::vector<Proxy*> at;
-  for (auto& [ex, f] : inflight_) {
-    if (f.proxy && f.proxy->agent() == agent) at.push_back(f.proxy.get());
-  }
   std::size_t moved = 0;
-  for (Proxy* p : at) moved += p->migrate(why);
+  for (Proxy* p : proxies_at(agent)) moved += p->migrate(why);
   metrics_.migrated_total += moved;
   return moved;
 }
 
 void GatewayServer::agent_draining(const std::string& id) {
-  std::vector<Proxy*> at;
-  for (auto& [ex, f] : inflight_) {
-    if (f.proxy && f.proxy->agent() == id && f.proxy->state() != ProxyState::kDone) at.push_back(f.proxy.get());
-  }
-  for (Proxy* p : at) {
+  for (Proxy* p : proxies_at(id)) {
     const std::string served = p->model().empty() ? std::string() : agents_.served_name(p->model());
     const bool elsewhere = p->model().empty() ? agents_.live() > 0 : !served.empty() && agents_.serving(served, id) > 0;
     if (elsewhere && p->migrate("agent " + id + " is draining", /*exclude=*/false)) {

@@ -1,6 +1,5 @@
 // GatewayServer's /metrics page (Prometheus text): its counters, gauges and histograms, written
 // from GatewayMetrics and the agent directory. Split from gateway_server.cc: one idea a file.
-#include <map>
 #include <string>
 
 #include "gateway/gateway_server.h"
@@ -92,14 +91,9 @@ std::string GatewayServer::metrics_text() {
     prom::sample(out, "uma_gw_agent_sessions", "agent=\"" + a.id + "\"", static_cast<double>(a.sessions));
   }
   // This gateway's own requests on each agent: what a drain of that agent moves or leaves.
-  std::map<std::string, std::uint64_t> proxied;
-  for (const auto& [ex, f] : inflight_) {
-    if (f.proxy && f.proxy->state() != ProxyState::kDone && !f.proxy->agent().empty()) proxied[f.proxy->agent()]++;
-  }
   prom::family(out, "uma_gw_agent_proxied", "Requests this gateway carries to each agent now.", prom::Type::kGauge);
   for (const AgentDirectory::AgentSummary& a : agents) {
-    const auto it = proxied.find(a.id);
-    prom::sample(out, "uma_gw_agent_proxied", "agent=\"" + a.id + "\"", it == proxied.end() ? std::uint64_t{0} : it->second);
+    prom::sample(out, "uma_gw_agent_proxied", "agent=\"" + a.id + "\"", static_cast<std::uint64_t>(proxies_at(a.id).size()));
   }
   prom::histogram(out, "uma_gw_added_us", "What the gateway adds before the agent starts: request whole to its bytes on the way.", m.added_us.snapshot());
   prom::histogram(out, "uma_gw_route_decision_us", "Routing decision time (candidates, prefix match, choice).", m.route_us.snapshot());

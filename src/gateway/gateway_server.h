@@ -128,6 +128,8 @@ class GatewayServer final {
   // Agent `id` said it is draining: each request there moves to another agent serving its model;
   // one whose model no other agent serves finishes where it is.
   void agent_draining(const std::string& id);
+  // The requests in flight at `agent` (not yet done): what its failure, move or drain acts on.
+  std::vector<Proxy*> proxies_at(const std::string& agent) const;
   // A graceful stop (SIGTERM): /health says 503 "draining", the listener closes, idle client
   // connections close and busy ones after their answer; what is in flight is carried to its end.
   // idle() once nothing is left (then stop()).

@@ -14,6 +14,14 @@ namespace {
 
 std::string event_text(const KvEvent& e) { return "data: " + encode_kv_event(e) + "\n\n"; }
 
+KvEvent delta_event(const BlockJournal::Delta& d, const AgentLoad& load) {
+  KvEvent e;
+  e.stored = d.stored;
+  e.evicted = d.evicted;
+  e.load = load;
+  return e;
+}
+
 RequestServerConfig server_config(const KvEventConfig& c) {
   RequestServerConfig rc;
   rc.host = c.host;
@@ -53,11 +61,7 @@ void KvEventServer::drain() {
   if (stopped_) return;
   stopped_ = true;
   timer_.cancel();
-  KvEvent last;
-  const BlockJournal::Delta d = journal_.take();
-  last.stored = d.stored;
-  last.evicted = d.evicted;
-  last.load = load();
+  KvEvent last = delta_event(journal_.take(), load());
   last.draining = true;
   const std::string bytes = event_text(last);
   server_.drain();  // first: each stream's connection then closes once its last bytes are out
@@ -102,11 +106,7 @@ void KvEventServer::publish(const BlockJournal::Delta& d, const AgentLoad& load)
   const auto now = std::chrono::steady_clock::now();
   std::string bytes;
   if (!d.empty() || !(load == last_load_)) {
-    KvEvent e;
-    e.stored = d.stored;
-    e.evicted = d.evicted;
-    e.load = load;
-    bytes = event_text(e);
+    bytes = event_text(delta_event(d, load));
     last_load_ = load;
   } else if (now - last_sent_ >= config_.ping) {
     bytes = ": ping\n\n";
