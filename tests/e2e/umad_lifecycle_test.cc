@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "e2e/daemon_harness.h"
@@ -76,9 +77,12 @@ TEST(UmadLifecycle, ASocketActivatedDaemonServesOnTheSocketItWasHandedAndLeavesI
                                    model_path("oracle.gguf"), "--socket", path, "--threads", "1", "--protocol", "newline", "--max-tokens", "16"},
                                   log);
   ASSERT_GT(pid, 0);
-  ASSERT_TRUE(eventually([&] { return exists(path); }, "the activator's socket")) << slurp(log);
-  Client c(path);  // the first connection starts umad
-  ASSERT_TRUE(c.connected());
+  // The activator binds (the file appears) before it listens: wait for a connection it accepts,
+  // not for the file. The first accepted connection starts umad.
+  std::unique_ptr<Client> first;
+  ASSERT_TRUE(eventually([&] { return (first = std::make_unique<Client>(path))->connected(); }, "the activator listening"))
+      << slurp(log);
+  Client& c = *first;
   ASSERT_TRUE(c.send("hello world\n"));
   const auto line = c.read_line();
   EXPECT_EQ(line.value_or("<none>"), oracle().expected_reply("hello world", 16)) << slurp(log);
