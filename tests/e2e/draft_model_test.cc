@@ -32,7 +32,7 @@ std::unique_ptr<DraftModel> open_oracle_draft(const llama_vocab* target, const s
   c.n_ctx = 1024;
   c.n_seq_max = 2;
   c.n_batch = 64;
-  c.n_threads = 2;
+  c.n_threads = 1;
   c.n_gpu_layers = 0;
   c.one_token_catch_up = one_token;
   Status st;

@@ -11,7 +11,8 @@
 
 namespace uma::test {
 
-// Opens tiny-f16.gguf with 4 sequences, 2 threads; `tweak` adjusts the rest of the config.
+// Opens tiny-f16.gguf with 4 sequences on one thread (a pool of two stalls at every barrier while
+// a core is taken); `tweak` adjusts the rest of the config.
 template <typename Tweak>
 std::unique_ptr<LlamaRuntime> open_tiny_runtime(Tweak tweak) {
   init_llama_backend();
@@ -20,7 +21,7 @@ std::unique_ptr<LlamaRuntime> open_tiny_runtime(Tweak tweak) {
   cfg.n_ctx = 512;
   cfg.n_batch = 128;
   cfg.n_seq_max = 4;
-  cfg.n_threads = 2;
+  cfg.n_threads = 1;
   tweak(cfg);
   Status st;
   auto rt = LlamaRuntime::open(cfg, &st);
