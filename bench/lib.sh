@@ -1,5 +1,5 @@
 # Shared by bench/*.sh (sourced): settings, build, the model file, starting and stopping servers.
-# Env: UMA_BENCH_THREADS (2), UMA_BENCH_CTX (40960), UMA_BENCH_MODEL (small preset, Q8_0),
+# Env: UMA_BENCH_THREADS (2), UMA_BENCH_CTX (40960), UMA_BENCH_MODEL (UMA_BENCH_PRESET's, small, at Q8_0),
 #      UMA_BENCH_PORT (18080), UMA_BUILD (our build folder, build; UMA_GPU=cuda wants build-cuda).
 threads=${UMA_BENCH_THREADS:-2}
 ctx=${UMA_BENCH_CTX:-40960}  # per-sequence KV: 2560 cells for each of 16 sessions (the 2000-token prompts fit)
@@ -13,9 +13,10 @@ bench_setup() {
   cmake -S . -B "$ubuild" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$ubuild" -j "$(nproc)" --target umad uma-bench uma-mkmodel uma-cli >/dev/null
   L=$(scripts/llama.sh --print-root)/build/bin
-  model=${UMA_BENCH_MODEL:-$ubuild/models/small-q8_0.gguf}
+  local preset=${UMA_BENCH_PRESET:-small}
+  model=${UMA_BENCH_MODEL:-$ubuild/models/$preset-q8_0.gguf}
   mkdir -p "$ubuild/models"
-  [ -s "$model" ] || "$ubuild"/bin/uma-mkmodel --preset small --type q8_0 --seed 1 -o "$model" >/dev/null
+  [ -s "$model" ] || "$ubuild"/bin/uma-mkmodel --preset "$preset" --type q8_0 --seed 1 -o "$model" >/dev/null
 }
 
 wait_ready() {  # $1 = a command that succeeds once the server answers

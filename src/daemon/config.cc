@@ -104,8 +104,20 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->capture_default_str()->check(CLI::Range(0, 1 << 16));
   app.add_option("--n-ubatch", rt.n_ubatch, "most tokens in one pass of llama.cpp (caps a tick with streams decoding)")
       ->envname("UMA_N_UBATCH")->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  app.add_option("-t,--threads", rt.n_threads, "compute threads (0: all hardware threads)")->envname("UMA_THREADS")
-      ->capture_default_str()->check(CLI::Range(0, 1024));
+  std::string threads = "auto";
+  app.add_option("-t,--threads", threads, "compute threads: auto (as many as the cores this process may use that "
+                 "others leave free, measured as it serves), N (fixed), or 0 (every core it may use, fixed)")
+      ->envname("UMA_THREADS")->capture_default_str()
+      ->check([](const std::string& v) -> std::string {
+        if (v == "auto") return "";
+        try {
+          std::size_t used = 0;
+          const int n = std::stoi(v, &used);
+          if (used == v.size() && n >= 0 && n <= 1024) return "";
+        } catch (const std::exception&) {
+        }
+        return "auto or a number of threads from 0 to 1024";
+      });
   app.add_option("-s,--socket", srv.socket_path, "Unix socket path (created with mode 0600)")->envname("UMA_SOCK")
       ->capture_default_str();
   app.add_flag("--mmap,!--no-mmap", mmap, "memory-map the model file (default on)")->envname("UMA_MMAP");
@@ -393,7 +405,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
     *exit_code = 2;
     return Status(ErrorCode::kInvalidArgument, "--socket must not be empty");
   }
-  if (rt.n_threads == 0) rt.n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  out.threads_auto = threads == "auto";
+  rt.n_threads = out.threads_auto ? 0 : std::stoi(threads);  // 0: every core the process may use (the daemon counts them)
   const char* debug = std::getenv("UMA_DEBUG");
   out.debug = debug != nullptr && std::string(debug) != "0" && std::string(debug) != "";
   out.trace = debug != nullptr && std::string(debug) == "2";

@@ -19,6 +19,9 @@ struct DaemonConfig {
   ServerConfig server;
   SchedulerConfig scheduler;
   bool http_enabled = false;  // --http given
+  // --threads auto (the default): the compute threads follow the cores others leave this process
+  // (sched/thread_governor.h); runtime.n_threads is then the most, set from what the process may use.
+  bool threads_auto = true;
   bool min_prefill_given = false;  // --min-prefill (or its env twin) given: it holds for both KV layouts
   // --max-prompt-bytes, --max-frame-bytes, --http-max-body-kib given: kept; otherwise derived from
   // the context once the model is loaded (derive_request_limits).

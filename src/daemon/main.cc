@@ -31,6 +31,7 @@
 #include "runtime/draft_model.h"
 #include "runtime/llama_runtime.h"
 #include "runtime/vocab_model.h"
+#include "sched/cpu_meter.h"
 #include "sched/compute_thread.h"
 #include "sched/scheduler.h"
 #include "serve/prepare_stage.h"
@@ -127,6 +128,12 @@ int main(int argc, char** argv) {
     http->start();
     spdlog::info("http listening on {}:{}", cfg.http.host, http->port());
   }
+  // The cores this process may use (affinity, cgroup quota) and what others take of them; declared
+  // before the scheduler, which reads it on the compute thread.
+  ProcCpuMeter cpu_meter;
+  if (cfg.runtime.n_threads == 0) cfg.runtime.n_threads = cpu_meter.allowed_cores();
+  spdlog::info("threads: {} ({}){}", cfg.runtime.n_threads, cpu_meter.describe(),
+               cfg.threads_auto ? ", fewer while other processes take cores" : ", fixed");
   std::unique_ptr<LlamaRuntime> runtime;
   std::unique_ptr<CatalogModel> catalog_model;  // --model-id: the store behind the model's image
   {
@@ -180,6 +187,7 @@ int main(int argc, char** argv) {
   cluster::BlockJournal block_journal;
   if (cfg.agent) cfg.scheduler.prefix.block_observer = &block_journal;
   Scheduler scheduler(*runtime, metrics, cfg.scheduler);
+  scheduler.use_cpu_meter(&cpu_meter, cfg.threads_auto);
   std::unique_ptr<DraftModel> draft;  // declared after the scheduler: destroyed before it
   if (!cfg.draft_model.empty()) {
     DraftConfig dc;

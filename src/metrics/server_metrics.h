@@ -73,6 +73,10 @@ class ServerMetrics {
   std::atomic<double> prefill_fixed_ms{0.0};        // fitted fixed cost of a prefill tick
   std::atomic<double> prefill_ms_per_token{0.0};    // fitted marginal cost of a prompt token (0: not yet)
   std::atomic<double> decode_ms_last{0.0};
+  // The compute threads (sched/thread_governor.h).
+  std::atomic<std::int64_t> compute_threads{0};            // the last decode's
+  std::atomic<double> cpu_others_cores{0.0};               // cores of ours others kept busy, the last window
+  std::atomic<std::uint64_t> compute_thread_changes_total{0};
   // The tick cost model (sched/tick_cost.h) and the SLO budget (policy.h slo_prefill_budget).
   std::atomic<double> tick_predicted_ms{0.0};     // the last tick's prediction (0: model cold)
   std::atomic<double> tick_predict_error{0.0};    // median |predicted - measured| / measured, recent ticks

@@ -139,6 +139,13 @@ class Decoder {
     return Status(ErrorCode::kBadRequest, "this daemon serves no embeddings", "input");
   }
   virtual std::int32_t embed_max_tokens() const { return 0; }
+  // The threads a decode computes with on the host (0: no host thread pool). set_threads() takes
+  // effect at the next decode and never changes what a decode computes (sched/thread_governor.h).
+  virtual std::int32_t threads() const { return 0; }
+  virtual void set_threads(std::int32_t /*n*/) {}
+  // Whether a decode's work runs on the host's cores (its layers on the CPU): then its CPU time
+  // over its wall time tells whether its threads had their cores.
+  virtual bool computes_on_host() const { return false; }
   // What a token costs to move and compute (sched/tick_cost.h); zeros when unknown (fakes).
   struct Shape {
     double weight_bytes = 0, params = 0, n_layer = 0, n_embd = 0, kv_bytes_per_cell = 0;

@@ -271,4 +271,8 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
   return Status::Ok();
 }
 
+void DraftModel::set_threads(std::int32_t n) {
+  if (n > 0) llama_set_n_threads(ctx_, n, n);
+}
+
 }  // namespace uma

@@ -60,6 +60,7 @@ class DraftModel final : public Drafter {
   }
   std::size_t lag(std::int32_t seq, std::span<const Token> tokens) const override;
   double catch_up_ms(std::size_t tokens) const override;
+  void set_threads(std::int32_t n) override;
   std::string describe() const;
   std::size_t decodes() const { return decodes_; }  // llama_decode calls since open(), warm-up's aside
 

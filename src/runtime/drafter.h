@@ -63,6 +63,8 @@ class Drafter {
   // Moves both estimates for `jobs` jobs towards 0 by `factor`: the scheduler calls it when they
   // declined a plan, since only a draft refreshes them (a cold first sample would decline for good).
   virtual void decay_costs(std::size_t jobs, double factor) { (void)jobs, (void)factor; }
+  // The host threads its decodes compute with, from its next call (Decoder::set_threads).
+  virtual void set_threads(std::int32_t n) { (void)n; }
 };
 
 }  // namespace uma

@@ -115,4 +115,6 @@ Status Embedder::pass(std::span<const std::vector<Token>> inputs, std::vector<st
   return Status::Ok();
 }
 
+void Embedder::set_threads(std::int32_t n) { llama_set_n_threads(ctx_, n, n); }
+
 }  // namespace uma

@@ -36,6 +36,7 @@ class Embedder {
   std::int32_t dimensions() const { return dims_; }
   std::int32_t max_inputs() const { return max_seqs_; }  // inputs one pass holds at most
   const char* pooling() const;
+  void set_threads(std::int32_t n);  // from the next embed()
 
  private:
   Embedder() = default;

@@ -275,6 +275,13 @@ std::span<const float> LlamaRuntime::logits(std::int32_t caller_index) {
 
 std::int32_t LlamaRuntime::graphs_reused() const { return llama_perf_context(ctx_).n_reused; }
 
+void LlamaRuntime::set_threads(std::int32_t n) {
+  if (n <= 0 || n == n_threads_) return;
+  llama_set_n_threads(ctx_, n, n);
+  if (embedder_) embedder_->set_threads(n);
+  n_threads_ = n;
+}
+
 std::int32_t LlamaRuntime::embed_max_tokens() const {
   // The model's trained context, at most 8192: an embeddings context holds one pass's inputs.
   const std::int32_t trained = llama_model_n_ctx_train(model_);

@@ -148,6 +148,9 @@ class LlamaRuntime final : public Decoder {
   std::int32_t outputs_per_sequence() const override { return backend_greedy_.empty() ? 0 : outputs_per_seq_; }
   std::int32_t outputs_reserved() const override { return outputs_reserved_; }
   std::int32_t kv_tokens(std::int32_t seq) const override;
+  std::int32_t threads() const override { return n_threads_; }
+  void set_threads(std::int32_t n) override;
+  bool computes_on_host() const override { return !on_gpu_; }
 
   bool backend_sampling() const { return !backend_greedy_.empty(); }
   bool on_gpu() const { return on_gpu_; }  // some layers run on a GPU backend

@@ -348,6 +348,33 @@ TEST(TickBudget, TheDecodeOnlyTickIsLearnedPerStreamCount) {
   EXPECT_NEAR(b.target_ms(1), 32.0, 1e-6);
 }
 
+// The calibration ran while a neighbour held the cores: 21.5 ms a prompt token and 1374 ms fixed,
+// where serving then costs 1.15 ms and nothing fixed. The serving ticks replace it within a second.
+TEST(TickBudget, ACalibrationTakenBesideANeighboursBurstIsReplacedByTheServingTicks) {
+  TickBudget b(/*n_batch=*/512, /*target_ms=*/40, /*start=*/64);
+  for (std::int32_t n : {64, 64, 256, 16, 32, 64, 128}) b.observe_prefill(1374.0 + 21.5 * n, n);
+  ASSERT_GT(b.prefill_fixed_ms(), 1000.0);
+  for (int i = 0; i < 10; ++i) b.observe(20.0, /*n_decode=*/4, 0);
+  const std::int32_t chunks[] = {16, 40, 24, 16, 64};
+  for (int i = 0; i < 40; ++i) {  // 40 ticks of 20-95 ms
+    const std::int32_t n = std::min(chunks[i % 5], b.prefill_budget(4));
+    b.observe(20.0 + 1.15 * n, 4, n, /*prefill_pending=*/true);
+    if (i % 4 == 3) b.observe(20.0, 4, 0);  // the decode-only base stays fresh
+  }
+  EXPECT_LT(b.prefill_fixed_ms(), 2.0);
+  EXPECT_NEAR(b.ms_per_prefill_token(), 1.15, 0.1);
+  EXPECT_NEAR(b.prefill_budget(4), 17, 2) << "(2 * 20 - 20) / 1.15";
+}
+
+TEST(TickBudget, OneSlowTickMovesTheAveragesByABoundedStep) {
+  TickBudget b(512, 30, 64);
+  for (int i = 0; i < 20; ++i) b.observe(10.0, 4, 0);
+  b.observe(1000.0, 4, 0);  // a neighbour's burst
+  EXPECT_LE(b.base_ms(4), 10.0 * (0.8 + 0.2 * 4.0) + 1e-9);
+  for (int i = 0; i < 20; ++i) b.observe(10.0, 4, 0);
+  EXPECT_NEAR(b.base_ms(4), 10.0, 0.1);
+}
+
 
 // A CPU-like tick: 60 ms for 16 decode rows, 1.7 ms per prompt token.
 double cpu_tick(std::int32_t p) { return 60.0 + 1.7 * p; }

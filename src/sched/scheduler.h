@@ -37,6 +37,8 @@
 #include "metrics/server_metrics.h"
 #include "runtime/decoder.h"
 #include "runtime/drafter.h"
+#include "sched/cpu_meter.h"
+#include "sched/thread_governor.h"
 #include "sched/batch_builder.h"
 #include "sched/embed_queue.h"
 #include "sched/kv_ledger.h"
@@ -160,6 +162,11 @@ class Scheduler {
   // A draft model for speculative decoding (runtime/drafter.h), or none; it outlives the scheduler.
   void set_drafter(Drafter* drafter) { drafter_ = drafter; }  // for the start line; compute thread after start
   std::int32_t prefill_knee() const { return prefill_knee_; }  // likewise
+  // Threads that follow the machine (scheduler_threads.cc, thread_governor.h): the decoder's (and a
+  // draft model's) pool resized between decodes from what `meter` measures; adaptive = false keeps
+  // the decoder's count and only reports the measure. Before the first tick; the meter outlives
+  // the scheduler. Without one, nothing is measured.
+  void use_cpu_meter(CpuMeter* meter, bool adaptive);
 
  private:
   // scheduler_room.cc: who holds KV.
@@ -347,6 +354,17 @@ class Scheduler {
   };
   std::optional<ExcessPending> spec_excess_pending_;  // the last tick verified: its excess, awaiting the next tick's
   Drafter* drafter_ = nullptr;
+  // scheduler_threads.cc: a window of the machine when one is due, then the governor's count for
+  // this decode; returns the process's CPU time (ms) when the decode's is worth measuring, else -1.
+  double threads_before_decode(Clock::time_point now);
+  void threads_after_decode(Clock::time_point now, double wall_ms, double cpu_before_ms);
+  struct HostThreads {
+    CpuMeter* meter = nullptr;
+    std::optional<ThreadGovernor> governor;
+    CpuSample last;               // the window's start
+    bool sampled = false;
+    Clock::time_point window_at{};
+  } threads_;
 };
 
 }  // namespace uma

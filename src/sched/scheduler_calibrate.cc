@@ -81,8 +81,8 @@ Status Scheduler::calibrate_step() {
         return st;
       }
       budget_.observe_prefill(ms, n);
-      cost_.observe({double(n), span_of(0, n)}, ms);
-      if (step_ms > 0) cost_.observe({1.0, span_of(n, 1), 1.0, kv_read_of(n)}, step_ms);
+      cost_.observe({double(n), span_of(0, n)}, ms, /*first_guess=*/true);
+      if (step_ms > 0) cost_.observe({1.0, span_of(n, 1), 1.0, kv_read_of(n)}, step_ms, /*first_guess=*/true);
       std::int32_t depth = c.big;
       for (std::size_t k = 0; k < kDepthChunks; ++k) depth += part(16 >> k);
       if (c.spent_ms >= c.most_ms || depth >= decoder_.n_ctx_seq()) {
@@ -106,7 +106,7 @@ Status Scheduler::calibrate_step() {
       if (ms < 0) return fail();
       // Sizes that spread: the tick budget's fit tells a tick's fixed cost from its per-token cost.
       budget_.observe_prefill(ms, n);
-      cost_.observe({double(n), span_of(from, n), 0.0, kv_read_of(from)}, ms);
+      cost_.observe({double(n), span_of(from, n), 0.0, kv_read_of(from)}, ms, /*first_guess=*/true);
       if (fill) {
         c.phase = Phase::kAtDepth;
         return st;

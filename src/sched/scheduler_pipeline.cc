@@ -50,6 +50,7 @@ void Scheduler::launch_pipelined() {
     return;
   }
   launched_at_ = time_.now();
+  (void)threads_before_decode(launched_at_);  // an asynchronous decode's CPU time is not its own
   inflight_status_ = decoder_.decode(next_.entries);
   if (inflight_status_.code() == ErrorCode::kKvExhausted) {  // nothing changed: the next tick plans
     next_.clear();

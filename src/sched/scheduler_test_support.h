@@ -168,6 +168,9 @@ class FakeDecoder final : public Decoder {
     release_cells(seq);
   }
   bool decode_is_async() const override { return async_; }
+  std::int32_t threads() const override { return threads_; }
+  void set_threads(std::int32_t n) override { threads_ = n; }
+  bool computes_on_host() const override { return on_host_; }
   void synchronize() override {
     ++syncs_;
     if (on_synchronize_) on_synchronize_();
@@ -176,6 +179,7 @@ class FakeDecoder final : public Decoder {
     EXPECT_EQ(rows_unsampled_, 0) << "a decode launched over the last one's unread rows";
     dead_.clear();
     ++decodes_;
+    decode_threads_.push_back(threads_);
     if (on_decode_) on_decode_(batch);
     copy_pending_.clear();  // llama.cpp applies queued stream copies first
     EXPECT_LE(static_cast<std::int32_t>(batch.size()), n_batch_);
@@ -268,6 +272,9 @@ class FakeDecoder final : public Decoder {
   std::int32_t cells_used() const { return static_cast<std::int32_t>(refs_.size()); }  // distinct cells
 
   int decodes_ = 0;
+  std::int32_t threads_ = 0;  // threads(): 0, no host pool
+  bool on_host_ = false;      // computes_on_host()
+  std::vector<std::int32_t> decode_threads_;  // threads() at each decode
   bool async_ = false;  // decode_is_async(): the scheduler may pipeline
   int syncs_ = 0;
   std::function<void(std::span<const BatchEntry>)> on_decode_;  // e.g. advances a test's clock by the batch's cost

@@ -22,11 +22,16 @@
 // tokens than make its token work as large as the fixed part (floor(), at most a quarter of the
 // batch): a chunk smaller than that mostly buys overhead. On a CPU the fixed part fits to about
 // zero and the floor stays `floor`.
+// What the machine was is not what it is: the calibration's samples are a first guess, dropped
+// from the fit at the first serving tick that prefills; no sample moves an average by more
+// than kSampleBound allows; and an intercept over twice the smallest recent prefill cost is
+// dropped (a calibration beside a neighbour's burst fitted 1374 ms fixed to a 30 ms tick).
 // With nobody decoding the policy ignores the budget and prefills at full capacity.
 // Not thread-safe; owned by the scheduler.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -88,9 +93,12 @@ class TickBudget {
 
   // A prompt chunk timed outside serving (Scheduler::calibrate): the cost model learns from it;
   // the controller and the tick EWMA, which describe ticks with streams, do not.
+  // These are a first guess: the first serving tick that prefills drops them from the fit (its
+  // fixed part stays until the serving ticks refit or contradict it).
   void observe_prefill(double ms, std::int32_t n_prefill) {
     if (n_prefill >= kMinSample) ms_per_prefill_token_ = ewma(ms_per_prefill_token_, ms / n_prefill);
     if (n_prefill > 0) fit(n_prefill, ms);
+    provisional_ = true;
   }
 
   // prefill_pending: some prompt was waiting to be prefilled (a decode-only tick then is the
@@ -114,6 +122,7 @@ class TickBudget {
     // lately (the KV has grown since) would pass for a fixed cost.
     const bool base_fresh = n_decode == 0 || (base_ms(n_decode) > 0 && ticks_ - last_base_tick_ <= kFreshTicks);
     if (n_prefill > 0 && base_fresh) {
+      if (provisional_) forget_calibration();
       fit(n_prefill, n_decode > 0 ? std::max(tick_ms - base_ms(n_decode), 0.0) : tick_ms);
     }
     if (n_decode == 0 || tick_ms <= 0) return;
@@ -127,13 +136,21 @@ class TickBudget {
   }
 
  private:
-  static double ewma(double current, double sample) { return current == 0.0 ? sample : 0.2 * sample + 0.8 * current; }
+  // One sample moves an average as one within kSampleBound of it would (a neighbour's burst is
+  // noise; a lasting change still moves it by up to 60% a tick).
+  static double ewma(double current, double sample) {
+    if (current == 0.0) return sample;
+    return 0.2 * std::clamp(sample, current / kSampleBound, current * kSampleBound) + 0.8 * current;
+  }
+  void forget_calibration() {
+    s0_ = sx_ = sxx_ = sy_ = sxy_ = 0.0;
+    provisional_ = false;
+  }
 
   // Weighted least squares of prefill time y over prefill tokens x (weights decay by kKeep per
   // sample). The intercept is refitted only when the recent chunk sizes spread enough to tell it
   // from the slope (a steady state at the floor does not); the slope follows every sample.
   void fit(double x, double y) {
-    constexpr double kKeep = 0.97;
     s0_ = kKeep * s0_ + 1.0;
     sx_ = kKeep * sx_ + x;
     sxx_ = kKeep * sxx_ + x * x;
@@ -142,6 +159,13 @@ class TickBudget {
     const double mx = sx_ / s0_, my = sy_ / s0_;
     const double vx = sxx_ / s0_ - mx * mx, cxy = sxy_ / s0_ - mx * my;
     if (s0_ >= 4.0 && vx > 0.0625 * mx * mx && cxy > 0) fixed_ms_ = std::max(my - cxy / vx * mx, 0.0);
+    // A tick's fixed part is not twice a whole recent prefill's cost (the smallest of the last
+    // kRecent): an intercept the measurements contradict (a calibration beside a neighbour's burst)
+    // is dropped, and the per-token average stands in until the sizes spread enough to fit another.
+    recent_y_[recent_at_++ % kRecent] = y;
+    const std::size_t seen = std::min<std::size_t>(recent_at_, kRecent);
+    const double least = *std::min_element(recent_y_.begin(), recent_y_.begin() + static_cast<long>(seen));
+    if (fixed_ms_ > 2 * least) fixed_ms_ = 0.0, affine_per_token_ = 0.0;
     if (fixed_ms_ > 0) affine_per_token_ = std::max((my - fixed_ms_) / mx, 1e-4);
   }
 
@@ -155,6 +179,12 @@ class TickBudget {
   double s0_ = 0.0, sx_ = 0.0, sxx_ = 0.0, sy_ = 0.0, sxy_ = 0.0;
   double fixed_ms_ = 0.0;
   double affine_per_token_ = 0.0;
+  static constexpr std::size_t kRecent = 32;
+  std::array<double, kRecent> recent_y_{};  // the last prefill costs fitted
+  std::size_t recent_at_ = 0;
+  bool provisional_ = false;    // the fit holds calibration samples only
+  static constexpr double kKeep = 0.97;
+  static constexpr double kSampleBound = 4.0;
   static constexpr std::uint64_t kFreshTicks = 16;
   std::uint64_t ticks_ = 0;
   std::uint64_t last_base_tick_ = 0;

@@ -73,26 +73,39 @@ double TickCost::predict_ms(const TickWork& w) const {
   return ms;
 }
 
-void TickCost::observe(const TickWork& w, double ms) {
+void TickCost::observe(const TickWork& w, double ms, bool first_guess) {
   if (!(ms > 0) || w.tokens <= 0) return;
   if (warm()) {
     const double p = predict_ms(w);
-    errors_.push_back(std::abs(p - ms) / ms);
-    if (errors_.size() > kErrorWindow) errors_.pop_front();
+    if (!first_guess) {
+      errors_.push_back(std::abs(p - ms) / ms);
+      if (errors_.size() > kErrorWindow) errors_.pop_front();
+    }
+    // One tick moves the fit as one within kSampleBound of the prediction would: a neighbour's
+    // burst (or a page fault) is a few ticks' noise, while a machine that changes for good still
+    // moves it by up to that factor a tick.
+    // (Not against a first guess: the ticks that replace it are what it got wrong.)
+    if (p > 0 && measured_ >= kWarmSamples) ms = std::clamp(ms, p / kSampleBound, p * kSampleBound);
   }
   const Vector f = features(w);
+  Matrix& xtx = first_guess ? guess_xtx_ : xtx_;
+  Vector& xty = first_guess ? guess_xty_ : xty_;
   for (int r = 0; r < kFeatures; ++r) {
-    for (int c = 0; c < kFeatures; ++c) xtx_[r][c] = kKeep * xtx_[r][c] + f[r] * f[c];
-    xty_[r] = kKeep * xty_[r] + f[r] * ms;
+    for (int c = 0; c < kFeatures; ++c) xtx[r][c] = kKeep * xtx[r][c] + f[r] * f[c];
+    xty[r] = kKeep * xty[r] + f[r] * ms;
   }
+  if (!first_guess && ++measured_ == kWarmSamples) guess_xtx_ = {}, guess_xty_ = {};  // measured ticks enough: the guess goes
   ++samples_;
   refit();
 }
 
-// Non-negative least squares over the few variables by trying every subset: the best fit whose
-// coefficients are all >= 0. Sums of squares follow from the normal equations' sums.
 void TickCost::refit() {
   Matrix a = xtx_;
+  Vector b = xty_;
+  for (int r = 0; r < kFeatures; ++r) {
+    for (int c = 0; c < kFeatures; ++c) a[r][c] += guess_xtx_[r][c];
+    b[r] += guess_xty_[r];
+  }
   double trace = 0.0;
   for (int i = 0; i < kFeatures; ++i) trace += a[i][i];
   for (int i = 0; i < kFeatures; ++i) a[i][i] += 1e-9 * trace;
@@ -100,12 +113,12 @@ void TickCost::refit() {
   Vector pick = coef_;
   for (unsigned mask = 1; mask < (1u << kFeatures); ++mask) {
     Vector x{};
-    if (!solve(a, xty_, mask, x)) continue;
+    if (!solve(a, b, mask, x)) continue;
     if (std::any_of(x.begin(), x.end(), [](double v) { return v < 0; })) continue;
     // Residual up to a constant: c'Ac - 2c'b.
     double quad = 0, lin = 0;
     for (int r = 0; r < kFeatures; ++r) {
-      lin += x[r] * xty_[r];
+      lin += x[r] * b[r];
       for (int c = 0; c < kFeatures; ++c) quad += x[r] * a[r][c] * x[c];
     }
     const double sse = quad - 2 * lin;

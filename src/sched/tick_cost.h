@@ -11,7 +11,9 @@
 // a deep unified KV runs far below the matrix rate), c0 what is fixed per tick (a GPU's launches). The three are fitted to measured ticks by least squares that
 // forgets old ones (a machine shared with others drifts), each kept non-negative; the prompt chunks
 // the scheduler times at start (Scheduler::calibrate) and a one-token decode are its first
-// samples. The median relative error over the last ticks is reported (metrics): the policy that
+// samples, a first guess the serving ticks replace once kWarmSamples of them are measured (a
+// calibration taken while a neighbour was busy must not plan the next minute); no one tick moves
+// a warm fit by more than kSampleBound. The median relative error over the last ticks is reported (metrics): the policy that
 // fills a tick (policy.h slo_prefill_budget) is only as good as this prediction.
 //
 // Not thread-safe; owned by the scheduler. Pure arithmetic: tested on synthetic ticks.
@@ -65,7 +67,9 @@ class TickCost {
   // Predicted milliseconds; 0 until fitted (warm()).
   double predict_ms(const TickWork& w) const;
   // A measured tick: refits, and (once warm) records the prediction's relative error first.
-  void observe(const TickWork& w, double ms);
+  // first_guess: a calibration's chunk, timed before serving; such samples count until
+  // kWarmSamples serving ticks were measured, then only those do.
+  void observe(const TickWork& w, double ms, bool first_guess = false);
   bool warm() const { return samples_ >= kWarmSamples; }
   // Median of |predicted - measured| / measured over the last kErrorWindow warm ticks (0: none yet).
   double median_error() const;
@@ -76,6 +80,7 @@ class TickCost {
 
   static constexpr std::size_t kWarmSamples = 6;
   static constexpr std::size_t kErrorWindow = 64;
+  static constexpr double kSampleBound = 4.0;  // a warm model fits a tick as at most this far off its prediction
 
  private:
   Vector features(const TickWork& w) const;
@@ -84,6 +89,9 @@ class TickCost {
   ModelShape shape_;
   Matrix xtx_{};  // decayed sums for least squares
   Vector xty_{};
+  Matrix guess_xtx_{};  // the same, of the first-guess samples
+  Vector guess_xty_{};
+  std::size_t measured_ = 0;  // serving ticks observed
   Vector coef_{};
   std::size_t samples_ = 0;
   std::deque<double> errors_;

@@ -50,6 +50,19 @@ TEST(TickCost, FollowsAMachineThatSlowsDown) {
   EXPECT_NEAR(m.predict_ms(decode), 2 * before, 0.05 * 2 * before);
 }
 
+TEST(TickCost, AFirstGuessIsForgottenOnceServingTicksAreMeasuredAndOneOutlierMovesItByABoundedStep) {
+  TickCost m(shape());
+  const TickWork decode{16, 16 * 200, 16}, prompt{144, 16 * 200 + 128 * 64, 16};
+  for (int i = 0; i < 20; ++i) m.observe(i % 2 ? decode : prompt, 20 * machine_ms(m, i % 2 ? decode : prompt), true);  // calibrated beside a burst
+  ASSERT_TRUE(m.warm());
+  EXPECT_GT(m.predict_ms(decode), 10 * machine_ms(m, decode));
+  for (int i = 0; i < 20; ++i) m.observe(i % 2 ? decode : prompt, machine_ms(m, i % 2 ? decode : prompt));
+  EXPECT_NEAR(m.predict_ms(decode), machine_ms(m, decode), 0.05 * machine_ms(m, decode));
+  const double before = m.predict_ms(decode);
+  m.observe(decode, 100 * machine_ms(m, decode));  // one tick behind a neighbour's burst
+  EXPECT_LT(m.predict_ms(decode), 1.5 * before);
+}
+
 TEST(TickCost, CoefficientsStayNonNegativeOnNoisyTicks) {
   TickCost m(shape());
   std::mt19937 rng(5);

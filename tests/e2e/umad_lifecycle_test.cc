@@ -154,7 +154,8 @@ TEST(UmadLifecycle, RefusesToRemoveSomethingThatIsNotASocket) {
 
 TEST(UmadLifecycle, BadFlagValuesAreClearErrorsAtStart) {
   const std::vector<std::vector<std::string>> bad = {
-      {"--n-ctx", "abc"}, {"--max-sessions", "0"}, {"--threads", "-3"}, {"--slo-tbt-ms", "0"},
+      {"--n-ctx", "abc"}, {"--max-sessions", "0"}, {"--threads", "-3"}, {"--threads", "two"}, {"--threads", "4x"},
+      {"--slo-tbt-ms", "0"},
       {"--max-prompt-bytes", "-1"}, {"--no-such-flag"},
   };
   for (const auto& flags : bad) {

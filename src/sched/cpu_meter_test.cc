@@ -1,0 +1,82 @@
+#include "sched/cpu_meter.h"
+
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace uma {
+namespace {
+
+TEST(CpuMeter, OthersAreTheBusyTimeOfOurCpusLessOursOverTheWallTime) {
+  const CpuSample a{1000.0, 5000.0, 300.0};
+  EXPECT_DOUBLE_EQ(others_cores(a, {1500.0, 5000.0 + 900.0, 300.0 + 400.0}), 1.0);  // 900 busy, 400 ours, in 500 ms
+  EXPECT_DOUBLE_EQ(others_cores(a, {1500.0, 5000.0 + 300.0, 300.0 + 400.0}), 0.0) << "counters of different grain: never negative";
+  EXPECT_DOUBLE_EQ(others_cores(a, a), 0.0);
+}
+
+class ProcCpuMeterTest : public ::testing::Test {
+ protected:
+  std::string path_ = ::testing::TempDir() + "/uma-cpu-meter-stat-" + std::to_string(::getpid());
+  void TearDown() override { std::remove(path_.c_str()); }
+
+  // A /proc/stat whose every CPU of ours (and CPU 4000, never ours) has `busy` ticks of user time
+  // and `idle` idle ticks.
+  void write_stat(long busy, long idle) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+    std::ofstream f(path_);
+    f << "cpu  1 2 3 4 5 6 7 8 0 0\n";
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) f << "cpu" << c << " " << busy << " 0 0 " << idle << " 0 0 0 0 0 0\n";
+    }
+    f << "cpu4000 999999 0 0 0 0 0 0 0 0 0\nintr 1 2 3\nctxt 12345\n";
+  }
+};
+
+TEST_F(ProcCpuMeterTest, SumsTheBusyTicksOfTheCpusInTheAffinityMaskOnly) {
+  ProcCpuMeter meter(path_);
+  const double tick_ms = 1000.0 / double(::sysconf(_SC_CLK_TCK));
+  ASSERT_GE(meter.allowed_cores(), 1);
+  EXPECT_LE(meter.allowed_cores(), CPU_COUNT([] {
+    static cpu_set_t s;
+    ::sched_getaffinity(0, sizeof(s), &s);
+    return &s;
+  }()));
+  EXPECT_FALSE(meter.describe().empty());
+  write_stat(100, 50);
+  CpuSample a, b;
+  ASSERT_TRUE(meter.sample(&a));
+  write_stat(130, 70);
+  ASSERT_TRUE(meter.sample(&b));
+  cpu_set_t set;
+  ::sched_getaffinity(0, sizeof(set), &set);
+  EXPECT_DOUBLE_EQ(b.busy_ms - a.busy_ms, 30.0 * CPU_COUNT(&set) * tick_ms) << "CPU 4000 is not ours";
+  EXPECT_GE(b.wall_ms, a.wall_ms);
+  EXPECT_GE(b.own_cpu_ms, a.own_cpu_ms);
+}
+
+TEST_F(ProcCpuMeterTest, NoCountersIsNoSample) {
+  ProcCpuMeter meter(path_ + ".missing");
+  CpuSample s;
+  EXPECT_FALSE(meter.sample(&s));
+}
+
+TEST(ProcCpuMeterReal, TheKernelsCountersAndTheProcessCpuTimeMove) {
+  ProcCpuMeter meter;
+  CpuSample a, b;
+  ASSERT_TRUE(meter.sample(&a));
+  const double start = meter.process_cpu_ms();
+  volatile double x = 0;
+  while (meter.process_cpu_ms() < start + 20.0) x = x + 1.0;  // 20 ms of our own work
+  ASSERT_TRUE(meter.sample(&b));
+  EXPECT_GE(b.own_cpu_ms - a.own_cpu_ms, 20.0);
+  EXPECT_GE(b.busy_ms, a.busy_ms);
+}
+
+}  // namespace
+}  // namespace uma
