@@ -40,9 +40,9 @@ double quota_from(std::string dir, const std::string& root, bool v2) {
   }
 }
 
-// The cgroup CPU quota of this process in cores (0: none).
-double cgroup_quota() {
-  std::ifstream f("/proc/self/cgroup");
+// The cgroup CPU quota of this process in cores (0: none); `root` prefixes /proc and /sys.
+double cgroup_quota(const std::string& root) {
+  std::ifstream f(root + "/proc/self/cgroup");
   std::string line;
   while (std::getline(f, line)) {
     const auto a = line.find(':'), b = line.find(':', a + 1);
@@ -50,14 +50,14 @@ double cgroup_quota() {
     const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
     const std::string rel = path == "/" ? "" : path;
     if (line.compare(0, a, "0") == 0 && controllers.empty()) {
-      if (double q = quota_from("/sys/fs/cgroup" + rel, "/sys/fs/cgroup", true); q > 0) return q;
+      if (double q = quota_from(root + "/sys/fs/cgroup" + rel, root + "/sys/fs/cgroup", true); q > 0) return q;
       continue;
     }
     std::stringstream names(controllers);
     for (std::string name; std::getline(names, name, ',');) {
       if (name != "cpu") continue;
       for (const char* mount : {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"}) {
-        if (double q = quota_from(mount + rel, mount, false); q > 0) return q;
+        if (double q = quota_from(root + mount + rel, root + mount, false); q > 0) return q;
       }
     }
   }
@@ -72,7 +72,7 @@ double others_cores(const CpuSample& from, const CpuSample& to) {
   return std::max(0.0, ((to.busy_ms - from.busy_ms) - (to.own_cpu_ms - from.own_cpu_ms)) / wall);
 }
 
-ProcCpuMeter::ProcCpuMeter(std::string stat_path) : stat_path_(std::move(stat_path)) {
+ProcCpuMeter::ProcCpuMeter(std::string stat_path, const std::string& root) : stat_path_(std::move(stat_path)) {
   if (const long hz = ::sysconf(_SC_CLK_TCK); hz > 0) ms_per_tick_ = 1000.0 / double(hz);
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -91,7 +91,7 @@ ProcCpuMeter::ProcCpuMeter(std::string stat_path) : stat_path_(std::move(stat_pa
   }
   allowed_ = cpus_ = cpus;
   why_ = std::to_string(cpus) + " of " + std::to_string(online) + " CPUs";
-  if (const double quota = cgroup_quota(); quota > 0 && quota < cpus) {
+  if (const double quota = cgroup_quota(root); quota > 0 && quota < cpus) {
     allowed_ = std::max(1, static_cast<int>(std::floor(quota + 0.25)));  // 1.8 cores of quota: 2 threads
     std::ostringstream s;
     s << why_ << ", cgroup quota " << quota << " cores";

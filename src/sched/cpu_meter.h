@@ -35,8 +35,9 @@ double others_cores(const CpuSample& from, const CpuSample& to);
 
 class ProcCpuMeter final : public CpuMeter {
  public:
-  // `stat_path`: the kernel's per-CPU counters (/proc/stat).
-  explicit ProcCpuMeter(std::string stat_path = "/proc/stat");
+  // `stat_path`: the kernel's per-CPU counters (/proc/stat); `root`: where /proc/self/cgroup and
+  // /sys/fs/cgroup are found (tests give a folder of their own).
+  explicit ProcCpuMeter(std::string stat_path = "/proc/stat", const std::string& root = "");
   int allowed_cores() const override { return allowed_; }
   int mask_cpus() const override { return cpus_; }
   double process_cpu_ms() const override;

@@ -4,7 +4,9 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -64,6 +66,44 @@ TEST_F(ProcCpuMeterTest, NoCountersIsNoSample) {
   ProcCpuMeter meter(path_ + ".missing");
   CpuSample s;
   EXPECT_FALSE(meter.sample(&s));
+}
+
+// A cgroup hierarchy of our own: the smallest quota up the tree caps the threads, rounded so that
+// 1.8 cores of quota still get 2 threads and 1.5 get 1.
+class CgroupQuota : public ::testing::Test {
+ protected:
+  std::string root_ = ::testing::TempDir() + "/uma-cgroup-" + std::to_string(::getpid());
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  void write(const std::string& path, const std::string& text) {
+    const std::filesystem::path full = root_ + path;
+    std::filesystem::create_directories(full.parent_path());
+    std::ofstream(full) << text;
+  }
+  static int cpus() {
+    cpu_set_t s;
+    ::sched_getaffinity(0, sizeof(s), &s);
+    return CPU_COUNT(&s);
+  }
+};
+
+TEST_F(CgroupQuota, V2TakesTheSmallestCpuMaxUpTheTree) {
+  write("/proc/self/cgroup", "0::/pods/uma\n");
+  write("/sys/fs/cgroup/pods/uma/cpu.max", "max 100000\n");
+  write("/sys/fs/cgroup/pods/cpu.max", "50000 100000\n");  // half a core for the pod
+  ProcCpuMeter meter("/proc/stat", root_);
+  EXPECT_EQ(meter.allowed_cores(), 1);
+  EXPECT_EQ(meter.mask_cpus(), cpus());
+  if (cpus() > 1) EXPECT_NE(meter.describe().find("cgroup quota 0.5"), std::string::npos) << meter.describe();
+}
+
+TEST_F(CgroupQuota, V1ReadsTheCpuControllersQuotaAndNoQuotaLeavesTheMask) {
+  write("/proc/self/cgroup", "12:memory:/x\n4:cpu,cpuacct:/docker/abc\n");
+  write("/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "180000\n");
+  write("/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+  ProcCpuMeter meter("/proc/stat", root_);
+  EXPECT_EQ(meter.allowed_cores(), std::min(cpus(), 2)) << "1.8 cores: 2 threads";
+  write("/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "-1\n");
+  EXPECT_EQ(ProcCpuMeter("/proc/stat", root_).allowed_cores(), cpus());
 }
 
 TEST(ProcCpuMeterReal, TheKernelsCountersAndTheProcessCpuTimeMove) {
