@@ -58,8 +58,8 @@ print("| c | server | quiet tok/s | busy tok/s | busy / quiet | ITL p99 quiet / 
 print("|---|---|---|---|---|---|")
 for c in conc:
     for s in ("umad", "llama-server"):
-        q = [json.load(open(os.path.join(out, f"{s}-quiet-c{c}-{r}.json"))) for r in range(1, rounds + 1)]
-        b = [json.load(open(os.path.join(out, f"{s}-busy-c{c}-{r}.json"))) for r in range(1, rounds + 1)]
+        q = [json.load(open(os.path.join(out, f"{s}-quiet-c{c}-{r}.json")))["runs"][0] for r in range(1, rounds + 1)]
+        b = [json.load(open(os.path.join(out, f"{s}-busy-c{c}-{r}.json")))["runs"][0] for r in range(1, rounds + 1)]
         qt = [x["output_tok_s"] for x in q]; bt = [x["output_tok_s"] for x in b]
         fmt = lambda xs, f: " / ".join(f % v for v in xs)
         itl = fmt([x["itl_ms"]["p99"] for x in q], "%.1f") + " ; " + fmt([x["itl_ms"]["p99"] for x in b], "%.1f")

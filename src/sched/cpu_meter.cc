@@ -1,10 +1,12 @@
 #include "sched/cpu_meter.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -74,6 +76,9 @@ double others_cores(const CpuSample& from, const CpuSample& to) {
 
 ProcCpuMeter::ProcCpuMeter(std::string stat_path, const std::string& root) : stat_path_(std::move(stat_path)) {
   if (const long hz = ::sysconf(_SC_CLK_TCK); hz > 0) ms_per_tick_ = 1000.0 / double(hz);
+  errno = 0;
+  const int niceness = ::getpriority(PRIO_PROCESS, 0);
+  count_nice_ = errno == 0 && niceness > 0;
   cpu_set_t set;
   CPU_ZERO(&set);
   int cpus = 0, online = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
@@ -121,7 +126,8 @@ bool ProcCpuMeter::sample(CpuSample* out) {
     if (!in) continue;
     in >> steal;  // absent on old kernels
     if (cpu >= mask_.size() || mask_[cpu] != '1') continue;
-    busy_ticks += user + nice + system + irq + softirq + steal;  // guest time is inside user
+    // Niced processes' time is apart: they yield to us, unless we run niced ourselves.
+    busy_ticks += user + system + irq + softirq + steal + (count_nice_ ? nice : 0);  // guest time is inside user
     any = true;
   }
   if (!any) return false;

@@ -4,8 +4,9 @@
 // - allowed_cores(): the cores this process may use: its affinity mask, capped by a cgroup CPU
 //   quota (cgroup v2 cpu.max or v1 cfs_quota_us, the smallest up the hierarchy), never nproc alone.
 // - process_cpu_ms(): CPU time of every thread of this process so far.
-// - sample(): the busy time (user, nice, system, irq, softirq, steal) of the CPUs in the affinity
-//   mask and this process's CPU time, at one instant. Between two samples, busy less own over the
+// - sample(): the busy time (user, system, irq, softirq, steal; niced processes' time only when
+//   this process is niced too: others yield to us) of the CPUs in the affinity mask and this
+//   process's CPU time, at one instant. Between two samples, busy less own over the
 //   wall time is the cores others kept busy among ours: a neighbour process, or a hypervisor's steal.
 // The daemon uses ProcCpuMeter (Linux /proc and /sys); tests give the scheduler a fake.
 // Thread-safety: a meter belongs to the compute thread.
@@ -51,6 +52,7 @@ class ProcCpuMeter final : public CpuMeter {
   int allowed_ = 1;
   int cpus_ = 1;
   double ms_per_tick_ = 10.0;  // /proc/stat counts in USER_HZ ticks
+  bool count_nice_ = false;    // this process runs niced: niced neighbours compete as equals
   std::string why_;
 };
 

@@ -92,7 +92,7 @@ void Scheduler::tick(std::vector<Event>& out) {
   if (st.ok()) decoder_.synchronize();  // an asynchronous decode's time is its results'
   const Clock::time_point t1 = time_.now();
   const double decode_ms = ms_between(t0, t1);
-  if (st.ok()) threads_after_decode(t1, decode_ms, cpu_before_ms);
+  if (st.ok()) threads_after_decode(decode_ms, cpu_before_ms);
   ++tick_no_;
   if (spdlog::should_log(spdlog::level::debug)) trace_tick(plan, in.budget, decode_ms, st);
   if (st.code() == ErrorCode::kKvExhausted && recover_kv_exhausted()) return;  // retried next tick

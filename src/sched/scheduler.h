@@ -357,7 +357,7 @@ class Scheduler {
   // scheduler_threads.cc: a window of the machine when one is due, then the governor's count for
   // this decode; returns the process's CPU time (ms) when the decode's is worth measuring, else -1.
   double threads_before_decode(Clock::time_point now);
-  void threads_after_decode(Clock::time_point now, double wall_ms, double cpu_before_ms);
+  void threads_after_decode(double wall_ms, double cpu_before_ms);
   struct HostThreads {
     CpuMeter* meter = nullptr;
     std::optional<ThreadGovernor> governor;

@@ -6,10 +6,6 @@
 
 namespace uma {
 
-namespace {
-double ms_of(Clock::time_point t) { return std::chrono::duration<double, std::milli>(t.time_since_epoch()).count(); }
-}  // namespace
-
 void Scheduler::use_cpu_meter(CpuMeter* meter, bool adaptive) {
   threads_.meter = meter;
   threads_.sampled = false;
@@ -26,16 +22,14 @@ double Scheduler::threads_before_decode(Clock::time_point now) {
     CpuSample s;
     if (threads_.meter->sample(&s)) {
       // The first window starts at the first decode: the time before it says nothing of serving.
-      if (threads_.sampled) g.observe_window(ms_of(now), others_cores(threads_.last, s));
+      if (threads_.sampled) g.observe_window(others_cores(threads_.last, s));
       threads_.last = s;
       threads_.sampled = true;
     }
     threads_.window_at = now;
     metrics_.cpu_others_cores = g.others_cores();
   }
-  // Only a decode whose CPU time is measured may try one thread more (its measure ends the try).
-  const bool on_host = decoder_.computes_on_host();
-  const int n = on_host ? g.threads_for_decode(ms_of(now)) : g.threads();
+  const int n = g.threads();
   if (g.adaptive() && decoder_.threads() > 0 && decoder_.threads() != n) {
     spdlog::debug("compute threads {} -> {} (others keep {:.2f} cores busy)", decoder_.threads(), n, g.others_cores());
     decoder_.set_threads(n);
@@ -43,12 +37,12 @@ double Scheduler::threads_before_decode(Clock::time_point now) {
     metrics_.compute_thread_changes_total++;
   }
   metrics_.compute_threads = decoder_.threads();
-  return on_host ? threads_.meter->process_cpu_ms() : -1.0;
+  return decoder_.computes_on_host() ? threads_.meter->process_cpu_ms() : -1.0;
 }
 
-void Scheduler::threads_after_decode(Clock::time_point now, double wall_ms, double cpu_before_ms) {
+void Scheduler::threads_after_decode(double wall_ms, double cpu_before_ms) {
   if (threads_.meter == nullptr || cpu_before_ms < 0) return;
-  threads_.governor->observe_decode(ms_of(now), wall_ms, threads_.meter->process_cpu_ms() - cpu_before_ms);
+  threads_.governor->observe_decode(wall_ms, threads_.meter->process_cpu_ms() - cpu_before_ms);
 }
 
 }  // namespace uma
