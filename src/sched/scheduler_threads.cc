@@ -37,7 +37,8 @@ double Scheduler::threads_before_decode(Clock::time_point now) {
     metrics_.compute_thread_changes_total++;
   }
   metrics_.compute_threads = decoder_.threads();
-  return decoder_.computes_on_host() ? threads_.meter->process_cpu_ms() : -1.0;
+  // A fixed pool's decodes are not judged: no CPU-time reads on its hot path.
+  return g.adaptive() && decoder_.computes_on_host() ? threads_.meter->process_cpu_ms() : -1.0;
 }
 
 void Scheduler::threads_after_decode(double wall_ms, double cpu_before_ms) {
