@@ -23,6 +23,7 @@
 #include "publish/kv_event_server.h"
 #include "chat/structured_output.h"
 #include "daemon/catalog_model.h"
+#include "daemon/compute_spin.h"
 #include "daemon/config.h"
 #include "daemon/model_router.h"
 #include "daemon/supervisor_link.h"
@@ -80,6 +81,7 @@ void run_io(boost::asio::io_context& io, uma::ServerMetrics& metrics) {
 
 int main(int argc, char** argv) {
   using namespace uma;
+  exec_with_compute_spin(argv);
   DaemonConfig cfg;
   int exit_code = 0;
   Status st = parse_daemon_config(argc, argv, cfg, &exit_code);
@@ -132,8 +134,8 @@ int main(int argc, char** argv) {
   // before the scheduler, which reads it on the compute thread.
   ProcCpuMeter cpu_meter;
   if (cfg.runtime.n_threads == 0) cfg.runtime.n_threads = cpu_meter.allowed_cores();
-  spdlog::info("threads: {} ({}){}", cfg.runtime.n_threads, cpu_meter.describe(),
-               cfg.threads_auto ? ", fewer while other processes take cores" : ", fixed");
+  spdlog::info("threads: {} ({}){}; compute threads wait at barriers: {}", cfg.runtime.n_threads, cpu_meter.describe(),
+               cfg.threads_auto ? ", fewer while other processes take cores" : ", fixed", compute_spin_setting());
   std::unique_ptr<LlamaRuntime> runtime;
   std::unique_ptr<CatalogModel> catalog_model;  // --model-id: the store behind the model's image
   {

@@ -2,7 +2,8 @@
 // nothing a decode computes: on the oracle model greedy streams stay exact while every decode
 // takes another thread count, and on an ordinary random model (attention matters) the logits of
 // a prompt and the decode steps after it stay those of a fixed pool within tolerance. A daemon
-// with --threads auto counts the cores its affinity mask allows.
+// with --threads auto counts the cores its affinity mask allows, and its compute threads spin
+// only briefly at a barrier before they sleep.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sched.h>
@@ -117,6 +118,48 @@ TEST(RuntimeThreads, ADaemonWithThreadsAutoCountsTheCpusItsAffinityAllows) {
   const auto m = nlohmann::json::parse(fetch_metrics(d.socket()));
   EXPECT_EQ(m.value("compute_threads", -1), 1) << m.dump();
   EXPECT_GE(m.value("cpu_others_cores", -1.0), 0.0) << m.dump();
+}
+
+// The environment libgomp read when the daemon's process image started (compute_spin.h): a short
+// spin before its compute threads sleep at a barrier by default, and an operator's setting kept.
+std::string process_env(pid_t pid, const std::string& name) {
+  const std::string env = slurp("/proc/" + std::to_string(pid) + "/environ");
+  const std::string key = name + "=";
+  for (std::size_t at = 0; at < env.size();) {
+    const std::size_t end = std::min(env.find('\0', at), env.size());
+    if (env.compare(at, key.size(), key) == 0) return env.substr(at + key.size(), end - at - key.size());
+    at = end + 1;
+  }
+  return "<unset>";
+}
+
+TEST(RuntimeThreads, ComputeThreadsSpinBrieflyAtBarriersUnlessTheOperatorSaysOtherwise) {
+  ASSERT_EQ(::unsetenv("GOMP_SPINCOUNT"), 0);
+  ASSERT_EQ(::unsetenv("OMP_WAIT_POLICY"), 0);
+  {
+    Daemon d({"--max-tokens", "8"});
+    ASSERT_TRUE(d.started()) << d.log();
+    EXPECT_EQ(process_env(d.pid(), "GOMP_SPINCOUNT"), "3000");
+    EXPECT_NE(d.log().find("wait at barriers: spin 3000 pauses"), std::string::npos) << d.log();
+    Client c(d.socket());
+    ASSERT_TRUE(c.send("hello world\n"));
+    EXPECT_EQ(c.read_line().value_or("<none>"), oracle().expected_reply("hello world", 8));
+  }
+  ASSERT_EQ(::setenv("GOMP_SPINCOUNT", "77", 1), 0);
+  {
+    Daemon d({"--max-tokens", "8"});
+    ASSERT_TRUE(d.started()) << d.log();
+    EXPECT_EQ(process_env(d.pid(), "GOMP_SPINCOUNT"), "77");
+  }
+  ASSERT_EQ(::unsetenv("GOMP_SPINCOUNT"), 0);
+  ASSERT_EQ(::setenv("OMP_WAIT_POLICY", "passive", 1), 0);
+  {
+    Daemon d({"--max-tokens", "8"});
+    ASSERT_TRUE(d.started()) << d.log();
+    EXPECT_EQ(process_env(d.pid(), "GOMP_SPINCOUNT"), "<unset>");
+    EXPECT_NE(d.log().find("wait at barriers: OMP_WAIT_POLICY=passive"), std::string::npos) << d.log();
+  }
+  ASSERT_EQ(::unsetenv("OMP_WAIT_POLICY"), 0);
 }
 
 }  // namespace
