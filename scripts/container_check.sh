@@ -68,9 +68,14 @@ else
 fi
 log "uma-serve:latest ready in $(($(now) - t)) s, $(docker image inspect -f '{{.Size}}' uma-serve:latest | awk '{printf "%.0f MiB", $1 / 1048576}')"
 
-# The oracle model, from the host's build (the README's test command builds uma-mkmodel).
+# The oracle model, from the host's build (a fresh clone builds uma-mkmodel alone first).
 mkmodel=${UMA_MKMODEL:-$root/build/bin/uma-mkmodel}
-[ -x "$mkmodel" ] || { log "needs $mkmodel: run the README's test command (or cmake --build build --target uma-mkmodel) first"; exit 1; }
+if [ ! -x "$mkmodel" ]; then
+  log "building uma-mkmodel for the oracle model (scripts/setup.sh, then build/)"
+  scripts/setup.sh >/dev/null
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build -j "$(nproc)" --target uma-mkmodel >/dev/null
+fi
 mkdir -p "$work/models" && chmod 0777 "$work/models"
 UMA_MKMODEL=$mkmodel UMA_MODELS_DIR=$work/tm scripts/make_test_models.sh >/dev/null
 cp "$work/tm/oracle.gguf" "$work/models/oracle.gguf" && chmod 0666 "$work/models/oracle.gguf"
