@@ -120,6 +120,7 @@ for p in $presets; do
     run "nvme:$id" "$B/uma-load-bench" --mode store --tier nvme --idx "$f.idx" --dir "$work/nvme" --prefault
     run "nvme-fresh-memory:$id" "$B/uma-load-bench" --mode store --tier nvme --idx "$f.idx" --dir "$work/nvme"
     run "dram:$id" "$B/uma-load-bench" --mode store --tier dram --idx "$f.idx" --dir "$work/nvme"
+    [ -n "${UMA_GPU:-}" ] && run "dram-stream:$id" "$B/uma-load-bench" --mode store --tier dram --path stream --idx "$f.idx" --dir "$work/nvme"
     [ -n "${UMA_GPU:-}" ] && run "dram-map:$id" "$B/uma-load-bench" --mode store --tier dram --path map --idx "$f.idx" --dir "$work/nvme"
     if [ -n "$base" ]; then
       rm -rf "$work/remote-nvme"; mkdir -p "$work/remote-nvme"
@@ -150,7 +151,7 @@ for m in models:
     mm = med(f"llama-mmap:{m}", "first_token_s")
     for label, limit, lname in [("llama-mmap", None, ""), ("llama-mmap-warm", None, ""), ("llama-direct", None, ""),
                                 ("nvme", fio, "fio"), ("nvme-fresh-memory", fio, "fio"), ("dram", h2d if h2d == h2d else mem, "h2d" if h2d == h2d else "memcpy"),
-                                ("dram-map", h2d, "h2d"), ("remote", link / 1e9, "link")]:
+                                ("dram-stream", h2d, "h2d"), ("dram-map", h2d, "h2d"), ("remote", link / 1e9, "link")]:
         key = f"{label}:{m}"
         if key not in by: continue
         load, first = med(key, "load_s"), med(key, "first_token_s")

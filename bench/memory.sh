@@ -4,7 +4,8 @@
 # memory where nvidia-smi is) after one request, KV cells allocated, for 1, 4 and 16 sessions and
 # rooms of 4096 and 32768. Then 16 users sharing one 3000-token system prompt (16 sessions x 4096):
 # TTFT p50 against llama-server's, RSS, the KV cells held at the peak (bench/metrics_peak.py) against
-# the prompt held once, and the KV tokens held after, for umad in both KV layouts.
+# the prompt held once, and the KV tokens held after, for umad in both KV layouts, and unified KV
+# with a context of the group held once plus 10% (sixteen sessions in one room).
 # Both servers over HTTP, same model file and threads, one run.
 #   bench/memory.sh [OUT_DIR]      (default build/bench-memory)
 # The model says a trained context of 32768 (uma-mkmodel --context-length): llama-server caps a
@@ -83,9 +84,11 @@ try:
     tokens = int(m.group(1)) if m else None
 except OSError:
     pass
+sys.path.insert(0, "bench")
+from memory_probe import gpu_mib
 print(json.dumps({"name": name, "ttft_p50_ms": run["ttft_ms"]["p50"], "ttft_p90_ms": run["ttft_ms"]["p90"],
-                  "output_tok_s": run["output_tok_s"], "rss_mib": round(rss, 1), "kv_tokens_held": tokens,
-                  "kv_cells_held_peak": peak}))
+                  "output_tok_s": run["output_tok_s"], "rss_mib": round(rss, 1), "gpu_mib": gpu_mib(int(pid)),
+                  "kv_tokens_held": tokens, "kv_cells_held_peak": peak}))
 PY
   kill -TERM "$pid"
   while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
@@ -97,6 +100,10 @@ group llama-server-group $(llama_cmd 16 65536)
 group umad-group $(umad_cmd 16 65536)
 # shellcheck disable=SC2046
 group umad-unified-group $(umad_cmd 16 65536 --kv-layout unified)
+# Unified KV sized to the group held once (+10%): the 16 sessions share 4096 cells, not 16 x 4096.
+fit=$(( (prefix + 16 * (30 + 16)) * 11 / 10 ))
+# shellcheck disable=SC2046
+group "umad-unified-$fit" $(umad_cmd 16 "$fit" --kv-layout unified)
 fi
 
 python3 - "$out" "$prefix" <<'PY' | tee "$out/report.md"
@@ -129,13 +136,14 @@ prefix = int(sys.argv[2])
 once = prefix + 16 * (30 + 16)
 print(f"KV cells the group needs with its prompt held once: {prefix} + 16 x (30 + 16) = {once}")
 print()
-print("| 16 users, one system prompt | TTFT p50 ms | p90 | out tok/s | RSS MiB | KV cells held, peak | held / once | KV tokens after | TTFT p50 / llama-server |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| 16 users, one system prompt | TTFT p50 ms | p90 | out tok/s | RSS MiB | GPU MiB | KV cells held, peak | held / once | KV tokens after | TTFT p50 / llama-server |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 # llama-server's TTFT is 0 when none of its requests finished (the client gave up): no ratio then.
 ratio = lambda g: f"{g['ttft_p50_ms'] / ref['ttft_p50_ms']:.2f}" if ref["ttft_p50_ms"] > 0 else "-"
 for g in groups:
     held = g.get("kv_cells_held_peak")
     print(f"| {g['name']} | {g['ttft_p50_ms']:.0f} | {g['ttft_p90_ms']:.0f} | {g['output_tok_s']:.1f} | {g['rss_mib']:.0f} | "
+          f"{g.get('gpu_mib') if g.get('gpu_mib') is not None else '-'} | "
           f"{held if held is not None else '-'} | {f'{held / once:.2f}' if held is not None else '-'} | "
           f"{g['kv_tokens_held'] if g['kv_tokens_held'] is not None else '-'} | {ratio(g)} |")
 PY

@@ -57,17 +57,49 @@ fetch_tarball() {
   rm -rf "$tmp"
 }
 
-# The files of the pruned source, sorted (what a build and the tests need).
+# The files of the pruned source in git checkout $1, sorted (what a build and the tests need).
 pruned_files() {
-  (cd "$base/src" && git ls-files | grep -vE '^(docs/|benches/|media/|\.github/|tools/ui/(src|tests|\.storybook)/|models/)'
-   cd "$base/src" && git ls-files models/templates && printf "%s\n" models/ggml-vocab-llama-spm.gguf models/ggml-vocab-gpt-2.gguf) | LC_ALL=C sort
+  (cd "$1" && git ls-files | grep -vE '^(docs/|benches/|media/|\.github/|tools/ui/(src|tests|\.storybook)/|models/)'
+   cd "$1" && git ls-files models/templates && printf "%s\n" models/ggml-vocab-llama-spm.gguf models/ggml-vocab-gpt-2.gguf) | LC_ALL=C sort
 }
 
 # A tar of those files that is the same bytes on any machine (names sorted, times, owners and
-# group/other write bits fixed), so its sha256 can be pinned.
+# group/other write bits fixed), so its sha256 can be pinned. Taken from a clean checkout of the
+# commit: the build's source carries our patches.
 source_tar() {
-  pruned_files | tar -C "$base/src" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
+  local tmp; tmp=$(mktemp -d)
+  git clone -q "$base/src" "$tmp/src" 2>/dev/null
+  pruned_files "$tmp/src" | tar -C "$tmp/src" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
     --mode=go-w --no-recursion -cf - -T -
+  rm -rf "$tmp"
+}
+
+# Our patches to the pinned source (deps/llama-patches/, in name order; deps/llama.env pins their
+# sha256), applied once to the verified source. Another patch set starts again from the verified
+# source; a patch that does not apply leaves the source to be unpacked again next time.
+patches_sum() { cat "$root"/deps/llama-patches/*.patch | sha256sum | cut -d' ' -f1; }
+apply_patches() {
+  local want; want=$(patches_sum)
+  if [ "$want" != "$LLAMA_PATCHES_SHA256" ]; then
+    log "deps/llama-patches/ hold $want, deps/llama.env pins $LLAMA_PATCHES_SHA256"; exit 1
+  fi
+  [ "$(cat "$base/src/.uma-patches" 2>/dev/null)" = "$want" ] && return 0
+  if [ -f "$base/src/.uma-patches" ]; then
+    rm -f "$base/src/.uma-verified"
+    unpack_source
+  fi
+  local p
+  for p in "$root"/deps/llama-patches/*.patch; do
+    # GIT_DIR: as a plain patch tool (inside another work tree git apply skips paths silently);
+    # the reverse check proves the patch is in.
+    if ! (cd "$base/src" && GIT_DIR=/nonexistent git apply --whitespace=nowarn "$p" &&
+          GIT_DIR=/nonexistent git apply --reverse --check "$p"); then
+      rm -f "$base/src/.uma-verified"
+      log "$p does not apply to the pinned source"; exit 1
+    fi
+    log "applied $(basename "$p")"
+  done
+  echo "$want" >"$base/src/.uma-patches"
 }
 
 unpack_source() {
@@ -146,5 +178,6 @@ case "${1:-}" in
     source_tar; exit 0 ;;
 esac
 unpack_source
+apply_patches
 build "$@"
 log "ready: $home"

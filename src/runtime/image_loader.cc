@@ -1,5 +1,6 @@
 #include "runtime/image_loader.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -61,6 +62,19 @@ int cookie_seek(void* c, off64_t* offset, int whence) {
 
 int cookie_close(void*) { return 0; }
 
+// llama.cpp asks before it copies a tensor's bytes out of the image (the copy path).
+bool wait_for_bytes(size_t offset, size_t size, void* c) {
+  Cookie& k = *static_cast<Cookie*>(c);
+  const auto w = Clock::now();
+  if (Status s = k.image->wait(offset, size); !s.ok()) {
+    k.error = s;
+    return false;
+  }
+  k.stats.wait_seconds += std::chrono::duration<double>(Clock::now() - w).count();
+  k.stats.bytes_read += size;
+  return true;
+}
+
 ggml_backend_dev_t first_gpu() {
   for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
     ggml_backend_dev_t d = ggml_backend_dev_get(i);
@@ -77,7 +91,7 @@ llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& ima
   const auto t0 = Clock::now();
   if (path == ImageLoadPath::kAuto) {
     const bool gpu = llama_supports_gpu_offload() && params.n_gpu_layers != 0;
-    path = image->fd() >= 0 && !gpu ? ImageLoadPath::kMap : ImageLoadPath::kStream;
+    path = image->fd() >= 0 && !gpu ? ImageLoadPath::kMap : ImageLoadPath::kCopy;
   }
   if (path == ImageLoadPath::kMap) {
     if (image->fd() < 0) {
@@ -122,14 +136,20 @@ llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& ima
   std::setvbuf(f, nullptr, _IOFBF, 256 << 10);
   llama_model_params mp = params;
   mp.load_mode = LLAMA_LOAD_MODE_NONE;  // reads, not a mapping: the stream is not a file
-  llama_model* model = llama_model_load_from_file_ptr(f, mp);
+  llama_model* model = path == ImageLoadPath::kCopy
+                           ? llama_model_load_from_file_ptr_and_data(f, image->data(), image->manifest().bytes,
+                                                                     wait_for_bytes, &cookie, mp)
+                           : llama_model_load_from_file_ptr(f, mp);
   std::fclose(f);
   cookie.stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (path == ImageLoadPath::kCopy) {  // llama.cpp copies as it goes: whatever was not waiting
+    cookie.stats.copy_seconds = std::max(0.0, cookie.stats.seconds - cookie.stats.wait_seconds);
+  }
   if (model == nullptr) {
     *status = cookie.error.ok() ? Status(ErrorCode::kModelLoad, image->manifest().id + ": llama.cpp could not load it")
                                 : cookie.error;
   }
-  cookie.stats.path = static_cast<int>(ImageLoadPath::kStream);
+  cookie.stats.path = static_cast<int>(path);
   if (stats) *stats = cookie.stats;
   return model;
 }

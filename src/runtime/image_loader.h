@@ -1,17 +1,22 @@
 // Loading a llama.cpp model from a store::ModelImage while the image is still being filled.
 //
-// llama.cpp reads the model through a FILE* (llama_model_load_from_file_ptr) that is the image:
-// a stdio stream whose reads wait for just the chunks they cover, then copy from the image. So
-// llama.cpp's own loader runs unchanged (every architecture, tied and optional tensors as it
-// decides, its pipelined upload through pinned staging buffers to a GPU) while the tier reader
-// keeps filling later chunks: reading tensor k+1 overlaps copying tensor k, and a cold start costs
-// about max(read, copy), not their sum. Only verified bytes are ever handed to llama.cpp.
+// llama.cpp reads the model's metadata through a FILE* that is the image: a stdio stream whose
+// reads wait for just the chunks they cover. So llama.cpp's own loader runs unchanged (every
+// architecture, tied and optional tensors as it decides) while the tier reader keeps filling later
+// chunks: copying tensor k overlaps reading tensor k+1, and a cold start costs about
+// max(read, copy), not their sum. Only verified bytes are ever handed to llama.cpp.
+// - kCopy (a GPU's default): llama.cpp copies each tensor straight out of the image once its
+//   chunks are ready (llama_model_load_from_file_ptr_and_data, our patch to the pinned source,
+//   deps/llama-patches/). The image is registered page-locked memory, so the copy to the GPU is
+//   DMA at the link's speed; llama.cpp's own reads went through four 1 MiB staging buffers and a
+//   memcpy each (4.7 of 55 GB/s).
+// - kStream: llama.cpp reads the tensors through the FILE* as well (its unpatched entry point).
 //
 // On the CPU there is a better way when the image lives in a memfd (store::allocate_shared, the
 // default): once the image is complete, llama.cpp maps the memfd itself (its mmap path through a
 // FILE* of it), so the weights are used where the tier put them: no copy and no second
 // allocation, which on a CPU cost more than the read (a fresh 1.2 GB buffer's page faults took
-// 0.6-1.2 s on this project's VMs). kAuto maps on the CPU and streams when layers go to a GPU.
+// 0.6-1.2 s). kAuto maps on the CPU and copies when layers go to a GPU.
 //
 // (llama_model_init_from_user, the pin's other entry point, cannot load a real checkpoint: it
 // creates every optional tensor an architecture knows, biases and rope factors included, and asks
@@ -35,14 +40,14 @@ struct ImageLoadStats {
   double wait_seconds = 0;  // of which waiting for chunks still being read or verified
   double copy_seconds = 0;  // of which copying bytes out of the image into llama.cpp's buffers
   std::uint64_t bytes_read = 0;
-  int path = 0;  // the ImageLoadPath taken (kStream or kMap)
+  int path = 0;  // the ImageLoadPath taken
 };
 
-enum class ImageLoadPath { kAuto, kStream, kMap };
+enum class ImageLoadPath { kAuto, kStream, kMap, kCopy };
 
 // kMap: the model uses the image's pages for as long as it lives, so the caller must hold the
 // image until llama_model_free (else its block goes back to the pool and the next image
-// overwrites weights in use). kStream: the image may go once this returns.
+// overwrites weights in use). kStream, kCopy: the image may go once this returns.
 llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& image, const llama_model_params& params,
                                    Status* status, ImageLoadStats* stats = nullptr,
                                    ImageLoadPath path = ImageLoadPath::kAuto);

@@ -264,9 +264,11 @@ TEST_F(Store, DramDropsTheLeastRecentlyUsedOfTwoUnusedImages) {
   EXPECT_EQ(ts.tier("x"), Tier::kDram);
 }
 
-// llama.cpp's stream path waits for chunks the tier has not delivered yet: the image fills over
-// a slow link (nginx at 2 MB/s) while the model loads from it.
-TEST_F(Store, TheStreamPathLoadsWhileTheImageIsStillFilling) {
+// Both paths that copy out of the image wait for chunks the tier has not delivered yet: the image
+// fills over a slow link (nginx at 2 MB/s) while the model loads from it.
+class StoreFilling : public Store, public ::testing::WithParamInterface<ImageLoadPath> {};
+
+TEST_P(StoreFilling, TheModelLoadsWhileTheImageIsStillFilling) {
   if (skip_remote_tier_tests()) GTEST_SKIP() << "no nginx or no libcurl here";
   NginxServer::Options o;
   o.limit_rate = "2m";
@@ -284,14 +286,16 @@ TEST_F(Store, TheStreamPathLoadsWhileTheImageIsStillFilling) {
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
   ImageLoadStats ls;
-  llama_model* model = load_model_from_image(image, mp, &s, &ls, ImageLoadPath::kStream);
+  llama_model* model = load_model_from_image(image, mp, &s, &ls, GetParam());
   ASSERT_NE(model, nullptr) << s.to_string();
-  EXPECT_EQ(ls.path, static_cast<int>(ImageLoadPath::kStream));
+  EXPECT_EQ(ls.path, static_cast<int>(GetParam()));
   EXPECT_GT(ls.wait_seconds, 0.0) << "it waited for chunks on their way";
   EXPECT_GE(ls.bytes_read, m->bytes - m->data_offset);
   llama_model_free(model);
   ts.release("tiny");
 }
+INSTANTIATE_TEST_SUITE_P(Paths, StoreFilling, ::testing::Values(ImageLoadPath::kStream, ImageLoadPath::kCopy),
+                         [](const auto& info) { return info.param == ImageLoadPath::kStream ? "Stream" : "Copy"; });
 
 TEST_F(Store, TheNvmeTierDropsItsLeastRecentlyUsedFilesUnderItsBudget) {
   if (skip_remote_tier_tests()) GTEST_SKIP() << "no nginx or no libcurl here";
@@ -314,8 +318,9 @@ TEST_F(Store, TheNvmeTierDropsItsLeastRecentlyUsedFilesUnderItsBudget) {
   EXPECT_EQ(ts.tier("m3"), Tier::kNvme);
 }
 
-// llama.cpp reading an image still being filled (its FILE* waits for each chunk), or mapping the
-// finished image's memfd in place, computes what its own loader computes from the file.
+// llama.cpp reading an image still being filled (its FILE* waits for each chunk), copying each
+// tensor straight out of it, or mapping the finished image's memfd in place, computes what its own
+// loader computes from the file.
 class StoreLoad : public Store, public ::testing::WithParamInterface<ImageLoadPath> {};
 
 TEST_P(StoreLoad, AModelFromAnImageComputesWhatLlamaCppsOwnLoaderComputes) {
@@ -346,8 +351,10 @@ TEST_P(StoreLoad, AModelFromAnImageComputesWhatLlamaCppsOwnLoaderComputes) {
   EXPECT_EQ(out[0], out[1]) << "same weights, same threads, same batch: the same floats";
   ts.release("tiny");
 }
-INSTANTIATE_TEST_SUITE_P(Paths, StoreLoad, ::testing::Values(ImageLoadPath::kStream, ImageLoadPath::kMap),
-                         [](const auto& info) { return info.param == ImageLoadPath::kStream ? "Stream" : "Map"; });
+INSTANTIATE_TEST_SUITE_P(Paths, StoreLoad, ::testing::Values(ImageLoadPath::kStream, ImageLoadPath::kMap, ImageLoadPath::kCopy),
+                         [](const auto& info) {
+                           return info.param == ImageLoadPath::kStream ? "Stream" : info.param == ImageLoadPath::kMap ? "Map" : "Copy";
+                         });
 
 TEST(Catalog, AddListGetAndRemoveOnARealRedis) {
   RedisServer redis;

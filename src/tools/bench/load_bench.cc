@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
   app.add_option("--url", url, "the remote tier's URL");
   app.add_option("--tier", tier, "nvme | remote | dram: where the bytes are when the load starts")
       ->check(CLI::IsMember({"nvme", "remote", "dram"}));
-  app.add_option("--path", path, "auto | stream | map: how an image reaches llama.cpp (runtime/image_loader.h)")
-      ->check(CLI::IsMember({"auto", "stream", "map"}));
+  app.add_option("--path", path, "auto | copy | stream | map: how an image reaches llama.cpp (runtime/image_loader.h)")
+      ->check(CLI::IsMember({"auto", "copy", "stream", "map"}));
   app.add_option("--bytes", bytes, "--mode memcpy | h2d: bytes to copy");
   app.add_option("--gpu-layers", gpu_layers, "layers on the GPU (-1: all, where there is one)");
   app.add_option("--depth", depth, "NVMe reads in flight");
@@ -187,7 +187,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   ImageLoadStats ls;
-  const ImageLoadPath lp = path == "stream" ? ImageLoadPath::kStream : path == "map" ? ImageLoadPath::kMap : ImageLoadPath::kAuto;
+  const ImageLoadPath lp = path == "stream" ? ImageLoadPath::kStream
+                           : path == "map"  ? ImageLoadPath::kMap
+                           : path == "copy" ? ImageLoadPath::kCopy
+                                            : ImageLoadPath::kAuto;
   llama_model* m = load_model_from_image(image, mp, &s, &ls, lp);
   const double load = since(t0);
   if (!m) {
@@ -197,7 +200,7 @@ int main(int argc, char** argv) {
   const double first = first_token(m);
   ts.drain();
   std::string extra = ",\"wait_s\":" + std::to_string(ls.wait_seconds) + ",\"copy_s\":" + std::to_string(ls.copy_seconds) +
-                      ",\"pinned\":" + (image->pinned() ? "true" : "false") + ",\"path\":\"" + path + "\",\"prefault\":" + (prefault ? "true" : "false");
+                      ",\"pinned\":" + (image->pinned() ? "true" : "false") + ",\"path\":\"" + path + "\",\"path_taken\":" + std::to_string(ls.path) + ",\"prefault\":" + (prefault ? "true" : "false");
   extra += ",\"fills\":[";
   for (const auto& r : ts.history()) {
     if (extra.back() == '}') extra += ",";
