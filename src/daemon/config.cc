@@ -168,9 +168,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->capture_default_str()->check(CLI::Range(1.0, 1e7));
   app.add_option("--slo-tbt-ms", sc.slo_tbt_ms, "inter-token target (ms); the latency guard's deadline")
       ->envname("UMA_SLO_TBT_MS")->capture_default_str()->check(CLI::Range(1.0, 1e7));
-  app.add_option("--max-queue", sc.max_queue, "requests waiting for KV room at most; more get E_OVERLOADED")
+  app.add_option("--max-queue", sc.max_queue, "requests waiting at most, for a session (more: E_LIMIT_SESSIONS, 429; none in an agent) and for KV room (more: E_OVERLOADED)")
       ->envname("UMA_MAX_QUEUE")->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  app.add_option("--max-queue-ms", sc.max_queue_ms, "a request waiting longer for room gets E_OVERLOADED")
+  app.add_option("--max-queue-ms", sc.max_queue_ms, "a request waiting longer for a session or for KV room is refused")
       ->envname("UMA_MAX_QUEUE_MS")->capture_default_str()->check(CLI::Range(1.0, 1e9));
   app.add_option("--background-max-wait-ms", sc.background_max_wait_ms,
                  "background requests: default TTFT target, and most time paused in all; past either they "

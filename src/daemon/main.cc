@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
   // Large request bodies are parsed (and chats rendered) on the prepare stage's threads too.
   const auto offload = [&prepare](std::function<void()> job) { return prepare && prepare->run(std::move(job)); };
   StreamServer serving(io, metrics, slots, submit, offload);
+  // Requests past the slots wait in line, as llama-server's do. An agent's (or a model's under
+  // uma-agent) refuse at once: gateways keep the line for a full cluster and route around a full agent.
+  serving.set_slot_queue({cfg.agent || cfg.status_fd >= 0 ? 0 : cfg.scheduler.max_queue,
+                          std::chrono::milliseconds(static_cast<std::int64_t>(cfg.scheduler.max_queue_ms))});
   UdsServer server(io, cfg.server, metrics, serving);
   // Claim the socket before the (slow) model load, so a second daemon fails fast.
   if (st = server.listen(); !st.ok()) {

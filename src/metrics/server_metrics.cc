@@ -98,6 +98,8 @@ const std::vector<Scalar>& scalars() {
       {"queued_sessions", "num_requests_waiting", Type::kGauge, "Requests waiting for KV room.", load(&M::queued_sessions)},
       {"draining", "draining", Type::kGauge, "1 while draining (SIGTERM with --drain-sec): no new requests, those in flight end or move to other agents.", load(&M::draining)},
       {"drain_in_flight", "drain_in_flight_requests", Type::kGauge, "Requests in flight when the drain began.", load(&M::drain_in_flight)},
+      {"sessions_waiting", "sessions_waiting", Type::kGauge, "Requests in line for a session slot (--max-queue).",
+       load(&M::sessions_waiting)},
       {"prefill_backlog_tokens", "prefill_backlog_tokens", Type::kGauge, "Prompt tokens admitted and not yet prefilled (what a new prompt waits behind).", load(&M::prefill_backlog_tokens)},
       {"kv_tokens_used", "kv_cache_tokens_used", Type::kGauge, "Tokens held in the KV cache.", load(&M::kv_tokens_used)},
       {"kv_sequences_used", "kv_cache_sequences_used", Type::kGauge, "Sequences holding KV.", load(&M::kv_sequences_used)},

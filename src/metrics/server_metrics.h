@@ -141,6 +141,7 @@ class ServerMetrics {
   std::atomic<std::int64_t> http_connections_open{0};
   std::atomic<std::int64_t> sessions_open{0};                // Unix socket requests holding a session slot (SessionSlots)
   std::atomic<std::int64_t> http_sessions_open{0};           // HTTP completions holding a session slot
+  std::atomic<std::int64_t> sessions_waiting{0};             // requests in line for a session slot (StreamServer)
 
   // Distributions (observed by the compute thread; milliseconds or tokens).
   Histogram ttft_ms{latency_ms_bounds()};

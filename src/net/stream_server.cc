@@ -22,6 +22,8 @@ struct StreamServer::Conn final : Connection {
   std::int32_t choices = 0;  // its scheduler requests: ids request .. request + choices - 1
   std::int32_t running = 0;  // of those, the ones whose last event has not come
   bool has_slot = false;  // they hold `choices` of SessionSlots
+  std::optional<ProtocolAdapter::Start> waiting;  // a request in line for slots (kBusy, request 0)
+  Clock::time_point waiting_since{};
 };
 
 FrontEndConfig front_end_config(FrontEnd front_end, std::int32_t max_connections, std::size_t max_tx_bytes,
@@ -109,6 +111,8 @@ void StreamServer::serve(const ConnPtr& c) {
       if (defer(c, std::move(*d))) return;  // served again once prepared
     } else if (c->request != 0) {  // Cancel
       cancel_all(c);
+    } else if (c->waiting) {  // Cancel before it started
+      refuse_waiting(c, Status(ErrorCode::kTooManySessions, "cancelled while waiting for a session"));
     }
   }
   if (c->state() == ConnState::kIdle && (c->peer_eof() || shutting_down_)) c->close_when_flushed();
@@ -147,19 +151,31 @@ void StreamServer::start_request(const ConnPtr& c, ProtocolAdapter::Start start)
                                                 std::to_string(n) + " choices need more sessions than the " +
                                                     std::to_string(slots_.max()) + " of --max-sessions", "n")));
   }
-  if (!slots_.try_take(c->front_end, n)) {
+  // Those in line go first: a request takes free slots only when nobody waits.
+  if (waiting_.empty() && slots_.try_take(c->front_end, n)) return begin_request(c, std::move(start));
+  if (static_cast<std::int32_t>(waiting_.size()) >= slot_queue_.max_waiting) {
     metrics_.count_rejected(RejectReason::kSessionCap);
-    const std::string what = n == 1 ? "all " + std::to_string(slots_.max()) + " sessions are in use"
-                                    : std::to_string(n) + " choices need " + std::to_string(n) + " of " +
-                                          std::to_string(slots_.max()) + " sessions, and not that many are free";
+    const std::string what = (n == 1 ? "all " + std::to_string(slots_.max()) + " sessions are in use"
+                                     : std::to_string(n) + " choices need " + std::to_string(n) + " of " +
+                                           std::to_string(slots_.max()) + " sessions, and not that many are free") +
+                             ", and " + std::to_string(waiting_.size()) + " requests wait for one (--max-queue)";
     return answer(c, c->adapter->refused(Status(ErrorCode::kTooManySessions, what)));
   }
+  c->waiting = std::move(start);
+  c->waiting_since = Clock::now();
+  c->set_state(ConnState::kBusy);
+  waiting_.push_back(c);
+  metrics_.sessions_waiting.store(static_cast<std::int64_t>(waiting_.size()));
+}
+
+void StreamServer::begin_request(const ConnPtr& c, ProtocolAdapter::Start start) {
+  const std::int32_t n = std::max(1, start.choices);
   c->has_slot = true;
   Request r = std::move(start.request);
   r.id = table_.bind(c, n);
   r.received_at = Clock::now();
   c->running = n;
-  c->set_state(ConnState::kBusy);
+  if (c->state() != ConnState::kBusy) c->set_state(ConnState::kBusy);
   std::string out;
   c->adapter->started(r.id, out);
   c->send(out);
@@ -168,6 +184,50 @@ void StreamServer::start_request(const ConnPtr& c, ProtocolAdapter::Start start)
   // Choice 0 last: the others are submitted first, as before (admission order).
   for (std::size_t i = 1; i < choices.size(); ++i) submit_(std::move(choices[i]));
   submit_(std::move(choices[0]));
+}
+
+void StreamServer::admit_waiting() {
+  while (!waiting_.empty() && !shutting_down_) {
+    const ConnPtr c = waiting_.front();
+    if (!slots_.try_take(c->front_end, std::max(1, c->waiting->choices))) break;
+    waiting_.pop_front();
+    metrics_.sessions_waiting.store(static_cast<std::int64_t>(waiting_.size()));
+    ProtocolAdapter::Start start = std::move(*c->waiting);
+    c->waiting.reset();
+    run_guarded([&] { begin_request(c, std::move(start)); }, [&](const char* what) { on_failure(c, what); });
+  }
+}
+
+void StreamServer::leave_line(const ConnPtr& c) {
+  if (!c->waiting) return;
+  c->waiting.reset();
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), c), waiting_.end());
+  metrics_.sessions_waiting.store(static_cast<std::int64_t>(waiting_.size()));
+  admit_waiting();  // a multi-choice request at the head may have held back smaller ones behind it
+}
+
+void StreamServer::refuse_waiting(const ConnPtr& c, Status why) {
+  leave_line(c);
+  if (c->closed()) return;
+  c->set_state(ConnState::kIdle);
+  answer(c, c->adapter->refused(why));
+  if (!c->closed() && c->state() == ConnState::kIdle) {
+    if (!c->adapter->keep_alive() || shutting_down_) return c->close_when_flushed();
+    serve(c);
+  }
+}
+
+void StreamServer::expire_waiting() {
+  const auto now = Clock::now();
+  std::vector<ConnPtr> late;
+  for (const ConnPtr& c : waiting_) {
+    if (now - c->waiting_since > slot_queue_.max_wait) late.push_back(c);
+  }
+  for (const ConnPtr& c : late) {
+    metrics_.count_rejected(RejectReason::kQueueTimeout);
+    refuse_waiting(c, Status(ErrorCode::kTooManySessions,
+                             "waited " + std::to_string(slot_queue_.max_wait.count()) + " ms for a session (--max-queue-ms)"));
+  }
 }
 
 void StreamServer::cancel_all(const ConnPtr& c) {
@@ -211,6 +271,7 @@ void StreamServer::release_request(const ConnPtr& c) {
   if (c->has_slot) {
     c->has_slot = false;
     for (std::int32_t i = 0; i < n; ++i) slots_.give_back(c->front_end);
+    admit_waiting();
   }
 }
 
@@ -225,6 +286,7 @@ void StreamServer::end_request(const ConnPtr& c) {
 
 void StreamServer::on_close(const ConnectionPtr& conn) {
   const ConnPtr c = served(conn);
+  leave_line(c);
   if (c->request != 0) {
     // The client left (or was dropped) mid-request: cancel it so its KV is freed at the next tick.
     // It keeps its table entry and session slot until its last event (end_request), so a new
@@ -266,6 +328,7 @@ void StreamServer::sweep_idle() {
         c->close("idle timeout");
       }
     }
+    expire_waiting();
   }
   sweep_timer_.expires_after(std::chrono::seconds(1));
   sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -277,6 +340,8 @@ void StreamServer::begin_shutdown() {
   if (shutting_down_) return;
   shutting_down_ = true;
   sweep_timer_.cancel();
+  const std::deque<ConnPtr> line = waiting_;
+  for (const ConnPtr& c : line) refuse_waiting(c, Status(ErrorCode::kShuttingDown, "the daemon is stopping"));
   for (const ConnPtr& c : table_.snapshot()) {
     if (c->state() == ConnState::kIdle) c->close_when_flushed();
   }

@@ -9,6 +9,10 @@
 // - a request takes one of the daemon's session slots (net/session_slots.h, shared by all front
 //   ends) from its start until its last event; an idle keep-alive connection holds none; a request
 //   whose client left is cancelled and keeps its slot until the scheduler has ended it;
+// - a request that finds every slot taken waits for one (llama-server's queue past its slots),
+//   first come first served across front ends, at most SlotQueue::max_waiting of them and each
+//   at most max_wait; past either it is refused (E_TOO_MANY_SESSIONS: 429 on HTTP). A waiting
+//   request has sent nothing yet; its client leaving or cancelling takes it out of the line;
 // - request ids from one ConnectionTable, and events routed back by them (the compute thread's
 //   EventSink is this server);
 // - close-with-cancel in one place (on_close), the idle timer (a connection idle and flushed for
@@ -31,8 +35,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "metrics/server_metrics.h"
@@ -62,6 +68,12 @@ struct FrontEndConfig {
 FrontEndConfig front_end_config(FrontEnd front_end, std::int32_t max_connections, std::size_t max_tx_bytes,
                                 std::int32_t idle_timeout_sec, ServerMetrics& metrics);
 
+// Requests waiting for a session slot (the daemon's --max-queue and --max-queue-ms).
+struct SlotQueue {
+  std::int32_t max_waiting = 64;
+  std::chrono::milliseconds max_wait{30000};
+};
+
 class StreamServer final : public EventSink, private ConnectionOwner {
  public:
   using AdapterFactory = std::function<std::unique_ptr<ProtocolAdapter>()>;
@@ -75,6 +87,7 @@ class StreamServer final : public EventSink, private ConnectionOwner {
 
   // A front end its listener adopts sockets under (before any is adopted).
   void add_front_end(FrontEndConfig config, AdapterFactory make_adapter);
+  void set_slot_queue(SlotQueue q) { slot_queue_ = q; }
   void start();  // the idle timer
   // An accepted socket of front end `f`: served, or closed when that front end is at its cap.
   void adopt(FrontEnd f, StreamSocket socket);
@@ -105,6 +118,11 @@ class StreamServer final : public EventSink, private ConnectionOwner {
   bool defer(const ConnPtr& c, ProtocolAdapter::Defer d);  // false: it ran here
   void prepared(const ConnPtr& c);
   void start_request(const ConnPtr& c, ProtocolAdapter::Start start);
+  void begin_request(const ConnPtr& c, ProtocolAdapter::Start start);  // its slots taken
+  void admit_waiting();                                  // slots came free: the oldest waiters start
+  void leave_line(const ConnPtr& c);                     // a waiting request goes (closed, cancelled, expired)
+  void refuse_waiting(const ConnPtr& c, Status why);     // answers a waiting request and takes it out
+  void expire_waiting();                                 // those that waited past max_wait
   void answer(const ConnPtr& c, ProtocolAdapter::Answer a);
   void on_events(std::vector<Event>& events);
   void on_event(const ConnPtr& c, const Event& ev);
@@ -129,6 +147,8 @@ class StreamServer final : public EventSink, private ConnectionOwner {
   WorkSubmit submit_;
   Offload offload_;
   ConnectionTable<Conn> table_;
+  SlotQueue slot_queue_;
+  std::deque<ConnPtr> waiting_;  // oldest first; each holds its request in Conn::waiting
   boost::asio::steady_timer sweep_timer_;
   boost::asio::steady_timer shutdown_timer_;
   bool shutting_down_ = false;

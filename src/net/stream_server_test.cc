@@ -76,7 +76,8 @@ class LineAdapter final : public ProtocolAdapter {
 class Fixture {
  public:
   // offload: deferred work waits in `jobs` for the test to run it (run_jobs()); else it runs inline.
-  explicit Fixture(std::int32_t max_sessions, bool offload = false) : slots(max_sessions) {
+  // line: requests past the slots wait (SlotQueue); none by default, so a full server refuses.
+  explicit Fixture(std::int32_t max_sessions, bool offload = false, SlotQueue line = {0, 30s}) : slots(max_sessions) {
     StreamServer::Offload off;
     if (offload) off = [this](std::function<void()> job) {
       jobs.push_back(std::move(job));
@@ -88,6 +89,7 @@ class Fixture {
     cfg.eof_closes = true;
     cfg.connections_open = &metrics.connections_open;
     server->add_front_end(cfg, [] { return std::make_unique<LineAdapter>(); });
+    server->set_slot_queue(line);
   }
   // A connected client: its end of a socket pair, the other end adopted by the server.
   int connect() {
@@ -173,6 +175,54 @@ TEST(StreamServer, ASlotBelongsToARequestAndOutlivesAClientThatLeft) {
   EXPECT_NE(f.last_started(), first);
   EXPECT_EQ(f.slots.in_use(), 1);
   ::close(b);
+}
+
+TEST(StreamServer, RequestsPastTheSlotsWaitInLineAndStartInTurn) {
+  Fixture f(1, false, {2, 30s});
+  const int a = f.connect(), b = f.connect(), c = f.connect(), d = f.connect();
+  send_text(a, "go\n");
+  EXPECT_EQ(f.read_until(a, "started\n"), "started\n");
+  const RequestId first = f.last_started();
+  send_text(b, "go\n");
+  ASSERT_TRUE(f.poll_until([&] { return f.metrics.sessions_waiting.load() == 1; }));
+  send_text(c, "go\n");
+  ASSERT_TRUE(f.poll_until([&] { return f.metrics.sessions_waiting.load() == 2; }));
+  send_text(d, "go\n");
+  EXPECT_EQ(f.read_until(d, "refused\n"), "refused\n") << "the line holds two";
+  EXPECT_EQ(f.metrics.rejected(RejectReason::kSessionCap), 1u);
+  EXPECT_EQ(f.requests(), 1u) << "nobody in line has reached the scheduler";
+
+  ::close(c);  // c leaves while in line: it takes nothing, and b keeps its place
+  ASSERT_TRUE(f.poll_until([&] { return f.metrics.sessions_waiting.load() == 1; }));
+  send_text(d, "go\n");  // d comes again: behind b, not before
+  ASSERT_TRUE(f.poll_until([&] { return f.metrics.sessions_waiting.load() == 2; }));
+
+  f.end(first);  // a's request ends: its slot goes to b, the oldest in line
+  EXPECT_EQ(f.read_until(b, "started\n"), "started\n");
+  EXPECT_EQ(f.requests(), 2u);
+  EXPECT_EQ(f.slots.in_use(), 1);
+  EXPECT_EQ(f.metrics.sessions_waiting.load(), 1);
+  const RequestId second = f.last_started();
+  f.end(second);
+  EXPECT_EQ(f.read_until(d, "started\n"), "started\n");
+  EXPECT_EQ(f.requests(), 3u);
+  EXPECT_EQ(f.metrics.sessions_waiting.load(), 0);
+  for (int fd : {a, b, d}) ::close(fd);
+}
+
+TEST(StreamServer, ARequestWaitingPastItsDeadlineIsRefused) {
+  Fixture f(1, false, {4, 0ms});
+  f.server->start();  // the sweep that expires the line
+  const int a = f.connect(), b = f.connect();
+  send_text(a, "go\n");
+  EXPECT_EQ(f.read_until(a, "started\n"), "started\n");
+  send_text(b, "go\n");
+  EXPECT_EQ(f.read_until(b, "refused\n"), "refused\n");
+  EXPECT_EQ(f.metrics.rejected(RejectReason::kQueueTimeout), 1u);
+  EXPECT_EQ(f.metrics.sessions_waiting.load(), 0);
+  EXPECT_EQ(f.requests(), 1u);
+  EXPECT_EQ(f.slots.in_use(), 1);
+  for (int fd : {a, b}) ::close(fd);
 }
 
 TEST(StreamServer, ARequestsChoicesRunAsConsecutiveRequestsAndEndTogether) {

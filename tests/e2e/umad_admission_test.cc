@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <thread>
+#include <vector>
 
+#include "e2e/held_stream.h"
 #include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
 #include "e2e/oracle.h"
@@ -171,8 +174,9 @@ TEST(UmadAdmission, KvExhaustionUnderSixteenLongGenerationsIsResolvedByPreemptio
 // One --max-sessions for both front ends, and a slot per request: an idle keep-alive connection
 // holds none (it once held its slot until it closed and locked other clients out), a running
 // request on the Unix socket fills the one slot for HTTP too, and its end frees it for either.
+// With no line for a session (--max-queue 0) a full server refuses at once.
 TEST(UmadAdmission, OneSessionLimitForBothFrontEndsAndASlotPerRequest) {
-  Daemon d(http_args({"--max-sessions", "1", "--n-ctx", "8192"}));
+  Daemon d(http_args({"--max-sessions", "1", "--n-ctx", "8192", "--max-queue", "0"}));
   ASSERT_TRUE(d.started()) << d.log();
   const int port = http_port(d);
   ASSERT_GT(port, 0) << d.log();
@@ -219,6 +223,42 @@ TEST(UmadAdmission, OneSessionLimitForBothFrontEndsAndASlotPerRequest) {
   EXPECT_EQ(m["sessions_open"], 0) << "timed out waiting for the cancel to free the slot";
   EXPECT_EQ(status_of(http_completion(5)), 200);
   EXPECT_EQ(metrics(d)["http_sessions_open"], 0);
+}
+
+// Requests past --max-sessions wait in line, as llama-server's do past its slots: with both
+// sessions held, three HTTP requests wait (the gauge says so), nothing is refused, and once the
+// held streams go every one is served exactly.
+TEST(UmadAdmission, RequestsPastTheSessionsWaitInLineAndAreServed) {
+  Daemon d(http_args({"--max-sessions", "2", "--n-ctx", "65536"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  const int port = http_port(d);
+  ASSERT_GT(port, 0) << d.log();
+  auto held1 = std::make_unique<HeldStream>(port, "", "hello world");
+  auto held2 = std::make_unique<HeldStream>(port, "", "one two three");
+  ASSERT_TRUE(eventually([&] { return held1->tokens() > 0 && held2->tokens() > 0; }, "both held streams streaming"));
+  const std::vector<std::string> prompts = {"count 1", "count 2", "count 3"};
+  std::vector<std::string> got(prompts.size());
+  std::vector<std::thread> clients;
+  for (std::size_t k = 0; k < prompts.size(); ++k) {
+    clients.emplace_back([&, k] {
+      Tcp t(port);
+      EXPECT_TRUE(t.send(post("/v1/completions", R"({"model":"m","prompt":")" + prompts[k] + R"(","max_tokens":6})", false)));
+      got[k] = t.response();
+    });
+  }
+  json m = wait_metrics_json(d, [](const json& j) { return j["sessions_waiting"] == 3; });
+  EXPECT_EQ(m["sessions_waiting"], 3) << "timed out waiting for three requests in line";
+  EXPECT_EQ(m["rejected_total"]["session_cap"], 0);
+  held1->close();
+  held2->close();
+  for (auto& t : clients) t.join();
+  for (std::size_t k = 0; k < prompts.size(); ++k) {
+    ASSERT_EQ(status_of(got[k]), 200) << got[k];
+    EXPECT_EQ(json::parse(body_of(got[k]))["choices"][0]["text"], oracle().expected_text(prompts[k], 6)) << got[k];
+  }
+  m = metrics(d);
+  EXPECT_EQ(m["sessions_waiting"], 0);
+  EXPECT_EQ(m["rejected_total"]["session_cap"], 0);
 }
 
 }  // namespace
