@@ -223,6 +223,43 @@ TEST_F(SchedulerTest, CellsSharedFromARunningLeaderAreCountedOnce) {
   EXPECT_EQ(decoder_->kv_exhausted_, 0);
 }
 
+// Cells shared from a kept prefix stay shared by the requests that took them after the cache lets
+// the entry go: they are counted once (by the oldest of those requests), not once per request, so
+// the grants stay what the KV holds (16 users of one prompt were counted as 16 copies of it).
+TEST_F(SchedulerTest, CellsSharedFromAnEvictedKeptPrefixAreCountedOnce) {
+  SchedulerConfig cfg;
+  cfg.prefix.enabled = true;
+  cfg.prefix.block = 16;
+  cfg.prefix.max_kept = 1;    // the next entry kept evicts the one before
+  cfg.prefix.host_bytes = 0;  // evicted prefixes are dropped
+  cfg.unified_keep_unseen_min = 0;
+  make(/*n_batch=*/256, /*n_ctx=*/1000, /*n_seq=*/8, cfg);
+  const std::string shared(150, 's');
+  submit(1, shared + 'a', 2);
+  run_until_idle();
+  ASSERT_GT(metrics_.prefix_kept_cells.load(), 150);
+  for (RequestId id = 2; id <= 5; ++id) submit(id, shared + static_cast<char>('a' + id), 60);
+  run_until_idle(4);  // the four take the kept prefix's cells and decode
+  submit(6, std::string(100, 'q'), 2);  // ends soon and is kept in the first entry's place
+  std::int32_t worst_over = 0;
+  while (scheduler_->has_work()) {
+    scheduler_->tick(events_);
+    collect();
+    scheduler_->publish_metrics();
+    // Once the first entry went: a claim counts the cell its next token takes, at most one a
+    // running request over what the KV holds.
+    if (metrics_.prefix_evictions_total.load() == 0) continue;
+    worst_over = std::max(worst_over, static_cast<std::int32_t>(metrics_.kv_cells_granted.load() + metrics_.prefix_kept_cells.load()) -
+                                          decoder_->cells_used() - 5);
+  }
+  for (RequestId id = 2; id <= 5; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'a' + static_cast<Token>(id), 60)) << id;
+  EXPECT_EQ(out_[6].text, expected(100 + 'q', 2));
+  EXPECT_GT(metrics_.prefix_evictions_total.load(), 0u);
+  EXPECT_LE(worst_over, 0) << "cells granted beyond what the KV held";
+  EXPECT_EQ(metrics_.preempted_kv_full_total.load(), 0u);
+  EXPECT_EQ(decoder_->kv_exhausted_, 0);
+}
+
 TEST_F(SchedulerTest, WithPreemptionOffARequestIsGrantedItsWorstCaseUpFront) {
   SchedulerConfig cfg;
   cfg.preemption = false;

@@ -34,12 +34,31 @@ std::int32_t Scheduler::claim(const Session& s) const {
     return x != nullptr && x->seq >= 0;
   };
   std::int32_t shared = 0;
+  bool source_holds = false;
   if (s.follow != 0) {
-    shared = holds(s.follow) ? s.follow_len : 0;
+    shared = s.follow_len;
+    source_holds = holds(s.follow);
   } else if (s.shared_prefix > 0 && s.shared_from_seq >= 0) {
-    shared = cache_.holds(s.shared_from_seq) ? s.shared_prefix : 0;
+    shared = s.shared_prefix;
+    source_holds = cache_.holds(s.shared_from_seq);
   } else if (s.shared_prefix > 0 && s.shared_from_session != 0) {
-    shared = holds(s.shared_from_session) ? s.shared_prefix : 0;
+    shared = s.shared_prefix;
+    source_holds = holds(s.shared_from_session);
+  }
+  if (shared > 0 && !source_holds) {
+    // The source let go (evicted, ended), but the cells stay shared by every sequence that took
+    // them: the oldest of those still holding a sequence counts them, the others do not (16 users
+    // of one prompt whose kept entry was evicted once counted 16 copies of it).
+    std::int32_t counted_by_older = 0;
+    for (const auto& x : sessions_) {
+      if (x.get() == &s || x->seq < 0 || x->id > s.id) continue;
+      const bool same = s.follow != 0 ? x->follow == s.follow
+                        : s.shared_from_seq >= 0 ? x->follow == 0 && x->shared_from_seq == s.shared_from_seq
+                                                 : x->follow == 0 && x->shared_from_session == s.shared_from_session;
+      const std::int32_t len = x->follow != 0 ? x->follow_len : x->shared_prefix;
+      if (same && len > 0) counted_by_older = std::max(counted_by_older, std::min(shared, len));
+    }
+    shared = counted_by_older;
   }
   return static_cast<std::int32_t>(s.tokens.size()) - shared;
 }
@@ -221,7 +240,10 @@ void Scheduler::make_room_for_tick(Clock::time_point now) {
   if (!config_.preemption || ledger_.per_seq()) return;  // worst cases were granted up front / cells are per id
   std::int32_t over = -cells_free();
   if (over <= 0) return;
-  if (cache_.cells() > 0) over -= cache_.evict(over);
+  if (cache_.cells() > 0) {
+    cache_.evict(over);
+    over = -cells_free();  // an entry's cells that running sessions share stay, counted by them
+  }
   if (over <= 0) return;
   std::vector<VictimCandidate> running;
   std::vector<Session*> who;
