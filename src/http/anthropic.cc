@@ -176,6 +176,12 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+// Anthropic counts cached prompt tokens apart from input_tokens (what was computed).
+json usage_json(const openai::Usage& u) {
+  return {{"input_tokens", u.prompt_tokens - u.cached_tokens}, {"cache_creation_input_tokens", 0},
+          {"cache_read_input_tokens", u.cached_tokens}, {"output_tokens", u.completion_tokens}};
+}
+
 const char* error_type(ErrorCode code) {
   switch (openai::http_status(code)) {
     case 400: return "invalid_request_error";
@@ -229,7 +235,7 @@ class AnthropicWriter final : public ReplyWriter {
   void close(const openai::Usage& u, std::string& out) override {
     event(out, "message_delta", {{"type", "message_delta"},
                                  {"delta", {{"stop_reason", stop_reason_}, {"stop_sequence", stop_sequence(stop_reason_, stop_word_)}}},
-                                 {"usage", {{"input_tokens", u.prompt_tokens}, {"output_tokens", u.completion_tokens}}}});
+                                 {"usage", usage_json(u)}});
     event(out, "message_stop", {{"type", "message_stop"}});
   }
 
@@ -249,7 +255,7 @@ class AnthropicWriter final : public ReplyWriter {
     return to_json_text(json{{"id", id_}, {"type", "message"}, {"role", "assistant"}, {"model", model()},
                              {"content", content}, {"stop_reason", reason},
                              {"stop_sequence", stop_sequence(reason, c.end.stop_word)},
-                             {"usage", {{"input_tokens", u.prompt_tokens}, {"output_tokens", u.completion_tokens}}}});
+                             {"usage", usage_json(u)}});
   }
 
   std::string error_body(const Status& st) const override {

@@ -159,7 +159,10 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
   if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
   // llama-server's and vLLM's paths without /v1 are the same endpoints.
   std::string path(target);
-  if (path == "/chat/completions" || path == "/completions" || path == "/models" || path == "/embeddings") path = "/v1" + path;
+  if (path == "/chat/completions" || path == "/completions" || path == "/models" || path == "/embeddings" ||
+      path == "/responses") {
+    path = "/v1" + path;
+  }
   if (path == "/v1/health") path = "/health";
   const bool get = method == http::verb::get;
   const bool post = method == http::verb::post;
@@ -186,6 +189,7 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
       if (auto* c = std::get_if<Completion>(&result)) {
         c->writer = llama_server_writer;
         c->id_prefix = "completion-";
+        c->request.max_tokens_to_context_end = true;
       }
       return {serving, std::move(result)};
     }

@@ -60,6 +60,8 @@ TEST(HttpRouter, EndpointsAndMethods) {
   EXPECT_EQ(reply_of(route(http::verb::post, "/health", "", f.ctx())).status, 405u);
   EXPECT_EQ(reply_of(route(http::verb::get, "/v1/completions", "", f.ctx())).status, 405u);
   EXPECT_EQ(json::parse(reply_of(route(http::verb::get, "/v1/models", "", f.ctx())).body)["data"][0]["id"], "m.gguf");
+  EXPECT_TRUE(json::parse(reply_of(route(http::verb::get, "/models", "", f.ctx())).body)["data"][0]["aliases"].is_array())
+      << "llama-server's field";
   EXPECT_NE(reply_of(route(http::verb::get, "/metrics", "", f.ctx())).body.find("uma_errors_total"), std::string::npos);
   Context loading = f.ctx();
   loading.ready = false;
@@ -85,6 +87,15 @@ TEST(HttpRouter, ToolsBringTheTemplatesGrammarStopsAndParserBesideTheRequestsSam
   const Routed plain = route(http::verb::post, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})", f.ctx());
   EXPECT_TRUE(std::get<Completion>(plain.action).tool_parser == nullptr);
   EXPECT_TRUE(std::get<Completion>(plain.action).request.sampling.grammar.empty());
+}
+
+TEST(HttpRouter, TheResponsesApiAnswersWithAndWithoutV1AsLlamaServersDoes) {
+  Fixture f;
+  for (const char* path : {"/v1/responses", "/responses"}) {
+    const Routed r = route(http::verb::post, path, R"({"input":"hi","max_output_tokens":4})", f.ctx());
+    ASSERT_TRUE(std::holds_alternative<Completion>(r.action)) << path << ": " << reply_of(r).body;
+    EXPECT_EQ(std::get<Completion>(r.action).id_prefix, "resp_") << path;
+  }
 }
 
 TEST(HttpRouter, AResponseFormatSchemaBecomesTheRequestsGrammarOrA400NamingIt) {

@@ -134,7 +134,14 @@ class HttpAdapter final : public ProtocolAdapter {
           // Each prompt counted once (its n choices share it); resumed tokens were the
           // completion's, generated elsewhere.
           const auto resumed = static_cast<std::int32_t>(r.uma.resume.size());
-          if (index % static_cast<std::size_t>(r.n) == 0) usage_.prompt_tokens += ev.prompt_tokens - resumed;
+          if (index % static_cast<std::size_t>(r.n) == 0) {
+            usage_.prompt_tokens += ev.prompt_tokens - resumed;
+            usage_.cached_tokens += std::min(ev.cached_tokens, ev.prompt_tokens - resumed);
+          }
+          if (index == 0 && ev.ttft_ms >= 0) {
+            usage_.prompt_ms = std::max(0.0, ev.ttft_ms - ev.queue_ms);
+            usage_.predicted_ms = std::max(0.0, ev.total_ms - ev.ttft_ms);
+          }
           usage_.completion_tokens += ev.completion_tokens + resumed;
           usage_.prediction = !r.prediction.empty();
           usage_.accepted_prediction_tokens += ev.accepted_prediction_tokens;

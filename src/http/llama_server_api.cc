@@ -84,7 +84,8 @@ Reply detokenize(const json& j, const Context& ctx) {
 
 std::string models_body(const Context& ctx) {
   json m = {{"id", ctx.model_id}, {"object", "model"}, {"created", ctx.facts != nullptr ? ctx.facts->created : 0},
-            {"owned_by", "umad"}, {"root", ctx.model_id}};  // vLLM's `root`: vllm bench serve reads it
+            {"owned_by", "umad"}, {"root", ctx.model_id},   // vLLM's `root`: vllm bench serve reads it
+            {"aliases", json::array()}, {"tags", json::array()}};  // llama-server's: its clients read them
   if (ctx.facts != nullptr) {
     const ModelFacts& f = *ctx.facts;
     m["max_model_len"] = f.n_ctx_seq;  // vLLM's name for the context a request may use
@@ -191,9 +192,19 @@ class LlamaServerWriter final : public ReplyWriter {
   // The fields of the last object: how it stopped (llama-server's stop_type: eos, limit, word).
   json last(const End& e, const openai::Usage& u) const {
     const char* type = e.reason == "length" ? "limit" : !e.stop_word.empty() ? "word" : "eos";
+    const std::int32_t prompt_n = u.prompt_tokens - u.cached_tokens;  // computed, not taken from the cache
+    const auto per_token = [](double ms, std::int32_t n) { return n > 0 ? ms / n : 0.0; };
+    const auto per_second = [](double ms, std::int32_t n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
+    json timings = {{"cache_n", u.cached_tokens}, {"prompt_n", prompt_n}, {"prompt_ms", u.prompt_ms},
+                    {"prompt_per_token_ms", per_token(u.prompt_ms, prompt_n)},
+                    {"prompt_per_second", per_second(u.prompt_ms, prompt_n)},
+                    {"predicted_n", u.completion_tokens}, {"predicted_ms", u.predicted_ms},
+                    {"predicted_per_token_ms", per_token(u.predicted_ms, u.completion_tokens)},
+                    {"predicted_per_second", per_second(u.predicted_ms, u.completion_tokens)}};
     return {{"content", ""}, {"id_slot", -1}, {"stop", true}, {"model", r_.model.empty() ? "umad" : r_.model},
             {"tokens_predicted", u.completion_tokens}, {"tokens_evaluated", u.prompt_tokens},
-            {"stop_type", type}, {"stopping_word", e.stop_word}, {"truncated", false}};
+            {"tokens_cached", u.cached_tokens}, {"stop_type", type}, {"stopping_word", e.stop_word},
+            {"truncated", false}, {"timings", timings}};
   }
 
   const openai::CompletionRequest& r_;

@@ -91,6 +91,10 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
 
 struct Usage {
   std::int32_t prompt_tokens = 0, completion_tokens = 0;
+  std::int32_t cached_tokens = 0;  // of prompt_tokens, those whose KV the prefix cache gave
+  // The first choice's prompt time (prefill started -> first token) and generation time (first
+  // token -> end), for llama-server's `timings`.
+  double prompt_ms = 0.0, predicted_ms = 0.0;
   // A request with a prediction: usage.completion_tokens_details says these (its draft tokens
   // accepted and rejected in verification).
   bool prediction = false;

@@ -23,7 +23,8 @@ ojson envelope(const CompletionRequest& r, std::string_view id, std::int64_t cre
 
 ojson usage_json(const Usage& u) {
   ojson j = {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
-             {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+             {"total_tokens", u.prompt_tokens + u.completion_tokens},
+             {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
   if (u.prediction) {
     j["completion_tokens_details"] = {{"accepted_prediction_tokens", u.accepted_prediction_tokens},
                                       {"rejected_prediction_tokens", u.rejected_prediction_tokens}};
@@ -69,6 +70,7 @@ std::string chunk(const CompletionRequest& r, std::string_view id, std::int64_t 
     ojson delta = ojson::object();
     if (first) delta["role"] = "assistant";
     if (!text.empty()) delta["content"] = text;
+    else if (first) delta["content"] = nullptr;  // llama-server's opening delta, which its clients read
     c["delta"] = delta;
     if (r.logprobs >= 0) c["logprobs"] = chat_logprobs(logprobs);
   } else {
@@ -87,6 +89,7 @@ std::string delta_chunk(const CompletionRequest& r, std::string_view id, std::in
   ojson delta = ojson::object();
   if (first) delta["role"] = "assistant";
   if (!d.content.empty()) delta["content"] = d.content;
+  else if (first && d.reasoning.empty() && d.tool_index < 0) delta["content"] = nullptr;
   if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
   if (d.tool_index >= 0) {
     // OpenAI's shape: the first piece of a call carries its id, type and name; later pieces only

@@ -256,6 +256,10 @@ TEST(OpenAi, ErrorsMapToOneHttpStatusEach) {
   const json e = json::parse(error_body(ErrorCode::kOverloaded, "busy"));
   EXPECT_EQ(e["error"]["type"], "rate_limit_error");
   EXPECT_EQ(e["error"]["message"], "busy");
+  // llama-server's types, which its clients look for.
+  EXPECT_EQ(json::parse(error_body(ErrorCode::kUnauthorized, "no key"))["error"]["type"], "authentication_error");
+  EXPECT_EQ(json::parse(error_body(ErrorCode::kContextExceeded, "too long"))["error"]["type"], "exceed_context_size_error");
+  EXPECT_EQ(json::parse(error_body(ErrorCode::kBadRequest, "bad"))["error"]["type"], "invalid_request_error");
 }
 
 // Issue 11: these four inputs once threw out of the parser or the encoder and aborted umad.

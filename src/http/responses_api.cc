@@ -300,7 +300,7 @@ class ResponsesWriter final : public ReplyWriter {
               {"max_output_tokens", r_.max_tokens ? json(*r_.max_tokens) : json(nullptr)}, {"truncation", "disabled"},
               {"tools", json::array()}, {"tool_choice", "auto"}, {"metadata", json::object()}};
     r["usage"] = u == nullptr ? json(nullptr)
-                              : json{{"input_tokens", u->prompt_tokens}, {"input_tokens_details", {{"cached_tokens", 0}}},
+                              : json{{"input_tokens", u->prompt_tokens}, {"input_tokens_details", {{"cached_tokens", u->cached_tokens}}},
                                      {"output_tokens", u->completion_tokens}, {"output_tokens_details", {{"reasoning_tokens", 0}}},
                                      {"total_tokens", u->prompt_tokens + u->completion_tokens}};
     return r;

@@ -31,10 +31,14 @@ unsigned http_status(ErrorCode code) {
 
 std::string error_body(ErrorCode code, std::string_view message, std::string_view param) {
   const unsigned status = http_status(code);
-  const char* type = status == 400 || status == 413 || status == 404 || status == 401 ? "invalid_request_error"
-                     : status == 429                ? "rate_limit_error"
-                     : status == 503                ? "service_unavailable"
-                                                    : "server_error";
+  // llama-server's types where clients look for them (a key refused, a prompt past the context);
+  // otherwise OpenAI's.
+  const char* type = code == ErrorCode::kUnauthorized                       ? "authentication_error"
+                     : code == ErrorCode::kContextExceeded                  ? "exceed_context_size_error"
+                     : status == 400 || status == 413 || status == 404      ? "invalid_request_error"
+                     : status == 429                                        ? "rate_limit_error"
+                     : status == 503                                        ? "service_unavailable"
+                                                                            : "server_error";
   nlohmann::ordered_json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", error_code_name(code)}};
   if (!param.empty()) e["param"] = param;
   return to_json_text(nlohmann::ordered_json{{"error", e}});

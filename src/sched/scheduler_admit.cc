@@ -59,6 +59,7 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   std::int64_t max_tokens = request.max_tokens > 0 ? request.max_tokens
                             : config_.default_max_tokens > 0 ? config_.default_max_tokens : unbounded;
   if (config_.max_tokens_cap > 0) max_tokens = std::min<std::int64_t>(max_tokens, config_.max_tokens_cap);
+  if (request.max_tokens > 0 && n_prompt + max_tokens > n_ctx && request.max_tokens_to_context_end) max_tokens = unbounded;
   if (request.max_tokens > 0 && n_prompt + max_tokens > n_ctx) {
     metrics_.count_rejected(RejectReason::kContext);
     return reject(ErrorCode::kContextExceeded,

@@ -103,6 +103,7 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
   if (stop_matched) done.stop_word = s.stop.matched();
   done.prompt_tokens = s.n_prompt;
   done.completion_tokens = s.generated;
+  done.cached_tokens = s.cached_tokens;
   done.queue_ms = ms_between(s.received_at, s.state == SessionState::kQueued ? now : s.started_at);
   done.ttft_ms = s.generated > 0 ? ms_between(s.received_at, s.first_token_at) : -1.0;
   done.total_ms = ms_between(s.received_at, now);

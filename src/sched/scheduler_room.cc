@@ -373,7 +373,10 @@ void Scheduler::reuse_prefix(Session& s, const PrefixCache::Hit& hit, bool adopt
   s.n_prefilled = s.n_past = reused;
   // Cells another sequence holds too (restored or taken-over cells are the session's own).
   s.shared_prefix = adopted || hit.kind == PrefixCache::Hit::Kind::kHost ? 0 : reused;
-  if (s.follow == 0) cache_.count(s.n_prompt, reused);
+  if (s.follow == 0) {
+    cache_.count(s.n_prompt, reused);
+    s.cached_tokens = reused;
+  }
   cache_.add_live(s.id, prompt);
 }
 
@@ -393,6 +396,7 @@ void Scheduler::resolve_followers() {
     s.n_prefilled = s.n_past = s.shared_prefix = reused;  // a leader gone (cancelled, paused): prefill it all
     s.follow = 0;
     cache_.count(s.n_prompt, reused);
+    s.cached_tokens = reused;
   }
 }
 

@@ -43,6 +43,9 @@ struct Request {
   // an error (kContextExceeded, param "max_tokens"). 0: not asked; the daemon's default applies,
   // and generation simply stops at the context's end.
   std::int32_t max_tokens = 0;
+  // llama-server's n_predict: one past the context generates to the context's end (`length`)
+  // instead of being refused as OpenAI's max_tokens is.
+  bool max_tokens_to_context_end = false;
   SamplingParams sampling;
   std::vector<std::string> stop;  // generation ends before any of these; never emitted
   bool parse_special = false;     // the prompt holds control tokens as text (a chat template's)
@@ -90,6 +93,7 @@ struct Event {
   Status error;                               // kError
   std::int32_t prompt_tokens = 0;             // kDone
   std::int32_t completion_tokens = 0;         // kDone
+  std::int32_t cached_tokens = 0;             // kDone: prompt tokens whose KV the prefix cache gave
   double queue_ms = 0.0;                      // kDone: received -> prefill started
   double ttft_ms = -1.0;                      // kDone: received -> first token (-1: none)
   double bytes_per_token = 0.0;               // kDone: its share of the ticks' bytes per generated token

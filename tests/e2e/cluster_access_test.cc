@@ -27,6 +27,7 @@ TEST(ClusterAccess, TheGatewaysKeyAndCorsCoverItsOwnAndRelayedAnswers) {
   std::string r = send("");
   EXPECT_EQ(status_of(r), 401) << r;
   EXPECT_NE(head_of(r).find("Access-Control-Allow-Origin: *"), std::string::npos) << "a browser may read the 401";
+  EXPECT_EQ(json::parse(body_of(r))["error"]["type"], "authentication_error") << r;
   r = send("Authorization: Bearer wrong\r\n");
   EXPECT_EQ(status_of(r), 401) << r;
   r = send("x-api-key: sesame\r\n");

@@ -81,7 +81,7 @@ TEST(UmadAdmission, LargeMaxTokensIsAcceptedOnEveryFrontEndAndTooLargeNamesTheFi
   ASSERT_EQ(status_of(resp), 400) << resp;
   j = json::parse(body_of(resp));
   EXPECT_EQ(j["error"]["param"], "max_tokens");
-  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["type"], "exceed_context_size_error") << "llama-server's type, which its clients look for";
   EXPECT_NE(j["error"]["message"].get<std::string>().find("4096"), std::string::npos) << j.dump();
 }
 

@@ -114,7 +114,7 @@ TEST(UmadApi, UnknownFieldsAreNamedAndCountedOrRefusedWhenStrict) {
   EXPECT_EQ(json::parse(body_of(r))["error"]["param"], "mirostat");
 }
 
-TEST(UmadApi, StreamsOpenWithTheRoleAloneAndErrorsKnownBeforeTheFirstTokenAreHttpErrors) {
+TEST(UmadApi, StreamsOpenWithTheRoleAndNoContentAndErrorsKnownBeforeTheFirstTokenAreHttpErrors) {
   Daemon d(http_args({"--n-ctx", "512"}));
   ASSERT_TRUE(d.started()) << d.log();
   Tcp t(http_port(d));
@@ -125,7 +125,7 @@ TEST(UmadApi, StreamsOpenWithTheRoleAloneAndErrorsKnownBeforeTheFirstTokenAreHtt
   const std::string events = dechunk(body_of(r));
   const std::size_t first = events.find("data: ");
   const json chunk = json::parse(events.substr(first + 6, events.find("\n", first) - first - 6));
-  EXPECT_EQ(chunk["choices"][0]["delta"], json({{"role", "assistant"}})) << events;
+  EXPECT_EQ(chunk["choices"][0]["delta"], json({{"role", "assistant"}, {"content", nullptr}})) << events;
   // A prompt the context cannot hold, streamed: a 400 before any SSE, as OpenAI and llama-server answer.
   std::string long_prompt;
   for (int i = 0; i < 600; ++i) long_prompt += " hello";
@@ -188,6 +188,11 @@ TEST(UmadApi, LlamaServersOwnApiAndThePathsWithoutV1) {
   j = post_json(t, "/completion", {{"prompt", "hello world"}, {"n_predict", 8}, {"stop", {oracle().expected_pieces("hello world", 8)[4]}}});
   EXPECT_EQ(j["stop_type"], "word") << j.dump();
   EXPECT_EQ(j["stopping_word"], oracle().expected_pieces("hello world", 8)[4]);
+  // n_predict past the context: generated to its end (a request's room: the whole 2048 of a
+  // unified KV), not refused.
+  j = post_json(t, "/completion", {{"prompt", "hello world"}, {"n_predict", 100000}});
+  EXPECT_EQ(j["stop_type"], "limit");
+  EXPECT_EQ(j["tokens_predicted"].get<int>() + j["tokens_evaluated"].get<int>(), 2048) << j["tokens_predicted"];
   // Streamed: an object per data line, the last with stop: true; no [DONE].
   ASSERT_TRUE(t.send(post("/completion", json({{"prompt", "hello world"}, {"n_predict", 4}, {"stream", true}}).dump())));
   const std::string events = dechunk(body_of(t.response()));
@@ -230,6 +235,40 @@ TEST(UmadApi, LlamaServersOwnApiAndThePathsWithoutV1) {
   EXPECT_EQ(j["object"], "chat.completion");
 }
 
+// The prompt tokens whose KV the prefix cache gave are in every API's usage, as each API names
+// them: OpenAI's prompt_tokens_details.cached_tokens, Anthropic's cache_read_input_tokens (apart
+// from input_tokens), the Responses API's input_tokens_details, llama-server's timings.cache_n.
+TEST(UmadApi, UsageSaysThePromptTokensTheCacheGave) {
+  Daemon d(http_args({"--n-ctx", "8192", "--max-sessions", "2"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  const std::string prompt = Oracle::long_prompt(200, "system");
+  json j = post_json(t, "/v1/completions", {{"prompt", prompt + " apple"}, {"max_tokens", 3}});
+  const int prompt_tokens = j["usage"]["prompt_tokens"].get<int>();
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << "nothing kept yet: " << j.dump();
+  // A prefix is kept once it has been seen again (a unified KV keeps none seen once).
+  post_json(t, "/v1/completions", {{"prompt", prompt + " river"}, {"max_tokens", 3}});
+  j = post_json(t, "/v1/completions", {{"prompt", prompt + " stone"}, {"max_tokens", 3}});
+  const int cached = j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  EXPECT_GT(cached, prompt_tokens / 2) << j.dump();
+  EXPECT_LT(cached, j["usage"]["prompt_tokens"].get<int>()) << "the last words are computed";
+  const json messages = {{{"role", "user"}, {"content", prompt}}};
+  for (int i = 0; i < 2; ++i) post_json(t, "/v1/messages", {{"messages", messages}, {"max_tokens", 2}, {"model", "m"}});
+  j = post_json(t, "/v1/messages", {{"messages", messages}, {"max_tokens", 3}, {"model", "m"}});
+  EXPECT_GT(j["usage"]["cache_read_input_tokens"].get<int>(), 0) << j.dump();
+  EXPECT_EQ(j["usage"]["cache_creation_input_tokens"], 0);
+  EXPECT_GT(j["usage"]["input_tokens"].get<int>(), 0) << "what was computed";
+  j = post_json(t, "/v1/responses", {{"input", prompt}, {"max_output_tokens", 3}});
+  EXPECT_GT(j["usage"]["input_tokens_details"]["cached_tokens"].get<int>(), 0) << j.dump();
+  j = post_json(t, "/completion", {{"prompt", prompt + " maple"}, {"n_predict", 4}});
+  const json& timings = j["timings"];
+  EXPECT_GT(timings["cache_n"].get<int>(), 0) << j.dump();
+  EXPECT_EQ(timings["cache_n"].get<int>() + timings["prompt_n"].get<int>(), j["tokens_evaluated"].get<int>()) << j.dump();
+  EXPECT_EQ(timings["predicted_n"], 4);
+  EXPECT_EQ(j["tokens_cached"], timings["cache_n"]);
+  EXPECT_GE(timings["predicted_ms"].get<double>(), 0.0);
+}
+
 TEST(UmadApi, AnNBatchBelowTheSequencesIsRaisedAndSaidNotAnAbort) {
   Daemon d(http_args({"--n-batch", "16", "--max-sessions", "16"}));
   ASSERT_TRUE(d.started()) << d.log();
@@ -265,7 +304,7 @@ TEST(UmadApi, AThinkingTemplatesReasoningComesBackApart) {
     const json e = json::parse(events.substr(at + 6, events.find('\n', at) - at - 6));
     const json& delta = e["choices"][0]["delta"];
     if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
-    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (delta.contains("content") && delta["content"].is_string()) content += delta["content"].get<std::string>();
   }
   EXPECT_EQ(reasoning, "abc\n") << events;
   EXPECT_EQ(content, "answer") << events;

@@ -394,7 +394,7 @@ void malformed(ClientState& c) {
   }
   const json j = json::parse(body, nullptr, false);
   const json e = j.is_object() ? j.value("error", json()) : json();
-  const std::string want_type = "invalid_request_error";
+  const std::string want_type = bad.code == "context_exceeded" ? "exceed_context_size_error" : "invalid_request_error";
   const bool status_ok = rd.status() == bad.status || (bad.alt_status != 0 && rd.status() == bad.alt_status);
   if (!status_ok || !e.is_object() || !e.value("message", json()).is_string() ||
       e.value("type", json()) != want_type || !e.contains("param") || e.value("code", json()) != bad.code) {
