@@ -160,7 +160,10 @@ struct ChatTemplates::Impl {
   common_chat_templates_ptr templates;
   bool jinja = true;  // false: a built-in name, rendered by llama_chat_apply_template
   common_reasoning_format reasoning = COMMON_REASONING_FORMAT_AUTO;
+  std::optional<bool> default_thinking;
 };
+
+void ChatTemplates::set_default_thinking(std::optional<bool> on) { impl_->default_thinking = on; }
 
 bool ChatTemplates::set_reasoning_format(const std::string& name) {
   if (name != "none" && name != "auto" && name != "deepseek" && name != "deepseek-legacy") return false;
@@ -236,11 +239,16 @@ Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const 
   in.parallel_tool_calls = request.parallel_tool_calls;
   in.reasoning_format = impl_->reasoning;
   in.chat_template_kwargs = request.template_kwargs;
-  if (request.enable_thinking.has_value()) {
-    in.enable_thinking = *request.enable_thinking;
-    in.chat_template_kwargs["enable_thinking"] = *request.enable_thinking ? "true" : "false";
+  const std::optional<bool> think = request.enable_thinking.has_value() ? request.enable_thinking : impl_->default_thinking;
+  if (think.has_value()) {
+    in.enable_thinking = *think;
+    in.chat_template_kwargs["enable_thinking"] = *think ? "true" : "false";
   }
-  in.add_generation_prompt = true;
+  in.add_generation_prompt = request.add_generation_prompt;
+  in.continue_final_message = request.continuation == ChatContinuation::kAuto      ? COMMON_CHAT_CONTINUATION_AUTO
+                              : request.continuation == ChatContinuation::kContent   ? COMMON_CHAT_CONTINUATION_CONTENT
+                              : request.continuation == ChatContinuation::kReasoning ? COMMON_CHAT_CONTINUATION_REASONING
+                                                                                     : COMMON_CHAT_CONTINUATION_NONE;
   in.use_jinja = impl_->jinja;
   const bool calls = !request.tools.empty() && request.tool_choice != ToolChoice::kNone;
   if (calls && !impl_->jinja) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,9 @@ class ChatTemplates {
   // reasoning_content, streamed as its own deltas), "deepseek-legacy", or "none" (left in the
   // content). Set before the object is shared; false for an unknown name.
   bool set_reasoning_format(const std::string& name);
+  // Whether a thinking template thinks when a request does not say (--reasoning on|off, as
+  // llama-server's; unset: the template's default). Set before the object is shared.
+  void set_default_thinking(std::optional<bool> on);
 
  private:
   struct Impl;

@@ -72,6 +72,24 @@ TEST(ChatTemplates, Qwen25AndQwen3) {
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// llama-server's switches: no assistant opening (add_generation_prompt false), and the last
+// assistant message continued where it stops (continue_final_message: a prefill).
+TEST(ChatTemplates, TheGenerationPromptCanBeLeftOutAndALastAssistantMessageContinued) {
+  Status st;
+  auto t = ChatTemplates::from_text(read_template("Qwen-Qwen2.5-7B-Instruct"), "", "<|im_end|>", &st);
+  ASSERT_TRUE(t != nullptr) << st.to_string();
+  ChatRequest r;
+  r.turns = {{"system", "Be brief."}, {"user", "Hi"}};
+  r.add_generation_prompt = false;
+  ChatPrompt p;
+  ASSERT_TRUE(t->render(r, &p).ok());
+  EXPECT_EQ(p.text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  r.turns.push_back({"assistant", "Hel"});
+  r.continuation = ChatContinuation::kAuto;
+  ASSERT_TRUE(t->render(r, &p).ok());
+  EXPECT_EQ(p.text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHel");
+}
+
 TEST(ChatTemplates, MistralNemo) {
   EXPECT_EQ(render("mistralai-Mistral-Nemo-Instruct-2407", kConversation, "<s>", "</s>"),
             "<s>[INST]Hi[/INST]Hello!</s>[INST]Be brief.\n\nBye[/INST]");
@@ -161,6 +179,17 @@ TEST(ChatTemplates, AThinkingTemplatesReasoningIsSplitFromTheAnswer) {
   ChatPrompt off;
   ASSERT_TRUE(t->render(r, &off).ok());
   EXPECT_NE(off.text.find("<think>\n\n</think>"), std::string::npos) << off.text;
+  // --reasoning off: the same for a request that does not say; one that does wins.
+  r.enable_thinking.reset();
+  t->set_default_thinking(false);
+  ChatPrompt server_off;
+  ASSERT_TRUE(t->render(r, &server_off).ok());
+  EXPECT_EQ(server_off.text, off.text);
+  r.enable_thinking = true;
+  ChatPrompt asked_on;
+  ASSERT_TRUE(t->render(r, &asked_on).ok());
+  EXPECT_EQ(asked_on.text.find("<think>\n\n</think>"), std::string::npos) << asked_on.text;
+  t->set_default_thinking(std::nullopt);
   // --reasoning-format none: the reasoning stays in the content (no parser).
   ASSERT_TRUE(t->set_reasoning_format("none"));
   EXPECT_FALSE(t->set_reasoning_format("sideways"));

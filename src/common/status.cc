@@ -26,6 +26,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kNotFound: return "model_not_found";
     case ErrorCode::kUnauthorized: return "invalid_api_key";
+    case ErrorCode::kNotSupported: return "not_supported";
     case ErrorCode::kInternal: return "internal";
   }
   return "unknown";

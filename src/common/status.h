@@ -37,6 +37,7 @@ enum class ErrorCode : std::uint8_t {
   kUnavailable,       // the gateway: no agent can serve the request now
   kNotFound,          // a model (or other named thing) that does not exist
   kUnauthorized,      // a request without the key the server requires (--api-key-file)
+  kNotSupported,      // an endpoint the operator turned off (--no-slots, --no-metrics)
   kInternal,          // a bug: an invariant did not hold (keep last: sizes tables)
 };
 

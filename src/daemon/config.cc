@@ -258,8 +258,13 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   std::string api_key;
   app.add_option("--api-key", api_key, "the HTTP API's key itself (as llama-server's and vLLM's --api-key; a file "
                  "keeps it out of the process list)")->envname("UMA_API_KEY");
-  app.add_option("--cors-origin", out.http.cors_origin, "browsers may call the HTTP API from this origin ('*': any): "
-                 "Access-Control-Allow-* headers, OPTIONS preflights answered without the key")->envname("UMA_CORS_ORIGIN");
+  app.add_option("--cors-origin", out.http.cors_origin, "browsers may call the HTTP API from this origin ('*': any, "
+                 "the default as llama-server's; '': none): Access-Control-Allow-* headers, OPTIONS preflights answered "
+                 "without the key")->envname("UMA_CORS_ORIGIN")->capture_default_str();
+  bool no_slots = false, no_metrics = false;
+  app.add_flag("--no-slots", no_slots, "GET /slots answers 501 (llama-server's --no-slots)")->envname("UMA_NO_SLOTS");
+  app.add_flag("--no-metrics", no_metrics, "GET /metrics over HTTP answers 501 (the socket's metrics stay)")
+      ->envname("UMA_NO_METRICS");
   app.add_flag("--strict-fields", out.http.limits.strict_fields, "a request field umad does not know is a 400 (by "
                "default it is ignored, named in X-Uma-Ignored-Fields and counted)")->envname("UMA_STRICT_FIELDS");
   app.add_option("--alias", out.alias, "the model's name in /v1/models and the cluster (default: --model-id, else "
@@ -274,6 +279,10 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--reasoning-format", out.reasoning_format, "a thinking model's reasoning: auto / deepseek (apart, "
                  "as reasoning_content), deepseek-legacy, or none (left in the content)")
       ->envname("UMA_REASONING_FORMAT")->capture_default_str()->check(CLI::IsMember({"auto", "deepseek", "deepseek-legacy", "none"}));
+  std::string reasoning = "auto";
+  app.add_option("--reasoning", reasoning, "on / off: whether a thinking template thinks when a request does not say "
+                 "(off: an empty think block, as llama-server's --reasoning off); auto: the template's default")
+      ->envname("UMA_REASONING")->capture_default_str()->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_option("--chat-template", out.chat_template, "chat template for /v1/chat/completions: a Jinja template text or a "
                  "llama.cpp name (chatml, llama3, ...); default: the model's")->envname("UMA_CHAT_TEMPLATE");
   app.add_option("--gather-ms", sc.gather_max_ms, "before a tick that would only prefill, wait at most this long "
@@ -383,6 +392,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   rt.kv_host_arena_bytes = std::min<std::uint64_t>(
       rt.kv_host_arena_bytes, (sc.prefix.enabled ? sc.prefix.host_bytes : 0) + (sc.preemption && sc.park != ParkPreference::kRecompute ? sc.park_host_bytes : 0));
   out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;
+  if (reasoning != "auto") out.reasoning = reasoning == "on";
+  out.http.slots_endpoint = !no_slots;
+  out.http.metrics_endpoint = !no_metrics;
   if (!api_key.empty() && !api_key_file.empty()) {
     std::cerr << "umad: --api-key and --api-key-file: give one\n";
     *exit_code = 2;

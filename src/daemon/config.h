@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct DaemonConfig {
   std::string chat_template;  // --chat-template: overrides the model's
   std::string draft_model;    // --draft-model: drafts for speculative decoding (runtime/draft_model.h)
   std::string reasoning_format = "auto";  // --reasoning-format: a thinking model's reasoning apart (ChatTemplates)
+  std::optional<bool> reasoning;          // --reasoning on|off (auto: unset): whether thinking templates think
   // --agent: heartbeat this daemon's state to Redis for the cluster's gateways (cluster/).
   bool agent = false;
   std::string redis = "127.0.0.1:6379";  // --redis HOST:PORT

@@ -245,7 +245,10 @@ int main(int argc, char** argv) {
       loaded = ChatTemplates::load(runtime->model(), "chatml", &chat_st);
       spdlog::warn("the model has no chat template: chat uses chatml (--chat-template chooses another)");
     }
-    if (loaded) loaded->set_reasoning_format(cfg.reasoning_format);
+    if (loaded) {
+      loaded->set_reasoning_format(cfg.reasoning_format);
+      loaded->set_default_thinking(cfg.reasoning);
+    }
     std::shared_ptr<const ChatTemplates> chat = std::move(loaded);
     HttpServer::ChatTemplate render = [chat_st](const ChatRequest&, ChatPrompt*) { return chat_st; };
     if (chat) render = [chat](const ChatRequest& request, ChatPrompt* out) { return chat->render(request, out); };

@@ -50,8 +50,9 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
       r.error = ErrorCode::kOk;
       return r;
     }
-    ChatRequest chat_request{c.api.messages, c.api.tools, c.api.tool_choice, c.api.forced_tool,
-                             c.api.parallel_tool_calls, c.api.model, c.api.template_kwargs, c.api.enable_thinking};
+    ChatRequest chat_request{c.api.messages,       c.api.tools, c.api.tool_choice,     c.api.forced_tool,
+                             c.api.parallel_tool_calls, c.api.model, c.api.template_kwargs, c.api.enable_thinking,
+                             c.api.add_generation_prompt, c.api.continuation};
     ChatPrompt prompt;
     if (Status st = (*ctx.chat_template)(chat_request, &prompt); !st.ok()) return error_reply(st);
     q.prompt = std::move(prompt.text);
@@ -171,6 +172,12 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
     return {false, Reply{200, "application/json", R"({"status":"ok"})", ErrorCode::kOk}};
   }
   if (path == "/v1/models" && get) return {false, Reply{200, "application/json", models_body(ctx)}};
+  const auto turned_off = [](const char* what, const char* flag) {
+    return error_reply(Status(ErrorCode::kNotSupported, std::string("this server does not serve ") + what +
+                                                            " (started with " + flag + ")"));
+  };
+  if (path == "/metrics" && get && !ctx.metrics_endpoint) return {false, turned_off("/metrics", "--no-metrics")};
+  if (path == "/slots" && get && !ctx.slots_endpoint) return {false, turned_off("/slots", "--no-slots")};
   if (path == "/metrics" && get) {
     return {false, Reply{200, "text/plain; version=0.0.4", ctx.metrics != nullptr ? ctx.metrics->to_prometheus() : ""}};
   }

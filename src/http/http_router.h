@@ -63,6 +63,8 @@ struct Context {
   const Tokenize* tokenize = nullptr;
   const TokenText* token_text = nullptr;
   const ModelFacts* facts = nullptr;
+  // llama-server's switches: an endpoint turned off answers 501 (not_supported_error).
+  bool slots_endpoint = true, metrics_endpoint = true;
 };
 
 // A whole answer with a body. `error` is the kind the errors counter counts (kOk: not counted).

@@ -89,6 +89,19 @@ TEST(HttpRouter, ToolsBringTheTemplatesGrammarStopsAndParserBesideTheRequestsSam
   EXPECT_TRUE(std::get<Completion>(plain.action).request.sampling.grammar.empty());
 }
 
+TEST(HttpRouter, SlotsAndMetricsTurnedOffAnswer501AsLlamaServersDo) {
+  Fixture f;
+  Context c = f.ctx();
+  c.slots_endpoint = false;
+  c.metrics_endpoint = false;
+  for (const char* path : {"/slots", "/metrics"}) {
+    const Routed r = route(http::verb::get, path, "", c);
+    EXPECT_EQ(reply_of(r).status, 501u) << path;
+    EXPECT_EQ(json::parse(reply_of(r).body)["error"]["type"], "not_supported_error") << path;
+  }
+  EXPECT_EQ(reply_of(route(http::verb::get, "/metrics", "", f.ctx())).status, 200u) << "on by default";
+}
+
 TEST(HttpRouter, TheResponsesApiAnswersWithAndWithoutV1AsLlamaServersDoes) {
   Fixture f;
   for (const char* path : {"/v1/responses", "/responses"}) {

@@ -51,9 +51,11 @@ struct HttpConfig {
   SchemaToGrammar schema_to_grammar;          // response_format json_object / json_schema
   // --api-key-file: every request but GET /health needs "Authorization: Bearer KEY" (401 without).
   std::string api_key;
-  // --cors-origin: "*" or one origin browsers may call from (Access-Control-Allow-Origin; OPTIONS
-  // preflights answered); empty: no CORS headers.
-  std::string cors_origin;
+  // --cors-origin: "*" (the default, as llama-server's) or one origin browsers may call from
+  // (Access-Control-Allow-Origin; OPTIONS preflights answered); empty: no CORS headers.
+  std::string cors_origin = "*";
+  bool slots_endpoint = true;    // --no-slots: GET /slots answers 501, as llama-server's
+  bool metrics_endpoint = true;  // --no-metrics: GET /metrics answers 501
 };
 
 // What every connection's adapter reads: the configuration and the model's state.

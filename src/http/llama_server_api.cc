@@ -34,8 +34,9 @@ Status render(std::string_view chat_body, const Context& ctx, std::string* promp
   if (Status st = openai::parse_request(chat_body, true, *ctx.limits, *ctx.default_sampling, &r); !st.ok()) return st;
   if (ctx.chat_template == nullptr || !*ctx.chat_template) return Status(ErrorCode::kBadRequest, "chat is not available");
   ChatPrompt p;
-  const ChatRequest chat{r.messages, r.tools, r.tool_choice, r.forced_tool, r.parallel_tool_calls, r.model,
-                         r.template_kwargs, r.enable_thinking};
+  const ChatRequest chat{r.messages,        r.tools,          r.tool_choice,           r.forced_tool,
+                         r.parallel_tool_calls, r.model,      r.template_kwargs,       r.enable_thinking,
+                         r.add_generation_prompt, r.continuation};
   if (Status st = (*ctx.chat_template)(chat, &p); !st.ok()) return st;
   *prompt = std::move(p.text);
   return Status::Ok();

@@ -67,6 +67,10 @@ struct CompletionRequest {
   // enable_thinking, or reasoning_effort "none"); unset: the template's default.
   std::map<std::string, std::string> template_kwargs;
   std::optional<bool> enable_thinking;
+  // llama-server's add_generation_prompt (default true) and continue_final_message (a last
+  // assistant message is continued by default, llama-server's prefill).
+  bool add_generation_prompt = true;
+  ChatContinuation continuation = ChatContinuation::kNone;
   // Fields no one defined, accepted and ignored (named in a response header, counted in /metrics).
   std::vector<std::string> ignored_fields;
   // An embeddings request (POST /v1/embeddings): its answer is vectors, base64 or floats.

@@ -79,6 +79,8 @@ constexpr FieldRule kFields[] = {
     {"grammar", Use::kParsed, true, true},
     {"json_schema", Use::kParsed, true, true},
     {"chat_template_kwargs", Use::kParsed, true, false},
+    {"add_generation_prompt", Use::kParsed, true, false},
+    {"continue_final_message", Use::kParsed, true, false},
     {"cache_prompt", Use::kHarmless, true, true},  // umad's prefix cache is always on
     {"skip_special_tokens", Use::kNoOpOnly, true, true},
     {"uma", Use::kParsed, true, true},  // umad's own: what a gateway asks for (GatewayOptions)
@@ -261,6 +263,36 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
       }
       r->template_kwargs[key] = to_json_text(value);
     }
+  }
+  if (const json* g = member(j, "add_generation_prompt")) {
+    if (!g->is_boolean()) return bad("add_generation_prompt", "must be a boolean");
+    r->add_generation_prompt = g->get<bool>();
+  }
+  if (const json* c = member(j, "continue_final_message")) {
+    if (c->is_boolean()) {
+      r->continuation = c->get<bool>() ? ChatContinuation::kAuto : ChatContinuation::kNone;
+    } else if (c->is_string() && (*c == "content" || *c == "reasoning_content")) {
+      r->continuation = *c == "content" ? ChatContinuation::kContent : ChatContinuation::kReasoning;
+    } else {
+      return bad("continue_final_message", "must be a boolean, \"content\" or \"reasoning_content\"");
+    }
+  }
+  const bool ends_with_assistant = !r->messages.empty() && r->messages.back().role == "assistant";
+  if (r->continuation == ChatContinuation::kNone && member(j, "continue_final_message") == nullptr && ends_with_assistant &&
+      member(j, "add_generation_prompt") == nullptr) {
+    // llama-server's prefill: a last assistant message is continued, not answered
+    if (r->messages.size() >= 2 && r->messages[r->messages.size() - 2].role == "assistant") {
+      return bad("messages", "two assistant messages at the end: which one to continue?");
+    }
+    r->continuation = ChatContinuation::kAuto;
+    r->add_generation_prompt = false;
+  }
+  if (r->continuation != ChatContinuation::kNone && r->add_generation_prompt && member(j, "add_generation_prompt") != nullptr) {
+    return bad("continue_final_message", "cannot be combined with add_generation_prompt true");
+  }
+  if (r->continuation != ChatContinuation::kNone) {
+    if (!ends_with_assistant) return bad("continue_final_message", "needs an assistant message last");
+    r->add_generation_prompt = false;
   }
   if (const json* effort = member(j, "reasoning_effort")) {
     const std::string e = effort->is_string() ? effort->get<std::string>() : std::string();

@@ -101,6 +101,35 @@ TEST(OpenAiFields, GrammarsSchemasAndLlamaServersNames) {
   EXPECT_EQ(parse(R"({"prompt":"x","skip_special_tokens":false})", false, &r).param(), "skip_special_tokens");
 }
 
+TEST(OpenAiFields, GenerationPromptAndContinuationAsLlamaServerTakesThem) {
+  const std::string user = R"({"role":"user","content":"x"})", assistant = R"({"role":"assistant","content":"y"})";
+  CompletionRequest r;
+  ASSERT_TRUE(parse(R"({"messages":[)" + user + R"(]})", true, &r).ok());
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_EQ(r.continuation, ChatContinuation::kNone);
+  // A last assistant message is continued (llama-server's prefill) unless the request says otherwise.
+  r = {};
+  ASSERT_TRUE(parse(R"({"messages":[)" + user + "," + assistant + R"(]})", true, &r).ok());
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_EQ(r.continuation, ChatContinuation::kAuto);
+  r = {};
+  ASSERT_TRUE(parse(R"({"messages":[)" + user + "," + assistant + R"(],"add_generation_prompt":true})", true, &r).ok());
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_EQ(r.continuation, ChatContinuation::kNone);
+  r = {};
+  ASSERT_TRUE(parse(R"({"messages":[)" + user + "," + assistant + R"(],"continue_final_message":"reasoning_content"})", true, &r).ok());
+  EXPECT_EQ(r.continuation, ChatContinuation::kReasoning);
+  r = {};
+  ASSERT_TRUE(parse(R"({"messages":[)" + user + R"(],"add_generation_prompt":false})", true, &r).ok());
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_EQ(parse(R"({"messages":[)" + user + R"(],"continue_final_message":true})", true, &r).param(), "continue_final_message")
+      << "nothing to continue";
+  EXPECT_EQ(parse(R"({"messages":[)" + user + "," + assistant + R"(],"continue_final_message":true,"add_generation_prompt":true})",
+                  true, &r).param(), "continue_final_message");
+  EXPECT_EQ(parse(R"({"messages":[)" + user + "," + assistant + "," + assistant + R"(]})", true, &r).param(), "messages");
+  EXPECT_EQ(parse(R"({"messages":[)" + user + R"(],"continue_final_message":"maybe"})", true, &r).param(), "continue_final_message");
+}
+
 TEST(OpenAiFields, ThinkingSwitches) {
   CompletionRequest r;
   ASSERT_TRUE(parse(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":false,"x":[1]}})", true, &r).ok());

@@ -25,6 +25,7 @@ unsigned http_status(ErrorCode code) {
     case ErrorCode::kModelLoad: return 503;
     case ErrorCode::kNotFound: return 404;
     case ErrorCode::kUnauthorized: return 401;
+    case ErrorCode::kNotSupported: return 501;
     default: return 500;
   }
 }
@@ -34,6 +35,7 @@ std::string error_body(ErrorCode code, std::string_view message, std::string_vie
   // llama-server's types where clients look for them (a key refused, a prompt past the context);
   // otherwise OpenAI's.
   const char* type = code == ErrorCode::kUnauthorized                       ? "authentication_error"
+                     : code == ErrorCode::kNotSupported                     ? "not_supported_error"
                      : code == ErrorCode::kContextExceeded                  ? "exceed_context_size_error"
                      : status == 400 || status == 413 || status == 404      ? "invalid_request_error"
                      : status == 429                                        ? "rate_limit_error"

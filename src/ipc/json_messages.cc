@@ -407,6 +407,7 @@ std::string_view error_code(ErrorCode code) {
     case ErrorCode::kOverloaded: return "E_OVERLOADED";
     case ErrorCode::kNotFound: return "E_NOT_FOUND";
     case ErrorCode::kUnauthorized: return "E_UNAUTHORIZED";
+    case ErrorCode::kNotSupported: return "E_NOT_SUPPORTED";
     case ErrorCode::kDecodeFailed:
     case ErrorCode::kKvExhausted:
     case ErrorCode::kKvPending: return "E_RUNTIME_DECODE";

@@ -21,6 +21,7 @@ std::string_view newline_error_text(ErrorCode code) {
     case ErrorCode::kOverloaded: return "server overloaded";
     case ErrorCode::kNotFound: return "not found";
     case ErrorCode::kUnauthorized: return "unauthorized";
+    case ErrorCode::kNotSupported: return "not supported";
     case ErrorCode::kOk:
     case ErrorCode::kFrameTooLarge:
     case ErrorCode::kInvalidJson:

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <memory>
@@ -44,6 +45,8 @@ enum class ToolChoice {
   kRequired,  // it must call at least one (a named choice is this with only that tool)
 };
 
+enum class ChatContinuation : std::uint8_t { kNone, kAuto, kContent, kReasoning };
+
 struct ChatRequest {
   std::vector<ChatTurn> turns;
   std::vector<ChatTool> tools;
@@ -56,6 +59,10 @@ struct ChatRequest {
   // chat_template_kwargs (values as JSON text), and whether a thinking template thinks (unset: its default).
   std::map<std::string, std::string> template_kwargs{};
   std::optional<bool> enable_thinking{};
+  // llama-server's add_generation_prompt and continue_final_message: the prompt ends with the
+  // assistant's opening, or continues the last (assistant) message, its content or its reasoning.
+  bool add_generation_prompt = true;
+  ChatContinuation continuation = ChatContinuation::kNone;
 };
 
 // What the output of a tool-enabled request turned into so far, as increments: text for the

@@ -379,5 +379,17 @@ TEST(UmadApi, CorsPreflightAndOriginHeaders) {
   EXPECT_EQ(r.find("Access-Control-Allow-Origin"), std::string::npos) << "another origin is not allowed: " << r;
 }
 
+// By default any origin may call, as llama-server allows: a preflight is answered, not a 405.
+TEST(UmadApi, ByDefaultAnyOriginGetsItsPreflightAnswered) {
+  Daemon d(http_args({}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  ASSERT_TRUE(t.send("OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://ui.example\r\n"
+                     "Access-Control-Request-Method: POST\r\n\r\n"));
+  const std::string r = t.response();
+  EXPECT_EQ(status_of(r), 204) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Origin: *"), std::string::npos) << r;
+}
+
 }  // namespace
 }  // namespace uma::test

@@ -238,8 +238,9 @@ TEST(UmadE2E, HalfClosedClientStillGetsItsReply) {
   EXPECT_TRUE(c.wait_closed(kHangGuard));
 }
 
+// With no line for a session (--max-queue 0; by default the extra request waits its turn).
 TEST(UmadE2E, SessionCapRejectsTheExtraClientWithAnErrorLine) {
-  Daemon d({"--max-tokens", "2000", "--max-sessions", "2", "--n-ctx", "8192"});
+  Daemon d({"--max-tokens", "2000", "--max-sessions", "2", "--n-ctx", "8192", "--max-queue", "0"});
   ASSERT_TRUE(d.started()) << d.log();
   Client a(d.socket()), b(d.socket()), extra(d.socket());
   ASSERT_TRUE(a.send("the apple\n"));
