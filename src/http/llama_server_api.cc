@@ -147,9 +147,11 @@ class LlamaServerWriter final : public ReplyWriter {
 
   void open(std::size_t, std::string&) override {}
 
-  void delta(std::size_t index, const ChatDelta& d, std::span<const LogprobEntry>, std::size_t, std::string& out) override {
+  void delta(std::size_t index, const ChatDelta& d, std::span<const LogprobEntry> logprobs, std::size_t, std::string& out) override {
     tokens_ += 1;
-    sse_event(out, to_json_text(json{{"index", index}, {"content", d.content}, {"stop", false}, {"id_slot", -1}}));
+    json j = {{"index", index}, {"content", d.content}, {"stop", false}, {"id_slot", -1}};
+    if (r_.logprobs > 0) j["completion_probabilities"] = probabilities(logprobs);
+    sse_event(out, to_json_text(j));
   }
 
   void finish(std::size_t index, const ChoiceEnd& end, std::span<const LogprobEntry>, std::size_t, std::string& out) override {
@@ -172,6 +174,7 @@ class LlamaServerWriter final : public ReplyWriter {
     auto one = [&](const WholeChoice& c) {
       json j = last({std::string(c.end.reason), std::string(c.end.stop_word)}, u);
       j["content"] = c.text;
+      if (r_.logprobs > 0) j["completion_probabilities"] = probabilities(c.logprobs);
       return j;
     };
     if (choices.size() == 1) return to_json_text(one(choices[0]));
@@ -190,6 +193,24 @@ class LlamaServerWriter final : public ReplyWriter {
   struct End {
     std::string reason, stop_word;
   };
+  // n_probs: each generated token with its log-probability and the most likely alternatives, in
+  // llama-server's shape.
+  static json token_json(const TokenLogprob& t) {
+    json bytes = json::array();
+    for (unsigned char ch : t.text) bytes.push_back(ch);
+    return {{"id", t.token}, {"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes}};
+  }
+  static json probabilities(std::span<const LogprobEntry> entries) {
+    json all = json::array();
+    for (const LogprobEntry& e : entries) {
+      json one = token_json(e.chosen);
+      json top = json::array();
+      for (const TokenLogprob& t : e.top) top.push_back(token_json(t));
+      one["top_logprobs"] = std::move(top);
+      all.push_back(std::move(one));
+    }
+    return all;
+  }
   // The fields of the last object: how it stopped (llama-server's stop_type: eos, limit, word).
   json last(const End& e, const openai::Usage& u) const {
     const char* type = e.reason == "length" ? "limit" : !e.stop_word.empty() ? "word" : "eos";
@@ -202,10 +223,15 @@ class LlamaServerWriter final : public ReplyWriter {
                     {"predicted_n", u.completion_tokens}, {"predicted_ms", u.predicted_ms},
                     {"predicted_per_token_ms", per_token(u.predicted_ms, u.completion_tokens)},
                     {"predicted_per_second", per_second(u.predicted_ms, u.completion_tokens)}};
+    const SamplingParams& s = r_.sampling;
+    json settings = {{"n_predict", r_.max_tokens ? *r_.max_tokens : -1}, {"seed", s.seed}, {"temperature", s.temperature},
+                     {"top_k", s.top_k}, {"top_p", s.top_p}, {"min_p", s.min_p}, {"repeat_penalty", s.repeat_penalty},
+                     {"stop", r_.stop}, {"stream", r_.stream}, {"n_probs", std::max(0, r_.logprobs)},
+                     {"grammar", r_.grammar}};
     return {{"content", ""}, {"id_slot", -1}, {"stop", true}, {"model", r_.model.empty() ? "umad" : r_.model},
             {"tokens_predicted", u.completion_tokens}, {"tokens_evaluated", u.prompt_tokens},
             {"tokens_cached", u.cached_tokens}, {"stop_type", type}, {"stopping_word", e.stop_word},
-            {"truncated", false}, {"timings", timings}};
+            {"truncated", false}, {"timings", timings}, {"generation_settings", settings}};
   }
 
   const openai::CompletionRequest& r_;

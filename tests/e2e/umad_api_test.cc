@@ -185,9 +185,18 @@ TEST(UmadApi, LlamaServersOwnApiAndThePathsWithoutV1) {
   EXPECT_EQ(j["stop"], true);
   EXPECT_EQ(j["stop_type"], "limit");
   EXPECT_EQ(j["tokens_predicted"], 5);
+  EXPECT_EQ(j["generation_settings"]["n_predict"], 5) << j.dump();
   j = post_json(t, "/completion", {{"prompt", "hello world"}, {"n_predict", 8}, {"stop", {oracle().expected_pieces("hello world", 8)[4]}}});
   EXPECT_EQ(j["stop_type"], "word") << j.dump();
   EXPECT_EQ(j["stopping_word"], oracle().expected_pieces("hello world", 8)[4]);
+  // n_probs: each token with its log-probability and the likeliest alternatives.
+  j = post_json(t, "/completion", {{"prompt", "hello world"}, {"n_predict", 3}, {"n_probs", 2}});
+  ASSERT_EQ(j["completion_probabilities"].size(), 3u) << j.dump();
+  const json& p0 = j["completion_probabilities"][0];
+  EXPECT_EQ(p0["token"], oracle().expected_pieces("hello world", 3)[0]) << j.dump();
+  ASSERT_EQ(p0["top_logprobs"].size(), 2u) << j.dump();
+  EXPECT_EQ(p0["top_logprobs"][0]["id"], p0["id"]) << "the greedy pick is the likeliest";
+  EXPECT_LE(p0["logprob"].get<double>(), 0.0);
   // n_predict past the context: generated to its end (a request's room: the whole 2048 of a
   // unified KV), not refused.
   j = post_json(t, "/completion", {{"prompt", "hello world"}, {"n_predict", 100000}});
