@@ -264,33 +264,33 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
       r->template_kwargs[key] = to_json_text(value);
     }
   }
-  if (const json* g = member(j, "add_generation_prompt")) {
-    if (!g->is_boolean()) return bad("add_generation_prompt", "must be a boolean");
-    r->add_generation_prompt = g->get<bool>();
+  const json* generation = member(j, "add_generation_prompt");
+  const json* cont = member(j, "continue_final_message");
+  if (generation != nullptr) {
+    if (!generation->is_boolean()) return bad("add_generation_prompt", "must be a boolean");
+    r->add_generation_prompt = generation->get<bool>();
   }
-  if (const json* c = member(j, "continue_final_message")) {
-    if (c->is_boolean()) {
-      r->continuation = c->get<bool>() ? ChatContinuation::kAuto : ChatContinuation::kNone;
-    } else if (c->is_string() && (*c == "content" || *c == "reasoning_content")) {
-      r->continuation = *c == "content" ? ChatContinuation::kContent : ChatContinuation::kReasoning;
+  if (cont != nullptr) {
+    if (cont->is_boolean()) {
+      r->continuation = cont->get<bool>() ? ChatContinuation::kAuto : ChatContinuation::kNone;
+    } else if (cont->is_string() && (*cont == "content" || *cont == "reasoning_content")) {
+      r->continuation = *cont == "content" ? ChatContinuation::kContent : ChatContinuation::kReasoning;
     } else {
       return bad("continue_final_message", "must be a boolean, \"content\" or \"reasoning_content\"");
     }
   }
   const bool ends_with_assistant = !r->messages.empty() && r->messages.back().role == "assistant";
-  if (r->continuation == ChatContinuation::kNone && member(j, "continue_final_message") == nullptr && ends_with_assistant &&
-      member(j, "add_generation_prompt") == nullptr) {
+  if (cont == nullptr && generation == nullptr && ends_with_assistant) {
     // llama-server's prefill: a last assistant message is continued, not answered
     if (r->messages.size() >= 2 && r->messages[r->messages.size() - 2].role == "assistant") {
       return bad("messages", "two assistant messages at the end: which one to continue?");
     }
     r->continuation = ChatContinuation::kAuto;
-    r->add_generation_prompt = false;
-  }
-  if (r->continuation != ChatContinuation::kNone && r->add_generation_prompt && member(j, "add_generation_prompt") != nullptr) {
-    return bad("continue_final_message", "cannot be combined with add_generation_prompt true");
   }
   if (r->continuation != ChatContinuation::kNone) {
+    if (generation != nullptr && r->add_generation_prompt) {
+      return bad("continue_final_message", "cannot be combined with add_generation_prompt true");
+    }
     if (!ends_with_assistant) return bad("continue_final_message", "needs an assistant message last");
     r->add_generation_prompt = false;
   }

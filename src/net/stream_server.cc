@@ -214,6 +214,7 @@ void StreamServer::refuse_waiting(const ConnPtr& c, Status why) {
   if (!c->closed() && c->state() == ConnState::kIdle) {
     if (!c->adapter->keep_alive() || shutting_down_) return c->close_when_flushed();
     serve(c);
+    c->start_reading();  // reading may have paused on a full input while it waited
   }
 }
 

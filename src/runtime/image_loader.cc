@@ -26,22 +26,31 @@ struct Cookie {
   ImageLoadStats stats;
 };
 
+// Waits until [offset, offset + n) of the image is ready, the time counted as waiting, and counts
+// the bytes; false (the error kept) when the image failed.
+bool wait_ready(Cookie& k, std::uint64_t offset, std::uint64_t n) {
+  const auto w = Clock::now();
+  if (Status s = k.image->wait(offset, n); !s.ok()) {
+    k.error = s;
+    return false;
+  }
+  k.stats.wait_seconds += std::chrono::duration<double>(Clock::now() - w).count();
+  k.stats.bytes_read += n;
+  return true;
+}
+
 ssize_t cookie_read(void* c, char* buf, size_t n) {
   Cookie& k = *static_cast<Cookie*>(c);
   const std::uint64_t size = k.image->manifest().bytes;
   if (k.pos >= size || n == 0) return 0;
   n = static_cast<size_t>(std::min<std::uint64_t>(n, size - k.pos));
-  const auto w = Clock::now();
-  if (Status s = k.image->wait(k.pos, n); !s.ok()) {
-    k.error = s;
+  if (!wait_ready(k, k.pos, n)) {
     errno = EIO;
     return -1;
   }
   const auto c0 = Clock::now();
   std::memcpy(buf, k.image->data() + k.pos, n);
-  k.stats.wait_seconds += std::chrono::duration<double>(c0 - w).count();
   k.stats.copy_seconds += std::chrono::duration<double>(Clock::now() - c0).count();
-  k.stats.bytes_read += n;
   k.pos += n;
   return static_cast<ssize_t>(n);
 }
@@ -63,17 +72,7 @@ int cookie_seek(void* c, off64_t* offset, int whence) {
 int cookie_close(void*) { return 0; }
 
 // llama.cpp asks before it copies a tensor's bytes out of the image (the copy path).
-bool wait_for_bytes(size_t offset, size_t size, void* c) {
-  Cookie& k = *static_cast<Cookie*>(c);
-  const auto w = Clock::now();
-  if (Status s = k.image->wait(offset, size); !s.ok()) {
-    k.error = s;
-    return false;
-  }
-  k.stats.wait_seconds += std::chrono::duration<double>(Clock::now() - w).count();
-  k.stats.bytes_read += size;
-  return true;
-}
+bool wait_for_bytes(size_t offset, size_t size, void* c) { return wait_ready(*static_cast<Cookie*>(c), offset, size); }
 
 ggml_backend_dev_t first_gpu() {
   for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {

@@ -33,18 +33,23 @@ std::int32_t Scheduler::claim(const Session& s) const {
     const Session* x = find_session(id);
     return x != nullptr && x->seq >= 0;
   };
-  std::int32_t shared = 0;
-  bool source_holds = false;
-  if (s.follow != 0) {
-    shared = s.follow_len;
-    source_holds = holds(s.follow);
-  } else if (s.shared_prefix > 0 && s.shared_from_seq >= 0) {
-    shared = s.shared_prefix;
-    source_holds = cache_.holds(s.shared_from_seq);
-  } else if (s.shared_prefix > 0 && s.shared_from_session != 0) {
-    shared = s.shared_prefix;
-    source_holds = holds(s.shared_from_session);
-  }
+  // Where a session's shared cells came from (kind 0: none; 1 a leader it follows, 2 a kept
+  // sequence, 3 a running session) and how many.
+  struct Source {
+    int kind = 0;
+    std::int64_t id = 0;
+    std::int32_t cells = 0;
+  };
+  const auto source_of = [](const Session& x) -> Source {
+    if (x.follow != 0) return {1, static_cast<std::int64_t>(x.follow), x.follow_len};
+    if (x.shared_prefix > 0 && x.shared_from_seq >= 0) return {2, x.shared_from_seq, x.shared_prefix};
+    if (x.shared_prefix > 0 && x.shared_from_session != 0) return {3, static_cast<std::int64_t>(x.shared_from_session), x.shared_prefix};
+    return {};
+  };
+  const Source src = source_of(s);
+  std::int32_t shared = src.cells;
+  const bool source_holds = src.kind == 2 ? cache_.holds(static_cast<std::int32_t>(src.id))
+                                          : src.kind != 0 && holds(static_cast<RequestId>(src.id));
   if (shared > 0 && !source_holds) {
     // The source let go (evicted, ended), but the cells stay shared by every sequence that took
     // them: the oldest of those still holding a sequence counts them, the others do not (16 users
@@ -52,11 +57,8 @@ std::int32_t Scheduler::claim(const Session& s) const {
     std::int32_t counted_by_older = 0;
     for (const auto& x : sessions_) {
       if (x.get() == &s || x->seq < 0 || x->id > s.id) continue;
-      const bool same = s.follow != 0 ? x->follow == s.follow
-                        : s.shared_from_seq >= 0 ? x->follow == 0 && x->shared_from_seq == s.shared_from_seq
-                                                 : x->follow == 0 && x->shared_from_session == s.shared_from_session;
-      const std::int32_t len = x->follow != 0 ? x->follow_len : x->shared_prefix;
-      if (same && len > 0) counted_by_older = std::max(counted_by_older, std::min(shared, len));
+      const Source other = source_of(*x);
+      if (other.kind == src.kind && other.id == src.id) counted_by_older = std::max(counted_by_older, std::min(shared, other.cells));
     }
     shared = counted_by_older;
   }
