@@ -99,10 +99,11 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--kv-mb", kv_mb, "the KV budget (MiB) --n-ctx 0 sizes the context by, and that an explicit --n-ctx must "
                  "fit; -1: half of available host memory on a CPU, 85% of free GPU memory less 512 MiB on a GPU")
       ->envname("UMA_KV_MB")->capture_default_str()->check(CLI::Range(static_cast<std::int64_t>(-1), static_cast<std::int64_t>(1) << 30));
-  app.add_option("--n-batch", rt.n_batch, "most tokens in one decode: a burst of prompts while nobody decodes "
-                 "(0: 2048 with the weights on the CPU, --n-ubatch on a GPU)")->envname("UMA_N_BATCH")
+  app.add_option("--n-batch", rt.n_batch, "most tokens in one decode: a burst of prompts while nobody decodes, and "
+                 "on a GPU a tick beside decoding streams (0: 2048)")->envname("UMA_N_BATCH")
       ->capture_default_str()->check(CLI::Range(0, 1 << 16));
-  app.add_option("--n-ubatch", rt.n_ubatch, "most tokens in one pass of llama.cpp (caps a tick with streams decoding)")
+  app.add_option("--n-ubatch", rt.n_ubatch, "most tokens in one pass of llama.cpp (caps a tick with streams decoding "
+                 "on the CPU)")
       ->envname("UMA_N_UBATCH")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   std::string threads = "auto";
   app.add_option("-t,--threads", threads, "compute threads: auto (as many as the cores this process may use that "
@@ -191,8 +192,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_MIN_PREFILL")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   app.add_option("--prefill-policy", prefill_policy, "how many prompt tokens a tick carries: slo (the worst of the "
                  "streams' gap and the waiting prompts' TTFT, each over its target, minimised with the tick cost "
-                 "model) or gap (the streams' gap alone, with the overdue guard)")
-      ->envname("UMA_PREFILL_POLICY")->capture_default_str()->check(CLI::IsMember({"slo", "gap"}));
+                 "model; when every target can be met, the fullest tick that meets them), slo-balance (the worst "
+                 "ratio minimised even then) or gap (the streams' gap alone, with the overdue guard)")
+      ->envname("UMA_PREFILL_POLICY")->capture_default_str()->check(CLI::IsMember({"slo", "slo-balance", "gap"}));
   app.add_option("--prompt-chunks-max", sc.prompt_chunks_max, "a prompt is prefilled in at most this many chunks "
                  "(0: no bound)")->envname("UMA_PROMPT_CHUNKS_MAX")->capture_default_str()->check(CLI::Range(0, 1 << 16));
   app.add_option("--ttft-solo-factor", sc.ttft_solo_factor, "a prompt's TTFT target: --slo-ttft-ms plus this many "
@@ -379,7 +381,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   srv.protocol = protocol == "newline" ? ProtocolKind::kNewline : ProtocolKind::kJson;
   srv.max_tx_bytes = static_cast<std::size_t>(max_tx_kib) * 1024;
   sc.preemption = preempt != "off";
-  sc.slo_prefill = prefill_policy == "slo";
+  sc.slo_prefill = prefill_policy != "gap";
+  sc.slo_fill = prefill_policy == "slo";
   sc.speculate = speculative == "lookup";
   // A speculating request verifies its drafts on the device too (greedy): K + 1 rows per sequence.
   rt.outputs_per_seq = sc.speculate || !out.draft_model.empty() ? sc.draft_max + 1 : 1;

@@ -45,9 +45,9 @@ struct RuntimeConfig {
   // What the KV may take, bytes: an automatic n_ctx fits it, an explicit one must (open fails
   // otherwise). < 0: derived from the machine (context_size.h, kv_budget_bytes).
   std::int64_t kv_budget_bytes = -1;
-  // Most tokens one decode takes; 0: 2048 with the weights on the CPU (a burst of prompts arriving
-  // while nobody decodes goes in at once, as llama-server's default, so the streams start in step),
-  // n_ubatch on a GPU. Passes stay n_ubatch long: ticks with streams decoding are planned in those.
+  // Most tokens one decode takes; 0: 2048 (a burst of prompts arriving while nobody decodes goes in
+  // at once, as llama-server's default, so the streams start in step). Passes stay n_ubatch long; a
+  // tick with streams decoding holds one pass on the CPU, up to n_batch on a GPU (Scheduler).
   std::int32_t n_batch = 0;
   std::int32_t n_ubatch = 512;
   std::int32_t n_seq_max = 16;

@@ -175,7 +175,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
                                 : "half of available host memory";
   cp.n_ctx = static_cast<uint32_t>(n_ctx);
   const std::int32_t n_ubatch = std::max(config.n_ubatch, 1);
-  const std::int32_t n_batch = config.n_batch > 0 ? config.n_batch : on_gpu ? n_ubatch : std::max(2048, n_ubatch);
+  const std::int32_t n_batch = config.n_batch > 0 ? config.n_batch : std::max(2048, n_ubatch);
   cp.n_batch = static_cast<uint32_t>(n_batch);
   cp.n_ubatch = static_cast<uint32_t>(std::min(n_ubatch, n_batch));
   cp.n_seq_max = static_cast<uint32_t>(config.n_seq_max);

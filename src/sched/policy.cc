@@ -123,9 +123,11 @@ SloBudget slo_prefill_budget(const SloBudgetInput& in) {
   }
   double best = scored.front().first;
   for (const auto& [worst, r] : scored) best = std::min(best, worst);
-  // Within 1% of the best counts as a tie, and a tie goes to the larger chunk.
+  // Within 1% of the best counts as a tie (or anything within every target), and a tie goes to the
+  // larger chunk.
+  const double tie = in.fill_when_met && best <= 1.0 ? 1.0 : best * 1.01;
   for (const auto& [worst, r] : scored) {
-    if (worst <= best * 1.01 && r.tokens > out.tokens) out = r;
+    if (worst <= tie && r.tokens > out.tokens) out = r;
   }
   return out;
 }

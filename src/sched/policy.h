@@ -88,6 +88,8 @@ struct SloBudgetInput {
   std::span<const PromptWait> prompts;
   std::int32_t floor = 1;         // fewest prompt tokens a tick with prefill carries
   std::int32_t capacity = 0;      // most it can carry (n_batch less the decode rows)
+  // When every ratio can be kept <= 1: the largest p that keeps them so, not the least worst.
+  bool fill_when_met = false;
 };
 struct SloBudget {
   std::int32_t tokens = 0;     // prompt tokens for this tick
@@ -102,7 +104,8 @@ struct SloBudget {
 // those ahead of it, at p tokens a tick). Streams already past their target do not stop prefill
 // while a prompt is further past its own; a long prompt is not held to a short prompt's target
 // (its own compute is part of it). Ties go to the larger p (fuller ticks: fewer passes over the
-// weights). With no prompt waiting, 0.
+// weights). With fill_when_met, every p that meets all targets is a tie: a long prompt then goes
+// in in as few gaps as the streams' target allows, done sooner. With no prompt waiting, 0.
 SloBudget slo_prefill_budget(const SloBudgetInput& in);
 
 // How long the compute thread waits for more arrivals before a tick that would only prefill: a

@@ -418,6 +418,25 @@ TEST(SloBudget, ATieGoesToTheFullerTick) {
   EXPECT_EQ(slo_prefill_budget(in).tokens, 64);
 }
 
+TEST(SloBudget, WithFillEveryChunkThatMeetsAllTargetsTiesAndTheFullestWins) {
+  // 10 ms + 0.1 ms a token; the streams' target 80 ms; a 2000-token prompt with a loose target.
+  const std::vector<PromptWait> w = {{0.0, 2000, 2000.0}};
+  SloBudgetInput in{[](std::int32_t p) { return 10.0 + 0.1 * p; }, 0.0, 80.0, w, 8, 2000};
+  const SloBudget balanced = slo_prefill_budget(in);
+  in.fill_when_met = true;
+  const SloBudget filled = slo_prefill_budget(in);
+  EXPECT_GT(filled.tokens, balanced.tokens);
+  EXPECT_LE(filled.stream_ratio, 1.0);
+  EXPECT_GT(filled.stream_ratio, 0.9) << "the tick as long as the streams' target allows (within the 8% grid)";
+  EXPECT_LE(filled.prompt_ratio, 1.0);
+  // A target that cannot be met: the same choice as without fill (the least worst ratio).
+  const std::vector<PromptWait> late = {{5000.0, 2000, 2000.0}};
+  in.prompts = late;
+  const SloBudget late_filled = slo_prefill_budget(in);
+  in.fill_when_met = false;
+  EXPECT_EQ(late_filled.tokens, slo_prefill_budget(in).tokens);
+}
+
 TEST(SloBudget, PromptsLaterInLineCountTheirWaitBehindTheOnesAhead) {
   // Two prompts: the second's TTFT includes the first's tokens; the floor and capacity hold.
   const std::vector<PromptWait> w = {{0.0, 100, 1e6}, {500.0, 100, 600.0}};

@@ -67,14 +67,14 @@ void Scheduler::tick(std::vector<Event>& out) {
   if (!gather(now)) return;
   const auto n_decoding = static_cast<std::int32_t>(
       std::count_if(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.decoding; }));
-  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_ubatch(), prefill_floor(), guard_fired_last_,
+  PolicyInput in{budget_.prefill_budget(n_decoding), decode_capacity(n_decoding), prefill_floor(), guard_fired_last_,
                  budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
   in.whole_prompts = ledger_.per_seq();
   in.idle_capacity = decoder_.n_batch();
   // What is published (tick_prefill_budget_tokens) stays the controller's figure: a router's TTFT
   // model reads it as a prompt's tokens per tick, and was fitted to it.
   const std::int32_t published_budget = in.budget;
-  if (const std::int32_t slo = slo_budget(now, decoder_.n_ubatch() - n_decoding); slo > 0) {
+  if (const std::int32_t slo = slo_budget(now, in.capacity - n_decoding); slo > 0) {
     // The SLO budget weighs the streams' gaps itself: the overdue guard would second-guess it.
     in.budget = slo;
     for (Candidate& c : candidates_) c.overdue = false;

@@ -83,6 +83,9 @@ struct SchedulerConfig {
   // SLO ratio over running streams and waiting prompts (policy.h slo_prefill_budget), or by the
   // streams' gap alone (the tick budget's controller and the overdue guard; always used until warm).
   bool slo_prefill = true;
+  // With slo_prefill, once every target can be met: the fullest tick that keeps them met (fewer
+  // passes; a long prompt done in fewer, longer gaps) rather than the least worst ratio.
+  bool slo_fill = true;
   // Raise the prefill floor to the smallest chunk the calibration found near the best per-token rate
   // (off when --min-prefill was given).
   bool measured_prefill_floor = true;
@@ -278,6 +281,11 @@ class Scheduler {
   // The SLO-balanced prompt tokens for this tick (after gather), or -1 while the model is cold.
   std::int32_t slo_budget(Clock::time_point now, std::int32_t capacity);
   void observe_cost(double decode_ms);                      // the model learns; bytes per session
+  // The most tokens a tick with n_decoding streams carries: one pass, or on a device, when the
+  // prompt first in line is longer than what the pass leaves, n_batch (a pass costs a fixed few ms
+  // there, so a long prompt goes in in fewer gaps where the targets allow; short prompts still
+  // share one pass). On the host a longer tick only holds the streams longer.
+  std::int32_t decode_capacity(std::int32_t n_decoding) const;
   std::int32_t prefill_floor() const;  // min_prefill, the measured knee, the first prompt's share (after gather)
   static constexpr double kKneeSlack = 1.3;                 // "near the best per-token rate"
   // scheduler_calibrate.cc.

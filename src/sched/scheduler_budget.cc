@@ -32,6 +32,14 @@ void Scheduler::add_decode_row(TickWork& w, const Session& s) const {
   w.kv_read_cells += kv_read_of(s.n_past);
 }
 
+std::int32_t Scheduler::decode_capacity(std::int32_t n_decoding) const {
+  const std::int32_t pass = decoder_.n_ubatch();
+  if (decoder_.computes_on_host() || n_decoding == 0 || decoder_.n_batch() <= pass) return pass;
+  const std::vector<std::size_t> prompts = prefill_order(candidates_);
+  const bool long_first = !prompts.empty() && candidates_[prompts.front()].prompt_remaining > pass - n_decoding;
+  return long_first ? decoder_.n_batch() : pass;
+}
+
 double Scheduler::gather_window_ms() const {
   if (config_.gather_max_ms <= 0.0 || inflight_ || !cost_.warm()) return 0.0;
   std::int64_t prompt = 0;
@@ -134,6 +142,7 @@ std::int32_t Scheduler::slo_budget(Clock::time_point now, std::int32_t capacity)
     return cost_.predict_ms(w);
   };
   SloBudgetInput in{tick_ms, waited, tbt, waits, std::max(prefill_floor(), 1), capacity};
+  in.fill_when_met = config_.slo_fill;
   const SloBudget b = slo_prefill_budget(in);
   metrics_.slo_stream_ratio = b.stream_ratio;
   metrics_.slo_prompt_ratio = b.prompt_ratio;

@@ -81,14 +81,16 @@ TEST_F(PrefillFloor, UnifiedKvKeepsTheSmallPrefillFloorBesideRunningStreams) {
   EXPECT_EQ(biggest_tick_beside_a_stream(/*per_seq=*/false, -1), 1u + 8u);
 }
 
-// n_batch above n_ubatch (the CPU default, 2048 over passes of 512): a burst arriving while nobody
+// n_batch above n_ubatch (the default, 2048 over passes of 512): a burst arriving while nobody
 // decodes goes in in one tick, so its streams decode in step and end on one tick (a closed loop's
-// next burst then arrives together too); with streams decoding, a tick stays one pass's worth.
+// next burst then arrives together too); with streams decoding on the host, a tick stays one
+// pass's worth (on a device it may take n_batch: the test after this one).
 TEST_F(SchedulerTest, PerSequenceKvABurstGoesInAtOnceAndItsStreamsEndTogether) {
   SchedulerConfig cfg;
   cfg.slo_tbt_ms = 1e9;
   decoder_ = std::make_unique<testing_support::FakeDecoder>(/*n_batch=*/2048, /*n_ctx=*/16 * 256, /*n_seq=*/16, /*per_seq=*/true);
   decoder_->set_n_ubatch(512);
+  decoder_->on_host_ = true;
   scheduler_ = std::make_unique<Scheduler>(*decoder_, metrics_, cfg, clock_);
   std::vector<std::size_t> sizes;
   decoder_->on_decode_ = [&](std::span<const BatchEntry> b) { sizes.push_back(b.size()); };

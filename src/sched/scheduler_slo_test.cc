@@ -16,12 +16,13 @@ class SloSchedulerTest : public SchedulerTest {
  protected:
   // 4 streams decoding (short prompts), then a 600-token prompt; returns its TTFT (virtual ms) and
   // records each tick's prompt tokens and duration while it was prefilled.
-  double long_prompt_beside_streams(bool slo, std::int32_t prompt_chunks_max = 0) {
+  double long_prompt_beside_streams(bool slo, std::int32_t prompt_chunks_max = 0, double tbt_ms = 40.0, bool fill = true) {
     SchedulerConfig cfg;
     cfg.prompt_chunks_max = prompt_chunks_max;
     cfg.slo_prefill = slo;
+    cfg.slo_fill = fill;
     cfg.measured_prefill_floor = false;  // both policies at the same floor (8)
-    cfg.slo_tbt_ms = 40.0;
+    cfg.slo_tbt_ms = tbt_ms;
     cfg.slo_ttft_ms = 150.0;
     cfg.ttft_solo_factor = 1.0;  // the target below: the SLO plus the prompt's own prefill
     out_.clear();
@@ -45,6 +46,8 @@ class SloSchedulerTest : public SchedulerTest {
   void start_with_streams(const SchedulerConfig& cfg, std::int32_t n_seq) {
     scheduler_.reset();  // before the decoder it holds
     decoder_ = std::make_unique<FakeDecoder>(1024, 8192, n_seq, false);
+    decoder_->set_n_ubatch(n_ubatch_);
+    decoder_->on_host_ = on_host_;
     decoder_->on_decode_ = [this](std::span<const BatchEntry> b) {
       clock_.advance(std::chrono::microseconds(10000 + 1000 * static_cast<long>(b.size())));
     };
@@ -55,6 +58,8 @@ class SloSchedulerTest : public SchedulerTest {
   }
   std::vector<std::int32_t> chunks_;
   std::vector<double> tick_ms_;
+  std::int32_t n_ubatch_ = 0;  // 0: n_batch
+  bool on_host_ = false;
 };
 
 TEST_F(SloSchedulerTest, ALongPromptBesideStreamsIsBalancedAgainstTheirGap) {
@@ -72,6 +77,33 @@ TEST_F(SloSchedulerTest, ALongPromptBesideStreamsIsBalancedAgainstTheirGap) {
   EXPECT_LT(*std::max_element(tick_ms_.begin(), tick_ms_.end()), 2.0 * 40.0);
   EXPECT_NEAR(metrics_.slo_stream_ratio.load(), metrics_.slo_prompt_ratio.load(), 0.5);
   EXPECT_LT(metrics_.tick_predict_error.load(), 0.05) << "the fake's cost is linear in tokens: predicted closely";
+}
+
+TEST_F(SloSchedulerTest, WhenEveryTargetCanBeMetTicksAreAsFullAsTheTargetsAllow) {
+  // The streams' target 300 ms against a 14 ms decode-only tick; the prompt's 150 ms on top of its
+  // own 610 ms. Both can be met: the fill rule takes the fullest tick that meets them, the balance
+  // rule the least worst ratio (a smaller chunk).
+  const double balance_ttft = long_prompt_beside_streams(true, 0, 300.0, /*fill=*/false);
+  const std::int32_t balance_most = *std::max_element(chunks_.begin(), chunks_.end());
+  const double fill_ttft = long_prompt_beside_streams(true, 0, 300.0, /*fill=*/true);
+  const std::int32_t fill_most = *std::max_element(chunks_.begin(), chunks_.end());
+  EXPECT_GT(fill_most, balance_most + 20);
+  EXPECT_LE(*std::max_element(tick_ms_.begin(), tick_ms_.end()), 300.0) << "the streams' target holds";
+  EXPECT_LE(fill_ttft, 150.0 + 610.0) << "and the prompt's";
+  EXPECT_LE(fill_ttft, balance_ttft + 1.0);
+  EXPECT_LE(metrics_.slo_stream_ratio.load(), 1.0);
+  EXPECT_LE(metrics_.slo_prompt_ratio.load(), 1.0);
+}
+
+TEST_F(SloSchedulerTest, BesideStreamsADeviceTickMayTakeSeveralPassesAndAHostTickOne) {
+  // Passes of 128 under n_batch 1024. On a device a pass costs a fixed few ms, so a tick beside
+  // streams may hold several; on the host a longer tick only holds the streams longer.
+  n_ubatch_ = 128;
+  long_prompt_beside_streams(true, 0, 300.0);
+  EXPECT_GT(*std::max_element(chunks_.begin(), chunks_.end()), 128);
+  on_host_ = true;
+  long_prompt_beside_streams(true, 0, 300.0);
+  EXPECT_LE(*std::max_element(chunks_.begin(), chunks_.end()), 128 - 4);
 }
 
 TEST_F(SloSchedulerTest, TheGapPolicyHoldsTheSamePromptToTheStreamsTickTarget) {

@@ -76,6 +76,8 @@ void run_open(Target& t, const MakeRequest& make, double rate, bool poisson, std
   Clock::time_point at = start;
   std::vector<std::thread> flights;
   for (int i = 0; lim.allows(i, start) && !p.stop; ++i) {
+    // An arrival past the run's end is not waited for.
+    if (lim.duration_s > 0 && at >= start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(lim.duration_s))) break;
     std::this_thread::sleep_until(at);
     if (!lim.allows(i, start)) break;
     p.started++;
@@ -334,8 +336,9 @@ int main(int argc, char** argv) {
       // have shown their steady cadence for a while).
       const double start_s = bg_start_s >= 0 ? bg_start_s : std::min(1.0, bg_every_s);
       std::this_thread::sleep_for(std::chrono::duration<double>(start_s));
-      const double span = duration > 0 ? duration - start_s : 0;
-      run_open(*target, bg, 1.0 / bg_every_s, false, seed, Limits{0, std::max(span, bg_every_s)}, progress, records, mu);
+      // At least one prompt, however short the run.
+      const double span = duration > 0 ? std::max(duration - start_s, 1e-3) : bg_every_s;
+      run_open(*target, bg, 1.0 / bg_every_s, false, seed, Limits{0, span}, progress, records, mu);
     });
     run_closed(*target, make, concurrency, Limits{duration > 0 ? 0 : requests, duration}, progress, records, mu);
     background.join();
