@@ -197,7 +197,7 @@ void Proxy::on_body(std::string_view bytes) {
     // numbers its events from the opening ones on).
     client_head_sent_ = true;
     out = event_stream_head(client_->keep_alive(), client_->cors());
-    if (job_.reencoder) out += job_.reencoder->open();
+    if (job_.reencoder) out += job_.reencoder->open(job_.prompt_tokens);
   }
   for (const SseEvent& ev : events) {
     if (!first_token_ && !ev.tokens.empty()) {

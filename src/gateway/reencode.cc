@@ -29,8 +29,11 @@ Reencoder::Reencoder(openai::CompletionRequest api, const http_route::WriterFact
   writer_ = writer(api_, std::move(id), created);
 }
 
-std::string Reencoder::open() {
+std::string Reencoder::open(std::int64_t prompt_tokens) {
   std::string out;
+  // What the gateway tokenized: the agent's count (same vocabulary and template); the cache's share
+  // is told at the end.
+  if (prompt_tokens > 0) writer_->prompt_known(static_cast<std::int32_t>(prompt_tokens), 0);
   writer_->open(1, out);
   return out;
 }

@@ -21,8 +21,8 @@ namespace uma::gateway {
 class Reencoder {
  public:
   Reencoder(openai::CompletionRequest api, const http_route::WriterFactory& writer, std::string id, std::int64_t created);
-  // What opens the client's stream (after its head).
-  std::string open();
+  // What opens the client's stream (after its head); prompt_tokens: as this gateway counted them.
+  std::string open(std::int64_t prompt_tokens);
   // One event of the agent's stream (its `forward` part), as the client's API writes it (HTTP
   // chunks; "" for what it has nothing to say about). [DONE] closes the stream (the HTTP
   // terminator is the caller's).

@@ -198,10 +198,16 @@ class AnthropicWriter final : public ReplyWriter {
  public:
   AnthropicWriter(const openai::CompletionRequest& r, std::string id) : r_(r), id_(std::move(id)) {}
 
+  void prompt_known(std::int32_t prompt_tokens, std::int32_t cached_tokens) override {
+    prompt_ = {prompt_tokens, cached_tokens};
+  }
+
   void open(std::size_t, std::string& out) override {
+    json usage = {{"input_tokens", prompt_.first - prompt_.second}, {"cache_creation_input_tokens", 0},
+                  {"cache_read_input_tokens", prompt_.second}, {"output_tokens", 0}};
     json message = {{"id", id_}, {"type", "message"}, {"role", "assistant"}, {"model", model()},
                     {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
-                    {"usage", {{"input_tokens", 0}, {"output_tokens", 0}}}};
+                    {"usage", std::move(usage)}};
     event(out, "message_start", {{"type", "message_start"}, {"message", message}});
   }
 
@@ -298,6 +304,7 @@ class AnthropicWriter final : public ReplyWriter {
   }
 
   const openai::CompletionRequest& r_;
+  std::pair<std::int32_t, std::int32_t> prompt_{0, 0};  // tokens, of them cached (prompt_known)
   std::string id_;
   std::int64_t index_ = -1;  // the current content block
   bool open_ = false;

@@ -37,11 +37,33 @@ Reply not_ready(const Context& ctx) {
   return r;
 }
 
+// A mixed prompt's pieces in turn, text tokenized as llama-server does: control tokens parsed, the
+// BOS only before a first piece of text.
+Status resolve_mixed(PromptInput& p, const Tokenize& tokenize) {
+  for (std::size_t i = 0; i < p.mixed.size(); ++i) {
+    const PromptPiece& m = p.mixed[i];
+    if (m.text.empty()) {
+      p.tokens.insert(p.tokens.end(), m.tokens.begin(), m.tokens.end());
+      continue;
+    }
+    std::vector<std::int32_t> t;
+    if (Status st = tokenize(m.text, /*add_special=*/i == 0, /*parse_special=*/true, &t); !st.ok()) return st;
+    p.tokens.insert(p.tokens.end(), t.begin(), t.end());
+  }
+  p.mixed.clear();
+  return Status::Ok();
+}
+
 std::variant<Reply, Completion> completion(bool chat, std::string_view body, const Context& ctx) {
   if (!ctx.ready || ctx.shutting_down) return not_ready(ctx);
   Completion c;
   if (Status st = openai::parse_request(body, chat, *ctx.limits, *ctx.default_sampling, &c.api); !st.ok()) {
     return error_reply(st);
+  }
+  // Without a tokenizer here (a gateway), a mixed prompt goes on as it came: the agent resolves it.
+  for (PromptInput& p : c.api.prompts) {
+    if (p.mixed.empty() || ctx.tokenize == nullptr) continue;
+    if (Status st = resolve_mixed(p, *ctx.tokenize); !st.ok()) return error_reply(st);
   }
   Request& q = c.request;
   if (chat) {

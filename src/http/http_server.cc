@@ -116,6 +116,10 @@ class HttpAdapter final : public ProtocolAdapter {
     const openai::CompletionRequest& r = req_;
     const std::size_t index = static_cast<std::size_t>(ev.request_id - first_id_);
     ChoiceState& ch = choices_.at(index);
+    if (!headers_sent_ && ev.kind == Event::Kind::kToken && ev.prompt_tokens > 0 && writer_) {
+      const auto resumed = static_cast<std::int32_t>(r.uma.resume.size());
+      writer_->prompt_known(ev.prompt_tokens - resumed, std::min(ev.cached_tokens, ev.prompt_tokens - resumed));
+    }
     if (ev.kind != Event::Kind::kError) start_stream(out);
     switch (ev.kind) {
       case Event::Kind::kToken:

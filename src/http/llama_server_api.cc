@@ -143,12 +143,14 @@ namespace {
 
 class LlamaServerWriter final : public ReplyWriter {
  public:
+  using json = nlohmann::ordered_json;
   LlamaServerWriter(const openai::CompletionRequest& r, std::string id) : r_(r), id_(std::move(id)) {}
 
   void open(std::size_t, std::string&) override {}
 
   void delta(std::size_t index, const ChatDelta& d, std::span<const LogprobEntry> logprobs, std::size_t, std::string& out) override {
     tokens_ += 1;
+    has_new_line_ = has_new_line_ || d.content.find('\n') != std::string::npos;
     json j = {{"index", index}, {"content", d.content}, {"stop", false}, {"id_slot", -1}};
     if (r_.logprobs > 0) j["completion_probabilities"] = probabilities(logprobs);
     sse_event(out, to_json_text(j));
@@ -164,32 +166,34 @@ class LlamaServerWriter final : public ReplyWriter {
       json j = last(i < ends_.size() ? ends_[i] : End{}, u);
       j["index"] = i;
       j["content"] = "";
-      sse_event(out, to_json_text(j));
+      j["has_new_line"] = has_new_line_;
+      sse_event(out, to_json_text(cut(j)));
     }
   }
 
   void fail(const Status& st, std::string& out) override { sse_event(out, error_body(st)); }
 
   std::string whole(std::span<const WholeChoice> choices, const openai::Usage& u) override {
-    auto one = [&](const WholeChoice& c) {
-      json j = last({std::string(c.end.reason), std::string(c.end.stop_word)}, u);
-      j["content"] = c.text;
-      if (r_.logprobs > 0) j["completion_probabilities"] = probabilities(c.logprobs);
-      return j;
-    };
-    if (choices.size() == 1) return to_json_text(one(choices[0]));
+    auto one = [&](const WholeChoice& c, std::size_t i) { return cut(final_object(c, u, i)); };
+    if (choices.size() == 1) return to_json_text(one(choices[0], 0));
     json all = json::array();
-    for (std::size_t i = 0; i < choices.size(); ++i) {
-      all.push_back(one(choices[i]));
-      all.back()["index"] = i;
-    }
+    for (std::size_t i = 0; i < choices.size(); ++i) all.push_back(one(choices[i], i));
     return to_json_text(all);
+  }
+
+  // The whole answer's object for one choice, all its fields.
+  json final_object(const WholeChoice& c, const openai::Usage& u, std::size_t index) const {
+    json j = last({std::string(c.end.reason), std::string(c.end.stop_word)}, u);
+    j["index"] = index;
+    j["content"] = c.text;
+    j["has_new_line"] = c.text.find('\n') != std::string::npos;
+    if (r_.logprobs > 0) j["completion_probabilities"] = probabilities(c.logprobs);
+    return j;
   }
 
   std::string error_body(const Status& st) const override { return openai::error_body(st); }
 
  private:
-  using json = nlohmann::ordered_json;
   struct End {
     std::string reason, stop_word;
   };
@@ -211,6 +215,23 @@ class LlamaServerWriter final : public ReplyWriter {
     }
     return all;
   }
+  // response_fields: only those paths, each a key of the answer ("a/b" lifts b out of a); a path
+  // that is not there is left out.
+  json cut(json j) const {
+    if (r_.response_fields.empty()) return j;
+    json kept = json::object();
+    for (const std::string& path : r_.response_fields) {
+      const json* at = &j;
+      for (std::size_t from = 0; at != nullptr && from <= path.size();) {
+        const std::size_t to = std::min(path.find('/', from), path.size());
+        const std::string key = path.substr(from, to - from);
+        at = at->is_object() && at->contains(key) ? &(*at)[key] : nullptr;
+        from = to + 1;
+      }
+      if (at != nullptr) kept[path] = *at;
+    }
+    return kept;
+  }
   // The fields of the last object: how it stopped (llama-server's stop_type: eos, limit, word).
   json last(const End& e, const openai::Usage& u) const {
     const char* type = e.reason == "length" ? "limit" : !e.stop_word.empty() ? "word" : "eos";
@@ -228,7 +249,9 @@ class LlamaServerWriter final : public ReplyWriter {
                      {"top_k", s.top_k}, {"top_p", s.top_p}, {"min_p", s.min_p}, {"repeat_penalty", s.repeat_penalty},
                      {"stop", r_.stop}, {"stream", r_.stream}, {"n_probs", std::max(0, r_.logprobs)},
                      {"grammar", r_.grammar}};
-    return {{"content", ""}, {"id_slot", -1}, {"stop", true}, {"model", r_.model.empty() ? "umad" : r_.model},
+    const std::string prompt = r_.prompts.empty() ? std::string() : r_.prompts.front().text;
+    return {{"index", 0}, {"content", ""}, {"tokens", json::array()}, {"id_slot", -1}, {"stop", true},
+            {"model", r_.model.empty() ? "umad" : r_.model}, {"prompt", prompt},
             {"tokens_predicted", u.completion_tokens}, {"tokens_evaluated", u.prompt_tokens},
             {"tokens_cached", u.cached_tokens}, {"stop_type", type}, {"stopping_word", e.stop_word},
             {"truncated", false}, {"timings", timings}, {"generation_settings", settings}};
@@ -238,12 +261,17 @@ class LlamaServerWriter final : public ReplyWriter {
   std::string id_;
   std::vector<End> ends_;
   std::int64_t tokens_ = 0;
+  bool has_new_line_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<ReplyWriter> llama_server_writer(const openai::CompletionRequest& r, std::string id, std::int64_t) {
   return std::make_unique<LlamaServerWriter>(r, std::move(id));
+}
+
+std::string llama_server_final(const openai::CompletionRequest& r, const WholeChoice& c, const openai::Usage& u) {
+  return to_json_text(LlamaServerWriter(r, "").final_object(c, u, 0));
 }
 
 }  // namespace uma

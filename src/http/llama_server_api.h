@@ -28,5 +28,7 @@ namespace uma {
 // "stop_type", "stopping_word", ...}; streamed, one such object per `data:` line, the last with
 // "stop": true (no [DONE]).
 std::unique_ptr<ReplyWriter> llama_server_writer(const openai::CompletionRequest& r, std::string id, std::int64_t created);
+// That answer's object for one whole choice, every field (an OpenAI answer's "__verbose").
+std::string llama_server_final(const openai::CompletionRequest& r, const WholeChoice& c, const openai::Usage& u);
 
 }  // namespace uma

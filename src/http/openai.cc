@@ -2,6 +2,7 @@
 
 #include "common/json_fields.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "common/json_text.h"
@@ -208,30 +209,60 @@ Status gateway_options(const json& g, std::int32_t n, GatewayOptions* out) {
   return Status::Ok();
 }
 
-// prompt: a string, token ids, or an array of either (one choice set each; OpenAI allows all four).
+// prompt: a string, token ids, or an array of either (one choice set each; OpenAI allows all four);
+// and llama-server's: token ids and strings mixed in one prompt, {"prompt_string": ...}.
 Status prompts(const json& v, std::vector<PromptInput>* out) {
-  const char* what = "must be a string, an array of token ids, or an array of those";
-  auto token_ids = [&](const json& a, PromptInput* p) -> Status {
-    if (!json_token_ids(a, &p->tokens)) return bad("prompt", what);
-    return p->tokens.empty() ? bad("prompt", "must not be empty") : Status::Ok();
+  const char* what = "must be a string, an array of token ids (strings may be mixed in), {\"prompt_string\": ...}, "
+                     "or an array of those";
+  auto text = [&](const json& e, std::string* t) -> Status {
+    *t = e.get<std::string>();
+    if (t->empty()) return bad("prompt", "must not be empty");
+    return t->find('\0') != std::string::npos ? nul_inside("prompt") : Status::Ok();
+  };
+  // An array of token ids, or of ids and strings in turn.
+  auto sequence = [&](const json& a, PromptInput* p) -> Status {
+    if (json_token_ids(a, &p->tokens)) return p->tokens.empty() ? bad("prompt", "must not be empty") : Status::Ok();
+    p->tokens.clear();
+    for (const json& e : a) {
+      if (e.is_string()) {
+        p->mixed.emplace_back();
+        if (Status st = text(e, &p->mixed.back().text); !st.ok()) return st;
+        continue;
+      }
+      std::int64_t id = 0;
+      if (!json_integer(e, 0, std::numeric_limits<std::int32_t>::max(), &id)) return bad("prompt", what);
+      if (p->mixed.empty() || !p->mixed.back().text.empty()) p->mixed.emplace_back();
+      p->mixed.back().tokens.push_back(static_cast<std::int32_t>(id));
+    }
+    return p->mixed.empty() ? bad("prompt", "must not be empty") : Status::Ok();
   };
   auto one = [&](const json& e) -> Status {
     PromptInput p;
     if (e.is_string()) {
-      p.text = e.get<std::string>();
-      if (p.text.empty()) return bad("prompt", "must not be empty");
-      if (p.text.find('\0') != std::string::npos) return nul_inside("prompt");
+      if (Status st = text(e, &p.text); !st.ok()) return st;
+    } else if (e.is_object()) {
+      const auto s = e.find("prompt_string");
+      if (s == e.end() || !s->is_string()) return bad("prompt.prompt_string", "must be a string");
+      for (const auto& [key, value] : e.items()) {
+        if (key == "multimodal_data" && !(value.is_array() && value.empty())) {
+          return Status(ErrorCode::kNotSupported, "multimodal_data: this server has no multimodal projector",
+                        "prompt.multimodal_data");
+        }
+        if (key != "prompt_string" && key != "multimodal_data") return bad("prompt." + key, "is not a field of a prompt object");
+      }
+      if (Status st = text(*s, &p.text); !st.ok()) return st;
     } else if (!e.is_array()) {
       return bad("prompt", what);
-    } else if (Status st = token_ids(e, &p); !st.ok()) {
+    } else if (Status st = sequence(e, &p); !st.ok()) {
       return st;
     }
     out->push_back(std::move(p));
     return Status::Ok();
   };
-  if (v.is_string()) return one(v);
+  if (v.is_string() || v.is_object()) return one(v);
   if (!v.is_array() || v.empty()) return bad("prompt", what);
-  if (v[0].is_number()) return one(v);  // one prompt of token ids
+  // One prompt of token ids (strings may be mixed in) when any element is a number.
+  if (std::any_of(v.begin(), v.end(), [](const json& e) { return e.is_number(); })) return one(v);
   if (v.size() > static_cast<std::size_t>(kMaxChoices)) return bad("prompt", "holds more than 16 prompts");
   for (const json& e : v) {
     if (Status st = one(e); !st.ok()) return st;
@@ -281,7 +312,10 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     auto it = j.find("prompt");
     if (it == j.end()) return bad("prompt", "is required");
     if (Status st = prompts(*it, &r->prompts); !st.ok()) return st;
-    for (const PromptInput& p : r->prompts) bytes += p.text.size() + 4 * p.tokens.size();
+    for (const PromptInput& p : r->prompts) {
+      bytes += p.text.size() + 4 * p.tokens.size();
+      for (const PromptPiece& m : p.mixed) bytes += m.text.size() + 4 * m.tokens.size();
+    }
   }
   if (bytes > limits.max_prompt_bytes) {
     return Status(ErrorCode::kPromptTooLarge, "prompt of " + std::to_string(bytes) + " bytes is over the limit of " +

@@ -71,6 +71,10 @@ struct CompletionRequest {
   // assistant message is continued by default, llama-server's prefill).
   bool add_generation_prompt = true;
   ChatContinuation continuation = ChatContinuation::kNone;
+  // llama-server's: the final /completion object cut to these paths ("a/b" lifts b out of a), and
+  // its final object under "__verbose" in an OpenAI answer.
+  std::vector<std::string> response_fields;
+  bool verbose = false;
   // Fields no one defined, accepted and ignored (named in a response header, counted in /metrics).
   std::vector<std::string> ignored_fields;
   // An embeddings request (POST /v1/embeddings): its answer is vectors, base64 or floats.

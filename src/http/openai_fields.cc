@@ -76,6 +76,8 @@ constexpr FieldRule kFields[] = {
     {"stop_token_ids", Use::kParsed, true, true},
     {"n_predict", Use::kParsed, true, true},
     {"n_probs", Use::kParsed, true, true},
+    {"response_fields", Use::kParsed, true, true},
+    {"verbose", Use::kParsed, true, true},
     {"grammar", Use::kParsed, true, true},
     {"json_schema", Use::kParsed, true, true},
     {"chat_template_kwargs", Use::kParsed, true, false},
@@ -241,6 +243,18 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
       return bad("n_probs", "must be an integer from 0 to 20");
     }
     if (np->get<std::int64_t>() > 0) r->logprobs = static_cast<std::int32_t>(np->get<std::int64_t>());
+  }
+  if (const json* rf = member(j, "response_fields")) {
+    constexpr std::size_t kMaxResponseFields = 64;
+    if (!rf->is_array() || rf->size() > kMaxResponseFields) return bad("response_fields", "must be an array of at most 64 field paths");
+    for (const json& f : *rf) {
+      if (!f.is_string() || f.get_ref<const std::string&>().size() > 256) return bad("response_fields", "must hold strings of at most 256 bytes");
+      r->response_fields.push_back(f.get<std::string>());
+    }
+  }
+  if (const json* v = member(j, "verbose")) {
+    if (!v->is_boolean()) return bad("verbose", "must be a boolean");
+    r->verbose = v->get<bool>();
   }
   if (const json* g = member(j, "grammar")) {
     if (!g->is_string()) return bad("grammar", "must be a GBNF grammar (a string)");

@@ -76,7 +76,23 @@ TEST(OpenAiFields, StopsStopTokenIdsAndPrompts) {
   EXPECT_EQ(r.prompts[1].tokens, std::vector<std::int32_t>{7});
   EXPECT_EQ(parse(R"({"prompt":["a","b"],"n":9})", false, &r).param(), "prompt") << "18 choices";
   EXPECT_EQ(parse(R"({"prompt":[[]]})", false, &r).param(), "prompt");
-  EXPECT_EQ(parse(R"({"prompt":[1,"a"]})", false, &r).param(), "prompt");
+  // llama-server's: ids and text mixed in one prompt (pieces in turn), a prompt object.
+  ASSERT_TRUE(parse(R"({"prompt":[1,2,"a",3]})", false, &r).ok());
+  ASSERT_EQ(r.prompts.size(), 1u);
+  ASSERT_EQ(r.prompts[0].mixed.size(), 3u);
+  EXPECT_EQ(r.prompts[0].mixed[0].tokens, (std::vector<std::int32_t>{1, 2}));
+  EXPECT_EQ(r.prompts[0].mixed[1].text, "a");
+  EXPECT_EQ(r.prompts[0].mixed[2].tokens, std::vector<std::int32_t>{3});
+  ASSERT_TRUE(parse(R"({"prompt":[{"prompt_string":"p"},[4,"b"],"c"]})", false, &r).ok());
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(r.prompts[0].text, "p");
+  EXPECT_EQ(r.prompts[1].mixed.size(), 2u);
+  EXPECT_EQ(parse(R"({"prompt":[1,{}]})", false, &r).param(), "prompt");
+  EXPECT_EQ(parse(R"({"prompt":[1,""]})", false, &r).param(), "prompt");
+  EXPECT_EQ(parse(R"({"prompt":[1,2.5]})", false, &r).param(), "prompt");
+  EXPECT_EQ(parse(R"({"prompt":{"prompt_string":5}})", false, &r).param(), "prompt.prompt_string");
+  EXPECT_EQ(parse(R"({"prompt":{"prompt_string":"x","images":[]}})", false, &r).param(), "prompt.images");
+  EXPECT_EQ(parse(R"({"prompt":{"prompt_string":"x","multimodal_data":["aGk="]}})", false, &r).code(), ErrorCode::kNotSupported);
   EXPECT_EQ(parse(R"({"prompt":[-1]})", false, &r).param(), "prompt");
   EXPECT_EQ(parse(R"({"prompt":"x","stop_token_ids":[1.5]})", false, &r).param(), "stop_token_ids");
 }

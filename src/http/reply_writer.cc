@@ -1,5 +1,9 @@
 #include "http/reply_writer.h"
 
+#include <nlohmann/json.hpp>
+
+#include "common/json_text.h"
+#include "http/llama_server_api.h"
 #include "httpkit/http_wire.h"
 
 namespace uma {
@@ -63,7 +67,13 @@ class OpenAiWriter final : public ReplyWriter {
   std::string whole(std::span<const WholeChoice> choices, const openai::Usage& usage) override {
     std::vector<openai::Choice> all;
     for (const WholeChoice& c : choices) all.push_back({c.text, c.end.reason, c.logprobs, c.calls, c.reasoning, c.end.stop_word});
-    return openai::response(r_, id_, created_, all, usage);
+    std::string body = openai::response(r_, id_, created_, all, usage);
+    if (!r_.verbose || choices.empty()) return body;
+    // llama-server's verbose: its own final object for the first choice, beside OpenAI's fields.
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, false);
+    if (!j.is_object()) return body;
+    j["__verbose"] = nlohmann::ordered_json::parse(llama_server_final(r_, choices.front(), usage), nullptr, false);
+    return to_json_text(j);
   }
 
   std::string error_body(const Status& st) const override { return openai::error_body(st); }

@@ -41,6 +41,11 @@ struct WholeChoice {
 class ReplyWriter {
  public:
   virtual ~ReplyWriter() = default;
+  // Before open(), when the first token says it: the prompt's tokens, and those the cache gave.
+  virtual void prompt_known(std::int32_t prompt_tokens, std::int32_t cached_tokens) {
+    (void)prompt_tokens;
+    (void)cached_tokens;
+  }
   // After the stream's head: what opens it (`choices` of them).
   virtual void open(std::size_t choices, std::string& out) = 0;
   // A piece of choice `index`: text, reasoning or a tool call's piece; `logprobs`: the tokens whose

@@ -214,6 +214,7 @@ class Scheduler {
   // The model's end of generation, or one of the request's stop_token_ids.
   bool ends_generation(const Session& s, Token token) const;
   void note_logprobs(Session& s, std::int32_t batch_index, Token token);  // sampling.logprobs >= 0
+  void tell_prompt(Session& s, Event& first);  // the request's first token event says its prompt's length
   // Emits text through the stop filter; returns true when a stop string ended the request.
   bool emit_text(Session& s, std::string_view text, Token token, std::vector<Event>& out);
   // Flushes held text (unless a stop matched), appends kDone and finishes the session.

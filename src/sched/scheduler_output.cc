@@ -70,12 +70,21 @@ void Scheduler::note_logprobs(Session& s, std::int32_t batch_index, Token token)
   s.pending_logprobs.push_back(std::move(e));
 }
 
+// A front end may say how long the prompt was before the answer ends (Anthropic's message_start).
+void Scheduler::tell_prompt(Session& s, Event& first) {
+  if (s.prompt_told) return;
+  s.prompt_told = true;
+  first.prompt_tokens = s.n_prompt;
+  first.cached_tokens = s.cached_tokens;
+}
+
 bool Scheduler::emit_text(Session& s, std::string_view text, Token token, std::vector<Event>& out) {
   if (text.empty()) return false;
   bool matched = false;
   std::string safe = s.stop.push(text, &matched);
   if (!safe.empty()) {
     out.push_back(token_event(s.id, std::move(safe), token));
+    tell_prompt(s, out.back());
     out.back().logprobs = std::move(s.pending_logprobs);  // the tokens whose text this releases
     s.pending_logprobs.clear();
   }
@@ -91,6 +100,7 @@ void Scheduler::complete(Session& s, FinishReason reason, std::vector<Event>& ou
       if (reason != FinishReason::kCancelled) reason = FinishReason::kStop;
     } else if (std::string held = s.stop.flush(); !held.empty()) {
       out.push_back(token_event(s.id, std::move(held), -1));
+      tell_prompt(s, out.back());
       out.back().logprobs = std::move(s.pending_logprobs);
       s.pending_logprobs.clear();
     }

@@ -16,7 +16,7 @@ TEST(Choices, ConsecutiveIdsSeedsPerChoiceAndPromptsByIndex) {
   EXPECT_EQ(one[0].id, 40u);
   EXPECT_EQ(one[0].sampling.seed, 7u);
   // Two prompts, n = 2 each: choices 0-1 run the first, 2-3 the second.
-  const std::vector<Request> four = expand_choices(r, 4, {{"a", {}}, {"", {5, 6}}});
+  const std::vector<Request> four = expand_choices(r, 4, {{"a", {}, {}}, {"", {5, 6}, {}}});
   ASSERT_EQ(four.size(), 4u);
   for (std::size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(four[i].id, 40u + i);

@@ -26,9 +26,16 @@ inline double ms_between(Clock::time_point a, Clock::time_point b) {
 enum class Priority : std::uint8_t { kInteractive, kBackground };
 
 // A prompt as a client gave it: text, or token ids (used as they are, no BOS added).
+// One prompt: text, token ids, or both in turn (llama-server's mixed prompt, [12, "text", 34]),
+// whose text pieces become tokens on the front end (the first with the model's BOS when it is text).
+struct PromptPiece {
+  std::string text;                  // or
+  std::vector<std::int32_t> tokens;
+};
 struct PromptInput {
   std::string text;
   std::vector<std::int32_t> tokens;
+  std::vector<PromptPiece> mixed;  // set instead of text and tokens
 };
 
 struct Request {
@@ -91,9 +98,9 @@ struct Event {
   FinishReason reason = FinishReason::kStop;  // kDone
   std::string stop_word;                      // kDone: the stop string that ended the text, if one did
   Status error;                               // kError
-  std::int32_t prompt_tokens = 0;             // kDone
+  std::int32_t prompt_tokens = 0;             // kDone, and a request's first kToken
   std::int32_t completion_tokens = 0;         // kDone
-  std::int32_t cached_tokens = 0;             // kDone: prompt tokens whose KV the prefix cache gave
+  std::int32_t cached_tokens = 0;             // kDone and the first kToken: prompt tokens whose KV the prefix cache gave
   double queue_ms = 0.0;                      // kDone: received -> prefill started
   double ttft_ms = -1.0;                      // kDone: received -> first token (-1: none)
   double bytes_per_token = 0.0;               // kDone: its share of the ticks' bytes per generated token

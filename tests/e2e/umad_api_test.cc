@@ -189,6 +189,29 @@ TEST(UmadApi, LlamaServersOwnApiAndThePathsWithoutV1) {
   j = post_json(t, "/completion", {{"prompt", "hello world"}, {"n_predict", 8}, {"stop", {oracle().expected_pieces("hello world", 8)[4]}}});
   EXPECT_EQ(j["stop_type"], "word") << j.dump();
   EXPECT_EQ(j["stopping_word"], oracle().expected_pieces("hello world", 8)[4]);
+  // Prompts as llama-server takes them: {"prompt_string"}, token ids and text mixed in one prompt
+  // (text tokenized in place, the BOS before a first piece of text), the same tokens either way.
+  const std::vector<std::int32_t> ids = oracle().tokenize("hello world");  // BOS, " hello", " world"
+  ASSERT_EQ(ids.size(), 3u);
+  const std::string hello5 = oracle().expected_text("hello world", 5);
+  EXPECT_EQ(post_json(t, "/completion", {{"prompt", {{"prompt_string", "hello world"}}}, {"n_predict", 5}})["content"], hello5);
+  j = post_json(t, "/completion", {{"prompt", json::array({"hello", ids[2]})}, {"n_predict", 5}});
+  EXPECT_EQ(j["content"], hello5) << j.dump();
+  EXPECT_EQ(j["tokens_evaluated"], 3);
+  j = post_json(t, "/completion", {{"prompt", json::array({json::array({ids[0], ids[1], ids[2]}), json::array({"hello", ids[2]})})},
+                                   {"n_predict", 5}});
+  ASSERT_TRUE(j.is_array()) << j.dump();
+  EXPECT_EQ(j[1]["content"], hello5);
+  j = post_json(t, "/completion", {{"prompt", {{"prompt_string", "x"}, {"multimodal_data", {"aGk="}}}}}, 501);
+  EXPECT_EQ(j["error"]["type"], "not_supported_error") << j.dump();
+  // response_fields: only those, "a/b" lifted out of a; verbose: the native object in an OpenAI answer.
+  j = post_json(t, "/completion", {{"prompt", "hello world"}, {"n_predict", 5},
+                                   {"response_fields", {"content", "generation_settings/n_predict", "no/such"}}});
+  EXPECT_EQ(j, json({{"content", hello5}, {"generation_settings/n_predict", 5}})) << j.dump();
+  j = post_json(t, "/v1/completions", {{"prompt", "hello world"}, {"max_tokens", 5}, {"verbose", true}});
+  EXPECT_EQ(j["__verbose"]["content"], j["choices"][0]["text"]) << j.dump();
+  EXPECT_EQ(j["__verbose"]["tokens_predicted"], 5);
+  EXPECT_EQ(j["__verbose"]["prompt"], "hello world");
   // n_probs: each token with its log-probability and the likeliest alternatives.
   j = post_json(t, "/completion", {{"prompt", "hello world"}, {"n_predict", 3}, {"n_probs", 2}});
   ASSERT_EQ(j["completion_probabilities"].size(), 3u) << j.dump();

@@ -28,11 +28,18 @@ async function anthropic(base, exp, gateway) {
   // Streamed: the SDK assembles the same message from the events.
   const stream = client.messages.stream(req);
   const types = [];
-  stream.on('streamEvent', (e) => types.push(e.type));
+  let startUsage = null;
+  stream.on('streamEvent', (e) => {
+    types.push(e.type);
+    if (e.type === 'message_start') startUsage = e.message.usage;
+  });
   const final = await stream.finalMessage();
   assert.strictEqual(final.content[0].text, exp.chat, 'streamed messages text');
   assert.strictEqual(final.stop_reason, 'max_tokens');
   assert.strictEqual(final.usage.output_tokens, exp.n);
+  // message_start tells the prompt's tokens already (those the cache gave apart).
+  assert.strictEqual(startUsage.input_tokens + (startUsage.cache_read_input_tokens || 0), exp.chat_prompt_tokens,
+                     JSON.stringify(startUsage));
   assert.deepStrictEqual([types[0], types[1], types[types.length - 2], types[types.length - 1]],
                          ['message_start', 'content_block_start', 'message_delta', 'message_stop'], types.join(','));
 
