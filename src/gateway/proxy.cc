@@ -196,7 +196,8 @@ void Proxy::on_body(std::string_view bytes) {
     // The client's stream opens before its first event is encoded (a re-encoded Responses stream
     // numbers its events from the opening ones on).
     client_head_sent_ = true;
-    out = event_stream_head(client_->keep_alive(), client_->cors());
+    out = event_stream_head(client_->keep_alive(), client_->cors(),
+                            job_.reencoder ? job_.reencoder->stream_content_type() : "text/event-stream");
     if (job_.reencoder) out += job_.reencoder->open(job_.prompt_tokens);
   }
   for (const SseEvent& ev : events) {

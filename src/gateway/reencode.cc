@@ -25,8 +25,12 @@ openai::Usage usage_of(const json& u) {
 
 Reencoder::Reencoder(openai::CompletionRequest api, const http_route::WriterFactory& writer, std::string id,
                      std::int64_t created)
-    : api_(std::move(api)) {
+    : api_(std::move(api)), started_(std::chrono::steady_clock::now()) {
   writer_ = writer(api_, std::move(id), created);
+}
+
+double Reencoder::ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
 std::string Reencoder::open(std::int64_t prompt_tokens) {
@@ -41,6 +45,10 @@ std::string Reencoder::open(std::int64_t prompt_tokens) {
 std::string Reencoder::event(const SseEvent& ev) {
   std::string out;
   if (ev.done) {
+    // The agent's stream carries no timings: the prompt's and the generation's as seen from here.
+    const auto first = first_token_.value_or(std::chrono::steady_clock::now());
+    usage_.prompt_ms = std::chrono::duration<double, std::milli>(first - started_).count();
+    usage_.predicted_ms = ms_since(first);
     writer_->close(usage_, out);
     return out;
   }
@@ -58,7 +66,9 @@ std::string Reencoder::event(const SseEvent& ev) {
   if (!choices.is_array() || choices.empty()) return out;
   const json& ch = choices[0];
   const json delta = ch.value("delta", json::object());
-  ChatDelta d{str(delta, "content"), -1, {}, {}, {}, str(delta, "reasoning_content")};
+  // A chat chunk's delta, or a completions chunk's text (a request another API runs as completions).
+  ChatDelta d{ch.contains("delta") ? str(delta, "content") : str(ch, "text"), -1, {}, {}, {}, str(delta, "reasoning_content")};
+  if (!first_token_) first_token_ = std::chrono::steady_clock::now();
   if (!d.content.empty() || !d.reasoning.empty()) writer_->delta(0, d, {}, 0, out);
   if (delta.contains("tool_calls") && delta["tool_calls"].is_array()) {
     for (const json& call : delta["tool_calls"]) {
@@ -93,7 +103,7 @@ std::string Reencoder::whole(unsigned status, std::string_view agent_body) {
   const json& choices = j.value("choices", json::array());
   const json ch = choices.is_array() && !choices.empty() ? choices[0] : json::object();
   const json msg = ch.value("message", json::object());
-  const std::string text = str(msg, "content"), reasoning = str(msg, "reasoning_content"), reason = str(ch, "finish_reason"),
+  const std::string text = ch.contains("message") ? str(msg, "content") : str(ch, "text"), reasoning = str(msg, "reasoning_content"), reason = str(ch, "finish_reason"),
                     word = str(ch, "stop_reason");
   std::vector<ToolCall> calls;
   if (msg.contains("tool_calls") && msg["tool_calls"].is_array()) {
@@ -103,7 +113,9 @@ std::string Reencoder::whole(unsigned status, std::string_view agent_body) {
     }
   }
   const WholeChoice one{text, reasoning, {reason, word}, {}, calls};
-  return writer_->whole(std::span<const WholeChoice>(&one, 1), usage_of(j.value("usage", json::object())));
+  openai::Usage usage = usage_of(j.value("usage", json::object()));
+  usage.predicted_ms = ms_since(started_);  // a whole answer's time is known here only in total
+  return writer_->whole(std::span<const WholeChoice>(&one, 1), usage);
 }
 
 }  // namespace uma::gateway

@@ -8,6 +8,9 @@
 // Thread-safety: none; one per proxied request, on the gateway's I/O thread.
 #pragma once
 
+#include <chrono>
+#include <optional>
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,9 +35,14 @@ class Reencoder {
   // A whole (non-streamed) answer of the agent: the client API's body; an error keeps its status.
   std::string whole(unsigned status, std::string_view agent_body);
   std::string error_body(const Status& st) const { return writer_->error_body(st); }
+  std::string_view stream_content_type() const { return writer_->stream_content_type(); }
 
  private:
+  static double ms_since(std::chrono::steady_clock::time_point t);
+
   openai::CompletionRequest api_;  // the writer reads it: it lives as long
+  std::chrono::steady_clock::time_point started_;
+  std::optional<std::chrono::steady_clock::time_point> first_token_;
   std::unique_ptr<ReplyWriter> writer_;
   openai::Usage usage_;
   bool finished_ = false;

@@ -3,6 +3,7 @@
 #include "http/anthropic.h"
 #include "http/embeddings.h"
 #include "http/llama_server_api.h"
+#include "http/ollama_api.h"
 #include "http/responses_api.h"
 
 #include <nlohmann/json.hpp>
@@ -124,6 +125,10 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
 
 }  // namespace
 
+std::variant<Reply, Completion> completion_request(bool chat, std::string_view body, const Context& ctx) {
+  return completion(chat, body, ctx);
+}
+
 // An API's request translated to OpenAI's chat body, run as chat, answered in the API's shape.
 std::variant<Reply, Completion> translated(Status (*translate)(std::string_view, std::string*, std::vector<std::string>*),
                                            WriterFactory writer, const char* id_prefix, std::string_view body,
@@ -187,6 +192,7 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
     path = "/v1" + path;
   }
   if (path == "/v1/health") path = "/health";
+  if (auto ollama = ollama_route(method, path, body, ctx)) return std::move(*ollama);
   const bool get = method == http::verb::get;
   const bool post = method == http::verb::post;
   if (path == "/health" && get) {

@@ -100,6 +100,11 @@ struct Routed {
 
 Routed route(boost::beast::http::verb method, std::string_view target, std::string_view body, const Context& ctx);
 
+// The completion a body asks for, as /v1/chat/completions (chat) or /v1/completions would run it;
+// and /v1/embeddings'. Other APIs' routes build on them (the writer and id are theirs to set).
+std::variant<Reply, Completion> completion_request(bool chat, std::string_view body, const Context& ctx);
+std::variant<Reply, Completion> embeddings_request(std::string_view body, const Context& ctx);
+
 // An error answer in OpenAI's shape with the status for `code`, counted under `code`.
 Reply error_reply(ErrorCode code, std::string_view message);
 Reply error_reply(const Status& st);  // names st.param() as OpenAI's `param`

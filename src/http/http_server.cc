@@ -1,6 +1,7 @@
 #include "http/http_server.h"
 
 #include "http/embeddings.h"
+#include "http/ollama_api.h"
 #include "http/reply_writer.h"
 #include "httpkit/access.h"
 #include "httpkit/http_wire.h"
@@ -79,7 +80,7 @@ class HttpAdapter final : public ProtocolAdapter {
   void start_stream(std::string& out) {
     if (headers_sent_ || !req_.stream || error_) return;
     headers_sent_ = true;
-    out += event_stream_head(keep_alive_, extra_headers());
+    out += event_stream_head(keep_alive_, extra_headers(), writer_->stream_content_type());
     writer_->open(choices_.size(), out);
   }
 
@@ -193,8 +194,12 @@ class HttpAdapter final : public ProtocolAdapter {
     if (ev.kind == Event::Kind::kError) {
       out += respond(openai::http_status(ev.error.code()), "application/json", openai::error_body(ev.error));
     } else if (ev.reason != FinishReason::kCancelled) {
+      const openai::EmbeddingShape shape = req_.embedding_shape;
       out += respond(200, "application/json",
-                     embeddings::response(req_.model, ev.embeddings, req_.embedding_base64, ev.prompt_tokens));
+                     shape == openai::EmbeddingShape::kOpenAi
+                         ? embeddings::response(req_.model, ev.embeddings, req_.embedding_base64, ev.prompt_tokens)
+                         : ollama_embeddings_response(req_.model, ev.embeddings, ev.prompt_tokens,
+                                                      shape == openai::EmbeddingShape::kOllamaLegacy));
     }
     running_ = 0;
   }

@@ -32,6 +32,9 @@ struct GatewayOptions {
   std::vector<std::int32_t> prompt_tokens;
 };
 
+// Which API's shape an embeddings answer takes.
+enum class EmbeddingShape : std::uint8_t { kOpenAi, kOllama, kOllamaLegacy };
+
 struct CompletionRequest {
   bool chat = false;
   std::string model;
@@ -77,8 +80,10 @@ struct CompletionRequest {
   bool verbose = false;
   // Fields no one defined, accepted and ignored (named in a response header, counted in /metrics).
   std::vector<std::string> ignored_fields;
-  // An embeddings request (POST /v1/embeddings): its answer is vectors, base64 or floats.
+  // An embeddings request (POST /v1/embeddings): its answer is vectors, base64 or floats, in the
+  // shape of the API it came by.
   bool embedding = false;
+  EmbeddingShape embedding_shape = EmbeddingShape::kOpenAi;
   bool embedding_base64 = false;
 };
 // Choices of one request in all (prompts x n): each takes a session.

@@ -46,6 +46,8 @@ class ReplyWriter {
     (void)prompt_tokens;
     (void)cached_tokens;
   }
+  // The stream's content type: SSE unless the API streams otherwise (Ollama's JSON lines).
+  virtual std::string_view stream_content_type() const { return "text/event-stream"; }
   // After the stream's head: what opens it (`choices` of them).
   virtual void open(std::size_t choices, std::string& out) = 0;
   // A piece of choice `index`: text, reasoning or a tool call's piece; `logprobs`: the tokens whose

@@ -35,9 +35,11 @@ std::string http_reply(unsigned status, std::string_view content_type, std::stri
   return out;
 }
 
-std::string event_stream_head(bool keep_alive, std::string_view extra) {
+std::string event_stream_head(bool keep_alive, std::string_view extra, std::string_view content_type) {
   std::string out = status_line(200);
-  out += "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+  out += "Content-Type: ";
+  out.append(content_type);
+  out += "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
   out += extra;
   out += connection(keep_alive);
   return out;

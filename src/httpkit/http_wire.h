@@ -28,7 +28,8 @@ namespace uma {
 std::string http_reply(unsigned status, std::string_view content_type, std::string_view body, bool keep_alive,
                        std::string_view extra = {});
 // A 200 event stream's head: text/event-stream, no-cache, chunked, `extra`, Connection.
-std::string event_stream_head(bool keep_alive, std::string_view extra = {});
+std::string event_stream_head(bool keep_alive, std::string_view extra = {},
+                              std::string_view content_type = "text/event-stream");
 // One chunk of a chunked body (size line, data, CRLF); the chunk that ends a body.
 std::string http_chunk(std::string_view data);
 inline constexpr std::string_view kLastChunk = "0\r\n\r\n";

@@ -92,6 +92,10 @@ TEST(ClusterGateway, ExactOutputsThroughEitherGatewayAndTheNodeSdk) {
   std::string out;
   EXPECT_EQ(run_openai_sdk_test(c.gateways[1]->url() + "/v1", &out), 0) << out;
   EXPECT_NE(out.find("all checks passed"), std::string::npos) << out;
+  // Ollama's API through the gateway: chat and generate re-encoded from the agents' streams.
+  out.clear();
+  EXPECT_EQ(run_ollama_client_test(c.gateways[0]->url(), "oracle", &out, /*through_gateway=*/true), 0) << out;
+  EXPECT_NE(out.find("ollama client: all passed"), std::string::npos) << out;
 }
 
 // The gateway tokenizes each prompt to route it; the agent runs those tokens (uma.prompt_tokens)

@@ -90,7 +90,15 @@ int run_openai_sdk_test(const std::string& base_url, std::string* out) {
 bool node_sdks_available() {
   std::string out;
   return run_command({"/bin/sh", "-c", "command -v node"}, &out) == 0 &&
-         ::access(UMA_NODE_MODULES "/openai", R_OK) == 0 && ::access(UMA_NODE_MODULES "/@anthropic-ai/sdk", R_OK) == 0;
+         ::access(UMA_NODE_MODULES "/openai", R_OK) == 0 && ::access(UMA_NODE_MODULES "/@anthropic-ai/sdk", R_OK) == 0 &&
+         ::access(UMA_NODE_MODULES "/ollama", R_OK) == 0;
+}
+
+int run_ollama_client_test(const std::string& base_url, const std::string& model, std::string* out, bool through_gateway) {
+  const std::string exp_path = expectations(out);
+  if (exp_path.empty()) return -1;
+  return run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node", UMA_SOURCE_DIR "/tests/http/ollama_client_test.js",
+                      base_url, exp_path, model, through_gateway ? "gateway" : "direct"}, out, kSdkRunGuardSec);
 }
 
 int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out, bool through_gateway) {

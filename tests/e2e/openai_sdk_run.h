@@ -13,5 +13,8 @@ int run_openai_sdk_test(const std::string& base_url, std::string* out);
 bool node_sdks_available();
 // The Anthropic SDK (Messages) and the OpenAI SDK's Responses API against `base_url` (no /v1).
 int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out, bool through_gateway = false);
+// The official `ollama` library against `base_url` (Ollama's API), the model served as `model`.
+int run_ollama_client_test(const std::string& base_url, const std::string& model, std::string* out,
+                           bool through_gateway = false);
 
 }  // namespace uma::test

@@ -36,6 +36,17 @@ TEST(UmadApi, TheAnthropicSdkAndTheResponsesApiGetExactText) {
   EXPECT_NE(out.find("all checks passed"), std::string::npos) << out;
 }
 
+// Ollama's API through the official `ollama` library: chat and generate (whole, streamed as JSON
+// lines, raw), format with a schema, embed, list/ps/show/version, errors with their status.
+TEST(UmadApi, TheOllamaNodeSdkGetsExactText) {
+  if (!node_sdks_available()) GTEST_SKIP() << "no node or the ollama library here (scripts/npm_deps.sh)";
+  Daemon d(http_args({"--alias", "oracle"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  std::string out;
+  EXPECT_EQ(run_ollama_client_test("http://127.0.0.1:" + std::to_string(http_port(d)), "oracle", &out), 0) << out;
+  EXPECT_NE(out.find("ollama client: all passed"), std::string::npos) << out;
+}
+
 TEST(UmadApi, FixedOutputLengthsIgnoreEosMinTokensAndStopTokenIds) {
   Daemon d(http_args({}));
   ASSERT_TRUE(d.started()) << d.log();

@@ -80,7 +80,16 @@ std::vector<Row> table() {
   good("prompt as array of token ids (no BOS added)", {post(kCompl, R"({"prompt":[22172,3186],"max_tokens":8})")}, hw8);
   bad("prompt token id out of the vocabulary", kCompl, R"({"prompt":[22172,99999999]})");
   bad("prompt token id negative", kCompl, R"({"prompt":[-5]})");
-  bad("prompt token ids mixed with text", kCompl, R"({"prompt":[22172,"x"]})");
+  // Ids and text in one prompt are llama-server's mixed prompt; an object among them is not.
+  bad("prompt token ids mixed with an object", kCompl, R"({"prompt":[22172,{}]})");
+  bad("prompt token ids mixed with an empty string", kCompl, R"({"prompt":[22172,""]})");
+  bad("prompt object without prompt_string", kCompl, R"({"prompt":{"text":"x"}})");
+  // Ollama's API: its own checks, its {"error": ...} body.
+  bad("ollama chat messages not an array", "/api/chat", R"({"model":"m","messages":5})");
+  bad("ollama chat option num_predict zero", "/api/chat", R"({"model":"m","messages":[],"options":{"num_predict":0}})");
+  bad("ollama chat with an image", "/api/chat", R"({"model":"m","messages":[{"role":"user","content":"x","images":["aGk="]}]})", 501);
+  bad("ollama generate prompt not a string", "/api/generate", R"({"model":"m","prompt":[1]})");
+  bad("ollama embed without input", "/api/embed", R"({"model":"m"})");
   bad("prompt array of an empty token array", kCompl, R"({"prompt":[[]]})");
   bad("prompts x n over 16 choices", kCompl, R"({"prompt":["a","b","c"],"n":6})");
   bad("prompt as empty array", kCompl, R"({"prompt":[]})");

@@ -98,12 +98,16 @@ bool completion_text(const std::string& response, std::string* text, std::string
   }
 }
 
-// OpenAI's error shape: {"error":{"message":string,"type":string,"param":...,"code":...}}.
+// OpenAI's error shape: {"error":{"message":string,"type":string,"param":...,"code":...}}; on
+// Ollama's /api/ paths, Ollama's: {"error": string}.
 bool error_shape(const std::string& body, std::string* err) {
   const json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) {
     *err = "the error body is not valid JSON";
     return false;
+  }
+  if (j.is_object() && j.size() == 1 && j.contains("error") && j["error"].is_string() && !j["error"].get<std::string>().empty()) {
+    return true;
   }
   if (!j.is_object() || !j.contains("error") || !j["error"].is_object()) {
     *err = "no \"error\" object";

@@ -1,0 +1,34 @@
+// Ollama's API on umad, for the clients that speak only it (Open WebUI, Continue, editors, the
+// official `ollama` libraries): /api/chat and /api/generate run as umad's chat (or, with raw, plain
+// completion) requests and answer in Ollama's shape, one JSON object per line when streamed
+// (stream defaults to true); /api/embed and /api/embeddings run as embeddings; /api/tags, /api/ps,
+// /api/show and /api/version tell about the one model this daemon serves. `options` map to
+// sampling fields (num_predict, temperature, top_k, top_p, min_p, seed, stop, repeat_penalty, ...);
+// `format` ("json" or a schema) to a grammar; `think` to the template's thinking switch. Errors are
+// {"error": "..."} with their HTTP status. What umad cannot do is refused by name: images (no
+// projector), suffix, a template override; fields that change nothing here (keep_alive on a
+// single-model daemon, num_ctx, num_gpu, ...) are named in X-Uma-Ignored-Fields.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "http/http_router.h"
+
+namespace uma {
+
+// The answer to /api/embed ({"embeddings": [...]}) or, legacy, /api/embeddings ({"embedding": [...]}).
+std::string ollama_embeddings_response(const std::string& model, const std::vector<std::vector<float>>& vectors,
+                                       std::int32_t prompt_tokens, bool legacy);
+
+}  // namespace uma
+
+namespace uma::http_route {
+
+// The answer to an /api/... request, or nothing for any other path.
+std::optional<Routed> ollama_route(boost::beast::http::verb method, std::string_view path, std::string_view body,
+                                   const Context& ctx);
+
+}  // namespace uma::http_route

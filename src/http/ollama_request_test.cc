@@ -1,0 +1,87 @@
+#include "http/ollama_request.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace uma::ollama {
+namespace {
+
+using json = nlohmann::json;
+
+json chat(const std::string& body, std::vector<std::string>* ignored = nullptr) {
+  std::string out;
+  std::vector<std::string> none;
+  const Status st = chat_body(body, &out, ignored != nullptr ? ignored : &none);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return json::parse(out);
+}
+
+TEST(OllamaRequest, ChatMapsOptionsFormatThinkAndStreamsByDefault) {
+  std::vector<std::string> ignored;
+  json o = chat(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"keep_alive":"5m","format":"json","think":false,
+                    "options":{"num_predict":7,"temperature":0.5,"top_k":3,"stop":["x"],"num_ctx":8192,"seed":4}})", &ignored);
+  EXPECT_EQ(o["stream"], true) << "Ollama streams unless told not to";
+  EXPECT_EQ(o["max_tokens"], 7);
+  EXPECT_EQ(o["temperature"], 0.5);
+  EXPECT_EQ(o["top_k"], 3);
+  EXPECT_EQ(o["seed"], 4);
+  EXPECT_EQ(o["stop"], json::array({"x"}));
+  EXPECT_EQ(o["response_format"]["type"], "json_object");
+  EXPECT_EQ(o["chat_template_kwargs"]["enable_thinking"], false);
+  EXPECT_EQ(ignored, (std::vector<std::string>{"options.num_ctx", "keep_alive"}));
+  // -1 and -2 (to the end, to the context's end) are umad's default: no max_tokens.
+  o = chat(R"({"model":"m","stream":false,"messages":[],"options":{"num_predict":-1},"think":"high",
+              "format":{"type":"object"}})");
+  EXPECT_FALSE(o.contains("max_tokens"));
+  EXPECT_EQ(o["stream"], false);
+  EXPECT_EQ(o["chat_template_kwargs"]["enable_thinking"], true);
+  EXPECT_EQ(o["response_format"]["json_schema"]["schema"], json({{"type", "object"}}));
+}
+
+TEST(OllamaRequest, ToolCallsArgumentsBecomeJsonTextAndToolTurnsKeepTheirName) {
+  const json o = chat(R"({"model":"m","tools":[{"type":"function","function":{"name":"f"}}],"messages":[
+      {"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},
+      {"role":"tool","content":"42","tool_name":"f"}]})");
+  EXPECT_EQ(o["tools"][0]["function"]["name"], "f");
+  EXPECT_EQ(o["messages"][0]["tool_calls"][0]["function"]["arguments"], R"({"a":1})");
+  EXPECT_EQ(o["messages"][0]["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(o["messages"][1]["name"], "f");
+}
+
+TEST(OllamaRequest, WhatUmadCannotTakeIsRefusedByName) {
+  std::string out;
+  std::vector<std::string> ignored;
+  Status st = chat_body(R"({"model":"m","messages":[{"role":"user","content":"hi","images":["aGk="]}]})", &out, &ignored);
+  EXPECT_EQ(st.code(), ErrorCode::kNotSupported);
+  EXPECT_EQ(st.param(), "messages[].images");
+  EXPECT_EQ(chat_body(R"({"messages":[]})", &out, &ignored).param(), "model");
+  EXPECT_EQ(chat_body(R"({"model":"m","messages":[],"options":{"num_predict":0}})", &out, &ignored).param(), "options.num_predict");
+  EXPECT_EQ(chat_body(R"({"model":"m","messages":[],"format":"yaml"})", &out, &ignored).param(), "format");
+  EXPECT_EQ(chat_body("[1]", &out, &ignored).code(), ErrorCode::kBadRequest);
+  EXPECT_EQ(chat_body("{", &out, &ignored).code(), ErrorCode::kInvalidJson);
+  Generate g;
+  EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","suffix":"b"})", &g, &ignored).code(), ErrorCode::kNotSupported);
+  EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","template":"{{.Prompt}}"})", &g, &ignored).param(), "template");
+  EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","images":["aGk="]})", &g, &ignored).param(), "images");
+}
+
+TEST(OllamaRequest, GenerateIsChatAroundSystemAndPromptOrRawOrOnlyALoad) {
+  std::vector<std::string> ignored;
+  Generate g;
+  ASSERT_TRUE(generate_body(R"({"model":"m","system":"s","prompt":"p","context":[1,2]})", &g, &ignored).ok());
+  EXPECT_FALSE(g.raw);
+  EXPECT_EQ(json::parse(g.body)["messages"], json::parse(R"([{"role":"system","content":"s"},{"role":"user","content":"p"}])"));
+  EXPECT_EQ(ignored, std::vector<std::string>{"context"});
+  ASSERT_TRUE(generate_body(R"({"model":"m","prompt":"p","raw":true})", &g, &ignored).ok());
+  EXPECT_TRUE(g.raw);
+  EXPECT_EQ(json::parse(g.body)["prompt"], "p");
+  ASSERT_TRUE(generate_body(R"({"model":"m"})", &g, &ignored).ok());
+  EXPECT_TRUE(g.load_only);
+  std::string out;
+  ASSERT_TRUE(embed_body(R"({"model":"m","input":["a","b"],"truncate":true})", false, &out, &ignored).ok());
+  EXPECT_EQ(json::parse(out)["input"], json::array({"a", "b"}));
+  EXPECT_EQ(embed_body(R"({"model":"m","prompt":["a"]})", true, &out, &ignored).param(), "prompt");
+}
+
+}  // namespace
+}  // namespace uma::ollama
