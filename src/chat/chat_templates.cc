@@ -35,6 +35,7 @@ common_chat_msg to_common(const ChatTurn& t) {
   for (const ToolCall& c : t.tool_calls) m.tool_calls.push_back({c.name, c.arguments, c.id});
   m.tool_call_id = t.tool_call_id;
   m.tool_name = t.name;
+  m.reasoning_content = t.reasoning;
   return m;
 }
 
@@ -193,6 +194,18 @@ std::unique_ptr<ChatTemplates> ChatTemplates::load(const llama_model* model, con
   return std::unique_ptr<ChatTemplates>(new ChatTemplates(std::move(impl)));
 }
 
+std::unique_ptr<ChatTemplates> ChatTemplates::chatml_fallback(const llama_model* model, Status* st) {
+  auto impl = std::make_unique<Impl>();
+  try {
+    impl->templates = common_chat_templates_init(model, "");  // no template of its own: llama.cpp's chatml text
+  } catch (const std::exception& e) {
+    *st = Status(ErrorCode::kInternal, std::string("the chatml template does not parse: ") + e.what());
+    return nullptr;
+  }
+  *st = Status::Ok();
+  return std::unique_ptr<ChatTemplates>(new ChatTemplates(std::move(impl)));
+}
+
 std::unique_ptr<ChatTemplates> ChatTemplates::from_text(const std::string& source, const std::string& bos,
                                                         const std::string& eos, Status* st) {
   auto impl = std::make_unique<Impl>();
@@ -210,12 +223,7 @@ std::unique_ptr<ChatTemplates> ChatTemplates::from_text(const std::string& sourc
 Status ChatTemplates::render(const std::vector<ChatTurn>& turns, std::string* prompt) const {
   common_chat_templates_inputs in;
   in.messages.reserve(turns.size());
-  for (const ChatTurn& t : turns) {
-    common_chat_msg m;
-    m.role = t.role;
-    m.content = t.content;
-    in.messages.push_back(std::move(m));
-  }
+  for (const ChatTurn& t : turns) in.messages.push_back(to_common(t));
   in.add_generation_prompt = true;
   in.use_jinja = impl_->jinja;
   try {

@@ -33,6 +33,9 @@ class ChatTemplates {
   // one), or `override_template` when that is not empty. Null with *st set when there is none or
   // it does not parse.
   static std::unique_ptr<ChatTemplates> load(const llama_model* model, const std::string& override_template, Status* st);
+  // For a model without a template, as llama-server does: chatml as a Jinja text (llama.cpp's), so
+  // tools are described to the model and read back in llama.cpp's generic format.
+  static std::unique_ptr<ChatTemplates> chatml_fallback(const llama_model* model, Status* st);
   // A template text (or built-in name) without a model; bos/eos are what the template's
   // bos_token / eos_token variables hold. For tests and tools.
   static std::unique_ptr<ChatTemplates> from_text(const std::string& source, const std::string& bos,

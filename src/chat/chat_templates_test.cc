@@ -144,6 +144,30 @@ TEST(ChatTemplates, AModelWithoutATemplateAndNoOverrideSaysWhatToDo) {
 
 // Qwen 3's template (a thinking model): its reasoning, in <think> tags, is split from the answer
 // as the text streams, in whatever pieces it arrives.
+// A tool-use loop's past thinking goes back to the template (Anthropic's thinking blocks, OpenAI's
+// reasoning_content), which renders it after the last user query.
+TEST(ChatTemplates, AnAssistantTurnsThinkingIsRenderedWhereTheTemplateKeepsIt) {
+  Status st;
+  auto t = ChatTemplates::from_text(read_template("Qwen-Qwen3-0.6B"), "", "<|im_end|>", &st);
+  ASSERT_TRUE(t != nullptr) << st.to_string();
+  ChatRequest r;
+  ChatTurn call{"assistant", ""};
+  call.tool_calls = {{"call_1", "calc", R"({"x":2})"}};
+  call.reasoning = "I should use the calculator.";
+  ChatTurn result{"tool", "4"};
+  result.tool_call_id = "call_1";
+  r.turns = {{"user", "What is 2+2?"}, call, result};
+  ChatPrompt with, without;
+  ASSERT_TRUE(t->render(r, &with).ok());
+  EXPECT_NE(with.text.find("<think>\nI should use the calculator.\n</think>"), std::string::npos) << with.text;
+  r.turns[1].reasoning.clear();
+  ASSERT_TRUE(t->render(r, &without).ok());
+  EXPECT_EQ(without.text.find("I should use the calculator."), std::string::npos) << without.text;
+  std::string plain;
+  ASSERT_TRUE(t->render(std::vector<ChatTurn>{{"user", "What is 2+2?"}, call, result}, &plain).ok());
+  EXPECT_NE(plain.find("I should use the calculator."), std::string::npos) << "the plain render takes it too";
+}
+
 TEST(ChatTemplates, AThinkingTemplatesReasoningIsSplitFromTheAnswer) {
   Status st;
   auto t = ChatTemplates::from_text(read_template("Qwen-Qwen3-0.6B"), "", "<|im_end|>", &st);

@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
     }
     if (!loaded) {
       // As llama-server does: chat still serves, with chatml, and the start line says so.
-      loaded = ChatTemplates::load(runtime->model(), "chatml", &chat_st);
+      loaded = ChatTemplates::chatml_fallback(runtime->model(), &chat_st);
       spdlog::warn("the model has no chat template: chat uses chatml (--chat-template chooses another)");
     }
     if (loaded) {

@@ -17,6 +17,7 @@ namespace {
 http_route::ChatTemplate template_of(const VocabModel& vocab, const std::string& override_template) {
   Status st;
   std::shared_ptr<const ChatTemplates> chat = ChatTemplates::load(vocab.model(), override_template, &st);
+  if (!chat && override_template.empty()) chat = ChatTemplates::chatml_fallback(vocab.model(), &st);  // as umad's
   if (!chat) return [st](const ChatRequest&, ChatPrompt*) { return st; };
   return [chat](const ChatRequest& request, ChatPrompt* out) { return chat->render(request, out); };
 }

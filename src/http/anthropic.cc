@@ -31,7 +31,7 @@ Status text_of(const json& content, const char* field, std::string* out) {
 }
 
 // One Anthropic message as OpenAI chat messages: tool_result blocks become tool turns (before the
-// user's text), tool_use blocks the assistant's tool_calls; thinking blocks are dropped (the
+// user's text), tool_use blocks the assistant's tool_calls, thinking blocks its reasoning_content (the
 // template renders what the model needs of its past turns).
 Status messages(const json& m, json* out) {
   const json* role = member(m, "role");
@@ -45,7 +45,7 @@ Status messages(const json& m, json* out) {
     return Status::Ok();
   }
   if (!content->is_array()) return bad("messages[].content", "must be a string or an array of content blocks");
-  std::string text;
+  std::string text, thinking;
   json calls = json::array();
   for (const json& b : *content) {
     const json* type = member(b, "type");
@@ -73,8 +73,14 @@ Status messages(const json& m, json* out) {
       }
       if (const json* err = member(b, "is_error"); err != nullptr && err->is_boolean() && err->get<bool>()) result = "Error: " + result;
       out->push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", result}});
+    } else if (t == "thinking" && *role == "assistant") {
+      // Given back as the template's reasoning_content: templates that render past thinking (a
+      // tool-use loop's) see it, and count_tokens counts it.
+      const json* th = member(b, "thinking");
+      if (th == nullptr || !th->is_string()) return bad("messages[].content[].thinking", "must be a string");
+      thinking += th->get_ref<const std::string&>();
     } else if (t == "thinking" || t == "redacted_thinking") {
-      continue;
+      continue;  // redacted: encrypted by Anthropic, nothing a local template can render
     } else {
       return bad("messages[].content[].type", "'" + t + "' is not supported by umad (text, tool_use, tool_result)");
     }
@@ -82,6 +88,7 @@ Status messages(const json& m, json* out) {
   if (*role == "assistant") {
     json msg = {{"role", "assistant"}, {"content", text}};
     if (!calls.empty()) msg["tool_calls"] = calls;
+    if (!thinking.empty()) msg["reasoning_content"] = thinking;
     out->push_back(std::move(msg));
   } else if (!text.empty() || out->empty() || out->back()["role"] != "tool") {
     out->push_back({{"role", "user"}, {"content", text}});

@@ -289,7 +289,7 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     for (const json& m : *it) {
       const auto role = m.is_object() ? m.find("role") : m.end();
       if (role == m.end() || !role->is_string()) return bad("messages[].role", "must be a string");
-      ChatMessage msg{role->get<std::string>(), {}, {}, {}, {}};
+      ChatMessage msg{role->get<std::string>(), {}, {}, {}, {}, {}};
       if (Status st = text_content(m, &msg.content); !st.ok()) return st;
       if (const json* calls = member(m, "tool_calls")) {
         if (Status st = message_tool_calls(*calls, &msg.tool_calls); !st.ok()) return st;
@@ -301,6 +301,12 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
       if (const json* name = member(m, "name")) {
         if (!name->is_string()) return bad("messages[].name", "must be a string");
         msg.name = name->get<std::string>();
+      }
+      // llama-server's and vLLM's: an assistant turn's thinking, given back for the template.
+      if (const json* reasoning = member(m, "reasoning_content")) {
+        if (!reasoning->is_string()) return bad("messages[].reasoning_content", "must be a string");
+        msg.reasoning = reasoning->get<std::string>();
+        bytes += msg.reasoning.size();
       }
       // A NUL would silently cut the message where the chat template copies C strings.
       if (msg.role.find('\0') != std::string::npos) return nul_inside("messages[].role");

@@ -31,6 +31,7 @@ struct ChatTurn {
   std::vector<ToolCall> tool_calls{};  // assistant turns: the calls it made
   std::string tool_call_id{};        // tool turns: the call this answers
   std::string name{};                // tool turns: the tool's name (when the client gives it)
+  std::string reasoning{};           // assistant turns: their thinking, for templates that render it
 };
 
 struct ChatTool {  // a function the model may call

@@ -118,7 +118,8 @@ TEST(ClusterCatalog, EachModelIsTokenizedWithItsOwnVocabularyLoadedFromTheCatalo
   ASSERT_TRUE(cache.get("plain", &st));
   EXPECT_EQ(cache.stats().loads, 3u) << "evicted, so loaded again";
 
-  // Chat renders with each model's own template: the Qwen one's, or none.
+  // Chat renders with each model's own template: the Qwen one's, or (the oracle has none) chatml as
+  // umad falls back to, without the Qwen template's default system prompt.
   ChatRequest chat;
   chat.turns.push_back({"user", "hi"});
   ChatPrompt prompt;
@@ -126,7 +127,8 @@ TEST(ClusterCatalog, EachModelIsTokenizedWithItsOwnVocabularyLoadedFromTheCatalo
   ASSERT_TRUE(qwen) << st.to_string();
   ASSERT_TRUE(qwen->render(chat, &prompt).ok());
   EXPECT_NE(prompt.text.find("<|im_start|>user\nhi<|im_end|>"), std::string::npos) << prompt.text;
-  EXPECT_FALSE(plain->render(chat, &prompt).ok()) << "the oracle has no template of its own";
+  ASSERT_TRUE(plain->render(chat, &prompt).ok());
+  EXPECT_EQ(prompt.text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 
   EXPECT_FALSE(cache.get("gpt-4o", &st));
   EXPECT_EQ(st.code(), ErrorCode::kNotFound);
@@ -187,8 +189,11 @@ TEST(ClusterCatalog, TheGatewayRendersChatWithTheTemplateOfTheModelAsked) {
     EXPECT_EQ(json::parse(body_of(r))["choices"][0]["message"]["content"],
               json::parse(body_of(direct))["choices"][0]["message"]["content"]);
   }
-  const std::string r = chat(gw.port(), "plain");  // in the catalog, its vocabulary without a template
-  EXPECT_EQ(status_of(r), 400) << r;
+  // In the catalog, its vocabulary without a template: rendered with chatml as umad would (not
+  // refused), then unavailable: no agent has it loaded.
+  const std::string r = chat(gw.port(), "plain");
+  EXPECT_EQ(status_of(r), 503) << r;
+  EXPECT_NE(r.find("no agent has it loaded"), std::string::npos) << r;
   EXPECT_EQ(status_of(complete_as(gw.port(), "gpt-4o")), 404);
   const std::string metrics = body_of(http_get(gw.port(), "/metrics"));
   EXPECT_EQ(prometheus_value(metrics, "uma_gw_vocab_loads_total"), 2) << metrics;

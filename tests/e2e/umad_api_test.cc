@@ -351,6 +351,22 @@ TEST(UmadApi, AThinkingTemplatesReasoningComesBackApart) {
   }
   EXPECT_EQ(reasoning, "abc\n") << events;
   EXPECT_EQ(content, "answer") << events;
+  // Anthropic's thinking blocks go back into the prompt (this template renders a tool-use turn's
+  // thinking): count_tokens counts them, and the Messages answer reports them.
+  auto anthropic = [&](bool thinking) {
+    json assistant = json::array();
+    if (thinking) assistant.push_back({{"type", "thinking"}, {"thinking", "I should use the calculator."}, {"signature", ""}});
+    assistant.push_back({{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "calc"}, {"input", {{"x", 2}}}});
+    return json{{"model", "m"}, {"max_tokens", 8},
+                {"messages", {{{"role", "user"}, {"content", "What is 2+2?"}},
+                              {{"role", "assistant"}, {"content", assistant}},
+                              {{"role", "user"}, {"content", {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", "4"}}}}}}}};
+  };
+  const int with = post_json(t, "/v1/messages/count_tokens", anthropic(true))["input_tokens"];
+  const int without = post_json(t, "/v1/messages/count_tokens", anthropic(false))["input_tokens"];
+  EXPECT_GE(with, without + 5) << "the thinking's tokens";
+  j = post_json(t, "/v1/messages", anthropic(true));
+  EXPECT_EQ(j["usage"]["input_tokens"].get<int>() + j["usage"]["cache_read_input_tokens"].get<int>(), with) << j.dump();
 }
 
 TEST(UmadApi, TheContextDefaultsToTheModelsAndTheRequestCapsFollowIt) {
@@ -380,11 +396,16 @@ TEST(UmadApi, TheContextDefaultsToTheModelsAndTheRequestCapsFollowIt) {
 
 // A Jinja template with no tool syntax and a forced tool_choice: the generic JSON call under a
 // grammar (llama-server's fallback), never silently free text.
-TEST(UmadApi, AForcedToolWithATemplateWithoutToolSyntaxIsAGenericCall) {
+// A template without tool syntax given as text, and (as llama-server does) the chatml a model
+// without a template of its own falls back to: tools described, a call read in the generic format.
+class ForcedTool : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Template, ForcedTool, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Given" : "ModelHasNone"; });
+TEST_P(ForcedTool, AForcedToolWithATemplateWithoutToolSyntaxIsAGenericCall) {
   const std::string chatml =
       "{%- for message in messages -%}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}"
       "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
-  Daemon d(args({"--http", "127.0.0.1:0", "--chat-template", chatml}));
+  Daemon d(GetParam() ? args({"--http", "127.0.0.1:0", "--chat-template", chatml}) : args({"--http", "127.0.0.1:0"}));
   ASSERT_TRUE(d.started()) << d.log();
   Tcp t(http_port(d));
   const json tool = {{"type", "function"},
