@@ -225,6 +225,7 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
         c->writer = llama_server_writer;
         c->id_prefix = "completion-";
         c->request.max_tokens_to_context_end = true;
+        c->request.report_progress = c->api.return_progress && c->api.stream;
       }
       return {serving, std::move(result)};
     }

@@ -117,6 +117,12 @@ class HttpAdapter final : public ProtocolAdapter {
     const openai::CompletionRequest& r = req_;
     const std::size_t index = static_cast<std::size_t>(ev.request_id - first_id_);
     ChoiceState& ch = choices_.at(index);
+    if (ev.kind == Event::Kind::kProgress) {  // asked for only on a stream
+      if (!r.stream || index != 0 || !writer_) return;
+      start_stream(out);
+      writer_->progress({ev.prompt_tokens, ev.cached_tokens, ev.prompt_processed, std::max(0.0, ev.total_ms - ev.queue_ms)}, out);
+      return;
+    }
     if (!headers_sent_ && ev.kind == Event::Kind::kToken && ev.prompt_tokens > 0 && writer_) {
       const auto resumed = static_cast<std::int32_t>(r.uma.resume.size());
       writer_->prompt_known(ev.prompt_tokens - resumed, std::min(ev.cached_tokens, ev.prompt_tokens - resumed));
@@ -168,6 +174,8 @@ class HttpAdapter final : public ProtocolAdapter {
         if (!error_ && headers_sent_) writer_->fail(error_for(r, ev.error), out);  // mid-stream
         if (!error_) error_ = ev.error;
         break;
+      case Event::Kind::kProgress:
+        return;  // answered above
     }
     if (--running_ > 0) return;
     if (headers_sent_) {
@@ -190,7 +198,7 @@ class HttpAdapter final : public ProtocolAdapter {
 
   // An embeddings request ends with its one event: the vectors, or an error.
   void encode_embeddings(const Event& ev, std::string& out) {
-    if (ev.kind == Event::Kind::kToken) return;
+    if (ev.kind == Event::Kind::kToken || ev.kind == Event::Kind::kProgress) return;
     if (ev.kind == Event::Kind::kError) {
       out += respond(openai::http_status(ev.error.code()), "application/json", openai::error_body(ev.error));
     } else if (ev.reason != FinishReason::kCancelled) {

@@ -173,6 +173,14 @@ class LlamaServerWriter final : public ReplyWriter {
 
   void fail(const Status& st, std::string& out) override { sse_event(out, error_body(st)); }
 
+  void progress(const PromptProgress& p, std::string& out) override {
+    json j = {{"index", 0}, {"content", ""}, {"tokens", json::array()}, {"stop", false}, {"id_slot", -1},
+              {"tokens_predicted", 0}, {"tokens_evaluated", p.total},
+              {"prompt_progress", {{"total", p.total}, {"cache", p.cache}, {"processed", p.processed},
+                                   {"time_ms", static_cast<std::int64_t>(p.time_ms)}}}};
+    sse_event(out, to_json_text(j));
+  }
+
   std::string whole(std::span<const WholeChoice> choices, const openai::Usage& u) override {
     auto one = [&](const WholeChoice& c, std::size_t i) { return cut(final_object(c, u, i)); };
     if (choices.size() == 1) return to_json_text(one(choices[0], 0));

@@ -78,6 +78,7 @@ struct CompletionRequest {
   // its final object under "__verbose" in an OpenAI answer.
   std::vector<std::string> response_fields;
   bool verbose = false;
+  bool return_progress = false;  // streamed /completion: prompt_progress after each prefill chunk
   // Fields no one defined, accepted and ignored (named in a response header, counted in /metrics).
   std::vector<std::string> ignored_fields;
   // An embeddings request (POST /v1/embeddings): its answer is vectors, base64 or floats, in the

@@ -78,6 +78,7 @@ constexpr FieldRule kFields[] = {
     {"n_probs", Use::kParsed, true, true},
     {"response_fields", Use::kParsed, true, true},
     {"verbose", Use::kParsed, true, true},
+    {"return_progress", Use::kParsed, true, true},
     {"grammar", Use::kParsed, true, true},
     {"json_schema", Use::kParsed, true, true},
     {"chat_template_kwargs", Use::kParsed, true, false},
@@ -255,6 +256,10 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
   if (const json* v = member(j, "verbose")) {
     if (!v->is_boolean()) return bad("verbose", "must be a boolean");
     r->verbose = v->get<bool>();
+  }
+  if (const json* p = member(j, "return_progress")) {
+    if (!p->is_boolean()) return bad("return_progress", "must be a boolean");
+    r->return_progress = p->get<bool>();
   }
   if (const json* g = member(j, "grammar")) {
     if (!g->is_string()) return bad("grammar", "must be a GBNF grammar (a string)");

@@ -29,6 +29,13 @@ struct ChoiceEnd {
   std::string_view stop_word;
 };
 
+// How far a prompt's prefill is (llama-server's prompt_progress): its tokens, those the cache gave,
+// those in KV so far, and the milliseconds since its prefill began.
+struct PromptProgress {
+  std::int32_t total = 0, cache = 0, processed = 0;
+  double time_ms = 0.0;
+};
+
 // One choice of a whole (non-streamed) answer.
 struct WholeChoice {
   std::string_view text;
@@ -45,6 +52,11 @@ class ReplyWriter {
   virtual void prompt_known(std::int32_t prompt_tokens, std::int32_t cached_tokens) {
     (void)prompt_tokens;
     (void)cached_tokens;
+  }
+  // A streamed request that asked for its prompt's progress, after each chunk of its prefill.
+  virtual void progress(const PromptProgress& p, std::string& out) {
+    (void)p;
+    (void)out;
   }
   // The stream's content type: SSE unless the API streams otherwise (Ollama's JSON lines).
   virtual std::string_view stream_content_type() const { return "text/event-stream"; }

@@ -61,6 +61,7 @@ class UdsAdapter final : public ProtocolAdapter {
       case Event::Kind::kToken: return proto_->encode_token(reply_, ev, out);
       case Event::Kind::kDone: return proto_->encode_done(reply_, ev, out);
       case Event::Kind::kError: return proto_->encode_error(&reply_, reply_.client_id, ev.error, out);
+      case Event::Kind::kProgress: return;  // asked for by HTTP's llama-server API only
     }
   }
   bool keep_alive() const override { return reply_.keep_alive; }

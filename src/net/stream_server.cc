@@ -255,7 +255,8 @@ void StreamServer::on_events(std::vector<Event>& events) {
 }
 
 void StreamServer::on_event(const ConnPtr& c, const Event& ev) {
-  const bool last = ev.kind != Event::Kind::kToken && --c->running == 0;
+  const bool ends = ev.kind == Event::Kind::kDone || ev.kind == Event::Kind::kError;
+  const bool last = ends && --c->running == 0;
   if (ev.kind == Event::Kind::kError) metrics_.count_error(ev.error.code());
   if (!c->closed()) {  // nobody reads a closed one: only the request's end matters
     std::string out;

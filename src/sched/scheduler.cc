@@ -199,8 +199,20 @@ void Scheduler::record_tick(double decode_ms, std::int32_t budget) {
 
 void Scheduler::apply_batch(Clock::time_point decoded_at, std::vector<Event>& out) {
   for (const PrefillChunk& c : batch_.prefilled) {
-    c.session->n_prefilled += c.length;
-    c.session->n_past = c.session->n_prefilled;
+    Session& s = *c.session;
+    s.n_prefilled += c.length;
+    s.n_past = s.n_prefilled;
+    if (s.report_progress) {
+      Event e;
+      e.request_id = s.id;
+      e.kind = Event::Kind::kProgress;
+      e.prompt_tokens = s.n_prompt;
+      e.cached_tokens = s.cached_tokens;
+      e.prompt_processed = s.n_prefilled;
+      e.queue_ms = ms_between(s.received_at, s.started_at);
+      e.total_ms = ms_between(s.received_at, decoded_at);
+      out.push_back(std::move(e));
+    }
   }
   // A decode row's input token is in KV once its token applies; a speculating session's accepted
   // draft tokens one by one after it, so that a token ending the request leaves n_past (what

@@ -21,6 +21,7 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   s->sampling = request.sampling;
   s->priority = request.priority;
   s->tenant = std::move(request.tenant);
+  s->report_progress = request.report_progress;
   auto reject = [&](ErrorCode code, std::string message, std::string param = {}) {
     metrics_.count_error(code);
     out.push_back(error_event(request.id, Status(code, std::move(message), std::move(param))));

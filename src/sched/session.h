@@ -73,6 +73,7 @@ struct Session {
   std::int32_t shared_prefix = 0;   // prompt tokens whose cells were shared from another sequence
   std::int32_t cached_tokens = 0;   // prompt tokens whose KV the prefix cache gave at start (usage's cached tokens)
   bool prompt_told = false;         // its first token event said n_prompt and cached_tokens
+  bool report_progress = false;     // a kProgress event after each prompt chunk (Request::report_progress)
   // Where they came from, while that source may still hold them (cells counted there, not here):
   // a kept sequence of the prefix cache, or a running session (the leader).
   std::int32_t shared_from_seq = -1;

@@ -53,6 +53,8 @@ struct Request {
   // llama-server's n_predict: one past the context generates to the context's end (`length`)
   // instead of being refused as OpenAI's max_tokens is.
   bool max_tokens_to_context_end = false;
+  // llama-server's return_progress: a kProgress event after each of its prompt's chunks.
+  bool report_progress = false;
   SamplingParams sampling;
   std::vector<std::string> stop;  // generation ends before any of these; never emitted
   bool parse_special = false;     // the prompt holds control tokens as text (a chat template's)
@@ -81,11 +83,12 @@ using WorkItem = std::variant<Request, CancelRequest>;
 
 enum class FinishReason : std::uint8_t { kStop, kLength, kCancelled };
 
-// Compute thread -> I/O thread. For one request: zero or more kToken, then exactly one kDone or
-// kError (a cancelled request ends with kDone, reason kCancelled).
+// Compute thread -> I/O thread. For one request: zero or more kToken (and, when it asked, kProgress
+// while its prompt is prefilled), then exactly one kDone or kError (a cancelled request ends with
+// kDone, reason kCancelled).
 
 struct Event {
-  enum class Kind : std::uint8_t { kToken, kDone, kError };
+  enum class Kind : std::uint8_t { kToken, kDone, kError, kProgress };
   RequestId request_id = 0;
   Kind kind = Kind::kToken;
   std::string text;            // kToken: complete UTF-8 (never a split code point)
@@ -98,7 +101,8 @@ struct Event {
   FinishReason reason = FinishReason::kStop;  // kDone
   std::string stop_word;                      // kDone: the stop string that ended the text, if one did
   Status error;                               // kError
-  std::int32_t prompt_tokens = 0;             // kDone, and a request's first kToken
+  std::int32_t prompt_tokens = 0;             // kDone, kProgress, and a request's first kToken
+  std::int32_t prompt_processed = 0;          // kProgress: prompt tokens in KV so far (cached ones included)
   std::int32_t completion_tokens = 0;         // kDone
   std::int32_t cached_tokens = 0;             // kDone and the first kToken: prompt tokens whose KV the prefix cache gave
   double queue_ms = 0.0;                      // kDone: received -> prefill started

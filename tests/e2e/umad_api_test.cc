@@ -249,6 +249,28 @@ TEST(UmadApi, LlamaServersOwnApiAndThePathsWithoutV1) {
   EXPECT_EQ(text, oracle().expected_text("hello world", 4));
   EXPECT_EQ(stops, 1);
   EXPECT_EQ(events.find("[DONE]"), std::string::npos);
+  // return_progress: prompt_progress objects before the first token, the last with all of the
+  // prompt processed; the text as without.
+  const std::string long_prompt = Oracle::long_prompt(300, "progress");
+  ASSERT_TRUE(t.send(post("/completion", json({{"prompt", long_prompt}, {"n_predict", 4}, {"stream", true},
+                                                {"return_progress", true}}).dump())));
+  const std::string progressed = dechunk(body_of(t.response()));
+  std::vector<json> progress;
+  text.clear();
+  for (std::size_t at = progressed.find("data: "); at != std::string::npos; at = progressed.find("data: ", at + 1)) {
+    const json e = json::parse(progressed.substr(at + 6, progressed.find('\n', at) - at - 6));
+    if (e.contains("prompt_progress")) {
+      EXPECT_TRUE(text.empty()) << "progress comes before the text";
+      progress.push_back(e["prompt_progress"]);
+    }
+    text += e["content"].get<std::string>();
+  }
+  ASSERT_FALSE(progress.empty()) << progressed;
+  const int total = static_cast<int>(oracle().tokenize(long_prompt).size());
+  EXPECT_EQ(progress.back()["total"], total) << progressed;
+  EXPECT_EQ(progress.back()["processed"], total);
+  EXPECT_GE(progress.back()["time_ms"].get<double>(), 0.0);
+  EXPECT_EQ(text, oracle().expected_text(long_prompt, 4));
   // Tokens there and back.
   j = post_json(t, "/tokenize", {{"content", "hello world"}});
   std::vector<std::int32_t> want = oracle().tokenize("hello world");
