@@ -141,6 +141,18 @@ void GatewayServer::handle(const HttpExchangePtr& ex) {
     for (const std::string& m : ids) data.push_back({{"id", m}, {"object", "model"}, {"owned_by", "uma"}});
     return ex->reply_json(200, to_json_text(nlohmann::ordered_json{{"object", "list"}, {"data", data}}));
   }
+  if (req.method == http::verb::get && (req.path == "/api/tags" || req.path == "/api/ps")) {
+    // Ollama's listings: every model an agent serves (and, for tags, the catalog's); the sizes
+    // and details are the agents' to tell.
+    std::set<std::string> ids;
+    for (const std::string& m : agents_.models()) ids.insert(m);
+    if (req.path == "/api/tags") {
+      for (const std::string& m : agents_.catalog()) ids.insert(m);
+    }
+    nlohmann::ordered_json models = nlohmann::ordered_json::array();
+    for (const std::string& m : ids) models.push_back({{"name", m}, {"model", m}, {"size", 0}, {"digest", ""}});
+    return ex->reply_json(200, to_json_text(nlohmann::ordered_json{{"models", models}}));
+  }
   if (req.method != http::verb::post) {  // nothing to parse or tokenize: a 404 or 405
     const http_route::Routed routed = http_route::route(req.method, req.target, req.body, route_context(nullptr));
     const auto& reply = std::get<http_route::Reply>(routed.action);

@@ -54,6 +54,9 @@ async function main() {
   assert.strictEqual(typeof JSON.parse(r.message.content).ok, 'boolean', r.message.content);
 
   if (gateway) {
+    // The agents' names (a file's, which `model` finds by its stem).
+    const names = (await ollama.list()).models.map((m) => m.name);
+    assert.ok(names.some((n) => n === model || n.startsWith(model + '.')), JSON.stringify(names));
     console.log('ollama client: all passed');
     return;
   }
