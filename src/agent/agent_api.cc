@@ -244,8 +244,11 @@ std::string host_metrics_text(const ModelHost& host) {
   out += "uma_agent_unloads_total{reason=\"request\"} " + std::to_string(c.unloads_request) + "\n";
   counter("uma_agent_unload_refusals_total", "unloads a model refused: a request was in flight", c.unload_refusals);
   counter("uma_agent_model_crashes_total", "model processes that exited unasked", c.crashes);
+  counter("uma_agent_standby_starts_total", "loads whose umad was the standby, started ahead", c.standby_starts);
   out += "# HELP uma_agent_models_held_bytes model bytes holding the budget\n# TYPE uma_agent_models_held_bytes gauge\n";
   out += "uma_agent_models_held_bytes " + std::to_string(host.held_bytes()) + "\n";
+  prom::family(out, "uma_agent_standby_ready", "1 while a standby umad waits, its GPU contexts ready", prom::Type::kGauge);
+  prom::sample(out, "uma_agent_standby_ready", "", std::uint64_t{host.standby_ready() ? 1u : 0u});
   out += "# HELP uma_agent_models_budget_bytes the budget (0: none)\n# TYPE uma_agent_models_budget_bytes gauge\n";
   out += "uma_agent_models_budget_bytes " + std::to_string(host.config().budget.bytes) + "\n";
   prom::family(out, "uma_agent_model_state", "each model this agent holds, 1 in its state (queued, filling, starting, loaded, unloading)",

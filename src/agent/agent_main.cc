@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
                  "umads are ID/MODEL")->envname("UMA_AGENT_ID");
   app.add_option("--umad", hc.umad, "the umad binary (default: beside uma-agent)")->envname("UMA_AGENT_UMAD");
   app.add_option("--run-dir", hc.run_dir, "umads' sockets and logs (created)")->envname("UMA_AGENT_RUN_DIR");
+  app.add_flag("--standby,!--no-standby", hc.standby, "keep one umad started ahead, its GPU contexts ready: a cold "
+               "model's start is its load, not a process's and the driver's start (default on)")
+      ->envname("UMA_AGENT_STANDBY");
   app.add_flag("--debug", debug, "debug logs")->envname("UMA_AGENT_DEBUG");
   std::vector<std::string> raw(argv + 1, argv + argc);
   if (auto dash = std::find(raw.begin(), raw.end(), "--"); dash != raw.end()) {

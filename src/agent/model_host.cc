@@ -43,6 +43,7 @@ ModelHost::ModelHost(asio::io_context& io, HostConfig config, store::TierStore* 
 
 ModelHost::~ModelHost() {
   *alive_ = false;
+  standby_.reset();
   timer_.cancel();
   boost::system::error_code ignored;
   sigchld_.cancel(ignored);
@@ -55,7 +56,36 @@ ModelHost::~ModelHost() {
 
 void ModelHost::start() {
   arm_reaper();
+  spawn_standby();
   tick();
+}
+
+void ModelHost::spawn_standby() {
+  constexpr int kStandbyAttempts = 3;
+  if (!config_.standby || stopping_ || standby_ || standby_failures_ >= kStandbyAttempts) return;
+  const std::string log = config_.run_dir + "/standby-" + std::to_string(++standby_seq_) + ".log";
+  Status s = ModelProcess::spawn_standby(io_, config_.umad, log, [this](const StatusLine& line) {
+    if (line.event != "standby") return;
+    standby_ready_ = true;
+    standby_failures_ = 0;
+    asio::post(io_, [this, alive = alive_] {
+      if (*alive) pump();  // not from inside the standby's own listener, which a handover replaces
+    });
+  }, &standby_);
+  if (!s.ok()) {
+    ++standby_failures_;
+    spdlog::warn("cannot start a standby umad: {}", s.to_string());
+  }
+}
+
+void ModelHost::on_standby_exit(int status) {
+  standby_->exited(status);
+  if (!standby_ready_) ++standby_failures_;
+  spdlog::warn("the standby umad {} exited ({}){}", standby_->pid(), ModelProcess::describe_exit(status),
+               standby_failures_ >= 3 ? ": models start without one from now on" : "");
+  standby_.reset();
+  standby_ready_ = false;
+  spawn_standby();
 }
 
 std::int64_t ModelHost::wall_ms(Clock::time_point t) const {
@@ -235,9 +265,24 @@ void ModelHost::begin_start(Entry& e) {
   } else if (spec.image_fd < 0) {
     return finish_load(e, Status(ErrorCode::kModelLoad, "the store's image of '" + e.id + "' has no descriptor to hand over"));
   }
-  Status s = ModelProcess::spawn(io_, spec, [this, id = e.id](const StatusLine& line) { on_status(id, line); }, &e.process);
+  const auto listener = [this, id = e.id](const StatusLine& line) { on_status(id, line); };
+  Status s;
+  bool took_standby = false;
+  if (standby_ && standby_ready_) {
+    standby_ready_ = false;
+    if (s = standby_->hand_over(spec, listener); s.ok()) {
+      e.process = std::move(standby_);
+      took_standby = true;
+      counters_.standby_starts++;
+    } else {
+      spdlog::warn("model {}: the standby umad would not take it ({}); starting one", e.id, s.to_string());
+      standby_.reset();  // killed; the reaper finds no one waiting for it
+    }
+  }
+  if (!e.process) s = ModelProcess::spawn(io_, spec, listener, &e.process);
   if (!s.ok()) return finish_load(e, s);
-  spdlog::info("model {}: umad {} starting ({} MiB from {}, log {})", e.id, e.process->pid(), e.bytes >> 20, e.tier, spec.log_path);
+  spdlog::info("model {}: umad {} starting{} ({} MiB from {}, log {})", e.id, e.process->pid(),
+               took_standby ? " (the standby)" : "", e.bytes >> 20, e.tier, spec.log_path);
   progress(e);
 }
 
@@ -340,6 +385,7 @@ std::vector<ModelInfo> ModelHost::models() const {
 
 void ModelHost::stop(std::chrono::milliseconds grace, std::function<void()> done, bool drain) {
   stopping_ = true;
+  standby_.reset();
   std::vector<std::string> queued(queue_.begin(), queue_.end());
   for (const std::string& id : queued) {
     if (Entry* e = find(id)) finish_load(*e, Status(ErrorCode::kShuttingDown, "the agent is stopping"));

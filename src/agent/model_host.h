@@ -64,6 +64,9 @@ struct HostConfig {
   std::chrono::milliseconds queue_timeout{30000};
   std::chrono::milliseconds start_timeout{300000};
   std::chrono::milliseconds tick{50};  // progress events, keep_alive and timeouts
+  // One umad kept started ahead (daemon/standby.h, its GPU contexts ready): a cold model's start
+  // takes it instead of a process start and the driver's, and another is started once it serves.
+  bool standby = true;
 };
 
 // Where a model's bytes come from.
@@ -108,6 +111,7 @@ struct HostCounters {
   std::uint64_t unloads_request = 0;
   std::uint64_t unload_refusals = 0;  // a child busy when asked
   std::uint64_t crashes = 0;          // a loaded model's umad exited unasked
+  std::uint64_t standby_starts = 0;   // loads whose umad was the standby
 };
 
 class ModelHost {
@@ -130,6 +134,7 @@ class ModelHost {
   void unload(const std::string& id, bool force, UnloadDone done);
   std::vector<ModelInfo> models() const;
   const HostCounters& counters() const { return counters_; }
+  bool standby_ready() const { return standby_ && standby_ready_; }
   std::uint64_t held_bytes() const;  // the budget in use
   std::uint64_t idle_bytes() const;  // of it, idle loaded models' (room a load can take)
   // Its own loads, measured (EWMA; 0 until one), routing's L term: the fill's rate per tier the
@@ -160,6 +165,8 @@ class ModelHost {
   void progress(Entry& e);
   void tick();
   void arm_reaper();
+  void spawn_standby();
+  void on_standby_exit(int status);
   std::vector<Resident> residents(bool unloading_as_leaving) const;
   Entry* find(const std::string& id);
   std::int64_t wall_ms(Clock::time_point t) const;
@@ -182,6 +189,10 @@ class ModelHost {
   const std::int64_t wall_epoch_ms_;
   bool stopping_ = false;
   std::function<void()> stopped_;
+  std::unique_ptr<ModelProcess> standby_;
+  bool standby_ready_ = false;
+  int standby_failures_ = 0;  // standbys that exited before they were ready; 3 in a row: no more
+  std::uint64_t standby_seq_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

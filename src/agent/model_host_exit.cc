@@ -66,6 +66,10 @@ void ModelHost::arm_reaper() {
 void ModelHost::reap() {
   int status = 0;
   for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
+    if (standby_ && standby_->pid() == pid) {
+      on_standby_exit(status);
+      continue;
+    }
     Entry* found = nullptr;
     for (auto& [id, e] : entries_) {
       if (e->process && e->process->pid() == pid) found = e.get();
@@ -136,6 +140,7 @@ void ModelHost::finish_load(Entry& e, const Status& st) {
   if (st.ok()) u.http = "http://" + config_.http_host + ":" + std::to_string(e.http_port);
   std::vector<LoadListener> waiters = std::move(e.waiters);
   e.waiters.clear();
+  spawn_standby();  // the one this load took, if it took it
   if (!st.ok()) {
     counters_.load_failures++;
     spdlog::warn("model {}: load failed: {}", e.id, st.to_string());

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,18 +12,19 @@
 
 #include <cstring>
 
+#include "agent/handover.h"
+
 namespace uma::agent {
 
 namespace {
 
 constexpr int kImageFd = 3;
 constexpr int kStatusFd = 4;
+constexpr int kHandoverFd = 5;
 
-}  // namespace
-
-Status ModelProcess::spawn(boost::asio::io_context& io, const ProcessSpec& spec, Listener listener,
-                           std::unique_ptr<ModelProcess>* out) {
-  std::vector<std::string> args = {spec.program};
+// The command line after argv[0] that runs `spec`'s umad.
+std::vector<std::string> command_line(const ProcessSpec& spec) {
+  std::vector<std::string> args;
   if (spec.image_fd >= 0) {
     args.push_back("--model");
     args.push_back("/proc/self/fd/" + std::to_string(kImageFd));
@@ -30,23 +32,69 @@ Status ModelProcess::spawn(boost::asio::io_context& io, const ProcessSpec& spec,
   args.insert(args.end(), spec.args.begin(), spec.args.end());
   args.push_back("--status-fd");
   args.push_back(std::to_string(kStatusFd));
+  return args;
+}
+
+}  // namespace
+
+Status ModelProcess::spawn(boost::asio::io_context& io, const ProcessSpec& spec, Listener listener,
+                           std::unique_ptr<ModelProcess>* out) {
+  std::vector<std::string> args = command_line(spec);
+  args.insert(args.begin(), spec.program);
+  return launch(io, std::move(args), spec.image_fd, -1, spec.log_path, std::move(listener), out);
+}
+
+Status ModelProcess::spawn_standby(boost::asio::io_context& io, const std::string& program, const std::string& log_path,
+                                   Listener listener, std::unique_ptr<ModelProcess>* out) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    return {ErrorCode::kIo, std::string("socketpair: ") + std::strerror(errno)};
+  }
+  std::vector<std::string> args = {program, "--standby-fd", std::to_string(kHandoverFd), "--status-fd", std::to_string(kStatusFd)};
+  Status s = launch(io, std::move(args), -1, pair[1], log_path, std::move(listener), out);
+  ::close(pair[1]);
+  if (!s.ok()) {
+    ::close(pair[0]);
+    return s;
+  }
+  (*out)->handover_fd_ = pair[0];
+  return {};
+}
+
+Status ModelProcess::hand_over(const ProcessSpec& spec, Listener listener) {
+  if (handover_fd_ < 0 || !running() || exit_status_ >= 0) return {ErrorCode::kInternal, "no standby to hand over to"};
+  Handover h;
+  h.args = command_line(spec);
+  h.image_fd = spec.image_fd;
+  h.log_fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (h.log_fd < 0) return {ErrorCode::kIo, "cannot write " + spec.log_path + ": " + std::strerror(errno)};
+  Status s = send_handover(handover_fd_, h);
+  ::close(h.log_fd);
+  ::close(handover_fd_);  // one handover: its end now sees EOF after the message
+  handover_fd_ = -1;
+  if (s.ok()) listener_ = std::move(listener);
+  return s;
+}
+
+Status ModelProcess::launch(boost::asio::io_context& io, std::vector<std::string> args, int image_fd, int handover_fd,
+                            const std::string& log_path, Listener listener, std::unique_ptr<ModelProcess>* out) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return {ErrorCode::kIo, std::string("pipe: ") + std::strerror(errno)};
-  const int log_fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     ::close(pipefd[0]);
     ::close(pipefd[1]);
-    return {ErrorCode::kIo, "cannot write " + spec.log_path + ": " + std::strerror(errno)};
+    return {ErrorCode::kIo, "cannot write " + log_path + ": " + std::strerror(errno)};
   }
   const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
-    // The child: async-signal-safe calls only until exec. Descriptors are first moved above 4 so
+    // The child: async-signal-safe calls only until exec. Descriptors are first moved above 5 so
     // the dup2s below cannot overwrite one another; dup2 clears close-on-exec on its target.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
@@ -54,13 +102,15 @@ Status ModelProcess::spawn(boost::asio::io_context& io, const ProcessSpec& spec,
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    const int image = spec.image_fd >= 0 ? ::fcntl(spec.image_fd, F_DUPFD_CLOEXEC, 10) : -1;
+    const int image = image_fd >= 0 ? ::fcntl(image_fd, F_DUPFD_CLOEXEC, 10) : -1;
+    const int handover = handover_fd >= 0 ? ::fcntl(handover_fd, F_DUPFD_CLOEXEC, 10) : -1;
     const int status = ::fcntl(pipefd[1], F_DUPFD_CLOEXEC, 10);
     if (null_fd >= 0) ::dup2(null_fd, 0);
     ::dup2(log_fd, 1);
     ::dup2(log_fd, 2);
     if (image >= 0) ::dup2(image, kImageFd);
     ::dup2(status, kStatusFd);
+    if (handover >= 0) ::dup2(handover, kHandoverFd);
     ::execv(argv[0], argv.data());
     static const char kMsg[] = "uma-agent: exec of umad failed\n";
     [[maybe_unused]] auto n = ::write(2, kMsg, sizeof kMsg - 1);
@@ -84,6 +134,7 @@ ModelProcess::ModelProcess(boost::asio::io_context& io, pid_t pid, int status_fd
 
 ModelProcess::~ModelProcess() {
   *alive_ = false;
+  if (handover_fd_ >= 0) ::close(handover_fd_);
   signal(SIGKILL);
   boost::system::error_code ignored;
   status_.close(ignored);

@@ -5,6 +5,10 @@
 // HTTP port), "busy"/"idle" and "stopping" (daemon/supervisor_link.h). The child dies with the
 // agent (PR_SET_PDEATHSIG), so no model outlives the process that accounts for its memory.
 //
+// A standby (spawn_standby) is a umad started before its model is known (daemon/standby.h): it
+// readies its GPU contexts, says "standby", and hand_over() later makes it the model's umad with
+// the same command line spawn() would have run, over a socket pair as descriptor 5.
+//
 // Exit is seen by the agent's SIGCHLD reaper (agent/model_host.h), which calls exited(): the
 // status pipe's EOF only ends the reading.
 // Threading: the I/O thread of `io` only. Ownership: the agent owns it; the destructor kills a
@@ -35,7 +39,7 @@ struct ProcessSpec {
 
 // One status line from the child.
 struct StatusLine {
-  std::string event;  // ready | busy | idle | stopping
+  std::string event;  // standby | ready | busy | idle | stopping
   std::uint16_t http_port = 0;
   std::string why;
 };
@@ -46,6 +50,13 @@ class ModelProcess {
   // Starts the child; `listener` hears its status lines (never after the ModelProcess is gone).
   static Status spawn(boost::asio::io_context& io, const ProcessSpec& spec, Listener listener,
                       std::unique_ptr<ModelProcess>* out);
+  // Starts a standby umad (no model yet); `listener` hears its "standby" line.
+  static Status spawn_standby(boost::asio::io_context& io, const std::string& program, const std::string& log_path,
+                              Listener listener, std::unique_ptr<ModelProcess>* out);
+  // Makes this standby the umad `spec` describes (spec.program is not used: it is running);
+  // `listener` hears its lines from now on. Fails when this is no standby or it is gone.
+  Status hand_over(const ProcessSpec& spec, Listener listener);
+  bool is_standby() const { return handover_fd_ >= 0; }
   ~ModelProcess();
   ModelProcess(const ModelProcess&) = delete;
   ModelProcess& operator=(const ModelProcess&) = delete;
@@ -62,11 +73,16 @@ class ModelProcess {
 
  private:
   ModelProcess(boost::asio::io_context& io, pid_t pid, int status_fd, Listener listener);
+  // fork and exec `args` (argv[0] first) with the image as descriptor 3, the status pipe as 4 and,
+  // when >= 0, a standby's end of its socket pair as 5.
+  static Status launch(boost::asio::io_context& io, std::vector<std::string> args, int image_fd, int handover_fd,
+                       const std::string& log_path, Listener listener, std::unique_ptr<ModelProcess>* out);
   void read();
   void signal(int sig);
 
   pid_t pid_;
   int exit_status_ = -1;
+  int handover_fd_ = -1;  // a standby's socket to it, until the handover
   boost::asio::posix::stream_descriptor status_;
   Listener listener_;
   std::array<char, 512> buf_{};

@@ -125,6 +125,9 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--flash-attn", rt.flash_attn, "flash attention: on, off or auto (llama.cpp decides; off on CPU-only builds with a unified KV)")
       ->envname("UMA_FLASH_ATTN")->capture_default_str()->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_flag("--mlock,!--no-mlock", mlock, "lock the model in RAM (default off)")->envname("UMA_MLOCK");
+  app.add_flag("--host-copy,!--no-host-copy", rt.host_copy, "a model file in host memory (tmpfs, a memfd: the agent's "
+               "DRAM tier) reaches the GPU by a pinned copy, not llama.cpp's upload of its mapping (default on)")
+      ->envname("UMA_HOST_COPY");
   app.add_option("--gpu-layers", rt.n_gpu_layers, "layers (weights and KV) on the GPU: -1 all when llama.cpp has a GPU "
                  "backend (UMA_GPU=cuda scripts/setup.sh), 0 none")
       ->envname("UMA_GPU_LAYERS")->capture_default_str()->check(CLI::Range(-1, 100000));

@@ -26,6 +26,7 @@
 #include "daemon/compute_spin.h"
 #include "daemon/config.h"
 #include "daemon/model_router.h"
+#include "daemon/standby.h"
 #include "daemon/supervisor_link.h"
 #include "http/http_server.h"
 #include "ipc/uds_server.h"
@@ -82,13 +83,27 @@ void run_io(boost::asio::io_context& io, uma::ServerMetrics& metrics) {
 int main(int argc, char** argv) {
   using namespace uma;
   exec_with_compute_spin(argv);
+  spdlog::set_default_logger(spdlog::stderr_color_mt("umad"));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  // A standby (uma-agent's, daemon/standby.h) readies the GPUs, then runs the command line handed to it.
+  std::vector<std::string> handed;
+  std::vector<char*> handed_argv;
+  if (is_standby(argc, argv)) {
+    if (Status s = await_handover(argc, argv, &handed); !s.ok()) {
+      spdlog::error("{}", s.to_string());
+      return 2;
+    }
+    if (handed.empty()) return 0;
+    for (std::string& a : handed) handed_argv.push_back(a.data());
+    handed_argv.push_back(nullptr);
+    argc = static_cast<int>(handed.size());
+    argv = handed_argv.data();
+  }
   DaemonConfig cfg;
   int exit_code = 0;
   Status st = parse_daemon_config(argc, argv, cfg, &exit_code);
   if (exit_code >= 0) return exit_code;
 
-  spdlog::set_default_logger(spdlog::stderr_color_mt("umad"));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(cfg.trace ? spdlog::level::trace : cfg.debug ? spdlog::level::debug : spdlog::level::info);
   std::signal(SIGPIPE, SIG_IGN);
   if (cfg.router()) return run_model_router(cfg, argc, argv);  // several models: a umad each behind one port

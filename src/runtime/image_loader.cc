@@ -7,6 +7,11 @@
 #include <cstring>
 #include <string>
 
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "ggml-backend.h"
@@ -82,6 +87,29 @@ ggml_backend_dev_t first_gpu() {
   return nullptr;
 }
 
+// The first GPU backend's way to page-lock memory the caller allocated (cudaHostRegister under
+// CUDA); both null where there is none.
+struct HostRegistration {
+  using Register = bool (*)(void*, size_t);
+  using Unregister = void (*)(void*);
+  Register add = nullptr;
+  Unregister remove = nullptr;
+};
+
+HostRegistration host_registration() {
+  ggml_backend_dev_t gpu = first_gpu();
+  ggml_backend_reg_t reg = gpu ? ggml_backend_dev_backend_reg(gpu) : nullptr;
+  if (reg == nullptr) return {};
+  HostRegistration r;
+  r.add = reinterpret_cast<HostRegistration::Register>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_register_host_buffer"));
+  r.remove = reinterpret_cast<HostRegistration::Unregister>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_unregister_host_buffer"));
+  if (r.add == nullptr || r.remove == nullptr) return {};
+  // ggml's CUDA backend registers host memory only when this is set (the switch llama.cpp's own
+  // --mmap users flip); without it every registration says no and the copy is pageable.
+  ::setenv("GGML_CUDA_REGISTER_HOST", "1", /*overwrite=*/0);
+  return r;
+}
+
 }  // namespace
 
 llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& image, const llama_model_params& params,
@@ -155,24 +183,15 @@ llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& ima
 
 store::HostAllocator host_allocator_for_backend() {
   init_llama_backend();
-  ggml_backend_dev_t gpu = first_gpu();
-  using Register = bool (*)(void*, size_t);
-  using Unregister = void (*)(void*);
-  ggml_backend_reg_t reg = gpu ? ggml_backend_dev_backend_reg(gpu) : nullptr;
-  auto reg_fn = reg ? reinterpret_cast<Register>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_register_host_buffer")) : nullptr;
-  auto unreg_fn = reg ? reinterpret_cast<Unregister>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_unregister_host_buffer")) : nullptr;
-  if (reg_fn && unreg_fn) {
-    // ggml's CUDA backend registers host memory only when this is set (the switch llama.cpp's
-    // own --mmap users flip); without it every registration says no and the copy is pageable.
-    ::setenv("GGML_CUDA_REGISTER_HOST", "1", /*overwrite=*/0);
-    return [reg_fn, unreg_fn](std::uint64_t bytes) -> store::HostMemory {
+  if (const HostRegistration r = host_registration(); r.add != nullptr) {
+    return [r](std::uint64_t bytes) -> store::HostMemory {
       store::HostMemory m = store::allocate_shared(bytes);
-      if (m.data == nullptr || !reg_fn(m.data, bytes)) return m;  // pageable still works, slower
+      if (m.data == nullptr || !r.add(m.data, bytes)) return m;  // pageable still works, slower
       m.pinned = true;
       auto release = std::move(m.release);
       void* p = m.data;
-      m.release = [unreg_fn, p, release = std::move(release)] {
-        unreg_fn(p);
+      m.release = [r, p, release = std::move(release)] {
+        r.remove(p);
         release();
       };
       return m;
@@ -188,6 +207,52 @@ store::HostAllocator host_allocator_for_backend() {
     }
     return m;
   };
+}
+
+llama_model* load_model_from_host_file(const std::string& path, const llama_model_params& params, bool* handled,
+                                       Status* status, ImageLoadStats* stats) {
+  *handled = false;
+  init_llama_backend();
+  if (!llama_supports_gpu_offload() || params.n_gpu_layers == 0) return nullptr;
+  const HostRegistration r = host_registration();
+  if (r.add == nullptr) return nullptr;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;  // the caller's own load says why
+  struct statfs fs {};
+  struct stat st {};
+  const bool in_memory = ::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == HUGETLBFS_MAGIC) &&
+                         ::fstat(fd, &st) == 0 && st.st_size > 0;
+  const auto size = static_cast<std::size_t>(in_memory ? st.st_size : 0);
+  void* data = in_memory ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  FILE* f = data == MAP_FAILED ? nullptr : ::fdopen(fd, "rb");
+  if (f == nullptr) {
+    if (data != MAP_FAILED) ::munmap(data, size);
+    ::close(fd);
+    return nullptr;  // not in memory: llama.cpp's own load
+  }
+  // One registration of the whole mapping: with 256 MiB slices pinned one by one on a second
+  // thread while the copy ran, the load aborted in the CUDA backend (tensors are not page-aligned,
+  // so some tensor's copy spans two registrations). Unpinned, the copy is pageable: slower, correct.
+  *handled = true;
+  const auto t0 = Clock::now();
+  const bool pinned = r.add(data, size);
+  const double pinning = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::setvbuf(f, nullptr, _IOFBF, 256 << 10);
+  llama_model_params mp = params;
+  mp.load_mode = LLAMA_LOAD_MODE_NONE;
+  llama_model* model = llama_model_load_from_file_ptr_and_data(f, data, size, nullptr, nullptr, mp);
+  std::fclose(f);
+  if (pinned) r.remove(data);  // the weights are the GPU's now
+  ::munmap(data, size);
+  if (model == nullptr) *status = {ErrorCode::kModelLoad, "cannot load model '" + path + "' from host memory"};
+  if (stats) {
+    *stats = {};
+    stats->path = static_cast<int>(ImageLoadPath::kCopy);
+    stats->register_seconds = pinning;
+    stats->bytes_read = size;
+    stats->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  return model;
 }
 
 store::HostAllocator page_locked_allocator() {

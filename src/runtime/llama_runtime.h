@@ -54,6 +54,9 @@ struct RuntimeConfig {
   std::int32_t n_threads = 0;  // 0: all hardware threads
   bool use_mmap = true;
   bool use_mlock = false;
+  // A model file already in host memory (tmpfs, a memfd) goes to a GPU by a pinned copy
+  // (load_model_from_host_file) rather than llama.cpp's upload of its mapping.
+  bool host_copy = true;
   std::string flash_attn = "auto";  // on | off | auto (llama.cpp's choice)
   // Layers whose weights (and KV) go to the GPU: -1 all of them when llama.cpp was built with a
   // GPU backend (CUDA, Metal, ...), none otherwise; 0 none; N the first N.
@@ -99,6 +102,9 @@ struct RuntimeConfig {
 // Routes llama.cpp's own log lines to spdlog (debug level unless they are warnings or errors).
 // Call once before loading anything. Idempotent.
 void init_llama_backend();
+// init_llama_backend, then a context on every GPU (a small buffer allocated and freed), so a later
+// load does not wait for the driver's start. Returns the number of GPUs warmed.
+int warm_gpu_backends();
 
 class LlamaRuntime final : public Decoder {
  public:

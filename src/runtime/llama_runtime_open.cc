@@ -55,6 +55,21 @@ void init_llama_backend() {
   });
 }
 
+int warm_gpu_backends() {
+  init_llama_backend();
+  int warmed = 0;
+  for (std::size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+    if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_GPU) continue;
+    // The device's context lives as long as the process; the buffer only makes the driver create it.
+    if (ggml_backend_buffer_t b = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(dev), 1 << 20)) {
+      ggml_backend_buffer_free(b);
+      ++warmed;
+    }
+  }
+  return warmed;
+}
+
 namespace {
 
 // Where llama.cpp puts the weights: "CPU", or "22/22 layers + output on CUDA0 (NVIDIA H100 80GB
@@ -139,7 +154,17 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
     if (ls.path == static_cast<int>(ImageLoadPath::kMap)) rt->image_ = config.image;  // its pages are the weights
     if (rt->model_ == nullptr) return nullptr;
   } else {
-    rt->model_ = llama_model_load_from_file(config.model_path.c_str(), mp);
+    bool handled = false;
+    if (on_gpu && config.host_copy) {
+      ImageLoadStats ls;
+      rt->model_ = load_model_from_host_file(config.model_path, mp, &handled, status, &ls);
+      if (handled && rt->model_ == nullptr) return nullptr;
+      if (handled) {
+        spdlog::info("model copied from host memory: {:.0f} MiB in {:.3f} s (pinning its pages {:.3f} s)",
+                     ls.bytes_read / 1048576.0, ls.seconds, ls.register_seconds);
+      }
+    }
+    if (!handled) rt->model_ = llama_model_load_from_file(config.model_path.c_str(), mp);
   }
   if (rt->model_ == nullptr) {
     *status = Status(ErrorCode::kModelLoad, "cannot load model '" + config.model_path + "'");

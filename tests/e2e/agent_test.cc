@@ -40,6 +40,9 @@ TEST(Agent, LoadsOnDemandWithProgressAndServesOneModelExactlyWhileAnotherLoadsAn
   Agent agent(cat.redis.address(), cat.store_dir, {});
   ASSERT_GT(agent.port(), 0) << agent.log();
   EXPECT_EQ(state_of(agent.port(), "oracle-a"), "nvme") << models(agent.port()).dump();
+  // The standby umad, started ahead, is what the first load takes.
+  const auto metric = [&](const char* name) { return prometheus_value(body_of(http_get(agent.port(), "/metrics")), name); };
+  ASSERT_TRUE(eventually([&] { return metric("uma_agent_standby_ready") == 1; }, "a standby umad ready")) << agent.log();
 
   const std::vector<json> events = load(agent.port(), "oracle-a");
   ASSERT_FALSE(events.empty());
@@ -59,6 +62,9 @@ TEST(Agent, LoadsOnDemandWithProgressAndServesOneModelExactlyWhileAnotherLoadsAn
   const int a = port_of(end);
   ASSERT_GT(a, 0);
   EXPECT_EQ(complete(a, "hello world", 8), oracle().expected_text("hello world", 8));
+  EXPECT_EQ(metric("uma_agent_standby_starts_total"), 1) << "A's umad was the standby";
+  // Another is started for the next cold model once A serves.
+  ASSERT_TRUE(eventually([&] { return metric("uma_agent_standby_ready") == 1; }, "the next standby ready")) << agent.log();
   json row = model_row(agent.port(), "oracle-a");
   EXPECT_EQ(row["state"], "loaded");
   EXPECT_GT(row["loaded_at"].get<std::int64_t>(), 0);
