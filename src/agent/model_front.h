@@ -56,7 +56,9 @@ class ModelFront {
  public:
   // `models`: every model it serves (what /v1/models lists). `upstream_key`: sent to the models'
   // umads (they take the front's --api-key-file too).
-  ModelFront(boost::asio::io_context& io, ModelHost& host, std::vector<FrontModel> models, std::string upstream_key);
+  // `webui`: GET / is the web page (webui/webui.h).
+  ModelFront(boost::asio::io_context& io, ModelHost& host, std::vector<FrontModel> models, std::string upstream_key,
+             bool webui = false);
   ~ModelFront();
   ModelFront(const ModelFront&) = delete;
   ModelFront& operator=(const ModelFront&) = delete;
@@ -78,6 +80,7 @@ class ModelFront {
   ModelHost& host_;
   std::vector<FrontModel> models_;
   std::string upstream_key_;
+  bool webui_ = false;
   UpstreamPool pool_{io_};  // kept-alive connections to the models' umads
   boost::asio::steady_timer sweep_timer_;
   std::map<std::uint64_t, std::unique_ptr<Relay>> relays_;

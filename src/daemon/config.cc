@@ -268,6 +268,8 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                  "without the key")->envname("UMA_CORS_ORIGIN")->capture_default_str();
   bool no_slots = false, no_metrics = false;
   app.add_flag("--no-slots", no_slots, "GET /slots answers 501 (llama-server's --no-slots)")->envname("UMA_NO_SLOTS");
+  bool no_webui = false;
+  app.add_flag("--no-webui", no_webui, "no web page (a chat and a status view) at GET /")->envname("UMA_NO_WEBUI");
   app.add_flag("--no-metrics", no_metrics, "GET /metrics over HTTP answers 501 (the socket's metrics stay)")
       ->envname("UMA_NO_METRICS");
   app.add_flag("--strict-fields", out.http.limits.strict_fields, "a request field umad does not know is a 400 (by "
@@ -400,6 +402,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   out.http.max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;
   if (reasoning != "auto") out.reasoning = reasoning == "on";
   out.http.slots_endpoint = !no_slots;
+  out.http.webui = !no_webui;
   out.http.metrics_endpoint = !no_metrics;
   if (!api_key.empty() && !api_key_file.empty()) {
     std::cerr << "umad: --api-key and --api-key-file: give one\n";

@@ -19,6 +19,7 @@
 #include "agent/model_host.h"
 #include "httpkit/request_server.h"
 #include "store/tier_store.h"
+#include "webui/webui.h"
 
 namespace uma {
 
@@ -133,6 +134,7 @@ int run_model_router(const DaemonConfig& cfg, int argc, char** argv) {
   rc.host = cfg.http.host;
   rc.port = cfg.http.port;
   rc.access.api_key = cfg.http.api_key;
+  if (cfg.http.webui) rc.access.open_paths.insert(rc.access.open_paths.end(), std::begin(webui::kPaths), std::end(webui::kPaths));
   rc.max_connections = cfg.http.max_connections;
   rc.limits.max_body_bytes = cfg.http.max_body_bytes;
   rc.max_tx_bytes = cfg.http.max_tx_bytes;
@@ -145,7 +147,7 @@ int run_model_router(const DaemonConfig& cfg, int argc, char** argv) {
     return 1;
   }
   agent::ModelHost host(io, hc, nullptr, lookup);
-  front = std::make_unique<agent::ModelFront>(io, host, models, cfg.http.api_key);
+  front = std::make_unique<agent::ModelFront>(io, host, models, cfg.http.api_key, cfg.http.webui);
   server.start();
   host.start();
   front->start();

@@ -10,6 +10,7 @@
 
 #include "common/json_text.h"
 #include "serve/block_hash.h"
+#include "webui/webui.h"
 
 namespace uma::gateway {
 
@@ -30,6 +31,7 @@ RequestServerConfig server_config(const GatewayConfig& c) {
   rc.host = c.host;
   rc.port = c.port;
   rc.access = AccessPolicy{c.api_key, c.cors_origin, {"/health"}};
+  if (c.webui) rc.access.open_paths.insert(rc.access.open_paths.end(), std::begin(webui::kPaths), std::end(webui::kPaths));
   rc.max_connections = c.max_connections;
   rc.limits = HttpLimits{c.max_header_bytes, c.max_body_bytes};
   rc.max_tx_bytes = c.max_tx_bytes;
@@ -180,6 +182,7 @@ http_route::Context GatewayServer::route_context(const ChatTemplate* chat_templa
   http_route::Context ctx;
   ctx.ready = true;
   ctx.model_id = "uma-gw";
+  ctx.webui = config_.webui;
   ctx.chat_template = chat_template;
   ctx.limits = &config_.limits;
   ctx.default_sampling = &config_.default_sampling;

@@ -79,6 +79,7 @@ struct GatewayConfig {
   std::string api_key;
   // --cors-origin: "*" or one origin browsers may call from (httpkit/access.h).
   std::string cors_origin;
+  bool webui = true;  // --no-webui: no web page at / (webui/webui.h)
   // Agents run the prompt tokens computed here (uma.prompt_tokens) rather than tokenizing again
   // (--agents-tokenize: off).
   bool forward_tokens = true;

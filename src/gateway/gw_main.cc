@@ -97,11 +97,14 @@ int main(int argc, char** argv) {
   app.add_option("--api-key", gc.api_key, "what clients must send: Authorization: Bearer KEY or x-api-key: KEY "
                  "(GET /health is open)")->envname("UMA_GW_API_KEY");
   app.add_option("--api-key-file", client_key_file, "the same, from the first line of a file")->check(CLI::ExistingFile)->envname("UMA_GW_API_KEY_FILE");
+  bool no_webui = false;
+  app.add_flag("--no-webui", no_webui, "no web page (a chat and the cluster's status) at GET /")->envname("UMA_GW_NO_WEBUI");
   app.add_option("--cors-origin", gc.cors_origin, "browsers may call from this origin ('*': any); preflights answered")->envname("UMA_GW_CORS_ORIGIN");
   app.add_flag("--strict-fields", gc.limits.strict_fields, "a request field umad does not know is a 400 (by default "
                "it is ignored, as the agents do)")->envname("UMA_GW_STRICT_FIELDS");
   app.add_flag("--debug", debug)->envname("UMA_GW_DEBUG");
   CLI11_PARSE(app, argc, argv);
+  gc.webui = !no_webui;
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("uma-gw"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");

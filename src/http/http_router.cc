@@ -5,6 +5,7 @@
 #include "http/llama_server_api.h"
 #include "http/ollama_api.h"
 #include "http/responses_api.h"
+#include "webui/webui.h"
 
 #include <nlohmann/json.hpp>
 
@@ -195,6 +196,9 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
   if (auto ollama = ollama_route(method, path, body, ctx)) return std::move(*ollama);
   const bool get = method == http::verb::get;
   const bool post = method == http::verb::post;
+  if (get && ctx.webui) {
+    if (const auto page = webui::asset(path)) return {false, Reply{200, std::string(page->content_type), std::string(page->body)}};
+  }
   if (path == "/health" && get) {
     if (!ctx.ready || ctx.shutting_down) return {false, not_ready(ctx)};
     return {false, Reply{200, "application/json", R"({"status":"ok"})", ErrorCode::kOk}};

@@ -65,6 +65,7 @@ struct Context {
   const ModelFacts* facts = nullptr;
   // llama-server's switches: an endpoint turned off answers 501 (not_supported_error).
   bool slots_endpoint = true, metrics_endpoint = true;
+  bool webui = false;  // GET / is the web page (webui/webui.h)
 };
 
 // A whole answer with a body. `error` is the kind the errors counter counts (kOk: not counted).

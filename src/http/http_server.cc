@@ -251,6 +251,7 @@ class HttpAdapter final : public ProtocolAdapter {
     ctx.facts = &site_.facts;
     ctx.slots_endpoint = site_.config.slots_endpoint;
     ctx.metrics_endpoint = site_.config.metrics_endpoint;
+    ctx.webui = site_.config.webui;
     if (req.body.size() < site_.config.offload_body_bytes) return routed(http_route::route(req.method, req.target, req.body, ctx));
     // A large body: parsed, checked and rendered off the I/O thread, which meanwhile writes every
     // other stream's tokens. The job owns its copy of everything; the site outlives it.

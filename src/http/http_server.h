@@ -29,6 +29,7 @@
 #include "http/http_router.h"
 #include "http/openai.h"
 #include "httpkit/access.h"
+#include "webui/webui.h"
 #include "metrics/server_metrics.h"
 #include "net/accept_loop.h"
 #include "net/session_slots.h"
@@ -56,12 +57,15 @@ struct HttpConfig {
   std::string cors_origin = "*";
   bool slots_endpoint = true;    // --no-slots: GET /slots answers 501, as llama-server's
   bool metrics_endpoint = true;  // --no-metrics: GET /metrics answers 501
+  bool webui = true;             // --no-webui: no web page at / (webui/webui.h)
 };
 
 // What every connection's adapter reads: the configuration and the model's state.
 struct HttpSite {
   HttpSite(HttpConfig c, ServerMetrics& m)
-      : config(std::move(c)), metrics(m), access{config.api_key, config.cors_origin, {"/health"}} {}
+      : config(std::move(c)), metrics(m), access{config.api_key, config.cors_origin, {"/health"}} {
+    if (config.webui) access.open_paths.insert(access.open_paths.end(), std::begin(webui::kPaths), std::end(webui::kPaths));
+  }
   HttpConfig config;
   ServerMetrics& metrics;
   AccessPolicy access;

@@ -7,6 +7,8 @@
 // mechanism took an agent out of routing is read from the gateway's log (timing targets live in
 // bench/cluster.sh).
 #include <gtest/gtest.h>
+
+#include <iostream>
 #include <signal.h>
 
 #include <nlohmann/json.hpp>
@@ -96,6 +98,16 @@ TEST(ClusterGateway, ExactOutputsThroughEitherGatewayAndTheNodeSdk) {
   out.clear();
   EXPECT_EQ(run_ollama_client_test(c.gateways[0]->url(), "oracle", &out, /*through_gateway=*/true), 0) << out;
   EXPECT_NE(out.find("ollama client: all passed"), std::string::npos) << out;
+  // The web page on the gateway: a chat through it, and the gateway's own status.
+  if (!webui_test_available()) {
+    std::cout << "(no puppeteer-core or chromium here: the gateway's page is not driven)\n";
+    return;
+  }
+  std::vector<std::string> agents;
+  for (std::size_t i = 0; i < c.agents.size(); ++i) agents.push_back("http://127.0.0.1:" + std::to_string(c.agent_port(i)));
+  out.clear();
+  EXPECT_EQ(run_webui_test(c.gateways[0]->url(), "", temp_dir(), &out, agents), 0) << out;
+  EXPECT_NE(out.find("webui: all passed"), std::string::npos) << out;
 }
 
 // The gateway tokenizes each prompt to route it; the agent runs those tokens (uma.prompt_tokens)

@@ -109,4 +109,27 @@ int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* o
                       through_gateway ? "gateway" : "direct"}, out, kSdkRunGuardSec);
 }
 
+static std::string chromium_path() {
+  std::string out;
+  if (run_command({"/bin/sh", "-c", "command -v chromium"}, &out) != 0) return {};
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+bool webui_test_available() {
+  return node_sdks_available() && ::access(UMA_NODE_MODULES "/puppeteer-core", R_OK) == 0 && !chromium_path().empty();
+}
+
+int run_webui_test(const std::string& base_url, const std::string& key, const std::string& shots_dir, std::string* out,
+                   const std::vector<std::string>& servers) {
+  const std::string exp_path = expectations(out);
+  if (exp_path.empty()) return -1;
+  std::vector<std::string> cmd = {"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node", UMA_SOURCE_DIR "/tests/http/webui_test.js",
+                                  base_url, exp_path, chromium_path(), shots_dir, key};
+  std::string list;
+  for (const std::string& s : servers) list += (list.empty() ? "" : ",") + s;
+  if (!list.empty()) cmd.push_back(list);
+  return run_command(cmd, out, kSdkRunGuardSec);
+}
+
 }  // namespace uma::test

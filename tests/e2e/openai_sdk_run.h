@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace uma::test {
 
@@ -16,5 +17,13 @@ int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* o
 // The official `ollama` library against `base_url` (Ollama's API), the model served as `model`.
 int run_ollama_client_test(const std::string& base_url, const std::string& model, std::string* out,
                            bool through_gateway = false);
+
+// The web page at `base_url`/ in headless Chromium (tests/http/webui_test.js, puppeteer-core);
+// `key`: the server's API key ("" when none). Screenshots go to `shots_dir`. `servers`: the umads
+// that serve the requests (their metrics show a stopped one), when `base_url` is a gateway.
+int run_webui_test(const std::string& base_url, const std::string& key, const std::string& shots_dir, std::string* out,
+                   const std::vector<std::string>& servers = {});
+// Whether node, puppeteer-core (scripts/npm_deps.sh) and Debian's chromium are here.
+bool webui_test_available();
 
 }  // namespace uma::test

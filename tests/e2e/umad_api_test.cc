@@ -479,3 +479,50 @@ TEST(UmadApi, ByDefaultAnyOriginGetsItsPreflightAnswered) {
 
 }  // namespace
 }  // namespace uma::test
+
+namespace uma::test {
+namespace {
+
+std::string get_with(int port, const std::string& path, const std::string& key = "") {
+  Tcp t(port);
+  EXPECT_TRUE(t.send("GET " + path + " HTTP/1.1\r\nHost: x\r\n" + (key.empty() ? "" : "Authorization: Bearer " + key + "\r\n") +
+                     "\r\n"));
+  return t.response();
+}
+
+// The page is a static file of the binary's; the key still guards every request it makes.
+TEST(UmadApi, TheWebPageIsServedAtTheRootWithoutTheKeyAndTurnsOff) {
+  const std::string key_file = temp_dir() + "/webui-key";
+  std::ofstream(key_file) << "sesame\n";
+  Daemon d(http_args({"--api-key-file", key_file}));
+  ASSERT_TRUE(d.started()) << d.log();
+  for (const char* path : {"/", "/index.html"}) {
+    const std::string r = get_with(http_port(d), path);
+    EXPECT_EQ(status_of(r), 200) << r;
+    EXPECT_NE(head_of(r).find("text/html"), std::string::npos) << head_of(r);
+    EXPECT_NE(body_of(r).find("<title>UMA Serve</title>"), std::string::npos);
+  }
+  EXPECT_EQ(status_of(get_with(http_port(d), "/v1/models")), 401) << "what the page asks for needs the key";
+  EXPECT_EQ(status_of(get_with(http_port(d), "/v1/models", "sesame")), 200);
+  EXPECT_EQ(status_of(get_with(http_port(d), "/index.htm")), 401) << "only the page's own paths are open";
+
+  Daemon off(http_args({"--no-webui"}));
+  ASSERT_TRUE(off.started()) << off.log();
+  EXPECT_EQ(status_of(get_with(http_port(off), "/")), 404);
+}
+
+// In Chromium: the key asked for, a streamed chat reply exact against the oracle, Stop, and the
+// status view showing the requests.
+TEST(UmadApi, TheWebPageChatsStopsAndShowsTheRequestInChromium) {
+  if (!webui_test_available()) GTEST_SKIP() << "no node, puppeteer-core (scripts/npm_deps.sh) or chromium here";
+  const std::string key_file = temp_dir() + "/webui-key";
+  std::ofstream(key_file) << "sesame\n";
+  Daemon d(http_args({"--api-key-file", key_file, "--alias", "oracle"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  std::string out;
+  EXPECT_EQ(run_webui_test("http://127.0.0.1:" + std::to_string(http_port(d)), "sesame", temp_dir(), &out), 0) << out;
+  EXPECT_NE(out.find("webui: all passed"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace uma::test

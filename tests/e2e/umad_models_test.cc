@@ -157,6 +157,9 @@ TEST(UmadModels, SeveralModelFilesBehindOneKeyAndTheFlagsThatCannotGoTogether) {
   EXPECT_EQ(json::parse(body_of(a))["choices"][0]["text"], oracle().expected_text("the river", 6));
   EXPECT_EQ(status_of(post_to(r.port(), "/v1/completions", {{"model", "tiny-f16"}, {"prompt", "x"}, {"max_tokens", 2}}, "sesame")), 200);
   EXPECT_EQ(status_of(http_get(r.port(), "/health")), 200) << "open without the key";
+  const std::string page = http_get(r.port(), "/");
+  EXPECT_EQ(status_of(page), 200) << "the web page too";
+  EXPECT_NE(body_of(page).find("<title>UMA Serve</title>"), std::string::npos);
   // Stopped, it stops its models and takes their logs' and sockets' folder with it.
   const std::string marker = "their logs in ";
   const std::string log = r.log();
