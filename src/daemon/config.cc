@@ -234,6 +234,13 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
   app.add_option("--test-load-delay-ms", out.test_load_delay_ms)->group("")->check(CLI::Range(0, 60000));
   app.add_option("--http", http_listen, "serve the OpenAI-compatible HTTP API on HOST:PORT (or PORT: loopback); "
                  "off unless given")->envname("UMA_HTTP");
+  std::string http_hosts;
+  int http_port = -1;
+  app.add_option("--host", http_hosts, "llama-server's form of --http: serve HTTP on these addresses, comma-separated "
+                 "(with several, an IPv6 one binds IPv6 only: 0.0.0.0,:: is both families; default 127.0.0.1)")
+      ->envname("UMA_HTTP_HOST");
+  app.add_option("--port", http_port, "with --host (or alone): the HTTP port (default 8080; 0: any free one)")
+      ->envname("UMA_HTTP_PORT")->check(CLI::Range(0, 65535));
   app.add_flag("--agent", out.agent, "cluster agent: heartbeat this daemon's state to Redis every second "
                "(needs --http)")->envname("UMA_AGENT");
   app.add_option("--redis", out.redis, "the cluster's Redis, HOST:PORT")->envname("UMA_REDIS")->capture_default_str();
@@ -344,7 +351,16 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       *n = rt.n_seq_max;
     }
   }
-  if (!http_listen.empty()) {
+  if (!http_hosts.empty() || http_port >= 0) {
+    Status st = !http_listen.empty() ? Status(ErrorCode::kInvalidArgument, "--http, or --host and --port: not both")
+                                     : parse_http_hosts(http_hosts, http_port, &out.http);
+    if (!st.ok()) {
+      std::cerr << "umad: " << st.message() << "\n";
+      *exit_code = 2;
+      return st;
+    }
+    out.http_enabled = true;
+  } else if (!http_listen.empty()) {
     out.http_enabled = true;
     const auto colon = http_listen.rfind(':');
     const std::string port = colon == std::string::npos ? http_listen : http_listen.substr(colon + 1);
@@ -364,6 +380,11 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
                  "cluster agent (uma-agent is that)\n";
     *exit_code = 2;
     return Status(ErrorCode::kInvalidArgument, "several models need --http");
+  }
+  if (out.router() && !out.http.more_hosts.empty()) {
+    std::cerr << "umad: several models are served on one --host address\n";
+    *exit_code = 2;
+    return Status(ErrorCode::kInvalidArgument, "several models on several addresses");
   }
   if (rt.model_path.empty() && out.model_id.empty() && !out.router()) {
     std::cerr << "umad: --model FILE, --models-dir DIR or --model-id ID is required\n";

@@ -147,7 +147,9 @@ int main(int argc, char** argv) {
     }
     serving.start();
     http->start();
-    spdlog::info("http listening on {}:{}", cfg.http.host, http->port());
+    std::string more;
+    for (const std::string& h : cfg.http.more_hosts) more += (more.empty() ? " (and " : ", ") + h + ":" + std::to_string(http->port());
+    spdlog::info("http listening on {}:{}{}", cfg.http.host, http->port(), more.empty() ? "" : more + ")");
   }
   // The cores this process may use (affinity, cgroup quota) and what others take of them; declared
   // before the scheduler, which reads it on the compute thread.

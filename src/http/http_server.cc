@@ -335,20 +335,26 @@ class HttpAdapter final : public ProtocolAdapter {
 
 }  // namespace
 
+struct HttpServer::Listener {
+  Listener(asio::io_context& io, StreamServer& serving, ServerMetrics& metrics)
+      : acceptor(io),
+        loop(io, acceptor, "http",
+             [&serving](tcp::socket s) {
+               // Tokens are small writes that must leave at once: no Nagle delay. A fixed send
+               // buffer keeps what a slow reader has not taken here, under --max-tx-kib, not
+               // in an autotuned kernel buffer.
+               boost::system::error_code ignored;
+               s.set_option(tcp::no_delay(true), ignored);
+               s.set_option(asio::socket_base::send_buffer_size(64 * 1024), ignored);
+               serving.adopt(FrontEnd::kHttp, std::move(s));
+             },
+             &metrics.accept_pauses_total) {}
+  tcp::acceptor acceptor;
+  AcceptLoop<tcp::acceptor> loop;
+};
+
 HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& metrics, StreamServer& serving)
-    : site_(std::move(config), metrics),
-      acceptor_(io),
-      accept_loop_(io, acceptor_, "http",
-                   [&serving](tcp::socket s) {
-                     // Tokens are small writes that must leave at once: no Nagle delay. A fixed send
-                     // buffer keeps what a slow reader has not taken here, under --max-tx-kib, not
-                     // in an autotuned kernel buffer.
-                     boost::system::error_code ignored;
-                     s.set_option(tcp::no_delay(true), ignored);
-                     s.set_option(asio::socket_base::send_buffer_size(64 * 1024), ignored);
-                     serving.adopt(FrontEnd::kHttp, std::move(s));
-                   },
-                   &metrics.accept_pauses_total) {
+    : io_(io), serving_(serving), site_(std::move(config), metrics) {
   serving.add_front_end(front_end_config(FrontEnd::kHttp, site_.config.max_connections, site_.config.max_tx_bytes,
                                          site_.config.timeout_sec, metrics),
                         [this] { return std::make_unique<HttpAdapter>(site_); });
@@ -356,11 +362,55 @@ HttpServer::HttpServer(asio::io_context& io, HttpConfig config, ServerMetrics& m
 
 HttpServer::~HttpServer() = default;
 
-Status HttpServer::listen() { return listen_tcp(acceptor_, site_.config.host, site_.config.port, "--http"); }
+Status parse_http_hosts(const std::string& hosts, int port, HttpConfig* out) {
+  std::vector<std::string> list;
+  for (std::size_t at = 0; at <= hosts.size() && !hosts.empty();) {
+    std::size_t end = hosts.find(',', at);
+    if (end == std::string::npos) end = hosts.size();
+    std::string h = hosts.substr(at, end - at);
+    h.erase(0, h.find_first_not_of(' '));
+    h.erase(h.find_last_not_of(' ') + 1);
+    if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+    at = end + 1;
+    if (h.empty()) continue;  // "a,,b" and a trailing comma, as llama-server reads them
+    if (h.ends_with(".sock")) {
+      return {ErrorCode::kInvalidArgument, "--host " + h + ": HTTP on a Unix socket is not served (--socket is umad's own protocol)"};
+    }
+    boost::system::error_code ec;
+    asio::ip::make_address(h, ec);
+    if (ec) return {ErrorCode::kInvalidArgument, "--host: '" + h + "' is not an IP address"};
+    list.push_back(std::move(h));
+  }
+  if (!hosts.empty() && list.empty()) return {ErrorCode::kInvalidArgument, "--host wants at least one address"};
+  if (!list.empty()) {
+    out->host = list.front();
+    out->more_hosts.assign(list.begin() + 1, list.end());
+  }
+  if (port >= 0) out->port = static_cast<std::uint16_t>(port);
+  return {};
+}
 
-std::uint16_t HttpServer::port() const { return bound_port(acceptor_); }
+Status HttpServer::listen_on(const std::string& host, std::uint16_t port, bool v6_only) {
+  auto l = std::make_unique<Listener>(io_, serving_, site_.metrics);
+  if (Status st = listen_tcp(l->acceptor, host, port, "--http", v6_only); !st.ok()) return st;
+  listeners_.push_back(std::move(l));
+  return {};
+}
 
-void HttpServer::start() { accept_loop_.start(); }
+Status HttpServer::listen() {
+  const bool several = !site_.config.more_hosts.empty();
+  if (Status st = listen_on(site_.config.host, site_.config.port, several); !st.ok()) return st;
+  for (const std::string& host : site_.config.more_hosts) {
+    if (Status st = listen_on(host, port(), several); !st.ok()) return st;
+  }
+  return {};
+}
+
+std::uint16_t HttpServer::port() const { return listeners_.empty() ? 0 : bound_port(listeners_.front()->acceptor); }
+
+void HttpServer::start() {
+  for (auto& l : listeners_) l->loop.start();
+}
 
 void HttpServer::set_ready(std::string model_id, ChatTemplate chat_template) {
   site_.model_id = std::move(model_id);
@@ -381,9 +431,11 @@ void HttpServer::set_vocabulary(http_route::Tokenize tokenize, http_route::Token
 
 void HttpServer::stop_accepting() {
   site_.shutting_down = true;
-  accept_loop_.stop();
-  boost::system::error_code ignored;
-  acceptor_.close(ignored);
+  for (auto& l : listeners_) {
+    l->loop.stop();
+    boost::system::error_code ignored;
+    l->acceptor.close(ignored);
+  }
 }
 
 }  // namespace uma

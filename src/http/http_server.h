@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "common/status.h"
@@ -40,6 +41,9 @@ namespace uma {
 
 struct HttpConfig {
   std::string host = "127.0.0.1";
+  // --host A,B (llama-server's): listeners on these too, on the port `host` bound. With several
+  // addresses an IPv6 one binds IPv6 only, so "0.0.0.0,::" means both families.
+  std::vector<std::string> more_hosts;
   std::uint16_t port = 8080;                  // 0: any free port (see port())
   std::size_t max_body_bytes = 1 << 20;
   std::size_t offload_body_bytes = 4096;     // larger bodies are parsed and rendered off the I/O thread
@@ -61,6 +65,11 @@ struct HttpConfig {
 };
 
 // What every connection's adapter reads: the configuration and the model's state.
+// llama-server's --host and --port: `hosts` comma-separated (the first is `host`, the rest
+// `more_hosts`; "" keeps `host`), `port` < 0 keeps `port`. A Unix socket path (HTTP on a socket
+// file, as llama-server takes "x.sock") is an error: umad's socket speaks its own protocol.
+Status parse_http_hosts(const std::string& hosts, int port, HttpConfig* out);
+
 struct HttpSite {
   HttpSite(HttpConfig c, ServerMetrics& m)
       : config(std::move(c)), metrics(m), access{config.api_key, config.cors_origin, {"/health"}} {
@@ -88,7 +97,7 @@ class HttpServer final {
   ~HttpServer();
 
   Status listen();                   // binds and listens (before the model loads: /health says 503)
-  std::uint16_t port() const;        // the bound port
+  std::uint16_t port() const;        // the bound port (every address's)
   void start();                      // accepts
   // Caps from the context (before set_ready): a prompt's bytes and a request body's.
   void set_request_limits(std::size_t max_prompt_bytes, std::size_t max_body_bytes);
@@ -101,9 +110,13 @@ class HttpServer final {
   void stop_accepting();
 
  private:
+  struct Listener;  // an acceptor and its accept loop, one per address
+  Status listen_on(const std::string& host, std::uint16_t port, bool v6_only);
+
+  boost::asio::io_context& io_;
+  StreamServer& serving_;
   HttpSite site_;
-  boost::asio::ip::tcp::acceptor acceptor_;
-  AcceptLoop<boost::asio::ip::tcp::acceptor> accept_loop_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
 };
 
 }  // namespace uma

@@ -18,9 +18,10 @@ namespace {
 
 class LoopbackHttp {
  public:
-  explicit LoopbackHttp(WorkSubmit submit, HttpServer::ChatTemplate chat) {
+  explicit LoopbackHttp(WorkSubmit submit, HttpServer::ChatTemplate chat, std::vector<std::string> more_hosts = {}) {
     HttpConfig cfg;
     cfg.port = 0;
+    cfg.more_hosts = std::move(more_hosts);
     serving_ = std::make_unique<StreamServer>(io_, metrics, slots, std::move(submit));
     server_ = std::make_unique<HttpServer>(io_, cfg, metrics, *serving_);
     EXPECT_TRUE(server_->listen().ok());
@@ -38,7 +39,9 @@ class LoopbackHttp {
     });
     loop_.join();
   }
-  std::string exchange(const std::string& request) const { return loopback_exchange(port_, request); }
+  std::string exchange(const std::string& request, std::uint32_t address = INADDR_LOOPBACK) const {
+    return loopback_exchange(port_, request, address);
+  }
   ServerMetrics metrics;
   SessionSlots slots{16, {nullptr, &metrics.http_sessions_open}};
 
@@ -87,6 +90,34 @@ TEST(HttpServerBoundary, AThrowingSubmitIsA500AndFreesTheSessionSlot) {
   EXPECT_EQ(s.metrics.http_sessions_open.load(), 0);
   EXPECT_EQ(s.slots.in_use(), 0);
   EXPECT_EQ(cancels, 20);
+}
+
+// llama-server's --host a,b: one server, a listener per address, all on one port.
+TEST(HttpServerHosts, EveryAddressOfHostIsServedOnThePortTheFirstBound) {
+  LoopbackHttp s([](WorkItem) {}, nullptr, {"127.0.0.2"});
+  const std::string get = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  EXPECT_EQ(s.exchange(get).rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_EQ(s.exchange(get, 0x7f000002).rfind("HTTP/1.1 200", 0), 0u) << "127.0.0.2";
+  EXPECT_EQ(s.exchange(get, 0x7f000003), "") << "nothing listens on an address not asked for";
+}
+
+TEST(HttpServerHosts, HostAndPortParseAsLlamaServerTakesThem) {
+  HttpConfig c;
+  ASSERT_TRUE(parse_http_hosts("0.0.0.0, ::,", 9000, &c).ok());
+  EXPECT_EQ(c.host, "0.0.0.0");
+  EXPECT_EQ(c.more_hosts, std::vector<std::string>{"::"});
+  EXPECT_EQ(c.port, 9000);
+  HttpConfig d;
+  ASSERT_TRUE(parse_http_hosts("[::1]", -1, &d).ok());
+  EXPECT_EQ(d.host, "::1");
+  EXPECT_TRUE(d.more_hosts.empty());
+  EXPECT_EQ(d.port, 8080) << "the port stays when not given";
+  ASSERT_TRUE(parse_http_hosts("", 0, &d).ok());
+  EXPECT_EQ(d.host, "::1") << "the hosts stay when not given";
+  EXPECT_EQ(d.port, 0);
+  EXPECT_EQ(parse_http_hosts("/tmp/llama.sock", 8080, &c).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(parse_http_hosts("localhost", 8080, &c).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(parse_http_hosts(" , ", 8080, &c).code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // loopback_exchange: the unit tests' client of a server on 127.0.0.1 (http_server_test,
 // agent_api_test): sends `request` on a new TCP connection and reads until the server closes it
-// (or 10 s pass); "" when nothing listens. Tests only; blocking POSIX sockets.
+// (or 10 s pass); "" when nothing listens. `address`: another IPv4 loopback address (127.x.y.z,
+// host order). Tests only; blocking POSIX sockets.
 #pragma once
 
 #include <arpa/inet.h>
@@ -14,12 +15,12 @@
 
 namespace uma {
 
-inline std::string loopback_exchange(std::uint16_t port, const std::string& request) {
+inline std::string loopback_exchange(std::uint16_t port, const std::string& request, std::uint32_t address = INADDR_LOOPBACK) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = htonl(address);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     ::close(fd);
     return "";

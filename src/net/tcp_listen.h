@@ -4,6 +4,7 @@
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
 
 #include <cstdint>
 #include <string>
@@ -12,8 +13,9 @@
 
 namespace uma {
 
+// `v6_only`: an IPv6 address takes IPv6 connections only (beside an IPv4 listener on the same port).
 inline Status listen_tcp(boost::asio::ip::tcp::acceptor& acceptor, const std::string& host, std::uint16_t port,
-                         const std::string& what) {
+                         const std::string& what, bool v6_only = false) {
   namespace asio = boost::asio;
   boost::system::error_code ec;
   const auto addr = asio::ip::make_address(host, ec);
@@ -21,6 +23,7 @@ inline Status listen_tcp(boost::asio::ip::tcp::acceptor& acceptor, const std::st
   const asio::ip::tcp::endpoint ep(addr, port);
   if (acceptor.open(ep.protocol(), ec); ec) return Status(ErrorCode::kIo, what + " socket: " + ec.message());
   acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (v6_only && addr.is_v6()) acceptor.set_option(asio::ip::v6_only(true), ec);
   if (acceptor.bind(ep, ec); ec) {
     return Status(ErrorCode::kIo, what + ": cannot bind " + host + ":" + std::to_string(port) + ": " + ec.message());
   }
