@@ -151,6 +151,7 @@ void ModelFront::handle(const HttpExchangePtr& ex) {
                                      ",\"loaded\":" + std::to_string(host_.models().size()) + "}");
     }
     if (r.path == "/v1/models" || r.path == "/models") return list(ex);
+    if (ollama_get(ex)) return;
     if (r.path == "/metrics") {
       std::string out = host_metrics_text(host_);
       const auto counter = [&out](const char* name, const char* help, std::uint64_t v) {
@@ -184,6 +185,7 @@ void ModelFront::handle(const HttpExchangePtr& ex) {
   if (!known(model)) return ex->reply_error(Status(ErrorCode::kNotFound, "The model '" + model + "' does not exist", "model"));
   std::optional<std::int64_t> keep_alive;
   if (Status st = read_keep_alive(body, &keep_alive); !st.ok()) return ex->reply_error(st);
+  if (ollama_unload(ex, model, body, keep_alive)) return;
   std::string forwarded = r.body;
   if (body.contains("keep_alive")) {  // the router's field, not the model's
     body.erase("keep_alive");

@@ -9,6 +9,9 @@
 //                              starting, loaded, unloading), bytes, and the Ollama-style fields
 //   GET  /health               {"status":"ok","models":N,"loaded":K}
 //   GET  /metrics              the host's counters (uma_agent_*) and this front's
+//   GET  /api/tags, /api/ps    Ollama's listings: every model, and those loaded with their expiry
+//   POST /api/generate, /api/chat with keep_alive 0 and no prompt (Ollama's unload): the model is
+//                              unloaded (once idle), answered with done_reason "unload"
 //   POST anything else         a JSON body naming `model`: relayed. Its `keep_alive` (Ollama's:
 //                              seconds or "5m", negative: forever) sets how long the model stays
 //                              loaded once idle, and is taken out of the body.
@@ -25,10 +28,12 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +76,11 @@ class ModelFront {
  private:
   class Relay;
   void list(const HttpExchangePtr& ex);
+  // Ollama's own parts (model_front_ollama.cc): /api/tags and /api/ps from the host's table, and a
+  // generate or chat with keep_alive 0 and nothing to run, which unloads the model. True when answered.
+  bool ollama_get(const HttpExchangePtr& ex);
+  bool ollama_unload(const HttpExchangePtr& ex, const std::string& model, const nlohmann::json& body,
+                     std::optional<std::int64_t> keep_alive);
   void relay(const HttpExchangePtr& ex, std::string model, std::string body, std::optional<std::int64_t> keep_alive,
              int attempt);
   void relay_done(std::uint64_t id);

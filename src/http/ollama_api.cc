@@ -12,15 +12,8 @@
 #include "httpkit/http_wire.h"
 
 namespace uma {
-namespace {
 
-using json = nlohmann::ordered_json;
-
-// The Ollama release whose API this follows: clients gate features on /api/version.
-constexpr const char* kOllamaApiVersion = "0.12.0";
-
-// RFC 3339 in UTC with microseconds, as Ollama writes its times.
-std::string rfc3339(std::chrono::system_clock::time_point t) {
+std::string ollama_time(std::chrono::system_clock::time_point t) {
   const std::time_t secs = std::chrono::system_clock::to_time_t(t);
   std::tm tm{};
   gmtime_r(&secs, &tm);
@@ -30,6 +23,12 @@ std::string rfc3339(std::chrono::system_clock::time_point t) {
                 tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(us));
   return buf;
 }
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string rfc3339(std::chrono::system_clock::time_point t) { return ollama_time(t); }
 
 std::int64_t ns(double ms) { return static_cast<std::int64_t>(ms * 1e6); }
 
@@ -235,7 +234,7 @@ std::optional<Routed> ollama_route(http::verb method, std::string_view path, std
   const bool get = method == http::verb::get || method == http::verb::head;
   const bool post = method == http::verb::post;
   const bool own_model = ctx.facts != nullptr;  // a gateway has none of its own
-  if (path == "/api/version" && get) return Routed{false, Reply{200, "application/json", to_json_text(json{{"version", kOllamaApiVersion}})}};
+  if (path == "/api/version" && get) return Routed{false, Reply{200, "application/json", to_json_text(json{{"version", std::string(kOllamaApiVersion)}})}};
   if ((path == "/api/tags" || path == "/api/ps") && get) {
     json models = json::array();
     if (own_model && ctx.ready) models.push_back(model_entry(ctx, path == "/api/ps"));

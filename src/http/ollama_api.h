@@ -12,12 +12,20 @@
 
 #include <optional>
 #include <string>
+#include <chrono>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "http/http_router.h"
 
 namespace uma {
+
+// The Ollama release whose API this follows: clients gate features on /api/version.
+inline constexpr std::string_view kOllamaApiVersion = "0.12.0";
+
+// RFC 3339 in UTC with microseconds, as Ollama writes its times.
+std::string ollama_time(std::chrono::system_clock::time_point t);
 
 // The answer to /api/embed ({"embeddings": [...]}) or, legacy, /api/embeddings ({"embedding": [...]}).
 std::string ollama_embeddings_response(const std::string& model, const std::vector<std::vector<float>>& vectors,

@@ -12,6 +12,7 @@
 
 #include "e2e/cluster_harness.h"
 #include "e2e/http_client.h"
+#include "e2e/openai_sdk_run.h"
 #include "e2e/oracle.h"
 
 namespace uma::test {
@@ -180,6 +181,26 @@ TEST(UmadModels, SeveralModelFilesBehindOneKeyAndTheFlagsThatCannotGoTogether) {
   EXPECT_EQ(as_agent.port(), -1);
   EXPECT_EQ(as_agent.exit_code(), 2);
   EXPECT_NE(as_agent.log().find("uma-agent is that"), std::string::npos) << as_agent.log();
+}
+
+}  // namespace
+}  // namespace uma::test
+
+namespace uma::test {
+namespace {
+
+// Ollama's clients on a router: tags and ps from its table, keep_alive 0 unloading a model.
+TEST(UmadModels, TheOllamaNodeSdkListsLoadsAndUnloadsModels) {
+  if (!node_sdks_available()) GTEST_SKIP() << "no node or the ollama library here (scripts/npm_deps.sh)";
+  Router r({"-m", model_path("oracle.gguf"), "-m", model_path("tiny-f16.gguf"), "-s", temp_dir() + "/router-ollama.sock"});
+  ASSERT_GT(r.port(), 0) << r.log();
+  std::string out;
+  EXPECT_EQ(run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node", UMA_SOURCE_DIR "/tests/http/ollama_router_test.js",
+                         "http://127.0.0.1:" + std::to_string(r.port()), "oracle", "tiny-f16"},
+                        &out),
+            0)
+      << out << r.log();
+  EXPECT_NE(out.find("ollama router: all passed"), std::string::npos) << out;
 }
 
 }  // namespace
