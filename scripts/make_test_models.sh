@@ -7,6 +7,8 @@ dir=${UMA_MODELS_DIR:?}
 mkdir -p "$dir"
 [ -s "$dir/oracle.gguf" ] || "$mk" --preset oracle --type f32 --seed 1 -o "$dir/oracle.gguf" >/dev/null
 [ -s "$dir/tiny-f16.gguf" ] || "$mk" --preset tiny --type f16 --seed 1 -o "$dir/tiny-f16.gguf" >/dev/null
+# The oracle with fill-in-the-middle tokens (byte tokens: <0x01>, <0x02>, <0x03> as PRE, SUF, MID; REP and SEP, which llama.cpp counts as ends of generation, far from what the oracle generates after MID): /infill.
+[ -s "$dir/oracle-fim.gguf" ] || "$mk" --preset oracle --type f32 --seed 1 --fim-tokens 4,5,6,250,251 -o "$dir/oracle-fim.gguf" >/dev/null
 # Another vocabulary (no BOS): a gateway tokenizes each catalog model with its own.
 [ -s "$dir/tiny-nobos-f16.gguf" ] || "$mk" --preset tiny --type f16 --seed 1 --no-bos -o "$dir/tiny-nobos-f16.gguf" >/dev/null
 # The oracle carrying a model family's own chat template (Qwen 2.5's, from the pinned llama.cpp source).

@@ -275,6 +275,12 @@ int main(int argc, char** argv) {
                                  numbers.n_embd, numbers.n_params, numbers.size_bytes, cfg.server.max_sessions, cfg.runtime.model_path,
                                  chat ? chat->source() : std::string(),
                                  std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()};
+    const SpecialTokens special = special_tokens(runtime->model());
+    facts.n_batch = runtime->n_batch();
+    facts.bos = special.bos;
+    facts.add_bos = special.add_bos;
+    facts.fim_pre = special.fim_pre, facts.fim_suf = special.fim_suf, facts.fim_mid = special.fim_mid;
+    facts.fim_rep = special.fim_rep, facts.fim_sep = special.fim_sep;
     http->set_vocabulary(
         [vocab](std::string_view text, bool add_special, bool parse_special, std::vector<std::int32_t>* out) {
           return tokenize_text(vocab, text, *out, parse_special, add_special);

@@ -2,6 +2,7 @@
 
 #include "http/anthropic.h"
 #include "http/embeddings.h"
+#include "http/infill.h"
 #include "http/llama_server_api.h"
 #include "http/ollama_api.h"
 #include "http/responses_api.h"
@@ -184,6 +185,17 @@ std::variant<Reply, Completion> embeddings_request(std::string_view body, const 
   return c;
 }
 
+std::variant<Reply, Completion> native_completion_request(std::string_view body, const Context& ctx) {
+  auto result = completion(false, body, ctx);
+  if (auto* c = std::get_if<Completion>(&result)) {
+    c->writer = llama_server_writer;
+    c->id_prefix = "completion-";
+    c->request.max_tokens_to_context_end = true;
+    c->request.report_progress = c->api.return_progress && c->api.stream;
+  }
+  return result;
+}
+
 Routed route(http::verb method, std::string_view target, std::string_view body, const Context& ctx) {
   if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
   // llama-server's and vLLM's paths without /v1 are the same endpoints.
@@ -223,15 +235,16 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
     if (path == "/v1/chat/completions" || path == "/v1/completions") {
       return {serving, completion(path == "/v1/chat/completions", body, ctx)};
     }
-    if (path == "/completion") {
-      auto result = completion(false, body, ctx);
-      if (auto* c = std::get_if<Completion>(&result)) {
-        c->writer = llama_server_writer;
-        c->id_prefix = "completion-";
-        c->request.max_tokens_to_context_end = true;
-        c->request.report_progress = c->api.return_progress && c->api.stream;
+    if (path == "/completion") return {serving, native_completion_request(body, ctx)};
+    if (path == "/infill") {
+      if (!vocab) {
+        Reply r = error_reply(ErrorCode::kNotFound, "infill is served by umad itself, not through this server");
+        r.error = ErrorCode::kOk;
+        return {false, std::move(r)};
       }
-      return {serving, std::move(result)};
+      std::string native;
+      if (Status st = infill_body(body, ctx, &native); !st.ok()) return {false, error_reply(st)};
+      return {serving, native_completion_request(native, ctx)};
     }
     if (path == "/v1/embeddings") {
       if (vocab) return {serving, embeddings_request(body, ctx)};
@@ -253,7 +266,7 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
   }
   static const char* const kKnown[] = {"/health", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions",
                                        "/completion", "/v1/messages", "/v1/responses", "/props", "/slots", "/tokenize",
-                                       "/detokenize", "/apply-template", "/v1/messages/count_tokens", "/v1/embeddings"};
+                                       "/detokenize", "/apply-template", "/v1/messages/count_tokens", "/v1/embeddings", "/infill"};
   bool known = false;
   for (const char* k : kKnown) known = known || path == k;
   Reply r = known ? error_reply(ErrorCode::kBadRequest, "method not allowed")

@@ -47,6 +47,11 @@ struct ModelFacts {
   std::string path;
   std::string chat_template;      // the template's source (or built-in name)
   std::int64_t created = 0;       // when the model was loaded (unix seconds)
+  std::int32_t n_batch = 0;       // the most tokens one decode takes
+  // The vocabulary's special tokens /infill builds its prompt with (-1: the model has none).
+  std::int32_t bos = -1;
+  bool add_bos = false;
+  std::int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_rep = -1, fim_sep = -1;
 };
 
 struct Context {
@@ -105,6 +110,9 @@ Routed route(boost::beast::http::verb method, std::string_view target, std::stri
 // and /v1/embeddings'. Other APIs' routes build on them (the writer and id are theirs to set).
 std::variant<Reply, Completion> completion_request(bool chat, std::string_view body, const Context& ctx);
 std::variant<Reply, Completion> embeddings_request(std::string_view body, const Context& ctx);
+// llama-server's /completion: the completion with its native answer (llama_server_api.h), and
+// /infill's, whose prompt infill_body builds (http/infill.h).
+std::variant<Reply, Completion> native_completion_request(std::string_view body, const Context& ctx);
 
 // An error answer in OpenAI's shape with the status for `code`, counted under `code`.
 Reply error_reply(ErrorCode code, std::string_view message);

@@ -6,6 +6,13 @@
 
 namespace uma {
 
+SpecialTokens special_tokens(const llama_model* model) {
+  const llama_vocab* v = llama_model_get_vocab(model);
+  const auto id = [](llama_token t) { return t == LLAMA_TOKEN_NULL ? -1 : static_cast<std::int32_t>(t); };
+  return {id(llama_vocab_bos(v)), llama_vocab_get_add_bos(v), id(llama_vocab_fim_pre(v)), id(llama_vocab_fim_suf(v)),
+          id(llama_vocab_fim_mid(v)), id(llama_vocab_fim_rep(v)), id(llama_vocab_fim_sep(v))};
+}
+
 Status tokenize_text(const llama_vocab* vocab, std::string_view text, std::vector<Token>& out, bool parse_special) {
   return tokenize_text(vocab, text, out, parse_special, llama_vocab_get_add_bos(vocab));
 }

@@ -39,6 +39,13 @@ struct ModelNumbers {
   std::int64_t size_bytes = 0;
 };
 ModelNumbers model_numbers(const llama_model* model);
+// The vocabulary's BOS and fill-in-the-middle tokens (-1: none).
+struct SpecialTokens {
+  std::int32_t bos = -1;
+  bool add_bos = false;
+  std::int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_rep = -1, fim_sep = -1;
+};
+SpecialTokens special_tokens(const llama_model* model);
 const llama_vocab* model_vocab(const llama_model* model);
 
 class VocabModel {

@@ -147,6 +147,12 @@ Status write_f32(const MkModelOptions& o, const std::string& path) {
   set_hparams(g.get(), o.shape, n_vocab, o.context_length);
   if (!o.chat_template.empty()) gguf_set_val_str(g.get(), "tokenizer.chat_template", o.chat_template.c_str());
   if (o.no_bos) gguf_set_val_bool(g.get(), "tokenizer.ggml.add_bos_token", false);
+  static const char* const kFimKeys[] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
+                                         "tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.fim_rep_token_id",
+                                         "tokenizer.ggml.fim_sep_token_id"};
+  for (std::size_t i = 0; i < o.fim_tokens.size() && i < std::size(kFimKeys); ++i) {
+    gguf_set_val_u32(g.get(), kFimKeys[i], static_cast<std::uint32_t>(o.fim_tokens[i]));
+  }
 
   const std::vector<TensorPlan> plan = plan_tensors(o.shape, n_vocab);
   ggml_init_params ip{ggml_tensor_overhead() * (plan.size() + 1), nullptr, /*no_alloc=*/true};

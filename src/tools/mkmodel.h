@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 #include <string>
 
 #include "common/status.h"
@@ -39,6 +40,9 @@ struct MkModelOptions {
   std::int32_t threads = 0;   // for quantization; 0 = all
   std::string chat_template;  // written as tokenizer.chat_template when not empty (a model family's)
   bool no_bos = false;        // tokenizer.ggml.add_bos_token = false: another vocabulary (tests)
+  // Fill-in-the-middle tokens (tokenizer.ggml.fim_{pre,suf,mid,rep,sep}_token_id), ids of the
+  // vocabulary; empty: none. Three (pre, suf, mid) or five.
+  std::vector<std::int32_t> fim_tokens;
   // llama.context_length: what servers take as the trained context (llama-server caps a slot's
   // context to it, so comparisons with longer rooms need a model that says more).
   std::int32_t context_length = 4096;

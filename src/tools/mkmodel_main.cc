@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--context-length", o.context_length, "the trained context the model says (llama.context_length)")
       ->capture_default_str()->check(CLI::Range(256, 1 << 20));
   app.add_flag("--no-bos", o.no_bos, "tokenize without a BOS (tokenizer.ggml.add_bos_token = false)");
+  app.add_option("--fim-tokens", o.fim_tokens, "fill-in-the-middle token ids: PRE,SUF,MID[,REP,SEP] (for /infill)")
+      ->delimiter(',')->expected(3, 5)->check(CLI::NonNegativeNumber);
   bool oracle = false;
   app.add_option("--agree", o.agree, "oracle: the share of tokens after which the model predicts last + 1 as the "
                  "oracle does (a draft for an oracle target; deterministic per token)")->capture_default_str()

@@ -526,3 +526,61 @@ TEST(UmadApi, TheWebPageChatsStopsAndShowsTheRequestInChromium) {
 
 }  // namespace
 }  // namespace uma::test
+
+namespace uma::test {
+namespace {
+
+std::vector<int> tokens_of(Tcp& t, const std::string& text) {
+  EXPECT_TRUE(t.send(post("/tokenize", json{{"content", text}}.dump())));
+  return json::parse(body_of(t.response()))["tokens"].get<std::vector<int>>();
+}
+
+// llama-server's /infill: the FIM prompt built from the model's own FIM tokens (the oracle made
+// with PRE, SUF, MID = 4, 5, 6; REP, SEP = 250, 251). The oracle answers MID + 1, + 2, ...: the
+// prompt ended in MID; its length is every piece's in llama-server's order.
+TEST(UmadApi, InfillBuildsLlamaServersFillInTheMiddlePrompt) {
+  Daemon d(http_args({}), "oracle-fim.gguf");
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  const json req = {{"input_prefix", "def area(r):\n    return"}, {"input_suffix", "\nprint(area(2))"},
+                    {"input_extra", {{{"filename", "util.py"}, {"text", "PI = 3.14159"}}}}, {"n_predict", 4}};
+  ASSERT_TRUE(t.send(post("/infill", req.dump())));
+  const std::string r = t.response();
+  ASSERT_EQ(status_of(r), 200) << r;
+  const json j = json::parse(body_of(r));
+  EXPECT_EQ(j["content"], std::string("\x04\x05\x06\x07")) << "the tokens after MID (6): 7, 8, 9, 10";
+  EXPECT_EQ(j["tokens_predicted"], 4);
+  const std::size_t expected = 1 + tokens_of(t, "myproject\n").size()              // [REP] myproject
+                               + 1 + tokens_of(t, "util.py\n").size() + tokens_of(t, "PI = 3.14159").size()  // [SEP] file
+                               + 1 + tokens_of(t, "filename\n").size()              // [SEP] filename
+                               + 1 + 1 + tokens_of(t, "def area(r):\n    return").size()  // BOS [PRE] prefix
+                               + 1 + tokens_of(t, "\nprint(area(2))").size() + 1;   // [SUF] suffix [MID]
+  EXPECT_EQ(j["tokens_evaluated"].get<std::size_t>(), expected) << j.dump();
+  // Streamed as /completion streams; a prompt after the prefix.
+  json streamed = req;
+  streamed["stream"] = true;
+  streamed["prompt"] = "    ";
+  ASSERT_TRUE(t.send(post("/infill", streamed.dump())));
+  const std::string s = t.response();
+  EXPECT_EQ(status_of(s), 200) << s;
+  EXPECT_NE(s.find("\"stop\":true"), std::string::npos) << s;
+  // What is not an infill: typed errors.
+  for (const json& bad : {json{{"input_prefix", "x"}}, json{{"input_suffix", "x"}},
+                          json{{"input_prefix", "x"}, {"input_suffix", "y"}, {"input_extra", "z"}},
+                          json{{"input_prefix", "x"}, {"input_suffix", "y"}, {"input_extra", {{{"filename", "a"}}}}},
+                          json{{"input_prefix", {1, -5}}, {"input_suffix", "y"}}, json{{"input_prefix", "x"}, {"input_suffix", "y"}, {"prompt", 3}}}) {
+    ASSERT_TRUE(t.send(post("/infill", bad.dump())));
+    EXPECT_EQ(status_of(t.response()), 400) << bad.dump();
+  }
+  // A model without FIM tokens: 501, as llama-server answers.
+  Daemon plain(http_args({}));
+  ASSERT_TRUE(plain.started()) << plain.log();
+  Tcp p(http_port(plain));
+  ASSERT_TRUE(p.send(post("/infill", R"({"input_prefix":"a","input_suffix":"b"})")));
+  const std::string no = p.response();
+  EXPECT_EQ(status_of(no), 501) << no;
+  EXPECT_NE(no.find("middle token is missing"), std::string::npos) << no;
+}
+
+}  // namespace
+}  // namespace uma::test
