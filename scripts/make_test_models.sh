@@ -9,6 +9,8 @@ mkdir -p "$dir"
 [ -s "$dir/tiny-f16.gguf" ] || "$mk" --preset tiny --type f16 --seed 1 -o "$dir/tiny-f16.gguf" >/dev/null
 # The oracle with fill-in-the-middle tokens (byte tokens: <0x01>, <0x02>, <0x03> as PRE, SUF, MID; REP and SEP, which llama.cpp counts as ends of generation, far from what the oracle generates after MID): /infill.
 [ -s "$dir/oracle-fim.gguf" ] || "$mk" --preset oracle --type f32 --seed 1 --fim-tokens 4,5,6,250,251 -o "$dir/oracle-fim.gguf" >/dev/null
+# A reranker (rank pooling, a classifier head): /rerank.
+[ -s "$dir/tiny-rerank-f32.gguf" ] || "$mk" --preset tiny --type f32 --seed 1 --rerank -o "$dir/tiny-rerank-f32.gguf" >/dev/null
 # Another vocabulary (no BOS): a gateway tokenizes each catalog model with its own.
 [ -s "$dir/tiny-nobos-f16.gguf" ] || "$mk" --preset tiny --type f16 --seed 1 --no-bos -o "$dir/tiny-nobos-f16.gguf" >/dev/null
 # The oracle carrying a model family's own chat template (Qwen 2.5's, from the pinned llama.cpp source).

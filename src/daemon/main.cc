@@ -277,8 +277,10 @@ int main(int argc, char** argv) {
                                  std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()};
     const SpecialTokens special = special_tokens(runtime->model());
     facts.n_batch = runtime->n_batch();
-    facts.bos = special.bos;
-    facts.add_bos = special.add_bos;
+    facts.bos = special.bos, facts.eos = special.eos, facts.sep = special.sep;
+    facts.add_bos = special.add_bos, facts.add_eos = special.add_eos, facts.add_sep = special.add_sep;
+    facts.reranker = model_is_reranker(runtime->model());
+    facts.rerank_template = rerank_template(runtime->model());
     facts.fim_pre = special.fim_pre, facts.fim_suf = special.fim_suf, facts.fim_mid = special.fim_mid;
     facts.fim_rep = special.fim_rep, facts.fim_sep = special.fim_sep;
     http->set_vocabulary(

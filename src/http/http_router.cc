@@ -3,6 +3,7 @@
 #include "http/anthropic.h"
 #include "http/embeddings.h"
 #include "http/infill.h"
+#include "http/rerank.h"
 #include "http/llama_server_api.h"
 #include "http/ollama_api.h"
 #include "http/responses_api.h"
@@ -185,6 +186,30 @@ std::variant<Reply, Completion> embeddings_request(std::string_view body, const 
   return c;
 }
 
+// POST /rerank: a pass of (query, document) pairs through the reranker's classifier.
+std::variant<Reply, Completion> rerank_request(std::string_view body, const Context& ctx) {
+  if (!ctx.ready || ctx.shutting_down) return not_ready(ctx);
+  if (!ctx.facts->reranker) {
+    return error_reply(Status(ErrorCode::kNotSupported, "This server does not support reranking: its model is not a reranker "
+                                                        "(a model whose pooling type is rank)"));
+  }
+  rerank::Request r;
+  if (Status st = rerank::parse(body, ctx.limits->max_prompt_bytes, &r); !st.ok()) return error_reply(st);
+  Completion c;
+  c.api.model = r.model.empty() ? std::string(ctx.model_id) : r.model;
+  c.api.embedding = true;
+  c.api.embedding_shape = openai::EmbeddingShape::kRerank;
+  c.api.rerank = {r.top_n, r.tei, r.return_text, {}};
+  c.id_prefix = "rerank-";
+  for (const std::string& doc : r.documents) {
+    std::vector<std::int32_t> tokens;
+    if (Status st = rerank::pair_tokens(r.query, doc, ctx, &tokens); !st.ok()) return error_reply(st);
+    c.request.embed_inputs.push_back(std::move(tokens));
+  }
+  if (r.return_text) c.api.rerank.documents = std::move(r.documents);
+  return c;
+}
+
 std::variant<Reply, Completion> native_completion_request(std::string_view body, const Context& ctx) {
   auto result = completion(false, body, ctx);
   if (auto* c = std::get_if<Completion>(&result)) {
@@ -246,6 +271,12 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
       if (Status st = infill_body(body, ctx, &native); !st.ok()) return {false, error_reply(st)};
       return {serving, native_completion_request(native, ctx)};
     }
+    if (path == "/rerank" || path == "/v1/rerank" || path == "/reranking" || path == "/v1/reranking") {
+      if (vocab) return {serving, rerank_request(body, ctx)};
+      Reply r = error_reply(ErrorCode::kNotFound, "reranking is served by umad itself, not through this server");
+      r.error = ErrorCode::kOk;
+      return {false, std::move(r)};
+    }
     if (path == "/v1/embeddings") {
       if (vocab) return {serving, embeddings_request(body, ctx)};
       Reply r = error_reply(ErrorCode::kNotFound, "embeddings are served by umad itself, not through this server");
@@ -266,7 +297,8 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
   }
   static const char* const kKnown[] = {"/health", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions",
                                        "/completion", "/v1/messages", "/v1/responses", "/props", "/slots", "/tokenize",
-                                       "/detokenize", "/apply-template", "/v1/messages/count_tokens", "/v1/embeddings", "/infill"};
+                                       "/detokenize", "/apply-template", "/v1/messages/count_tokens", "/v1/embeddings", "/infill",
+                                       "/rerank", "/v1/rerank", "/reranking", "/v1/reranking"};
   bool known = false;
   for (const char* k : kKnown) known = known || path == k;
   Reply r = known ? error_reply(ErrorCode::kBadRequest, "method not allowed")

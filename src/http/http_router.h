@@ -49,9 +49,11 @@ struct ModelFacts {
   std::int64_t created = 0;       // when the model was loaded (unix seconds)
   std::int32_t n_batch = 0;       // the most tokens one decode takes
   // The vocabulary's special tokens /infill builds its prompt with (-1: the model has none).
-  std::int32_t bos = -1;
-  bool add_bos = false;
+  std::int32_t bos = -1, eos = -1, sep = -1;
+  bool add_bos = false, add_eos = false, add_sep = false;
   std::int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_rep = -1, fim_sep = -1;
+  bool reranker = false;          // rank pooling: /rerank scores documents with it
+  std::string rerank_template;    // "{query}" / "{document}"; "" builds the prompt from the specials
 };
 
 struct Context {
@@ -110,6 +112,7 @@ Routed route(boost::beast::http::verb method, std::string_view target, std::stri
 // and /v1/embeddings'. Other APIs' routes build on them (the writer and id are theirs to set).
 std::variant<Reply, Completion> completion_request(bool chat, std::string_view body, const Context& ctx);
 std::variant<Reply, Completion> embeddings_request(std::string_view body, const Context& ctx);
+std::variant<Reply, Completion> rerank_request(std::string_view body, const Context& ctx);  // http/rerank.h
 // llama-server's /completion: the completion with its native answer (llama_server_api.h), and
 // /infill's, whose prompt infill_body builds (http/infill.h).
 std::variant<Reply, Completion> native_completion_request(std::string_view body, const Context& ctx);

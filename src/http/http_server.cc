@@ -2,6 +2,7 @@
 
 #include "http/embeddings.h"
 #include "http/ollama_api.h"
+#include "http/rerank.h"
 #include "http/reply_writer.h"
 #include "httpkit/access.h"
 #include "httpkit/http_wire.h"
@@ -203,8 +204,11 @@ class HttpAdapter final : public ProtocolAdapter {
       out += respond(openai::http_status(ev.error.code()), "application/json", openai::error_body(ev.error));
     } else if (ev.reason != FinishReason::kCancelled) {
       const openai::EmbeddingShape shape = req_.embedding_shape;
+      const auto& rr = req_.rerank;
       out += respond(200, "application/json",
-                     shape == openai::EmbeddingShape::kOpenAi
+                     shape == openai::EmbeddingShape::kRerank
+                         ? rerank::response({req_.model, {}, rr.documents, rr.top_n, rr.tei, rr.return_text}, ev.embeddings, ev.prompt_tokens)
+                     : shape == openai::EmbeddingShape::kOpenAi
                          ? embeddings::response(req_.model, ev.embeddings, req_.embedding_base64, ev.prompt_tokens)
                          : ollama_embeddings_response(req_.model, ev.embeddings, ev.prompt_tokens,
                                                       shape == openai::EmbeddingShape::kOllamaLegacy));

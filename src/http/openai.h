@@ -33,7 +33,7 @@ struct GatewayOptions {
 };
 
 // Which API's shape an embeddings answer takes.
-enum class EmbeddingShape : std::uint8_t { kOpenAi, kOllama, kOllamaLegacy };
+enum class EmbeddingShape : std::uint8_t { kOpenAi, kOllama, kOllamaLegacy, kRerank };
 
 struct CompletionRequest {
   bool chat = false;
@@ -86,6 +86,14 @@ struct CompletionRequest {
   bool embedding = false;
   EmbeddingShape embedding_shape = EmbeddingShape::kOpenAi;
   bool embedding_base64 = false;
+  // kRerank: what shapes the answer (http/rerank.h); the documents only when returned with it.
+  struct Rerank {
+    std::int32_t top_n = 0;
+    bool tei = false;
+    bool return_text = false;
+    std::vector<std::string> documents;
+  };
+  Rerank rerank;
 };
 // Choices of one request in all (prompts x n): each takes a session.
 inline constexpr std::int32_t kMaxChoices = 16;

@@ -39,7 +39,9 @@ std::unique_ptr<Embedder> Embedder::open(llama_model* model, std::int32_t max_to
     return nullptr;
   }
   e->pooling_ = llama_pooling_type(e->ctx_);
-  e->dims_ = llama_model_n_embd_out(model);
+  // A reranker's pooled output is its classifier's scores (the first is the relevance).
+  e->dims_ = e->pooling_ == LLAMA_POOLING_TYPE_RANK ? std::max<std::int32_t>(1, static_cast<std::int32_t>(llama_model_n_cls_out(model)))
+                                                   : llama_model_n_embd_out(model);
   *st = Status::Ok();
   return e;
 }
@@ -104,6 +106,10 @@ Status Embedder::pass(std::span<const std::vector<Token>> inputs, std::vector<st
     const float* v = llama_get_embeddings_seq(ctx_, static_cast<llama_seq_id>(s));
     if (v == nullptr) return Status(ErrorCode::kInternal, "no pooled embedding for an input");
     std::vector<float> e(v, v + dims_);
+    if (pooling_ == LLAMA_POOLING_TYPE_RANK) {  // scores, not a direction: as they are
+      out->push_back(std::move(e));
+      continue;
+    }
     double norm = 0.0;
     for (float x : e) norm += static_cast<double>(x) * x;
     norm = std::sqrt(norm);

@@ -1,7 +1,8 @@
 // Embedder: pooled embeddings from a second llama.cpp context on the weights a LlamaRuntime
 // already holds (no second copy of the model), with `embeddings` on and the model's own pooling
 // type, else mean. One pass embeds several inputs at once, each as its own sequence; the vectors
-// are L2-normalised (OpenAI's embeddings are unit length).
+// are L2-normalised (OpenAI's embeddings are unit length). A reranker's (rank pooling) are its
+// classifier's scores for each input, as they come.
 //
 // Thread-safety: none; the compute thread owns it (its passes run between decode ticks).
 // Ownership: it borrows the model, which must outlive it; it owns its context.

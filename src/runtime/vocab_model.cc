@@ -2,6 +2,9 @@
 
 #include <llama.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "runtime/llama_runtime.h"
 
 namespace uma {
@@ -9,8 +12,32 @@ namespace uma {
 SpecialTokens special_tokens(const llama_model* model) {
   const llama_vocab* v = llama_model_get_vocab(model);
   const auto id = [](llama_token t) { return t == LLAMA_TOKEN_NULL ? -1 : static_cast<std::int32_t>(t); };
-  return {id(llama_vocab_bos(v)), llama_vocab_get_add_bos(v), id(llama_vocab_fim_pre(v)), id(llama_vocab_fim_suf(v)),
-          id(llama_vocab_fim_mid(v)), id(llama_vocab_fim_rep(v)), id(llama_vocab_fim_sep(v))};
+  SpecialTokens t;
+  t.bos = id(llama_vocab_bos(v));
+  t.eos = id(llama_vocab_eos(v));
+  t.sep = id(llama_vocab_sep(v));
+  t.add_bos = llama_vocab_get_add_bos(v);
+  t.add_eos = llama_vocab_get_add_eos(v);
+  t.add_sep = llama_vocab_get_add_sep(v);
+  t.fim_pre = id(llama_vocab_fim_pre(v));
+  t.fim_suf = id(llama_vocab_fim_suf(v));
+  t.fim_mid = id(llama_vocab_fim_mid(v));
+  t.fim_rep = id(llama_vocab_fim_rep(v));
+  t.fim_sep = id(llama_vocab_fim_sep(v));
+  return t;
+}
+
+bool model_is_reranker(const llama_model* model) {
+  char arch[64] = {0}, pooling[16] = {0};
+  if (llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch) < 0) return false;
+  const std::string key = std::string(arch) + ".pooling_type";
+  return llama_model_meta_val_str(model, key.c_str(), pooling, sizeof pooling) >= 0 &&
+         std::atoi(pooling) == static_cast<int>(LLAMA_POOLING_TYPE_RANK);
+}
+
+std::string rerank_template(const llama_model* model) {
+  const char* t = llama_model_chat_template(model, "rerank");
+  return t != nullptr ? t : "";
 }
 
 Status tokenize_text(const llama_vocab* vocab, std::string_view text, std::vector<Token>& out, bool parse_special) {

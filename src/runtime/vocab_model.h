@@ -41,11 +41,15 @@ struct ModelNumbers {
 ModelNumbers model_numbers(const llama_model* model);
 // The vocabulary's BOS and fill-in-the-middle tokens (-1: none).
 struct SpecialTokens {
-  std::int32_t bos = -1;
-  bool add_bos = false;
+  std::int32_t bos = -1, eos = -1, sep = -1;
+  bool add_bos = false, add_eos = false, add_sep = false;
   std::int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_rep = -1, fim_sep = -1;
 };
 SpecialTokens special_tokens(const llama_model* model);
+// Whether the model ranks (its pooling type is rank: a reranker), and its rerank prompt template
+// ("{query}" and "{document}" in it; "" when it has none).
+bool model_is_reranker(const llama_model* model);
+std::string rerank_template(const llama_model* model);
 const llama_vocab* model_vocab(const llama_model* model);
 
 class VocabModel {

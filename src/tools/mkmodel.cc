@@ -48,7 +48,9 @@ struct TensorPlan {
   Fill fill;
 };
 
-std::vector<TensorPlan> plan_tensors(const ModelShape& s, std::int64_t n_vocab) {
+// A reranker (rerank): Qwen3's architecture (its attention norms per head) with a classifier head
+// of two outputs ("yes", "no"), read after rank pooling as the reranker's score.
+std::vector<TensorPlan> plan_tensors(const ModelShape& s, std::int64_t n_vocab, bool rerank) {
   const std::int64_t d = s.n_embd, kv = s.n_embd / s.n_head * s.n_head_kv, ff = s.n_ff;
   const Fill out_fill = s.oracle ? Fill::kZeros : Fill::kRandom;  // attn_output, ffn_down
   std::vector<TensorPlan> t;
@@ -56,6 +58,10 @@ std::vector<TensorPlan> plan_tensors(const ModelShape& s, std::int64_t n_vocab) 
   for (int i = 0; i < s.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     t.push_back({b + "attn_norm.weight", d, 0, Fill::kOnes});
+    if (rerank) {
+      t.push_back({b + "attn_q_norm.weight", d / s.n_head, 0, Fill::kOnes});
+      t.push_back({b + "attn_k_norm.weight", d / s.n_head, 0, Fill::kOnes});
+    }
     t.push_back({b + "attn_q.weight", d, d, Fill::kRandom});
     t.push_back({b + "attn_k.weight", d, kv, Fill::kRandom});
     t.push_back({b + "attn_v.weight", d, kv, Fill::kRandom});
@@ -67,6 +73,7 @@ std::vector<TensorPlan> plan_tensors(const ModelShape& s, std::int64_t n_vocab) 
   }
   t.push_back({"output_norm.weight", d, 0, Fill::kOnes});
   t.push_back({"output.weight", d, n_vocab, s.oracle ? Fill::kShiftedEmbedding : Fill::kRandom});
+  if (rerank) t.push_back({"cls.output.weight", d, 2, Fill::kRandom});
   return t;
 }
 
@@ -118,20 +125,27 @@ void fill_tensor(const TensorPlan& p, std::uint64_t seed, const std::vector<floa
   }
 }
 
-void set_hparams(gguf_context* g, const ModelShape& s, std::int64_t n_vocab, std::int32_t context_length) {
-  gguf_set_val_str(g, "general.architecture", "llama");
+void set_hparams(gguf_context* g, const ModelShape& s, std::int64_t n_vocab, std::int32_t context_length, bool rerank) {
+  const std::string arch = rerank ? "qwen3" : "llama";
+  const auto key = [&arch](const char* k) { return arch + "." + k; };
+  gguf_set_val_str(g, "general.architecture", arch.c_str());
   gguf_set_val_str(g, "general.name", ("uma-" + s.name).c_str());
   gguf_set_val_u32(g, "general.file_type", 0);  // all F32 before quantization
-  gguf_set_val_u32(g, "llama.context_length", static_cast<std::uint32_t>(context_length));
-  gguf_set_val_u32(g, "llama.embedding_length", static_cast<uint32_t>(s.n_embd));
-  gguf_set_val_u32(g, "llama.block_count", static_cast<uint32_t>(s.n_layer));
-  gguf_set_val_u32(g, "llama.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  gguf_set_val_u32(g, "llama.attention.head_count", static_cast<uint32_t>(s.n_head));
-  gguf_set_val_u32(g, "llama.attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  gguf_set_val_u32(g, "llama.rope.dimension_count", static_cast<uint32_t>(s.n_embd / s.n_head));
-  gguf_set_val_f32(g, "llama.rope.freq_base", 10000.0f);
-  gguf_set_val_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  gguf_set_val_u32(g, "llama.vocab_size", static_cast<uint32_t>(n_vocab));
+  gguf_set_val_u32(g, key("context_length").c_str(), static_cast<std::uint32_t>(context_length));
+  gguf_set_val_u32(g, key("embedding_length").c_str(), static_cast<uint32_t>(s.n_embd));
+  gguf_set_val_u32(g, key("block_count").c_str(), static_cast<uint32_t>(s.n_layer));
+  gguf_set_val_u32(g, key("feed_forward_length").c_str(), static_cast<uint32_t>(s.n_ff));
+  gguf_set_val_u32(g, key("attention.head_count").c_str(), static_cast<uint32_t>(s.n_head));
+  gguf_set_val_u32(g, key("attention.head_count_kv").c_str(), static_cast<uint32_t>(s.n_head_kv));
+  gguf_set_val_u32(g, key("rope.dimension_count").c_str(), static_cast<uint32_t>(s.n_embd / s.n_head));
+  gguf_set_val_f32(g, key("rope.freq_base").c_str(), 10000.0f);
+  gguf_set_val_f32(g, key("attention.layer_norm_rms_epsilon").c_str(), 1e-5f);
+  gguf_set_val_u32(g, key("vocab_size").c_str(), static_cast<uint32_t>(n_vocab));
+  if (rerank) {
+    gguf_set_val_u32(g, key("pooling_type").c_str(), 4);  // LLAMA_POOLING_TYPE_RANK
+    const char* labels[] = {"yes", "no"};
+    gguf_set_arr_str(g, key("classifier.output_labels").c_str(), labels, 2);
+  }
 }
 
 Status write_f32(const MkModelOptions& o, const std::string& path) {
@@ -144,7 +158,7 @@ Status write_f32(const MkModelOptions& o, const std::string& path) {
 
   GgufPtr g(gguf_init_empty());
   gguf_set_kv(g.get(), vocab.get());  // tokenizer.* (and the vocab file's own llama.* which we overwrite)
-  set_hparams(g.get(), o.shape, n_vocab, o.context_length);
+  set_hparams(g.get(), o.shape, n_vocab, o.context_length, o.rerank);
   if (!o.chat_template.empty()) gguf_set_val_str(g.get(), "tokenizer.chat_template", o.chat_template.c_str());
   if (o.no_bos) gguf_set_val_bool(g.get(), "tokenizer.ggml.add_bos_token", false);
   static const char* const kFimKeys[] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
@@ -154,7 +168,7 @@ Status write_f32(const MkModelOptions& o, const std::string& path) {
     gguf_set_val_u32(g.get(), kFimKeys[i], static_cast<std::uint32_t>(o.fim_tokens[i]));
   }
 
-  const std::vector<TensorPlan> plan = plan_tensors(o.shape, n_vocab);
+  const std::vector<TensorPlan> plan = plan_tensors(o.shape, n_vocab, o.rerank);
   ggml_init_params ip{ggml_tensor_overhead() * (plan.size() + 1), nullptr, /*no_alloc=*/true};
   GgmlPtr meta(ggml_init(ip));
   for (const TensorPlan& p : plan) {

@@ -43,6 +43,7 @@ struct MkModelOptions {
   // Fill-in-the-middle tokens (tokenizer.ggml.fim_{pre,suf,mid,rep,sep}_token_id), ids of the
   // vocabulary; empty: none. Three (pre, suf, mid) or five.
   std::vector<std::int32_t> fim_tokens;
+  bool rerank = false;  // a reranker: Qwen3's architecture with a two-output classifier, rank pooling
   // llama.context_length: what servers take as the trained context (llama-server caps a slot's
   // context to it, so comparisons with longer rooms need a model that says more).
   std::int32_t context_length = 4096;

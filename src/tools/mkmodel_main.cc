@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   app.add_option("--context-length", o.context_length, "the trained context the model says (llama.context_length)")
       ->capture_default_str()->check(CLI::Range(256, 1 << 20));
   app.add_flag("--no-bos", o.no_bos, "tokenize without a BOS (tokenizer.ggml.add_bos_token = false)");
+  app.add_flag("--rerank", o.rerank, "a reranking model (Qwen3's architecture, a classifier head, rank pooling): /rerank");
   app.add_option("--fim-tokens", o.fim_tokens, "fill-in-the-middle token ids: PRE,SUF,MID[,REP,SEP] (for /infill)")
       ->delimiter(',')->expected(3, 5)->check(CLI::NonNegativeNumber);
   bool oracle = false;

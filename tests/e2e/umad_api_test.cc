@@ -584,3 +584,79 @@ TEST(UmadApi, InfillBuildsLlamaServersFillInTheMiddlePrompt) {
 
 }  // namespace
 }  // namespace uma::test
+
+namespace uma::test {
+namespace {
+
+json rerank_call(Tcp& t, const std::string& path, const json& body, int* status = nullptr) {
+  EXPECT_TRUE(t.send(post(path, body.dump())));
+  const std::string r = t.response();
+  if (status != nullptr) *status = status_of(r);
+  return json::parse(body_of(r), nullptr, false);
+}
+
+// llama-server's /rerank on a reranking model (rank pooling): every document scored with the query
+// by the classifier, best first; a document's score is its own whatever else is in the request
+// (a tolerance: the pass holds the documents together); the pair's prompt is [BOS] query document.
+TEST(UmadApi, RerankScoresEveryDocumentBestFirstAsLlamaServerAnswers) {
+  Daemon d(http_args({}), "tiny-rerank-f32.gguf");
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  const std::string query = "what is a river";
+  const std::vector<std::string> docs = {"a river is water flowing to the sea", "cats sleep all day", "the Nile is a river",
+                                         "bread rises in the oven"};
+  int status = 0;
+  const json all = rerank_call(t, "/v1/rerank", {{"model", "r"}, {"query", query}, {"documents", docs}}, &status);
+  ASSERT_EQ(status, 200) << all.dump();
+  EXPECT_EQ(all["object"], "list");
+  EXPECT_EQ(all["model"], "r");
+  ASSERT_EQ(all["results"].size(), docs.size());
+  std::vector<double> score(docs.size(), -1);
+  double last = 2;
+  for (const json& r : all["results"]) {
+    const double s = r["relevance_score"].get<double>();
+    EXPECT_GT(s, 0.0);
+    EXPECT_LT(s, 1.0) << "a softmax over the classifier's two outputs";
+    EXPECT_LE(s, last) << "best first";
+    last = s;
+    score.at(r["index"].get<std::size_t>()) = s;
+  }
+  std::size_t tokens = 0;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    EXPECT_GE(score[i], 0) << "every index once";
+    const json one = rerank_call(t, "/rerank", {{"query", query}, {"documents", {docs[i]}}});
+    EXPECT_NEAR(one["results"][0]["relevance_score"].get<double>(), score[i], 1e-4) << docs[i];
+    tokens += 1 + tokens_of(t, query).size() + tokens_of(t, docs[i]).size();  // BOS query document
+  }
+  EXPECT_EQ(all["usage"]["prompt_tokens"].get<std::size_t>(), tokens);
+  // top_n: the best n; documents as {"text"} objects (Cohere's) score the same.
+  json objects = json::array();
+  for (const std::string& s : docs) objects.push_back({{"text", s}});
+  const json top = rerank_call(t, "/reranking", {{"query", query}, {"documents", objects}, {"top_n", 2}, {"return_documents", true}});
+  ASSERT_EQ(top["results"].size(), 2u) << top.dump();
+  for (std::size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(top["results"][k]["index"], all["results"][k]["index"]);
+    EXPECT_EQ(top["results"][k]["document"]["text"], docs.at(top["results"][k]["index"].get<std::size_t>()));
+  }
+  // TEI's shape: `texts` in, an array out.
+  const json tei = rerank_call(t, "/rerank", {{"query", query}, {"texts", docs}, {"return_text", true}});
+  ASSERT_TRUE(tei.is_array()) << tei.dump();
+  EXPECT_EQ(tei[0]["index"], all["results"][0]["index"]);
+  EXPECT_NEAR(tei[0]["score"].get<double>(), all["results"][0]["relevance_score"].get<double>(), 1e-4);
+  EXPECT_EQ(tei[0]["text"], docs.at(tei[0]["index"].get<std::size_t>()));
+  for (const json& bad : {json{{"documents", docs}}, json{{"query", 1}, {"documents", docs}}, json{{"query", query}},
+                          json{{"query", query}, {"documents", json::array()}}, json{{"query", query}, {"documents", {1, 2}}},
+                          json{{"query", query}, {"documents", docs}, {"top_n", 0}}}) {
+    rerank_call(t, "/v1/rerank", bad, &status);
+    EXPECT_EQ(status, 400) << bad.dump();
+  }
+  // A model that does not rank: 501, as llama-server without --reranking.
+  Daemon plain(http_args({}));
+  ASSERT_TRUE(plain.started()) << plain.log();
+  Tcp p(http_port(plain));
+  rerank_call(p, "/v1/rerank", {{"query", query}, {"documents", docs}}, &status);
+  EXPECT_EQ(status, 501);
+}
+
+}  // namespace
+}  // namespace uma::test
