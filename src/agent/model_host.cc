@@ -245,7 +245,21 @@ void ModelHost::on_filled(const std::string& id, std::uint64_t generation, const
   begin_start(*e);
 }
 
+void ModelHost::record_start(double seconds) {
+  recent_starts_[starts_recorded_++ % recent_starts_.size()] = seconds;
+  std::vector<double> v(recent_starts_.begin(), recent_starts_.begin() + std::min(starts_recorded_, recent_starts_.size()));
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  start_s_ = v[v.size() / 2];
+}
+
 void ModelHost::begin_start(Entry& e) {
+  // A start beside another (or beside a fill's hashing) shares the cores: the L term counts those
+  // apart (cluster::predicted_load_s), so only starts that ran alone are what start_s() measures.
+  for (auto& [id, o] : entries_) {
+    if (o.get() == &e || (o->state != ModelState::kStarting && o->state != ModelState::kFilling)) continue;
+    e.start_overlapped = true;
+    if (o->state == ModelState::kStarting) o->start_overlapped = true;
+  }
   set_state(e, ModelState::kStarting);
   e.start_began = Clock::now();
   ProcessSpec spec;
@@ -299,7 +313,7 @@ void ModelHost::on_status(const std::string& id, const StatusLine& line) {
       const double fill = std::chrono::duration<double>(e->start_began - e->fill_started).count();
       ewma(fill_rate_[static_cast<int>(e->from)], static_cast<double>(e->bytes) / std::max(fill, 1e-3));
     }
-    ewma(start_s_, std::chrono::duration<double>(e->loaded_at - e->start_began).count());
+    if (!e->start_overlapped) record_start(std::chrono::duration<double>(e->loaded_at - e->start_began).count());
     spdlog::info("model {}: loaded in {:.3f} s, serving at http://{}:{}", id,
                  std::chrono::duration<double>(e->loaded_at - e->asked_at).count(), config_.http_host, e->http_port);
     finish_load(*e, {});

@@ -27,6 +27,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -137,9 +139,11 @@ class ModelHost {
   bool standby_ready() const { return standby_ && standby_ready_; }
   std::uint64_t held_bytes() const;  // the budget in use
   std::uint64_t idle_bytes() const;  // of it, idle loaded models' (room a load can take)
-  // Its own loads, measured (EWMA; 0 until one), routing's L term: the fill's rate per tier the
-  // bytes came from (bytes/s from the fill's start until the image is whole), and a umad's start
-  // (exec to serving: llama.cpp's load of the image, its context, the first tick).
+  // Its own loads, measured, routing's L term: the fill's rate per tier the bytes came from
+  // (bytes/s from the fill's start until the image is whole; EWMA, 0 until one), and a umad's start
+  // (exec, or a standby's handover, to serving: llama.cpp's load, its context, the first tick): the
+  // median of the last 5 starts that ran alone (the first, with a cold page cache for umad itself,
+  // does not weigh on every later prediction as an average's would).
   double fill_rate(store::Tier t) const { return t == store::Tier::kNone ? 0 : fill_rate_[static_cast<int>(t)]; }
   double start_s() const { return start_s_; }
   // An idle model's unload (asked to exit), measured: what a load that must make room waits first.
@@ -166,6 +170,7 @@ class ModelHost {
   void tick();
   void arm_reaper();
   void spawn_standby();
+  void record_start(double seconds);
   void on_standby_exit(int status);
   std::vector<Resident> residents(bool unloading_as_leaving) const;
   Entry* find(const std::string& id);
@@ -184,6 +189,8 @@ class ModelHost {
   HostCounters counters_;
   double fill_rate_[3] = {0, 0, 0};
   double start_s_ = 0;
+  std::array<double, 5> recent_starts_{};
+  std::size_t starts_recorded_ = 0;
   double stop_s_ = 0;
   const Clock::time_point steady_epoch_ = Clock::now();
   const std::int64_t wall_epoch_ms_;
