@@ -1,4 +1,4 @@
-// The KV-event stream's content (issue 16): which prefix blocks an agent holds, and its load, as
+// The KV-event stream's content: which prefix blocks an agent holds, and its load, as
 // the agent publishes them and a gateway reads them. The format lives here once:
 // - BlockJournal: what the agent's prefix index holds (it is the index's BlockObserver) and what
 //   the stream has said so far; take() coalesces every change since the last take into one delta

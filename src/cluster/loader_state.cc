@@ -78,7 +78,7 @@ double predicted_load_s(const LoaderState& l, const std::string& model, std::uin
   const bool make_room = l.budget_bytes > 0 && l.held_bytes + bytes > l.budget_bytes;
   // Model servers starting there now take the cores (and the device's link) this start needs:
   // counted as if the starts ran one after another. Measured: a load beside another on one agent
-  // of a 2-core machine reached serving in 4.72 s where 2.64 s was predicted without them.
+  // reached serving in 4.72 s where 2.64 s was predicted without them.
   double starting = 0;
   for (const LoaderModel& o : l.models) {
     if (o.name != model && (o.state == "filling" || o.state == "starting")) ++starting;

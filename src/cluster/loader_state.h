@@ -70,7 +70,7 @@ double predicted_load_s(const LoaderState& l, const std::string& model, std::uin
 int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes,
                   const LoadPriors& priors = {});
 
-// Live migration (issue 30): when no loader has room for `model` because its budget is held by
+// Live migration: when no loader has room for `model` because its budget is held by
 // models in use, the loader where moving the fewest bytes of in-use models makes room, and those
 // models, each of which `served_elsewhere(model, loader id)` says another agent serves (its streams
 // can resume there: the gateway's token-exact resume, planned). A loaded model's agent id is the

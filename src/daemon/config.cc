@@ -19,7 +19,7 @@ namespace {
 // Host memory for evicted prefixes when --prefix-cache-mb is not given: an eighth of the machine's
 // memory, at most 8 GiB (llama-server's --cache-ram default). A fixed small default held nothing
 // of a large model: one 4000-token prefix of an 8B model is 512 MiB, over the old 256 MiB cap, so on
-// an H100 every evicted group prefix was dropped and prefilled again (122 cold prompts where 32 groups
+// a GPU every evicted group prefix was dropped and prefilled again (122 cold prompts where 32 groups
 // need 32). An eighth leaves room for several agents on one host and the weights' page cache.
 // In a container the machine is what its memory cgroup allows (v2 memory.max, v1
 // memory.limit_in_bytes), not the host's RAM that sysconf reports.

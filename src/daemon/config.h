@@ -1,4 +1,4 @@
-// DaemonConfig: umad's flags and environment variables (seed 001), parsed and checked up front so a
+// DaemonConfig: umad's flags and environment variables, parsed and checked up front so a
 // bad value is a clear error at start, never a crash later.
 #pragma once
 

@@ -55,7 +55,7 @@ std::string advertised_host(const std::string& url, const std::string& fallback)
 // and counted, and the loop runs on (Asio allows run() again after a handler threw).
 // Startup work that decodes (the draft model's warm-up, an agent's calibration) runs on a thread of its
 // own that then ends: llama.cpp's OpenMP keeps a team of compute threads for each caller, and one
-// left on the main thread (which goes on to run the I/O loop) slowed every later decode on a 2-core
+// left on the main thread (which goes on to run the I/O loop) slowed every later decode on a small
 // machine: one stream 29 against 58 tok/s after the calibration, a one-row decode 10.7 against
 // 7.7 ms after the draft's warm-up (15.9 ms with OMP_WAIT_POLICY=passive: OpenMP's waiting).
 template <typename F>

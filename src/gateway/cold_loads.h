@@ -1,4 +1,4 @@
-// ColdLoads: a gateway's loads of models that no agent serves (issue 30, docs/CLUSTER.md "Loads on
+// ColdLoads: a gateway's loads of models that no agent serves (docs/CLUSTER.md "Loads on
 // demand"). Whatever number of gateways and requests ask, one load of a model runs at a time in
 // the whole cluster: the gateway that takes the model's Redis lock (`SET uma:load-lock:{model}
 // OWNER NX PX ttl`, renewed every ttl/3 while the load runs; when it ends, deleted if it failed,

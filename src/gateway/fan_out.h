@@ -1,5 +1,5 @@
 // FanOut: when a model is asked for often enough, have more agents hold it in a fast tier before
-// they need it (seed 004's fan-out; ServerlessLLM's locality), so its next load anywhere starts from
+// they need it (ServerlessLLM's locality), so its next load anywhere starts from
 // DRAM or NVMe rather than the remote tier. A gateway counts each catalog model's requests (a rate
 // decaying with `half_life`); once a model's rate reaches `min_rps`, loaders that hold it in no
 // tier are asked to prefetch it (uma-agent's POST /prefetch, carried out by ColdLoads) until

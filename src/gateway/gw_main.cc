@@ -1,4 +1,4 @@
-// uma-gw: the cluster's stateless OpenAI gateway (issue 16, docs/CLUSTER.md). One I/O thread runs
+// uma-gw: the cluster's stateless OpenAI gateway (docs/CLUSTER.md). One I/O thread runs
 // the front end, the proxied requests and the agents' KV-event streams; one more thread reads the
 // cluster view from Redis every --refresh-ms and hands it to the I/O thread (Redis is never on a
 // request's path; while it is down the last view stays: fail-static).

@@ -1,4 +1,4 @@
-// Routing (issue 16): which agent serves a request, as pure functions over a snapshot of the
+// Routing: which agent serves a request, as pure functions over a snapshot of the
 // cluster and what the gateway knows besides (the prompt tokens each agent holds in KV, matched by
 // prefix block; its own dispatches the agents have not reported yet). No I/O and no clock: the
 // gateway hands it everything, tests hand it synthetic states.

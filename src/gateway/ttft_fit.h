@@ -17,7 +17,7 @@
 // 50 ms, a cold prompt's seconds) and routing compares them relatively, so the fit minimises the
 // relative error; unweighted, the few cold prompts' seconds set the fixed cost and every hit was
 // over-predicted (median +16% on the 2-vCPU cluster benchmark, where the weighting halves the
-// median error's excess over the noise; docs/BENCHMARKS.md, session 12).
+// median error's excess over the noise; docs/BENCHMARKS.md).
 //
 // Pure and single-threaded: the gateway keeps one per agent on its I/O thread; tests feed it
 // synthetic samples.

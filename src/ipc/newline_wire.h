@@ -1,4 +1,4 @@
-// The newline protocol's output side (seed 001): the one place where an ErrorCode becomes the
+// The newline protocol's output side: the one place where an ErrorCode becomes the
 // protocol's error text, and where generated text is made safe for a line-framed stream.
 //
 // A reply is the generated text followed by '\n'. Because the reply itself ends at '\n', the text

@@ -3,7 +3,7 @@
 // serving layer's inputs (net/protocol_adapter.h), which does sockets, TX, slots and request ids
 // for every front end.
 //
-// Implementations: newline (seed 001) and framed JSON (seed 003). Not thread-safe; one per
+// Implementations: newline and framed JSON. Not thread-safe; one per
 // connection, used on the I/O thread.
 #pragma once
 

@@ -18,7 +18,7 @@ std::string_view reason_name(FinishReason r) {
   return wire::kReasonStop;
 }
 
-// Seed 001: one prompt per line; the reply streams as escaped text and ends with '\n'.
+// newline: one prompt per line; the reply streams as escaped text and ends with '\n'.
 class NewlineProtocol final : public Protocol {
  public:
   explicit NewlineProtocol(const ProtocolLimits& limits) : limits_(limits), rx_(limits.max_prompt_bytes) {}
@@ -69,7 +69,7 @@ class NewlineProtocol final : public Protocol {
   LineDecoder rx_;
 };
 
-// Seed 003 + issue 3: uint32_le length | JSON.
+// uint32_le length | JSON.
 class JsonProtocol final : public Protocol {
  public:
   explicit JsonProtocol(const ProtocolLimits& limits)

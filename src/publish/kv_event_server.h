@@ -1,4 +1,4 @@
-// KvEventServer: umad --agent's KV-event stream (issue 16). Gateways subscribe with
+// KvEventServer: umad --agent's KV-event stream. Gateways subscribe with
 // `GET /kv-events` (plain HTTP/1.1 on its own port, advertised in the agent's heartbeat) and read
 // an endless text/event-stream: first a snapshot of every prefix block the agent holds, then a
 // delta whenever blocks were stored or evicted or the load changed, coalesced over `flush` (50 ms:

@@ -35,7 +35,7 @@ std::int64_t kv_budget_bytes(bool layers_on_gpu);
 // build with one KV pool: there every row attends over the whole pool, and llama.cpp's CPU kernel
 // is several times slower for a serving tick's small batches over a deep KV, so it is off. With
 // per-sequence KV a row attends over its own cells and flash attention wins on the CPU too
-// (docs/BENCHMARKS.md, session 31).
+// (docs/BENCHMARKS.md).
 enum class FlashAttention : std::uint8_t { kOn, kOff, kAuto };
 FlashAttention choose_flash_attention(std::string_view asked, bool cpu_only, bool per_seq);
 const char* flash_attention_name(FlashAttention f);  // "on", "off", "auto"

@@ -6,7 +6,7 @@
 // row (every attached sampler adds its nodes to each graph; those of sequences with an output row
 // are computed). On a GPU that is one single-row argmax kernel per stream over the vocabulary,
 // one after another: measured on an
-// H100 (1B Q8_0, 32k vocabulary, 64 streams) 4.94 ms of device time per decode against 4.11 with
+// a GPU (1B Q8_0, 32k vocabulary, 64 streams) 4.94 ms of device time per decode against 4.11 with
 // the one shared argmax here (UMA_DEVICE_GREEDY=row brings the per-row kernels back, to compare).
 // The samplers made here share one argmax over the whole logits matrix per graph (one kernel,
 // every row in parallel) and each hands llama.cpp its own row of the result. They rely on how the

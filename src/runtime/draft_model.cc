@@ -73,7 +73,7 @@ std::unique_ptr<DraftModel> DraftModel::open(const DraftConfig& config, const ll
 
 void DraftModel::warm_up() {
   // A catch-up's shape and a step's, then nothing kept: on a GPU the first decode of each loads
-  // its kernels (measured 247 ms for the first call on an H100), which no request should wait for.
+  // its kernels (measured 247 ms for the first call on a GPU), which no request should wait for.
   // The catch-up's second run, a batch of prompts as a call feeds them, is the catch-up rate's
   // first estimate (the plan charges a call's catch-up before any was measured).
   const llama_token bos = std::max<llama_token>(0, llama_vocab_bos(llama_model_get_vocab(model_)));

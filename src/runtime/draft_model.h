@@ -9,7 +9,7 @@
 // step per proposed token with every job still drafting in it. On a GPU a lone job's catch-up of
 // a few tokens goes one token a decode (one_token_catch_up): every decode of the call then has
 // the steps' shape, whose CUDA graph llama.cpp replays; a batch of another shape makes it run the
-// next two decodes eagerly and capture the graph again (measured on an H200 with the tiny draft:
+// next two decodes eagerly and capture the graph again (measured on a GPU with the tiny draft:
 // a call after a fully accepted tick, two tokens to feed, 1.62 ms against 0.85). Step times are measured (EWMA, by
 // the step's rows; a call's cost beyond its steps by its jobs).
 //

@@ -2,7 +2,7 @@
 //
 // A decoder fills it with a sequence's KV (a prefix snapshot, a paused request) and chooses the
 // memory: page-locked where a GPU copies into and out of it, so the copy runs at the link's rate
-// (an 8B's 3000-token prefix, 400 MB, took 300 ms through pageable memory on an H100 host), plain
+// (an 8B's 3000-token prefix, 400 MB, took 300 ms through pageable memory on a GPU host), plain
 // heap memory otherwise. Contract: not thread-safe; the release function runs once, on whichever
 // thread destroys or clears the buffer.
 #pragma once

@@ -2,14 +2,14 @@
 //
 // A snapshot in page-locked memory goes to and from the GPU at the link's rate; one in pageable
 // memory goes through the driver's staging copies (an 8B's 3000-token prefix, 400 MB: ~300 ms on
-// an H100 host, 8.6 ms page-locked). Page-locking costs about as much as such a copy (136-160 ms
+// a GPU host, 8.6 ms page-locked). Page-locking costs about as much as such a copy (136-160 ms
 // for 400 MB there) and holds the GPU's driver while it runs: a decode's KV copy launched meanwhile
 // waits it out (a 197 ms tick, docs/BENCHMARKS.md). So:
 // - an arena of `arena_bytes` is page-locked once, on a thread of its own, when the first
 //   snapshot is coming (the first prepare() or take()), and later snapshots are cut from it (first
 //   fit, whole pages, freed ranges merged): serving never page-locks while a snapshot fits there.
 //   Not at start (as vLLM's swap space and SGLang's host KV pool are): a server that never
-//   snapshots holds none of it (an 8B on an H200 held 1.6 GB of RSS with the arena at start,
+//   snapshots holds none of it (an 8B on a GPU held 1.6 GB of RSS with the arena at start,
 //   0.6 GB without; llama-server 0.45);
 // - beyond it, blocks are page-locked per snapshot; freed ones stay in a store::HostPool (the
 //   model images' reuse pool, here over page-locked blocks) up to `retain_bytes`, and prepare()

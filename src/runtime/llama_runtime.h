@@ -68,7 +68,7 @@ struct RuntimeConfig {
   // unified: one KV pool shared by every sequence; per-seq: a private stream per sequence, whose
   // attention then spans only its own cells (see Decoder); auto: per-seq with more than one
   // sequence. With a unified KV every row's attention spans every cell in use: a prompt chunk
-  // beside 16 streams on a CPU cost twice what it costs alone (docs/BENCHMARKS.md, issue 32), and
+  // beside 16 streams on a CPU cost twice what it costs alone (docs/BENCHMARKS.md), and
   // on a GPU it is what a 64-stream tick spends its time on.
   // Per-seq room: each of the n_seq_max streams holds n_ctx / n_seq_max cells (llama-server's
   // -c / -np). With n_ctx <= 0 the room is the trained context, or the largest for which every

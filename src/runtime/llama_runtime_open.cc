@@ -72,7 +72,7 @@ int warm_gpu_backends() {
 
 namespace {
 
-// Where llama.cpp puts the weights: "CPU", or "22/22 layers + output on CUDA0 (NVIDIA H100 80GB
+// Where llama.cpp puts the weights: "CPU", or "22/22 layers + output on CUDA0 (NVIDIA ...
 // HBM3)" (the last n_gpu_layers repeating layers, and the output layer once more are asked).
 std::string placement(const llama_model* model, std::int32_t n_gpu_layers) {
   std::string gpus;
@@ -290,7 +290,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->stream_options_.max_entries = rt->n_ubatch_;  // a filler must not cost a pass
   rt->stream_options_.n_ubatch = rt->n_ubatch_;
   // On a CPU a pass is one more read of the weights (~16 ms for 143 M Q8_0 params on 2 cores) and
-  // a deep stream's depth costs every row beside it ~7 us per cell (docs/BENCHMARKS.md, issue 32).
+  // a deep stream's depth costs every row beside it ~7 us per cell (docs/BENCHMARKS.md).
   rt->stream_options_.deep_pass_row_cells = config.deep_pass_row_cells >= 0 ? config.deep_pass_row_cells
                                             : on_gpu                              ? 0
                                                                                   : 2048;
@@ -304,7 +304,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
 void LlamaRuntime::reserve_outputs(std::int32_t rows) {
   // llama.cpp grows its output buffer (page-locked where a GPU computes the output: a vocabulary
   // of floats a row, about five with device sampling) the first time a decode asks for more rows than
-  // any before, and clears it. Measured on an H200 (8B, 128k vocabulary): a first 128-row
+  // any before, and clears it. Measured on a GPU (8B, 128k vocabulary): a first 128-row
   // verifying tick took 70 ms against 20 predicted, a one-off the scheduler then learnt as what
   // verifying costs. So the verifying ticks' rows are reserved here, before any request.
   const std::int32_t per_seq = backend_greedy_.empty() ? std::min(rows, n_ctx_seq_) : outputs_per_seq_;

@@ -6,7 +6,7 @@
 // llama-batch.cpp): a pass is the longest chain of *consecutive* sequence ids found scanning the
 // batch in order, taking the same number of tokens from each (as many as the shortest has). Every
 // pass is a graph of its own, built anew on the host (no CUDA graph): ~3 ms of host time on a 1B
-// model on an H100. And its outputs come out pass by pass; where that is not the batch's order,
+// model on a GPU. And its outputs come out pass by pass; where that is not the batch's order,
 // llama.cpp swaps whole output rows (n_vocab floats in four host buffers per swap, most of 64
 // rows when one prompt sat among the decode rows) before the first token is read.
 //
@@ -22,7 +22,7 @@
 // - Last, the entries go in the order the passes will output them (llama_passes): each pass's
 //   sequences' entries together. A verifying tick's rows (every sequence's decode row and drafts,
 //   all outputs, one pass) otherwise came out sequence by sequence from a batch ordered first
-//   rows first: measured on an H200 (8B, 16 streams of 1 + 4 rows), 5.2 ms of host time swapping
+//   rows first: measured on a GPU (8B, 16 streams of 1 + 4 rows), 5.2 ms of host time swapping
 //   rows after each 12.7 ms decode.
 //
 // Thread-safety: none needed (no state). Contract: entries of one sequence are in position order

@@ -11,7 +11,7 @@ void build_batch(const TickPlan& plan, std::span<Session* const> order, BuiltBat
   // order for *consecutive* sequence ids, taking as many tokens from each as the shortest has
   // (`split_equal(sequential)`): in id order the decode rows and the first token of every chunk
   // make one pass, and only the chunks' remaining tokens need more. Decode rows first and chunks
-  // after would cut the decode rows at every prefilling id (measured on an H100 at 64 streams:
+  // after would cut the decode rows at every prefilling id (measured on a GPU at 64 streams:
   // decodes of 33-50 ms p50 instead of 7 when arrivals filled scattered gaps). LlamaRuntime goes
   // one step further for llama.cpp (runtime/stream_batch.h); the id order here is what every
   // Decoder, fakes included, can rely on.

@@ -96,8 +96,8 @@ struct SloBudget {
   double stream_ratio = 0.0;   // the streams' predicted gap over their target with that many
   double prompt_ratio = 0.0;   // the worst waiting prompt's predicted TTFT over its target
 };
-// Seed 002's rule, with a waiting prompt's TTFT counted against its SLO exactly as a running
-// stream's gap against its own: picks the prompt tokens p for this tick that minimise
+// The rule: a waiting prompt's TTFT counted against its SLO exactly as a running stream's gap
+// against its own; picks the prompt tokens p for this tick that minimise
 //   max( (stream_waited + tick(p)) / tbt_target,
 //        max over prompts i of (waited_i + ceil(cum_i / p) * tick(p)) / ttft_target_i )
 // where cum_i is the prompt tokens up to and including i in service order (a prompt finishes after

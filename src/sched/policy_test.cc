@@ -155,7 +155,7 @@ TEST(Policy, PrefillGoesToUrgentWorkFirstThenLeastSlack) {
 
 TEST(Policy, PromptsPastTheirTtftTargetStillGoLeastSlackFirst) {
   // Putting late prompts last starved a burst's first arrival (its target the shortest, it was the
-  // first late) behind every later one: 2.2 s against a 349 ms target on the 2-core machine.
+  // first late) behind every later one: 2.2 s against a 349 ms target on a small CPU.
   const std::vector<Candidate> c = {prefilling(40, Rank::kUrgent, -100.0), prefilling(900, Rank::kUrgent, -2000.0),
                                     prefilling(20, Rank::kUrgent, 50.0), decoding()};
   const TickPlan p = plan_tick(c, {/*budget=*/1000, 2048, 8, false});

@@ -276,7 +276,7 @@ bool PrefixCache::worth_host_memory(std::uint64_t id) const {
   if (!config_.save_leaves) {
     // An entry that served hits, unless another one kept (in KV or host memory) holds every prefix
     // it served: requests with one system prompt and different questions each leave an entry, and
-    // copying each out (400 MB for 3000 tokens of an 8B, 300 ms on an H100 host) bought nothing.
+    // copying each out (400 MB for 3000 tokens of an 8B, 300 ms on a GPU host) bought nothing.
     const Kept& k = kept_.at(id);
     if (k.hits == 0) return false;
     return std::none_of(kept_.begin(), kept_.end(),

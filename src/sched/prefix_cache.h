@@ -14,7 +14,7 @@
 //   into an id of its own, kept again; per-sequence: into the requesting session's stream, the
 //   snapshot staying in host memory for the next); one that never did is dropped. Copying out costs the compute thread a GPU->host transfer, and with
 //   nothing shared (every prompt different) it would be paid for every request and never repaid
-//   (measured on an H100 at 64 streams: 241 snapshots cut 3441 tok/s to 1201).
+//   (measured on a GPU at 64 streams: 241 snapshots cut 3441 tok/s to 1201).
 // Eviction is LRU, leaves first (an entry whose tokens are a prefix of another's goes last).
 // Cell accounting is an estimate (an entry counts the cells it did not get shared from another
 // sequence, which may outlive that one); the scheduler's recovery from a decode that finds no cells evicts entries first, so an
@@ -46,7 +46,7 @@ struct PrefixCacheConfig {
   std::size_t host_bytes = std::size_t{256} << 20;    // host snapshots, at most
   std::int32_t block = kBlockTokens;     // index block, tokens
   // Shortest prefix worth reusing. With per-sequence KV every reuse is a copy between KV streams,
-  // after which llama.cpp reserves its worst-case graph again (measured on an H100: ~15-25 ms of
+  // after which llama.cpp reserves its worst-case graph again (measured on a GPU: ~15-25 ms of
   // host time in the next decode), more than the GPU needs to prefill a few hundred tokens.
   std::int32_t min_reuse = 0;
   // Admission: a finished sequence is kept when another request began with the same first block

@@ -127,7 +127,7 @@ void Scheduler::prepare_tick(std::vector<Event>& out) {
   expire_queued(out);
   // Idle kept cells slow every decode only where attention spans one pool (a unified KV); with
   // per-sequence KV they cost nothing until room is needed, and dropping them on a timer throws
-  // away the prefixes a router sent requests here for (measured on an H100, 3 agents, 32 groups:
+  // away the prefixes a router sent requests here for (measured on a GPU, 3 agents, 32 groups:
   // every kept prefix dropped before its next turn came).
   if (!ledger_.per_seq()) cache_.offload_idle(time_.now());
   start_waiting(out);

@@ -223,13 +223,13 @@ class Scheduler {
   // Per-sequence KV: moves the highest running sequences into lower free ids, so that one decode
   // is one pass (llama.cpp splits a batch at every gap between sequence ids). A move is a copy
   // between KV streams, after which llama.cpp reserves its worst-case graph again (~15-25 ms of
-  // host time on an H100), while a gap costs a filler row per decode (the runtime's, see
+  // host time on a GPU), while a gap costs a filler row per decode (the runtime's, see
   // runtime/stream_batch.h; a pass of its own where it cannot fill) and is usually taken by the
   // next arrival, which gets the lowest free id: so only a gap that outlives
   // SchedulerConfig::compact_after_ticks is closed by moving. A kept prefix's stream between two
   // running ones is a gap no arrival fills: it moves above them (and stays reusable there) when it
   // has been reused, and is dropped otherwise (under churn most finished streams are never
-  // reused, and moving them out of the way cost c=64 on an H200 8% of its tokens).
+  // reused, and moving them out of the way cost c=64 on a GPU 8% of its tokens).
   void compact_sequences();
   void reap();  // drops terminal sessions
   // scheduler_spec.cc: speculative decoding. Drafts for the planned decode rows (then the batch is

@@ -96,7 +96,7 @@ Status Scheduler::calibrate_step() {
     case Phase::kAtDepth: {
       // The prefill floor: a sequence filled to `big`, then chunks of growing size appended, so
       // they run at depth as in serving; the smallest near the best per-token rate is the knee (on
-      // a 2-core CPU, chunks under 64 tokens ran 5x slower per token over a deep KV). The fill is
+      // a small CPU, chunks under 64 tokens ran 5x slower per token over a deep KV). The fill is
       // one chunk: the largest step, and so what the first request may wait behind.
       if (!c.open && !open()) return fail();
       const bool fill = c.phase == Phase::kFill;

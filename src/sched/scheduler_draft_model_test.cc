@@ -93,7 +93,7 @@ TEST_F(SpecSchedulerTest, APromptsCatchUpInTheDraftModelIsPaidOnlyWhereAProbeEar
 
 TEST_F(SpecSchedulerTest, WhereVerifyingLostAProbeIsNotPricedOutByTheDraftModelsGrowingCatchUp) {
   // A lone stream, a draft model right 6 times in 10 whose catch-up is estimated dear (3 ms a
-  // token on a 10 ms tick: an H200's estimate was 0.7 ms on a 3 ms tick). Its first calls are slow
+  // token on a 10 ms tick: a GPU's estimate was 0.7 ms on a 3 ms tick). Its first calls are slow
   // (30 ms: a device still cold), so verifying is measured to lose; then they are quick. Each
   // declined tick adds a token to the draft model's lag: charged to a probe, its catch-up soon
   // outweighs all the probe can win and drafts never come back (9 tokens accepted; 117 here).
@@ -213,7 +213,7 @@ TEST_F(SpecSchedulerTest, ANewShapesCostFallsOnTheFirstVerifyingTickOfARunAlone)
 }
 
 TEST_F(SpecSchedulerTest, VerifyingTicksKeepOneShapeWhileTheGuardMeasuresThem) {
-  // Costs as an H100 showed them (docs/BENCHMARKS.md, session 25): a decode of a shape (rows) new
+  // Costs as a GPU showed them (docs/BENCHMARKS.md): a decode of a shape (rows) new
   // to the last ones runs without a graph (+3 ms), the second in a row is captured (+7 ms), from
   // the third it replays (3 ms plus 0.1 ms a row); going back to the plain shape costs one tick
   // (+4 ms). Drafts agree three times in four, so the acceptance, and with it the plan's rows,

@@ -206,7 +206,7 @@ TEST_F(SchedulerTest, PerSequenceKvSendsALeaderThatServedFollowersToHostMemory) 
 
 // One system prompt, a different question each time. Per-sequence KV: each request takes the
 // last one's kept stream over, so nothing is copied, evicted or sent to host memory (a copy out
-// was 400 MB and 300 ms of the compute thread per 3000-token 8B entry on an H100).
+// was 400 MB and 300 ms of the compute thread per 3000-token 8B entry on a GPU).
 TEST_F(SchedulerTest, PerSequenceKvOneSystemPromptADifferentQuestionEachTimeCopiesNothing) {
   SchedulerConfig cfg = cache_config(/*kept=*/1);
   cfg.per_seq_min_reuse = 0;

@@ -98,11 +98,11 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   const double call_ms = n_model > 0 ? drafter_->call_ms(static_cast<std::size_t>(n_model)) : 0.0;
   // A draft model first feeds what it lacks of each sequence (a new request's prompt; what came
   // while ticks were declined): paid once, by the first verifying tick. The first measurement of a
-  // bucket runs kProbeTicks ticks, so it must pay that off within them (on an H200 the first call
+  // bucket runs kProbeTicks ticks, so it must pay that off within them (on a GPU the first call
   // at 64 streams fed 5,000 prompt tokens in 120 ms, ten ticks' time, and verified once). Where
   // verifying was measured to lose, a tick that verifies is the guard's probe, and the guard's
   // spacing (32 ticks, doubling to 512) rations what probes cost: charged to the plan, the
-  // catch-up grows with every declined tick and no probe ever pays again (on an H200 a lone
+  // catch-up grows with every declined tick and no probe ever pays again (on a GPU a lone
   // stream measured losing once, cold, then never verified: 166 ms charged after 400 tokens).
   std::size_t behind = 0;
   const auto steady = static_cast<std::size_t>(config_.draft_max) + 1;  // what a tick's call feeds anyway (call_ms)
@@ -155,11 +155,11 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     };
     const double t0 = in.tick_ms(0), t = plan_ms(dp) + passes * pass_ms;
     // Where every decoding stream drafts, the same K for all is one pass (at 16 streams copying on
-    // an H200 the plan's 71 rows, 4 or 5 a stream, were ten passes, and speculation never ran;
+    // a GPU the plan's 71 rows, 4 or 5 a stream, were ten passes, and speculation never ran;
     // with it, 1.22x). Not yet from 32 streams (spec_uniform_streams_below): traced at 64 copying
-    // on an H200, its verifying ticks paid (6.8 tok/ms against 4.7 plain) until the guard's
-    // lower-arm trial held them at 63 rows (declined_under_cap mends that; docs/BENCHMARKS.md,
-    // session 39), and the row has not been measured with the mend.
+    // on a GPU, its verifying ticks paid (6.8 tok/ms against 4.7 plain) until the guard's
+    // lower-arm trial held them at 63 rows (declined_under_cap mends that; docs/BENCHMARKS.md),
+    // and the row has not been measured with the mend.
     DraftPlan uniform;
     if (!one_pass && who.size() == batch_.decoded.size() && who.size() < config_.spec_uniform_streams_below) uniform = plan_uniform_drafts(in);
     bool took_uniform = false;

@@ -11,7 +11,7 @@
 //                   twice as far after each probe that lost, up to kProbeLast; a probe that wins
 //                   brings the spacing back. Verifying loses only on evidence: kLoseSamples
 //                   verifying samples, or fewer that yield under half of plain's rate (a tick's
-//                   tokens run from 1 to K + 1, so three samples mislead: on an H200 a lone
+//                   tokens run from 1 to K + 1, so three samples mislead: on a GPU a lone
 //                   stream whose steady ticks yield 1.5x plain read 0.94x on its first three and
 //                   spent 70 of its 300 ticks plain). A probe is a run of verifying ticks that
 //                   lasts until kProbeSamples of them were observed: where ticks are pipelined the scheduler
@@ -23,11 +23,11 @@
 //                   first (fewer rows cost less), then each neighbour now and then: an
 //                   exploration, a run like a probe's, until the neighbour has kArmSamples
 //                   samples (kProbeSamples more once it has) or kProbeTicks ticks passed (a lone
-//                   tick of a new shape is no sample where ticks are pipelined: on an H200 a lone
+//                   tick of a new shape is no sample where ticks are pipelined: on a GPU a lone
 //                   stream settled on 1 draft row, 0.40 tok/ms, and never measured 3 again, which
 //                   yielded 0.47 in another run). Explorations come kExploreEvery verifying ticks
 //                   apart, twice as far after each that left the best arm as it was, up to
-//                   kExploreLast (on an H200 a lone stream's 7-row explorations, 6.4-9 ms for
+//                   kExploreLast (on a GPU a lone stream's 7-row explorations, 6.4-9 ms for
 //                   2.5-4 tokens against 5.4 ms for 2.9 at 3 rows, were 9-15 of a request's 85
 //                   ticks); one that moves it brings the spacing back. Where an exploration's own
 //                   samples beat the best arm by kExploreWin they replace the explored arm's

@@ -261,7 +261,7 @@ TEST(SpecYieldGuard, TheSteadyRowsAreThePinnedArmsThenTheLeadersAndAWinIsMeasure
 }
 
 TEST(SpecYieldGuard, ALowerArmNoPlanCanFillCountsAsPlainTicksAndTheBestArmKeepsVerifying) {
-  // 64 streams drafting alike (an H200 copying: 64 + 64 rows gave 128 tokens in 18.6 ms, 64 plain
+  // 64 streams drafting alike (a GPU copying: 64 + 64 rows gave 128 tokens in 18.6 ms, 64 plain
   // ones took 13.6): K = 1 is 64 draft rows, and a cap below that leaves no plan to verify.
   SpecYieldGuard g;
   const std::size_t rows = 64;

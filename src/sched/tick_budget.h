@@ -10,13 +10,13 @@
 // A cost model alone misses what changes under it (a deep KV makes both decode and prefill dearer
 // as a long prompt goes in), so the budget is a feedback controller on the measured ticks: after a
 // tick with decode and prefill, budget *= target / tick_ms, down by at most a third per tick, up
-// by at most 10% and only with 20% headroom, within [floor, n_batch]. It starts at `start` (seed 000: start conservative, let it grow).
+// by at most 10% and only with 20% headroom, within [floor, n_batch]. It starts at `start`, low, and grows.
 // ms_per_prefill_token is also kept (EWMA of a tick's time over its decode-only base, per prefill
 // token) for estimates elsewhere: TTFT slack and the cost of recomputing a paused session.
 //
 // Prefill also has a fixed cost per tick, which on a GPU dominates small chunks: with per-sequence
 // KV a prompt's tokens are a second pass over the weights, and a new batch shape a new graph
-// (H100, 1B model, 64 streams: a fixed floor of 512 tokens gave +33% tok/s and a third of the
+// (a GPU, 1B model, 64 streams: a fixed floor of 512 tokens gave +33% tok/s and a third of the
 // TTFT p99 of a floor of 8; docs/BENCHMARKS.md). So the cost is fitted as fixed + n * per_token
 // (least squares over recent prefill ticks, forgetting old ones), and no tick prefills fewer
 // tokens than make its token work as large as the fixed part (floor(), at most a quarter of the

@@ -1,4 +1,4 @@
-// TickCost: a tick's time predicted from what it moves and what it computes (seed 002's ΣBMT).
+// TickCost: a tick's time predicted from what it moves and what it computes (bytes moved and FLOPs computed, each at its measured rate).
 //
 //   bytes = the weights, once per tick (every row of a batch shares one pass)
 //         + the KV read (once per sequence in the tick) and written (one cell per token)
@@ -43,7 +43,7 @@ struct ModelShape {
 // row costs several prompt tokens).
 // `kv_read_cells`: the cells whose K and V the tick reads, once per sequence it touches (a prompt
 // chunk reads its sequence's cells once whatever its length, so at depth a large chunk costs far
-// less per token than a small one: on a 2-core CPU a 2000-token prompt in 40-token chunks cost
+// less per token than a small one: on a small CPU a 2000-token prompt in 40-token chunks cost
 // 2.5x its cost in 512-token ones).
 struct TickWork {
   double tokens = 0;

@@ -21,7 +21,7 @@ inline double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Request classes (seed 000): interactive streams are served first; background work fills what
+// Request classes: interactive streams are served first; background work fills what
 // is left, may be paused (preempted) for interactive work, and is never starved past a bound.
 enum class Priority : std::uint8_t { kInteractive, kBackground };
 

@@ -1,4 +1,4 @@
-// Manifest: a model checkpoint's index (seed 004's `.idx`): what a GGUF file must be, byte for
+// Manifest: a model checkpoint's index: what a GGUF file must be, byte for
 // byte, and where each tensor lies in it. Every byte the loader puts into host memory, the NVMe
 // tier or a GPU is checked against it, chunk by chunk, before it is used.
 //

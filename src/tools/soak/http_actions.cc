@@ -367,7 +367,7 @@ std::vector<BadInput> bad_inputs(const Settings& st) {
     if (body.size() <= st.http_max_body_bytes) t.push_back({"over_context", post(body), 400, "context_exceeded", true});
   }
   {
-    // Inputs that aborted umad before issue 11 (an exception escaping a handler).
+    // Inputs that once aborted umad (an exception escaping a handler).
     t.push_back({"include_usage_not_bool", post(R"({"prompt": "hello", "stream": true, "stream_options": {"include_usage": 1}})"),
                  400, "bad_request", true});
     t.push_back({"chat_part_type_number", post(R"({"messages": [{"role": "user", "content": [{"type": 1, "text": "hi"}]}]})", chat),

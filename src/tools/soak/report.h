@@ -1,4 +1,4 @@
-// The soak's verdict: figures from the tally and the daemon samples, the assertions of issue 11
+// The soak's verdict: figures from the tally and the daemon samples, its assertions
 // (0 unexpected errors, every stream exact, KV back to 0, RSS growth within a bound after warm-up,
 // descriptors back to baseline), a human summary and one machine-readable JSON line.
 //

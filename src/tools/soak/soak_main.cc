@@ -1,4 +1,4 @@
-// uma-soak: issue 11's soak driver. N clients (half over the Unix socket, half over the OpenAI
+// uma-soak: the soak driver. N clients (half over the Unix socket, half over the OpenAI
 // HTTP API) run for a duration, each iteration a random (seeded) action: exact completions,
 // cancels, disconnects mid-stream, slow readers, malformed requests, probes. A monitor samples
 // the daemon's RSS, descriptors and gauges. At the end it waits for the daemon to settle and

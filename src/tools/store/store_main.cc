@@ -1,4 +1,4 @@
-// uma-store: the model store's command line (issue 30, docs/STORE.md).
+// uma-store: the model store's command line (docs/STORE.md).
 //   uma-store add FILE.gguf --id ID [--url URL] [--redis HOST:PORT]   write FILE.gguf.idx, register it
 //   uma-store ls --redis HOST:PORT                                    the catalog
 //   uma-store rm ID --redis HOST:PORT
