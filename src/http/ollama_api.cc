@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_text.h"
+#include "http/infill.h"
 #include "http/ollama_request.h"
 #include "httpkit/http_wire.h"
 
@@ -206,6 +207,24 @@ Reply show(std::string_view body, const Context& ctx) {
                                  {"modified_at", rfc3339(std::chrono::system_clock::time_point(std::chrono::seconds(f.created)))}})};
 }
 
+// A generate with `suffix` as a completion of the FIM prompt (http/infill.h): the body's prompt
+// becomes its token ids, raw.
+Status fill_in_the_middle(ollama::Generate* g, const Context& ctx) {
+  if (ctx.tokenize == nullptr || !*ctx.tokenize || ctx.facts == nullptr) {
+    return Status(ErrorCode::kNotFound, "suffix (fill in the middle) is served by umad itself, not through this server", "suffix");
+  }
+  std::string native;
+  if (Status st = infill_body(to_json_text(json{{"input_prefix", g->prompt}, {"input_suffix", g->suffix}}), ctx, &native); !st.ok()) {
+    return st;
+  }
+  json body = json::parse(g->body);
+  body.erase("messages");
+  body["prompt"] = json::parse(native)["prompt"];
+  g->body = to_json_text(body);
+  g->raw = true;
+  return {};
+}
+
 // The completion or error; errors in Ollama's shape.
 std::variant<Reply, Completion> in_ollama_shape(std::variant<Reply, Completion> result, WriterFactory writer, std::string chat_body) {
   if (auto* r = std::get_if<Reply>(&result)) {
@@ -259,6 +278,9 @@ std::optional<Routed> ollama_route(http::verb method, std::string_view path, std
       return Routed{false, Reply{200, "application/json",
                                  to_json_text(json{{"model", g.model}, {"created_at", rfc3339(std::chrono::system_clock::now())},
                                                    {"response", ""}, {"done", true}, {"done_reason", "load"}})}};
+    }
+    if (!g.suffix.empty()) {  // fill in the middle: the prompt before the gap, as /infill builds it
+      if (Status st = fill_in_the_middle(&g, ctx); !st.ok()) return Routed{false, ollama_error(st)};
     }
     auto result = in_ollama_shape(completion_request(!g.raw, g.body, ctx), generate_writer, g.body);
     if (auto* c = std::get_if<Completion>(&result)) c->api.ignored_fields.insert(c->api.ignored_fields.end(), ignored.begin(), ignored.end());

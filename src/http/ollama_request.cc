@@ -163,12 +163,13 @@ Status generate_body(std::string_view body, Generate* out, std::vector<std::stri
   json o = json::object();
   if (Status st = common(j, &o, ignored); !st.ok()) return st;
   if (has_images(j)) return not_supported("images", "are not supported: this server has no vision projector");
-  for (const char* field : {"suffix", "template"}) {
-    const json* v = member(j, field);
-    if (v != nullptr && !(v->is_string() && v->get_ref<const std::string&>().empty())) {
-      return not_supported(field, std::string(field) == "suffix" ? "(fill in the middle) is not supported here"
-                                                                 : "is not supported: the model's own template renders the prompt");
-    }
+  const json* tmpl = member(j, "template");
+  if (tmpl != nullptr && !(tmpl->is_string() && tmpl->get_ref<const std::string&>().empty())) {
+    return not_supported("template", "is not supported: the model's own template renders the prompt");
+  }
+  if (const json* suffix = member(j, "suffix")) {
+    if (!suffix->is_string()) return bad("suffix", "must be a string");
+    out->suffix = suffix->get<std::string>();
   }
   const json* prompt = member(j, "prompt");
   if (prompt != nullptr && !prompt->is_string()) return bad("prompt", "must be a string");
@@ -177,7 +178,8 @@ Status generate_body(std::string_view body, Generate* out, std::vector<std::stri
   const json* raw = member(j, "raw");
   if (raw != nullptr && !raw->is_boolean()) return bad("raw", "must be a boolean");
   out->model = o["model"].get<std::string>();
-  out->load_only = prompt == nullptr || prompt->get_ref<const std::string&>().empty();
+  out->load_only = (prompt == nullptr || prompt->get_ref<const std::string&>().empty()) && out->suffix.empty();
+  if (prompt != nullptr) out->prompt = prompt->get<std::string>();
   out->raw = raw != nullptr && raw->get<bool>();
   if (out->load_only) return Status::Ok();
   if (out->raw) {

@@ -1,6 +1,6 @@
 // Ollama's request bodies as the OpenAI bodies umad runs (ollama_api.h says what maps to what).
-// Pure functions; kInvalidJson, kBadRequest naming the field, or kNotSupported (images, suffix, a
-// template override) on what umad cannot take. Fields that change nothing here go to *ignored.
+// Pure functions; kInvalidJson, kBadRequest naming the field, or kNotSupported (images, a template
+// override) on what umad cannot take. Fields that change nothing here go to *ignored.
 #pragma once
 
 #include <string>
@@ -20,6 +20,8 @@ struct Generate {
   std::string model;
   bool load_only = false;
   bool raw = false;
+  std::string prompt;
+  std::string suffix;  // fill in the middle: the text after the gap (the route builds the FIM prompt)
   std::string body;
 };
 Status generate_body(std::string_view body, Generate* out, std::vector<std::string>* ignored);

@@ -60,7 +60,11 @@ TEST(OllamaRequest, WhatUmadCannotTakeIsRefusedByName) {
   EXPECT_EQ(chat_body("[1]", &out, &ignored).code(), ErrorCode::kBadRequest);
   EXPECT_EQ(chat_body("{", &out, &ignored).code(), ErrorCode::kInvalidJson);
   Generate g;
-  EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","suffix":"b"})", &g, &ignored).code(), ErrorCode::kNotSupported);
+  ASSERT_TRUE(generate_body(R"({"model":"m","prompt":"a","suffix":"b"})", &g, &ignored).ok()) << "the route builds the FIM prompt";
+  EXPECT_EQ(g.prompt, "a");
+  EXPECT_EQ(g.suffix, "b");
+  EXPECT_FALSE(g.load_only);
+  EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","suffix":3})", &g, &ignored).param(), "suffix");
   EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","template":"{{.Prompt}}"})", &g, &ignored).param(), "template");
   EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","images":["aGk="]})", &g, &ignored).param(), "images");
 }

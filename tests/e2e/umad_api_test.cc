@@ -572,6 +572,15 @@ TEST(UmadApi, InfillBuildsLlamaServersFillInTheMiddlePrompt) {
     ASSERT_TRUE(t.send(post("/infill", bad.dump())));
     EXPECT_EQ(status_of(t.response()), 400) << bad.dump();
   }
+  // Ollama's generate with a suffix (editors' code completion): the same FIM prompt, no extra files.
+  ASSERT_TRUE(t.send(post("/api/generate", json{{"model", "m"}, {"prompt", "def area(r):\n    return"}, {"suffix", "\nprint(area(2))"},
+                                                 {"stream", false}, {"options", {{"num_predict", 4}}}}.dump())));
+  const std::string o = t.response();
+  ASSERT_EQ(status_of(o), 200) << o;
+  const json oj = json::parse(body_of(o));
+  EXPECT_EQ(oj["response"], std::string("\x04\x05\x06\x07")) << oj.dump();
+  EXPECT_EQ(oj["prompt_eval_count"].get<std::size_t>(),
+            expected - (1 + tokens_of(t, "util.py\n").size() + tokens_of(t, "PI = 3.14159").size()));
   // A model without FIM tokens: 501, as llama-server answers.
   Daemon plain(http_args({}));
   ASSERT_TRUE(plain.started()) << plain.log();
@@ -580,6 +589,8 @@ TEST(UmadApi, InfillBuildsLlamaServersFillInTheMiddlePrompt) {
   const std::string no = p.response();
   EXPECT_EQ(status_of(no), 501) << no;
   EXPECT_NE(no.find("middle token is missing"), std::string::npos) << no;
+  ASSERT_TRUE(p.send(post("/api/generate", R"({"model":"m","prompt":"a","suffix":"b","stream":false})")));
+  EXPECT_EQ(status_of(p.response()), 501) << "Ollama's suffix on a model without FIM tokens";
 }
 
 }  // namespace
