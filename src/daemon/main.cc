@@ -271,10 +271,12 @@ int main(int argc, char** argv) {
     if (chat) render = [chat](const ChatRequest& request, ChatPrompt* out) { return chat->render(request, out); };
     const llama_vocab* vocab = model_vocab(runtime->model());
     const ModelNumbers numbers = model_numbers(runtime->model());
-    http_route::ModelFacts facts{runtime->n_ctx(), runtime->n_ctx_seq(), numbers.n_ctx_train, numbers.n_vocab,
-                                 numbers.n_embd, numbers.n_params, numbers.size_bytes, cfg.server.max_sessions, cfg.runtime.model_path,
-                                 chat ? chat->source() : std::string(),
-                                 std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()};
+    http_route::ModelFacts facts;
+    facts.n_ctx = runtime->n_ctx(), facts.n_ctx_seq = runtime->n_ctx_seq(), facts.n_ctx_train = numbers.n_ctx_train;
+    facts.n_vocab = numbers.n_vocab, facts.n_embd = numbers.n_embd, facts.n_params = numbers.n_params;
+    facts.size_bytes = numbers.size_bytes, facts.max_sessions = cfg.server.max_sessions, facts.path = cfg.runtime.model_path;
+    facts.chat_template = chat ? chat->source() : std::string();
+    facts.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     const SpecialTokens special = special_tokens(runtime->model());
     facts.n_batch = runtime->n_batch();
     facts.bos = special.bos, facts.eos = special.eos, facts.sep = special.sep;

@@ -11,13 +11,15 @@ namespace uma::http_route {
 
 namespace {
 
-using json = nlohmann::json;
+using FimJson = nlohmann::json;
 using Tokens = std::vector<std::int32_t>;
 
-Status bad(std::string message, const char* param) { return Status(ErrorCode::kInvalidArgument, std::move(message), param); }
+Status infill_error(std::string message, const char* param) {
+  return Status(ErrorCode::kInvalidArgument, std::move(message), param);
+}
 
 // Text tokenized without specials, or token ids and text mixed (llama-server's tokenize_mixed).
-Status tokens_of(const json& v, const Context& ctx, const char* field, Tokens* out) {
+Status fim_tokens_of(const FimJson& v, const Context& ctx, const char* field, Tokens* out) {
   const auto text = [&](const std::string& s) {
     Tokens t;
     Status st = (*ctx.tokenize)(s, /*add_special=*/false, /*parse_special=*/false, &t);
@@ -25,14 +27,14 @@ Status tokens_of(const json& v, const Context& ctx, const char* field, Tokens* o
     return st;
   };
   if (v.is_string()) return text(v.get<std::string>());
-  if (!v.is_array()) return bad(std::string("\"") + field + "\" must be a string or an array of token ids and strings", field);
-  for (const json& piece : v) {
+  if (!v.is_array()) return infill_error(std::string("\"") + field + "\" must be a string or an array of token ids and strings", field);
+  for (const FimJson& piece : v) {
     if (piece.is_string()) {
       if (Status st = text(piece.get<std::string>()); !st.ok()) return st;
     } else if (piece.is_number_integer() && piece.get<std::int64_t>() >= 0 && piece.get<std::int64_t>() < ctx.facts->n_vocab) {
       out->push_back(piece.get<std::int32_t>());
     } else {
-      return bad(std::string("\"") + field + "\" holds something that is neither a token id of this model nor a string", field);
+      return infill_error(std::string("\"") + field + "\" holds something that is neither a token id of this model nor a string", field);
     }
   }
   return {};
@@ -47,22 +49,22 @@ Status infill_body(std::string_view body, const Context& ctx, std::string* out) 
   if (f.fim_suf < 0) missing += " suffix token is missing.";
   if (f.fim_mid < 0) missing += " middle token is missing.";
   if (!missing.empty()) return Status(ErrorCode::kNotSupported, "Infill is not supported by this model:" + missing);
-  json data = json::parse(body, nullptr, false);
+  FimJson data = FimJson::parse(body, nullptr, false);
   if (data.is_discarded() || !data.is_object()) return Status(ErrorCode::kInvalidJson, "the body must be a JSON object");
-  if (data.contains("prompt") && !data["prompt"].is_string()) return bad("\"prompt\" must be a string", "prompt");
-  if (!data.contains("input_prefix")) return bad("\"input_prefix\" is required", "input_prefix");
-  if (!data.contains("input_suffix")) return bad("\"input_suffix\" is required", "input_suffix");
-  const json extra = data.value("input_extra", json::array());
-  if (!extra.is_array()) return bad("\"input_extra\" must be an array of {\"filename\": string, \"text\": string}", "input_extra");
-  for (const json& chunk : extra) {
+  if (data.contains("prompt") && !data["prompt"].is_string()) return infill_error("\"prompt\" must be a string", "prompt");
+  if (!data.contains("input_prefix")) return infill_error("\"input_prefix\" is required", "input_prefix");
+  if (!data.contains("input_suffix")) return infill_error("\"input_suffix\" is required", "input_suffix");
+  const FimJson extra = data.value("input_extra", FimJson::array());
+  if (!extra.is_array()) return infill_error("\"input_extra\" must be an array of {\"filename\": string, \"text\": string}", "input_extra");
+  for (const FimJson& chunk : extra) {
     if (!chunk.is_object() || !chunk.contains("text") || !chunk["text"].is_string()) {
-      return bad("an input_extra chunk must hold a \"text\" string", "input_extra");
+      return infill_error("an input_extra chunk must hold a \"text\" string", "input_extra");
     }
-    if (chunk.contains("filename") && !chunk["filename"].is_string()) return bad("an input_extra chunk's \"filename\" must be a string", "input_extra");
+    if (chunk.contains("filename") && !chunk["filename"].is_string()) return infill_error("an input_extra chunk's \"filename\" must be a string", "input_extra");
   }
   Tokens prefix, suffix, prompt, extra_tokens;
-  if (Status st = tokens_of(data["input_prefix"], ctx, "input_prefix", &prefix); !st.ok()) return st;
-  if (Status st = tokens_of(data["input_suffix"], ctx, "input_suffix", &suffix); !st.ok()) return st;
+  if (Status st = fim_tokens_of(data["input_prefix"], ctx, "input_prefix", &prefix); !st.ok()) return st;
+  if (Status st = fim_tokens_of(data["input_suffix"], ctx, "input_suffix", &suffix); !st.ok()) return st;
   if (data.contains("prompt")) {
     if (Status st = (*ctx.tokenize)(data["prompt"].get<std::string>(), false, /*parse_special=*/true, &prompt); !st.ok()) return st;
   }
@@ -76,7 +78,7 @@ Status infill_body(std::string_view body, const Context& ctx, std::string* out) 
     extra_tokens.push_back(f.fim_rep);
     if (Status st = text("myproject\n", &extra_tokens); !st.ok()) return st;
   }
-  for (const json& chunk : extra) {
+  for (const FimJson& chunk : extra) {
     if (f.fim_sep >= 0) {
       extra_tokens.push_back(f.fim_sep);
       if (Status st = text(chunk.value("filename", std::string("tmp")) + "\n", &extra_tokens); !st.ok()) return st;

@@ -13,7 +13,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-Status bad(std::string message, const char* param) { return Status(ErrorCode::kBadRequest, std::move(message), param); }
+Status rerank_error(std::string message, const char* param) { return Status(ErrorCode::kBadRequest, std::move(message), param); }
 
 void replace_all(std::string& s, std::string_view from, const std::string& to) {
   for (std::size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size()) s.replace(at, from.size(), to);
@@ -25,19 +25,19 @@ Status parse(std::string_view body, std::size_t max_bytes, Request* out) {
   const json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status(ErrorCode::kInvalidJson, "the body must be a JSON object");
   if (j.contains("model") && j["model"].is_string()) out->model = j["model"].get<std::string>();
-  if (!j.contains("query")) return bad("\"query\" must be provided", "query");
-  if (!j["query"].is_string()) return bad("\"query\" must be a string", "query");
+  if (!j.contains("query")) return rerank_error("\"query\" must be provided", "query");
+  if (!j["query"].is_string()) return rerank_error("\"query\" must be a string", "query");
   out->query = j["query"].get<std::string>();
   out->tei = j.contains("texts");
   const char* field = out->tei ? "texts" : "documents";
   const json docs = j.value(field, json());
-  if (!docs.is_array() || docs.empty()) return bad(std::string("\"") + field + "\" must be a non-empty string array", field);
-  if (docs.size() > kMaxDocuments) return bad("at most " + std::to_string(kMaxDocuments) + " documents", field);
+  if (!docs.is_array() || docs.empty()) return rerank_error(std::string("\"") + field + "\" must be a non-empty string array", field);
+  if (docs.size() > kMaxDocuments) return rerank_error("at most " + std::to_string(kMaxDocuments) + " documents", field);
   std::size_t bytes = out->query.size() * docs.size();
   for (const json& d : docs) {
     // Cohere's and Jina's documents may also be {"text": ...}.
     const json* text = d.is_string() ? &d : d.is_object() && d.contains("text") && d["text"].is_string() ? &d["text"] : nullptr;
-    if (text == nullptr) return bad(std::string("\"") + field + "\" must be a non-empty string array", field);
+    if (text == nullptr) return rerank_error(std::string("\"") + field + "\" must be a non-empty string array", field);
     out->documents.push_back(text->get<std::string>());
     bytes += out->documents.back().size();
   }
@@ -46,12 +46,12 @@ Status parse(std::string_view body, std::size_t max_bytes, Request* out) {
                                                                      std::to_string(max_bytes));
   out->top_n = static_cast<std::int32_t>(out->documents.size());
   if (j.contains("top_n")) {
-    if (!j["top_n"].is_number_integer() || j["top_n"].get<std::int64_t>() < 1) return bad("\"top_n\" must be a positive integer", "top_n");
+    if (!j["top_n"].is_number_integer() || j["top_n"].get<std::int64_t>() < 1) return rerank_error("\"top_n\" must be a positive integer", "top_n");
     out->top_n = static_cast<std::int32_t>(std::min<std::int64_t>(j["top_n"].get<std::int64_t>(), out->top_n));
   }
   const char* text_flag = out->tei ? "return_text" : "return_documents";
   if (j.contains(text_flag)) {
-    if (!j[text_flag].is_boolean()) return bad(std::string("\"") + text_flag + "\" must be a boolean", text_flag);
+    if (!j[text_flag].is_boolean()) return rerank_error(std::string("\"") + text_flag + "\" must be a boolean", text_flag);
     out->return_text = j[text_flag].get<bool>();
   }
   return {};
