@@ -76,16 +76,10 @@ double predicted_load_s(const LoaderState& l, const std::string& model, std::uin
                                         : rate(l.remote_bytes_s, priors.remote_bytes_s);
   // The queue moves at the disk's pace in the common case (prefetches, other loads).
   const bool make_room = l.budget_bytes > 0 && l.held_bytes + bytes > l.budget_bytes;
-  // Model servers starting there now take the cores (and the device's link) this start needs:
-  // counted as if the starts ran one after another. Measured: a load beside another on one agent
-  // reached serving in 4.72 s where 2.64 s was predicted without them.
-  double starting = 0;
-  for (const LoaderModel& o : l.models) {
-    if (o.name != model && (o.state == "filling" || o.state == "starting")) ++starting;
-  }
-  const double start = rate(l.start_s, priors.start_s);
+  // Other models starting there are not counted: charging each a whole start (as if starts ran one
+  // after another) over-predicted overlapping loads by 0.7-2.8x (docs/BENCHMARKS.md "Serverless").
   return static_cast<double>(bytes) / from + static_cast<double>(l.queue_bytes) / rate(l.nvme_bytes_s, priors.nvme_bytes_s) +
-         start * (1 + starting) + (make_room ? rate(l.stop_s, priors.stop_s) : 0.0);
+         rate(l.start_s, priors.start_s) + (make_room ? rate(l.stop_s, priors.stop_s) : 0.0);
 }
 
 int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes, const LoadPriors& priors) {

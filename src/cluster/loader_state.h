@@ -62,9 +62,8 @@ struct LoadPriors {
 
 // The predicted seconds until `model` (of `bytes`) serves on `l`: its bytes from the fastest tier
 // that holds them at that tier's measured rate, behind the store's queue, then a model server's
-// start (one more for every other model filling or starting there: starts share the cores), after
-// an idle model's unload where the budget needs its room; 0 when it is loading there already.
-// Negative: it cannot be admitted there (its budget is held by models in use).
+// start, after an idle model's unload where the budget needs its room; 0 when it is loading there
+// already. Negative: it cannot be admitted there (its budget is held by models in use).
 double predicted_load_s(const LoaderState& l, const std::string& model, std::uint64_t bytes, const LoadPriors& priors);
 // The loader with the lowest prediction (ties: the least held), or -1 when none can take it.
 int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes,

@@ -52,16 +52,6 @@ TEST(LoaderState, TheFastestTierThatHoldsTheModelWinsBehindEachStoresQueue) {
   EXPECT_EQ(choose_loader(ls, "m", 4 * gb), 0);
 }
 
-TEST(LoaderState, ModelsStartingOnALoaderDelayAStartThere) {
-  const std::uint64_t gb = 1'000'000'000;
-  LoaderState busy = loader("busy", {{"m", "dram"}, {"a", "starting"}, {"b", "filling"}, {"c", "loaded"}, {"d", "queued"}});
-  EXPECT_DOUBLE_EQ(predicted_load_s(busy, "m", 4 * gb, {}), 0.5 + 3 * 0.25) << "two starts ahead of it, then its own";
-  LoaderState idle = loader("idle", {{"m", "nvme"}});
-  EXPECT_DOUBLE_EQ(predicted_load_s(idle, "m", 4 * gb, {}), 2.25);
-  busy.start_s = 1;
-  EXPECT_EQ(choose_loader({busy, idle}, "m", 4 * gb), 1) << "the NVMe tier of an idle loader beats DRAM behind two starts";
-}
-
 TEST(LoaderState, UnmeasuredRatesUseThePriorsAndABudgetHeldByModelsInUseExcludesALoader) {
   LoaderState fresh = loader("fresh", {{"m", "nvme"}});
   fresh.nvme_bytes_s = 0;
