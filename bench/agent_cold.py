@@ -67,6 +67,8 @@ def agent_rounds(a, name, agent_flags, umad_flags):
         for i in range(a.runs + 1):  # the first round warms the page cache and the driver: not counted
             if "--no-standby" not in agent_flags:
                 until(lambda: metric(get(base + "/metrics"), "uma_agent_standby_ready") == 1, "standby ready")
+            if "--no-standby" not in agent_flags and "--no-standby-pins" not in agent_flags:
+                until(lambda: metric(get(base + "/metrics"), "uma_agent_standby_pinned_images") == 1, "image pinned ahead")
             t0 = time.perf_counter()
             done = post(base + "/load", {"model": "cold", "stream": False})
             t_load = time.perf_counter() - t0
@@ -89,8 +91,9 @@ def agent_rounds(a, name, agent_flags, umad_flags):
     copies = []
     for f in sorted(os.listdir(run)):
         if f.endswith(".log"):
-            for m in re.finditer(r"copied from host memory: (\d+) MiB in ([\d.]+) s \(pinning its pages ([\d.]+) s\)", open(os.path.join(run, f)).read()):
-                copies.append((float(m.group(2)), float(m.group(3))))
+            for m in re.finditer(r"copied from host memory: (\d+) MiB in ([\d.]+) s \((?:pinning its pages ([\d.]+) s|pinned ahead)\)",
+                                 open(os.path.join(run, f)).read()):
+                copies.append((float(m.group(2)), float(m.group(3) or 0)))
     if copies:
         for k, key in enumerate(("copy_s", "pin_s")): extra[key] = statistics.median(c[k] for c in copies)
     return rows, extra
@@ -115,12 +118,15 @@ def llama_server_rounds(a):
 def main():
     ap = argparse.ArgumentParser()
     for k in ("agent", "llama-server", "model", "redis", "work"): ap.add_argument("--" + k, required=True)
+    ap.add_argument("--gpu", action="store_true")
     ap.add_argument("--runs", type=int, default=5); ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     results, extras = [], {}
     results += llama_server_rounds(a)
-    for name, af, uf in (("fresh+map", ["--no-standby"], ["--no-host-copy"]), ("fresh+copy", ["--no-standby"], []),
-                         ("standby+copy", [], [])):
+    configs = [("fresh+map", ["--no-standby"], ["--no-host-copy"]), ("fresh+copy", ["--no-standby"], []),
+               ("standby+copy", ["--no-standby-pins"], [])]
+    if a.gpu: configs.append(("standby+pinned ahead", [], []))
+    for name, af, uf in configs:
         rows, extras[name] = agent_rounds(a, name, af, uf)
         results += rows
     with open(os.path.join(a.work, "results.jsonl"), "w") as f:

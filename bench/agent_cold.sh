@@ -4,7 +4,10 @@
 #   fresh+map      a umad spawned per load, llama.cpp uploading its mapping of the image (--no-standby,
 #                  umad --no-host-copy)
 #   fresh+copy     a umad spawned per load, the image pinned in the umad and copied (--no-standby)
-#   standby+copy   the agent's standby umad (GPU contexts ready) takes the load (the default)
+#   standby+copy   the agent's standby umad (GPU contexts ready) takes the load and pins the image
+#                  then (--no-standby-pins)
+#   standby+pinned ahead  the standby pinned the DRAM tier's image while it waited (the default;
+#                  a GPU only: nothing pins on a CPU)
 # Each round: unload (wait for the exit), wait for the standby, POST /load, then one token.
 # Env: UMA_BUNDLE, UMA_GPU (cuda: build-cuda, 8B Q4_0; else the small Q8_0 on the CPU),
 # UMA_COLD_RUNS (5), UMA_COLD_PRESET (8b:q4_0 on a GPU, small:q8_0 otherwise).
@@ -37,4 +40,4 @@ for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sle
 [ -n "${UMA_GPU:-}" ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >&2 || true
 log "$(stat -c %s "$model") bytes ($preset), $runs rounds each, $(nproc) cores"
 python3 bench/agent_cold.py --agent "$B/uma-agent" --llama-server "$L/llama-server" --model "$model" \
-  --redis "127.0.0.1:$rport" --work "$work" --runs "$runs" --threads "${UMA_COLD_THREADS:-$(nproc)}"
+  --redis "127.0.0.1:$rport" --work "$work" --runs "$runs" --threads "${UMA_COLD_THREADS:-$(nproc)}" ${UMA_GPU:+--gpu}

@@ -249,6 +249,9 @@ std::string host_metrics_text(const ModelHost& host) {
   out += "uma_agent_models_held_bytes " + std::to_string(host.held_bytes()) + "\n";
   prom::family(out, "uma_agent_standby_ready", "1 while a standby umad waits, its GPU contexts ready", prom::Type::kGauge);
   prom::sample(out, "uma_agent_standby_ready", "", std::uint64_t{host.standby_ready() ? 1u : 0u});
+  prom::family(out, "uma_agent_standby_pinned_images", "DRAM-tier images the standby holds pinned for the load that takes it",
+               prom::Type::kGauge);
+  prom::sample(out, "uma_agent_standby_pinned_images", "", static_cast<std::uint64_t>(host.standby_pinned_images()));
   out += "# HELP uma_agent_models_budget_bytes the budget (0: none)\n# TYPE uma_agent_models_budget_bytes gauge\n";
   out += "uma_agent_models_budget_bytes " + std::to_string(host.config().budget.bytes) + "\n";
   prom::family(out, "uma_agent_model_state", "each model this agent holds, 1 in its state (queued, filling, starting, loaded, unloading)",

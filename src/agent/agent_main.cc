@@ -80,6 +80,9 @@ int main(int argc, char** argv) {
   app.add_flag("--standby,!--no-standby", hc.standby, "keep one umad started ahead, its GPU contexts ready: a cold "
                "model's start is its load, not a process's and the driver's start (default on)")
       ->envname("UMA_AGENT_STANDBY");
+  app.add_flag("--standby-pins,!--no-standby-pins", hc.standby_pins, "the standby pins the DRAM tier's images (at most "
+               "16) while it waits, so the load that takes it is its copy alone; the pages stay locked (default on)")
+      ->envname("UMA_AGENT_STANDBY_PINS");
   app.add_flag("--debug", debug, "debug logs")->envname("UMA_AGENT_DEBUG");
   std::vector<std::string> raw(argv + 1, argv + argc);
   if (auto dash = std::find(raw.begin(), raw.end(), "--"); dash != raw.end()) {

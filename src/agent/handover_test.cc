@@ -18,6 +18,15 @@ struct Pair {
   }
 };
 
+// A handover's message (a pin set fails the test).
+Status receive_handover(int fd, Handover* out, bool* closed) {
+  StandbyMessage m;
+  Status s = receive_standby_message(fd, &m, closed);
+  EXPECT_FALSE(m.is_pin_set);
+  *out = m.handover;
+  return s;
+}
+
 ino_t inode(int fd) {
   struct stat st {};
   EXPECT_EQ(::fstat(fd, &st), 0);
@@ -84,11 +93,46 @@ TEST(Handover, WhatCannotBeAHandoverIsRefusedOnBothSides) {
   // A message without descriptors, and one whose last argument has no end.
   Handover got;
   bool closed = false;
-  ASSERT_EQ(::send(p.fds[0], "--model\0x", 9, 0), 9);
+  ASSERT_EQ(::send(p.fds[0], "H--model\0x", 10, 0), 10);
   EXPECT_EQ(receive_handover(p.fds[1], &got, &closed).code(), ErrorCode::kInvalidArgument);
-  ASSERT_EQ(::send(p.fds[0], "--model", 7, 0), 7);
+  ASSERT_EQ(::send(p.fds[0], "--model", 7, 0), 7);  // no kind
   EXPECT_EQ(receive_handover(p.fds[1], &got, &closed).code(), ErrorCode::kInvalidArgument);
+  ASSERT_EQ(::send(p.fds[0], "Px", 2, 0), 2);  // a pin set with bytes
+  StandbyMessage m;
+  EXPECT_EQ(receive_standby_message(p.fds[1], &m, &closed).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(send_pin_set(p.fds[0], std::vector<int>(kMaxPinnedImages + 1, log[0])).code(), ErrorCode::kInvalidArgument);
   for (int fd : {log[0], log[1]}) ::close(fd);
+}
+
+TEST(Handover, PinSetsArriveBeforeTheHandoverWithTheirImages) {
+  Pair p;
+  int images[3];
+  for (int& fd : images) {
+    fd = ::memfd_create("image", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+  }
+  ASSERT_TRUE(send_pin_set(p.fds[0], {images[0], images[1]}).ok());
+  ASSERT_TRUE(send_pin_set(p.fds[0], {}).ok());  // every pin released
+  int log[2];
+  ASSERT_EQ(::pipe(log), 0);
+  ASSERT_TRUE(send_handover(p.fds[0], {{"--model", "/proc/self/fd/3"}, log[1], images[2]}).ok());
+  bool closed = true;
+  StandbyMessage first, second, third;
+  ASSERT_TRUE(receive_standby_message(p.fds[1], &first, &closed).ok());
+  EXPECT_FALSE(closed);
+  ASSERT_TRUE(first.is_pin_set);
+  ASSERT_EQ(first.images.size(), 2u);
+  EXPECT_EQ(inode(first.images[0]), inode(images[0]));
+  EXPECT_EQ(inode(first.images[1]), inode(images[1]));
+  ASSERT_TRUE(receive_standby_message(p.fds[1], &second, &closed).ok());
+  EXPECT_TRUE(second.is_pin_set);
+  EXPECT_TRUE(second.images.empty());
+  ASSERT_TRUE(receive_standby_message(p.fds[1], &third, &closed).ok());
+  EXPECT_FALSE(third.is_pin_set);
+  EXPECT_EQ(third.handover.args, (std::vector<std::string>{"--model", "/proc/self/fd/3"}));
+  EXPECT_EQ(inode(third.handover.image_fd), inode(images[2]));
+  for (int fd : first.images) ::close(fd);
+  for (int fd : {third.handover.log_fd, third.handover.image_fd, log[0], log[1], images[0], images[1], images[2]}) ::close(fd);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "agent/model_host.h"
+#include "agent/handover.h"
 #include "agent/model_host_entry.h"
 
 #include <sys/wait.h>
@@ -64,18 +65,38 @@ void ModelHost::spawn_standby() {
   constexpr int kStandbyAttempts = 3;
   if (!config_.standby || stopping_ || standby_ || standby_failures_ >= kStandbyAttempts) return;
   const std::string log = config_.run_dir + "/standby-" + std::to_string(++standby_seq_) + ".log";
+  standby_pinned_ = 0;
   Status s = ModelProcess::spawn_standby(io_, config_.umad, log, [this](const StatusLine& line) {
+    if (line.event == "pinned") standby_pinned_ = line.images;
     if (line.event != "standby") return;
     standby_ready_ = true;
     standby_failures_ = 0;
     asio::post(io_, [this, alive = alive_] {
-      if (*alive) pump();  // not from inside the standby's own listener, which a handover replaces
+      if (!*alive) return;  // not from inside the standby's own listener, which a handover replaces
+      sync_standby_pins();
+      pump();
     });
   }, &standby_);
   if (!s.ok()) {
     ++standby_failures_;
     spdlog::warn("cannot start a standby umad: {}", s.to_string());
   }
+}
+
+void ModelHost::sync_standby_pins() {
+  if (!standby_ready() || !config_.standby_pins) return;
+  std::vector<std::shared_ptr<store::ModelImage>> images = store_->dram_images();
+  if (images.size() > kMaxPinnedImages) images.resize(kMaxPinnedImages);  // the most recently used
+  std::vector<const store::ModelImage*> set;
+  std::vector<int> fds;
+  for (const auto& image : images) {
+    set.push_back(image.get());
+    fds.push_back(image->fd());
+  }
+  if (standby_pin_set_to_ == standby_seq_ && set == standby_pin_set_) return;
+  if (Status s = standby_->send_pin_set(fds); !s.ok()) return spdlog::warn("the standby umad: {}", s.to_string());
+  standby_pin_set_ = std::move(set);
+  standby_pin_set_to_ = standby_seq_;
 }
 
 void ModelHost::on_standby_exit(int status) {
@@ -343,6 +364,7 @@ void ModelHost::on_status(const std::string& id, const StatusLine& line) {
 void ModelHost::tick() {
   const auto now = Clock::now();
   const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - steady_epoch_).count();
+  sync_standby_pins();
   if (!stopping_) {
     for (const std::string& id : expired(residents(true), now_ms)) {
       if (Entry* e = find(id)) begin_unload(*e, "keep_alive");

@@ -69,6 +69,8 @@ struct HostConfig {
   // One umad kept started ahead (daemon/standby.h, its GPU contexts ready): a cold model's start
   // takes it instead of a process start and the driver's, and another is started once it serves.
   bool standby = true;
+  // It pins the DRAM tier's images while it waits (runtime/host_pins.h).
+  bool standby_pins = true;
 };
 
 // Where a model's bytes come from.
@@ -137,6 +139,7 @@ class ModelHost {
   std::vector<ModelInfo> models() const;
   const HostCounters& counters() const { return counters_; }
   bool standby_ready() const { return standby_ && standby_ready_; }
+  int standby_pinned_images() const { return standby_ready() ? standby_pinned_ : 0; }
   std::uint64_t held_bytes() const;  // the budget in use
   std::uint64_t idle_bytes() const;  // of it, idle loaded models' (room a load can take)
   // Its own loads, measured, routing's L term: the fill's rate per tier the bytes came from
@@ -172,6 +175,7 @@ class ModelHost {
   void spawn_standby();
   void record_start(double seconds);
   void on_standby_exit(int status);
+  void sync_standby_pins();
   std::vector<Resident> residents(bool unloading_as_leaving) const;
   Entry* find(const std::string& id);
   std::int64_t wall_ms(Clock::time_point t) const;
@@ -200,6 +204,10 @@ class ModelHost {
   bool standby_ready_ = false;
   int standby_failures_ = 0;  // standbys that exited before they were ready; 3 in a row: no more
   std::uint64_t standby_seq_ = 0;
+  // The pin set last sent (agent/handover.h), to which standby, and what it answered.
+  std::vector<const store::ModelImage*> standby_pin_set_;
+  std::uint64_t standby_pin_set_to_ = 0;
+  int standby_pinned_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

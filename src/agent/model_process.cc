@@ -76,6 +76,11 @@ Status ModelProcess::hand_over(const ProcessSpec& spec, Listener listener) {
   return s;
 }
 
+Status ModelProcess::send_pin_set(const std::vector<int>& image_fds) {
+  if (handover_fd_ < 0 || !running() || exit_status_ >= 0) return {ErrorCode::kInternal, "no standby to pin images"};
+  return agent::send_pin_set(handover_fd_, image_fds);
+}
+
 Status ModelProcess::launch(boost::asio::io_context& io, std::vector<std::string> args, int image_fd, int handover_fd,
                             const std::string& log_path, Listener listener, std::unique_ptr<ModelProcess>* out) {
   std::vector<char*> argv;
@@ -157,6 +162,7 @@ void ModelProcess::read() {
       line.event = j["event"].get<std::string>();
       if (j.contains("http_port") && j["http_port"].is_number_unsigned()) line.http_port = j["http_port"].get<std::uint16_t>();
       if (j.contains("why") && j["why"].is_string()) line.why = j["why"].get<std::string>();
+      if (j.contains("images") && j["images"].is_number_unsigned()) line.images = j["images"].get<int>();
       listener_(line);
       if (!*alive) return;  // the listener let go of this process
     }

@@ -39,8 +39,9 @@ struct ProcessSpec {
 
 // One status line from the child.
 struct StatusLine {
-  std::string event;  // standby | ready | busy | idle | stopping
+  std::string event;  // standby | pinned | ready | busy | idle | stopping
   std::uint16_t http_port = 0;
+  int images = 0;  // pinned: how many of the pin set the standby holds pinned
   std::string why;
 };
 
@@ -57,6 +58,8 @@ class ModelProcess {
   // `listener` hears its lines from now on. Fails when this is no standby or it is gone.
   Status hand_over(const ProcessSpec& spec, Listener listener);
   bool is_standby() const { return handover_fd_ >= 0; }
+  // Tells this standby the images to keep pinned (agent/handover.h); it answers "pinned".
+  Status send_pin_set(const std::vector<int>& image_fds);
   ~ModelProcess();
   ModelProcess(const ModelProcess&) = delete;
   ModelProcess& operator=(const ModelProcess&) = delete;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "agent/handover.h"
+#include "runtime/host_pins.h"
 #include "runtime/llama_runtime.h"
 
 namespace uma {
@@ -51,11 +52,35 @@ Status await_handover(int argc, char** argv, std::vector<std::string>* args) {
   spdlog::info("standby: backends ready, {} GPU context(s) in {:.3f} s", gpus,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   write_line(status_fd, R"({"event":"standby"})");
+  HostPins& pins = process_host_pins();
   agent::Handover h;
-  bool closed = false;
-  Status st = agent::receive_handover(socket_fd, &h, &closed);
+  for (;;) {
+    agent::StandbyMessage m;
+    bool closed = false;
+    if (Status st = agent::receive_standby_message(socket_fd, &m, &closed); !st.ok() || closed) {
+      ::close(socket_fd);
+      return st;
+    }
+    if (!m.is_pin_set) {
+      h = std::move(m.handover);
+      break;
+    }
+    const auto p0 = std::chrono::steady_clock::now();
+    const int pinned = pins.set(m.images);
+    for (int fd : m.images) ::close(fd);  // a mapping keeps its memfd
+    spdlog::info("standby: {} of {} image(s) pinned in {:.3f} s", pinned, m.images.size(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count());
+    write_line(status_fd, R"({"event":"pinned","images":)" + std::to_string(pinned) + "}");
+  }
   ::close(socket_fd);
-  if (!st.ok() || closed) return st;
+  // Only the handed image's pin is of use now (its load takes it: runtime/image_loader.h).
+  const auto r0 = std::chrono::steady_clock::now();
+  const std::size_t before = pins.size();
+  pins.keep_only(h.image_fd);
+  if (before > 0) {
+    spdlog::info("standby: {} pin(s) of other images released in {:.3f} s", before - pins.size(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count());
+  }
   // Its own log from here on, and the image where --model /proc/self/fd/3 finds it.
   ::dup2(h.log_fd, STDOUT_FILENO);
   ::dup2(h.log_fd, STDERR_FILENO);

@@ -3,9 +3,10 @@
 //
 // Started as `umad --standby-fd N --status-fd S` (exactly so), it initialises llama.cpp's backends
 // and a context on every GPU, writes {"event":"standby"} on S and waits on N (a Unix socket) for
-// the agent's handover (agent/handover.h): its log becomes stdout and stderr, the image (if any)
-// descriptor 3, as a freshly spawned umad's would be, and the command line handed over is the one
-// it runs from then on. The socket closed without a handover: the standby is not needed.
+// the agent's messages (agent/handover.h). A pin set pins the DRAM tier's images it names
+// (runtime/host_pins.h) and is answered {"event":"pinned","images":K}. At the handover its log
+// becomes stdout and stderr, the image (if any) descriptor 3, as a freshly spawned umad's would
+// be, and the command line handed over is the one it runs from then on. The socket closed without a handover: the standby is not needed.
 #pragma once
 
 #include <string>

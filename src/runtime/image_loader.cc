@@ -16,6 +16,7 @@
 
 #include "ggml-backend.h"
 #include "llama.h"
+#include "runtime/host_pins.h"
 #include "runtime/llama_runtime.h"
 
 namespace uma {
@@ -85,29 +86,6 @@ ggml_backend_dev_t first_gpu() {
     if (ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_GPU) return d;
   }
   return nullptr;
-}
-
-// The first GPU backend's way to page-lock memory the caller allocated (cudaHostRegister under
-// CUDA); both null where there is none.
-struct HostRegistration {
-  using Register = bool (*)(void*, size_t);
-  using Unregister = void (*)(void*);
-  Register add = nullptr;
-  Unregister remove = nullptr;
-};
-
-HostRegistration host_registration() {
-  ggml_backend_dev_t gpu = first_gpu();
-  ggml_backend_reg_t reg = gpu ? ggml_backend_dev_backend_reg(gpu) : nullptr;
-  if (reg == nullptr) return {};
-  HostRegistration r;
-  r.add = reinterpret_cast<HostRegistration::Register>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_register_host_buffer"));
-  r.remove = reinterpret_cast<HostRegistration::Unregister>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_unregister_host_buffer"));
-  if (r.add == nullptr || r.remove == nullptr) return {};
-  // ggml's CUDA backend registers host memory only when this is set (the switch llama.cpp's own
-  // --mmap users flip); without it every registration says no and the copy is pageable.
-  ::setenv("GGML_CUDA_REGISTER_HOST", "1", /*overwrite=*/0);
-  return r;
 }
 
 }  // namespace
@@ -218,15 +196,23 @@ llama_model* load_model_from_host_file(const std::string& path, const llama_mode
   if (r.add == nullptr) return nullptr;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return nullptr;  // the caller's own load says why
+  const auto t0 = Clock::now();
+  // A standby pinned it ahead (host_pins.h): the load is the copy alone.
+  HostPins& pins = process_host_pins();
+  PinnedFile file = pins.take(fd).value_or(PinnedFile{});
+  const bool pinned_ahead = file.data != nullptr;
   struct statfs fs {};
   struct stat st {};
-  const bool in_memory = ::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == HUGETLBFS_MAGIC) &&
-                         ::fstat(fd, &st) == 0 && st.st_size > 0;
-  const auto size = static_cast<std::size_t>(in_memory ? st.st_size : 0);
-  void* data = in_memory ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-  FILE* f = data == MAP_FAILED ? nullptr : ::fdopen(fd, "rb");
+  const bool in_memory = pinned_ahead || (::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == HUGETLBFS_MAGIC) &&
+                                          ::fstat(fd, &st) == 0 && st.st_size > 0);
+  if (!pinned_ahead && in_memory) {
+    file.size = static_cast<std::size_t>(st.st_size);
+    file.data = ::mmap(nullptr, file.size, PROT_READ, MAP_SHARED, fd, 0);
+    if (file.data == MAP_FAILED) file.data = nullptr;
+  }
+  FILE* f = file.data == nullptr ? nullptr : ::fdopen(fd, "rb");
   if (f == nullptr) {
-    if (data != MAP_FAILED) ::munmap(data, size);
+    if (file.data != nullptr) ::munmap(file.data, file.size);
     ::close(fd);
     return nullptr;  // not in memory: llama.cpp's own load
   }
@@ -234,22 +220,22 @@ llama_model* load_model_from_host_file(const std::string& path, const llama_mode
   // thread while the copy ran, the load aborted in the CUDA backend (tensors are not page-aligned,
   // so some tensor's copy spans two registrations). Unpinned, the copy is pageable: slower, correct.
   *handled = true;
-  const auto t0 = Clock::now();
-  const bool pinned = r.add(data, size);
+  const bool pinned = pinned_ahead || r.add(file.data, file.size);
   const double pinning = std::chrono::duration<double>(Clock::now() - t0).count();
   std::setvbuf(f, nullptr, _IOFBF, 256 << 10);
   llama_model_params mp = params;
   mp.load_mode = LLAMA_LOAD_MODE_NONE;
-  llama_model* model = llama_model_load_from_file_ptr_and_data(f, data, size, nullptr, nullptr, mp);
+  llama_model* model = llama_model_load_from_file_ptr_and_data(f, file.data, file.size, nullptr, nullptr, mp);
   std::fclose(f);
-  if (pinned) r.remove(data);  // the weights are the GPU's now
-  ::munmap(data, size);
+  if (pinned) r.remove(file.data);  // the weights are the GPU's now
+  ::munmap(file.data, file.size);
   if (model == nullptr) *status = {ErrorCode::kModelLoad, "cannot load model '" + path + "' from host memory"};
   if (stats) {
     *stats = {};
     stats->path = static_cast<int>(ImageLoadPath::kCopy);
     stats->register_seconds = pinning;
-    stats->bytes_read = size;
+    stats->pinned_ahead = pinned_ahead;
+    stats->bytes_read = file.size;
     stats->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   return model;

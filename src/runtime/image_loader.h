@@ -43,6 +43,7 @@ struct ImageLoadStats {
   std::uint64_t bytes_read = 0;
   int path = 0;  // the ImageLoadPath taken
   double register_seconds = 0;  // a file in host memory: pinning its pages (part of seconds)
+  bool pinned_ahead = false;      // a standby had pinned the file (runtime/host_pins.h)
 };
 
 enum class ImageLoadPath { kAuto, kStream, kMap, kCopy };

@@ -160,8 +160,8 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
       rt->model_ = load_model_from_host_file(config.model_path, mp, &handled, status, &ls);
       if (handled && rt->model_ == nullptr) return nullptr;
       if (handled) {
-        spdlog::info("model copied from host memory: {:.0f} MiB in {:.3f} s (pinning its pages {:.3f} s)",
-                     ls.bytes_read / 1048576.0, ls.seconds, ls.register_seconds);
+        spdlog::info("model copied from host memory: {:.0f} MiB in {:.3f} s ({})", ls.bytes_read / 1048576.0, ls.seconds,
+                     ls.pinned_ahead ? std::string("pinned ahead") : fmt::format("pinning its pages {:.3f} s", ls.register_seconds));
       }
     }
     if (!handled) rt->model_ = llama_model_load_from_file(config.model_path.c_str(), mp);

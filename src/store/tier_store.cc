@@ -270,6 +270,20 @@ std::vector<FillRecord> TierStore::history() const {
   return history_;
 }
 
+std::vector<std::shared_ptr<ModelImage>> TierStore::dram_images() const {
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<ModelImage>>> kept;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, e] : entries_) {
+      if (e.image && e.image->fd() >= 0 && e.image->complete()) kept.emplace_back(e.last_used, e.image);
+    }
+  }
+  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::shared_ptr<ModelImage>> out;
+  for (auto& [used, image] : kept) out.push_back(std::move(image));
+  return out;
+}
+
 std::vector<ModelTierInfo> TierStore::list() const {
   std::lock_guard lock(mu_);
   std::vector<ModelTierInfo> out;

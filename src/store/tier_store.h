@@ -111,6 +111,8 @@ class TierStore {
   std::vector<FillRecord> history() const;
   // Every model it has been asked for, and the complete files of its NVMe directory.
   std::vector<ModelTierInfo> list() const;
+  // The DRAM tier's complete images that live in a memfd (a standby pins them ahead), by recency.
+  std::vector<std::shared_ptr<ModelImage>> dram_images() const;
   std::string nvme_path(const std::string& id) const;
   HostPool& pool() { return host_pool_; }
 

@@ -32,6 +32,7 @@ class Agent {
   int port() const { return port_; }
   std::string id() const { return "127.0.0.1:" + std::to_string(port_); }  // its cluster id
   std::string log() const;
+  std::string run_dir() const { return run_dir_; }  // the umads' logs and sockets
 
  private:
   std::string log_path_, run_dir_;

@@ -65,6 +65,13 @@ TEST(Agent, LoadsOnDemandWithProgressAndServesOneModelExactlyWhileAnotherLoadsAn
   EXPECT_EQ(metric("uma_agent_standby_starts_total"), 1) << "A's umad was the standby";
   // Another is started for the next cold model once A serves.
   ASSERT_TRUE(eventually([&] { return metric("uma_agent_standby_ready") == 1; }, "the next standby ready")) << agent.log();
+  // It is told the DRAM tier's image (A's) to pin ahead; only a GPU backend can pin it.
+  const auto standby_log = [&] {
+    std::ifstream in(agent.run_dir() + "/standby-2.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_TRUE(eventually([&] { return standby_log().find(" of 1 image(s) pinned") != std::string::npos; }, "the pin set"))
+      << standby_log();
   json row = model_row(agent.port(), "oracle-a");
   EXPECT_EQ(row["state"], "loaded");
   EXPECT_GT(row["loaded_at"].get<std::int64_t>(), 0);
