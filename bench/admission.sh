@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12's benchmark, one command: does a large max_tokens cost anything when the reply stops
+# One command: does a large max_tokens cost anything when the reply stops
 # early? The oracle model, n_ctx 8192, --max-tokens 4096 (a cap), 16 concurrent HTTP requests that
 # each stop on a stop string after 72 tokens, asking for max_tokens 80, 1024 and 4000: the same
 # work each time, so the wall times should match. Also records the most requests seen decoding at

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# n choices (issue 15): one /v1/completions request with n = 4 against n = 1, on a ~1000-token
+# n choices: one /v1/completions request with n = 4 against n = 1, on a ~1000-token
 # prompt, with the prefix cache (the choices share the prompt's KV: one prefill) and without it
 # (every choice prefills the prompt). Wall time of the whole response and the prompt tokens the
 # cache served, alternating, same run; llama-server with the same request as the reference.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 32's CPU rows, one command: 16 clients in a closed loop (128-token prompts, 64 tokens out,
+# A closed loop and a long prompt on the CPU, one command: 16 clients in a closed loop (128-token prompts, 64 tokens out,
 # every request exactly 64: --ignore-eos on both sides), umad over its socket and over HTTP against
 # llama-server, same model file, threads and context; then one ~2000-token prompt arriving while 8
 # streams decode (its TTFT, and the streams' worst gap while it goes in).

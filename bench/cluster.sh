@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16's benchmark: the cluster (scripts/cluster.sh) under a shared-prefix workload modelled on
+# The cluster (scripts/cluster.sh) under a shared-prefix workload modelled on
 # llm-d's and SGLang's (G groups of users, each group with its own long system prompt, each user a
 # multi-turn conversation: uma-bench --workload groups), one fresh cluster per routing policy:
 # TTFT p50/p90 and tok/s for predicted, round-robin, least-loaded and seed; then, on one agent,
@@ -17,11 +17,11 @@
 #      UMA_CLUSTER_OVERHEAD_N (200 requests in each of its 4 rounds a side),
 #      UMA_AGENT_GPUS (scripts/cluster.sh: "0 1 2 3" gives agent i GPU i mod 4), UMA_AGENT_EXTRA (more
 #      umad flags for every agent), UMA_CLUSTER_GW_EXTRA (more uma-gw flags).
-# The figures in docs/BENCHMARKS.md (sessions 11 and 13): UMA_CLUSTER_GROUPS=12 UMA_CLUSTER_USERS=2
-#      UMA_CLUSTER_REQUESTS=240 UMA_CLUSTER_POLICIES="predicted round-robin" UMA_CLUSTER_OVERHEAD=0
-#      bench/cluster.sh (session 11 adds UMA_AGENT_EXTRA="--prefix-cache-mb 512": the working set
-#      larger than one agent's prefix memory, a third of it within each's; session 13 runs it at the
-#      default, an eighth of the machine's memory: 3013 MiB there)
+# docs/BENCHMARKS.md's routing rows ("Routing policies on this CPU"): UMA_CLUSTER_GROUPS=12
+#      UMA_CLUSTER_USERS=2 UMA_CLUSTER_REQUESTS=240 UMA_CLUSTER_POLICIES="predicted round-robin"
+#      UMA_CLUSTER_OVERHEAD=0 bench/cluster.sh, at the default --prefix-cache-mb (an eighth of the
+#      machine's memory); UMA_AGENT_EXTRA="--prefix-cache-mb 512" makes the working set larger
+#      than one agent's prefix memory, a third of it within each's.
 # uma-bench reports the rounds after the first apart (its JSON's last run): the first opens every
 # conversation, and its requests wait for a prefix nobody holds yet under any policy.
 # On a multi-GPU machine: UMA_AGENT_GPUS="0 1 2 3" UMA_CLUSTER_AGENTS=4 (and a larger model, prefix

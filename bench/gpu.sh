@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU serving benchmark, one command on a machine with an NVIDIA GPU (issue 13):
+# GPU serving benchmark, one command on a machine with an NVIDIA GPU:
 #   bench/gpu.sh [OUT_DIR]          (default build-cuda/bench-gpu)
 # Builds llama.cpp with CUDA and the project against it (UMA_GPU=cuda; UMA_BUNDLE=DIR sets up
 # offline from scripts/bundle.sh's output), makes the 1B-shape Q8_0 model, then on the same model
@@ -25,7 +25,7 @@ mkdir -p "$out"
 log() { printf '\n== %s\n' "$*" >&2; }
 cmax=${conc[-1]}
 # The variants (prefix cache off, unified KV, timed decodes) and the 8B model run at c=64 (the
-# issue's targets), or at the largest c when 64 is not among them.
+# c that docs/BENCHMARKS.md reports), or at the largest c when 64 is not among them.
 cref=$cmax; for c in "${conc[@]}"; do [ "$c" = 64 ] && cref=64; done
 ctx=$((cmax * 512 > 8192 ? cmax * 512 : 8192))
 
@@ -192,5 +192,5 @@ svg_plot.lines(os.path.join(out, "itl.svg"), f"Inter-token latency ({gpu})", "co
                 "llama-server p99": [run(f"llama-server-c{c}")["itl_ms"]["p99"] for c in conc]})
 print(f"plots: {out}/throughput.svg, {out}/itl.svg")
 PY
-# Issue 32's 8B rows: a shared prefix, one stream at a time, cold long prompts, room per request.
+# The 8B rows: a shared prefix, one stream at a time, cold long prompts, room per request.
 if [ "${UMA_GPU_BENCH_8B:-1}" = 1 ]; then bench/gpu_prefix.sh "$out/prefix"; fi

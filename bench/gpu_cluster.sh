@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The cluster benchmark with one agent per GPU (issue 32), one command on a multi-GPU machine:
+# The cluster benchmark with one agent per GPU, one command on a multi-GPU machine:
 #   bench/gpu_cluster.sh [OUT_DIR]      (default build-cuda/bench-gpu-cluster)
 # bench/cluster.sh on the CUDA build: as many agents as GPUs (agent i sees only GPU i), an 8B-shape
 # Q4_0 model, 12 groups x 2 users with 4000-token system prompts, 240 requests at c=8, predicted
 # routing against round-robin, each on a fresh cluster. Each agent keeps at most 8 finished
-# conversations, all on its GPU (no host tier: a restore from host memory is issue 32's open item 4,
-# and would price a hit by that path instead of by routing): one agent holds what about half the
+# conversations, all on its GPU (no host tier: a restore from host memory
+# would price a hit by that path instead of by routing): one agent holds what about half the
 # groups need, the cluster all of them — the regime where where a request goes decides whether its
 # prefix is cached. Every UMA_CLUSTER_* / UMA_AGENT_* of bench/cluster.sh overrides the defaults.
 # Env: UMA_BUNDLE (offline setup from scripts/bundle.sh's output), UMA_BUILD (build-cuda).

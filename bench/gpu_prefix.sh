@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 32's 8B rows on a GPU, one command (bench/gpu.sh calls it; it also runs alone):
+# The 8B rows on a GPU, one command (bench/gpu.sh calls it; it also runs alone):
 #   bench/gpu_prefix.sh [OUT_DIR]      (default build-cuda/bench-gpu-prefix)
 # On an 8B-shape Q4_0 model (Llama 3 8B's layers), llama-server (-c 65536 -np 8) against umad
 # (--n-ctx 65536 --max-sessions 8), same model file, GPU and uma-bench workloads:

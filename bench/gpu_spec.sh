@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Speculative decoding on a GPU (issue 33), one command:
+# Speculative decoding on a GPU, one command:
 #   bench/gpu_spec.sh [OUT_DIR]      (default build-cuda/bench-gpu-spec)
 # The target is the 8b preset built as the oracle (greedy next = last + 1 at Llama 3 8B's real
 # cost), Q4_0; the draft the tiny preset as the oracle agreeing on UMA_SPEC_AGREE (0.8) of the
 # tokens. umad without speculation (--speculative off: the default GPU path, device sampling,
 # pipelined ticks), with prompt lookup and with the draft model (both verified on the device);
 # llama-server without, with --spec-type ngram-simple, and with -md (draft-simple, draft on the
-# GPU too); same model files and GPU, bench/spec_client.py's workloads at c=1, c=16 and c=64 (the
-# issue's "backs off when the batch is large" rows; room per stream n_ctx / 64 = 1024 on both).
+# GPU too); same model files and GPU, bench/spec_client.py's workloads at c=1, c=16 and c=64 (c=64:
+# speculation must back off when the batch is large; room per stream n_ctx / 64 = 1024 on both).
 # Expects the CUDA build of bench/gpu.sh (UMA_GPU=cuda, UMA_BUNDLE for an offline setup).
 # Env: UMA_SPEC_AGREE (0.8), UMA_SPEC_TOKENS (256), UMA_SPEC_REQUESTS (3), UMA_BENCH_PORT (18080).
 set -euo pipefail

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Alternating A/B of umad configurations on bench/gpu_spec.sh's target, one command:
 #   bench/gpu_spec_ab.sh [OUT_DIR]      (default build-cuda/bench-gpu-spec-ab)
-# Two runs of one server differ by 1-3% on a GPU (session 39: two off runs 1836 / 1829 tok/s at
-# c=16, their prompt ticks 3% apart between runs), so a one-pair row of gpu_spec.sh cannot tell a
+# Two runs of one server differ by 1-3% on a GPU (docs/BENCHMARKS.md "On a GPU": two off runs
+# 1836 / 1829 tok/s at c=16), so a one-pair row of gpu_spec.sh cannot tell a
 # 0.97 from a 1.00. This starts the servers in turn, A B A B ..., each running the same rows, and
 # prints every run's tok/s; compare the means.
 # Env: UMA_AB_MODES ("off lookup off lookup off lookup"; each is off, lookup, dm0 = lookup with

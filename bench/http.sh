@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's benchmark, one command:
+# The HTTP/SSE front end's costs, one command:
 #  1. transport cost per token: one stream on the oracle model (ticks of ~1 ms, so the transport
 #     shows), umad over its Unix socket vs over HTTP/SSE, same daemon, same requests;
 #  2. 16 concurrent streams over HTTP on both sides: umad --http vs llama-server, same model file,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Model loading, per tier, against the hardware's limits and llama.cpp's own loader, in one run
-# (issue 30; docs/BENCHMARKS.md "Model loading"). Every timed load starts with a cold page cache
+# (docs/BENCHMARKS.md "Model loading"). Every timed load starts with a cold page cache
 # (drop_caches) and ends with the first token computed (a context and one decode: every weight
 # touched, so mmap's deferred reads are counted).
 #   limits:  fio O_DIRECT sequential read of the model file (io_uring, 4 MiB, QD 8); a host memory

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 5's benchmark: interactive streams while long prompts arrive, umad vs llama-server in one run
+# Interactive streams while long prompts arrive, umad vs llama-server in one run
 # on the same model file, threads and context. Reports each server's interactive inter-token gaps,
 # steady (no long prompt in prefill) and during a long prompt's prefill, and their ratio.
 #   bench/mixed.sh [OUT_DIR]      (default build/bench-mixed)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's benchmark: a shared system prompt (~1000 tokens) + a unique ~30-token suffix, 8
+# A shared system prompt (~1000 tokens) + a unique ~30-token suffix, 8
 # concurrent streams, on umad with the prefix cache, umad without it, and llama-server, in one run
 # on the same model file, threads and context. uma-bench's one warm-up request (same prefix) runs
 # first on each server, so every cache starts as a user's would after the first request.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does the prefix cache cost anything when nothing is shared? (issue 13, item 3)
+# Does the prefix cache cost anything when nothing is shared?
 #   bench/prefix_cost.sh [ROUNDS]     (default 3)
 # The oracle model, 8 concurrent clients over the Unix socket, random 30-word prompts (nothing
 # shared), 32 tokens out, rounds of 1000 requests; umad with the prefix cache on, then off: tok/s,

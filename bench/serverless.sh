@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The serverless workload (issue 30; docs/BENCHMARKS.md "Serverless"): more models than agents can
+# The serverless workload (docs/BENCHMARKS.md "Serverless"): more models than agents can
 # hold, requests with a Zipf popularity over the models and Poisson arrivals through one gateway,
 # every model in the catalog with nginx as the remote tier (limit_rate per connection emulates a
 # link) and half of them on each agent's NVMe tier at the start. One run per load placement policy

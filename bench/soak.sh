@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11's soak test, one command (not part of CI): umad on the oracle model with both front
+# The soak test, one command (not part of CI): umad on the oracle model with both front
 # ends, and uma-soak driving it for UMA_SOAK_MINUTES with UMA_SOAK_CLIENTS concurrent clients (half
 # over the Unix socket, half over the OpenAI HTTP API): exact completions streamed or not, cancels,
 # disconnects mid-stream, slow readers, malformed requests. It asserts 0 unexpected errors, every

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speculative decoding (issue 33): umad with and without it (prompt lookup; a draft model), and
+# Speculative decoding: umad with and without it (prompt lookup; a draft model), and
 # llama-server with and without its own (--spec-type ngram-simple; -md with draft-simple), same
 # model files, threads and machine, one run. The target is the small preset built as the oracle
 # (greedy next token = last + 1, the small shape's real cost), so that a copy workload really
@@ -11,7 +11,7 @@
 # Rows: copy (the gain), fresh (what lookup costs with nothing to find), decoy (every draft found
 # is wrong: speculation must back off, never below 0.97x of none), each at c=1 and c=16; with the
 # draft model, fresh at c=1 (its gain) and c=16. UMA_SPEC_ONLY=draft: the draft model's rows alone,
-# on umad off / draft and llama-server none / -md (the issue's CPU row, in a third of the time).
+# on umad off / draft and llama-server none / -md (docs/BENCHMARKS.md's CPU draft-model row, in a third of the time).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"

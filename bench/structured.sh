@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cost of grammar sampling (issue 15): 16 concurrent streams on one umad, the same requests
+# The cost of grammar sampling: 16 concurrent streams on one umad, the same requests
 # with and without a JSON schema, alternating, same run. The schema (an array of at least 200
 # enum items) cannot be finished within max_tokens, so both kinds generate exactly the same number
 # of tokens and tok/s compares per-token cost alone.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A local cluster in one command (issue 16): redis-server (Debian's) on a free loopback port, N umad
+# A local cluster in one command: redis-server (Debian's) on a free loopback port, N umad
 # agents serving one model, and a uma-gw gateway in front of them.
 #   UMA_MODEL=FILE scripts/cluster.sh up N     last line printed: the gateway's base URL
 #   scripts/cluster.sh down                    stops everything it started

@@ -21,7 +21,7 @@ inline constexpr const char* kAgentsSet = "uma:agents";
 struct ModelState {
   std::string name;
   std::int64_t bytes = 0;
-  std::string state = "loaded";  // loaded | loading | ... (the model store's issue adds the rest)
+  std::string state = "loaded";  // loaded: a umad reports the model it serves (a loader's states: LoaderState)
   std::string tier = "dram";     // where its weights are: dram | nvme | remote
 };
 

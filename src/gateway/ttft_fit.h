@@ -16,7 +16,7 @@
 // Each sample is weighted by 1 / measured: TTFTs span three orders of magnitude (a cache hit's
 // 50 ms, a cold prompt's seconds) and routing compares them relatively, so the fit minimises the
 // relative error; unweighted, the few cold prompts' seconds set the fixed cost and every hit was
-// over-predicted (median +16% on the 2-vCPU cluster benchmark, where the weighting halves the
+// over-predicted (median +16% on the CPU cluster benchmark, where the weighting halves the
 // median error's excess over the noise; docs/BENCHMARKS.md).
 //
 // Pure and single-threaded: the gateway keeps one per agent on its I/O thread; tests feed it

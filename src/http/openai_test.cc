@@ -262,7 +262,8 @@ TEST(OpenAi, ErrorsMapToOneHttpStatusEach) {
   EXPECT_EQ(json::parse(error_body(ErrorCode::kBadRequest, "bad"))["error"]["type"], "invalid_request_error");
 }
 
-// Issue 11: these four inputs once threw out of the parser or the encoder and aborted umad.
+// Fields of the wrong type inside nested objects are typed errors: an exception out of the parser
+// or the encoder would abort umad.
 TEST(OpenAi, WrongTypesInNestedFieldsAreBadRequestsNotExceptions) {
   CompletionRequest r;
   Status st = parse(R"({"prompt":"x","stream":true,"stream_options":{"include_usage":1}})", false, &r);

@@ -1,7 +1,7 @@
 // LlamaRuntime: one llama.cpp model and one context, owned for the daemon's lifetime (RAII).
 //
 // The context's KV cache is unified (one pool shared by n_seq_max sequences) or per sequence
-// (RuntimeConfig::kv_unified); each active request holds one sequence id. Implements Decoder for
+// (RuntimeConfig::kv_layout); each active request holds one sequence id. Implements Decoder for
 // the scheduler.
 // Thread-safety: none. Construct, use and destroy on the compute thread (llama contexts are not
 // thread-safe). The model's memory (mmap'd or read) is shared by every sequence.

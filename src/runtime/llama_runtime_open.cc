@@ -289,8 +289,9 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   rt->stream_options_.filler_token = bos >= 0 ? bos : 0;
   rt->stream_options_.max_entries = rt->n_ubatch_;  // a filler must not cost a pass
   rt->stream_options_.n_ubatch = rt->n_ubatch_;
-  // On a CPU a pass is one more read of the weights (~16 ms for 143 M Q8_0 params on 2 cores) and
-  // a deep stream's depth costs every row beside it ~7 us per cell (docs/BENCHMARKS.md).
+  // On a CPU a pass is one more read of the weights (a decode's worth of time: ~16 ms for the
+  // 143 M-param Q8_0 model in docs/BENCHMARKS.md) and a deep stream's depth costs every row beside
+  // it ~7 us per cell.
   rt->stream_options_.deep_pass_row_cells = config.deep_pass_row_cells >= 0 ? config.deep_pass_row_cells
                                             : on_gpu                              ? 0
                                                                                   : 2048;

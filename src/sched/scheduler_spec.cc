@@ -13,7 +13,7 @@ namespace uma {
 void Scheduler::plan_speculation(const TickPlan& plan) {
   if (plan.decode.empty() || (!cost_.warm() && !config_.speculate_always)) return;
   // Prompts in the tick: drafting would delay them, and a draft row would look cheap next to a
-  // chunk (measured at 16 streams on this CPU: TTFT up 30%).
+  // chunk (measured at 16 streams on a CPU: TTFT up 30%).
   if (!batch_.prefilled.empty() && !config_.speculate_always) return;
   // A decoder that samples one row per sequence (the GPU's device sampling told so) cannot verify.
   const std::int32_t rows_max = decoder_.outputs_per_sequence();
@@ -74,7 +74,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   const std::int32_t cap = config_.speculate_always ? room : yield_guard_.max_draft_rows(batch_.decoded.size());
   room = std::min(room, cap);
   // A verifying tick is every decoding stream's next gap: its draft rows may add at most
-  // (kVerifyStretch - 1) plain ticks, however well they pay (at 4 streams on this CPU uncapped
+  // (kVerifyStretch - 1) plain ticks, however well they pay (at 4 streams on a CPU uncapped
   // rows made a 518 ms gap where a tick takes 30). The plain tick is the predicted one, or where
   // plain ticks are measured first (a CPU) the measured one if shorter: right after prompts the
   // cost model's base can be twice the truth.
@@ -170,7 +170,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
     if (!took_uniform && !(dp.expected_tokens * t0 > in.base_tokens * t)) dp.decline();
   }
   // A declined plan samples none of the costs that declined it: they drift back, so that a stale
-  // estimate (a cold first draft step, this CPU's drifting speed) is tried again. Where drafts
+  // estimate (a cold first draft step, a shared CPU's drifting speed) is tried again. Where drafts
   // really do not pay, the yield guard's measurement then declines them, its probes ever rarer.
   if (dp.declined && !config_.speculate_always) {
     yield_guard_.declined_under_cap(n_rows);
@@ -183,7 +183,7 @@ void Scheduler::plan_speculation(const TickPlan& plan) {
   ticks_since_plan_ = 0;
   const bool granted = std::exchange(spec_granted_, false);
   // (The plan's proposals go too: a draft model drafting for a declined tick cost 12 ms a tick at
-  // 16 streams on this CPU, for drafts never verified.)
+  // 16 streams on a CPU, for drafts never verified.)
   if (planned && !config_.speculate_always && !granted && !yield_guard_.allows(batch_.decoded.size())) dp.decline();
   if (dp.declined) metrics_.spec_declined_ticks_total++;
   if (spdlog::should_log(spdlog::level::debug)) {

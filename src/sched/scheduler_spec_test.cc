@@ -239,7 +239,7 @@ TEST_F(SpecSchedulerTest, WhatAVerifyingTickCostsBeyondItsRowsIsLearnt) {
 TEST_F(SpecSchedulerTest, WhatVerifyingCostsAtSixteenStreamsIsNotChargedToALoneOne) {
   start(true, /*per_seq=*/false, /*n_seq=*/16);
   // A verifying tick of many streams costs 300 ms beyond its rows (as a draft model's catch-up of
-  // sixteen sequences cost more than one's on this CPU); one of a lone stream only its rows.
+  // sixteen sequences costs more than one's on a CPU); one of a lone stream only its rows.
   decoder_->on_decode_ = [this](std::span<const BatchEntry> b) {
     std::set<std::int32_t> seqs;
     for (const BatchEntry& e : b) seqs.insert(e.seq);

@@ -70,7 +70,7 @@ class SpecYieldGuard {
   // Where a decode of any shape costs alike (a CPU: no graphs captured), a bucket of at least
   // kPlainFirstRows rows measures a plain tick before any verifying one: the scheduler caps a
   // verifying tick's rows from a measured plain tick, where the cost model can be far off (right
-  // after prompts at 16 streams on this CPU it predicted 147 ms for a 70 ms tick, and a first
+  // after prompts at 16 streams on a CPU it predicted 147 ms for a 70 ms tick, and a first
   // verifying tick took 52 draft rows, 290 ms). Fewer rows verify at once (a lone stream's drafts
   // from the prompt or a client's prediction are worth most on its first ticks).
   static constexpr std::size_t kPlainFirstRows = 4;

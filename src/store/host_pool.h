@@ -1,7 +1,7 @@
 // HostPool: host memory for model images that is reused instead of returned to the kernel.
 //
 // A fresh page costs its first touch (the kernel zeroes it; on a VM the hypervisor may back it
-// only then): measured on this project's 2-vCPU VMs, 0.6-1.2 s to touch 1.17 GB the first time,
+// only then): on a small VM, 0.6-1.2 s to touch 1.17 GB the first time,
 // 0.044 s the second. A tier that reads a model into fresh memory pays that on every load, which
 // is why ServerlessLLM keeps a pinned pool allocated at start. Here a released block goes back
 // to a free list (up to `keep_bytes` in all) and the next image that fits takes it whole, pages

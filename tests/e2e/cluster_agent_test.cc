@@ -1,4 +1,4 @@
-// umad as a cluster agent (issue 16) against a real redis-server: it registers its soft state
+// umad as a cluster agent against a real redis-server: it registers its soft state
 // under a TTL every second, leaves at once on shutdown, serves on through a Redis outage and is
 // registered again soon after Redis comes back, empty.
 #include <gtest/gtest.h>

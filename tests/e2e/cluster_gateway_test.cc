@@ -1,4 +1,4 @@
-// The cluster's data path (issue 16) with real processes: a redis-server, umad agents on the oracle
+// The cluster's data path with real processes: a redis-server, umad agents on the oracle
 // model and uma-gw gateways. Exact outputs through a gateway (raw HTTP and the OpenAI Node SDK),
 // failover (a killed agent, a hung one, a request that fails before its first byte, an agent dying
 // mid-stream: resumed exactly), two gateways sending a shared prefix to the agent that holds

@@ -1,4 +1,4 @@
-// The cluster under load (issue 16), with real processes: a redis-server, umad agents on the
+// The cluster under load, with real processes: a redis-server, umad agents on the
 // oracle model and uma-gw gateways.
 // - Redis down for 30 s while four clients keep requests going: none fails (fail-static), and the
 //   agents register again once it is back.
@@ -58,8 +58,8 @@ double agents_sum(const LocalCluster& c, const std::string& metric) {
   return sum;
 }
 
-// Issue 16: "Redis restarted or down 30 s under load: no failed requests; agents re-register
-// within 2 s". Four clients keep requests going the whole time; Redis comes back empty.
+// The contract: Redis restarted or down 30 s under load, no failed requests; agents register again
+// within 2 s. Four clients keep requests going the whole time; Redis comes back empty.
 TEST(ClusterLoad, RoutesOnItsLastViewThroughThirtySecondsWithoutRedisUnderLoad) {
   LocalCluster c;
   ASSERT_TRUE(c.up(2, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
@@ -162,7 +162,7 @@ TEST(ClusterLoad, AFullClusterQueuesRequestsAndRefusesPastItsQueueCap) {
   EXPECT_EQ(gw_metric(capped, "uma_gw_overloaded_total"), refused);
 }
 
-// Issue 16: "two gateways, 100 concurrent requests: consistent routing". Three groups, each with
+// The contract: two gateways, 100 concurrent requests, consistent routing. Three groups, each with
 // its own long prefix, each opened on its own agent (directly: a router that measured one agent
 // twice as fast may rightly put all three there, as it did under ASan with tests in parallel);
 // then 100 requests at once, half through each gateway. Both gateways know from the agents' streams (and, for their own

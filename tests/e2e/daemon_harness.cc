@@ -26,7 +26,7 @@ namespace {
 
 pid_t spawn(const std::vector<std::string>& argv, const std::string& out_path, int max_open_files) {
   // The tests were written for a unified KV (a request may use all of n_ctx, kept prefixes share
-  // cells); per-sequence KV, the default since issue 32, is asked for by the tests about it
+  // cells); per-sequence KV, the default, is asked for by the tests about it
   // (--kv-layout per-seq wins over this). A run may still set UMA_KV_LAYOUT for all. The
   // environment is built before fork: the child of a threaded process only execs.
   std::vector<std::string> env_text;

@@ -117,7 +117,7 @@ TEST(RuntimeKvPerSeq, AKeptStreamTakenOverInPlacePlusSuffixMatchesAFullPrefill) 
   }
 }
 
-// Issue 6: the prefix cache's two ways of reusing KV — cells shared from another sequence
+// The prefix cache's two ways of reusing KV — cells shared from another sequence
 // (llama_memory_seq_cp) and a host snapshot restored — then the suffix prefilled, give the logits
 // of a full prefill (relative 1e-3, same argmax), for splits on and off the index's 32-token blocks.
 TEST_P(RuntimeKv, SharedOrRestoredPrefixPlusSuffixMatchesAFullPrefill) {

@@ -1,5 +1,5 @@
 // uma-route-bench: the time one routing decision takes (gateway/routing.h's choose()) with N
-// registered agents of random load and random cached prefixes, per policy. Issue 16's target:
+// registered agents of random load and random cached prefixes, per policy. The target:
 // ≤ 200 µs p99 with 64 agents. This is the decision over candidates already built; the gateway's
 // prefix-block match per agent comes on top once it exists.
 //   uma-route-bench [--agents 64] [--decisions 200000] [--seed 1]
