@@ -84,7 +84,7 @@ void ModelHost::spawn_standby() {
 }
 
 void ModelHost::sync_standby_pins() {
-  if (!standby_ready() || !config_.standby_pins) return;
+  if (!standby_ready() || !config_.standby_pins || store_ == nullptr) return;  // a router's models are files
   std::vector<std::shared_ptr<store::ModelImage>> images = store_->dram_images();
   if (images.size() > kMaxPinnedImages) images.resize(kMaxPinnedImages);  // the most recently used
   std::vector<const store::ModelImage*> set;
@@ -266,11 +266,17 @@ void ModelHost::on_filled(const std::string& id, std::uint64_t generation, const
   begin_start(*e);
 }
 
-void ModelHost::record_start(double seconds) {
-  recent_starts_[starts_recorded_++ % recent_starts_.size()] = seconds;
-  std::vector<double> v(recent_starts_.begin(), recent_starts_.begin() + std::min(starts_recorded_, recent_starts_.size()));
+void ModelHost::record_start(bool took_standby, double seconds) {
+  RecentStarts& r = took_standby ? standby_starts_ : fresh_starts_;
+  r.seconds[r.recorded++ % r.seconds.size()] = seconds;
+  std::vector<double> v(r.seconds.begin(), r.seconds.begin() + std::min(r.recorded, r.seconds.size()));
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  start_s_ = v[v.size() / 2];
+  r.median = v[v.size() / 2];
+}
+
+double ModelHost::start_s() const {
+  const double preferred = standby_ready() ? standby_starts_.median : fresh_starts_.median;
+  return preferred > 0 ? preferred : std::max(standby_starts_.median, fresh_starts_.median);
 }
 
 void ModelHost::begin_start(Entry& e) {
@@ -302,12 +308,12 @@ void ModelHost::begin_start(Entry& e) {
   }
   const auto listener = [this, id = e.id](const StatusLine& line) { on_status(id, line); };
   Status s;
-  bool took_standby = false;
+  e.took_standby = false;
   if (standby_ && standby_ready_) {
     standby_ready_ = false;
     if (s = standby_->hand_over(spec, listener); s.ok()) {
       e.process = std::move(standby_);
-      took_standby = true;
+      e.took_standby = true;
       counters_.standby_starts++;
     } else {
       spdlog::warn("model {}: the standby umad would not take it ({}); starting one", e.id, s.to_string());
@@ -317,7 +323,7 @@ void ModelHost::begin_start(Entry& e) {
   if (!e.process) s = ModelProcess::spawn(io_, spec, listener, &e.process);
   if (!s.ok()) return finish_load(e, s);
   spdlog::info("model {}: umad {} starting{} ({} MiB from {}, log {})", e.id, e.process->pid(),
-               took_standby ? " (the standby)" : "", e.bytes >> 20, e.tier, spec.log_path);
+               e.took_standby ? " (the standby)" : "", e.bytes >> 20, e.tier, spec.log_path);
   progress(e);
 }
 
@@ -334,7 +340,7 @@ void ModelHost::on_status(const std::string& id, const StatusLine& line) {
       const double fill = std::chrono::duration<double>(e->start_began - e->fill_started).count();
       ewma(fill_rate_[static_cast<int>(e->from)], static_cast<double>(e->bytes) / std::max(fill, 1e-3));
     }
-    if (!e->start_overlapped) record_start(std::chrono::duration<double>(e->loaded_at - e->start_began).count());
+    if (!e->start_overlapped) record_start(e->took_standby, std::chrono::duration<double>(e->loaded_at - e->start_began).count());
     spdlog::info("model {}: loaded in {:.3f} s, serving at http://{}:{}", id,
                  std::chrono::duration<double>(e->loaded_at - e->asked_at).count(), config_.http_host, e->http_port);
     finish_load(*e, {});

@@ -146,9 +146,10 @@ class ModelHost {
   // (bytes/s from the fill's start until the image is whole; EWMA, 0 until one), and a umad's start
   // (exec, or a standby's handover, to serving: llama.cpp's load, its context, the first tick): the
   // median of the last 5 starts that ran alone (the first, with a cold page cache for umad itself,
-  // does not weigh on every later prediction as an average's would).
+  // does not weigh on every later prediction as an average's would), kept apart for starts that
+  // took the standby and those that spawned a umad: the next load's is the way it will start.
   double fill_rate(store::Tier t) const { return t == store::Tier::kNone ? 0 : fill_rate_[static_cast<int>(t)]; }
-  double start_s() const { return start_s_; }
+  double start_s() const;
   // An idle model's unload (asked to exit), measured: what a load that must make room waits first.
   double stop_s() const { return stop_s_; }
   const HostConfig& config() const { return config_; }
@@ -173,7 +174,7 @@ class ModelHost {
   void tick();
   void arm_reaper();
   void spawn_standby();
-  void record_start(double seconds);
+  void record_start(bool took_standby, double seconds);
   void on_standby_exit(int status);
   void sync_standby_pins();
   std::vector<Resident> residents(bool unloading_as_leaving) const;
@@ -192,9 +193,12 @@ class ModelHost {
   std::uint64_t next_generation_ = 1;
   HostCounters counters_;
   double fill_rate_[3] = {0, 0, 0};
-  double start_s_ = 0;
-  std::array<double, 5> recent_starts_{};
-  std::size_t starts_recorded_ = 0;
+  struct RecentStarts {
+    std::array<double, 5> seconds{};
+    std::size_t recorded = 0;
+    double median = 0;
+  };
+  RecentStarts fresh_starts_, standby_starts_;
   double stop_s_ = 0;
   const Clock::time_point steady_epoch_ = Clock::now();
   const std::int64_t wall_epoch_ms_;
