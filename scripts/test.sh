@@ -60,8 +60,9 @@ fi
 #   the C++ cluster tests);
 # - uma-mkmodel writing every type twice (llama.cpp's quantization; every stage's models are made
 #   by its own uma-mkmodel before its tests);
-# - the web page in Chromium: it checks the page; the endpoints it calls run under both sanitizers.
-unsanitized_only='NodeSdk|InChromium|^ClusterScript\.|^MkModel\.SameSeedSameBytesForEveryType$'
+# - the web page in Chromium: it checks the page; the endpoints it calls run under both sanitizers;
+# - docs/CONFIG.md against the binaries' --help (the same text in every build).
+unsanitized_only='NodeSdk|InChromium|^ClusterScript\.|^ConfigDoc\.|^MkModel\.SameSeedSameBytesForEveryType$'
 # Tests ThreadSanitizer adds nothing to, left to the plain and ASan stages:
 # - each drives one request at a time through an edge translation (OpenAI/llama-server fields, JSON
 #   schemas to grammars, the malformed-HTTP table, the benchmark tools' reports) over the same

@@ -12,6 +12,7 @@
 #include "agent/agent_api.h"
 #include "common/json_text.h"
 #include "http/openai.h"
+#include "httpkit/http_wire.h"
 #include "httpkit/upstream.h"
 
 namespace uma::agent {
@@ -33,11 +34,9 @@ class ModelFront::Relay final : public UpstreamSink {
 
   void start(const HostPort& to) {
     const HttpRequest& r = ex_->request();
-    std::string req = std::string(http::to_string(r.method)) + " " + r.path + (r.query.empty() ? "" : "?" + r.query) +
-                      " HTTP/1.1\r\nHost: " + to.host + ":" + std::to_string(to.port) +
-                      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body_.size()) + "\r\n";
-    if (!front_.upstream_key_.empty()) req += "Authorization: Bearer " + front_.upstream_key_ + "\r\n";
-    req += "\r\n" + body_;
+    const std::string target = r.path + (r.query.empty() ? "" : "?" + r.query);
+    std::string req = http_request({.method = http::to_string(r.method), .target = target, .host = host_header(to),
+                                    .body = body_, .bearer = front_.upstream_key_});
     upstream_ = Upstream::start(front_.io_, to, std::move(req), this, Upstream::Options{}, &front_.pool_);
   }
   bool client_gone() const { return ex_->gone(); }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <set>
 
+#include "httpkit/http_wire.h"
+
 namespace uma::gateway {
 
 AgentLink::AgentLink(AgentDirectory& dir, cluster::AgentState state) : dir_(dir), state_(std::move(state)) {}
@@ -43,7 +45,7 @@ void AgentLink::subscribe(SteadyClock::time_point now) {
   if (state_.events.empty() || !parse_host_port(state_.events, &to)) return;
   last_dial_ = now;
   sse_ = SseEvents();
-  std::string req = "GET /kv-events HTTP/1.1\r\nHost: " + state_.events + "\r\nAccept: text/event-stream\r\n\r\n";
+  std::string req = http_request({.target = "/kv-events", .host = host_header(to), .extra = "Accept: text/event-stream\r\n"});
   stream_ = Upstream::start(dir_.io(), to, std::move(req), this, dir_.options().upstream);
 }
 

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cluster/model_catalog.h"
+#include "httpkit/http_wire.h"
 #include "httpkit/upstream.h"
 
 namespace uma::gateway {
@@ -194,10 +195,7 @@ void ColdLoads::make_room_for_queued(const std::vector<cluster::LoaderState>& lo
 }
 
 std::string ColdLoads::loader_request(const std::string& host, const std::string& path, const std::string& body) const {
-  std::string req = "POST " + path + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nContent-Length: " +
-                    std::to_string(body.size()) + "\r\nConnection: close\r\n";
-  if (!options_.api_key.empty()) req += "Authorization: Bearer " + options_.api_key + "\r\n";
-  return req + "\r\n" + body;
+  return http_request({.method = "POST", .target = path, .host = host, .body = body, .bearer = options_.api_key, .keep_alive = false});
 }
 
 std::vector<cluster::LoaderState> ColdLoads::with_own_loads(std::vector<cluster::LoaderState> loaders) const {

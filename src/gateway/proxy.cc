@@ -144,12 +144,10 @@ std::string Proxy::upstream_request(const AgentLink& a) const {
     }
     body = j.dump();
   }
-  std::string req = std::string("POST ") + (job_.chat ? "/v1/chat/completions" : "/v1/completions") +
-                    " HTTP/1.1\r\nHost: " + a.state().address.substr(a.state().address.find("://") + 3) +
-                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  if (!gw_.config().agent_key.empty()) req += "Authorization: Bearer " + gw_.config().agent_key + "\r\n";
-  req += "\r\n" + body;
-  return req;
+  HostPort to;
+  parse_host_port(a.state().address, &to);  // the dispatch dialled it: it parses
+  return http_request({.method = "POST", .target = job_.chat ? "/v1/chat/completions" : "/v1/completions",
+                       .host = host_header(to), .body = body, .bearer = gw_.config().agent_key});
 }
 
 // What the gateway adds before the agent can start: parsing, checking, rendering, tokenizing,

@@ -1,4 +1,5 @@
 #include "httpkit/http_client.h"
+#include "httpkit/http_wire.h"
 
 #include <utility>
 
@@ -83,14 +84,8 @@ bool HttpClient::dial(std::string* error) {
 
 Read HttpClient::request(std::string_view method, std::string_view target, std::string_view json_body,
                          Clock::time_point deadline, std::string* error) {
-  std::string req;
-  req.reserve(160 + json_body.size());
-  req.append(method).append(" ").append(target).append(" HTTP/1.1\r\nHost: ").append(host_);
-  if (!json_body.empty()) {
-    req.append("\r\nContent-Type: application/json\r\nContent-Length: ").append(std::to_string(json_body.size()));
-  }
-  if (!keep_alive_) req.append("\r\nConnection: close");
-  req.append("\r\n\r\n").append(json_body);
+  const std::string req =
+      http_request({.method = method, .target = target, .host = host_, .body = json_body, .keep_alive = keep_alive_});
   // A kept connection the server has since closed fails before any reply byte: once more, fresh.
   for (int attempt = 0; attempt < 2; ++attempt) {
     const bool reused = socket_.valid();

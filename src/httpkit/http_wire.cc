@@ -61,6 +61,19 @@ std::string sse_chunk(std::string_view data) {
   return http_chunk(event);
 }
 
+std::string http_request(const ClientRequest& r) {
+  std::string out;
+  out.reserve(160 + r.body.size());
+  out.append(r.method).append(" ").append(r.target).append(" HTTP/1.1\r\nHost: ").append(r.host).append("\r\n");
+  if (!r.body.empty()) out.append("Content-Type: application/json\r\n");
+  if (!r.body.empty() || r.method == "POST") out.append("Content-Length: ").append(std::to_string(r.body.size())).append("\r\n");
+  if (!r.bearer.empty()) out.append("Authorization: Bearer ").append(r.bearer).append("\r\n");
+  out.append(r.extra);
+  if (!r.keep_alive) out.append("Connection: close\r\n");
+  out.append("\r\n").append(r.body);
+  return out;
+}
+
 std::string_view HttpRequest::header(std::string_view name, bool* present) const {
   const auto it = headers.find(boost::beast::string_view(name.data(), name.size()));
   if (present != nullptr) *present = it != headers.end();

@@ -36,6 +36,18 @@ inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
 // One server-sent event carrying `data` (a JSON text), as a chunk.
 std::string sse_chunk(std::string_view data);
 
+// A client's request, whole, as every client here sends one.
+struct ClientRequest {
+  std::string_view method = "GET";
+  std::string_view target = "/";  // path and query
+  std::string_view host;          // the Host header: "host:port"
+  std::string_view body;          // a JSON body (Content-Type, Content-Length; a POST always has the length)
+  std::string_view bearer;        // Authorization: Bearer, when set
+  std::string_view extra;         // whole "Name: value\r\n" lines
+  bool keep_alive = true;         // false: Connection: close
+};
+std::string http_request(const ClientRequest& r);
+
 // A request, whole.
 struct HttpRequest {
   boost::beast::http::verb method = boost::beast::http::verb::unknown;

@@ -44,6 +44,36 @@ TEST(RequestReader, GivesEachPipelinedRequestWholeWhateverTheSplit) {
   }
 }
 
+TEST(ClientRequest, WhatAClientBuildsTheServersReaderReadsBack) {
+  RequestReader r;
+  r.feed(http_request({.method = "POST", .target = "/load?x=1", .host = "10.0.0.2:8090", .body = R"({"model":"m"})",
+                       .bearer = "key", .extra = "Accept: text/event-stream\r\n", .keep_alive = false}));
+  r.feed(http_request({.method = "GET", .target = "/models", .host = "h:1"}));
+  r.feed(http_request({.method = "POST", .target = "/unload", .host = "h:1"}));
+  HttpRequest req;
+  Status error;
+  ASSERT_EQ(r.next(HttpLimits{}, &req, &error), RequestReader::Result::kRequest);
+  EXPECT_EQ(req.method, boost::beast::http::verb::post);
+  EXPECT_EQ(req.target, "/load?x=1");
+  EXPECT_EQ(req.header("host"), "10.0.0.2:8090");
+  EXPECT_EQ(req.header("content-type"), "application/json");
+  EXPECT_EQ(req.body, R"({"model":"m"})");
+  EXPECT_EQ(req.header("authorization"), "Bearer key");
+  EXPECT_EQ(req.header("accept"), "text/event-stream");
+  EXPECT_FALSE(req.keep_alive);
+  ASSERT_EQ(r.next(HttpLimits{}, &req, &error), RequestReader::Result::kRequest);
+  EXPECT_EQ(req.method, boost::beast::http::verb::get);
+  EXPECT_EQ(req.path, "/models");
+  EXPECT_TRUE(req.body.empty());
+  bool present = true;
+  req.header("authorization", &present);
+  EXPECT_FALSE(present);
+  EXPECT_TRUE(req.keep_alive);
+  ASSERT_EQ(r.next(HttpLimits{}, &req, &error), RequestReader::Result::kRequest);  // a POST without a body has its length
+  EXPECT_EQ(req.path, "/unload");
+  EXPECT_EQ(r.next(HttpLimits{}, &req, &error), RequestReader::Result::kNeedMore);
+}
+
 TEST(RequestReader, LimitsAndGarbageAreTypedErrors) {
   HttpRequest req;
   Status error;

@@ -18,6 +18,11 @@ namespace {
 std::string peer_key(const HostPort& to) { return to.host + ":" + std::to_string(to.port); }
 }  // namespace
 
+std::string host_header(const HostPort& hp) {
+  const bool v6 = hp.host.find(':') != std::string::npos;
+  return (v6 ? "[" + hp.host + "]" : hp.host) + ":" + std::to_string(hp.port);
+}
+
 bool parse_host_port(std::string_view url, HostPort* out) {
   if (const auto scheme = url.find("://"); scheme != std::string_view::npos) {
     if (url.substr(0, scheme) != "http") return false;

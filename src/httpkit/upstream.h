@@ -53,6 +53,8 @@ struct HostPort {
 };
 // "http://host:port[/...]" or "host:port" -> host and port; false when it is neither.
 bool parse_host_port(std::string_view url, HostPort* out);
+// "host:port", as a Host header names it.
+std::string host_header(const HostPort& hp);
 
 class UpstreamLink;  // a connection and whoever uses it now (upstream.cc)
 
