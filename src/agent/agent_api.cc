@@ -183,6 +183,8 @@ void AgentApi::models(const HttpExchangePtr& ex) {
     std::uint64_t bytes = 0;
     std::string tier = "remote";
     std::uint64_t ready_bytes = 0;
+    bool filling = false;
+    std::string error;
     const ModelInfo* resident = nullptr;
   };
   std::map<std::string, Row> rows;
@@ -199,6 +201,8 @@ void AgentApi::models(const HttpExchangePtr& ex) {
     r.bytes = t.bytes;
     r.tier = std::string(store::tier_name(t.tier));
     r.ready_bytes = t.ready_bytes;
+    r.filling = t.filling;
+    r.error = t.last_error;
   }
   const std::vector<ModelInfo> resident = host_.models();
   for (const ModelInfo& m : resident) {
@@ -210,7 +214,9 @@ void AgentApi::models(const HttpExchangePtr& ex) {
   for (auto& [id, r] : rows) {
     if (r.tier == "none") r.tier = "remote";
     ojson j = {{"model", id}, {"state", r.resident ? model_state_name(r.resident->state) : r.tier}, {"tier", r.tier},
-               {"bytes", r.bytes}, {"ready_bytes", r.resident ? r.resident->ready_bytes : r.ready_bytes}};
+               {"bytes", r.bytes}, {"ready_bytes", r.resident ? r.resident->ready_bytes : r.ready_bytes},
+               {"filling", r.filling}};
+    if (!r.error.empty()) j["error"] = r.error;
     if (const ModelInfo* m = r.resident) {
       j["loaded_at"] = m->loaded_at_ms;
       j["last_used"] = m->last_used_ms;

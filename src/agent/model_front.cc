@@ -11,6 +11,7 @@
 
 #include "agent/agent_api.h"
 #include "common/json_text.h"
+#include "http/ollama_api.h"
 #include "http/openai.h"
 #include "httpkit/http_wire.h"
 #include "httpkit/upstream.h"
@@ -166,6 +167,12 @@ void ModelFront::handle(const HttpExchangePtr& ex) {
   }
   if (r.method != http::verb::post) {
     return ex->reply_error(Status(ErrorCode::kBadRequest, "no such endpoint: " + std::string(http::to_string(r.method)) + " " + r.path));
+  }
+  if (r.path == "/api/pull") {  // the models' files are here: pulled already, without loading them
+    const http_route::Reply pulled = http_route::ollama_pull_local(r.body, [this](const std::string& id) {
+      return std::any_of(models_.begin(), models_.end(), [&](const FrontModel& f) { return f.id == id || f.id + ".gguf" == id; });
+    });
+    return ex->reply(pulled.status, pulled.content_type, pulled.body);
   }
   nlohmann::json body = nlohmann::json::parse(r.body, nullptr, false);
   if (body.is_discarded() || !body.is_object()) return ex->reply_error(Status(ErrorCode::kInvalidJson, "the body must be a JSON object"));

@@ -10,6 +10,7 @@
 //   GET  /health               {"status":"ok","models":N,"loaded":K}
 //   GET  /metrics              the host's counters (uma_agent_*) and this front's
 //   GET  /api/tags, /api/ps    Ollama's listings: every model, and those loaded with their expiry
+//   POST /api/pull             Ollama's pull: a model of the router's is here already (not loaded)
 //   POST /api/generate, /api/chat with keep_alive 0 and no prompt (Ollama's unload): the model is
 //                              unloaded (once idle), answered with done_reason "unload"
 //   POST anything else         a JSON body naming `model`: relayed. Its `keep_alive` (Ollama's:

@@ -63,7 +63,7 @@ struct GatewayServer::Prepared {
 GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDirectory& agents, VocabCache& vocabs,
                              SchemaToGrammar schema_to_grammar, ColdLoads* cold_loads)
     : io_(io), config_(std::move(config)), agents_(agents), vocabs_(vocabs),
-      schema_to_grammar_(std::move(schema_to_grammar)), upstream_pool_(io),
+      schema_to_grammar_(std::move(schema_to_grammar)), upstream_pool_(io), pulls_(io, {.api_key = config_.agent_key}),
       server_(io, server_config(config_), [this](const HttpExchangePtr& ex) { handle(ex); }), sweep_timer_(io),
       tokenizers_(static_cast<std::size_t>(std::max(1, config_.tokenize_threads))), id_prefix_(random_prefix()),
       waiting_(static_cast<std::size_t>(std::max(0, config_.max_queue))), fan_out_(config_.fan_out) {
@@ -155,6 +155,7 @@ void GatewayServer::handle(const HttpExchangePtr& ex) {
     for (const std::string& m : ids) models.push_back({{"name", m}, {"model", m}, {"size", 0}, {"digest", ""}});
     return ex->reply_json(200, to_json_text(nlohmann::ordered_json{{"models", models}}));
   }
+  if (req.method == http::verb::post && req.path == "/api/pull") return pull(ex);
   if (req.method != http::verb::post) {  // nothing to parse or tokenize: a 404 or 405
     const http_route::Routed routed = http_route::route(req.method, req.target, req.body, route_context(nullptr));
     const auto& reply = std::get<http_route::Reply>(routed.action);
@@ -176,6 +177,29 @@ void GatewayServer::handle(const HttpExchangePtr& ex) {
     // Back on the I/O thread, which also drops the last reference there.
     asio::post(io_, [this, key, p = std::move(p)] { prepared(key, *p); });
   });
+}
+
+// Ollama's pull of a catalog model (gateway/model_pull.h); its answers are Ollama's shape.
+void GatewayServer::pull(const HttpExchangePtr& ex) {
+  const nlohmann::json body = nlohmann::json::parse(ex->request().body, nullptr, false);
+  const auto error = [&ex](unsigned status, const std::string& why) {
+    ex->reply_json(status, to_json_text(nlohmann::ordered_json{{"error", why}}));
+  };
+  if (!body.is_object()) return error(400, "the body is not a JSON object");
+  const auto text = [&body](const char* field) {
+    const auto it = body.find(field);
+    return it != body.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string model = !text("model").empty() ? text("model") : text("name");  // "name": Ollama's older field
+  if (model.empty()) return error(400, "'model' is required (a string)");
+  const auto s = body.find("stream");
+  if (s != body.end() && !s->is_boolean() && !s->is_null()) return error(400, "'stream' must be a boolean");
+  const bool stream = s == body.end() || s->is_null() || s->get<bool>();
+  const AgentDirectory::ModelLookup found = agents_.lookup(model);
+  if (found == AgentDirectory::ModelLookup::kUnknown) {
+    return error(404, "pull model manifest: model '" + model + "' is not in the catalog");
+  }
+  pulls_.pull(ex, model, stream, found == AgentDirectory::ModelLookup::kServed, agents_.loaders());
 }
 
 http_route::Context GatewayServer::route_context(const ChatTemplate* chat_template) const {

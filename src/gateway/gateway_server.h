@@ -47,6 +47,7 @@
 #include "gateway/cold_loads.h"
 #include "gateway/dispatch_policy.h"
 #include "gateway/fan_out.h"
+#include "gateway/model_pull.h"
 #include "gateway/proxy.h"
 #include "http/http_router.h"
 #include "metrics/histogram.h"
@@ -172,6 +173,7 @@ class GatewayServer final {
     std::unique_ptr<Proxy> proxy;         // carried to an agent
   };
   void handle(const HttpExchangePtr& ex);
+  void pull(const HttpExchangePtr& ex);
   void client_gone(HttpExchange* ex);
   http_route::Context route_context(const ChatTemplate* chat_template) const;
   void prepare(Prepared& p);                          // on a tokenizer thread
@@ -188,6 +190,7 @@ class GatewayServer final {
   UpstreamPool upstream_pool_;
   // Requests in flight, by exchange. Declared before the server, so they outlive its connections.
   std::unordered_map<HttpExchange*, InFlight> inflight_;
+  ModelPulls pulls_;  // Ollama's /api/pull, holding exchanges as inflight_ does
   RequestServer server_;
   boost::asio::steady_timer sweep_timer_;
   boost::asio::thread_pool tokenizers_;  // stopped and joined in the destructor, after stop()

@@ -248,6 +248,24 @@ std::variant<Reply, Completion> in_ollama_shape(std::variant<Reply, Completion> 
 
 }  // namespace
 
+Reply ollama_pull_local(std::string_view body, const std::function<bool(const std::string& model)>& have) {
+  const json j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return ollama_error(400, "the body must be a JSON object", ErrorCode::kInvalidJson);
+  const json* model = j.contains("model") ? &j["model"] : j.contains("name") ? &j["name"] : nullptr;  // "name": the older field
+  if (model == nullptr || !model->is_string()) return ollama_error(400, "'model' is required", ErrorCode::kBadRequest);
+  const auto stream = j.find("stream");
+  if (stream != j.end() && !stream->is_boolean() && !stream->is_null()) {
+    return ollama_error(400, "'stream' must be a boolean", ErrorCode::kBadRequest);
+  }
+  if (!have(model->get<std::string>())) {
+    return ollama_error(404, "pull model manifest: model '" + model->get<std::string>() +
+                                 "' is not among this server's models (the model store, uma-store, holds models for uma-gw)",
+                        ErrorCode::kNotFound);
+  }
+  if (stream != j.end() && stream->is_boolean() && !stream->get<bool>()) return Reply{200, "application/json", R"({"status":"success"})"};
+  return Reply{200, "application/x-ndjson", "{\"status\":\"pulling manifest\"}\n{\"status\":\"success\"}\n"};
+}
+
 std::optional<Routed> ollama_route(http::verb method, std::string_view path, std::string_view body, const Context& ctx) {
   if (!path.starts_with("/api/")) return std::nullopt;
   const bool get = method == http::verb::get || method == http::verb::head;
@@ -300,7 +318,10 @@ std::optional<Routed> ollama_route(http::verb method, std::string_view path, std
     }
     return Routed{serving, std::move(result)};
   }
-  for (const char* p : {"/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete", "/api/blobs"}) {
+  if (path == "/api/pull" && post && own_model) {
+    return Routed{false, ollama_pull_local(body, [&ctx](const std::string& m) { return m == ctx.model_id; })};
+  }
+  for (const char* p : {"/api/push", "/api/create", "/api/copy", "/api/delete", "/api/blobs"}) {
     if (path.starts_with(p)) {
       return Routed{false, ollama_error(501, std::string(p) + " is not supported here: umad serves the model it was started "
                                                                "with (the model store, uma-store, holds models)", ErrorCode::kNotSupported)};

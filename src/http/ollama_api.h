@@ -2,7 +2,8 @@
 // official `ollama` libraries): /api/chat and /api/generate run as umad's chat (or, with raw, plain
 // completion) requests and answer in Ollama's shape, one JSON object per line when streamed
 // (stream defaults to true); /api/embed and /api/embeddings run as embeddings; /api/tags, /api/ps,
-// /api/show and /api/version tell about the one model this daemon serves. `options` map to
+// /api/show and /api/version tell about the one model this daemon serves; /api/pull of it is done
+// at once (its file is here). `options` map to
 // sampling fields (num_predict, temperature, top_k, top_p, min_p, seed, stop, repeat_penalty, ...);
 // `format` ("json" or a schema) to a grammar; `think` to the template's thinking switch. Errors are
 // {"error": "..."} with their HTTP status. What umad cannot do is refused by name: images (no
@@ -10,6 +11,7 @@
 // single-model daemon, num_ctx, num_gpu, ...) are named in X-Uma-Ignored-Fields.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <chrono>
@@ -34,6 +36,11 @@ std::string ollama_embeddings_response(const std::string& model, const std::vect
 }  // namespace uma
 
 namespace uma::http_route {
+
+// Ollama's /api/pull on a server whose models' files are here (`have` says which): the model it has
+// is pulled at once (streamed: its last progress lines; stream false: {"status":"success"}); any
+// other is a 404. Bad bodies are 400s. Ollama's shape throughout.
+Reply ollama_pull_local(std::string_view body, const std::function<bool(const std::string& model)>& have);
 
 // The answer to an /api/... request, or nothing for any other path.
 std::optional<Routed> ollama_route(boost::beast::http::verb method, std::string_view path, std::string_view body,

@@ -1,4 +1,5 @@
 #include "http/ollama_request.h"
+#include "http/ollama_api.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -89,3 +90,26 @@ TEST(OllamaRequest, GenerateIsChatAroundSystemAndPromptOrRawOrOnlyALoad) {
 
 }  // namespace
 }  // namespace uma::ollama
+
+namespace uma::http_route {
+namespace {
+
+TEST(OllamaPull, AModelWhoseFileIsHereIsPulledAtOnceAnyOtherIsNotFound) {
+  const auto have = [](const std::string& m) { return m == "here"; };
+  Reply r = ollama_pull_local(R"({"model":"here"})", have);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "application/x-ndjson");
+  EXPECT_EQ(r.body.substr(r.body.rfind('{', r.body.size() - 3)), "{\"status\":\"success\"}\n") << "streamed by default";
+  r = ollama_pull_local(R"({"name":"here","stream":false})", have);  // Ollama's older field
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(r.body)["status"], "success");
+  r = ollama_pull_local(R"({"model":"elsewhere"})", have);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(nlohmann::json::parse(r.body)["error"].get<std::string>().find("'elsewhere'"), std::string::npos);
+  for (const char* bad : {"[]", "{}", R"({"model":5})", R"({"model":"here","stream":"yes"})", "{"}) {
+    EXPECT_EQ(ollama_pull_local(bad, have).status, 400) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace uma::http_route

@@ -293,7 +293,8 @@ std::vector<ModelTierInfo> TierStore::list() const {
     i.tier = tier_locked(id);
     i.filling = e.fills > 0;
     i.bytes = e.source.manifest ? e.source.manifest->bytes : 0;
-    i.ready_bytes = e.image ? e.image->ready_bytes() : 0;
+    i.ready_bytes = e.image ? e.image->ready_bytes() : e.receiving ? e.receiving->ready_bytes() : 0;
+    i.last_error = e.last_error;
     i.users = e.users;
     out.push_back(std::move(i));
   }
@@ -332,7 +333,11 @@ void TierStore::run() {
     {
       std::lock_guard lock(mu_);
       auto it = entries_.find(job.id);
-      if (it != entries_.end()) --it->second.fills;
+      if (it != entries_.end()) {
+        --it->second.fills;
+        it->second.receiving.reset();
+        it->second.last_error = rec.status.ok() ? "" : rec.status.message();
+      }
       if (rec.status.ok() && !rec.mixed && rec.from < Tier::kNone && rec.seconds > 0) {
         double& r = rate_[static_cast<int>(rec.from)];
         const double measured = static_cast<double>(rec.bytes) / rec.seconds;
@@ -359,6 +364,8 @@ FillRecord TierStore::fill(const Job& job) {
   if (!image) {  // an NVMe prefetch still needs memory to receive into; it is dropped after
     image = ModelImage::create(job.source.manifest, host_pool_.allocator(), &rec.status);
     if (!image) return rec;
+    std::lock_guard lock(mu_);
+    entries_[job.id].receiving = image;
   }
   const bool nvme = !config_.nvme_dir.empty();
   const std::string final_path = nvme ? nvme_path(job.id) : "";

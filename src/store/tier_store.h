@@ -82,7 +82,8 @@ struct ModelTierInfo {
   Tier tier = Tier::kNone;          // the fastest tier holding all of it
   bool filling = false;
   std::uint64_t bytes = 0;
-  std::uint64_t ready_bytes = 0;    // of the image being filled or kept
+  std::uint64_t ready_bytes = 0;    // of the image being filled or kept (or an NVMe prefetch's)
+  std::string last_error;           // why its last fill failed; "" when it succeeded or none ran
   int users = 0;
 };
 
@@ -123,6 +124,8 @@ class TierStore {
   struct Entry {
     ModelSource source;
     std::shared_ptr<ModelImage> image;  // kept or filling; null: none
+    std::shared_ptr<ModelImage> receiving;  // an NVMe prefetch's memory while it runs (its progress)
+    std::string last_error;  // of its last fill, "" when that succeeded
     int fills = 0;  // fills queued or running for it (a prefetch and a load may both be)
     int users = 0;
     std::uint64_t last_used = 0;

@@ -24,6 +24,7 @@
 #include "e2e/held_stream.h"
 #include "e2e/http_client.h"
 #include "e2e/nginx_harness.h"
+#include "e2e/openai_sdk_run.h"
 #include "e2e/oracle.h"
 #include "e2e/redis_harness.h"
 #include "httpkit/http_wire.h"
@@ -394,19 +395,33 @@ TEST(AgentCluster, AnotherGatewaysLoadQueuedBehindTheStreamsMovesThemOff) {
   live_migration_makes_room(ColdAsked::kThroughAnotherGateway);
 }
 
+// nginx serving the oracle model as the remote tier, and Redis with it in the catalog as `id`.
+struct RemoteCatalog {
+  NginxServer nginx;
+  RedisServer redis;
+  store::Manifest manifest;
+  ::testing::AssertionResult up(const std::string& id) {
+    if (!nginx.start()) return ::testing::AssertionFailure() << "nginx: " << nginx.log();
+    fs::copy_file(model_path("oracle.gguf"), fs::path(nginx.root()) / "oracle.gguf");
+    if (!redis.start()) return ::testing::AssertionFailure() << "redis";
+    cluster::RedisClient rc(redis.cluster_address(), kHangGuard);
+    if (Status s = store::build_manifest(model_path("oracle.gguf"), id, 1 << 20, 2, &manifest); !s.ok()) {
+      return ::testing::AssertionFailure() << s.to_string();
+    }
+    if (Status s = cluster::catalog_put(rc, manifest, nginx.url("oracle.gguf")); !s.ok()) {
+      return ::testing::AssertionFailure() << s.to_string();
+    }
+    return ::testing::AssertionSuccess();
+  }
+};
+
 // Fan-out: a model asked for often enough is prefetched to the loader that lacks it (from the
 // remote tier, nginx), so a load there would start from its NVMe tier.
 TEST(AgentCluster, ABusyModelIsPrefetchedToTheOtherLoadersNvmeTierFromTheRemoteTier) {
   if (skip_remote_tier_tests()) GTEST_SKIP() << "no remote tier on this machine";
-  NginxServer nginx;
-  ASSERT_TRUE(nginx.start()) << nginx.log();
-  fs::copy_file(model_path("oracle.gguf"), fs::path(nginx.root()) / "oracle.gguf");
-  RedisServer redis;
-  ASSERT_TRUE(redis.start());
-  cluster::RedisClient rc(redis.cluster_address(), kHangGuard);
-  store::Manifest m;
-  ASSERT_TRUE(store::build_manifest(model_path("oracle.gguf"), "busy", 1 << 20, 2, &m).ok());
-  ASSERT_TRUE(cluster::catalog_put(rc, m, nginx.url("oracle.gguf")).ok());
+  RemoteCatalog remote;
+  ASSERT_TRUE(remote.up("busy"));
+  RedisServer& redis = remote.redis;
   std::vector<std::unique_ptr<Agent>> agents;
   for (int i = 0; i < 2; ++i) {
     const std::string dir = temp_dir() + "/fan-out-store-" + std::to_string(i);
@@ -432,6 +447,34 @@ TEST(AgentCluster, ABusyModelIsPrefetchedToTheOtherLoadersNvmeTierFromTheRemoteT
   EXPECT_EQ(gw_metric(g, "uma_gw_prefetches_total"), 1) << g.log();
   EXPECT_EQ(gw_metric(g, "uma_gw_prefetch_failures_total"), 0);
   EXPECT_EQ(gw_metric(g, "uma_gw_model_loads_started_total"), 1);
+}
+
+// Ollama's pull through the gateway: the catalog model comes from the remote tier (nginx) to the
+// loader's NVMe tier with its progress, and is not loaded.
+TEST(AgentCluster, TheOllamaNodeSdkPullsACatalogModelFromTheRemoteTierToALoadersNvmeTier) {
+  if (skip_remote_tier_tests()) GTEST_SKIP() << "no remote tier on this machine";
+  if (!node_sdks_available()) GTEST_SKIP() << "no node or the ollama library here (scripts/npm_deps.sh)";
+  RemoteCatalog remote;
+  ASSERT_TRUE(remote.up("pulled"));
+  RedisServer& redis = remote.redis;
+  const std::string dir = temp_dir() + "/pull-store";
+  fs::create_directories(dir);
+  Agent agent(redis.address(), dir, {"--cluster"});
+  ASSERT_GT(agent.port(), 0) << agent.log();
+  Gateway g(redis.address(), {});
+  ASSERT_TRUE(g.started()) << g.log();
+  ASSERT_TRUE(eventually([&] { return gw_metric(g, "uma_gw_loaders") == 1; }, "the loader in the gateway's view")) << g.log();
+  EXPECT_EQ(state_of(agent.port(), "pulled"), "remote");
+  std::string out;
+  EXPECT_EQ(run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node", UMA_SOURCE_DIR "/tests/http/ollama_pull_test.js",
+                         g.url(), "pulled", std::to_string(remote.manifest.bytes)},
+                        &out),
+            0)
+      << out << g.log() << agent.log();
+  EXPECT_NE(out.find("ollama pull: all passed"), std::string::npos) << out;
+  const json row = model_row(agent.port(), "pulled");
+  EXPECT_EQ(row.value("state", "") + "/" + row.value("tier", ""), "nvme/nvme") << row.dump();
+  EXPECT_EQ(gw_metric(g, "uma_gw_model_loads_started_total"), 0) << "a pull loads nothing";
 }
 
 }  // namespace

@@ -53,6 +53,13 @@ async function main() {
   r = await ollama.chat({ model, messages: exp.messages, format: schema, options: { num_predict: 64, temperature: 0 } });
   assert.strictEqual(typeof JSON.parse(r.message.content).ok, 'boolean', r.message.content);
 
+  // A pull of a model served here: done at once, streamed or not; one nobody has: not found.
+  assert.deepStrictEqual(await ollama.pull({ model, stream: false }), { status: 'success' });
+  const statuses = [];
+  for await (const part of await ollama.pull({ model, stream: true })) statuses.push(part.status);
+  assert.strictEqual(statuses[statuses.length - 1], 'success', statuses.join(', '));
+  await assert.rejects(ollama.pull({ model: 'no-such-model' }), (err) => err.status_code === 404 && /no-such-model/.test(err.error));
+
   if (gateway) {
     // The agents' names (a file's, which `model` finds by its stem).
     const names = (await ollama.list()).models.map((m) => m.name);
@@ -78,7 +85,7 @@ async function main() {
 
   // Errors: Ollama's {"error": ...} with their status.
   await assert.rejects(ollama.show({ model: 'no-such-model' }), (err) => err.status_code === 404);
-  await assert.rejects(ollama.pull({ model: 'x' }), (err) => err.status_code === 501);
+  await assert.rejects(ollama.push({ model }), (err) => err.status_code === 501);
   await assert.rejects(ollama.chat({ model, messages: [{ role: 'user', content: 'hi', images: ['aGk='] }] }),
                        (err) => err.status_code === 501 && /images/.test(err.error));
   console.log('ollama client: all passed');

@@ -1,6 +1,7 @@
 // The official `ollama` library against umad with several models (its model router): the listings
 // from the router's table, a generate that loads its model, keep_alive 0 that unloads it (Ollama's
-// "unload" answer), and an empty generate that loads it again ("load").
+// "unload" answer), an empty generate that loads it again ("load"), and a pull (the files are here:
+// done at once, nothing loaded).
 //   node ollama_router_test.js BASE_URL MODEL OTHER_MODEL
 'use strict';
 const { Ollama } = require('ollama');
@@ -22,6 +23,13 @@ async function main() {
   assert.deepStrictEqual(names(await ollama.list()), [model, other].sort(), 'tags: every model');
   assert.deepStrictEqual(names(await ollama.ps()), [], 'ps: none loaded yet');
   assert.match((await ollama.version()).version, /^\d+\.\d+/);
+  // A pull of a model whose file is here: done, streamed or not, and it loads nothing.
+  assert.deepStrictEqual(await ollama.pull({ model, stream: false }), { status: 'success' });
+  const statuses = [];
+  for await (const part of await ollama.pull({ model: other, stream: true })) statuses.push(part.status);
+  assert.strictEqual(statuses[statuses.length - 1], 'success', statuses.join(', '));
+  assert.deepStrictEqual(names(await ollama.ps()), [], 'a pull loads nothing');
+  await assert.rejects(ollama.pull({ model: 'no-such-model', stream: false }), /no-such-model/);
 
   let r = await ollama.generate({ model, prompt: 'hello world', options: { num_predict: 4, temperature: 0 } });
   assert.strictEqual(r.done, true);
