@@ -38,6 +38,13 @@ Status load_redis_credentials(const std::string& file, const std::string& user, 
 // Every binary's --redis, --redis-password-file (empty: none) and --redis-user, in one place.
 Status redis_address_from_flags(const std::string& host_port, const std::string& password_file, const std::string& user,
                                 RedisAddress* out);
+// Those flags' values (declared by cluster/redis_flags.h).
+struct RedisFlags {
+  std::string address = "127.0.0.1:6379";
+  std::string password_file;  // empty: no password
+  std::string user;           // empty: Redis's default user
+  Status resolve(RedisAddress* out) const { return redis_address_from_flags(address, password_file, user, out); }
+};
 
 // One reply, reduced to what the cluster layer reads: a string (bulk or status), an integer, nil,
 // or an array of those.

@@ -9,7 +9,7 @@ namespace uma {
 
 Status CatalogModel::open(const DaemonConfig& cfg, RuntimeConfig* rt, std::unique_ptr<CatalogModel>* out) {
   cluster::RedisAddress addr;
-  if (Status s = cluster::redis_address_from_flags(cfg.redis, cfg.redis_password_file, cfg.redis_user, &addr); !s.ok()) return s;
+  if (Status s = cfg.redis.resolve(&addr); !s.ok()) return s;
   cluster::RedisClient redis(addr, std::chrono::milliseconds(2000));
   cluster::CatalogModel entry;
   std::unique_ptr<CatalogModel> m(new CatalogModel());

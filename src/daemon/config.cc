@@ -1,5 +1,7 @@
 #include "daemon/config.h"
 
+#include "cluster/redis_flags.h"
+
 #include "common/secret_file.h"
 
 #include <CLI/CLI.hpp>
@@ -243,10 +245,7 @@ Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_c
       ->envname("UMA_HTTP_PORT")->check(CLI::Range(0, 65535));
   app.add_flag("--agent", out.agent, "cluster agent: heartbeat this daemon's state to Redis every second "
                "(needs --http)")->envname("UMA_AGENT");
-  app.add_option("--redis", out.redis, "the cluster's Redis, HOST:PORT")->envname("UMA_REDIS")->capture_default_str();
-  app.add_option("--redis-password-file", out.redis_password_file, "Redis's password (requirepass or an ACL user's): "
-                 "the first line of this file")->envname("UMA_REDIS_PASSWORD_FILE")->check(CLI::ExistingFile);
-  app.add_option("--redis-user", out.redis_user, "the Redis ACL user the password is for")->envname("UMA_REDIS_USER");
+  cluster::add_redis_flags(app, out.redis);
   app.add_option("--agent-id", out.agent_id, "this agent's id in the cluster (default: the --http address)")
       ->envname("UMA_AGENT_ID");
   app.add_option("--advertise", out.advertise, "the base URL gateways reach this agent at (default: "

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/redis_client.h"
 #include "common/status.h"
 #include "http/http_server.h"
 #include "ipc/uds_server.h"
@@ -34,9 +35,7 @@ struct DaemonConfig {
   std::optional<bool> reasoning;          // --reasoning on|off (auto: unset): whether thinking templates think
   // --agent: heartbeat this daemon's state to Redis for the cluster's gateways (cluster/).
   bool agent = false;
-  std::string redis = "127.0.0.1:6379";  // --redis HOST:PORT
-  std::string redis_password_file;       // --redis-password-file: the password on its first line
-  std::string redis_user;                // --redis-user: an ACL user (default: Redis's default user)
+  cluster::RedisFlags redis;             // --redis, --redis-password-file, --redis-user
   std::string agent_id;                  // --agent-id (default: the HTTP front end's host:port)
   std::uint16_t agent_events_port = 0;   // --agent-events-port (0: any free one)
   std::string advertise;                 // --advertise URL (default: http://host:port of --http)

@@ -371,7 +371,7 @@ int Daemon::join_cluster() {
   ac.id = cfg_.agent_id.empty() ? hostport : cfg_.agent_id;
   ac.address = cfg_.advertise.empty() ? "http://" + hostport : cfg_.advertise;
   ac.events = advertised_host(ac.address, cfg_.http.host) + ":" + std::to_string(kv_events_->port());
-  if (Status rs = cluster::redis_address_from_flags(cfg_.redis, cfg_.redis_password_file, cfg_.redis_user, &ac.redis); !rs.ok()) {
+  if (Status rs = cfg_.redis.resolve(&ac.redis); !rs.ok()) {
     spdlog::error("{}", rs.to_string());
     return 2;
   }
@@ -395,7 +395,7 @@ int Daemon::join_cluster() {
   agent_->start();
   kv_events_->start(agent_->boot_id());
   spdlog::info("agent {} heartbeating to redis {} (boot {})", cfg_.agent_id.empty() ? hostport : cfg_.agent_id,
-               cfg_.redis, agent_->boot_id());
+               cfg_.redis.address, agent_->boot_id());
   return 0;
 }
 

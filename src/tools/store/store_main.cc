@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cluster/model_catalog.h"
+#include "cluster/redis_flags.h"
 #include "store/manifest.h"
 #include "store/tier_store.h"
 
@@ -34,11 +35,13 @@ Status read_file(const std::string& path, std::string* out) {
   return {};
 }
 
-std::string g_password_file, g_redis_user;  // --redis-password-file, --redis-user (any subcommand)
+cluster::RedisFlags g_redis;  // --redis-password-file, --redis-user (any subcommand; --redis is each one's)
 
 Status connect(const std::string& text, std::unique_ptr<cluster::RedisClient>* out) {
   cluster::RedisAddress a;
-  if (Status s = cluster::redis_address_from_flags(text, g_password_file, g_redis_user, &a); !s.ok()) return s;
+  cluster::RedisFlags flags = g_redis;
+  flags.address = text;
+  if (Status s = flags.resolve(&a); !s.ok()) return s;
   *out = std::make_unique<cluster::RedisClient>(a, std::chrono::milliseconds(2000));
   return {};
 }
@@ -48,9 +51,7 @@ Status connect(const std::string& text, std::unique_ptr<cluster::RedisClient>* o
 int main(int argc, char** argv) {
   CLI::App app{"uma-store: the model catalog and its checkpoint manifests"};
   app.require_subcommand(1);
-  app.add_option("--redis-password-file", g_password_file, "Redis's password: the first line of this file")
-      ->envname("UMA_REDIS_PASSWORD_FILE")->check(CLI::ExistingFile);
-  app.add_option("--redis-user", g_redis_user, "the Redis ACL user the password is for")->envname("UMA_REDIS_USER");
+  cluster::add_redis_credential_flags(app, g_redis);
   std::string redis = "127.0.0.1:6379", file, id, url, idx, dir;
   int chunk_mb = 8, threads = 0;
 
