@@ -20,11 +20,13 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 ENTRYPOINT = ROOT / "deploy" / "docker" / "uma-entrypoint"
+# Each binary's own declarations, and the Redis flag group every one of them declares through.
+REDIS_FLAGS = SRC / "cluster" / "redis_flags.h"
 FLAG_SOURCES = {
-    "umad": SRC / "daemon" / "config.cc",
-    "uma-gw": SRC / "gateway" / "gw_main.cc",
-    "uma-agent": SRC / "agent" / "agent_main.cc",
-    "uma-store": SRC / "tools" / "store" / "store_main.cc",
+    "umad": [SRC / "daemon" / "config.cc", REDIS_FLAGS],
+    "uma-gw": [SRC / "gateway" / "gw_main.cc", REDIS_FLAGS],
+    "uma-agent": [SRC / "agent" / "agent_main.cc", REDIS_FLAGS],
+    "uma-store": [SRC / "tools" / "store" / "store_main.cc", REDIS_FLAGS],
 }
 ROLES = {"umad": "umad", "daemon": "umad", "gateway": "uma-gw", "gw": "uma-gw", "uma-gw": "uma-gw",
          "agent": "uma-agent", "uma-agent": "uma-agent", "store": "uma-store", "uma-store": "uma-store"}
@@ -37,7 +39,7 @@ def fail(where, what):
 
 def flags_of(binary):
     """The flags a binary's CLI11 declarations accept (--name, -n, --no-name)."""
-    text = FLAG_SOURCES[binary].read_text()
+    text = "".join(path.read_text() for path in FLAG_SOURCES[binary])
     names = {"--help", "-h"}
     if binary == "umad":
         names.add("--version")
