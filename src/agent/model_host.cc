@@ -25,6 +25,17 @@ const char* model_state_name(ModelState s) {
   return "?";
 }
 
+const char* unload_reason_name(UnloadReason r) {
+  switch (r) {
+    case UnloadReason::kNone: return "none";
+    case UnloadReason::kRoom: return "room";
+    case UnloadReason::kRequest: return "request";
+    case UnloadReason::kKeepAlive: return "keep_alive";
+    case UnloadReason::kStop: return "stop";
+  }
+  return "?";
+}
+
 bool model_transition_legal(ModelState from, ModelState to) {
   using S = ModelState;
   switch (from) {
@@ -67,8 +78,8 @@ void ModelHost::spawn_standby() {
   const std::string log = config_.run_dir + "/standby-" + std::to_string(++standby_seq_) + ".log";
   standby_pinned_ = 0;
   Status s = ModelProcess::spawn_standby(io_, config_.umad, log, [this](const StatusLine& line) {
-    if (line.event == "pinned") standby_pinned_ = line.images;
-    if (line.event != "standby") return;
+    if (line.event == StatusEvent::kPinned) standby_pinned_ = line.images;
+    if (line.event != StatusEvent::kStandby) return;
     standby_ready_ = true;
     standby_failures_ = 0;
     asio::post(io_, [this, alive = alive_] {
@@ -225,7 +236,7 @@ void ModelHost::pump() {
     // Models already leaving will give their room back; ask the fewest idle ones for the rest.
     const Room after = make_room(residents(true), e->bytes, config_.budget);
     for (const std::string& victim : after.unload) {
-      if (Entry* v = find(victim)) begin_unload(*v, "room");
+      if (Entry* v = find(victim)) begin_unload(*v, UnloadReason::kRoom);
     }
     return;  // waits for exits, for models to become idle, or for its queue_timeout
   }
@@ -330,7 +341,7 @@ void ModelHost::begin_start(Entry& e) {
 void ModelHost::on_status(const std::string& id, const StatusLine& line) {
   Entry* e = find(id);
   if (e == nullptr) return;
-  if (line.event == "ready" && e->state == ModelState::kStarting) {
+  if (line.event == StatusEvent::kReady && e->state == ModelState::kStarting) {
     set_state(*e, ModelState::kLoaded);
     e->http_port = line.http_port;
     e->loaded_at = e->last_used = Clock::now();
@@ -344,27 +355,27 @@ void ModelHost::on_status(const std::string& id, const StatusLine& line) {
     spdlog::info("model {}: loaded in {:.3f} s, serving at http://{}:{}", id,
                  std::chrono::duration<double>(e->loaded_at - e->asked_at).count(), config_.http_host, e->http_port);
     finish_load(*e, {});
-    if (e->unload_when_idle && !e->busy) begin_unload(*e, "request");
+    if (e->unload_when_idle && !e->busy) begin_unload(*e, UnloadReason::kRequest);
     return pump();
   }
-  if (line.event == "busy") {
+  if (line.event == StatusEvent::kBusy) {
     e->busy = true;
     if (e->state == ModelState::kUnloading && !e->forced) {  // a request came first: it serves on
       counters_.unload_refusals++;
       spdlog::info("model {}: unload refused, a request is in flight", id);
-      if (std::string_view(e->unload_reason) == "request") e->unload_when_idle = true;
+      if (e->unload_reason == UnloadReason::kRequest) e->unload_when_idle = true;
       set_state(*e, ModelState::kLoaded);
       return pump();
     }
     return;
   }
-  if (line.event == "idle") {
+  if (line.event == StatusEvent::kIdle) {
     e->busy = false;
     e->last_used = Clock::now();
-    if (e->state == ModelState::kLoaded && e->unload_when_idle) begin_unload(*e, "request");
+    if (e->state == ModelState::kLoaded && e->unload_when_idle) begin_unload(*e, UnloadReason::kRequest);
     return pump();  // a queued load may take its room now
   }
-  if (line.event == "stopping") spdlog::info("model {}: umad stopping ({})", id, line.why);
+  if (line.event == StatusEvent::kStopping) spdlog::info("model {}: umad stopping ({})", id, line.why);
 }
 
 void ModelHost::tick() {
@@ -373,7 +384,7 @@ void ModelHost::tick() {
   sync_standby_pins();
   if (!stopping_) {
     for (const std::string& id : expired(residents(true), now_ms)) {
-      if (Entry* e = find(id)) begin_unload(*e, "keep_alive");
+      if (Entry* e = find(id)) begin_unload(*e, UnloadReason::kKeepAlive);
     }
   }
   std::vector<std::string> late;
@@ -437,7 +448,7 @@ void ModelHost::stop(std::chrono::milliseconds grace, std::function<void()> done
     const bool serving = drain && e->state == ModelState::kLoaded;
     if (e->state == ModelState::kLoaded || e->state == ModelState::kStarting) {
       e->forced = true;
-      e->unload_reason = "stop";
+      e->unload_reason = UnloadReason::kStop;
       set_state(*e, ModelState::kUnloading);
     }
     // A serving umad drains (its streams move to other agents, or end); one still starting stops.

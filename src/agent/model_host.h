@@ -51,6 +51,10 @@ namespace uma::agent {
 enum class ModelState : std::uint8_t { kQueued, kFilling, kStarting, kLoaded, kUnloading };
 const char* model_state_name(ModelState s);
 bool model_transition_legal(ModelState from, ModelState to);
+// Why a model is unloading: for room, asked (a request, keep_alive 0), its keep_alive ran out, or
+// the agent is stopping (not counted as an unload).
+enum class UnloadReason : std::uint8_t { kNone, kRoom, kRequest, kKeepAlive, kStop };
+const char* unload_reason_name(UnloadReason r);
 
 struct HostConfig {
   std::string umad;                    // the umad binary
@@ -166,7 +170,7 @@ class ModelHost {
   void on_filled(const std::string& id, std::uint64_t generation, const Status& st);
   void begin_start(Entry& e);
   void on_status(const std::string& id, const StatusLine& line);
-  void begin_unload(Entry& e, const char* reason);
+  void begin_unload(Entry& e, UnloadReason reason);
   void reap();
   void on_exit(Entry& e, int status);
   void finish_load(Entry& e, const Status& st);

@@ -32,7 +32,7 @@ struct ModelHost::Entry {
   bool unload_when_idle = false;
   bool reload = false;      // a load asked while it was unloading: load again after the exit
   bool forced = false;      // the unload was SIGTERM
-  const char* unload_reason = "";
+  UnloadReason unload_reason = UnloadReason::kNone;
   std::int64_t keep_alive_ms = 0;
   Clock::time_point asked_at{};     // the load asked for
   Clock::time_point state_since{};

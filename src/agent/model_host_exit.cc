@@ -12,12 +12,12 @@ namespace uma::agent {
 
 namespace asio = boost::asio;
 
-void ModelHost::begin_unload(Entry& e, const char* reason) {
+void ModelHost::begin_unload(Entry& e, UnloadReason reason) {
   if (e.state != ModelState::kLoaded && e.state != ModelState::kStarting) return;
   e.unload_reason = reason;
   e.unload_when_idle = false;
   set_state(e, ModelState::kUnloading);
-  spdlog::info("model {}: unloading ({})", e.id, reason);
+  spdlog::info("model {}: unloading ({})", e.id, unload_reason_name(reason));
   if (e.forced) {
     e.process->terminate();
   } else {
@@ -44,7 +44,7 @@ void ModelHost::unload(const std::string& id, bool force, UnloadDone done) {
       }
       e->forced = force || e->state == ModelState::kStarting;
       e->unload_waiters.push_back(std::move(done));
-      return begin_unload(*e, "request");
+      return begin_unload(*e, UnloadReason::kRequest);
     case ModelState::kUnloading:
       if (force && !e->forced) {
         e->forced = true;
@@ -89,14 +89,16 @@ void ModelHost::on_exit(Entry& e, int status) {
                                                        config_.run_dir + "/" + id + ".log)"));
       break;
     case ModelState::kUnloading: {
-      const std::string_view reason = e.unload_reason;
-      if (reason == "stop") break;  // the agent stopping: not an unload to count
+      const UnloadReason reason = e.unload_reason;
+      if (reason == UnloadReason::kStop) break;  // the agent stopping: not an unload to count
       if (!e.forced) {
         const double secs = std::chrono::duration<double>(Clock::now() - e.state_since).count();
         stop_s_ = stop_s_ == 0 ? secs : 0.7 * stop_s_ + 0.3 * secs;
       }
-      (reason == "keep_alive" ? counters_.unloads_keep_alive : reason == "room" ? counters_.unloads_room : counters_.unloads_request)++;
-      spdlog::info("model {}: unloaded ({}, {})", id, reason, how);
+      (reason == UnloadReason::kKeepAlive ? counters_.unloads_keep_alive
+       : reason == UnloadReason::kRoom    ? counters_.unloads_room
+                                          : counters_.unloads_request)++;
+      spdlog::info("model {}: unloaded ({}, {})", id, unload_reason_name(reason), how);
       break;
     }
     default:

@@ -76,6 +76,16 @@ Status ModelProcess::hand_over(const ProcessSpec& spec, Listener listener) {
   return s;
 }
 
+StatusEvent parse_status_event(std::string_view name) {
+  static constexpr std::pair<std::string_view, StatusEvent> kNames[] = {
+      {"standby", StatusEvent::kStandby}, {"pinned", StatusEvent::kPinned}, {"ready", StatusEvent::kReady},
+      {"busy", StatusEvent::kBusy},       {"idle", StatusEvent::kIdle},     {"stopping", StatusEvent::kStopping}};
+  for (const auto& [n, e] : kNames) {
+    if (n == name) return e;
+  }
+  return StatusEvent::kUnknown;
+}
+
 Status ModelProcess::send_pin_set(const std::vector<int>& image_fds) {
   if (handover_fd_ < 0 || !running() || exit_status_ >= 0) return {ErrorCode::kInternal, "no standby to pin images"};
   return agent::send_pin_set(handover_fd_, image_fds);
@@ -159,7 +169,11 @@ void ModelProcess::read() {
         spdlog::warn("umad {}: unreadable status line '{}'", pid_, text);
         continue;
       }
-      line.event = j["event"].get<std::string>();
+      line.event = parse_status_event(j["event"].get<std::string>());
+      if (line.event == StatusEvent::kUnknown) {
+        spdlog::warn("umad {}: unknown status event in '{}'", pid_, text);
+        continue;
+      }
       if (j.contains("http_port") && j["http_port"].is_number_unsigned()) line.http_port = j["http_port"].get<std::uint16_t>();
       if (j.contains("why") && j["why"].is_string()) line.why = j["why"].get<std::string>();
       if (j.contains("images") && j["images"].is_number_unsigned()) line.images = j["images"].get<int>();

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -37,9 +38,13 @@ struct ProcessSpec {
   std::string log_path;            // the child's stdout and stderr (truncated)
 };
 
+// What a status line says, parsed once where it is read.
+enum class StatusEvent : std::uint8_t { kUnknown, kStandby, kPinned, kReady, kBusy, kIdle, kStopping };
+StatusEvent parse_status_event(std::string_view name);
+
 // One status line from the child.
 struct StatusLine {
-  std::string event;  // standby | pinned | ready | busy | idle | stopping
+  StatusEvent event = StatusEvent::kUnknown;
   std::uint16_t http_port = 0;
   int images = 0;  // pinned: how many of the pin set the standby holds pinned
   std::string why;
