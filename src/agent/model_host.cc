@@ -98,15 +98,19 @@ void ModelHost::sync_standby_pins() {
   if (!standby_ready() || !config_.standby_pins || store_ == nullptr) return;  // a router's models are files
   std::vector<std::shared_ptr<store::ModelImage>> images = store_->dram_images();
   if (images.size() > kMaxPinnedImages) images.resize(kMaxPinnedImages);  // the most recently used
-  std::vector<const store::ModelImage*> set;
+  // The images held weakly: one freed and another made at its address is a change, not the same set.
+  const auto same = [&images](const std::vector<std::weak_ptr<store::ModelImage>>& sent) {
+    if (sent.size() != images.size()) return false;
+    for (std::size_t i = 0; i < sent.size(); ++i) {
+      if (sent[i].lock() != images[i]) return false;
+    }
+    return true;
+  };
+  if (standby_pin_set_to_ == standby_seq_ && same(standby_pin_set_)) return;
   std::vector<int> fds;
-  for (const auto& image : images) {
-    set.push_back(image.get());
-    fds.push_back(image->fd());
-  }
-  if (standby_pin_set_to_ == standby_seq_ && set == standby_pin_set_) return;
+  for (const auto& image : images) fds.push_back(image->fd());
   if (Status s = standby_->send_pin_set(fds); !s.ok()) return spdlog::warn("the standby umad: {}", s.to_string());
-  standby_pin_set_ = std::move(set);
+  standby_pin_set_.assign(images.begin(), images.end());
   standby_pin_set_to_ = standby_seq_;
 }
 

@@ -213,7 +213,7 @@ class ModelHost {
   int standby_failures_ = 0;  // standbys that exited before they were ready; 3 in a row: no more
   std::uint64_t standby_seq_ = 0;
   // The pin set last sent (agent/handover.h), to which standby, and what it answered.
-  std::vector<const store::ModelImage*> standby_pin_set_;
+  std::vector<std::weak_ptr<store::ModelImage>> standby_pin_set_;
   std::uint64_t standby_pin_set_to_ = 0;
   int standby_pinned_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
