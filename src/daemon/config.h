@@ -1,11 +1,14 @@
-// DaemonConfig: umad's flags and environment variables, parsed and checked up front so a
-// bad value is a clear error at start, never a crash later.
+// DaemonConfig: what umad runs with, from its flags and UMA_* variables (daemon/daemon_flags.h
+// declares them), parsed, checked and derived up front so a bad value is a clear error at start,
+// never a crash later.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "cluster/redis_client.h"
 #include "common/status.h"
@@ -68,10 +71,19 @@ struct DaemonConfig {
   int test_load_delay_ms = 0;  // tests only: a slow model load, to observe /health's 503
 };
 
-// Parses argv (and UMA_* variables). Returns kOk with the config; for --help/--version sets
-// *exit_code = 0 with the text already printed; for bad input returns an error (already printed
-// by the parser or to be printed by the caller) with *exit_code != 0.
+// Parses argv (and UMA_* variables). Returns kOk with the config; for --help, --version and
+// --print-config sets *exit_code = 0 with the text already printed; for bad input returns an
+// error, already printed, with *exit_code != 0.
 Status parse_daemon_config(int argc, char** argv, DaemonConfig& out, int* exit_code);
+
+struct DaemonFlags;
+// Checks what the parser cannot and derives the config from the flags as given (consumed): modes
+// into enums, sizes into bytes, the KV layout and sequence counts, the HTTP address, the API key
+// from its file. Adjustments it made are said in *notes. An error names the flag.
+Status derive_daemon_config(DaemonFlags& flags, DaemonConfig* out, std::vector<std::string>* notes);
+
+// The configuration as --print-config shows it: every group, modes by their words, keys as "set".
+nlohmann::ordered_json daemon_config_json(const DaemonConfig& cfg);
 
 // The request caps the flags did not set, from the context one request may use: a prompt of
 // n_ctx_seq tokens at 8 bytes a token (at least 64 KiB), and a body or frame twice that plus 64 KiB

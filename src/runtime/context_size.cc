@@ -52,19 +52,9 @@ std::int64_t kv_budget_bytes(bool layers_on_gpu) {
   return -1;
 }
 
-FlashAttention choose_flash_attention(std::string_view asked, bool cpu_only, bool per_seq) {
-  if (asked == "on") return FlashAttention::kOn;
-  if (asked == "off" || (cpu_only && !per_seq)) return FlashAttention::kOff;
-  return FlashAttention::kAuto;
-}
-
-const char* flash_attention_name(FlashAttention f) {
-  switch (f) {
-    case FlashAttention::kOn: return "on";
-    case FlashAttention::kOff: return "off";
-    case FlashAttention::kAuto: return "auto";
-  }
-  return "auto";
+FlashAttention choose_flash_attention(FlashAttention asked, bool cpu_only, bool per_seq) {
+  if (asked == FlashAttention::kAuto && cpu_only && !per_seq) return FlashAttention::kOff;
+  return asked;
 }
 
 }  // namespace uma

@@ -4,11 +4,14 @@
 //   choose_context() is pure (unit-tested on synthetic sizes); the two readers ask the model and
 //   the machine.
 // - Flash attention (choose_flash_attention, pure).
+// - The modes a RuntimeConfig names (KV layout, flash attention, device sampling), with their words.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "common/enum_names.h"
 
 struct llama_model;
 
@@ -37,7 +40,22 @@ std::int64_t kv_budget_bytes(bool layers_on_gpu);
 // per-sequence KV a row attends over its own cells and flash attention wins on the CPU too
 // (docs/BENCHMARKS.md).
 enum class FlashAttention : std::uint8_t { kOn, kOff, kAuto };
-FlashAttention choose_flash_attention(std::string_view asked, bool cpu_only, bool per_seq);
-const char* flash_attention_name(FlashAttention f);  // "on", "off", "auto"
+inline constexpr EnumName<FlashAttention> kFlashAttentionNames[] = {
+    {"auto", FlashAttention::kAuto}, {"on", FlashAttention::kOn}, {"off", FlashAttention::kOff}};
+FlashAttention choose_flash_attention(FlashAttention asked, bool cpu_only, bool per_seq);
+
+// Unified: one KV pool every sequence draws from; per-seq: a stream of cells per sequence; auto:
+// per-seq with more than one sequence (RuntimeConfig::kv_layout says what each costs).
+enum class KvLayout : std::uint8_t { kAuto, kUnified, kPerSeq };
+inline constexpr EnumName<KvLayout> kKvLayoutNames[] = {
+    {"auto", KvLayout::kAuto}, {"unified", KvLayout::kUnified}, {"per-seq", KvLayout::kPerSeq}};
+constexpr bool kv_per_sequence(KvLayout layout, std::int32_t n_seq_max) {
+  return layout == KvLayout::kPerSeq || (layout == KvLayout::kAuto && n_seq_max > 1);
+}
+
+// Greedy requests sampled in the decode's graph: on, off, or auto (where the output layer is on a GPU).
+enum class DeviceSampling : std::uint8_t { kAuto, kOn, kOff };
+inline constexpr EnumName<DeviceSampling> kDeviceSamplingNames[] = {
+    {"auto", DeviceSampling::kAuto}, {"on", DeviceSampling::kOn}, {"off", DeviceSampling::kOff}};
 
 }  // namespace uma

@@ -28,15 +28,33 @@ TEST(ContextSize, TheTrainedContextWhenItsKvFitsElseTheLargestThatDoes) {
 TEST(ContextSize, FlashAttentionIsOffOnlyForAUnifiedKvOnACpuOrWhenAskedOff) {
   for (bool cpu_only : {false, true}) {
     for (bool per_seq : {false, true}) {
-      EXPECT_EQ(choose_flash_attention("on", cpu_only, per_seq), FlashAttention::kOn);
-      EXPECT_EQ(choose_flash_attention("off", cpu_only, per_seq), FlashAttention::kOff);
+      EXPECT_EQ(choose_flash_attention(FlashAttention::kOn, cpu_only, per_seq), FlashAttention::kOn);
+      EXPECT_EQ(choose_flash_attention(FlashAttention::kOff, cpu_only, per_seq), FlashAttention::kOff);
     }
   }
-  EXPECT_EQ(choose_flash_attention("auto", /*cpu_only=*/true, /*per_seq=*/false), FlashAttention::kOff);
-  EXPECT_EQ(choose_flash_attention("auto", /*cpu_only=*/true, /*per_seq=*/true), FlashAttention::kAuto);
-  EXPECT_EQ(choose_flash_attention("auto", /*cpu_only=*/false, /*per_seq=*/false), FlashAttention::kAuto);
-  EXPECT_EQ(choose_flash_attention("auto", /*cpu_only=*/false, /*per_seq=*/true), FlashAttention::kAuto);
-  EXPECT_STREQ(flash_attention_name(FlashAttention::kOff), "off");
+  EXPECT_EQ(choose_flash_attention(FlashAttention::kAuto, /*cpu_only=*/true, /*per_seq=*/false), FlashAttention::kOff);
+  EXPECT_EQ(choose_flash_attention(FlashAttention::kAuto, /*cpu_only=*/true, /*per_seq=*/true), FlashAttention::kAuto);
+  EXPECT_EQ(choose_flash_attention(FlashAttention::kAuto, /*cpu_only=*/false, /*per_seq=*/false), FlashAttention::kAuto);
+  EXPECT_EQ(choose_flash_attention(FlashAttention::kAuto, /*cpu_only=*/false, /*per_seq=*/true), FlashAttention::kAuto);
+  EXPECT_EQ(enum_name(kFlashAttentionNames, FlashAttention::kOff), "off");
+}
+
+TEST(RuntimeModes, EveryWordParsesToItsModeAndBack) {
+  KvLayout layout = KvLayout::kAuto;
+  for (std::string_view w : {"auto", "unified", "per-seq"}) {
+    ASSERT_TRUE(parse_enum(kKvLayoutNames, w, &layout)) << w;
+    EXPECT_EQ(enum_name(kKvLayoutNames, layout), w);
+  }
+  EXPECT_FALSE(parse_enum(kKvLayoutNames, "perseq", &layout));
+  EXPECT_EQ(layout, KvLayout::kPerSeq);  // untouched by the refused word
+  DeviceSampling ds = DeviceSampling::kAuto;
+  ASSERT_TRUE(parse_enum(kDeviceSamplingNames, "off", &ds));
+  EXPECT_EQ(ds, DeviceSampling::kOff);
+  EXPECT_EQ(enum_words(kFlashAttentionNames), (std::vector<std::string>{"auto", "on", "off"}));
+  EXPECT_TRUE(kv_per_sequence(KvLayout::kAuto, 2));
+  EXPECT_FALSE(kv_per_sequence(KvLayout::kAuto, 1));
+  EXPECT_FALSE(kv_per_sequence(KvLayout::kUnified, 8));
+  EXPECT_TRUE(kv_per_sequence(KvLayout::kPerSeq, 1));
 }
 
 }  // namespace

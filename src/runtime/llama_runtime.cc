@@ -308,7 +308,7 @@ std::string LlamaRuntime::describe() const {
   return std::string(desc) + ", " + std::to_string(llama_model_n_params(model_) / 1000000) + "M params, n_ctx " +
          std::to_string(n_ctx_) + (n_ctx_why_.empty() ? "" : " (" + n_ctx_why_ + ")") + (per_seq_ ? " (per-sequence KV: room per request " + std::to_string(n_ctx_seq_) + " cells)" : std::string(" (unified KV)")) + ", n_batch " + std::to_string(n_batch_) + " (passes of " + std::to_string(n_ubatch_) + ")" + ", sequences " +
          std::to_string(n_seq_max_) + ", threads " + std::to_string(llama_n_threads(ctx_)) +
-         ", flash attention " + flash_attention_name(flash_attn_) +
+         ", flash attention " + std::string(enum_name(kFlashAttentionNames, flash_attn_)) +
          (backend_greedy_.empty() ? "" : ", greedy sampled on the device") + "; weights: " + placement_;
 }
 

@@ -57,7 +57,7 @@ struct RuntimeConfig {
   // A model file already in host memory (tmpfs, a memfd) goes to a GPU by a pinned copy
   // (load_model_from_host_file) rather than llama.cpp's upload of its mapping.
   bool host_copy = true;
-  std::string flash_attn = "auto";  // on | off | auto (llama.cpp's choice)
+  FlashAttention flash_attn = FlashAttention::kAuto;  // auto: llama.cpp's choice (choose_flash_attention)
   // Layers whose weights (and KV) go to the GPU: -1 all of them when llama.cpp was built with a
   // GPU backend (CUDA, Metal, ...), none otherwise; 0 none; N the first N.
   std::int32_t n_gpu_layers = -1;
@@ -73,13 +73,13 @@ struct RuntimeConfig {
   // Per-seq room: each of the n_seq_max streams holds n_ctx / n_seq_max cells (llama-server's
   // -c / -np). With n_ctx <= 0 the room is the trained context, or the largest for which every
   // stream's KV fits the budget.
-  std::string kv_layout = "auto";
+  KvLayout kv_layout = KvLayout::kAuto;
   // Greedy requests sampled on the device: llama.cpp's backend sampler (an argmax in the decode's
   // own graph) picks the token, and only token ids cross to the host, not a logits row of n_vocab
   // floats per stream (at 64 streams and a 32k vocabulary, 8 MB copied and scanned a tick).
   // on | off | auto (on where the output layer runs on a GPU; on a CPU the graph's argmax is no
   // faster than the host's, and every attached sampler adds its nodes to each graph).
-  std::string backend_sampling = "auto";
+  DeviceSampling backend_sampling = DeviceSampling::kAuto;
   // Ids [0, n) get a device sampler (0: all); a unified KV's ids above them hold kept prefixes.
   std::int32_t n_seq_sampling = 0;
   // Device sampling: the most rows one sequence may sample in a decode. Speculation verifies a

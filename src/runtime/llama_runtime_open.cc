@@ -175,7 +175,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
 
   llama_context_params cp = llama_context_default_params();
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const bool per_seq = config.kv_layout == "per-seq" || (config.kv_layout == "auto" && config.n_seq_max > 1);
+  const bool per_seq = uma::kv_per_sequence(config.kv_layout, config.n_seq_max);
   // Per-sequence KV: n_ctx is every stream's cells together, n_ctx / n_seq_max each.
   const std::int32_t streams = per_seq ? std::max(config.n_seq_max, 1) : 1;
   const std::int64_t budget = config.kv_budget_bytes >= 0 ? config.kv_budget_bytes : kv_budget_bytes(on_gpu);
@@ -228,7 +228,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   const char* device_greedy = std::getenv("UMA_DEVICE_GREEDY");
   rt->device_share_.per_row = device_greedy != nullptr && std::string_view(device_greedy) == "row";
   rt->device_share_.copy_logits = device_greedy != nullptr && std::string_view(device_greedy) == "copy";
-  if (config.backend_sampling == "on" || (config.backend_sampling == "auto" && output_on_gpu)) {
+  if (config.backend_sampling == DeviceSampling::kOn || (config.backend_sampling == DeviceSampling::kAuto && output_on_gpu)) {
     // Per-sequence KV: only the ids requests run under; ids above them hold kept prefixes and
     // never sample. (In a unified KV kept prefixes take any free id.)
     const std::int32_t n = per_seq && config.n_seq_sampling > 0 ? std::min(config.n_seq_sampling, config.n_seq_max)

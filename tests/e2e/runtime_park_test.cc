@@ -17,7 +17,7 @@ namespace uma::test {
 namespace {
 
 std::unique_ptr<LlamaRuntime> open_tiny(const std::string& kv_layout) {
-  auto rt = open_tiny_runtime([&](RuntimeConfig& cfg) { cfg.kv_layout = kv_layout; });
+  auto rt = open_tiny_runtime([&](RuntimeConfig& cfg) { EXPECT_TRUE(parse_enum(kKvLayoutNames, kv_layout, &cfg.kv_layout)); });
   if (rt) {
     EXPECT_EQ(rt->kv_per_sequence(), kv_layout == "per-seq");
   }

@@ -1,5 +1,5 @@
 // Backend (on-device) sampling against the host's: two LlamaRuntimes on one random model, one
-// with greedy sampled inside the decode's graph (RuntimeConfig::backend_sampling "on"), one on the
+// with greedy sampled inside the decode's graph (RuntimeConfig::backend_sampling on), one on the
 // host, fed the same batches (so the same logits: llama.cpp is deterministic for a fixed batch).
 // Every greedy token must be the same; a seeded non-greedy request (its device sampler detached, a
 // CPU chain on its logits row) must draw the same tokens; a device-sampled row never reaches the
@@ -17,8 +17,8 @@ namespace {
 std::unique_ptr<LlamaRuntime> open_tiny(const std::string& kv_layout, const std::string& backend_sampling) {
   auto rt = open_tiny_runtime([&](RuntimeConfig& cfg) {
     cfg.n_ctx = 1024;
-    cfg.kv_layout = kv_layout;
-    cfg.backend_sampling = backend_sampling;
+    EXPECT_TRUE(parse_enum(kKvLayoutNames, kv_layout, &cfg.kv_layout));
+    EXPECT_TRUE(parse_enum(kDeviceSamplingNames, backend_sampling, &cfg.backend_sampling));
   });
   if (rt) {
     EXPECT_EQ(rt->backend_sampling(), backend_sampling == "on");
@@ -168,8 +168,8 @@ TEST_P(BackendSampling, IgnoringEndsIsPickedOnTheDeviceWithNoSwitchAndMaskedPerR
     return open_tiny_runtime([&](RuntimeConfig& cfg) {
       cfg.model_path = std::string(UMA_MODELS_DIR) + "/oracle.gguf";
       cfg.n_ctx = 1024;
-      cfg.kv_layout = GetParam();
-      cfg.backend_sampling = backend_sampling;
+      EXPECT_TRUE(parse_enum(kKvLayoutNames, std::string_view(GetParam()), &cfg.kv_layout));
+      EXPECT_TRUE(parse_enum(kDeviceSamplingNames, backend_sampling, &cfg.backend_sampling));
     });
   };
   auto dev = open_oracle("on");
@@ -260,7 +260,7 @@ TEST_P(BackendSampling, IgnoringEndsIsPickedOnTheDeviceWithNoSwitchAndMaskedPerR
 TEST_P(BackendSampling, AGpuReservesTheVerifyingRowsAtOpenAndKeepsNoCellOfThem) {
   auto rt = open_tiny_runtime([&](RuntimeConfig& cfg) {
     cfg.n_ctx = 1024;
-    cfg.kv_layout = GetParam();
+    EXPECT_TRUE(parse_enum(kKvLayoutNames, std::string_view(GetParam()), &cfg.kv_layout));
     cfg.outputs_per_seq = 5;
     cfg.verify_outputs = 18;
   });

@@ -22,8 +22,8 @@ std::unique_ptr<LlamaRuntime> open_per_seq(bool stream_batches, std::int64_t dee
   return open_tiny_runtime([&](RuntimeConfig& cfg) {
     cfg.n_ctx = n_ctx;
     cfg.n_seq_max = 8;
-    cfg.kv_layout = "per-seq";
-    cfg.backend_sampling = "off";
+    cfg.kv_layout = KvLayout::kPerSeq;
+    cfg.backend_sampling = DeviceSampling::kOff;
     cfg.stream_batches = stream_batches;
     cfg.deep_pass_row_cells = deep_pass_row_cells;
   });
