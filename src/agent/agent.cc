@@ -48,7 +48,7 @@ int Agent::run() {
   server_.start();
   host_->start();
   if (setup_.cluster) {
-    beat_ = std::make_unique<cluster::LoaderBeat>(setup_.redis);
+    beat_ = std::make_unique<publish::LoaderBeat>(setup_.redis);
     beat();
     beat_->start();
   }

@@ -60,7 +60,7 @@ class Agent {
   std::unique_ptr<AgentApi> api_;  // set before the server starts
   RequestServer server_;
   std::unique_ptr<ModelHost> host_;
-  std::unique_ptr<cluster::LoaderBeat> beat_;  // --cluster: written by the beat's own thread
+  std::unique_ptr<publish::LoaderBeat> beat_;  // --cluster: written by the beat's own thread
   boost::asio::steady_timer beat_timer_;
 };
 

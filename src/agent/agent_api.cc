@@ -65,7 +65,7 @@ namespace {
 ojson update_json(const LoadUpdate& u) {
   ojson j = {{"model", u.id}};
   if (u.done && !u.status.ok()) {
-    j["error"] = nlohmann::ordered_json::parse(openai::error_body(u.status))["error"];
+    j["error"] = nlohmann::ordered_json::parse(http_error_body(u.status))["error"];
     return j;
   }
   j["state"] = u.done ? "loaded" : model_state_name(u.state);
@@ -124,7 +124,7 @@ void AgentApi::handle(const HttpExchangePtr& ex) {
   if (post && r.path == "/load") return load(ex);
   if (post && r.path == "/unload") return unload(ex);
   if (post && r.path == "/prefetch") return prefetch(ex);
-  ex->reply_json(404, openai::error_body(ErrorCode::kBadRequest, "no such endpoint: " + std::string(http::to_string(r.method)) + " " + r.path));
+  ex->reply_json(404, http_error_body(ErrorCode::kBadRequest, "no such endpoint: " + std::string(http::to_string(r.method)) + " " + r.path));
 }
 
 void AgentApi::load(const HttpExchangePtr& ex) {

@@ -76,7 +76,7 @@ class ModelFront::Relay final : public UpstreamSink {
     front_.counters_.failed++;
     const Status st(ErrorCode::kUnavailable, "model '" + model_ + "': its server went away: " + why);
     if (streaming_) {
-      ex_->event(openai::error_body(st));
+      ex_->event(http_error_body(st));
       ex_->end_events();
     } else {
       ex_->reply_error(st);

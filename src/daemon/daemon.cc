@@ -357,16 +357,16 @@ void Daemon::watch_signals() {
 }
 
 int Daemon::join_cluster() {
-  cluster::KvEventConfig kc;
+  publish::KvEventConfig kc;
   kc.host = cfg_.http.host;
   kc.port = cfg_.agent_events_port;
   kc.block = cfg_.scheduler.prefix.block;
-  kv_events_ = std::make_unique<cluster::KvEventServer>(io_, kc, block_journal_, metrics_);
+  kv_events_ = std::make_unique<publish::KvEventServer>(io_, kc, block_journal_, metrics_);
   if (Status st = kv_events_->listen(); !st.ok()) {
     spdlog::error("--agent-events-port: {}", st.to_string());
     return 1;
   }
-  cluster::AgentConfig ac;
+  publish::AgentConfig ac;
   const std::string hostport = cfg_.http.host + ":" + std::to_string(http_->port());
   ac.id = cfg_.agent_id.empty() ? hostport : cfg_.agent_id;
   ac.address = cfg_.advertise.empty() ? "http://" + hostport : cfg_.advertise;
@@ -391,7 +391,7 @@ int Daemon::join_cluster() {
       a.load_queue_bytes = static_cast<std::int64_t>(ts->queued_bytes());
     };
   }
-  agent_ = std::make_unique<cluster::AgentHeartbeat>(std::move(ac), metrics_);
+  agent_ = std::make_unique<publish::AgentHeartbeat>(std::move(ac), metrics_);
   agent_->start();
   kv_events_->start(agent_->boot_id());
   spdlog::info("agent {} heartbeating to redis {} (boot {})", cfg_.agent_id.empty() ? hostport : cfg_.agent_id,

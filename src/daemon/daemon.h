@@ -43,10 +43,10 @@
 
 namespace uma {
 
-namespace cluster {
+namespace publish {
 class AgentHeartbeat;
 class KvEventServer;
-}  // namespace cluster
+}  // namespace publish
 
 class Daemon {
  public:
@@ -94,8 +94,8 @@ class Daemon {
   cluster::BlockJournal block_journal_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DraftModel> draft_;
-  std::unique_ptr<cluster::KvEventServer> kv_events_;
-  std::unique_ptr<cluster::AgentHeartbeat> agent_;
+  std::unique_ptr<publish::KvEventServer> kv_events_;
+  std::unique_ptr<publish::AgentHeartbeat> agent_;
   SupervisorLink supervisor_;
   boost::asio::steady_timer drain_poll_;
   std::chrono::steady_clock::time_point drain_until_{};

@@ -233,7 +233,7 @@ void AgentDirectory::candidates(std::string_view model, std::span<const std::uin
       out->full++;
       continue;
     }
-    cluster::Candidate c;
+    gateway::Candidate c;
     c.agent = &a.state_;
     c.cached_tokens = a.cached_tokens(prompt_blocks);
     c.pending_tokens = a.pending_tokens();
@@ -276,7 +276,7 @@ void AgentDirectory::ended(AgentLink& a, std::uint64_t request) {
   if (on_room_) on_room_();
 }
 
-void AgentDirectory::measured(AgentLink& a, const cluster::Prediction& p, double measured_s) {
+void AgentDirectory::measured(AgentLink& a, const gateway::Prediction& p, double measured_s) {
   a.fit_.observe(static_cast<double>(p.uncached), static_cast<double>(p.ahead), static_cast<double>(p.running), measured_s);
 }
 

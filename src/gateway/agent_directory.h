@@ -132,7 +132,7 @@ class AgentLink final : private UpstreamSink {
   std::int32_t failures_ = 0;
   SteadyClock::time_point open_until_{};
   SteadyClock::time_point full_until_{};  // it answered 429: no room until its next report (or this)
-  cluster::TtftFit fit_;                  // its measured TTFTs against what routing knew
+  gateway::TtftFit fit_;                  // its measured TTFTs against what routing knew
   std::unordered_map<std::uint64_t, Dispatch> dispatches_;  // request id -> in flight here
   std::unordered_map<std::uint64_t, std::int32_t> inflight_blocks_;  // block hash -> dispatches holding it
 };
@@ -156,7 +156,7 @@ class AgentDirectory {
   void check_streams(SteadyClock::time_point now);
 
   struct Candidates {
-    std::vector<cluster::Candidate> list;
+    std::vector<gateway::Candidate> list;
     std::vector<AgentLink*> links;  // the same order
     std::size_t full = 0;           // agents left out only because they have no room now
   };
@@ -175,7 +175,7 @@ class AgentDirectory {
   void failed(AgentLink& a, SteadyClock::time_point now);
   void refused_full(AgentLink& a, SteadyClock::time_point now);  // it answered 429
   // A first token came `measured_s` after dispatch, for a request predicted from `p`.
-  void measured(AgentLink& a, const cluster::Prediction& p, double measured_s);
+  void measured(AgentLink& a, const gateway::Prediction& p, double measured_s);
 
   std::size_t size() const { return links_.size(); }
   std::size_t live() const;

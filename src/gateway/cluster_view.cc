@@ -4,16 +4,16 @@
 
 #include "cluster/model_catalog.h"
 
-namespace uma::cluster {
+namespace uma::gateway {
 
-ClusterView::ClusterView(RedisAddress redis, std::chrono::milliseconds timeout, std::chrono::milliseconds max_age)
+ClusterView::ClusterView(cluster::RedisAddress redis, std::chrono::milliseconds timeout, std::chrono::milliseconds max_age)
     : redis_(std::move(redis), timeout), max_age_(max_age) {}
 
 namespace {
 
-std::vector<std::string> sorted_members(const RedisReply& set) {
+std::vector<std::string> sorted_members(const cluster::RedisReply& set) {
   std::vector<std::string> out;
-  for (const RedisReply& e : set.elements) out.push_back(e.str);
+  for (const cluster::RedisReply& e : set.elements) out.push_back(e.str);
   std::sort(out.begin(), out.end());  // a stable order for round-robin and ties
   return out;
 }
@@ -28,10 +28,10 @@ Status ClusterView::read_states(const std::vector<std::string>& ids, std::string
   if (ids.empty()) return {};
   std::vector<std::string> mget = {"MGET"};
   for (const std::string& id : ids) mget.push_back(key(id));
-  RedisReply values;
+  cluster::RedisReply values;
   if (Status st = redis_.command(mget, &values); !st.ok()) return st;
-  for (const RedisReply& v : values.elements) {
-    if (v.kind != RedisReply::Kind::kString) continue;
+  for (const cluster::RedisReply& v : values.elements) {
+    if (v.kind != cluster::RedisReply::Kind::kString) continue;
     State state;
     if (!decode(v.str, &state).ok()) {
       ++undecodable_total_;
@@ -43,28 +43,28 @@ Status ClusterView::read_states(const std::vector<std::string>& ids, std::string
 }
 
 Status ClusterView::refresh(std::chrono::system_clock::time_point now) {
-  std::vector<RedisReply> sets;
-  Status st = redis_.pipeline({{"SMEMBERS", kAgentsSet}, {"SMEMBERS", kCatalogSet}, {"SMEMBERS", kLoadersSet}}, &sets);
+  std::vector<cluster::RedisReply> sets;
+  Status st = redis_.pipeline({{"SMEMBERS", cluster::kAgentsSet}, {"SMEMBERS", cluster::kCatalogSet}, {"SMEMBERS", cluster::kLoadersSet}}, &sets);
   if (!st.ok() || sets.size() != 3) {
     stale_ = true;
     return st.ok() ? Status(ErrorCode::kIo, "redis: short pipeline reply") : st;
   }
   const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::vector<AgentState> agents;
-  std::vector<LoaderState> loaders;
-  if (!(st = read_states(sorted_members(sets[0]), &agent_key, &decode_agent_state, now_ms, &agents)).ok() ||
-      !(st = read_states(sorted_members(sets[2]), &loader_key, &decode_loader_state, now_ms, &loaders)).ok()) {
+  std::vector<cluster::AgentState> agents;
+  std::vector<cluster::LoaderState> loaders;
+  if (!(st = read_states(sorted_members(sets[0]), &cluster::agent_key, &cluster::decode_agent_state, now_ms, &agents)).ok() ||
+      !(st = read_states(sorted_members(sets[2]), &cluster::loader_key, &cluster::decode_loader_state, now_ms, &loaders)).ok()) {
     stale_ = true;
     return st;
   }
   std::vector<std::string> catalog = sorted_members(sets[1]);
-  std::vector<CatalogModel> entries;
-  if (!(st = catalog_entries(redis_, catalog, &entries)).ok()) {
+  std::vector<cluster::CatalogModel> entries;
+  if (!(st = cluster::catalog_entries(redis_, catalog, &entries)).ok()) {
     stale_ = true;
     return st;
   }
   catalog_vocab_.clear();
-  for (CatalogModel& m : entries) catalog_vocab_[m.id] = std::move(m.vocab_hash);
+  for (cluster::CatalogModel& m : entries) catalog_vocab_[m.id] = std::move(m.vocab_hash);
   agents_ = std::move(agents);
   catalog_ = std::move(catalog);
   loaders_ = std::move(loaders);
@@ -72,4 +72,4 @@ Status ClusterView::refresh(std::chrono::system_clock::time_point now) {
   return Status::Ok();
 }
 
-}  // namespace uma::cluster
+}  // namespace uma::gateway

@@ -21,18 +21,18 @@
 #include "cluster/loader_state.h"
 #include "cluster/redis_client.h"
 
-namespace uma::cluster {
+namespace uma::gateway {
 
 class ClusterView {
  public:
-  ClusterView(RedisAddress redis, std::chrono::milliseconds timeout, std::chrono::milliseconds max_age);
+  ClusterView(cluster::RedisAddress redis, std::chrono::milliseconds timeout, std::chrono::milliseconds max_age);
   // One read of Redis. On an error the snapshot is kept (fail-static) and the error returned.
   Status refresh(std::chrono::system_clock::time_point now);
-  const std::vector<AgentState>& agents() const { return agents_; }
+  const std::vector<cluster::AgentState>& agents() const { return agents_; }
   const std::vector<std::string>& catalog() const { return catalog_; }  // sorted
   // Each catalog model's vocab hash (a model whose entry does not decode is listed without one).
   const std::unordered_map<std::string, std::string>& catalog_vocab() const { return catalog_vocab_; }
-  const std::vector<LoaderState>& loaders() const { return loaders_; }  // sorted by id
+  const std::vector<cluster::LoaderState>& loaders() const { return loaders_; }  // sorted by id
   bool stale() const { return stale_; }
   std::uint64_t undecodable_total() const { return undecodable_total_; }
 
@@ -40,14 +40,14 @@ class ClusterView {
   template <typename State>
   Status read_states(const std::vector<std::string>& ids, std::string (*key)(const std::string&),
                      Status (*decode)(std::string_view, State*), std::int64_t now_ms, std::vector<State>* out);
-  RedisClient redis_;
+  cluster::RedisClient redis_;
   std::chrono::milliseconds max_age_;
-  std::vector<AgentState> agents_;
+  std::vector<cluster::AgentState> agents_;
   std::vector<std::string> catalog_;
   std::unordered_map<std::string, std::string> catalog_vocab_;
-  std::vector<LoaderState> loaders_;
+  std::vector<cluster::LoaderState> loaders_;
   bool stale_ = true;  // nothing read yet
   std::uint64_t undecodable_total_ = 0;
 };
 
-}  // namespace uma::cluster
+}  // namespace uma::gateway

@@ -69,7 +69,7 @@ int Gateway::run() {
 
 // Its own thread and Redis connection; each view goes to the I/O thread.
 void Gateway::read_views() {
-  cluster::ClusterView view(setup_.redis, std::chrono::milliseconds(200), std::chrono::milliseconds(3000));
+  gateway::ClusterView view(setup_.redis, std::chrono::milliseconds(200), std::chrono::milliseconds(3000));
   bool was_down = false;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {

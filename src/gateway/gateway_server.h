@@ -64,8 +64,8 @@ struct GatewayConfig {
   std::size_t max_header_bytes = 16 * 1024;
   std::size_t max_tx_bytes = 1 << 20;
   std::int32_t timeout_sec = 30;
-  cluster::Policy policy = cluster::Policy::kPredicted;
-  cluster::RoutingParams routing;
+  gateway::Policy policy = gateway::Policy::kPredicted;
+  gateway::RoutingParams routing;
   std::int32_t max_attempts = 2;  // dispatches of a request before its first byte (a retry: 2)
   std::int32_t max_resumes = 2;   // mid-stream failovers of one request
   std::int32_t max_queue = 4096;  // requests waiting for room on a full cluster

@@ -117,7 +117,7 @@ int derive(GatewayFlags& f) {
     std::cerr << "uma-gw: " << why << "\n";
     return 2;
   };
-  if (!cluster::parse_policy(f.policy, &s.server.policy)) return fail("--policy: want predicted | seed | round-robin | least-loaded");
+  if (!gateway::parse_policy(f.policy, &s.server.policy)) return fail("--policy: want predicted | seed | round-robin | least-loaded");
   HostPort lp;
   if (f.listen.size() > 2 && f.listen.ends_with(":0")) {
     lp = {f.listen.substr(0, f.listen.size() - 2), 0};

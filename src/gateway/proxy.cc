@@ -59,11 +59,11 @@ void Proxy::dispatch() {
   DispatchStep step = decide_dispatch(facts);
   const auto now = SteadyClock::now();
   AgentDirectory::Candidates cs;
-  cluster::RouteChoice choice;
+  gateway::RouteChoice choice;
   if (step == DispatchStep::kRoute) {
     agents.candidates(job_.model, job_.blocks, tried_, now, &cs);
-    cluster::RouteRequest rr{job_.model, job_.prompt_tokens};
-    choice = cluster::choose(gw_.config().policy, cs.list, rr, gw_.config().routing, gw_.rr_cursor());
+    gateway::RouteRequest rr{job_.model, job_.prompt_tokens};
+    choice = gateway::choose(gw_.config().policy, cs.list, rr, gw_.config().routing, gw_.rr_cursor());
     gw_.metrics().route_us.observe(std::chrono::duration<double, std::micro>(SteadyClock::now() - now).count());
     facts.routed = true;
     facts.chose = choice.index >= 0;
@@ -334,10 +334,10 @@ void Proxy::end_with_error(const Status& st) {
     client_->send_raw(job_.reencoder->fail(st));
   } else if (client_head_sent_) {
     // Mid-stream: an SSE error event, then the stream's end (never a silently short stream).
-    client_->send_raw(sse_chunk(openai::error_body(st)) + sse_chunk("[DONE]") + std::string(kLastChunk));
+    client_->send_raw(sse_chunk(http_error_body(st)) + sse_chunk("[DONE]") + std::string(kLastChunk));
   } else {
-    const std::string body = job_.reencoder ? job_.reencoder->error_body(st) : openai::error_body(st);
-    const unsigned status = openai::http_status(st.code());
+    const std::string body = job_.reencoder ? job_.reencoder->error_body(st) : http_error_body(st);
+    const unsigned status = http_status(st.code());
     client_->send_raw(http_reply(status, "application/json", body, client_->keep_alive(), client_->cors()));
   }
   done();

@@ -129,7 +129,7 @@ class Proxy final : private UpstreamSink {
   // Predicted vs measured time to first token (from dispatch to the first token event).
   std::chrono::steady_clock::time_point dispatched_at_{};
   std::chrono::steady_clock::time_point queued_at_{};  // it first waited for room
-  cluster::Prediction predicted_;
+  gateway::Prediction predicted_;
   std::int64_t cached_tokens_ = 0;         // of the prompt, on the chosen agent
   bool first_token_ = false;
 };

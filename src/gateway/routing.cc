@@ -4,18 +4,18 @@
 #include <limits>
 #include <vector>
 
-namespace uma::cluster {
+namespace uma::gateway {
 
 namespace {
 
-const ModelState* model_of(const Candidate& c, const RouteRequest& r) {
+const cluster::ModelState* model_of(const Candidate& c, const RouteRequest& r) {
   if (c.agent == nullptr) return nullptr;
   if (r.model.empty()) return c.agent->models.empty() ? nullptr : &c.agent->models.front();
   return c.agent->model(r.model);
 }
 
 // The seed's cache level: 0 loaded, then by tier (where the weights must come from).
-int cache_level(const ModelState& m) {
+int cache_level(const cluster::ModelState& m) {
   if (m.state == "loaded") return 0;
   if (m.tier == "dram") return 1;
   if (m.tier == "nvme") return 2;
@@ -35,13 +35,13 @@ bool parse_policy(std::string_view name, Policy* out) {
 
 Prediction predict_ttft(const Candidate& c, const RouteRequest& r, const RoutingParams& p) {
   Prediction t;
-  const ModelState* m = model_of(c, r);
+  const cluster::ModelState* m = model_of(c, r);
   if (m == nullptr) return t;
   if (m->state != "loaded") {
     const double bw = c.load_bandwidth_bytes_s > 0.0 ? c.load_bandwidth_bytes_s : p.default_load_bytes_s;
     t.load = static_cast<double>(m->bytes + c.loader_queue_bytes) / bw;
   }
-  const AgentState& a = *c.agent;
+  const cluster::AgentState& a = *c.agent;
   const double rate = a.prefill_tok_s > 0.0 ? a.prefill_tok_s : p.default_prefill_tok_s;
   const std::int64_t ahead = std::max<std::int64_t>(0, a.prefill_backlog_tokens) + std::max<std::int64_t>(0, c.pending_tokens);
   // At least the last prompt token is computed (its logits give the first token).
@@ -111,7 +111,7 @@ RouteChoice choose(Policy policy, std::span<const Candidate> candidates, const R
   }
   for (int i = 0; i < n; ++i) {
     const Candidate& c = candidates[static_cast<std::size_t>(i)];
-    const ModelState* m = model_of(c, r);
+    const cluster::ModelState* m = model_of(c, r);
     if (m == nullptr) continue;
     const Prediction t = predict_ttft(c, r, p);
     double score = 0.0;
@@ -141,4 +141,4 @@ RouteChoice choose(Policy policy, std::span<const Candidate> candidates, const R
   return best;
 }
 
-}  // namespace uma::cluster
+}  // namespace uma::gateway

@@ -25,13 +25,13 @@
 #include "cluster/agent_state.h"
 #include "gateway/ttft_fit.h"
 
-namespace uma::cluster {
+namespace uma::gateway {
 
 enum class Policy : std::uint8_t { kPredicted, kSeed, kRoundRobin, kLeastLoaded };
 bool parse_policy(std::string_view name, Policy* out);  // predicted | seed | round-robin | least-loaded
 
 struct Candidate {
-  const AgentState* agent = nullptr;
+  const cluster::AgentState* agent = nullptr;
   std::int64_t cached_tokens = 0;       // the prompt's leading tokens it holds in KV
   std::int64_t pending_tokens = 0;      // prompt tokens this gateway sent it that its state does not show yet
   double load_bandwidth_bytes_s = 0.0;  // of the tier holding the model, when not loaded (0: the default)
@@ -75,4 +75,4 @@ struct RouteChoice {
 RouteChoice choose(Policy policy, std::span<const Candidate> candidates, const RouteRequest& r, const RoutingParams& p,
                    std::uint64_t* rr_cursor);
 
-}  // namespace uma::cluster
+}  // namespace uma::gateway

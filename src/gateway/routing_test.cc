@@ -6,11 +6,11 @@
 
 #include <vector>
 
-namespace uma::cluster {
+namespace uma::gateway {
 namespace {
 
-AgentState agent(const std::string& id, double prefill_tok_s, std::int64_t backlog, std::int64_t active = 0) {
-  AgentState a;
+cluster::AgentState agent(const std::string& id, double prefill_tok_s, std::int64_t backlog, std::int64_t active = 0) {
+  cluster::AgentState a;
   a.id = id;
   a.models = {{"m.gguf", 4'000'000'000, "loaded", "dram"}};
   a.prefill_tok_s = prefill_tok_s;
@@ -20,7 +20,7 @@ AgentState agent(const std::string& id, double prefill_tok_s, std::int64_t backl
 }
 
 TEST(Routing, PredictedTtftIsLoadPlusQueuePlusUncachedPrefill) {
-  AgentState a = agent("a", 1000.0, 500);
+  cluster::AgentState a = agent("a", 1000.0, 500);
   Candidate c{&a, /*cached*/ 800, /*pending*/ 300};
   const RouteRequest r{"m.gguf", 1000};
   RoutingParams p;
@@ -41,7 +41,7 @@ TEST(Routing, PredictedTtftIsLoadPlusQueuePlusUncachedPrefill) {
 }
 
 TEST(Routing, EveryTickPaysItsFixedCostAndTheRunningStreamsDecodeStep) {
-  AgentState a = agent("a", 1000.0, /*backlog*/ 1024, /*active*/ 0);
+  cluster::AgentState a = agent("a", 1000.0, /*backlog*/ 1024, /*active*/ 0);
   a.tick_tokens = 512;
   a.tick_fixed_ms = 10.0;
   a.decode_tick_ms = 0.0;  // nobody decoding
@@ -61,10 +61,10 @@ TEST(Routing, EveryTickPaysItsFixedCostAndTheRunningStreamsDecodeStep) {
 // the default: here the default would make its cold prefill look 5x cheaper than the measured
 // agent's queue behind a cached prefix.
 TEST(Routing, AnUnmeasuredAgentIsPredictedAtItsPeersRate) {
-  AgentState measured = agent("a", 100.0, /*backlog*/ 300);
-  AgentState other = agent("c", 120.0, 0);
+  cluster::AgentState measured = agent("a", 100.0, /*backlog*/ 300);
+  cluster::AgentState other = agent("c", 120.0, 0);
   other.models[0].name = "other.gguf";  // another model's rate says nothing about this one
-  AgentState fresh = agent("b", 0.0, 0);
+  cluster::AgentState fresh = agent("b", 0.0, 0);
   std::vector<Candidate> cs = {{&measured, /*cached*/ 900, 0}, {&other, 0, 0}, {&fresh, 0, 0}};
   const RouteRequest r{"m.gguf", 1000};
   EXPECT_DOUBLE_EQ(cluster_prefill_tok_s(cs, r), 100.0);
@@ -81,7 +81,7 @@ TEST(Routing, AnUnmeasuredAgentIsPredictedAtItsPeersRate) {
 // Once the gateway has measured enough of an agent's answers, the prediction is the fit's: here an
 // agent twice as slow as its beat says, with 50 ms of its own per request.
 TEST(Routing, AnAgentsMeasuredFitReplacesItsBeatsModel) {
-  AgentState a = agent("a", 1000.0, 0);
+  cluster::AgentState a = agent("a", 1000.0, 0);
   TtftFit fit;
   Candidate c{&a, /*cached*/ 0, /*pending*/ 0};
   c.fit = &fit;
@@ -99,7 +99,7 @@ TEST(Routing, AnAgentsMeasuredFitReplacesItsBeatsModel) {
 }
 
 TEST(Routing, PredictedPrefersTheCachedPrefixUntilItsQueueCostsMore) {
-  AgentState hot = agent("hot", 1000.0, 0), cold = agent("cold", 1000.0, 0);
+  cluster::AgentState hot = agent("hot", 1000.0, 0), cold = agent("cold", 1000.0, 0);
   std::vector<Candidate> cs = {{&cold, 0, 0}, {&hot, 900, 0}};
   const RouteRequest r{"m.gguf", 1000};
   std::uint64_t cursor = 0;
@@ -113,7 +113,7 @@ TEST(Routing, PredictedPrefersTheCachedPrefixUntilItsQueueCostsMore) {
 }
 
 TEST(Routing, OnlyAgentsWithTheModelAndNoneIsMinusOne) {
-  AgentState a = agent("a", 1000.0, 0), b = agent("b", 1000.0, 0);
+  cluster::AgentState a = agent("a", 1000.0, 0), b = agent("b", 1000.0, 0);
   b.models[0].name = "other.gguf";
   std::vector<Candidate> cs = {{&b, 0, 0}, {&a, 0, 0}};
   std::uint64_t cursor = 0;
@@ -125,7 +125,7 @@ TEST(Routing, OnlyAgentsWithTheModelAndNoneIsMinusOne) {
 }
 
 TEST(Routing, RoundRobinCyclesAndLeastLoadedPicksTheIdlest) {
-  AgentState a = agent("a", 1000.0, 0, 5), b = agent("b", 1000.0, 0, 1), c = agent("c", 1000.0, 0, 3);
+  cluster::AgentState a = agent("a", 1000.0, 0, 5), b = agent("b", 1000.0, 0, 1), c = agent("c", 1000.0, 0, 3);
   std::vector<Candidate> cs = {{&a, 0, 0}, {&b, 0, 0}, {&c, 0, 0}};
   std::uint64_t cursor = 0;
   std::vector<int> order;
@@ -135,7 +135,7 @@ TEST(Routing, RoundRobinCyclesAndLeastLoadedPicksTheIdlest) {
 }
 
 TEST(Routing, TheSeedFormulaWeighsCacheLevelHitRateQueueAndLoad) {
-  AgentState loaded = agent("loaded", 1000.0, 2000), cold = agent("cold", 1000.0, 0);
+  cluster::AgentState loaded = agent("loaded", 1000.0, 2000), cold = agent("cold", 1000.0, 0);
   cold.models[0].state = "cold";
   cold.models[0].tier = "nvme";  // cache level 2
   std::vector<Candidate> cs = {{&loaded, 0, 0}, {&cold, 0, 0, 4e9}};
@@ -155,4 +155,4 @@ TEST(Routing, PolicyNames) {
 }
 
 }  // namespace
-}  // namespace uma::cluster
+}  // namespace uma::gateway

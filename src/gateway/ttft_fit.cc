@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace uma::cluster {
+namespace uma::gateway {
 
 void TtftFit::observe(double uncached, double ahead, double running, double measured_s) {
   if (!(measured_s >= 0.0) || !std::isfinite(measured_s)) return;
@@ -84,4 +84,4 @@ TtftCoefficients TtftFit::coefficients(const TtftCoefficients& prior) const {
   return c;
 }
 
-}  // namespace uma::cluster
+}  // namespace uma::gateway

@@ -26,7 +26,7 @@
 #include <array>
 #include <cstddef>
 
-namespace uma::cluster {
+namespace uma::gateway {
 
 struct TtftCoefficients {
   double fixed_s = 0.0;         // per request
@@ -58,4 +58,4 @@ class TtftFit {
   std::size_t samples_ = 0;
 };
 
-}  // namespace uma::cluster
+}  // namespace uma::gateway

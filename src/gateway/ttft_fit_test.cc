@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-namespace uma::cluster {
+namespace uma::gateway {
 namespace {
 
 TEST(TtftFit, BeforeAnySampleItIsThePrior) {
@@ -131,4 +131,4 @@ TEST(TtftFit, NonsenseMeasurementsAreIgnored) {
 }
 
 }  // namespace
-}  // namespace uma::cluster
+}  // namespace uma::gateway

@@ -65,7 +65,7 @@ class VocabCache {
   VocabCache(Options options, std::optional<cluster::RedisAddress> redis, std::shared_ptr<const Vocabulary> fallback);
   ~VocabCache();
 
-  // The catalog as last read: each model's vocab hash (cluster::ClusterView::catalog_vocab).
+  // The catalog as last read: each model's vocab hash (gateway::ClusterView::catalog_vocab).
   void set_catalog(std::unordered_map<std::string, std::string> vocab_of);
   // The vocabulary requests for `model` use; null with *st set (kNotFound for a model nobody
   // knows, kUnavailable when its vocabulary cannot be had).

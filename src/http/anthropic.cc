@@ -190,7 +190,7 @@ json usage_json(const openai::Usage& u) {
 }
 
 const char* error_type(ErrorCode code) {
-  switch (openai::http_status(code)) {
+  switch (http_status(code)) {
     case 400: return "invalid_request_error";
     case 401: return "authentication_error";
     case 404: return "not_found_error";

@@ -16,11 +16,11 @@ namespace uma::http_route {
 namespace http = boost::beast::http;
 
 Reply error_reply(ErrorCode code, std::string_view message) {
-  return Reply{openai::http_status(code), "application/json", openai::error_body(code, message), code};
+  return Reply{http_status(code), "application/json", http_error_body(code, message), code};
 }
 
 Reply error_reply(const Status& st) {
-  return Reply{openai::http_status(st.code()), "application/json", openai::error_body(st), st.code()};
+  return Reply{http_status(st.code()), "application/json", http_error_body(st), st.code()};
 }
 
 namespace {

@@ -184,7 +184,7 @@ class HttpAdapter final : public ProtocolAdapter {
       out += kLastChunk;
     } else if (error_) {
       const Status st = error_for(r, *error_);
-      out += respond(openai::http_status(st.code()), "application/json", writer_->error_body(st));
+      out += respond(http_status(st.code()), "application/json", writer_->error_body(st));
     } else {
       std::vector<WholeChoice> all;
       for (const ChoiceState& c : choices_) {
@@ -201,7 +201,7 @@ class HttpAdapter final : public ProtocolAdapter {
   void encode_embeddings(const Event& ev, std::string& out) {
     if (ev.kind == Event::Kind::kToken || ev.kind == Event::Kind::kProgress) return;
     if (ev.kind == Event::Kind::kError) {
-      out += respond(openai::http_status(ev.error.code()), "application/json", openai::error_body(ev.error));
+      out += respond(http_status(ev.error.code()), "application/json", http_error_body(ev.error));
     } else if (ev.reason != FinishReason::kCancelled) {
       const openai::EmbeddingShape shape = req_.embedding_shape;
       const auto& rr = req_.rerank;
@@ -221,14 +221,14 @@ class HttpAdapter final : public ProtocolAdapter {
   std::string internal_error() override {
     keep_alive_ = false;
     if (headers_sent_) return {};  // mid-stream: the stream just ends
-    return respond(openai::http_status(ErrorCode::kInternal), "application/json",
-                   openai::error_body(ErrorCode::kInternal, "internal error"));
+    return respond(http_status(ErrorCode::kInternal), "application/json",
+                   http_error_body(ErrorCode::kInternal, "internal error"));
   }
 
  private:
   Answer parse_error(const Status& error, bool header_too_large) {
     keep_alive_ = false;
-    if (header_too_large) return Answer{respond(431, "application/json", openai::error_body(error)), error.code(), true};
+    if (header_too_large) return Answer{respond(431, "application/json", http_error_body(error)), error.code(), true};
     return error_answer(error);
   }
 
@@ -292,7 +292,7 @@ class HttpAdapter final : public ProtocolAdapter {
   }
 
   Answer error_answer(const Status& st) {
-    return Answer{respond(openai::http_status(st.code()), "application/json", openai::error_body(st)), st.code(),
+    return Answer{respond(http_status(st.code()), "application/json", http_error_body(st)), st.code(),
                   !keep_alive_};
   }
 

@@ -199,7 +199,7 @@ class LlamaServerWriter final : public ReplyWriter {
     return j;
   }
 
-  std::string error_body(const Status& st) const override { return openai::error_body(st); }
+  std::string error_body(const Status& st) const override { return http_error_body(st); }
 
  private:
   struct End {

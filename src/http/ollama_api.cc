@@ -161,7 +161,7 @@ Reply ollama_error(unsigned status, const std::string& message, ErrorCode code =
   return Reply{status, "application/json", to_json_text(json{{"error", message}}), code};
 }
 Reply ollama_error(const Status& st) {
-  return ollama_error(openai::http_status(st.code()), st.message(), st.code());
+  return ollama_error(http_status(st.code()), st.message(), st.code());
 }
 
 // What Ollama's model listings say of the one model: what umad knows of it.

@@ -61,7 +61,7 @@ TEST(OpenAi, BadInputIsATypedErrorNamingTheField) {
     EXPECT_NE(st.message().find(field), std::string::npos) << st.message();
     const std::string name(field + 1, std::strlen(field) - 2);
     EXPECT_EQ(st.param(), name) << "OpenAI's error body names the field in 'param'";
-    EXPECT_EQ(json::parse(error_body(st))["error"]["param"], name);
+    EXPECT_EQ(json::parse(http_error_body(st))["error"]["param"], name);
   }
   EXPECT_EQ(parse(R"({"messages":[]})", true, &r).code(), ErrorCode::kBadRequest);
   EXPECT_EQ(parse(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", true, &r).code(),
@@ -253,13 +253,13 @@ TEST(OpenAi, ErrorsMapToOneHttpStatusEach) {
   EXPECT_EQ(http_status(ErrorCode::kOverloaded), 429u);
   EXPECT_EQ(http_status(ErrorCode::kShuttingDown), 503u);
   EXPECT_EQ(http_status(ErrorCode::kDecodeFailed), 500u);
-  const json e = json::parse(error_body(ErrorCode::kOverloaded, "busy"));
+  const json e = json::parse(http_error_body(ErrorCode::kOverloaded, "busy"));
   EXPECT_EQ(e["error"]["type"], "rate_limit_error");
   EXPECT_EQ(e["error"]["message"], "busy");
   // llama-server's types, which its clients look for.
-  EXPECT_EQ(json::parse(error_body(ErrorCode::kUnauthorized, "no key"))["error"]["type"], "authentication_error");
-  EXPECT_EQ(json::parse(error_body(ErrorCode::kContextExceeded, "too long"))["error"]["type"], "exceed_context_size_error");
-  EXPECT_EQ(json::parse(error_body(ErrorCode::kBadRequest, "bad"))["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(json::parse(http_error_body(ErrorCode::kUnauthorized, "no key"))["error"]["type"], "authentication_error");
+  EXPECT_EQ(json::parse(http_error_body(ErrorCode::kContextExceeded, "too long"))["error"]["type"], "exceed_context_size_error");
+  EXPECT_EQ(json::parse(http_error_body(ErrorCode::kBadRequest, "bad"))["error"]["type"], "invalid_request_error");
 }
 
 // Fields of the wrong type inside nested objects are typed errors: an exception out of the parser
@@ -294,7 +294,7 @@ TEST(OpenAi, ANulAnywhereInThePromptIsRefusedNotTruncated) {
 
 TEST(OpenAi, WhatWeEmitIsValidJsonWhateverBytesItCarries) {
   const std::string bad = "no such endpoint: /\xff\xfe\xc3";
-  const json e = json::parse(error_body(ErrorCode::kBadRequest, bad));  // throws if invalid
+  const json e = json::parse(http_error_body(ErrorCode::kBadRequest, bad));  // throws if invalid
   EXPECT_EQ(e["error"]["message"], "no such endpoint: /\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
   CompletionRequest r;
   r.model = "m\xff";

@@ -60,7 +60,7 @@ class OpenAiWriter final : public ReplyWriter {
   }
 
   void fail(const Status& st, std::string& out) override {
-    sse_event(out, openai::error_body(st));
+    sse_event(out, http_error_body(st));
     sse_event(out, "[DONE]");
   }
 
@@ -76,7 +76,7 @@ class OpenAiWriter final : public ReplyWriter {
     return to_json_text(j);
   }
 
-  std::string error_body(const Status& st) const override { return openai::error_body(st); }
+  std::string error_body(const Status& st) const override { return http_error_body(st); }
 
  private:
   // uma.token_ids: the comment naming the tokens whose text the chunk carries.

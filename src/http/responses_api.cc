@@ -232,7 +232,7 @@ class ResponsesWriter final : public ReplyWriter {
     return to_json_text(response(incomplete_ ? "incomplete" : "completed", output, &u));
   }
 
-  std::string error_body(const Status& st) const override { return openai::error_body(st); }
+  std::string error_body(const Status& st) const override { return http_error_body(st); }
 
  private:
   static json text_part(const std::string& text) {

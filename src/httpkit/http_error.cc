@@ -4,7 +4,7 @@
 
 #include "common/json_text.h"
 
-namespace uma::openai {
+namespace uma {
 
 unsigned http_status(ErrorCode code) {
   switch (code) {
@@ -30,7 +30,7 @@ unsigned http_status(ErrorCode code) {
   }
 }
 
-std::string error_body(ErrorCode code, std::string_view message, std::string_view param) {
+std::string http_error_body(ErrorCode code, std::string_view message, std::string_view param) {
   const unsigned status = http_status(code);
   // llama-server's types where clients look for them (a key refused, a prompt past the context);
   // otherwise OpenAI's.
@@ -46,4 +46,4 @@ std::string error_body(ErrorCode code, std::string_view message, std::string_vie
   return to_json_text(nlohmann::ordered_json{{"error", e}});
 }
 
-}  // namespace uma::openai
+}  // namespace uma

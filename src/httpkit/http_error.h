@@ -8,11 +8,11 @@
 
 #include "common/status.h"
 
-namespace uma::openai {
+namespace uma {
 
 // `param`: the request field at fault (Status::param()); empty gives null.
-std::string error_body(ErrorCode code, std::string_view message, std::string_view param = {});
-inline std::string error_body(const Status& st) { return error_body(st.code(), st.message(), st.param()); }
+std::string http_error_body(ErrorCode code, std::string_view message, std::string_view param = {});
+inline std::string http_error_body(const Status& st) { return http_error_body(st.code(), st.message(), st.param()); }
 unsigned http_status(ErrorCode code);
 
-}  // namespace uma::openai
+}  // namespace uma

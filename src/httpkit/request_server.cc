@@ -29,7 +29,7 @@ void HttpExchange::reply(unsigned status, std::string_view content_type, std::st
   finish();
 }
 
-void HttpExchange::reply_error(const Status& st) { reply_json(openai::http_status(st.code()), openai::error_body(st)); }
+void HttpExchange::reply_error(const Status& st) { reply_json(http_status(st.code()), http_error_body(st)); }
 
 void HttpExchange::start_events() {
   if (answered_ || streaming_) return;
@@ -174,8 +174,8 @@ void RequestServer::serve(Client& cl) {
     case RequestReader::Result::kNeedMore: return;
     case RequestReader::Result::kError:
       ++rejected_;
-      conn->send(http_reply(header_too_large ? 431 : openai::http_status(error.code()), "application/json",
-                            openai::error_body(error), false));
+      conn->send(http_reply(header_too_large ? 431 : http_status(error.code()), "application/json",
+                            http_error_body(error), false));
       return conn->close_when_flushed();
     case RequestReader::Result::kRequest: break;
   }

@@ -10,7 +10,7 @@
 
 #include "cluster/agent_state.h"
 
-namespace uma::cluster {
+namespace uma::publish {
 
 namespace {
 
@@ -58,8 +58,8 @@ void AgentHeartbeat::stop() {
   }
   cv_.notify_all();
   thread_.join();
-  RedisClient redis(config_.redis, config_.redis_timeout);
-  (void)redis.pipeline({{"DEL", agent_key(config_.id)}, {"SREM", kAgentsSet, config_.id}});
+  cluster::RedisClient redis(config_.redis, config_.redis_timeout);
+  (void)redis.pipeline({{"DEL", cluster::agent_key(config_.id)}, {"SREM", cluster::kAgentsSet, config_.id}});
 }
 
 void AgentHeartbeat::update_rates() {
@@ -79,13 +79,13 @@ void AgentHeartbeat::update_rates() {
 }
 
 std::string AgentHeartbeat::state_json(std::chrono::system_clock::time_point now) {
-  AgentState a;
+  cluster::AgentState a;
   a.id = config_.id;
   a.address = config_.address;
   a.boot_id = boot_id_;
   a.events = config_.events;
   a.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  a.models = {ModelState{config_.model_name, config_.model_bytes, "loaded", "dram"}};
+  a.models = {cluster::ModelState{config_.model_name, config_.model_bytes, "loaded", "dram"}};
   if (config_.store_view) config_.store_view(a);
   // The prefill rate the scheduler's cost model fitted (what a prompt costs while the agent works,
   // contention included); before it has one, the rate seen over the beats.
@@ -102,19 +102,19 @@ std::string AgentHeartbeat::state_json(std::chrono::system_clock::time_point now
   a.kv_cells_used = metrics_.kv_tokens_used.load();
   a.kv_cells_total = metrics_.kv_cells_total.load();
   a.free_memory_bytes = available_memory();
-  return encode_agent_state(a);
+  return cluster::encode_agent_state(a);
 }
 
 void AgentHeartbeat::run() {
-  RedisClient redis(config_.redis, config_.redis_timeout);
+  cluster::RedisClient redis(config_.redis, config_.redis_timeout);
   bool was_up = true;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     lock.unlock();
     update_rates();
     const std::vector<std::vector<std::string>> beat = {
-        {"SET", agent_key(config_.id), state_json(std::chrono::system_clock::now()), "PX", std::to_string(config_.ttl.count())},
-        {"SADD", kAgentsSet, config_.id}};
+        {"SET", cluster::agent_key(config_.id), state_json(std::chrono::system_clock::now()), "PX", std::to_string(config_.ttl.count())},
+        {"SADD", cluster::kAgentsSet, config_.id}};
     const bool had_connection = redis.connected();
     Status st = redis.pipeline(beat);
     // A connection that broke since the last beat (Redis restarted) fails the first write: dial
@@ -129,4 +129,4 @@ void AgentHeartbeat::run() {
   }
 }
 
-}  // namespace uma::cluster
+}  // namespace uma::publish

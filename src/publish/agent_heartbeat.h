@@ -28,19 +28,19 @@
 #include "cluster/redis_client.h"
 #include "metrics/server_metrics.h"
 
-namespace uma::cluster {
+namespace uma::publish {
 
 struct AgentConfig {
   std::string id;           // unique in the cluster (default: host:port of the HTTP front end)
   std::string address;      // the base URL gateways send requests to (http://host:port)
   std::string events;       // host:port of the KV-event stream
-  RedisAddress redis;
+  cluster::RedisAddress redis;
   std::string model_name;   // the model file's name
   std::int64_t model_bytes = 0;
   std::int64_t max_sessions = 0;  // the daemon's --max-sessions (gateways queue rather than overfill it)
   // Called on the heartbeat's thread each beat to add the model store's view (its model's tier,
   // the tiers' measured rates, the loader's queue); must be thread-safe. Empty: a file model.
-  std::function<void(AgentState&)> store_view;
+  std::function<void(cluster::AgentState&)> store_view;
   std::chrono::milliseconds interval{1000};
   std::chrono::milliseconds ttl{3000};
   std::chrono::milliseconds redis_timeout{200};
@@ -77,4 +77,4 @@ class AgentHeartbeat {
   std::thread thread_;
 };
 
-}  // namespace uma::cluster
+}  // namespace uma::publish

@@ -6,16 +6,16 @@
 
 #include "httpkit/http_wire.h"
 
-namespace uma::cluster {
+namespace uma::publish {
 
 namespace asio = boost::asio;
 
 namespace {
 
-std::string event_text(const KvEvent& e) { return "data: " + encode_kv_event(e) + "\n\n"; }
+std::string event_text(const cluster::KvEvent& e) { return "data: " + cluster::encode_kv_event(e) + "\n\n"; }
 
-KvEvent delta_event(const BlockJournal::Delta& d, const AgentLoad& load) {
-  KvEvent e;
+cluster::KvEvent delta_event(const cluster::BlockJournal::Delta& d, const cluster::AgentLoad& load) {
+  cluster::KvEvent e;
   e.stored = d.stored;
   e.evicted = d.evicted;
   e.load = load;
@@ -35,7 +35,7 @@ RequestServerConfig server_config(const KvEventConfig& c) {
 
 }  // namespace
 
-KvEventServer::KvEventServer(asio::io_context& io, KvEventConfig config, BlockJournal& journal,
+KvEventServer::KvEventServer(asio::io_context& io, KvEventConfig config, cluster::BlockJournal& journal,
                              const ServerMetrics& metrics)
     : config_(std::move(config)), journal_(journal), metrics_(metrics),
       server_(io, server_config(config_), [this](const HttpExchangePtr& ex) { handle(ex); }), timer_(io) {}
@@ -61,7 +61,7 @@ void KvEventServer::drain() {
   if (stopped_) return;
   stopped_ = true;
   timer_.cancel();
-  KvEvent last = delta_event(journal_.take(), load());
+  cluster::KvEvent last = delta_event(journal_.take(), load());
   last.draining = true;
   const std::string bytes = event_text(last);
   server_.drain();  // first: each stream's connection then closes once its last bytes are out
@@ -78,9 +78,9 @@ void KvEventServer::handle(const HttpExchangePtr& ex) {
   }
   // Everything changed so far goes to the streams already open first, so the snapshot this one
   // gets and the deltas after it fit together.
-  const AgentLoad now = load();
+  const cluster::AgentLoad now = load();
   publish(journal_.take(), now);
-  KvEvent snap;
+  cluster::KvEvent snap;
   snap.snapshot = true;
   snap.boot_id = config_.boot_id;
   snap.block = config_.block;
@@ -93,8 +93,8 @@ void KvEventServer::handle(const HttpExchangePtr& ex) {
   subscribers_.push_back(ex);
 }
 
-AgentLoad KvEventServer::load() const {
-  AgentLoad l;
+cluster::AgentLoad KvEventServer::load() const {
+  cluster::AgentLoad l;
   l.active = metrics_.active_sessions.load(std::memory_order_relaxed);
   l.queued = metrics_.queued_sessions.load(std::memory_order_relaxed);
   l.backlog = metrics_.prefill_backlog_tokens.load(std::memory_order_relaxed);
@@ -102,7 +102,7 @@ AgentLoad KvEventServer::load() const {
   return l;
 }
 
-void KvEventServer::publish(const BlockJournal::Delta& d, const AgentLoad& load) {
+void KvEventServer::publish(const cluster::BlockJournal::Delta& d, const cluster::AgentLoad& load) {
   const auto now = std::chrono::steady_clock::now();
   std::string bytes;
   if (!d.empty() || !(load == last_load_)) {
@@ -130,4 +130,4 @@ void KvEventServer::arm_timer() {
   });
 }
 
-}  // namespace uma::cluster
+}  // namespace uma::publish

@@ -29,7 +29,7 @@
 #include "metrics/server_metrics.h"
 #include "httpkit/request_server.h"
 
-namespace uma::cluster {
+namespace uma::publish {
 
 struct KvEventConfig {
   std::string host = "127.0.0.1";
@@ -44,7 +44,7 @@ struct KvEventConfig {
 
 class KvEventServer final {
  public:
-  KvEventServer(boost::asio::io_context& io, KvEventConfig config, BlockJournal& journal, const ServerMetrics& metrics);
+  KvEventServer(boost::asio::io_context& io, KvEventConfig config, cluster::BlockJournal& journal, const ServerMetrics& metrics);
   ~KvEventServer();
 
   Status listen() { return server_.listen(); }
@@ -58,20 +58,20 @@ class KvEventServer final {
 
  private:
   void handle(const HttpExchangePtr& ex);
-  AgentLoad load() const;
+  cluster::AgentLoad load() const;
   void tick();       // every flush: publish what changed
-  void publish(const BlockJournal::Delta& d, const AgentLoad& load);
+  void publish(const cluster::BlockJournal::Delta& d, const cluster::AgentLoad& load);
   void arm_timer();
 
   KvEventConfig config_;
-  BlockJournal& journal_;
+  cluster::BlockJournal& journal_;
   const ServerMetrics& metrics_;
   RequestServer server_;
   boost::asio::steady_timer timer_;
   std::vector<HttpExchangePtr> subscribers_;  // streaming
-  AgentLoad last_load_;
+  cluster::AgentLoad last_load_;
   std::chrono::steady_clock::time_point last_sent_{};
   bool stopped_ = true;
 };
 
-}  // namespace uma::cluster
+}  // namespace uma::publish

@@ -2,14 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
-namespace uma::cluster {
+namespace uma::publish {
 
-LoaderBeat::LoaderBeat(RedisAddress redis, std::chrono::milliseconds interval, std::chrono::milliseconds ttl)
+LoaderBeat::LoaderBeat(cluster::RedisAddress redis, std::chrono::milliseconds interval, std::chrono::milliseconds ttl)
     : redis_(std::move(redis)), interval_(interval), ttl_(ttl) {}
 
 LoaderBeat::~LoaderBeat() { stop(); }
 
-void LoaderBeat::publish(LoaderState state) {
+void LoaderBeat::publish(cluster::LoaderState state) {
   {
     std::lock_guard lock(mu_);
     const bool first = !latest_;
@@ -32,23 +32,23 @@ void LoaderBeat::stop() {
   cv_.notify_all();
   thread_.join();
   if (id.empty()) return;
-  RedisClient redis(redis_, std::chrono::milliseconds(200));
-  (void)redis.pipeline({{"DEL", loader_key(id)}, {"SREM", kLoadersSet, id}});
+  cluster::RedisClient redis(redis_, std::chrono::milliseconds(200));
+  (void)redis.pipeline({{"DEL", cluster::loader_key(id)}, {"SREM", cluster::kLoadersSet, id}});
 }
 
 void LoaderBeat::run() {
-  RedisClient redis(redis_, std::chrono::milliseconds(200));
+  cluster::RedisClient redis(redis_, std::chrono::milliseconds(200));
   bool was_up = true;
   std::unique_lock lock(mu_);
   while (!stopping_) {
     cv_.wait_for(lock, interval_, [this] { return stopping_ || latest_.has_value(); });
     if (stopping_) return;
     if (!latest_) continue;
-    LoaderState s = *latest_;
+    cluster::LoaderState s = *latest_;
     lock.unlock();
     s.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     const std::vector<std::vector<std::string>> beat = {
-        {"SET", loader_key(s.id), encode_loader_state(s), "PX", std::to_string(ttl_.count())}, {"SADD", kLoadersSet, s.id}};
+        {"SET", cluster::loader_key(s.id), cluster::encode_loader_state(s), "PX", std::to_string(ttl_.count())}, {"SADD", cluster::kLoadersSet, s.id}};
     const bool had_connection = redis.connected();
     Status st = redis.pipeline(beat);
     if (!st.ok() && had_connection) st = redis.pipeline(beat);  // Redis restarted: dial again now
@@ -60,4 +60,4 @@ void LoaderBeat::run() {
   }
 }
 
-}  // namespace uma::cluster
+}  // namespace uma::publish

@@ -16,26 +16,26 @@
 #include "cluster/loader_state.h"
 #include "cluster/redis_client.h"
 
-namespace uma::cluster {
+namespace uma::publish {
 
 class LoaderBeat {
  public:
-  LoaderBeat(RedisAddress redis, std::chrono::milliseconds interval = std::chrono::milliseconds(1000),
+  LoaderBeat(cluster::RedisAddress redis, std::chrono::milliseconds interval = std::chrono::milliseconds(1000),
              std::chrono::milliseconds ttl = std::chrono::milliseconds(3000));
   ~LoaderBeat();
-  void publish(LoaderState state);
+  void publish(cluster::LoaderState state);
   void start();
   void stop();
 
  private:
   void run();
-  RedisAddress redis_;
+  cluster::RedisAddress redis_;
   std::chrono::milliseconds interval_, ttl_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<LoaderState> latest_;
+  std::optional<cluster::LoaderState> latest_;
   bool stopping_ = false;
   std::thread thread_;
 };
 
-}  // namespace uma::cluster
+}  // namespace uma::publish

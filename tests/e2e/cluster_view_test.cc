@@ -15,6 +15,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace cluster;
+using gateway::ClusterView;
 
 std::vector<std::string> beat(const std::string& id, std::chrono::system_clock::time_point at) {
   AgentState a;

@@ -14,7 +14,8 @@
 #include "tools/bench/stats.h"
 
 int main(int argc, char** argv) {
-  using namespace uma::cluster;
+  using namespace uma::gateway;
+  using uma::cluster::AgentState;
   CLI::App app{"uma-route-bench: routing decision time"};
   int agents = 64, decisions = 200000;
   unsigned seed = 1;
