@@ -81,11 +81,11 @@ void Agent::beat() {
   l.id = host_->config().agent_id;
   l.address = "http://" + setup_.server.host + ":" + std::to_string(server_.port());
   for (const store::ModelTierInfo& t : store_.list()) {  // NVMe files included
-    if (t.tier == store::Tier::kDram || t.tier == store::Tier::kNvme) l.models.push_back({t.id, std::string(store::tier_name(t.tier))});
+    if (t.tier == store::Tier::kDram || t.tier == store::Tier::kNvme) l.models.push_back({t.id, t.tier == store::Tier::kDram ? cluster::ModelState::kDram : cluster::ModelState::kNvme});
   }
   for (const ModelInfo& m : host_->models()) {
     std::erase_if(l.models, [&](const cluster::LoaderModel& x) { return x.name == m.id; });
-    l.models.push_back({m.id, model_state_name(m.state), m.bytes, m.in_use});
+    l.models.push_back({m.id, m.state, m.bytes, m.in_use});
   }
   l.budget_bytes = host_->config().budget.bytes;
   l.held_bytes = host_->held_bytes();

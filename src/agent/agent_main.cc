@@ -1,7 +1,6 @@
 // uma-agent: one machine's models (agent/agent.h, docs/AGENT.md). Everything after `--` is given
 // to every umad (threads, n_ctx, sessions, --agent flags...). Its flags are declared in groups,
 // each with its UMA_* twin, then checked and derived apart (derive()).
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "cluster/redis_flags.h"
+#include "common/program_log.h"
 #include "common/secret_file.h"
 
 namespace {
@@ -160,9 +160,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  spdlog::set_default_logger(spdlog::stderr_color_mt("uma-agent"));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  spdlog::set_level(flags.debug ? spdlog::level::debug : spdlog::level::info);
+  start_program_log("uma-agent", flags.debug ? spdlog::level::debug : spdlog::level::info);
   std::signal(SIGPIPE, SIG_IGN);
   if (int code = derive(flags)) return code;
   return Agent(std::move(flags.setup)).run();

@@ -14,17 +14,6 @@ namespace uma::agent {
 
 namespace asio = boost::asio;
 
-const char* model_state_name(ModelState s) {
-  switch (s) {
-    case ModelState::kQueued: return "queued";
-    case ModelState::kFilling: return "filling";
-    case ModelState::kStarting: return "starting";
-    case ModelState::kLoaded: return "loaded";
-    case ModelState::kUnloading: return "unloading";
-  }
-  return "?";
-}
-
 const char* unload_reason_name(UnloadReason r) {
   switch (r) {
     case UnloadReason::kNone: return "none";
@@ -36,16 +25,16 @@ const char* unload_reason_name(UnloadReason r) {
   return "?";
 }
 
-bool model_transition_legal(ModelState from, ModelState to) {
+const StateTable<ModelState, cluster::kModelStates>& model_states() {
   using S = ModelState;
-  switch (from) {
-    case S::kQueued: return to == S::kFilling;
-    case S::kFilling: return to == S::kStarting;
-    case S::kStarting: return to == S::kLoaded || to == S::kUnloading;
-    case S::kLoaded: return to == S::kUnloading;
-    case S::kUnloading: return to == S::kLoaded;  // the child was busy when asked
-  }
-  return false;
+  static const StateTable<ModelState, cluster::kModelStates> table(
+      "model", cluster::kModelStateNames,
+      {{S::kQueued, {S::kFilling}},
+       {S::kFilling, {S::kStarting}},
+       {S::kStarting, {S::kLoaded, S::kUnloading}},
+       {S::kLoaded, {S::kUnloading}},
+       {S::kUnloading, {S::kLoaded}}});  // unloading -> loaded: the child was busy when asked
+  return table;
 }
 
 ModelHost::ModelHost(asio::io_context& io, HostConfig config, store::TierStore* store, Lookup lookup)
@@ -135,13 +124,8 @@ ModelHost::Entry* ModelHost::find(const std::string& id) {
 }
 
 void ModelHost::set_state(Entry& e, ModelState to) {
-  if (!model_transition_legal(e.state, to)) {
-    std::fprintf(stderr, "ModelHost: illegal transition %s -> %s (%s)\n", model_state_name(e.state), model_state_name(to),
-                 e.id.c_str());
-    std::abort();
-  }
   spdlog::debug("model {}: {} -> {}", e.id, model_state_name(e.state), model_state_name(to));
-  e.state = to;
+  move_state(model_states(), e.state, to, e.id);
   e.state_since = Clock::now();
 }
 

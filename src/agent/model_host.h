@@ -43,14 +43,17 @@
 
 #include "agent/model_process.h"
 #include "agent/residency.h"
+#include "cluster/model_state.h"
+#include "common/state_machine.h"
 #include "common/status.h"
 #include "store/tier_store.h"
 
 namespace uma::agent {
 
-enum class ModelState : std::uint8_t { kQueued, kFilling, kStarting, kLoaded, kUnloading };
-const char* model_state_name(ModelState s);
-bool model_transition_legal(ModelState from, ModelState to);
+// A load moves through queued, filling, starting, loaded and unloading (model_states()).
+using cluster::ModelState;
+using cluster::model_state_name;
+const StateTable<ModelState, cluster::kModelStates>& model_states();
 // Why a model is unloading: for room, asked (a request, keep_alive 0), its keep_alive ran out, or
 // the agent is stopping (not counted as an unload).
 enum class UnloadReason : std::uint8_t { kNone, kRoom, kRequest, kKeepAlive, kStop };

@@ -17,8 +17,8 @@ std::string encode_agent_state(const AgentState& s) {
   j["events"] = s.events;
   j["ts_ms"] = s.ts_ms;
   j["models"] = nlohmann::ordered_json::array();
-  for (const ModelState& m : s.models) {
-    j["models"].push_back({{"name", m.name}, {"bytes", m.bytes}, {"state", m.state}, {"tier", m.tier}});
+  for (const AgentModel& m : s.models) {
+    j["models"].push_back({{"name", m.name}, {"bytes", m.bytes}, {"state", model_state_name(m.state)}, {"tier", m.tier}});
   }
   j["prefill_tok_s"] = s.prefill_tok_s;
   j["decode_tok_s"] = s.decode_tok_s;
@@ -71,11 +71,13 @@ Status decode_agent_state(std::string_view text, AgentState* out) {
   for (const json& m : *models) {
     if (!m.is_object()) return in.bad("models");
     const JsonFields<json> model(m, "agent state");
-    ModelState ms;
+    AgentModel ms;
+    std::string state = model_state_name(ms.state);
     if (!(st = model.string("name", &ms.name)).ok() || !(st = model.number("bytes", &ms.bytes)).ok() ||
-        !(st = model.string("state", &ms.state, false)).ok() || !(st = model.string("tier", &ms.tier, false)).ok()) {
+        !(st = model.string("state", &state, false)).ok() || !(st = model.string("tier", &ms.tier, false)).ok()) {
       return in.bad("models[]." + st.param());
     }
+    if (!parse_enum(kModelStateNames, state, &ms.state)) return in.bad("models[].state");
     s.models.push_back(std::move(ms));
   }
   *out = std::move(s);

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cluster/model_state.h"
 #include "common/status.h"
 
 namespace uma::cluster {
@@ -18,11 +19,11 @@ namespace uma::cluster {
 inline std::string agent_key(const std::string& id) { return "uma:agent:" + id; }
 inline constexpr const char* kAgentsSet = "uma:agents";
 
-struct ModelState {
+struct AgentModel {
   std::string name;
   std::int64_t bytes = 0;
-  std::string state = "loaded";  // loaded: a umad reports the model it serves (a loader's states: LoaderState)
-  std::string tier = "dram";     // where its weights are: dram | nvme | remote
+  ModelState state = ModelState::kLoaded;  // a umad reports the model it serves (a loader's states: LoaderState)
+  std::string tier = "dram";               // where its weights are: dram | nvme | remote
 };
 
 struct AgentState {
@@ -31,7 +32,7 @@ struct AgentState {
   std::string boot_id;
   std::string events;      // host:port of its KV-event stream (publish/kv_event_server.h); empty: none
   std::int64_t ts_ms = 0;  // wall clock of the beat, ms since the epoch
-  std::vector<ModelState> models;
+  std::vector<AgentModel> models;
   double prefill_tok_s = 0.0;  // measured (EWMA over beats with such work); 0: not yet known
   double decode_tok_s = 0.0;
   // The agent's tick cost model (sched/tick_budget.h), for routing's prediction: a tick's fixed
@@ -54,8 +55,8 @@ struct AgentState {
   double load_remote_bytes_s = 0.0;
   std::int64_t load_queue_bytes = 0;
 
-  const ModelState* model(std::string_view name) const {
-    for (const ModelState& m : models) {
+  const AgentModel* model(std::string_view name) const {
+    for (const AgentModel& m : models) {
       if (m.name == name) return &m;
     }
     return nullptr;

@@ -13,7 +13,7 @@ TEST(AgentState, RoundTrips) {
   a.address = "http://10.0.0.3:8080";
   a.boot_id = "0123456789abcdef";
   a.ts_ms = 1795400099062;
-  a.models = {{"llama-8b.gguf", 8'500'000'000, "loaded", "dram"}, {"qwen.gguf", 1'000, "cold", "nvme"}};
+  a.models = {{"llama-8b.gguf", 8'500'000'000, ModelState::kLoaded, "dram"}, {"qwen.gguf", 1'000, ModelState::kRemote, "nvme"}};
   a.prefill_tok_s = 9123.5;
   a.decode_tok_s = 812.25;
   a.max_sessions = 16;

@@ -18,7 +18,7 @@ std::string encode_loader_state(const LoaderState& s) {
   j["ts_ms"] = s.ts_ms;
   j["models"] = nlohmann::ordered_json::array();
   for (const LoaderModel& m : s.models) {
-    j["models"].push_back({{"name", m.name}, {"state", m.state}, {"bytes", m.bytes}, {"in_use", m.in_use}});
+    j["models"].push_back({{"name", m.name}, {"state", model_state_name(m.state)}, {"bytes", m.bytes}, {"in_use", m.in_use}});
   }
   j["budget_bytes"] = s.budget_bytes;
   j["held_bytes"] = s.held_bytes;
@@ -51,8 +51,9 @@ Status decode_loader_state(std::string_view text, LoaderState* out) {
   for (const json& m : *models) {
     const JsonFields<json> model(m, "loader state");
     LoaderModel lm;
-    if (!m.is_object() || !model.string("name", &lm.name).ok() || !model.string("state", &lm.state).ok() ||
-        !model.number("bytes", &lm.bytes).ok()) {
+    std::string state;
+    if (!m.is_object() || !model.string("name", &lm.name).ok() || !model.string("state", &state).ok() ||
+        !model.number("bytes", &lm.bytes).ok() || !parse_enum(kModelStateNames, state, &lm.state)) {
       return in.bad("models");
     }
     if (const auto u = m.find("in_use"); u != m.end() && !u->is_null()) {
@@ -67,13 +68,13 @@ Status decode_loader_state(std::string_view text, LoaderState* out) {
 
 double predicted_load_s(const LoaderState& l, const std::string& model, std::uint64_t bytes, const LoadPriors& priors) {
   const LoaderModel* m = l.model(model);
-  const std::string state = m ? m->state : "remote";
-  if (state == "queued" || state == "filling" || state == "starting" || state == "loaded") return 0.0;
+  const ModelState state = m ? m->state : ModelState::kRemote;
+  if (loading_or_loaded(state)) return 0.0;
   if (l.budget_bytes > 0 && l.held_bytes - std::min(l.idle_bytes, l.held_bytes) + bytes > l.budget_bytes) return -1.0;
   const auto rate = [](double measured, double prior) { return measured > 0 ? measured : prior; };
-  const double from = state == "dram"   ? rate(l.dram_bytes_s, priors.dram_bytes_s)
-                      : state == "nvme" ? rate(l.nvme_bytes_s, priors.nvme_bytes_s)
-                                        : rate(l.remote_bytes_s, priors.remote_bytes_s);
+  const double from = state == ModelState::kDram   ? rate(l.dram_bytes_s, priors.dram_bytes_s)
+                      : state == ModelState::kNvme ? rate(l.nvme_bytes_s, priors.nvme_bytes_s)
+                                                   : rate(l.remote_bytes_s, priors.remote_bytes_s);
   // The queue moves at the disk's pace in the common case (prefetches, other loads).
   const bool make_room = l.budget_bytes > 0 && l.held_bytes + bytes > l.budget_bytes;
   // Other models starting there are not counted: charging each a whole start (as if starts ran one
@@ -105,7 +106,7 @@ Migration choose_migration(const std::vector<LoaderState>& loaders, const std::s
   for (std::size_t i = 0; i < loaders.size(); ++i) {
     const LoaderState& l = loaders[i];
     const LoaderModel* there = l.model(model);
-    if (l.budget_bytes == 0 || bytes > l.budget_bytes || (there != nullptr && there->state != "dram" && there->state != "nvme")) {
+    if (l.budget_bytes == 0 || bytes > l.budget_bytes || (there != nullptr && there->state != ModelState::kDram && there->state != ModelState::kNvme)) {
       continue;  // no budget to make room in, never room, or it is loading or loaded there already
     }
     // Room it has (idle models go on their own), then the models in use that can move, smallest
@@ -113,7 +114,7 @@ Migration choose_migration(const std::vector<LoaderState>& loaders, const std::s
     std::uint64_t busy = l.held_bytes - std::min(l.idle_bytes, l.held_bytes);
     std::vector<const LoaderModel*> movable;
     for (const LoaderModel& m : l.models) {
-      if (m.in_use && m.state == "loaded" && served_elsewhere(m.name, l.id)) movable.push_back(&m);
+      if (m.in_use && m.state == ModelState::kLoaded && served_elsewhere(m.name, l.id)) movable.push_back(&m);
     }
     std::sort(movable.begin(), movable.end(), [](const LoaderModel* a, const LoaderModel* b) { return a->bytes < b->bytes; });
     Migration m;
@@ -138,7 +139,7 @@ std::vector<std::string> migration_for_queued_load(
     const LoaderState& l, const std::string& model, std::uint64_t bytes,
     const std::function<bool(const std::string& model, const std::string& loader)>& served_elsewhere) {
   const LoaderModel* queued = l.model(model);
-  if (queued == nullptr || queued->state != "queued") return {};
+  if (queued == nullptr || queued->state != ModelState::kQueued) return {};
   // A queued load holds no budget yet (held_bytes leaves it out): the room it needs is the
   // question choose_migration answers for a model on the loader's disk.
   LoaderState as_if_cold = l;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cluster/model_state.h"
 #include "common/status.h"
 
 namespace uma::cluster {
@@ -22,7 +23,7 @@ inline std::string load_lock_key(const std::string& model) { return "uma:load-lo
 
 struct LoaderModel {
   std::string name;
-  std::string state;  // dram | nvme (held in that tier) | queued | filling | starting | loaded | unloading
+  ModelState state = ModelState::kRemote;  // never kRemote in a loader's list: what it lacks is remote for it
   std::uint64_t bytes = 0;  // loaded (and loading) models: what they hold of the budget
   bool in_use = false;      // loaded and serving a request now
 };

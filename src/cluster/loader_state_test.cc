@@ -18,7 +18,7 @@ LoaderState loader(std::string id, std::vector<LoaderModel> models = {}) {
 }
 
 TEST(LoaderState, RoundTripsAndRefusesWrongTypes) {
-  LoaderState s = loader("a:1", {{"m", "nvme"}, {"n", "loaded", 123, true}});
+  LoaderState s = loader("a:1", {{"m", ModelState::kNvme}, {"n", ModelState::kLoaded, 123, true}});
   s.ts_ms = 1700000000123;
   s.budget_bytes = 1ull << 40;
   s.held_bytes = 5;
@@ -27,7 +27,7 @@ TEST(LoaderState, RoundTripsAndRefusesWrongTypes) {
   LoaderState back;
   ASSERT_TRUE(decode_loader_state(encode_loader_state(s), &back).ok());
   EXPECT_EQ(encode_loader_state(back), encode_loader_state(s));
-  EXPECT_EQ(back.model("n")->state, "loaded");
+  EXPECT_EQ(back.model("n")->state, ModelState::kLoaded);
   EXPECT_EQ(back.model("n")->bytes, 123u);
   EXPECT_TRUE(back.model("n")->in_use);
   for (const char* bad : {"[]", "{}", R"({"id":"a","address":"x","models":{}})", R"({"id":1,"address":"x","models":[]})",
@@ -40,7 +40,7 @@ TEST(LoaderState, RoundTripsAndRefusesWrongTypes) {
 
 TEST(LoaderState, TheFastestTierThatHoldsTheModelWinsBehindEachStoresQueue) {
   const std::uint64_t gb = 1'000'000'000;
-  std::vector<LoaderState> ls = {loader("remote-only"), loader("nvme", {{"m", "nvme"}}), loader("dram", {{"m", "dram"}})};
+  std::vector<LoaderState> ls = {loader("remote-only"), loader("nvme", {{"m", ModelState::kNvme}}), loader("dram", {{"m", ModelState::kDram}})};
   EXPECT_DOUBLE_EQ(predicted_load_s(ls[0], "m", 4 * gb, {}), 20.25);
   EXPECT_DOUBLE_EQ(predicted_load_s(ls[1], "m", 4 * gb, {}), 2.25);
   EXPECT_DOUBLE_EQ(predicted_load_s(ls[2], "m", 4 * gb, {}), 0.75);
@@ -48,16 +48,16 @@ TEST(LoaderState, TheFastestTierThatHoldsTheModelWinsBehindEachStoresQueue) {
   ls[2].queue_bytes = 4 * gb;  // its disk is busy for 2 s more
   EXPECT_EQ(choose_loader(ls, "m", 4 * gb), 1);
   // Loading already somewhere: there, at no cost.
-  ls[0].models = {{"m", "filling"}};
+  ls[0].models = {{"m", ModelState::kFilling}};
   EXPECT_EQ(choose_loader(ls, "m", 4 * gb), 0);
 }
 
 TEST(LoaderState, UnmeasuredRatesUseThePriorsAndABudgetHeldByModelsInUseExcludesALoader) {
-  LoaderState fresh = loader("fresh", {{"m", "nvme"}});
+  LoaderState fresh = loader("fresh", {{"m", ModelState::kNvme}});
   fresh.nvme_bytes_s = 0;
   fresh.start_s = 0;
   EXPECT_DOUBLE_EQ(predicted_load_s(fresh, "m", 3'000'000'000, {4e9, 1.5e9, 1e8, 0.4}), 2.4);
-  LoaderState full = loader("full", {{"m", "dram"}});
+  LoaderState full = loader("full", {{"m", ModelState::kDram}});
   full.budget_bytes = 10;
   full.held_bytes = 8;
   full.idle_bytes = 0;
@@ -72,8 +72,8 @@ TEST(LoaderState, UnmeasuredRatesUseThePriorsAndABudgetHeldByModelsInUseExcludes
   EXPECT_EQ(choose_loader({}, "m", 1), -1);
   full.idle_bytes = 0;
   EXPECT_EQ(choose_loader({full}, "m", 3), -1);
-  LoaderState light = loader("light", {{"m", "dram"}});
-  LoaderState heavy = loader("heavy", {{"m", "dram"}});
+  LoaderState light = loader("light", {{"m", ModelState::kDram}});
+  LoaderState heavy = loader("heavy", {{"m", ModelState::kDram}});
   heavy.held_bytes = 100;
   EXPECT_EQ(choose_loader({heavy, light}, "m", 1), 1) << "ties go to the least held";
 }
@@ -81,8 +81,8 @@ TEST(LoaderState, UnmeasuredRatesUseThePriorsAndABudgetHeldByModelsInUseExcludes
 // Two loaders of 3 units each, every unit held by models in use: room for a cold model of 2 units
 // is made where moving the fewest bytes of models served elsewhere too frees it.
 TEST(LoaderState, LiveMigrationMovesTheFewestBytesOfModelsServedElsewhere) {
-  LoaderState a = loader("a", {{"big", "loaded", 3, true}, {"cold", "nvme"}});
-  LoaderState b = loader("b", {{"s1", "loaded", 1, true}, {"s2", "loaded", 1, true}, {"solo", "loaded", 1, true}});
+  LoaderState a = loader("a", {{"big", ModelState::kLoaded, 3, true}, {"cold", ModelState::kNvme}});
+  LoaderState b = loader("b", {{"s1", ModelState::kLoaded, 1, true}, {"s2", ModelState::kLoaded, 1, true}, {"solo", ModelState::kLoaded, 1, true}});
   for (LoaderState* l : {&a, &b}) {
     l->budget_bytes = 3;
     l->held_bytes = 3;
@@ -114,7 +114,7 @@ TEST(LoaderState, LiveMigrationMovesTheFewestBytesOfModelsServedElsewhere) {
 // budget a model in use holds. Its streams move (once the view shows it queued there), unless
 // the room is coming anyway or they cannot resume elsewhere.
 TEST(LoaderState, AQueuedLoadWaitingForAModelInUseMovesItsStreams) {
-  LoaderState l = loader("c", {{"busy", "loaded", 3, true}, {"cold", "queued"}});
+  LoaderState l = loader("c", {{"busy", ModelState::kLoaded, 3, true}, {"cold", ModelState::kQueued}});
   l.budget_bytes = 4;
   l.held_bytes = 3;
   l.idle_bytes = 0;
@@ -127,10 +127,10 @@ TEST(LoaderState, AQueuedLoadWaitingForAModelInUseMovesItsStreams) {
   idle.models[0].in_use = false;
   idle.idle_bytes = 3;
   EXPECT_TRUE(migration_for_queued_load(idle, "cold", 3, everywhere).empty()) << "an idle model leaves on its own";
-  for (const char* state : {"filling", "starting", "loaded", "nvme"}) {
+  for (ModelState state : {ModelState::kFilling, ModelState::kStarting, ModelState::kLoaded, ModelState::kNvme}) {
     LoaderState s = l;
     s.models[1].state = state;
-    EXPECT_TRUE(migration_for_queued_load(s, "cold", 3, everywhere).empty()) << state << ": not waiting for room";
+    EXPECT_TRUE(migration_for_queued_load(s, "cold", 3, everywhere).empty()) << model_state_name(state) << ": not waiting for room";
   }
   LoaderState lagging = l;
   lagging.models.pop_back();

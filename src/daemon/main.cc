@@ -1,13 +1,11 @@
 // umad: one model's server (daemon/daemon.h), or several models' router behind one port
 // (daemon/model_router.h), or, started by uma-agent, a standby that becomes one of those
 // (daemon/standby.h).
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include <csignal>
 #include <string>
 #include <vector>
 
+#include "common/program_log.h"
 #include "daemon/compute_spin.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
@@ -17,8 +15,7 @@
 int main(int argc, char** argv) {
   using namespace uma;
   exec_with_compute_spin(argv);
-  spdlog::set_default_logger(spdlog::stderr_color_mt("umad"));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  start_program_log("umad");
   // A standby readies the GPUs, then runs the command line handed to it.
   std::vector<std::string> handed;
   std::vector<char*> handed_argv;

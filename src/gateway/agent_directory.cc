@@ -328,7 +328,7 @@ std::size_t AgentDirectory::serving(const std::string& model, const std::string&
   std::size_t n = 0;
   for (const auto& [id, link] : links_) {
     if (!link->live_ || id == except) continue;
-    for (const cluster::ModelState& m : link->state_.models) n += m.name == model;
+    for (const cluster::AgentModel& m : link->state_.models) n += m.name == model;
   }
   return n;
 }
@@ -337,7 +337,7 @@ std::vector<std::string> AgentDirectory::models() const {
   std::set<std::string> names;
   for (const auto& [id, link] : links_) {
     if (!link->live_) continue;
-    for (const cluster::ModelState& m : link->state_.models) names.insert(m.name);
+    for (const cluster::AgentModel& m : link->state_.models) names.insert(m.name);
   }
   return {names.begin(), names.end()};
 }

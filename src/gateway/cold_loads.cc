@@ -187,7 +187,7 @@ void ColdLoads::make_room_for_queued(const std::vector<cluster::LoaderState>& lo
   // the view shows the model in use there), and one routed there since goes too.
   for (const cluster::LoaderState& l : loaders) {
     for (const cluster::LoaderModel& x : l.models) {
-      if (x.state != "queued") continue;
+      if (x.state != cluster::ModelState::kQueued) continue;
       const std::vector<std::string> models = cluster::migration_for_queued_load(l, x.name, x.bytes, served_elsewhere_);
       if (!models.empty()) migrate(l.id, x.name, models);
     }
@@ -203,7 +203,7 @@ std::vector<cluster::LoaderState> ColdLoads::with_own_loads(std::vector<cluster:
   for (const auto& [model, own] : own_loads_) {
     if (now - own.at > options_.lock_ttl + options_.load_timeout) continue;
     for (cluster::LoaderState& l : loaders) {
-      if (l.id == own.loader && l.model(model) == nullptr) l.models.push_back({model, "loading"});
+      if (l.id == own.loader && l.model(model) == nullptr) l.models.push_back({model, cluster::ModelState::kQueued});
     }
   }
   return loaders;

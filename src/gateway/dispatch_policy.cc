@@ -1,7 +1,6 @@
 #include "gateway/dispatch_policy.h"
 
-#include <cstdio>
-#include <cstdlib>
+#include "common/state_machine.h"
 
 namespace uma::gateway {
 
@@ -31,18 +30,13 @@ DispatchStep decide_dispatch(const DispatchFacts& f) {
 }
 
 void LoadAttempt::set_phase(Phase to) {
-  bool legal = false;
-  switch (phase_) {
-    case Phase::kIdle:
-    case Phase::kBackoff: legal = to == Phase::kLocking; break;
-    case Phase::kLocking: legal = to == Phase::kLoading || to == Phase::kBackoff; break;
-    case Phase::kLoading: legal = to == Phase::kBackoff; break;
-  }
-  if (!legal) {
-    std::fprintf(stderr, "LoadAttempt: illegal transition %d -> %d\n", static_cast<int>(phase_), static_cast<int>(to));
-    std::abort();
-  }
-  phase_ = to;
+  using P = Phase;
+  static const StateTable<Phase, 4> table("load attempt", {"idle", "locking", "loading", "backoff"},
+                                          {{P::kIdle, {P::kLocking}},
+                                           {P::kBackoff, {P::kLocking}},
+                                           {P::kLocking, {P::kLoading, P::kBackoff}},
+                                           {P::kLoading, {P::kBackoff}}});
+  move_state(table, phase_, to, "of a model");
 }
 
 bool LoadAttempt::want_lock(TimePoint now) {

@@ -39,7 +39,7 @@ TEST(FanOut, ABusyModelIsPrefetchedToTheLoadersLackingItFastestFirstUntilCopiesH
   FanOut f(o);
   const auto t0 = std::chrono::steady_clock::time_point{} + 1000s;
   const std::vector<cluster::LoaderState> loaders = {
-      loader("a", 1e8, {{"m", "loaded"}}), loader("b", 5e7), loader("c", 2e8), loader("d", 1e8, {{"other", "nvme"}})};
+      loader("a", 1e8, {{"m", cluster::ModelState::kLoaded}}), loader("b", 5e7), loader("c", 2e8), loader("d", 1e8, {{"other", cluster::ModelState::kNvme}})};
   for (int i = 0; i < 10; ++i) f.arrived("m", t0 + i * 1s);  // 1/s for 10 s: ~0.5/s estimated
   EXPECT_TRUE(f.due(loaders, t0 + 10s).empty()) << f.rate("m", t0 + 10s);
   for (int i = 0; i < 30; ++i) f.arrived("m", t0 + 10s + i * 500ms);  // then 2/s
@@ -52,8 +52,8 @@ TEST(FanOut, ABusyModelIsPrefetchedToTheLoadersLackingItFastestFirstUntilCopiesH
   // After `every`, loaders whose beats still lack it are asked again.
   EXPECT_EQ(f.due(loaders, t0 + 86s).size(), 2u);
   // Held in a tier now (their beats say so): nothing more to do.
-  const std::vector<cluster::LoaderState> held = {loader("a", 1e8, {{"m", "loaded"}}), loader("b", 5e7),
-                                                 loader("c", 2e8, {{"m", "nvme"}}), loader("d", 1e8, {{"m", "filling"}})};
+  const std::vector<cluster::LoaderState> held = {loader("a", 1e8, {{"m", cluster::ModelState::kLoaded}}), loader("b", 5e7),
+                                                 loader("c", 2e8, {{"m", cluster::ModelState::kNvme}}), loader("d", 1e8, {{"m", cluster::ModelState::kFilling}})};
   EXPECT_TRUE(f.due(held, t0 + 200s).empty());
 }
 

@@ -1,7 +1,6 @@
 // uma-gw: the cluster's stateless OpenAI gateway (gateway/gateway.h, docs/CLUSTER.md). Its flags
 // are declared in groups, each with its UMA_* twin, then checked and derived apart (derive()).
 #include <CLI/CLI.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 
 #include "chat/chat_templates.h"
 #include "cluster/redis_flags.h"
+#include "common/program_log.h"
 #include "common/secret_file.h"
 #include "gateway/gateway.h"
 
@@ -169,9 +169,7 @@ int main(int argc, char** argv) {
   cluster::add_redis_flags(app, flags.redis);
   app.add_flag("--debug", flags.debug)->envname("UMA_GW_DEBUG");
   CLI11_PARSE(app, argc, argv);
-  spdlog::set_default_logger(spdlog::stderr_color_mt("uma-gw"));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  spdlog::set_level(flags.debug ? spdlog::level::debug : spdlog::level::info);
+  start_program_log("uma-gw", flags.debug ? spdlog::level::debug : spdlog::level::info);
   std::signal(SIGPIPE, SIG_IGN);
   if (int code = derive(flags)) return code;
   return Gateway(std::move(flags.setup)).run();

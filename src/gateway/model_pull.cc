@@ -17,6 +17,9 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 bool held_state(const std::string& state) { return state == "nvme" || state == "dram" || state == "loaded"; }
+bool held_state(cluster::ModelState s) {
+  return s == cluster::ModelState::kNvme || s == cluster::ModelState::kDram || s == cluster::ModelState::kLoaded;
+}
 
 }  // namespace
 

@@ -47,10 +47,10 @@ cluster::LoaderState loader(const std::string& id, std::vector<cluster::LoaderMo
 TEST(ModelPull, GoesWhereTheModelIsHeldOrOnItsWayElseWhereItWouldLoadFastest) {
   bool held = true;
   EXPECT_EQ(choose_pull_loader({}, "m", &held), -1);
-  std::vector<cluster::LoaderState> ls = {loader("a", {}), loader("b", {{"m", "nvme"}})};
+  std::vector<cluster::LoaderState> ls = {loader("a", {}), loader("b", {{"m", cluster::ModelState::kNvme}})};
   EXPECT_EQ(choose_pull_loader(ls, "m", &held), 1);
   EXPECT_TRUE(held);
-  ls[1].models = {{"m", "filling"}};
+  ls[1].models = {{"m", cluster::ModelState::kFilling}};
   EXPECT_EQ(choose_pull_loader(ls, "m", &held), 1);
   EXPECT_FALSE(held) << "on its way: the pull follows that fill";
   ls[1].models.clear();
@@ -60,7 +60,7 @@ TEST(ModelPull, GoesWhereTheModelIsHeldOrOnItsWayElseWhereItWouldLoadFastest) {
   // No room for a load anywhere (budgets held by models in use) does not stop a pull.
   for (auto& l : ls) {
     l.budget_bytes = l.held_bytes = 1;
-    l.models = {{"busy", "loaded", 1, true}};
+    l.models = {{"busy", cluster::ModelState::kLoaded, 1, true}};
   }
   EXPECT_GE(choose_pull_loader(ls, "m", &held), 0);
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "common/json_text.h"
+#include "common/state_machine.h"
 #include "gateway/gateway_server.h"
 #include "http/openai.h"
 #include "httpkit/http_wire.h"
@@ -14,17 +15,16 @@ namespace uma::gateway {
 
 namespace {
 
-bool legal(ProxyState from, ProxyState to) {
-  switch (from) {
-    case ProxyState::kDispatching:
-      return to == ProxyState::kWaiting || to == ProxyState::kQueued || to == ProxyState::kAwaitingModel || to == ProxyState::kDone;
-    case ProxyState::kQueued:
-    case ProxyState::kAwaitingModel: return to == ProxyState::kDispatching || to == ProxyState::kDone;
-    case ProxyState::kWaiting: return to == ProxyState::kRelaying || to == ProxyState::kDispatching || to == ProxyState::kDone;
-    case ProxyState::kRelaying: return to == ProxyState::kDispatching || to == ProxyState::kDone;
-    case ProxyState::kDone: return false;
-  }
-  return false;
+const StateTable<ProxyState, 6>& proxy_states() {
+  using S = ProxyState;
+  static const StateTable<ProxyState, 6> table(
+      "proxy", {"dispatching", "queued", "awaiting_model", "waiting", "relaying", "done"},
+      {{S::kDispatching, {S::kWaiting, S::kQueued, S::kAwaitingModel, S::kDone}},
+       {S::kQueued, {S::kDispatching, S::kDone}},
+       {S::kAwaitingModel, {S::kDispatching, S::kDone}},
+       {S::kWaiting, {S::kRelaying, S::kDispatching, S::kDone}},
+       {S::kRelaying, {S::kDispatching, S::kDone}}});
+  return table;
 }
 
 }  // namespace
@@ -37,13 +37,10 @@ Proxy::~Proxy() {
 }
 
 void Proxy::set_state(ProxyState to) {
-  if (!legal(state_, to)) {
-    spdlog::critical("proxy {}: illegal state change {} -> {}", id_, static_cast<int>(state_), static_cast<int>(to));
-    std::abort();
-  }
-  if (state_ == ProxyState::kQueued && to == ProxyState::kDone) gw_.dequeue(this);
-  if (state_ == ProxyState::kAwaitingModel && to != ProxyState::kAwaitingModel) gw_.stop_awaiting(this);
-  state_ = to;
+  const ProxyState from = state_;
+  move_state(proxy_states(), state_, to, id_);
+  if (from == ProxyState::kQueued && to == ProxyState::kDone) gw_.dequeue(this);
+  if (from == ProxyState::kAwaitingModel && to != ProxyState::kAwaitingModel) gw_.stop_awaiting(this);
 }
 
 void Proxy::dispatch() {

@@ -8,15 +8,15 @@ namespace uma::gateway {
 
 namespace {
 
-const cluster::ModelState* model_of(const Candidate& c, const RouteRequest& r) {
+const cluster::AgentModel* model_of(const Candidate& c, const RouteRequest& r) {
   if (c.agent == nullptr) return nullptr;
   if (r.model.empty()) return c.agent->models.empty() ? nullptr : &c.agent->models.front();
   return c.agent->model(r.model);
 }
 
 // The seed's cache level: 0 loaded, then by tier (where the weights must come from).
-int cache_level(const cluster::ModelState& m) {
-  if (m.state == "loaded") return 0;
+int cache_level(const cluster::AgentModel& m) {
+  if (m.state == cluster::ModelState::kLoaded) return 0;
   if (m.tier == "dram") return 1;
   if (m.tier == "nvme") return 2;
   return 3;
@@ -35,9 +35,9 @@ bool parse_policy(std::string_view name, Policy* out) {
 
 Prediction predict_ttft(const Candidate& c, const RouteRequest& r, const RoutingParams& p) {
   Prediction t;
-  const cluster::ModelState* m = model_of(c, r);
+  const cluster::AgentModel* m = model_of(c, r);
   if (m == nullptr) return t;
-  if (m->state != "loaded") {
+  if (m->state != cluster::ModelState::kLoaded) {
     const double bw = c.load_bandwidth_bytes_s > 0.0 ? c.load_bandwidth_bytes_s : p.default_load_bytes_s;
     t.load = static_cast<double>(m->bytes + c.loader_queue_bytes) / bw;
   }
@@ -111,7 +111,7 @@ RouteChoice choose(Policy policy, std::span<const Candidate> candidates, const R
   }
   for (int i = 0; i < n; ++i) {
     const Candidate& c = candidates[static_cast<std::size_t>(i)];
-    const cluster::ModelState* m = model_of(c, r);
+    const cluster::AgentModel* m = model_of(c, r);
     if (m == nullptr) continue;
     const Prediction t = predict_ttft(c, r, p);
     double score = 0.0;

@@ -12,7 +12,7 @@ namespace {
 cluster::AgentState agent(const std::string& id, double prefill_tok_s, std::int64_t backlog, std::int64_t active = 0) {
   cluster::AgentState a;
   a.id = id;
-  a.models = {{"m.gguf", 4'000'000'000, "loaded", "dram"}};
+  a.models = {{"m.gguf", 4'000'000'000, cluster::ModelState::kLoaded, "dram"}};
   a.prefill_tok_s = prefill_tok_s;
   a.prefill_backlog_tokens = backlog;
   a.active_sessions = active;
@@ -28,7 +28,7 @@ TEST(Routing, PredictedTtftIsLoadPlusQueuePlusUncachedPrefill) {
   EXPECT_DOUBLE_EQ(t.load, 0.0) << "loaded";
   EXPECT_DOUBLE_EQ(t.queue, 0.8) << "(500 backlog + 300 of ours) / 1000 tok/s";
   EXPECT_DOUBLE_EQ(t.prefill, 0.2) << "200 uncached tokens";
-  a.models[0].state = "cold";
+  a.models[0].state = cluster::ModelState::kRemote;
   c.load_bandwidth_bytes_s = 2e9;
   c.loader_queue_bytes = 1'000'000'000;
   t = predict_ttft(c, r, p);
@@ -136,7 +136,7 @@ TEST(Routing, RoundRobinCyclesAndLeastLoadedPicksTheIdlest) {
 
 TEST(Routing, TheSeedFormulaWeighsCacheLevelHitRateQueueAndLoad) {
   cluster::AgentState loaded = agent("loaded", 1000.0, 2000), cold = agent("cold", 1000.0, 0);
-  cold.models[0].state = "cold";
+  cold.models[0].state = cluster::ModelState::kRemote;
   cold.models[0].tier = "nvme";  // cache level 2
   std::vector<Candidate> cs = {{&loaded, 0, 0}, {&cold, 0, 0, 4e9}};
   std::uint64_t cursor = 0;

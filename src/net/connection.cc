@@ -12,20 +12,14 @@ namespace uma {
 
 namespace asio = boost::asio;
 
-const char* conn_state_name(ConnState s) {
-  constexpr const char* kNames[] = {"idle", "busy", "preparing", "closing", "closed"};
-  return kNames[static_cast<std::size_t>(s)];
-}
-
-bool conn_transition_legal(ConnState from, ConnState to) {
-  switch (from) {
-    case ConnState::kIdle: return to != ConnState::kIdle;
-    case ConnState::kBusy: return to != ConnState::kBusy && to != ConnState::kPreparing;
-    case ConnState::kPreparing: return to != ConnState::kPreparing && to != ConnState::kBusy;
-    case ConnState::kClosing: return to == ConnState::kClosing || to == ConnState::kClosed;
-    case ConnState::kClosed: return false;
-  }
-  return false;
+const StateTable<ConnState, 5>& conn_states() {
+  using S = ConnState;
+  static const StateTable<ConnState, 5> table("connection", {"idle", "busy", "preparing", "closing", "closed"},
+                                              {{S::kIdle, {S::kBusy, S::kPreparing, S::kClosing, S::kClosed}},
+                                               {S::kBusy, {S::kIdle, S::kClosing, S::kClosed}},
+                                               {S::kPreparing, {S::kIdle, S::kClosing, S::kClosed}},
+                                               {S::kClosing, {S::kClosing, S::kClosed}}});
+  return table;
 }
 
 Connection::Connection(StreamSocket socket, std::uint64_t id, const ConnectionOptions& options, ConnectionOwner& owner)
@@ -33,12 +27,7 @@ Connection::Connection(StreamSocket socket, std::uint64_t id, const ConnectionOp
       quiet_since_(Clock::now()) {}
 
 void Connection::set_state(ConnState to) {
-  if (!conn_transition_legal(state_, to)) {
-    spdlog::critical("{} {}: illegal state change {} -> {}", options_.log_name, id_, conn_state_name(state_),
-                     conn_state_name(to));
-    std::abort();
-  }
-  state_ = to;
+  move_state(conn_states(), state_, to, id_);
   if (to == ConnState::kIdle) quiet_since_ = Clock::now();
 }
 

@@ -31,6 +31,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/state_machine.h"
 #include "net/tx_queue.h"
 
 namespace uma {
@@ -45,10 +46,9 @@ enum class ConnState : std::uint8_t {
   kClosing,  // what is queued is sent, then it closes; no new request starts
   kClosed,   // final
 };
-const char* conn_state_name(ConnState s);
-// The transitions the servers are written for. A repeated "closing" (an error answered while
-// flushing) is allowed and changes nothing.
-bool conn_transition_legal(ConnState from, ConnState to);
+// The states by name and the transitions the servers are written for. A repeated "closing" (an
+// error answered while flushing) is allowed and changes nothing.
+const StateTable<ConnState, 5>& conn_states();
 
 class Connection;
 using ConnectionPtr = std::shared_ptr<Connection>;

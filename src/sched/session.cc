@@ -2,44 +2,22 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cassert>
-#include <cstdlib>
-
 namespace uma {
 
-std::string_view session_state_name(SessionState s) {
-  switch (s) {
-    case SessionState::kQueued: return "queued";
-    case SessionState::kPrefill: return "prefill";
-    case SessionState::kDecode: return "decode";
-    case SessionState::kPaused: return "paused";
-    case SessionState::kFinished: return "finished";
-    case SessionState::kFailed: return "failed";
-    case SessionState::kCancelled: return "cancelled";
-  }
-  return "?";
-}
-
-bool is_legal_transition(SessionState from, SessionState to) {
+const StateTable<SessionState, kSessionStates>& session_states() {
   using S = SessionState;
-  const bool ends = to == S::kFailed || to == S::kCancelled;
-  switch (from) {
-    case S::kQueued: return to == S::kPrefill || ends;
-    case S::kPrefill: return to == S::kDecode || to == S::kPaused || to == S::kFinished || ends;
-    case S::kDecode: return to == S::kPaused || to == S::kFinished || ends;
-    case S::kPaused: return to == S::kPrefill || to == S::kDecode || ends;
-    default: return false;
-  }
+  static const StateTable<SessionState, kSessionStates> table(
+      "session", {"queued", "prefill", "decode", "paused", "finished", "failed", "cancelled"},
+      {{S::kQueued, {S::kPrefill, S::kFailed, S::kCancelled}},
+       {S::kPrefill, {S::kDecode, S::kPaused, S::kFinished, S::kFailed, S::kCancelled}},
+       {S::kDecode, {S::kPaused, S::kFinished, S::kFailed, S::kCancelled}},
+       {S::kPaused, {S::kPrefill, S::kDecode, S::kFailed, S::kCancelled}}});
+  return table;
 }
 
 void Session::set_state(SessionState next) {
-  if (!is_legal_transition(state, next)) {
-    spdlog::critical("session {}: illegal transition {} -> {}", id, session_state_name(state),
-                     session_state_name(next));
-    std::abort();
-  }
   spdlog::debug("session {}: {} -> {}", id, session_state_name(state), session_state_name(next));
-  state = next;
+  move_state(session_states(), state, next, id);
 }
 
 }  // namespace uma

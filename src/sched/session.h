@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/state_machine.h"
 #include "common/utf8.h"
 #include "runtime/decoder.h"
 #include "serve/request.h"
@@ -28,8 +29,8 @@ namespace uma {
 enum class SessionState : std::uint8_t { kQueued, kPrefill, kDecode, kPaused, kFinished, kFailed, kCancelled };
 inline constexpr std::size_t kSessionStates = 7;
 
-std::string_view session_state_name(SessionState s);
-bool is_legal_transition(SessionState from, SessionState to);
+const StateTable<SessionState, kSessionStates>& session_states();
+inline std::string_view session_state_name(SessionState s) { return session_states().name(s); }
 
 struct Session {
   RequestId id = 0;
