@@ -33,7 +33,8 @@ Scheduler::Scheduler(Decoder& decoder, ServerMetrics& metrics, const SchedulerCo
     : decoder_(decoder), metrics_(metrics), config_(for_layout(config, decoder)), time_(time),
       budget_(decoder.n_ubatch(), config_.tick_target_ms, config_.start_budget, config_.min_prefill),
       cost_(model_shape(decoder.shape())),
-      ledger_(kv_shape(decoder, config)), cache_(decoder, metrics, config.prefix, time, ledger_.ids()) {
+      ledger_(kv_shape(decoder, config)), cache_(decoder, metrics, config.prefix, time, ledger_.ids()),
+      spec_({config_.speculate_always, config_.draft_max, config_.spec_uniform_streams_below}, metrics) {
   if (ledger_.per_seq()) cache_.set_min_reuse(std::max(config.prefix.min_reuse, config.per_seq_min_reuse));
   cache_.set_keep_unseen_min(ledger_.per_seq() ? 0 : config.unified_keep_unseen_min);
   cache_.set_save_leaves(!ledger_.per_seq());
@@ -59,7 +60,7 @@ bool Scheduler::has_work() const {
 // one (which may end, keep or move its sequence) never happens between two sample() calls of the
 // same decode. With a decode in flight (the pipelined tick) a tick reads that one instead.
 void Scheduler::tick(std::vector<Event>& out) {
-  close_yield(time_.now());
+  spec_.close_yield(time_.now(), tick_no_);
   if (inflight_) return finish_pipelined(out, /*relaunch=*/true);
   run_embeddings(out);
   prepare_tick(out);
@@ -113,7 +114,7 @@ void Scheduler::tick(std::vector<Event>& out) {
   drop_finished_from_next();
   reap();
   start_waiting(out);
-  if (!has_work()) yield_pending_.open = false;  // the compute loop waits: no period to close
+  if (!has_work()) spec_.end_period();  // the compute loop waits: no period to close
   // The host side of the tick (sampling, text, events; not delivery): what the GPU waits for.
   if (spdlog::should_log(spdlog::level::debug)) {
     const Clock::time_point t_end = time_.now();

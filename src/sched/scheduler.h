@@ -46,6 +46,7 @@
 #include "sched/prefix_cache.h"
 #include "sched/time_source.h"
 #include "sched/session.h"
+#include "sched/spec_planner.h"
 #include "sched/spec_yield.h"
 #include "sched/speculation.h"
 #include "sched/tick_budget.h"
@@ -163,7 +164,7 @@ class Scheduler {
   Status calibrate(double most_ms);
   const TickCost& cost_model() const { return cost_; }
   // A draft model for speculative decoding (runtime/drafter.h), or none; it outlives the scheduler.
-  void set_drafter(Drafter* drafter) { drafter_ = drafter; }  // for the start line; compute thread after start
+  void set_drafter(Drafter* drafter) { spec_.set_drafter(drafter); }  // for the start line; compute thread after start
   std::int32_t prefill_knee() const { return prefill_knee_; }  // likewise
   // Threads that follow the machine (scheduler_threads.cc, thread_governor.h): the decoder's (and a
   // draft model's) pool resized between decodes from what `meter` measures; adaptive = false keeps
@@ -232,30 +233,18 @@ class Scheduler {
   // reused, and moving them out of the way cost c=64 on a GPU 8% of its tokens).
   void compact_sequences();
   void reap();  // drops terminal sessions
-  // scheduler_spec.cc: speculative decoding. Drafts for the planned decode rows (then the batch is
-  // built again with them); the rows sampled, each speculating session's only while its drafts
-  // are accepted, and the rejected tokens' KV removed.
+  // scheduler_spec.cc: speculative decoding (its state and plans: spec_planner.h). Drafts for the
+  // planned decode rows (then the batch is built again with them); the rows sampled, each
+  // speculating session's only while its drafts are accepted, and the rejected tokens' KV removed.
   void plan_speculation(const TickPlan& plan);
+  // The sessions among the planned decode rows that could verify drafts, with their offers.
+  void gather_offers(const TickPlan& plan, std::int32_t rows_max, std::vector<DraftOffer>& offers,
+                     std::vector<SpecCandidate>& who);
+  SpecTickFacts spec_facts(std::span<const SpecCandidate> who) const;  // the tick as the plan sees it
   bool may_draft(const Session& s) const;  // plan_speculation could give it drafts now
   void take_prediction(Session& s, std::string_view text);  // the request's prediction as s.prediction
-  // The pipelined tick's question, when a session may draft: will the next tick of `rows` decode
-  // rows verify none? Yes when the cost plan declined drafts for a tick of as many rows (the
-  // guard's bucket: streams come and go) within the last kProbeFirst ticks, or the yield guard
-  // declines it (the tick counted as declined); a tick the guard lets verify is granted to the
-  // next plan, which does not ask again.
-  bool spec_declined_ahead(std::size_t rows);
-  // What a verifying tick costs beyond the cost model's rows: on a GPU a decode of a new shape
-  // builds its graph (and the next tick, back to one row a session, again). `excess_ms` is the
-  // tick's measured minus predicted time; a verifying tick's and the one after it are summed.
-  void observe_spec_overhead(double excess_ms);
-  // The yield guard's samples. A decode-only tick's tokens are counted over its whole period, from
-  // its tick() to the next (drafting, sampling, events and the compute loop's delivery included,
-  // what a pipelined tick hides behind the device and a verifying one does not); a period that
-  // ends idle (no work left) is dropped, and where ticks are pipelined so are a plain tick's that
-  // was not pipelined and a verifying tick's before the third of its shape (rows) in a row.
-  // observe_yield notes the tick, close_yield observes it.
-  void observe_yield(double decode_ms, bool pipelined);
-  void close_yield(Clock::time_point now);
+  void observe_spec_overhead(double excess_ms);           // spec_.observe_overhead for this tick
+  void observe_yield(double decode_ms, bool pipelined);   // spec_.observe_yield for this tick
   void sample_batch();
   static constexpr Token kNotSampled = -1;  // sampled_: a row after a rejected draft token
   // scheduler_pipeline.cc: the pipelined tick. launch_pipelined() (after sample_batch, before
@@ -335,34 +324,7 @@ class Scheduler {
   std::vector<Session*> order_;       // reused every tick
   std::vector<Token> sampled_;        // the tick's token per batch_.rows entry, all sampled before any is applied
   std::uint64_t tick_no_ = 0;
-  // Speculation: the acceptance of every session's drafts, an EWMA; a new session starts from it
-  // (kept within [0.1, 0.9]), so that a workload whose drafts fail stops paying for them at once.
-  double spec_accept_ = kAcceptancePrior;
-  // observe_spec_overhead's samples, by the verifying tick's decode rows: a verifying tick of
-  // sixteen streams costs beyond its rows what one of a lone stream does not.
-  BucketedEwma spec_overhead_ms_;
-  SpecYieldGuard yield_guard_;
-  bool spec_granted_ = false;            // the guard already let the next plan verify
-  static constexpr int kSteadyShapeRun = 3;
-  static constexpr double kVerifyStretch = 2.0;  // a verifying tick's predicted time at most, over a plain one's
-  std::size_t last_shape_ = 0;           // the last decode tick's rows
-  int shape_run_ = 0;                    // decode ticks of that many rows in a row
-  std::size_t plan_declined_bucket_ = 0;  // yield bucket of the last plan the cost declined (0: it did not)
-  int ticks_since_plan_ = 0;             // pipelined ticks since that plan
-  double draft_ms_last_ = 0.0;          // this tick's draft model time
-  Clock::time_point tick_entered_{};    // when tick() was last called
-  struct YieldSample {
-    std::size_t rows = 0;
-    std::int32_t drafts = 0;
-    double tokens = 0;
-    bool open = false;
-  } yield_pending_;                      // the last tick's, until the next tick() closes its period
-  struct ExcessPending {
-    double ms = 0;
-    std::size_t rows = 0;  // its decode rows
-  };
-  std::optional<ExcessPending> spec_excess_pending_;  // the last tick verified: its excess, awaiting the next tick's
-  Drafter* drafter_ = nullptr;
+  SpecPlanner spec_;  // speculation's state across ticks, and its plans
   // scheduler_threads.cc: a window of the machine when one is due, then the governor's count for
   // this decode; returns the process's CPU time (ms) when the decode's is worth measuring, else -1.
   double threads_before_decode(Clock::time_point now);

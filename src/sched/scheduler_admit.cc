@@ -94,7 +94,7 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   s->slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
   s->speculate = request.speculative.value_or(config_.speculate) && config_.draft_max > 0;
   if (s->speculate && !request.prediction.empty()) take_prediction(*s, request.prediction);
-  s->accept = std::clamp(spec_accept_, 0.1, 0.9);
+  s->accept = spec_.starting_acceptance();
   metrics_.prompt_tokens_total += static_cast<std::uint64_t>(n_prompt);
   metrics_.requests_admitted_total++;
   spdlog::debug("session {}: admitted ({}), {} prompt tokens, max_tokens {}", s->id,

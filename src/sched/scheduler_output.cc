@@ -139,7 +139,7 @@ void Scheduler::finish(Session& s, SessionState terminal) {
     // A draft accepted past the token that ended the request is still in KV.
     // So is a pipelined decode's row (a stop string matched, a cancellation).
     if (s.speculated || s.in_flight) decoder_.trim_sequence(s.seq, s.n_past);
-    if (drafter_ != nullptr) drafter_->forget(s.seq);
+    if (Drafter* d = spec_.drafter()) d->forget(s.seq);
     // A sequence that ended well keeps its KV for later prompts with the same prefix, unless (per-
     // sequence KV) it would be a gap between running ones that nothing has reused yet: under churn
     // such streams were moved or dropped soon after, and the moves cost a GPU its throughput.
@@ -205,7 +205,7 @@ void Scheduler::compact_sequences() {
     const std::int32_t to = ids.take();
     decoder_.move_sequence(top->seq, to);
     ids.give_back(top->seq);
-    if (drafter_ != nullptr) drafter_->forget(top->seq);
+    if (Drafter* d = spec_.drafter()) d->forget(top->seq);
     top->seq = to;
     metrics_.kv_sequence_moves_total++;
   }

@@ -45,7 +45,7 @@ void Scheduler::launch_pipelined() {
   }
   if (next_.entries.empty()) return;
   // Its next tick may verify drafts, unless speculation is declined for as many rows.
-  if (drafts_on_offer && !spec_declined_ahead(next_.decoded.size())) {
+  if (drafts_on_offer && !spec_.declined_ahead(next_.decoded.size())) {
     next_.clear();
     return;
   }
@@ -96,7 +96,7 @@ void Scheduler::finish_pipelined(std::vector<Event>& out, bool relaunch) {
   drop_finished_from_next();
   reap();
   start_waiting(out);
-  if (!has_work()) yield_pending_.open = false;
+  if (!has_work()) spec_.end_period();
 }
 
 }  // namespace uma

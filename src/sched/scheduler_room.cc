@@ -288,7 +288,7 @@ void Scheduler::pause(Session& s, Clock::time_point now, PauseCause cause) {
   (save ? metrics_.preempted_saved_total : metrics_.preempted_recomputed_total)++;
   (cause == PauseCause::kKvFull ? metrics_.preempted_kv_full_total : metrics_.preempted_priority_total)++;
   ledger_.ids().give_back(s.seq);
-  if (drafter_ != nullptr) drafter_->forget(s.seq);
+  if (Drafter* d = spec_.drafter()) d->forget(s.seq);
   s.seq = -1;
   s.paused_from = s.state;
   s.paused_at = now;

@@ -33,7 +33,7 @@ double Scheduler::threads_before_decode(Clock::time_point now) {
   if (g.adaptive() && decoder_.threads() > 0 && decoder_.threads() != n) {
     spdlog::debug("compute threads {} -> {} (others keep {:.2f} cores busy)", decoder_.threads(), n, g.others_cores());
     decoder_.set_threads(n);
-    if (drafter_ != nullptr) drafter_->set_threads(n);
+    if (Drafter* d = spec_.drafter()) d->set_threads(n);
     metrics_.compute_thread_changes_total++;
   }
   metrics_.compute_threads = decoder_.threads();
