@@ -235,7 +235,11 @@ Status ChatTemplates::render(const std::vector<ChatTurn>& turns, std::string* pr
   return Status::Ok();
 }
 
-Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const {
+namespace {
+
+// The request as llama.cpp's template engine takes it.
+common_chat_templates_inputs template_inputs(const ChatRequest& request, common_reasoning_format reasoning,
+                                             std::optional<bool> default_thinking, bool jinja) {
   common_chat_templates_inputs in;
   for (const ChatTurn& t : request.turns) in.messages.push_back(to_common(t));
   for (const ChatTool& t : request.tools) {
@@ -245,9 +249,9 @@ Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const 
                    : request.tool_choice == ToolChoice::kRequired ? COMMON_CHAT_TOOL_CHOICE_REQUIRED
                                                                   : COMMON_CHAT_TOOL_CHOICE_AUTO;
   in.parallel_tool_calls = request.parallel_tool_calls;
-  in.reasoning_format = impl_->reasoning;
+  in.reasoning_format = reasoning;
   in.chat_template_kwargs = request.template_kwargs;
-  const std::optional<bool> think = request.enable_thinking.has_value() ? request.enable_thinking : impl_->default_thinking;
+  const std::optional<bool> think = request.enable_thinking.has_value() ? request.enable_thinking : default_thinking;
   if (think.has_value()) {
     in.enable_thinking = *think;
     in.chat_template_kwargs["enable_thinking"] = *think ? "true" : "false";
@@ -257,7 +261,30 @@ Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const 
                               : request.continuation == ChatContinuation::kContent   ? COMMON_CHAT_CONTINUATION_CONTENT
                               : request.continuation == ChatContinuation::kReasoning ? COMMON_CHAT_CONTINUATION_REASONING
                                                                                      : COMMON_CHAT_CONTINUATION_NONE;
-  in.use_jinja = impl_->jinja;
+  in.use_jinja = jinja;
+  return in;
+}
+
+// The words and patterns that start a lazy grammar, as the sampler chain takes them (regexes).
+std::vector<std::string> grammar_triggers(const common_chat_params& p) {
+  std::vector<std::string> triggers;
+  for (const common_grammar_trigger& t : p.grammar_triggers) {
+    switch (t.type) {
+      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN: triggers.push_back(t.value); break;
+      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL:
+        triggers.push_back((t.value.empty() || t.value.front() != '^' ? "^" : "") + t.value +
+                           (t.value.empty() || t.value.back() != '$' ? "$" : ""));
+        break;
+      default: triggers.push_back(regex_escape(t.value)); break;  // a word (or a token's text)
+    }
+  }
+  return triggers;
+}
+
+}  // namespace
+
+Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const {
+  const common_chat_templates_inputs in = template_inputs(request, impl_->reasoning, impl_->default_thinking, impl_->jinja);
   const bool calls = !request.tools.empty() && request.tool_choice != ToolChoice::kNone;
   if (calls && !impl_->jinja) {
     return Status(ErrorCode::kBadRequest, "tools need a Jinja chat template (the model's own or --chat-template "
@@ -299,16 +326,7 @@ Status ChatTemplates::render(const ChatRequest& request, ChatPrompt* out) const 
     drop_preamble(&out->grammar);
   }
   if (!request.parallel_tool_calls) single_call(&out->grammar);
-  for (const common_grammar_trigger& t : p.grammar_triggers) {
-    switch (t.type) {
-      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN: out->grammar_triggers.push_back(t.value); break;
-      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL:
-        out->grammar_triggers.push_back((t.value.empty() || t.value.front() != '^' ? "^" : "") + t.value +
-                                        (t.value.empty() || t.value.back() != '$' ? "$" : ""));
-        break;
-      default: out->grammar_triggers.push_back(regex_escape(t.value)); break;  // a word (or a token's text)
-    }
-  }
+  for (std::string& t : grammar_triggers(p)) out->grammar_triggers.push_back(std::move(t));
   if (!out->grammar.empty() && !out->grammar_lazy && !drop_root_prefix(&out->grammar, p.generation_prompt)) {
     out->grammar_prefill = p.generation_prompt;  // fed to the grammar as tokens (sampler_chain.cc)
   }

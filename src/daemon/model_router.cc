@@ -80,6 +80,53 @@ Status collect_models(const DaemonConfig& cfg, std::map<std::string, std::string
   return {};
 }
 
+// The models' umads: this binary, the router's flags less its own, their limits and run folder.
+// 0, or the exit code (said).
+int host_config(const DaemonConfig& cfg, int argc, char** argv, agent::HostConfig* hc) {
+  std::error_code ec;
+  hc->umad = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec) {
+    spdlog::error("cannot find this umad's own binary: {}", ec.message());
+    return 1;
+  }
+  hc->umad_args = model_umad_args(argc, argv);
+  // The models' umads inherit the environment: the router's own variables would make each of them
+  // a router (UMA_MODELS_DIR) or name a model or a port of the router's.
+  for (const char* v : {"UMA_MODEL", "UMA_MODELS_DIR", "UMA_MAX_MODELS", "UMA_MODELS_MB", "UMA_KEEP_ALIVE", "UMA_HTTP",
+                        "UMA_SOCK", "UMA_ALIAS"}) {
+    ::unsetenv(v);
+  }
+  hc->http_host = "127.0.0.1";
+  hc->budget.bytes = cfg.models_mb << 20;
+  hc->budget.models = cfg.max_models;
+  if (Status st = agent::parse_duration_ms(cfg.keep_alive, &hc->keep_alive_ms); !st.ok()) {
+    spdlog::error("--keep-alive: {}", st.message());
+    return 2;
+  }
+  char run_dir[] = "/tmp/umad-models-XXXXXX";
+  if (::mkdtemp(run_dir) == nullptr) {
+    spdlog::error("cannot make a directory for the models' logs: {}", std::strerror(errno));
+    return 1;
+  }
+  hc->run_dir = run_dir;
+  return 0;
+}
+
+// The router's HTTP server: umad's --http, key, caps and timeout.
+RequestServerConfig router_server_config(const DaemonConfig& cfg) {
+  RequestServerConfig rc;
+  rc.host = cfg.http.host;
+  rc.port = cfg.http.port;
+  rc.access.api_key = cfg.http.api_key;
+  if (cfg.http.webui) rc.access.open_paths.insert(rc.access.open_paths.end(), std::begin(webui::kPaths), std::end(webui::kPaths));
+  rc.max_connections = cfg.http.max_connections;
+  rc.limits.max_body_bytes = cfg.http.max_body_bytes;
+  rc.max_tx_bytes = cfg.http.max_tx_bytes;
+  rc.timeout = std::chrono::seconds(cfg.http.timeout_sec);
+  rc.log_name = "router";
+  return rc;
+}
+
 }  // namespace
 
 int run_model_router(const DaemonConfig& cfg, int argc, char** argv) {
@@ -89,33 +136,8 @@ int run_model_router(const DaemonConfig& cfg, int argc, char** argv) {
     return 2;
   }
   agent::HostConfig hc;
+  if (int code = host_config(cfg, argc, argv, &hc)) return code;
   std::error_code ec;
-  hc.umad = fs::read_symlink("/proc/self/exe", ec).string();
-  if (ec) {
-    spdlog::error("cannot find this umad's own binary: {}", ec.message());
-    return 1;
-  }
-  hc.umad_args = model_umad_args(argc, argv);
-  // The models' umads inherit the environment: the router's own variables would make each of them
-  // a router (UMA_MODELS_DIR) or name a model or a port of the router's.
-  for (const char* v : {"UMA_MODEL", "UMA_MODELS_DIR", "UMA_MAX_MODELS", "UMA_MODELS_MB", "UMA_KEEP_ALIVE", "UMA_HTTP",
-                        "UMA_SOCK", "UMA_ALIAS"}) {
-    ::unsetenv(v);
-  }
-  hc.http_host = "127.0.0.1";
-  hc.budget.bytes = cfg.models_mb << 20;
-  hc.budget.models = cfg.max_models;
-  if (Status st = agent::parse_duration_ms(cfg.keep_alive, &hc.keep_alive_ms); !st.ok()) {
-    spdlog::error("--keep-alive: {}", st.message());
-    return 2;
-  }
-  char run_dir[] = "/tmp/umad-models-XXXXXX";
-  if (::mkdtemp(run_dir) == nullptr) {
-    spdlog::error("cannot make a directory for the models' logs: {}", std::strerror(errno));
-    return 1;
-  }
-  hc.run_dir = run_dir;
-
   std::vector<agent::FrontModel> models;
   for (const auto& [id, path] : files) models.push_back({id, static_cast<std::uint64_t>(fs::file_size(path, ec))});
   const agent::ModelHost::Lookup lookup = [&files](const std::string& id, agent::ModelOrigin* out) {
@@ -130,18 +152,8 @@ int run_model_router(const DaemonConfig& cfg, int argc, char** argv) {
 
   boost::asio::io_context io;
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  RequestServerConfig rc;
-  rc.host = cfg.http.host;
-  rc.port = cfg.http.port;
-  rc.access.api_key = cfg.http.api_key;
-  if (cfg.http.webui) rc.access.open_paths.insert(rc.access.open_paths.end(), std::begin(webui::kPaths), std::end(webui::kPaths));
-  rc.max_connections = cfg.http.max_connections;
-  rc.limits.max_body_bytes = cfg.http.max_body_bytes;
-  rc.max_tx_bytes = cfg.http.max_tx_bytes;
-  rc.timeout = std::chrono::seconds(cfg.http.timeout_sec);
-  rc.log_name = "router";
   std::unique_ptr<agent::ModelFront> front;  // set before the server starts
-  RequestServer server(io, rc, [&front](const HttpExchangePtr& ex) { front->handle(ex); });
+  RequestServer server(io, router_server_config(cfg), [&front](const HttpExchangePtr& ex) { front->handle(ex); });
   if (Status st = server.listen(); !st.ok()) {
     spdlog::error("{}", st.to_string());
     return 1;

@@ -163,6 +163,10 @@ class GatewayServer final {
   // connection's next request, or closes it).
   void proxy_done(const HttpExchangePtr& client);
   std::string metrics_text();
+  void write_request_metrics(std::string& out);  // gateway_metrics.cc: the page's parts
+  void write_load_metrics(std::string& out);
+  void write_agent_metrics(std::string& out);
+  void write_latency_metrics(std::string& out);
 
  private:
   struct Prepared;  // a request on its way through a tokenizer thread (cancelled if its client goes)

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
+
 namespace uma::http_route {
 
 namespace http = boost::beast::http;
@@ -221,6 +223,49 @@ std::variant<Reply, Completion> native_completion_request(std::string_view body,
   return result;
 }
 
+namespace {
+
+// A POST to one of the completion, embeddings, reranking or vocabulary endpoints; none for any
+// other path. `vocab`: this server has the model's vocabulary (umad itself, not a router).
+std::optional<Routed> route_post(const std::string& path, std::string_view body, const Context& ctx, bool vocab) {
+  // Counted as a request once the daemon serves completions (not while loading or stopping).
+  const bool serving = ctx.ready && !ctx.shutting_down;
+  // What only umad serves, asked of a server without the model (its router, a gateway's relay).
+  const auto only_umad = [](const std::string& what) {
+    Reply r = error_reply(ErrorCode::kNotFound, what + " served by umad itself, not through this server");
+    r.error = ErrorCode::kOk;
+    return Routed{false, std::move(r)};
+  };
+  if (path == "/v1/chat/completions" || path == "/v1/completions") {
+    return Routed{serving, completion(path == "/v1/chat/completions", body, ctx)};
+  }
+  if (path == "/completion") return Routed{serving, native_completion_request(body, ctx)};
+  if (path == "/infill") {
+    if (!vocab) return only_umad("infill is");
+    std::string native;
+    if (Status st = infill_body(body, ctx, &native); !st.ok()) return Routed{false, error_reply(st)};
+    return Routed{serving, native_completion_request(native, ctx)};
+  }
+  if (path == "/rerank" || path == "/v1/rerank" || path == "/reranking" || path == "/v1/reranking") {
+    if (!vocab) return only_umad("reranking is");
+    return Routed{serving, rerank_request(body, ctx)};
+  }
+  if (path == "/v1/embeddings") {
+    if (!vocab) return only_umad("embeddings are");
+    return Routed{serving, embeddings_request(body, ctx)};
+  }
+  if (path == "/v1/messages") return Routed{serving, translated(anthropic::to_chat_body, anthropic_writer, "msg_", body, ctx)};
+  if (path == "/v1/responses") return Routed{serving, translated(responses::to_chat_body, responses_writer, "resp_", body, ctx)};
+  if (path == "/tokenize" || path == "/detokenize" || path == "/apply-template" || path == "/v1/messages/count_tokens") {
+    if (!vocab) return only_umad("this endpoint is");
+    if (!ctx.ready || ctx.shutting_down) return Routed{false, not_ready(ctx)};
+    return Routed{false, vocabulary_endpoint(path, body, ctx)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Routed route(http::verb method, std::string_view target, std::string_view body, const Context& ctx) {
   if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
   // llama-server's and vLLM's paths without /v1 are the same endpoints.
@@ -255,45 +300,7 @@ Routed route(http::verb method, std::string_view target, std::string_view body, 
     return {false, Reply{200, "application/json", path == "/props" ? props_body(ctx) : slots_body(ctx)}};
   }
   if (post) {
-    // Counted as a request once the daemon serves completions (not while loading or stopping).
-    const bool serving = ctx.ready && !ctx.shutting_down;
-    if (path == "/v1/chat/completions" || path == "/v1/completions") {
-      return {serving, completion(path == "/v1/chat/completions", body, ctx)};
-    }
-    if (path == "/completion") return {serving, native_completion_request(body, ctx)};
-    if (path == "/infill") {
-      if (!vocab) {
-        Reply r = error_reply(ErrorCode::kNotFound, "infill is served by umad itself, not through this server");
-        r.error = ErrorCode::kOk;
-        return {false, std::move(r)};
-      }
-      std::string native;
-      if (Status st = infill_body(body, ctx, &native); !st.ok()) return {false, error_reply(st)};
-      return {serving, native_completion_request(native, ctx)};
-    }
-    if (path == "/rerank" || path == "/v1/rerank" || path == "/reranking" || path == "/v1/reranking") {
-      if (vocab) return {serving, rerank_request(body, ctx)};
-      Reply r = error_reply(ErrorCode::kNotFound, "reranking is served by umad itself, not through this server");
-      r.error = ErrorCode::kOk;
-      return {false, std::move(r)};
-    }
-    if (path == "/v1/embeddings") {
-      if (vocab) return {serving, embeddings_request(body, ctx)};
-      Reply r = error_reply(ErrorCode::kNotFound, "embeddings are served by umad itself, not through this server");
-      r.error = ErrorCode::kOk;
-      return {false, std::move(r)};
-    }
-    if (path == "/v1/messages") return {serving, translated(anthropic::to_chat_body, anthropic_writer, "msg_", body, ctx)};
-    if (path == "/v1/responses") return {serving, translated(responses::to_chat_body, responses_writer, "resp_", body, ctx)};
-    if (path == "/tokenize" || path == "/detokenize" || path == "/apply-template" || path == "/v1/messages/count_tokens") {
-      if (!vocab) {
-        Reply r = error_reply(ErrorCode::kNotFound, "this endpoint is served by umad itself, not through this server");
-        r.error = ErrorCode::kOk;
-        return {false, std::move(r)};
-      }
-      if (!ctx.ready || ctx.shutting_down) return {false, not_ready(ctx)};
-      return {false, vocabulary_endpoint(path, body, ctx)};
-    }
+    if (auto routed = route_post(path, body, ctx, vocab)) return std::move(*routed);
   }
   static const char* const kKnown[] = {"/health", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions",
                                        "/completion", "/v1/messages", "/v1/responses", "/props", "/slots", "/tokenize",

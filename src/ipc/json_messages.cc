@@ -55,23 +55,11 @@ Status get_bool(const json& obj, std::string_view key, bool* out) {
   return Status::Ok();
 }
 
-Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r) {
-  const json* prompt = find(j, wire::kPrompt);
-  if (prompt == nullptr) return bad(wire::kPrompt, "is required");
-  if (!prompt->is_string()) return bad(wire::kPrompt, "must be a string");
-  r->prompt = prompt->get<std::string>();
-  if (r->prompt.size() > limits.max_prompt_bytes) {
-    return Status(ErrorCode::kPromptTooLarge, "prompt of " + std::to_string(r->prompt.size()) +
-                                                  " bytes is over the limit of " + std::to_string(limits.max_prompt_bytes));
-  }
-  if (r->prompt.empty()) return bad(wire::kPrompt, "must not be empty");
-  if (r->prompt.find('\0') != std::string::npos) return bad(wire::kPrompt, "must not contain NUL");
-
+// The sampling fields, each within its range.
+Status parse_sampling(const json& j, WireRequest* r) {
   std::int64_t i = 0;
   bool present = false;
   Status st;
-  if (!(st = get_int(j, wire::kMaxTokens, 1, kMaxTokensField, &i, &present)).ok()) return st;
-  if (present) r->max_tokens = static_cast<std::int32_t>(i);
   SamplingParams& s = r->sampling;
   if (!(st = get_number(j, wire::kTemperature, 0.0, 100.0, &s.temperature)).ok()) return st;
   if (!(st = get_number(j, wire::kTopP, 0.0, 1.0, &s.top_p)).ok()) return st;
@@ -90,11 +78,14 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
   i = s.seed;
   if (!(st = get_int(j, wire::kSeed, 0, std::numeric_limits<std::uint32_t>::max(), &i, nullptr)).ok()) return st;
   s.seed = static_cast<std::uint32_t>(i);
-  present = false;
   if (!(st = get_int(j, wire::kLogprobs, 0, kMaxTopLogprobs, &i, &present)).ok()) return st;
   if (present) s.logprobs = static_cast<std::int32_t>(i);
-  if (!(st = get_bool(j, wire::kStream, &r->stream)).ok()) return st;
-  if (!(st = get_bool(j, wire::kKeepAlive, &r->keep_alive)).ok()) return st;
+  return Status::Ok();
+}
+
+// What constrains the output: a grammar or a JSON schema (not both), stop strings.
+Status parse_constraints(const json& j, WireRequest* r) {
+  SamplingParams& s = r->sampling;
   if (const json* g = find(j, wire::kGrammar)) {
     if (!g->is_string() || g->get_ref<const std::string&>().empty() ||
         g->get_ref<const std::string&>().size() > wire::kMaxGrammarBytes) {
@@ -107,7 +98,6 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
     if (!s.grammar.empty()) return bad(wire::kJsonSchema, "and grammar exclude each other");
     r->json_schema = to_json_text(*schema);
   }
-
   if (const json* stop = find(j, wire::kStop)) {
     if (!stop->is_array()) return bad(wire::kStop, "must be an array of strings");
     if (stop->size() > wire::kMaxStopStrings) return bad(wire::kStop, "has more than 16 strings");
@@ -117,11 +107,16 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
       r->stop.push_back(e.get<std::string>());
     }
   }
+  return Status::Ok();
+}
+
+// How the scheduler treats it: targets, speculation, priority, the tenant.
+Status parse_scheduling(const json& j, WireRequest* r) {
   if (const json* slo = find(j, wire::kSlo)) {
     if (!slo->is_object()) return bad(wire::kSlo, "must be an object");
     float ttft = 0, tbt = 0;
-    if (!(st = get_number(*slo, wire::kTargetTtftMs, 1.0, 1e7, &ttft)).ok()) return bad("slo.target_ttft_ms", "must be a number of ms >= 1");
-    if (!(st = get_number(*slo, wire::kTargetTbtMs, 1.0, 1e7, &tbt)).ok()) return bad("slo.target_tbt_ms", "must be a number of ms >= 1");
+    if (!get_number(*slo, wire::kTargetTtftMs, 1.0, 1e7, &ttft).ok()) return bad("slo.target_ttft_ms", "must be a number of ms >= 1");
+    if (!get_number(*slo, wire::kTargetTbtMs, 1.0, 1e7, &tbt).ok()) return bad("slo.target_tbt_ms", "must be a number of ms >= 1");
     r->slo_ttft_ms = ttft;
     r->slo_tbt_ms = tbt;
   }
@@ -151,6 +146,29 @@ Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r)
     r->metadata_json = to_json_text(*meta);
   }
   return Status::Ok();
+}
+
+Status parse_request(const json& j, const RequestLimits& limits, WireRequest* r) {
+  const json* prompt = find(j, wire::kPrompt);
+  if (prompt == nullptr) return bad(wire::kPrompt, "is required");
+  if (!prompt->is_string()) return bad(wire::kPrompt, "must be a string");
+  r->prompt = prompt->get<std::string>();
+  if (r->prompt.size() > limits.max_prompt_bytes) {
+    return Status(ErrorCode::kPromptTooLarge, "prompt of " + std::to_string(r->prompt.size()) +
+                                                  " bytes is over the limit of " + std::to_string(limits.max_prompt_bytes));
+  }
+  if (r->prompt.empty()) return bad(wire::kPrompt, "must not be empty");
+  if (r->prompt.find('\0') != std::string::npos) return bad(wire::kPrompt, "must not contain NUL");
+  std::int64_t i = 0;
+  bool present = false;
+  Status st;
+  if (!(st = get_int(j, wire::kMaxTokens, 1, kMaxTokensField, &i, &present)).ok()) return st;
+  if (present) r->max_tokens = static_cast<std::int32_t>(i);
+  if (!(st = parse_sampling(j, r)).ok()) return st;
+  if (!(st = get_bool(j, wire::kStream, &r->stream)).ok()) return st;
+  if (!(st = get_bool(j, wire::kKeepAlive, &r->keep_alive)).ok()) return st;
+  if (!(st = parse_constraints(j, r)).ok()) return st;
+  return parse_scheduling(j, r);
 }
 
 }  // namespace

@@ -46,6 +46,20 @@ double Scheduler::timed_chunk(Calibration& c, std::int32_t n, Status& st) {
   return ms;
 }
 
+namespace {
+
+// The smallest chunk size whose cost per token is within `slack` of the best (0 for none).
+std::int32_t knee_of(const std::map<std::int32_t, double>& per_token, double slack) {
+  double best = 1e300;
+  for (const auto& [size, ms_per] : per_token) best = std::min(best, ms_per);
+  for (const auto& [size, ms_per] : per_token) {  // ascending sizes: the first near the best
+    if (ms_per <= slack * best) return size;
+  }
+  return 0;
+}
+
+}  // namespace
+
 Status Scheduler::calibrate_step() {
   if (!calibrating()) return Status::Ok();
   Calibration& c = *calibration_;
@@ -114,14 +128,7 @@ Status Scheduler::calibrate_step() {
       c.per_token[n] = ms / n;
       spdlog::debug("calibration: {} tokens at depth {}: {:.3f} ms per token", n, from, ms / n);
       if (++c.sized < kDepthChunks) return st;
-      double best = 1e300;
-      for (const auto& [size, ms_per] : c.per_token) best = std::min(best, ms_per);
-      for (const auto& [size, ms_per] : c.per_token) {  // ascending sizes: the first near the best
-        if (ms_per <= kKneeSlack * best) {
-          prefill_knee_ = size;
-          break;
-        }
-      }
+      prefill_knee_ = knee_of(c.per_token, kKneeSlack);
       end_calibration("done");
       return st;
     }
