@@ -107,100 +107,59 @@ int h2d_bench(std::uint64_t bytes) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"uma-load-bench: model load time per tier, against llama.cpp's loader and the hardware"};
+// The flags as given.
+struct LoadBenchFlags {
   std::string mode = "store", model, load_mode = "mmap", idx, dir, url, tier = "nvme", path = "auto";
   std::uint64_t bytes = 1ull << 30;
   int gpu_layers = -1, depth = 8, block_mb = 4, connections = 8, verify_threads = 0;
-  app.add_option("--mode", mode, "llama | store | memcpy | h2d")->check(CLI::IsMember({"llama", "store", "memcpy", "h2d"}));
-  app.add_option("--model", model, "GGUF file (--mode llama)");
-  app.add_option("--load-mode", load_mode, "mmap | direct | read")->check(CLI::IsMember({"mmap", "direct", "read"}));
-  app.add_option("--idx", idx, "the model's manifest (--mode store)");
-  app.add_option("--dir", dir, "the NVMe tier directory");
-  app.add_option("--url", url, "the remote tier's URL");
-  app.add_option("--tier", tier, "nvme | remote | dram: where the bytes are when the load starts")
-      ->check(CLI::IsMember({"nvme", "remote", "dram"}));
-  app.add_option("--path", path, "auto | copy | stream | map: how an image reaches llama.cpp (runtime/image_loader.h)")
-      ->check(CLI::IsMember({"auto", "copy", "stream", "map"}));
-  app.add_option("--bytes", bytes, "--mode memcpy | h2d: bytes to copy");
-  app.add_option("--gpu-layers", gpu_layers, "layers on the GPU (-1: all, where there is one)");
-  app.add_option("--depth", depth, "NVMe reads in flight");
-  app.add_option("--block-mb", block_mb, "NVMe read size");
-  app.add_option("--connections", connections, "remote Range requests in flight");
-  app.add_option("--verify-threads", verify_threads, "hashing threads (0: all)");
   bool prefault = false;
-  app.add_flag("--prefault", prefault, "the tier's host memory pool warmed before the timed load, as in an agent that "
+};
+
+void add_flags(CLI::App& app, LoadBenchFlags& f) {
+  app.add_option("--mode", f.mode, "llama | store | memcpy | h2d")->check(CLI::IsMember({"llama", "store", "memcpy", "h2d"}));
+  app.add_option("--model", f.model, "GGUF file (--mode llama)");
+  app.add_option("--load-mode", f.load_mode, "mmap | direct | read")->check(CLI::IsMember({"mmap", "direct", "read"}));
+  app.add_option("--idx", f.idx, "the model's manifest (--mode store)");
+  app.add_option("--dir", f.dir, "the NVMe tier directory");
+  app.add_option("--url", f.url, "the remote tier's URL");
+  app.add_option("--tier", f.tier, "nvme | remote | dram: where the bytes are when the load starts")
+      ->check(CLI::IsMember({"nvme", "remote", "dram"}));
+  app.add_option("--path", f.path, "auto | copy | stream | map: how an image reaches llama.cpp (runtime/image_loader.h)")
+      ->check(CLI::IsMember({"auto", "copy", "stream", "map"}));
+  app.add_option("--bytes", f.bytes, "--mode memcpy | h2d: bytes to copy");
+  app.add_option("--gpu-layers", f.gpu_layers, "layers on the GPU (-1: all, where there is one)");
+  app.add_option("--depth", f.depth, "NVMe reads in flight");
+  app.add_option("--block-mb", f.block_mb, "NVMe read size");
+  app.add_option("--connections", f.connections, "remote Range requests in flight");
+  app.add_option("--verify-threads", f.verify_threads, "hashing threads (0: all)");
+  app.add_flag("--prefault", f.prefault, "the tier's host memory pool warmed before the timed load, as in an agent that "
                "has loaded models before (a fresh page's first touch is not counted)");
-  CLI11_PARSE(app, argc, argv);
-  init_llama_backend();
-  if (mode == "memcpy") return memcpy_bench(bytes);
-  if (mode == "h2d") return h2d_bench(bytes);
+}
 
-  const llama_model_params mp = model_params(gpu_layers);
-  if (mode == "llama") {
-    llama_model_params p = mp;
-    p.load_mode = load_mode == "mmap" ? LLAMA_LOAD_MODE_MMAP : load_mode == "direct" ? LLAMA_LOAD_MODE_DIRECT_IO : LLAMA_LOAD_MODE_NONE;
-    const auto t0 = Clock::now();
-    llama_model* m = llama_model_load_from_file(model.c_str(), p);
-    const double load = since(t0);
-    if (!m) return 1;
-    const double first = first_token(m);
-    report("llama", load_mode, llama_model_size(m), load, load + first);
-    llama_model_free(m);
-    return 0;
-  }
-
-  std::ifstream f(idx);
-  std::stringstream text;
-  text << f.rdbuf();
-  auto manifest = std::make_shared<store::Manifest>();
-  if (Status s = store::decode_manifest(text.str(), manifest.get()); !s.ok()) {
-    std::fprintf(stderr, "uma-load-bench: %s\n", s.to_string().c_str());
-    return 1;
-  }
-  store::TierConfig tc;
-  tc.nvme_dir = tier == "remote" && url.empty() ? "" : dir;
-  tc.dram_bytes = tier == "dram" ? manifest->bytes * 2 : 0;
-  tc.direct.depth = depth;
-  tc.direct.block = static_cast<std::uint64_t>(block_mb) << 20;
-  tc.remote.connections = connections;
-  tc.verify_threads = verify_threads;
-  tc.alloc = host_allocator_for_backend();
-  tc.pool_bytes = prefault || tier == "dram" ? manifest->bytes + (64ull << 20) : 0;
-  store::TierStore ts(tc);
-  if (prefault) ts.pool().prefault((manifest->bytes + 4095) / 4096 * 4096, tc.pool_bytes);
-  const store::ModelSource src{manifest, url};
-  Status s;
-  if (tier == "dram") {  // a first fill puts it there; the timed load starts from it
-    if (auto warm = ts.acquire(src, &s); !warm || !(s = warm->wait_complete()).ok()) {
-      std::fprintf(stderr, "uma-load-bench: %s\n", s.to_string().c_str());
-      return 1;
-    }
-    ts.release(manifest->id);
-  }
+// llama.cpp's own load of the file, and its first token.
+int llama_load(const LoadBenchFlags& f, const llama_model_params& mp) {
+  llama_model_params p = mp;
+  p.load_mode = f.load_mode == "mmap" ? LLAMA_LOAD_MODE_MMAP : f.load_mode == "direct" ? LLAMA_LOAD_MODE_DIRECT_IO : LLAMA_LOAD_MODE_NONE;
   const auto t0 = Clock::now();
-  auto image = ts.acquire(src, &s);
-  if (!image) {
-    std::fprintf(stderr, "uma-load-bench: %s\n", s.to_string().c_str());
-    return 1;
-  }
-  ImageLoadStats ls;
-  const ImageLoadPath lp = path == "stream" ? ImageLoadPath::kStream
-                           : path == "map"  ? ImageLoadPath::kMap
-                           : path == "copy" ? ImageLoadPath::kCopy
-                                            : ImageLoadPath::kAuto;
-  llama_model* m = load_model_from_image(image, mp, &s, &ls, lp);
+  llama_model* m = llama_model_load_from_file(f.model.c_str(), p);
   const double load = since(t0);
-  if (!m) {
-    std::fprintf(stderr, "uma-load-bench: %s\n", s.to_string().c_str());
-    return 1;
-  }
+  if (!m) return 1;
   const double first = first_token(m);
-  ts.drain();
+  report("llama", f.load_mode, llama_model_size(m), load, load + first);
+  llama_model_free(m);
+  return 0;
+}
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "uma-load-bench: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+// What the store's fills did, as the report's JSON fields.
+std::string fill_report(const store::TierStore& ts, const ImageLoadStats& ls, bool pinned, const LoadBenchFlags& f) {
   std::string extra = ",\"wait_s\":" + std::to_string(ls.wait_seconds) + ",\"copy_s\":" + std::to_string(ls.copy_seconds) +
-                      ",\"pinned\":" + (image->pinned() ? "true" : "false") + ",\"path\":\"" + path + "\",\"path_taken\":" + std::to_string(ls.path) + ",\"prefault\":" + (prefault ? "true" : "false");
+                      ",\"pinned\":" + (pinned ? "true" : "false") + ",\"path\":\"" + f.path +
+                      "\",\"path_taken\":" + std::to_string(ls.path) + ",\"prefault\":" + (f.prefault ? "true" : "false");
   extra += ",\"fills\":[";
   for (const auto& r : ts.history()) {
     if (extra.back() == '}') extra += ",";
@@ -208,9 +167,62 @@ int main(int argc, char** argv) {
              ",\"corrupt\":" + std::to_string(r.corrupt_chunks) + ",\"resumed\":" + std::to_string(r.resumed_transfers) +
              ",\"direct\":" + (r.direct ? "true" : "false") + "}";
   }
-  extra += "]";
-  report("store", tier, manifest->bytes, load, load + first, extra);
+  return extra + "]";
+}
+
+// The model store's load from --tier, through the image loader, and its first token.
+int store_load(const LoadBenchFlags& f, const llama_model_params& mp) {
+  std::ifstream in(f.idx);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto manifest = std::make_shared<store::Manifest>();
+  if (Status s = store::decode_manifest(text.str(), manifest.get()); !s.ok()) return fail(s);
+  store::TierConfig tc;
+  tc.nvme_dir = f.tier == "remote" && f.url.empty() ? "" : f.dir;
+  tc.dram_bytes = f.tier == "dram" ? manifest->bytes * 2 : 0;
+  tc.direct.depth = f.depth;
+  tc.direct.block = static_cast<std::uint64_t>(f.block_mb) << 20;
+  tc.remote.connections = f.connections;
+  tc.verify_threads = f.verify_threads;
+  tc.alloc = host_allocator_for_backend();
+  tc.pool_bytes = f.prefault || f.tier == "dram" ? manifest->bytes + (64ull << 20) : 0;
+  store::TierStore ts(tc);
+  if (f.prefault) ts.pool().prefault((manifest->bytes + 4095) / 4096 * 4096, tc.pool_bytes);
+  const store::ModelSource src{manifest, f.url};
+  Status s;
+  if (f.tier == "dram") {  // a first fill puts it there; the timed load starts from it
+    if (auto warm = ts.acquire(src, &s); !warm || !(s = warm->wait_complete()).ok()) return fail(s);
+    ts.release(manifest->id);
+  }
+  const auto t0 = Clock::now();
+  auto image = ts.acquire(src, &s);
+  if (!image) return fail(s);
+  ImageLoadStats ls;
+  const ImageLoadPath lp = f.path == "stream" ? ImageLoadPath::kStream
+                           : f.path == "map"  ? ImageLoadPath::kMap
+                           : f.path == "copy" ? ImageLoadPath::kCopy
+                                              : ImageLoadPath::kAuto;
+  llama_model* m = load_model_from_image(image, mp, &s, &ls, lp);
+  const double load = since(t0);
+  if (!m) return fail(s);
+  const double first = first_token(m);
+  ts.drain();
+  report("store", f.tier, manifest->bytes, load, load + first, fill_report(ts, ls, image->pinned(), f));
   ts.release(manifest->id);
   llama_model_free(m);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"uma-load-bench: model load time per tier, against llama.cpp's loader and the hardware"};
+  LoadBenchFlags f;
+  add_flags(app, f);
+  CLI11_PARSE(app, argc, argv);
+  init_llama_backend();
+  if (f.mode == "memcpy") return memcpy_bench(f.bytes);
+  if (f.mode == "h2d") return h2d_bench(f.bytes);
+  const llama_model_params mp = model_params(f.gpu_layers);
+  return f.mode == "llama" ? llama_load(f, mp) : store_load(f, mp);
 }
