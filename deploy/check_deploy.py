@@ -23,7 +23,7 @@ ENTRYPOINT = ROOT / "deploy" / "docker" / "uma-entrypoint"
 # Each binary's own declarations, and the Redis flag group every one of them declares through.
 REDIS_FLAGS = SRC / "cluster" / "redis_flags.h"
 FLAG_SOURCES = {
-    "umad": [SRC / "daemon" / "config.cc", REDIS_FLAGS],
+    "umad": [SRC / "daemon" / "daemon_flags.cc", REDIS_FLAGS],
     "uma-gw": [SRC / "gateway" / "gw_main.cc", REDIS_FLAGS],
     "uma-agent": [SRC / "agent" / "agent_main.cc", REDIS_FLAGS],
     "uma-store": [SRC / "tools" / "store" / "store_main.cc", REDIS_FLAGS],
