@@ -178,9 +178,12 @@ class FixedLength final : public uma::bench::Target {
 };
 }  // namespace
 
-int main(int argc, char** argv) {
-  using namespace uma::bench;
-  CLI::App app{"uma-bench: serving benchmark for umad and OpenAI-compatible servers"};
+
+namespace uma::bench {
+namespace {
+
+// The flags as given.
+struct BenchFlags {
   std::string target_spec = "uds:/tmp/uma.sock", workload = "random";
   int concurrency = 1, requests = 0, prompt_tokens = 128, output_tokens = 64, warmup = 1;
   int prefix_tokens = 1000, suffix_tokens = 30, bg_prompt_tokens = 2000, bg_output_tokens = 16;
@@ -189,120 +192,132 @@ int main(int argc, char** argv) {
   SloTargets slo;
   std::uint64_t seed = 1;
   bool as_json = false;
-  app.add_option("--target", target_spec, "uds:PATH (umad) or http://HOST:PORT (OpenAI /v1/completions)")->capture_default_str();
-  app.add_option("--workload", workload, "random | shared-prefix | groups | mixed | sweep")->capture_default_str()
-      ->check(CLI::IsMember({"random", "shared-prefix", "groups", "mixed", "sweep"}));
-  app.add_option("-c,--concurrency", concurrency, "closed loop: concurrent streams (mixed: interactive streams)")
-      ->capture_default_str()->check(CLI::Range(1, 4096));
-  app.add_option("--rate", rate, "open loop: Poisson arrivals per second (instead of --concurrency)")->check(CLI::Range(0.0, 1e6));
-  app.add_option("-n,--requests", requests, "requests to send (per sweep point)");
-  app.add_option("-d,--duration", duration, "seconds to run");
-  app.add_option("--prompt-tokens", prompt_tokens, "prompt length (random, mixed interactive)")->capture_default_str();
-  app.add_option("--output-tokens", output_tokens, "max_tokens per request")->capture_default_str();
-  app.add_option("--prefix-tokens", prefix_tokens, "shared-prefix: shared system prompt length")->capture_default_str();
-  app.add_option("--suffix-tokens", suffix_tokens, "shared-prefix: unique suffix length; groups: one turn's length")
-      ->capture_default_str();
   int groups = 4, users = 4;
-  app.add_option("--groups", groups, "groups: groups of users, each with its own system prompt (--prefix-tokens)")
-      ->capture_default_str()->check(CLI::Range(1, 1000));
-  app.add_option("--users", users, "groups: users per group, each a multi-turn conversation")->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  app.add_option("--background-prompt-tokens", bg_prompt_tokens, "mixed: long background prompt length")->capture_default_str();
-  app.add_option("--background-output-tokens", bg_output_tokens, "mixed: background max_tokens")->capture_default_str();
-  app.add_option("--background-every-s", bg_every_s, "mixed: one background prompt every this many seconds")->capture_default_str();
-  app.add_option("--background-start-s", bg_start_s, "mixed: first background prompt after this many seconds "
-                 "(default: min(1, every))");
-  app.add_option("--sweep", sweep, "sweep: prompt lengths")->delimiter(',');
-  app.add_option("--slo-ttft-ms", slo.ttft_ms, "goodput: TTFT target (0: none)");
-  app.add_option("--slo-tpot-ms", slo.tpot_ms, "goodput: time-per-output-token target (0: none)");
-  app.add_option("--warmup", warmup, "requests sent first and not recorded")->capture_default_str();
-  app.add_option("--seed", seed, "prompt and arrival seed")->capture_default_str();
-  app.add_flag("--json", as_json, "print the report as JSON");
   std::string schema_file;
-  app.add_option("--json-schema", schema_file, "uds: targets only: every request's output must match this JSON "
-                 "schema (file)")->check(CLI::ExistingFile);
   bool ignore_eos = false;
   int min_tokens = 0;
-  app.add_flag("--ignore-eos", ignore_eos, "every request generates exactly --output-tokens (vLLM's ignore_eos; "
-               "umad, vLLM and llama-server take it)");
-  app.add_option("--min-tokens", min_tokens, "no request ends before this many tokens (vLLM's min_tokens)")
-      ->check(CLI::Range(0, 1 << 20));
   bool keep_alive = false;
-  app.add_flag("--keep-alive", keep_alive, "http: targets: reuse connections across requests, as SDK clients do "
-               "(default: a connection per request)");
-  CLI11_PARSE(app, argc, argv);
-  if (requests <= 0 && duration <= 0) requests = workload == "sweep" ? 3 : 16;
+};
 
+void add_bench_flags(CLI::App& app, BenchFlags& f) {
+  app.add_option("--target", f.target_spec, "uds:PATH (umad) or http://HOST:PORT (OpenAI /v1/completions)")->capture_default_str();
+  app.add_option("--workload", f.workload, "random | shared-prefix | groups | mixed | sweep")->capture_default_str()
+      ->check(CLI::IsMember({"random", "shared-prefix", "groups", "mixed", "sweep"}));
+  app.add_option("-c,--concurrency", f.concurrency, "closed loop: concurrent streams (mixed: interactive streams)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--rate", f.rate, "open loop: Poisson arrivals per second (instead of --concurrency)")->check(CLI::Range(0.0, 1e6));
+  app.add_option("-n,--requests", f.requests, "requests to send (per sweep point)");
+  app.add_option("-d,--duration", f.duration, "seconds to run");
+  app.add_option("--prompt-tokens", f.prompt_tokens, "prompt length (random, mixed interactive)")->capture_default_str();
+  app.add_option("--output-tokens", f.output_tokens, "max_tokens per request")->capture_default_str();
+  app.add_option("--prefix-tokens", f.prefix_tokens, "shared-prefix: shared system prompt length")->capture_default_str();
+  app.add_option("--suffix-tokens", f.suffix_tokens, "shared-prefix: unique suffix length; groups: one turn's length")
+      ->capture_default_str();
+  app.add_option("--groups", f.groups, "groups: groups of users, each with its own system prompt (--prefix-tokens)")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--users", f.users, "groups: users per group, each a multi-turn conversation")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--background-prompt-tokens", f.bg_prompt_tokens, "mixed: long background prompt length")->capture_default_str();
+  app.add_option("--background-output-tokens", f.bg_output_tokens, "mixed: background max_tokens")->capture_default_str();
+  app.add_option("--background-every-s", f.bg_every_s, "mixed: one background prompt every this many seconds")->capture_default_str();
+  app.add_option("--background-start-s", f.bg_start_s, "mixed: first background prompt after this many seconds "
+                 "(default: min(1, every))");
+  app.add_option("--sweep", f.sweep, "sweep: prompt lengths")->delimiter(',');
+  app.add_option("--slo-ttft-ms", f.slo.ttft_ms, "goodput: TTFT target (0: none)");
+  app.add_option("--slo-tpot-ms", f.slo.tpot_ms, "goodput: time-per-output-token target (0: none)");
+  app.add_option("--warmup", f.warmup, "requests sent first and not recorded")->capture_default_str();
+  app.add_option("--seed", f.seed, "prompt and arrival seed")->capture_default_str();
+  app.add_flag("--json", f.as_json, "print the report as JSON");
+  app.add_option("--json-schema", f.schema_file, "uds: targets only: every request's output must match this JSON "
+                 "schema (file)")->check(CLI::ExistingFile);
+  app.add_flag("--ignore-eos", f.ignore_eos, "every request generates exactly --output-tokens (vLLM's ignore_eos; "
+               "umad, vLLM and llama-server take it)");
+  app.add_option("--min-tokens", f.min_tokens, "no request ends before this many tokens (vLLM's min_tokens)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_flag("--keep-alive", f.keep_alive, "http: targets: reuse connections across requests, as SDK clients do "
+               "(default: a connection per request)");
+}
+
+// The target named by --target, wrapped for --json-schema and fixed output lengths; nullptr
+// (said on stderr) when it cannot be.
+std::unique_ptr<Target> open_bench_target(const BenchFlags& f) {
   std::string err;
-  std::unique_ptr<Target> target = make_target(target_spec, &err, keep_alive);
+  std::unique_ptr<Target> target = make_target(f.target_spec, &err, f.keep_alive);
   if (!target) {
     std::cerr << "uma-bench: " << err << "\n";
-    return 2;
+    return nullptr;
   }
-  if (!schema_file.empty()) {
-    if (target_spec.rfind("uds:", 0) != 0) {
+  if (!f.schema_file.empty()) {
+    if (f.target_spec.rfind("uds:", 0) != 0) {
       std::cerr << "uma-bench: --json-schema needs a uds: target\n";
-      return 2;
+      return nullptr;
     }
-    std::ifstream f(schema_file);
+    std::ifstream in(f.schema_file);
     target = std::make_unique<WithSchema>(std::move(target),
-                                          std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()));
+                                          std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
   }
-  if (ignore_eos || min_tokens > 0) target = std::make_unique<FixedLength>(std::move(target), ignore_eos, min_tokens);
-  PromptMaker words(seed);
-  const std::string prefix = words.words(prefix_tokens);
-  auto interactive = [&](int len) {
-    return [&, len](int i) {
-      PromptMaker m(seed * 1000003 + static_cast<std::uint64_t>(i));
-      return BenchRequest{"r" + std::to_string(i), m.words(len), output_tokens, "interactive", {}};
-    };
+  if (f.ignore_eos || f.min_tokens > 0) target = std::make_unique<FixedLength>(std::move(target), f.ignore_eos, f.min_tokens);
+  return target;
+}
+
+// Request i of a random prompt of `len` words.
+MakeRequest interactive_requests(const BenchFlags& f, int len) {
+  return [&f, len](int i) {
+    PromptMaker m(f.seed * 1000003 + static_cast<std::uint64_t>(i));
+    return BenchRequest{"r" + std::to_string(i), m.words(len), f.output_tokens, "interactive", {}};
   };
-  MakeRequest make = interactive(prompt_tokens);
-  if (workload == "shared-prefix") {
-    make = [&](int i) {
-      PromptMaker m(seed * 1000003 + static_cast<std::uint64_t>(i));
-      return BenchRequest{"p" + std::to_string(i), prefix + " " + m.words(suffix_tokens), output_tokens, "interactive", {}};
-    };
-  }
+}
 
-  std::vector<std::vector<int>> order;  // groups: each round's order, built on first use (make runs on many threads)
-  std::mutex order_mu;
-  if (workload == "groups") {
-    // Round r (requests r*G*U ..) holds turn r of every conversation, G groups x U users, in a
-    // seeded shuffled order: a request is the group's system prompt, then every earlier turn of the
-    // user's, then the new one (the llm-d / SGLang shared-prefix shape: a long per-group prefix, a
-    // growing per-user history). Shuffled, because in a fixed cycle round-robin over A agents
-    // sends a group to the same agent every time whenever A divides G: cache-affine by accident.
-    const int per_round = groups * users;
-    make = [&, per_round](int i) {
-      int conversation = i % per_round;
-      const int turn = i >= 1000000 ? 0 : i / per_round;  // a warm-up request (1000000 + k) opens a conversation
-      if (i < 1000000) {
-        const std::lock_guard<std::mutex> lock(order_mu);
-        while (static_cast<int>(order.size()) <= turn) {
-          std::vector<int> round(static_cast<std::size_t>(per_round));
-          for (int k = 0; k < per_round; ++k) round[static_cast<std::size_t>(k)] = k;
-          std::mt19937_64 rng(seed * 7919 + order.size());
-          std::shuffle(round.begin(), round.end(), rng);
-          order.push_back(std::move(round));
-        }
-        conversation = order[static_cast<std::size_t>(turn)][static_cast<std::size_t>(conversation)];
-      }
-      const int g = conversation % groups, u = conversation / groups;
-      std::string prompt = PromptMaker(seed * 31 + static_cast<std::uint64_t>(g)).words(prefix_tokens);
-      for (int t = 0; t <= turn; ++t) {
-        PromptMaker m(seed * 1000003 + static_cast<std::uint64_t>(((g * 1000 + u) * 1000) + t));
-        prompt += " " + m.words(suffix_tokens);
-      }
-      return BenchRequest{"g" + std::to_string(g) + "u" + std::to_string(u) + "t" + std::to_string(turn), prompt,
-                          output_tokens, "interactive", {}};
-    };
-  }
+MakeRequest shared_prefix_requests(const BenchFlags& f, const std::string& prefix) {
+  return [&f, &prefix](int i) {
+    PromptMaker m(f.seed * 1000003 + static_cast<std::uint64_t>(i));
+    return BenchRequest{"p" + std::to_string(i), prefix + " " + m.words(f.suffix_tokens), f.output_tokens, "interactive", {}};
+  };
+}
 
-  Progress progress;
-  // Progress on stderr: rewritten in place on a terminal, one line every 5 s otherwise (logs).
+// The groups workload's rounds: each round's order of conversations, built on first use (requests
+// are made on many threads).
+struct ConversationRounds {
+  std::vector<std::vector<int>> order;
+  std::mutex mu;
+};
+
+// Round r (requests r*G*U ..) holds turn r of every conversation, G groups x U users, in a
+// seeded shuffled order: a request is the group's system prompt, then every earlier turn of the
+// user's, then the new one (the llm-d / SGLang shared-prefix shape: a long per-group prefix, a
+// growing per-user history). Shuffled, because in a fixed cycle round-robin over A agents
+// sends a group to the same agent every time whenever A divides G: cache-affine by accident.
+MakeRequest group_conversation_requests(const BenchFlags& f, ConversationRounds& rounds) {
+  const int per_round = f.groups * f.users;
+  return [&f, &rounds, per_round](int i) {
+    int conversation = i % per_round;
+    const int turn = i >= 1000000 ? 0 : i / per_round;  // a warm-up request (1000000 + k) opens a conversation
+    if (i < 1000000) {
+      const std::lock_guard<std::mutex> lock(rounds.mu);
+      while (static_cast<int>(rounds.order.size()) <= turn) {
+        std::vector<int> round(static_cast<std::size_t>(per_round));
+        for (int k = 0; k < per_round; ++k) round[static_cast<std::size_t>(k)] = k;
+        std::mt19937_64 rng(f.seed * 7919 + rounds.order.size());
+        std::shuffle(round.begin(), round.end(), rng);
+        rounds.order.push_back(std::move(round));
+      }
+      conversation = rounds.order[static_cast<std::size_t>(turn)][static_cast<std::size_t>(conversation)];
+    }
+    const int g = conversation % f.groups, u = conversation / f.groups;
+    std::string prompt = PromptMaker(f.seed * 31 + static_cast<std::uint64_t>(g)).words(f.prefix_tokens);
+    for (int t = 0; t <= turn; ++t) {
+      PromptMaker m(f.seed * 1000003 + static_cast<std::uint64_t>(((g * 1000 + u) * 1000) + t));
+      prompt += " " + m.words(f.suffix_tokens);
+    }
+    return BenchRequest{"g" + std::to_string(g) + "u" + std::to_string(u) + "t" + std::to_string(turn), prompt,
+                        f.output_tokens, "interactive", {}};
+  };
+}
+
+// Progress on stderr: rewritten in place on a terminal, one line every 5 s otherwise (logs).
+std::thread start_progress_ticker(const Progress& progress, const std::string& workload) {
   const bool tty = ::isatty(2) != 0;
-  std::thread ticker([&] {
+  return std::thread([&progress, &workload, tty] {
     for (int tick = 0; !progress.stop; ++tick) {
       if (tty || tick % 50 == 0) {
         std::fprintf(stderr, "%s[uma-bench] %s: started %d, done %d, errors %d%s", tty ? "\r" : "", workload.c_str(),
@@ -312,85 +327,141 @@ int main(int argc, char** argv) {
     }
     if (tty) std::fprintf(stderr, "\n");
   });
-  for (int i = 0; i < warmup; ++i) target->run(make(1000000 + i));  // prompts differ per --seed
+}
 
-  std::vector<RequestRecord> records;
-  std::mutex mu;
+// What the runs measured, for the report.
+struct BenchResults {
   std::vector<std::pair<std::string, RunReport>> runs;
   std::optional<ItlSplit> split;  // mixed only
-  const Limits lim{requests, duration};
-  if (workload == "sweep") {
-    for (int len : sweep) {
-      std::vector<RequestRecord> point;
-      run_closed(*target, interactive(len), 1, Limits{requests, 0}, progress, point, mu);
-      runs.emplace_back("prompt=" + std::to_string(len), build_report(point, slo));
+};
+
+// One closed-loop run of a single stream per --sweep prompt length.
+void run_sweep(Target& target, const BenchFlags& f, Progress& progress, BenchResults& results) {
+  std::mutex mu;
+  for (int len : f.sweep) {
+    std::vector<RequestRecord> point;
+    run_closed(target, interactive_requests(f, len), 1, Limits{f.requests, 0}, progress, point, mu);
+    results.runs.emplace_back("prompt=" + std::to_string(len), build_report(point, f.slo));
+  }
+}
+
+// Interactive streams run closed-loop while long background prompts arrive at a fixed interval.
+void run_mixed(Target& target, const BenchFlags& f, const MakeRequest& make, Progress& progress, BenchResults& results) {
+  std::vector<RequestRecord> records;
+  std::mutex mu;
+  std::thread background([&] {
+    MakeRequest bg = [&](int i) {
+      PromptMaker m(f.seed * 7919 + static_cast<std::uint64_t>(i));
+      return BenchRequest{"bg" + std::to_string(i), m.words(f.bg_prompt_tokens), f.bg_output_tokens, "background", {}};
+    };
+    // The first long prompt arrives once the streams are running (and, with --background-start-s,
+    // have shown their steady cadence for a while).
+    const double start_s = f.bg_start_s >= 0 ? f.bg_start_s : std::min(1.0, f.bg_every_s);
+    std::this_thread::sleep_for(std::chrono::duration<double>(start_s));
+    // At least one prompt, however short the run.
+    const double span = f.duration > 0 ? std::max(f.duration - start_s, 1e-3) : f.bg_every_s;
+    run_open(target, bg, 1.0 / f.bg_every_s, false, f.seed, Limits{0, span}, progress, records, mu);
+  });
+  run_closed(target, make, f.concurrency, Limits{f.duration > 0 ? 0 : f.requests, f.duration}, progress, records, mu);
+  background.join();
+  const std::vector<RequestRecord> streams = only(records, "interactive");
+  const std::vector<RequestRecord> long_prompts = only(records, "background");
+  results.runs.emplace_back("interactive", build_report(streams, f.slo));
+  results.runs.emplace_back("background", build_report(long_prompts, f.slo));
+  results.split = split_itl_by_prefill(streams, long_prompts);
+}
+
+// random, shared-prefix and groups: open loop at --rate, else closed loop at --concurrency.
+void run_single_workload(Target& target, const BenchFlags& f, const MakeRequest& make, Progress& progress,
+                         BenchResults& results) {
+  std::vector<RequestRecord> records;
+  std::mutex mu;
+  const Limits lim{f.requests, f.duration};
+  if (f.rate > 0) {
+    run_open(target, make, f.rate, true, f.seed, lim, progress, records, mu);
+    results.runs.emplace_back(f.workload, build_report(records, f.slo));
+    return;
+  }
+  run_closed(target, make, f.concurrency, lim, progress, records, mu);
+  results.runs.emplace_back(f.workload, build_report(records, f.slo));
+  if (f.workload == "groups") {
+    // The first round opens every conversation: under any policy its requests wait for a prefix
+    // nobody holds yet (a group's users arrive together). What routing changes shows after.
+    std::vector<RequestRecord> later;
+    for (const RequestRecord& r : records) {
+      if (r.index >= f.groups * f.users) later.push_back(r);
     }
-  } else if (workload == "mixed") {
-    // Interactive streams run closed-loop while long background prompts arrive at a fixed interval.
-    std::thread background([&] {
-      MakeRequest bg = [&](int i) {
-        PromptMaker m(seed * 7919 + static_cast<std::uint64_t>(i));
-        return BenchRequest{"bg" + std::to_string(i), m.words(bg_prompt_tokens), bg_output_tokens, "background", {}};
-      };
-      // The first long prompt arrives once the streams are running (and, with --background-start-s,
-      // have shown their steady cadence for a while).
-      const double start_s = bg_start_s >= 0 ? bg_start_s : std::min(1.0, bg_every_s);
-      std::this_thread::sleep_for(std::chrono::duration<double>(start_s));
-      // At least one prompt, however short the run.
-      const double span = duration > 0 ? std::max(duration - start_s, 1e-3) : bg_every_s;
-      run_open(*target, bg, 1.0 / bg_every_s, false, seed, Limits{0, span}, progress, records, mu);
-    });
-    run_closed(*target, make, concurrency, Limits{duration > 0 ? 0 : requests, duration}, progress, records, mu);
-    background.join();
-    const std::vector<RequestRecord> streams = only(records, "interactive");
-    const std::vector<RequestRecord> long_prompts = only(records, "background");
-    runs.emplace_back("interactive", build_report(streams, slo));
-    runs.emplace_back("background", build_report(long_prompts, slo));
-    split = split_itl_by_prefill(streams, long_prompts);
-  } else if (rate > 0) {
-    run_open(*target, make, rate, true, seed, lim, progress, records, mu);
-    runs.emplace_back(workload, build_report(records, slo));
+    results.runs.emplace_back("groups-after-first-round", build_report(later, f.slo));
+  }
+}
+
+void print_json_report(const Target& target, const BenchFlags& f, const BenchResults& results) {
+  nlohmann::ordered_json j;
+  j["target"] = target.describe();
+  j["workload"] = f.workload;
+  j["concurrency"] = f.concurrency;
+  j["rate"] = f.rate;
+  j["seed"] = f.seed;
+  j["slo"] = {{"ttft_ms", f.slo.ttft_ms}, {"tpot_ms", f.slo.tpot_ms}};
+  j["runs"] = nlohmann::ordered_json::array();
+  for (const auto& [label, r] : results.runs) j["runs"].push_back(to_json(label, r));
+  if (results.split) {
+    j["interactive_itl_split"] = {{"steady_ms", to_json(results.split->steady_ms)},
+                                  {"during_prefill_ms", to_json(results.split->during_prefill_ms)}};
+  }
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_text_report(const Target& target, const BenchFlags& f, const BenchResults& results) {
+  std::printf("target: %s, workload: %s\n", target.describe().c_str(), f.workload.c_str());
+  print_table(results.runs);
+  if (results.split) {
+    const Summary& st = results.split->steady_ms;
+    const Summary& du = results.split->during_prefill_ms;
+    std::printf("interactive ITL ms, steady: p50 %.0f p99 %.0f max %.0f (n %zu); during long-prompt prefill: p50 %.0f "
+                "p99 %.0f max %.0f (n %zu); max / steady p50 = %.2f\n", st.p50, st.p99, st.max, st.n, du.p50, du.p99,
+                du.max, du.n, st.p50 > 0 ? du.max / st.p50 : 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace uma::bench
+
+int main(int argc, char** argv) {
+  using namespace uma::bench;
+  CLI::App app{"uma-bench: serving benchmark for umad and OpenAI-compatible servers"};
+  BenchFlags f;
+  add_bench_flags(app, f);
+  CLI11_PARSE(app, argc, argv);
+  if (f.requests <= 0 && f.duration <= 0) f.requests = f.workload == "sweep" ? 3 : 16;
+
+  std::unique_ptr<Target> target = open_bench_target(f);
+  if (!target) return 2;
+  const std::string prefix = PromptMaker(f.seed).words(f.prefix_tokens);
+  ConversationRounds rounds;
+  MakeRequest make = f.workload == "shared-prefix" ? shared_prefix_requests(f, prefix)
+                     : f.workload == "groups"      ? group_conversation_requests(f, rounds)
+                                                   : interactive_requests(f, f.prompt_tokens);
+
+  Progress progress;
+  std::thread ticker = start_progress_ticker(progress, f.workload);
+  for (int i = 0; i < f.warmup; ++i) target->run(make(1000000 + i));  // prompts differ per --seed
+
+  BenchResults results;
+  if (f.workload == "sweep") {
+    run_sweep(*target, f, progress, results);
+  } else if (f.workload == "mixed") {
+    run_mixed(*target, f, make, progress, results);
   } else {
-    run_closed(*target, make, concurrency, lim, progress, records, mu);
-    runs.emplace_back(workload, build_report(records, slo));
-    if (workload == "groups") {
-      // The first round opens every conversation: under any policy its requests wait for a prefix
-      // nobody holds yet (a group's users arrive together). What routing changes shows after.
-      std::vector<RequestRecord> later;
-      for (const RequestRecord& r : records) {
-        if (r.index >= groups * users) later.push_back(r);
-      }
-      runs.emplace_back("groups-after-first-round", build_report(later, slo));
-    }
+    run_single_workload(*target, f, make, progress, results);
   }
   progress.stop = true;
   ticker.join();
 
-  if (as_json) {
-    nlohmann::ordered_json j;
-    j["target"] = target->describe();
-    j["workload"] = workload;
-    j["concurrency"] = concurrency;
-    j["rate"] = rate;
-    j["seed"] = seed;
-    j["slo"] = {{"ttft_ms", slo.ttft_ms}, {"tpot_ms", slo.tpot_ms}};
-    j["runs"] = nlohmann::ordered_json::array();
-    for (const auto& [label, r] : runs) j["runs"].push_back(to_json(label, r));
-    if (split) {
-      j["interactive_itl_split"] = {{"steady_ms", to_json(split->steady_ms)},
-                                    {"during_prefill_ms", to_json(split->during_prefill_ms)}};
-    }
-    std::cout << j.dump(2) << "\n";
+  if (f.as_json) {
+    print_json_report(*target, f, results);
   } else {
-    std::printf("target: %s, workload: %s\n", target->describe().c_str(), workload.c_str());
-    print_table(runs);
-    if (split) {
-      const Summary& st = split->steady_ms;
-      const Summary& du = split->during_prefill_ms;
-      std::printf("interactive ITL ms, steady: p50 %.0f p99 %.0f max %.0f (n %zu); during long-prompt prefill: p50 %.0f "
-                  "p99 %.0f max %.0f (n %zu); max / steady p50 = %.2f\n", st.p50, st.p99, st.max, st.n, du.p50, du.p99,
-                  du.max, du.n, st.p50 > 0 ? du.max / st.p50 : 0.0);
-    }
+    print_text_report(*target, f, results);
   }
   return 0;
 }
