@@ -27,6 +27,9 @@ struct llama_model;
 struct llama_context;
 struct llama_vocab;
 struct llama_sampler;
+struct llama_model_params;
+struct llama_context_params;
+struct llama_sampler_seq_config;
 
 namespace uma {
 class Embedder;
@@ -218,6 +221,14 @@ class LlamaRuntime final : public Decoder {
   // One throwaway decode asking for `rows` logits rows (over sequences 0.. as device sampling
   // allows), so that llama.cpp sizes its output buffer for them now, not mid-serving.
   void reserve_outputs(std::int32_t rows);
+  // open()'s steps, in order (llama_runtime_open.cc); false with *status set where one fails.
+  bool load_weights(const RuntimeConfig& config, const llama_model_params& mp, bool on_gpu, Status* status);
+  bool size_context(const RuntimeConfig& config, bool on_gpu, bool per_seq, llama_context_params& cp, Status* status);
+  void add_device_samplers(const RuntimeConfig& config, bool output_on_gpu, bool per_seq, llama_context_params& cp,
+                           std::vector<llama_sampler_seq_config>& configs);
+  bool make_context(const llama_context_params& cp, const RuntimeConfig& config, Status* status);
+  void size_batch_storage();
+  void set_stream_options(const RuntimeConfig& config, bool per_seq, bool on_gpu);
   // Per-sequence KV: llama.cpp queues a copy between streams until the next llama_decode, while a
   // state read or write acts at once. Until then a copy's destination must not be read (it would
   // snapshot the stream before the copy) nor its source written (the copy would carry the new
