@@ -72,83 +72,85 @@ void write_csv(const std::string& path, const std::vector<Sample>& samples) {
   }
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{"uma-soak: a long mixed workload against umad over both front ends, with exact checks and leak checks"};
+// The flags as given; Settings' own fields are filled by CLI directly.
+struct SoakFlags {
   Settings st;
   int pid = 0, clients = 32, max_prompt_bytes = 65536, max_frame_bytes = 1 << 20, http_max_body_kib = 1024;
   std::string model, http, duration_s = "30m", warmup_s, samples_csv, json_out;
   double sample_every = 5, timeout = 120, settle = 60, rss_max_pct = 2.0;
   std::uint64_t seed = 1;
   bool no_chat = false;
-  app.add_option("--socket", st.socket_path, "umad's Unix socket (framed JSON)")->required();
-  app.add_option("--http", http, "umad's HTTP front end, HOST:PORT (without it every client uses the socket)");
-  app.add_option("--pid", pid, "umad's process id (RSS and descriptors from /proc)")->required()->check(CLI::PositiveNumber);
-  app.add_option("--model", model, "the oracle model umad serves (its vocabulary gives the expected texts)")
-      ->required()->check(CLI::ExistingFile);
-  app.add_option("-c,--clients", clients, "client threads, alternately UDS and HTTP")->capture_default_str()->check(CLI::Range(1, 1024));
-  app.add_option("-d,--duration", duration_s, "how long: seconds, or with a unit: 90s, 30m, 1h")->capture_default_str();
-  app.add_option("--warmup", warmup_s, "warm-up excluded from the RSS growth (default: 2 min, at most half the run)");
-  app.add_option("--sample-every", sample_every, "seconds between daemon samples")->capture_default_str()->check(CLI::Range(0.1, 600.0));
-  app.add_option("--seed", seed, "random seed (actions, prompts, sizes)")->capture_default_str();
-  app.add_option("--timeout", timeout, "seconds a read may wait before it is an unexpected stall")->capture_default_str()
-      ->check(CLI::Range(1.0, 3600.0));
-  app.add_option("--settle", settle, "seconds to wait at the end for KV, sessions and descriptors to go back")
-      ->capture_default_str()->check(CLI::Range(1.0, 3600.0));
-  app.add_option("--rss-growth-max", rss_max_pct, "most RSS growth after warm-up, percent")->capture_default_str();
-  app.add_option("--n-ctx", st.n_ctx, "umad's --n-ctx")->capture_default_str()->check(CLI::Range(16, 1 << 20));
-  app.add_option("--max-tokens", st.max_tokens_cap, "umad's --max-tokens")->capture_default_str()->check(CLI::Range(8, 1 << 20));
-  app.add_option("--max-prompt-bytes", max_prompt_bytes, "umad's --max-prompt-bytes")->capture_default_str()->check(CLI::Range(1, 64 << 20));
-  app.add_option("--max-frame-bytes", max_frame_bytes, "umad's --max-frame-bytes")->capture_default_str()->check(CLI::Range(64, 256 << 20));
-  app.add_option("--http-max-body-kib", http_max_body_kib, "umad's --http-max-body-kib")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_flag("--no-chat", no_chat, "umad has no chat template: no /v1/chat/completions requests");
-  app.add_option("--samples-csv", samples_csv, "write every daemon sample here");
-  app.add_option("--json-out", json_out, "also write the JSON result line here");
-  CLI11_PARSE(app, argc, argv);
+};
 
-  const double run_s = parse_duration(duration_s);
-  if (run_s <= 0) {
-    std::cerr << "uma-soak: bad --duration '" << duration_s << "'\n";
-    return 2;
+void add_soak_flags(CLI::App& app, SoakFlags& f) {
+  app.add_option("--socket", f.st.socket_path, "umad's Unix socket (framed JSON)")->required();
+  app.add_option("--http", f.http, "umad's HTTP front end, HOST:PORT (without it every client uses the socket)");
+  app.add_option("--pid", f.pid, "umad's process id (RSS and descriptors from /proc)")->required()->check(CLI::PositiveNumber);
+  app.add_option("--model", f.model, "the oracle model umad serves (its vocabulary gives the expected texts)")
+      ->required()->check(CLI::ExistingFile);
+  app.add_option("-c,--clients", f.clients, "client threads, alternately UDS and HTTP")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("-d,--duration", f.duration_s, "how long: seconds, or with a unit: 90s, 30m, 1h")->capture_default_str();
+  app.add_option("--warmup", f.warmup_s, "warm-up excluded from the RSS growth (default: 2 min, at most half the run)");
+  app.add_option("--sample-every", f.sample_every, "seconds between daemon samples")->capture_default_str()->check(CLI::Range(0.1, 600.0));
+  app.add_option("--seed", f.seed, "random seed (actions, prompts, sizes)")->capture_default_str();
+  app.add_option("--timeout", f.timeout, "seconds a read may wait before it is an unexpected stall")->capture_default_str()
+      ->check(CLI::Range(1.0, 3600.0));
+  app.add_option("--settle", f.settle, "seconds to wait at the end for KV, sessions and descriptors to go back")
+      ->capture_default_str()->check(CLI::Range(1.0, 3600.0));
+  app.add_option("--rss-growth-max", f.rss_max_pct, "most RSS growth after warm-up, percent")->capture_default_str();
+  app.add_option("--n-ctx", f.st.n_ctx, "umad's --n-ctx")->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  app.add_option("--max-tokens", f.st.max_tokens_cap, "umad's --max-tokens")->capture_default_str()->check(CLI::Range(8, 1 << 20));
+  app.add_option("--max-prompt-bytes", f.max_prompt_bytes, "umad's --max-prompt-bytes")->capture_default_str()->check(CLI::Range(1, 64 << 20));
+  app.add_option("--max-frame-bytes", f.max_frame_bytes, "umad's --max-frame-bytes")->capture_default_str()->check(CLI::Range(64, 256 << 20));
+  app.add_option("--http-max-body-kib", f.http_max_body_kib, "umad's --http-max-body-kib")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_flag("--no-chat", f.no_chat, "umad has no chat template: no /v1/chat/completions requests");
+  app.add_option("--samples-csv", f.samples_csv, "write every daemon sample here");
+  app.add_option("--json-out", f.json_out, "also write the JSON result line here");
+}
+
+// The run's length and warm-up, and the clients' settings, from the flags; false (said on
+// stderr) when they do not hold together.
+bool derive_soak_settings(SoakFlags& f, double* run_s, double* warm_s) {
+  *run_s = parse_duration(f.duration_s);
+  if (*run_s <= 0) {
+    std::cerr << "uma-soak: bad --duration '" << f.duration_s << "'\n";
+    return false;
   }
-  const double warm_s = warmup_s.empty() ? std::min(120.0, run_s / 2) : parse_duration(warmup_s);
-  if (warm_s < 0 || warm_s >= run_s) {
+  *warm_s = f.warmup_s.empty() ? std::min(120.0, *run_s / 2) : parse_duration(f.warmup_s);
+  if (*warm_s < 0 || *warm_s >= *run_s) {
     std::cerr << "uma-soak: --warmup must be shorter than the run\n";
-    return 2;
+    return false;
   }
-  if (!http.empty()) {
-    const auto colon = http.rfind(':');
-    st.http_host = colon == std::string::npos || colon == 0 ? "127.0.0.1" : http.substr(0, colon);
-    st.http_port = std::atoi(http.c_str() + (colon == std::string::npos ? 0 : colon + 1));
+  Settings& st = f.st;
+  if (!f.http.empty()) {
+    const auto colon = f.http.rfind(':');
+    st.http_host = colon == std::string::npos || colon == 0 ? "127.0.0.1" : f.http.substr(0, colon);
+    st.http_port = std::atoi(f.http.c_str() + (colon == std::string::npos ? 0 : colon + 1));
     if (st.http_port <= 0 || st.http_port > 65535) {
-      std::cerr << "uma-soak: --http wants HOST:PORT, got '" << http << "'\n";
-      return 2;
+      std::cerr << "uma-soak: --http wants HOST:PORT, got '" << f.http << "'\n";
+      return false;
     }
   }
-  st.max_prompt_bytes = static_cast<std::size_t>(max_prompt_bytes);
-  st.max_frame_bytes = static_cast<std::size_t>(max_frame_bytes);
-  st.http_max_body_bytes = static_cast<std::size_t>(http_max_body_kib) * 1024;
-  st.chat = !no_chat && st.http_port > 0;
-  st.timeout = std::chrono::milliseconds(static_cast<long long>(timeout * 1000));
+  st.max_prompt_bytes = static_cast<std::size_t>(f.max_prompt_bytes);
+  st.max_frame_bytes = static_cast<std::size_t>(f.max_frame_bytes);
+  st.http_max_body_bytes = static_cast<std::size_t>(f.http_max_body_kib) * 1024;
+  st.chat = !f.no_chat && st.http_port > 0;
+  st.timeout = std::chrono::milliseconds(static_cast<long long>(f.timeout * 1000));
+  return true;
+}
 
-  const Expectations expect(model);
-  Tally tally;
-  RunData d;
-  d.clients = clients;
-  d.seed = seed;
-  d.planned_s = run_s;
-  d.warmup_s = warm_s;
-  d.rss_growth_max_pct = rss_max_pct;
-
-  // The daemon answers on both front ends (the model is loaded).
+// The daemon answers on both front ends (the model is loaded), then its baseline before the
+// first client connects: descriptors steady over two reads. False (said on stderr) when either fails.
+bool take_daemon_baseline(const SoakFlags& f, RunData& d) {
+  const Settings& st = f.st;
   if (!poll_until(120, [&] { return fetch_metrics(st.socket_path, std::chrono::milliseconds(5000)).ok; }) ||
       (st.http_port > 0 && !poll_until(120, [&] { return http_healthy(st); }))) {
-    std::cerr << "uma-soak: umad does not answer on " << st.socket_path << (http.empty() ? "" : " / " + http) << "\n";
-    return 1;
+    std::cerr << "uma-soak: umad does not answer on " << st.socket_path << (f.http.empty() ? "" : " / " + f.http) << "\n";
+    return false;
   }
-  // Baseline before the first client connects: descriptors steady over two reads.
-  ProcSample last = read_proc(pid);
+  ProcSample last = read_proc(f.pid);
   poll_until(10, [&] {
-    const ProcSample now = read_proc(pid);
+    const ProcSample now = read_proc(f.pid);
     const bool same = now.fds == last.fds;
     last = now;
     return same;
@@ -156,32 +158,14 @@ int run(int argc, char** argv) {
   d.proc_baseline = last;
   d.metrics_baseline = fetch_metrics(st.socket_path, std::chrono::milliseconds(5000));
   if (!d.proc_baseline.alive || !d.metrics_baseline.ok) {
-    std::cerr << "uma-soak: cannot read the daemon's baseline (pid " << pid << ")\n";
-    return 1;
+    std::cerr << "uma-soak: cannot read the daemon's baseline (pid " << f.pid << ")\n";
+    return false;
   }
-  std::fprintf(stderr, "uma-soak: %d clients for %.0f s (warm-up %.0f s), baseline RSS %lld kB, %lld fds\n", clients,
-               run_s, warm_s, static_cast<long long>(d.proc_baseline.rss_kb), static_cast<long long>(d.proc_baseline.fds));
+  return true;
+}
 
-  Monitor monitor(pid, st.socket_path, std::chrono::milliseconds(static_cast<long long>(sample_every * 1000)));
-  monitor.start();
-  const Clock::time_point t0 = monitor.started_at();
-  const Clock::time_point end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(run_s));
-  std::atomic<bool> stop{false};
-  st.stop = &stop;
-  std::vector<std::thread> threads;
-  for (int i = 0; i < clients; ++i) {
-    const Front front = st.http_port > 0 && i % 2 == 1 ? Front::kHttp : Front::kUds;
-    threads.emplace_back([&, i, front] {
-      ClientState c(i, front, seed * 1000003 + static_cast<std::uint64_t>(i), st, expect, tally);
-      while (!stop && Clock::now() < end) {
-        c.iteration++;
-        c.sub = 0;
-        const Action a = pick_action(c);
-        front == Front::kUds ? run_uds(c, a) : run_http(c, a);
-      }
-    });
-  }
-  // Progress now and then; stop early if the daemon died.
+// Progress now and then until `end`; sooner if the daemon died.
+void watch_soak_progress(const Monitor& monitor, const Tally& tally, Clock::time_point t0, Clock::time_point end, double run_s) {
   const double report_every = std::clamp(run_s / 10, 10.0, 120.0);
   Clock::time_point next_report = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(report_every));
   while (Clock::now() < end && !monitor.daemon_gone()) {
@@ -196,32 +180,88 @@ int run(int argc, char** argv) {
                    static_cast<long long>(p.fds), static_cast<long long>(s.empty() ? 0 : s.back().metrics.kv_tokens_used));
     }
   }
+}
+
+// The clients, alternately over the socket and HTTP, each a random action at a time until the
+// run ends (or the daemon dies).
+void run_soak_clients(SoakFlags& f, const Expectations& expect, Tally& tally, const Monitor& monitor, RunData& d) {
+  Settings& st = f.st;
+  const Clock::time_point t0 = monitor.started_at();
+  const Clock::time_point end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(d.planned_s));
+  std::atomic<bool> stop{false};
+  st.stop = &stop;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < f.clients; ++i) {
+    const Front front = st.http_port > 0 && i % 2 == 1 ? Front::kHttp : Front::kUds;
+    threads.emplace_back([&, i, front] {
+      ClientState c(i, front, f.seed * 1000003 + static_cast<std::uint64_t>(i), st, expect, tally);
+      while (!stop && Clock::now() < end) {
+        c.iteration++;
+        c.sub = 0;
+        const Action a = pick_action(c);
+        front == Front::kUds ? run_uds(c, a) : run_http(c, a);
+      }
+    });
+  }
+  watch_soak_progress(monitor, tally, t0, end, d.planned_s);
   stop = true;
   for (std::thread& t : threads) t.join();
   d.run_s = std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
-  // Settle: every session ended, KV given back, descriptors back to the baseline.
+// Settle: every session ended, KV given back, descriptors back to the baseline.
+void settle_daemon(const SoakFlags& f, RunData& d) {
   const Clock::time_point settle_start = Clock::now();
-  d.settled = poll_until(settle, [&] {
-    d.proc_end = read_proc(pid);  // first: the metrics connection below is not counted
+  d.settled = poll_until(f.settle, [&] {
+    d.proc_end = read_proc(f.pid);  // first: the metrics connection below is not counted
     if (!d.proc_end.alive) return true;
-    d.metrics_end = fetch_metrics(st.socket_path, std::chrono::milliseconds(5000));
+    d.metrics_end = fetch_metrics(f.st.socket_path, std::chrono::milliseconds(5000));
     const MetricsSample& m = d.metrics_end;
     return m.ok && m.active_sessions == 0 && m.queued_sessions == 0 && m.kv_tokens_used == 0 && m.kv_sequences_used == 0 &&
            m.kv_cells_granted == 0 && d.proc_end.fds == d.proc_baseline.fds;
   }) && d.proc_end.alive;
   d.settle_s = std::chrono::duration<double>(Clock::now() - settle_start).count();
-  monitor.stop();
-  d.samples = monitor.samples();
-  d.daemon_gone = monitor.daemon_gone() || !d.proc_end.alive;
+}
 
+// The summary, the JSON line (and its files); 0 when every check passed.
+int report_soak(const SoakFlags& f, const RunData& d, const Tally& tally) {
   const Verdict v = evaluate(d, tally);
   print_summary(d, tally, v);
   const std::string line = json_line(d, tally, v);
   std::printf("%s\n", line.c_str());
-  if (!json_out.empty()) std::ofstream(json_out) << line << '\n';
-  if (!samples_csv.empty()) write_csv(samples_csv, d.samples);
+  if (!f.json_out.empty()) std::ofstream(f.json_out) << line << '\n';
+  if (!f.samples_csv.empty()) write_csv(f.samples_csv, d.samples);
   return v.pass ? 0 : 1;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"uma-soak: a long mixed workload against umad over both front ends, with exact checks and leak checks"};
+  SoakFlags f;
+  add_soak_flags(app, f);
+  CLI11_PARSE(app, argc, argv);
+  double run_s = 0, warm_s = 0;
+  if (!derive_soak_settings(f, &run_s, &warm_s)) return 2;
+
+  const Expectations expect(f.model);
+  Tally tally;
+  RunData d;
+  d.clients = f.clients;
+  d.seed = f.seed;
+  d.planned_s = run_s;
+  d.warmup_s = warm_s;
+  d.rss_growth_max_pct = f.rss_max_pct;
+  if (!take_daemon_baseline(f, d)) return 1;
+  std::fprintf(stderr, "uma-soak: %d clients for %.0f s (warm-up %.0f s), baseline RSS %lld kB, %lld fds\n", f.clients,
+               run_s, warm_s, static_cast<long long>(d.proc_baseline.rss_kb), static_cast<long long>(d.proc_baseline.fds));
+
+  Monitor monitor(f.pid, f.st.socket_path, std::chrono::milliseconds(static_cast<long long>(f.sample_every * 1000)));
+  monitor.start();
+  run_soak_clients(f, expect, tally, monitor, d);
+  settle_daemon(f, d);
+  monitor.stop();
+  d.samples = monitor.samples();
+  d.daemon_gone = monitor.daemon_gone() || !d.proc_end.alive;
+  return report_soak(f, d, tally);
 }
 
 }  // namespace
