@@ -165,54 +165,61 @@ void DraftModel::forget(std::int32_t seq) {
   fed_[static_cast<std::size_t>(seq)].clear();
 }
 
-Status DraftModel::draft(std::span<const DraftJob> jobs) {
+// One draft() call: the batch's rows waiting for their logits, each job's next proposal, what
+// the catch-up fed, and the call's timing.
+struct DraftModel::DraftCall {
   struct Row {
     const DraftJob* job;
     std::int32_t row;  // its logits row in the batch being built
   };
-  std::vector<Row> pending;                               // rows of the batch being built
-  std::vector<std::pair<const DraftJob*, Token>> live;    // each job's next proposal
-  const llama_vocab* vocab = llama_model_get_vocab(model_);
-  llama_memory_t mem = llama_get_memory(ctx_);
-  // Decodes the batch and reads the proposal of every job with a row in it (before the next
-  // decode overwrites them).
-  const auto t_call = std::chrono::steady_clock::now();
+  std::vector<Row> pending;                             // rows of the batch being built
+  std::vector<std::pair<const DraftJob*, Token>> live;  // each job's next proposal
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   int steps = 0;
   double steps_ms = 0.0;  // the steps' measured times, and the first's as a steady one would take
-  auto flush = [&](bool step) -> Status {
-    if (n_ == 0) return Status::Ok();
-    steps += step ? 1 : 0;
-    double ms = step ? step_ms_.value(static_cast<std::size_t>(n_)) : 0.0;
-    if (Status st = decode(step && steps > 1, &ms); !st.ok()) return st;
-    steps_ms += ms;
-    for (const Row& r : pending) {
-      const float* row = llama_get_logits_ith(ctx_, r.row);
-      if (row == nullptr) return Status(ErrorCode::kDecodeFailed, "draft: no logits row");
-      const Token t = argmax_first(row, n_vocab_);
-      if (!llama_vocab_is_eog(vocab, t)) live.emplace_back(r.job, t);  // nothing after the end
-    }
-    pending.clear();
-    n_ = 0;
-    return Status::Ok();
-  };
-  auto add = [&](Token t, std::int32_t pos, std::int32_t seq, bool logits) {
-    const auto i = static_cast<std::size_t>(n_++);
-    tok_[i] = t;
-    pos_[i] = pos;
-    seq_[i] = seq;
-    logits_[i] = logits;
-  };
-  auto fail = [&](Status st) {
+  std::size_t cells_before = 0;
+  std::size_t caught_up = 0;  // most tokens one sequence fed: a new request's prompt, or what a tick accepted
+  std::size_t fed_total = 0;  // all sequences' together
+  std::int32_t k_max = 0;
+  // A call whose catch-up is at most what a tick can accept: what each drafting tick costs.
+  bool steady() const { return caught_up <= static_cast<std::size_t>(k_max) + 1; }
+  double elapsed_ms() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  }
+};
+
+Status DraftModel::draft(std::span<const DraftJob> jobs) {
+  DraftCall call;
+  const auto fail = [&](Status st) {
     for (const DraftJob& j : jobs) j.out->clear();
     clear();
     return st;
   };
-  // Catch-up: each sequence's cells are made to hold its tokens; the last one's logits propose.
+  if (Status st = catch_up(call, jobs); !st.ok()) return fail(st);
+  // A call that fed a prompt: its catch-up's rate per token (the flush read every job's logits
+  // row, so the catch-up has run). Calls feeding what a tick accepted are call_ms_'s samples.
+  if (!call.steady() && call.fed_total > 0) {
+    const double rate = call.elapsed_ms() / static_cast<double>(call.fed_total);  // the first replaces warm_up's estimate
+    const double cells = (static_cast<double>(call.cells_before) + static_cast<double>(cells_in_use())) / 2;
+    const bool first = catch_up_calls_++ == 0;
+    catch_up_ms_per_token_ = first ? rate : 0.7 * catch_up_ms_per_token_ + 0.3 * rate;
+    catch_up_cells_ = first ? cells : 0.7 * catch_up_cells_ + 0.3 * cells;
+  }
+  if (Status st = run_steps(call); !st.ok()) return fail(st);
+  // A call that fed a new request's prompt is that request's one-time prefill, not what each
+  // drafting tick costs: only a steady call is a sample.
+  if (call.steady()) {
+    llama_synchronize(ctx_);
+    call_ms_.add(jobs.size(), std::max(0.0, call.elapsed_ms() - call.steps_ms));
+  }
+  return Status::Ok();
+}
+
+// Catch-up: each sequence's cells are made to hold its tokens; the last one's logits propose.
+Status DraftModel::catch_up(DraftCall& call, std::span<const DraftJob> jobs) {
+  llama_memory_t mem = llama_get_memory(ctx_);
   n_ = 0;
-  const std::size_t cells_before = cells_in_use();
-  std::size_t caught_up = 0;  // most tokens one sequence fed: a new request's prompt, or what a tick accepted
-  std::size_t fed_total = 0;  // all sequences' together
-  std::int32_t k_max = 0;
+  call.cells_before = cells_in_use();
   for (const DraftJob& j : jobs) {
     j.out->clear();
     if (j.k <= 0 || j.tokens.empty() || j.seq < 0 || j.seq >= static_cast<std::int32_t>(fed_.size())) continue;
@@ -223,51 +230,65 @@ Status DraftModel::draft(std::span<const DraftJob> jobs) {
       llama_memory_seq_rm(mem, j.seq, static_cast<llama_pos>(common), -1);
       fed.resize(common);
     }
-    caught_up = std::max(caught_up, n - common);
-    fed_total += n - common;
-    k_max = std::max(k_max, j.k);
+    call.caught_up = std::max(call.caught_up, n - common);
+    call.fed_total += n - common;
+    call.k_max = std::max(call.k_max, j.k);
     // One token a decode (with its logits, as a step asks): the shape of the steps after it.
     const bool one_by_one = one_token_catch_up_ && jobs.size() == 1 && n - common <= static_cast<std::size_t>(j.k) + 1;
     for (std::size_t p = common; p < n; ++p) {
       if (n_ == n_batch_ || (one_by_one && n_ > 0)) {
-        if (Status st = flush(false); !st.ok()) return fail(st);
+        if (Status st = flush(call, false); !st.ok()) return st;
       }
-      add(j.tokens[p], static_cast<std::int32_t>(p), j.seq, one_by_one || p + 1 == n);
+      add_row(j.tokens[p], static_cast<std::int32_t>(p), j.seq, one_by_one || p + 1 == n);
     }
-    pending.push_back({&j, n_ - 1});
+    call.pending.push_back({&j, n_ - 1});
     fed.insert(fed.end(), j.tokens.begin() + static_cast<std::ptrdiff_t>(common), j.tokens.end());
   }
-  if (Status st = flush(false); !st.ok()) return fail(st);
-  // A call that fed a prompt: its catch-up's rate per token (the flush read every job's logits
-  // row, so the catch-up has run). Calls feeding what a tick accepted are call_ms_'s samples.
-  if (caught_up > static_cast<std::size_t>(k_max) + 1 && fed_total > 0) {
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_call).count();
-    const double rate = ms / static_cast<double>(fed_total);  // the first replaces warm_up's estimate
-    const double cells = (static_cast<double>(cells_before) + static_cast<double>(cells_in_use())) / 2;
-    const bool first = catch_up_calls_++ == 0;
-    catch_up_ms_per_token_ = first ? rate : 0.7 * catch_up_ms_per_token_ + 0.3 * rate;
-    catch_up_cells_ = first ? cells : 0.7 * catch_up_cells_ + 0.3 * cells;
-  }
-  // Steps: each job's proposal is taken, and fed back while it wants more (one token each).
-  for (std::int32_t step = 1; !live.empty(); ++step) {
-    for (const auto& [job, t] : live) {
+  return flush(call, false);
+}
+
+// Steps: each job's proposal is taken, and fed back while it wants more (one token each).
+Status DraftModel::run_steps(DraftCall& call) {
+  for (std::int32_t step = 1; !call.live.empty(); ++step) {
+    for (const auto& [job, t] : call.live) {
       job->out->push_back(t);
       if (step >= job->k) continue;
       std::vector<Token>& fed = fed_[static_cast<std::size_t>(job->seq)];
-      add(t, static_cast<std::int32_t>(fed.size()), job->seq, true);
-      pending.push_back({job, n_ - 1});
+      add_row(t, static_cast<std::int32_t>(fed.size()), job->seq, true);
+      call.pending.push_back({job, n_ - 1});
       fed.push_back(t);
     }
-    live.clear();
-    if (Status st = flush(true); !st.ok()) return fail(st);
+    call.live.clear();
+    if (Status st = flush(call, true); !st.ok()) return st;
   }
-  // A call that fed a new request's prompt is that request's one-time prefill, not what each
-  // drafting tick costs: only a steady call (catch-up of at most what a tick can accept) is a sample.
-  if (caught_up <= static_cast<std::size_t>(k_max) + 1) {
-    llama_synchronize(ctx_);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_call).count();
-    call_ms_.add(jobs.size(), std::max(0.0, ms - steps_ms));
+  return Status::Ok();
+}
+
+void DraftModel::add_row(Token t, std::int32_t pos, std::int32_t seq, bool logits) {
+  const auto i = static_cast<std::size_t>(n_++);
+  tok_[i] = t;
+  pos_[i] = pos;
+  seq_[i] = seq;
+  logits_[i] = logits;
+}
+
+// Decodes the batch and reads the proposal of every job with a row in it (before the next
+// decode overwrites them).
+Status DraftModel::flush(DraftCall& call, bool step) {
+  if (n_ == 0) return Status::Ok();
+  call.steps += step ? 1 : 0;
+  double ms = step ? step_ms_.value(static_cast<std::size_t>(n_)) : 0.0;
+  if (Status st = decode(step && call.steps > 1, &ms); !st.ok()) return st;
+  call.steps_ms += ms;
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  for (const DraftCall::Row& r : call.pending) {
+    const float* row = llama_get_logits_ith(ctx_, r.row);
+    if (row == nullptr) return Status(ErrorCode::kDecodeFailed, "draft: no logits row");
+    const Token t = argmax_first(row, n_vocab_);
+    if (!llama_vocab_is_eog(vocab, t)) call.live.emplace_back(r.job, t);  // nothing after the end
   }
+  call.pending.clear();
+  n_ = 0;
   return Status::Ok();
 }
 

@@ -71,6 +71,13 @@ class DraftModel final : public Drafter {
   Status decode(bool step, double* ms);
   void clear();  // drops every sequence's cells (after an error)
   void warm_up();  // one decode of each shape a call makes, nothing kept
+  // draft()'s steps: every job's catch-up, then the steps; a row added to the batch; the batch
+  // decoded and its proposals read.
+  struct DraftCall;
+  Status catch_up(DraftCall& call, std::span<const DraftJob> jobs);
+  Status run_steps(DraftCall& call);
+  void add_row(Token t, std::int32_t pos, std::int32_t seq, bool logits);
+  Status flush(DraftCall& call, bool step);
 
   llama_model* model_ = nullptr;
   llama_context* ctx_ = nullptr;
