@@ -210,6 +210,14 @@ class Scheduler {
   Session* find_session(RequestId id);
   const Session* find_session(RequestId id) const;
   void expire_queued(std::vector<Event>& out);  // rejects requests that waited past max_queue_ms
+  // admit()'s steps (scheduler_admit.cc); a check's failure is the request's error. The prompt's
+  // tokens with every token id the request names checked; n_prompt and max_tokens within the
+  // context; the tenant's and the queue's caps (and what the prompt could reuse); the stop strings,
+  // SLOs and speculation.
+  Status read_prompt(Request& request, Session& s);
+  Status size_request(const Request& request, Session& s);
+  Status check_admission_caps(Session& s);
+  void set_session_targets(Request& request, Session& s);
   void apply_token(Session& s, Token token, Clock::time_point now, std::vector<Event>& out);
   void run_embeddings(std::vector<Event>& out);
   // The model's end of generation, or one of the request's stop_token_ids.

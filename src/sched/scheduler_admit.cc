@@ -22,35 +22,57 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   s->priority = request.priority;
   s->tenant = std::move(request.tenant);
   s->report_progress = request.report_progress;
-  auto reject = [&](ErrorCode code, std::string message, std::string param = {}) {
-    metrics_.count_error(code);
-    out.push_back(error_event(request.id, Status(code, std::move(message), std::move(param))));
+  Status st = request.prepare_status;
+  if (st.ok()) st = read_prompt(request, *s);
+  if (st.ok()) st = size_request(request, *s);
+  if (st.ok()) st = check_admission_caps(*s);
+  if (!st.ok()) {
+    metrics_.count_error(st.code());
+    out.push_back(error_event(request.id, std::move(st)));
+    return;
+  }
+  set_session_targets(request, *s);
+  metrics_.prompt_tokens_total += static_cast<std::uint64_t>(s->n_prompt);
+  metrics_.requests_admitted_total++;
+  spdlog::debug("session {}: admitted ({}), {} prompt tokens, max_tokens {}", s->id,
+                s->background() ? "background" : "interactive", s->n_prompt, s->max_tokens);
+  sessions_.push_back(std::move(s));
+  start_waiting(out);
+}
+
+Status Scheduler::read_prompt(Request& request, Session& s) {
+  const auto not_in_vocabulary = [](Token t, const char* param) {
+    return Status(ErrorCode::kBadRequest, "token " + std::to_string(t) + " is not in the vocabulary", param);
   };
   if (!request.prompt_tokens.empty()) {
     for (Token t : request.prompt_tokens) {
-      if (!decoder_.valid_token(t)) return reject(ErrorCode::kBadRequest, "token " + std::to_string(t) + " is not in the vocabulary", "prompt");
+      if (!decoder_.valid_token(t)) return not_in_vocabulary(t, "prompt");
     }
-    s->tokens = std::move(request.prompt_tokens);
-  } else if (Status st = decoder_.tokenize(request.prompt, s->tokens, request.parse_special); !st.ok()) {
-    return reject(st.code(), st.message());
+    s.tokens = std::move(request.prompt_tokens);
+  } else if (Status st = decoder_.tokenize(request.prompt, s.tokens, request.parse_special); !st.ok()) {
+    return Status(st.code(), st.message());
   }
-  for (Token t : s->sampling.stop_token_ids) {
-    if (!decoder_.valid_token(t)) return reject(ErrorCode::kBadRequest, "token " + std::to_string(t) + " is not in the vocabulary", "stop_token_ids");
+  for (Token t : s.sampling.stop_token_ids) {
+    if (!decoder_.valid_token(t)) return not_in_vocabulary(t, "stop_token_ids");
   }
-  for (const SamplingParams::TokenBias& b : s->sampling.logit_bias) {
-    if (!decoder_.valid_token(b.token)) return reject(ErrorCode::kBadRequest, "token " + std::to_string(b.token) + " is not in the vocabulary", "logit_bias");
+  for (const SamplingParams::TokenBias& b : s.sampling.logit_bias) {
+    if (!decoder_.valid_token(b.token)) return not_in_vocabulary(b.token, "logit_bias");
   }
   for (Token t : request.continuation) {
-    if (!decoder_.valid_token(t)) return reject(ErrorCode::kBadRequest, "token " + std::to_string(t) + " is not in the vocabulary", "uma.resume");
+    if (!decoder_.valid_token(t)) return not_in_vocabulary(t, "uma.resume");
   }
-  s->tokens.insert(s->tokens.end(), request.continuation.begin(), request.continuation.end());
-  const auto n_prompt = static_cast<std::int32_t>(s->tokens.size());
-  if (n_prompt == 0) return reject(ErrorCode::kEmptyPrompt, "prompt has no tokens");
+  s.tokens.insert(s.tokens.end(), request.continuation.begin(), request.continuation.end());
+  return Status::Ok();
+}
+
+Status Scheduler::size_request(const Request& request, Session& s) {
+  const auto n_prompt = static_cast<std::int32_t>(s.tokens.size());
+  if (n_prompt == 0) return Status(ErrorCode::kEmptyPrompt, "prompt has no tokens");
   const std::int32_t n_ctx = decoder_.n_ctx_seq();
   // The prompt and at least one generated token must fit one sequence (the whole context at most).
   if (n_prompt >= n_ctx) {
     metrics_.count_rejected(RejectReason::kContext);
-    return reject(ErrorCode::kContextExceeded,
+    return Status(ErrorCode::kContextExceeded,
                   "prompt of " + std::to_string(n_prompt) + " tokens does not fit the context of " + std::to_string(n_ctx),
                   "prompt");
   }
@@ -63,44 +85,46 @@ void Scheduler::admit(Request request, std::vector<Event>& out) {
   if (request.max_tokens > 0 && n_prompt + max_tokens > n_ctx && request.max_tokens_to_context_end) max_tokens = unbounded;
   if (request.max_tokens > 0 && n_prompt + max_tokens > n_ctx) {
     metrics_.count_rejected(RejectReason::kContext);
-    return reject(ErrorCode::kContextExceeded,
+    return Status(ErrorCode::kContextExceeded,
                   "prompt of " + std::to_string(n_prompt) + " tokens + max_tokens " + std::to_string(max_tokens) +
                       " exceeds the context of " + std::to_string(n_ctx) + " (at most " + std::to_string(unbounded) + " fit)",
                   "max_tokens");
   }
-  if (config_.tenant_max_requests > 0 && !s->tenant.empty()) {
-    const auto held = std::count_if(sessions_.begin(), sessions_.end(), [&](const auto& x) { return x->tenant == s->tenant; });
+  s.n_prompt = n_prompt;
+  // Generation stops at the context's end: a request never needs more KV than n_ctx.
+  s.max_tokens = static_cast<std::int32_t>(std::min(max_tokens, unbounded));
+  return Status::Ok();
+}
+
+Status Scheduler::check_admission_caps(Session& s) {
+  if (config_.tenant_max_requests > 0 && !s.tenant.empty()) {
+    const auto held = std::count_if(sessions_.begin(), sessions_.end(), [&](const auto& x) { return x->tenant == s.tenant; });
     if (held >= config_.tenant_max_requests) {
       metrics_.count_rejected(RejectReason::kTenantCap);
-      return reject(ErrorCode::kOverloaded, "tenant '" + s->tenant + "' already has " + std::to_string(held) +
+      return Status(ErrorCode::kOverloaded, "tenant '" + s.tenant + "' already has " + std::to_string(held) +
                                                 " requests in flight (cap " + std::to_string(config_.tenant_max_requests) + ")");
     }
   }
   const auto queued = std::count_if(sessions_.begin(), sessions_.end(),
                                     [](const auto& x) { return x->state == SessionState::kQueued; });
-  s->n_prompt = n_prompt;
-  // Generation stops at the context's end: a request never needs more KV than n_ctx.
-  s->max_tokens = static_cast<std::int32_t>(std::min(max_tokens, unbounded));
-  s->reusable_at_arrival = reusable_now(*s);
-  const bool must_wait = queued > 0 || !fits(*s);
+  s.reusable_at_arrival = reusable_now(s);
+  const bool must_wait = queued > 0 || !fits(s);
   if (must_wait && queued >= config_.max_queue) {
     // Admission control: never queue without bound; say so at once.
     metrics_.count_rejected(RejectReason::kQueueFull);
-    return reject(ErrorCode::kOverloaded, std::to_string(queued) + " requests are already waiting for room");
+    return Status(ErrorCode::kOverloaded, std::to_string(queued) + " requests are already waiting for room");
   }
-  s->stop = StopFilter(std::move(request.stop));
-  const double ttft_default = s->background() ? config_.background_max_wait_ms : config_.slo_ttft_ms;
-  s->slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : ttft_default;
-  s->slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
-  s->speculate = request.speculative.value_or(config_.speculate) && config_.draft_max > 0;
-  if (s->speculate && !request.prediction.empty()) take_prediction(*s, request.prediction);
-  s->accept = spec_.starting_acceptance();
-  metrics_.prompt_tokens_total += static_cast<std::uint64_t>(n_prompt);
-  metrics_.requests_admitted_total++;
-  spdlog::debug("session {}: admitted ({}), {} prompt tokens, max_tokens {}", s->id,
-                s->background() ? "background" : "interactive", n_prompt, s->max_tokens);
-  sessions_.push_back(std::move(s));
-  start_waiting(out);
+  return Status::Ok();
+}
+
+void Scheduler::set_session_targets(Request& request, Session& s) {
+  s.stop = StopFilter(std::move(request.stop));
+  const double ttft_default = s.background() ? config_.background_max_wait_ms : config_.slo_ttft_ms;
+  s.slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : ttft_default;
+  s.slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
+  s.speculate = request.speculative.value_or(config_.speculate) && config_.draft_max > 0;
+  if (s.speculate && !request.prediction.empty()) take_prediction(s, request.prediction);
+  s.accept = spec_.starting_acceptance();
 }
 
 void Scheduler::expire_queued(std::vector<Event>& out) {
