@@ -41,6 +41,17 @@ add_library(llama_cpp_common INTERFACE)
 target_include_directories(llama_cpp_common SYSTEM INTERFACE ${LLAMA_CPP_SRC}/common ${LLAMA_CPP_SRC}/vendor)
 target_link_libraries(llama_cpp_common INTERFACE uma_llama_common_lib llama_cpp)
 add_library(llama::common ALIAS llama_cpp_common)
+
+# llama.cpp's libmtmd (vision projectors: images into a text model's input embeddings), built by
+# scripts/llama.sh from the same source. Only src/runtime/ includes it.
+if(NOT EXISTS ${LLAMA_CPP_BIN}/libmtmd.so)
+  message(FATAL_ERROR "${LLAMA_CPP_BIN}/libmtmd.so is missing; run scripts/setup.sh to build llama.cpp")
+endif()
+_uma_import(uma_mtmd_lib libmtmd.so)
+add_library(llama_cpp_mtmd INTERFACE)
+target_include_directories(llama_cpp_mtmd SYSTEM INTERFACE ${LLAMA_CPP_SRC}/tools/mtmd)
+target_link_libraries(llama_cpp_mtmd INTERFACE uma_mtmd_lib llama_cpp)
+add_library(llama::mtmd ALIAS llama_cpp_mtmd)
 set(CMAKE_BUILD_RPATH ${LLAMA_CPP_BIN})
 if(UMA_DEPS_LIBDIR)
   list(APPEND CMAKE_BUILD_RPATH ${UMA_DEPS_LIBDIR})

@@ -160,9 +160,9 @@ build() {
     printf '%s' "${args[*]}" >"$home/build/.uma-config"
   fi
   local jobs=${UMA_JOBS:-$(nproc)}
-  log "building llama.cpp targets: llama llama-common $* (-j$jobs${gpu:+, $gpu})"
+  log "building llama.cpp targets: llama llama-common mtmd $* (-j$jobs${gpu:+, $gpu})"
   # llama.cpp's build prints thousands of compiler warnings; keep them in a log, show them on failure.
-  if ! cmake --build "$home/build" -j "$jobs" --target llama llama-common "$@" >"$home/build.log" 2>&1; then
+  if ! cmake --build "$home/build" -j "$jobs" --target llama llama-common mtmd "$@" >"$home/build.log" 2>&1; then
     grep -E 'error|Error' "$home/build.log" | head -40 >&2
     log "llama.cpp build failed; full log: $home/build.log"; exit 1
   fi

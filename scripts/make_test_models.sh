@@ -25,4 +25,7 @@ for a in 0 50 100; do
   [ -s "$dir/oracle-draft-$a.gguf" ] || "$mk" --preset tiny --oracle --agree "$(printf '0.%02d' "$a" | sed 's/0.100/1/')" \
     --type f16 --seed 2 -o "$dir/oracle-draft-$a.gguf" >/dev/null
 done
+# A vision projector for the tiny model (random LLaVA MLP over a small ViT; libmtmd reads it): images in prompts.
+[ -s "$dir/tiny-vision-mmproj.gguf" ] || "$mk" --preset tiny --type f16 --seed 1 -o "$dir/tiny-vision-f16.gguf" \
+  --mmproj "$dir/tiny-vision-mmproj.gguf" >/dev/null
 echo "test models ready in $dir"

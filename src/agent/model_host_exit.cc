@@ -52,6 +52,10 @@ void ModelHost::unload(const std::string& id, bool force, UnloadDone done) {
       }
       e->unload_waiters.push_back(std::move(done));
       return;
+    case ModelState::kRemote:
+    case ModelState::kNvme:
+    case ModelState::kDram:
+      break;  // the store's tiers: a model host's entries are past them
   }
 }
 

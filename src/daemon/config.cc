@@ -168,6 +168,7 @@ Status derive_front_ends(DaemonFlags& f) {
   c.http.max_connections = srv.max_connections;
   c.http.max_tx_bytes = srv.max_tx_bytes;
   c.http.limits.max_prompt_bytes = srv.limits.max_prompt_bytes;
+  if (c.mmproj.empty()) c.http.limits.images.max_images = 0;  // refused at the edge, before any decoding
   c.http.default_sampling = srv.limits.sampling;
   return Status::Ok();
 }
@@ -182,6 +183,7 @@ Status derive_models(DaemonFlags& f) {
                "cluster agent (uma-agent is that)");
   }
   if (c.router() && !c.http.more_hosts.empty()) return bad("several models are served on one --host address");
+  if (c.router() && !c.mmproj.empty()) return bad("--mmproj is one model's projector: give one --model with it");
   if (rt.model_path.empty() && c.model_id.empty() && !c.router()) return bad("--model FILE, --models-dir DIR or --model-id ID is required");
   c.store_nvme_bytes = f.store_nvme_mb << 20;
   c.store_dram_bytes = f.store_dram_mb << 20;
@@ -205,7 +207,7 @@ nlohmann::ordered_json daemon_config_json(const DaemonConfig& c) {
   const bool per_seq = rt.kv_layout == KvLayout::kPerSeq;
   J j;
   j["model"] = {{"path", rt.model_path}, {"models", c.models}, {"models_dir", c.models_dir}, {"model_id", c.model_id},
-                {"alias", c.alias}, {"chat_template", c.chat_template}, {"reasoning_format", c.reasoning_format},
+                {"mmproj", c.mmproj}, {"alias", c.alias}, {"chat_template", c.chat_template}, {"reasoning_format", c.reasoning_format},
                 {"reasoning", c.reasoning ? J(*c.reasoning ? "on" : "off") : J("auto")}, {"max_models", c.max_models},
                 {"models_mb", c.models_mb}, {"keep_alive", c.keep_alive}};
   j["store"] = {{"dir", c.store_dir}, {"nvme_mb", mib(c.store_nvme_bytes)}, {"dram_mb", mib(c.store_dram_bytes)}};
@@ -309,6 +311,8 @@ RequestLimits derive_request_limits(std::int32_t n_ctx_seq, const DaemonConfig& 
   const std::size_t room = std::max<std::size_t>(1024 * kKiB, 2 * l.max_prompt_bytes + 64 * kKiB);
   if (!cfg.frame_limit_given) l.max_frame_bytes = room;
   if (!cfg.body_limit_given) l.max_body_bytes = room;
+  // With a vision projector, a body carries images (base64): room for a few large ones.
+  if (!cfg.body_limit_given && !cfg.mmproj.empty()) l.max_body_bytes = std::max(l.max_body_bytes, std::size_t{32} << 20);
   return l;
 }
 

@@ -98,7 +98,12 @@ int Daemon::run() {
       [rt = runtime_.get()](std::string_view text, std::vector<Token>& out, bool parse_special) {
         return rt->tokenize(text, out, parse_special);
       },
-      [c = compute_.get()](WorkItem item) { c->submit(std::move(item)); });
+      [c = compute_.get()](WorkItem item) { c->submit(std::move(item)); },
+      images_ ? PrepareStage::PrepareImages([enc = images_.get()](const Request& r, std::vector<Token>* tokens,
+                                                                  std::vector<PromptImage>* placed) {
+        return enc->prepare(r.prompt, r.parse_special, r.images, tokens, placed);
+      })
+              : PrepareStage::PrepareImages());
   if (http_) {
     if (int code = set_up_chat()) return code;
   }
@@ -183,6 +188,14 @@ int Daemon::load_model() {
     return 1;
   }
   spdlog::info("model: {}", runtime_->describe());
+  if (!cfg_.mmproj.empty()) {
+    images_ = ImageEncoder::open({cfg_.mmproj, cfg_.runtime.n_threads, runtime_->on_gpu()}, runtime_->model(), &st);
+    if (!images_) {
+      spdlog::error("{}", st.to_string());
+      return 1;
+    }
+    spdlog::info("vision projector: {} (images on the {})", cfg_.mmproj, runtime_->on_gpu() ? "GPU" : "CPU");
+  }
   // What the memory goes to, said once: nothing beyond this is reserved (prefix snapshots in host
   // memory are taken as prefixes are evicted, up to their cap).
   spdlog::info("memory: {}; prefix snapshots up to {} MiB of host memory, as used", runtime_->memory_plan(),
@@ -276,6 +289,7 @@ int Daemon::set_up_chat() {
   facts.bos = special.bos, facts.eos = special.eos, facts.sep = special.sep;
   facts.add_bos = special.add_bos, facts.add_eos = special.add_eos, facts.add_sep = special.add_sep;
   facts.reranker = model_is_reranker(runtime_->model());
+  facts.vision = images_ != nullptr;
   facts.rerank_template = rerank_template(runtime_->model());
   facts.fim_pre = special.fim_pre, facts.fim_suf = special.fim_suf, facts.fim_mid = special.fim_mid;
   facts.fim_rep = special.fim_rep, facts.fim_sep = special.fim_sep;

@@ -35,6 +35,7 @@
 #include "net/session_slots.h"
 #include "net/stream_server.h"
 #include "runtime/draft_model.h"
+#include "runtime/image_encoder.h"
 #include "runtime/llama_runtime.h"
 #include "sched/compute_thread.h"
 #include "sched/cpu_meter.h"
@@ -87,6 +88,7 @@ class Daemon {
   // The cores this process may use and what others take of them (read on the compute thread).
   ProcCpuMeter cpu_meter_;
   std::unique_ptr<LlamaRuntime> runtime_;
+  std::unique_ptr<ImageEncoder> images_;  // --mmproj: the prepare stage's (reset with it, before the runtime)
   std::unique_ptr<CatalogModel> catalog_model_;  // --model-id: the store behind the model's image
   std::string served_name_;
   // An agent publishes the prefix blocks it holds: the journal hears the prefix index from the

@@ -49,8 +49,12 @@ void add_model_flags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--reasoning", f.reasoning, "on / off: whether a thinking template thinks when a request does not say "
                  "(off: an empty think block, as llama-server's --reasoning off); auto: the template's default")
       ->envname("UMA_REASONING")->capture_default_str()->check(CLI::IsMember({"on", "off", "auto"}))->group(group);
+  CLI::Option* mmproj = app.add_option("--mmproj", c.mmproj, "a vision projector for the model (a GGUF that "
+                 "llama.cpp's libmtmd reads, as llama-server's --mmproj): chat, Anthropic, Ollama and /completion "
+                 "prompts may then carry images, as data URLs or base64")->envname("UMA_MMPROJ")->check(CLI::ExistingFile)->group(group);
   model->excludes(model_id);
   models_dir->excludes(model_id);
+  mmproj->excludes(models_dir);
 }
 
 void add_store_flags(CLI::App& app, DaemonFlags& f) {

@@ -30,6 +30,19 @@ Status text_of(const json& content, const char* field, std::string* out) {
   return Status::Ok();
 }
 
+// An image block ({"source": {"type": "base64", "data": ...}}; a "url" source is refused, as
+// nothing is fetched) as an OpenAI image_url part, which the chat parser checks.
+Status image_block(const json& b, json* parts) {
+  const json* source = member(b, "source");
+  const json* kind = source != nullptr ? member(*source, "type") : nullptr;
+  if (kind == nullptr || !kind->is_string()) return bad("messages[].content[].source", "must be an object with a type");
+  const json* data = member(*source, *kind == "url" ? "url" : "data");
+  if (data == nullptr || !data->is_string()) return bad("messages[].content[].source.data", "must be a string");
+  const std::string url = *kind == "url" ? data->get<std::string>() : "data:application/octet-stream;base64," + data->get<std::string>();
+  parts->push_back({{"type", "image_url"}, {"image_url", {{"url", url}}}});
+  return Status::Ok();
+}
+
 // One Anthropic message as OpenAI chat messages: tool_result blocks become tool turns (before the
 // user's text), tool_use blocks the assistant's tool_calls, thinking blocks its reasoning_content (the
 // template renders what the model needs of its past turns).
@@ -47,6 +60,7 @@ Status messages(const json& m, json* out) {
   if (!content->is_array()) return bad("messages[].content", "must be a string or an array of content blocks");
   std::string text, thinking;
   json calls = json::array();
+  json parts = json::array();  // a user's text and images in order, once an image came
   for (const json& b : *content) {
     const json* type = member(b, "type");
     if (type == nullptr || !type->is_string()) return bad("messages[].content[].type", "must be a string");
@@ -55,6 +69,10 @@ Status messages(const json& m, json* out) {
       const json* tx = member(b, "text");
       if (tx == nullptr || !tx->is_string()) return bad("messages[].content[].text", "must be a string");
       text += tx->get_ref<const std::string&>();
+      if (!parts.empty()) parts.push_back({{"type", "text"}, {"text", *tx}});
+    } else if (t == "image" && *role == "user") {
+      if (parts.empty() && !text.empty()) parts.push_back({{"type", "text"}, {"text", text}});
+      if (Status st = image_block(b, &parts); !st.ok()) return st;
     } else if (t == "tool_use" && *role == "assistant") {
       const json* id = member(b, "id");
       const json* name = member(b, "name");
@@ -82,7 +100,7 @@ Status messages(const json& m, json* out) {
     } else if (t == "thinking" || t == "redacted_thinking") {
       continue;  // redacted: encrypted by Anthropic, nothing a local template can render
     } else {
-      return bad("messages[].content[].type", "'" + t + "' is not supported by umad (text, tool_use, tool_result)");
+      return bad("messages[].content[].type", "'" + t + "' is not supported by umad (text, image, tool_use, tool_result)");
     }
   }
   if (*role == "assistant") {
@@ -90,6 +108,8 @@ Status messages(const json& m, json* out) {
     if (!calls.empty()) msg["tool_calls"] = calls;
     if (!thinking.empty()) msg["reasoning_content"] = thinking;
     out->push_back(std::move(msg));
+  } else if (!parts.empty()) {
+    out->push_back({{"role", "user"}, {"content", std::move(parts)}});
   } else if (!text.empty() || out->empty() || out->back()["role"] != "tool") {
     out->push_back({{"role", "user"}, {"content", text}});
   }

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstring>
 
+#include "common/base64.h"
 #include "common/json_text.h"
 
 namespace uma::embeddings {
@@ -18,21 +18,8 @@ Status bad(const std::string& field, const std::string& what) {
 }
 
 std::string base64_of(const std::vector<float>& v) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string bytes(v.size() * sizeof(float), '\0');
-  std::memcpy(bytes.data(), v.data(), bytes.size());  // little-endian on every machine umad builds for
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (std::size_t i = 0; i < bytes.size(); i += 3) {
-    const auto b0 = static_cast<unsigned char>(bytes[i]);
-    const auto b1 = i + 1 < bytes.size() ? static_cast<unsigned char>(bytes[i + 1]) : 0u;
-    const auto b2 = i + 2 < bytes.size() ? static_cast<unsigned char>(bytes[i + 2]) : 0u;
-    out += kAlphabet[b0 >> 2];
-    out += kAlphabet[((b0 & 3) << 4) | (b1 >> 4)];
-    out += i + 1 < bytes.size() ? kAlphabet[((b1 & 15) << 2) | (b2 >> 6)] : '=';
-    out += i + 2 < bytes.size() ? kAlphabet[b2 & 63] : '=';
-  }
-  return out;
+  // Little-endian floats on every machine umad builds for.
+  return base64_encode(std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <optional>
 
 namespace uma::http_route {
@@ -84,6 +85,7 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
     ChatPrompt prompt;
     if (Status st = (*ctx.chat_template)(chat_request, &prompt); !st.ok()) return error_reply(st);
     q.prompt = std::move(prompt.text);
+    q.images = std::move(c.api.images);
     q.parse_special = true;  // the template's control tokens
     q.sampling.grammar = std::move(prompt.grammar);
     q.sampling.grammar_lazy = prompt.grammar_lazy;
@@ -94,6 +96,14 @@ std::variant<Reply, Completion> completion(bool chat, std::string_view body, con
   } else {
     q.prompt = c.api.prompts.front().text;
     q.prompt_tokens = c.api.prompts.front().tokens;
+    q.images = c.api.prompts.front().images;
+  }
+  const bool any_images = !q.images.empty() || std::any_of(c.api.prompts.begin(), c.api.prompts.end(),
+                                                           [](const PromptInput& p) { return !p.images.empty(); });
+  // A gateway (no facts of a model) passes images on: the agent's model says.
+  if (any_images && ctx.facts != nullptr && !ctx.facts->vision) {
+    return error_reply(Status(ErrorCode::kNotSupported, "image input: this server's model has no vision projector "
+                              "(umad --mmproj)", chat ? "messages" : "prompt"));
   }
   q.max_tokens = c.api.max_tokens.value_or(0);  // 0: the daemon's default (the scheduler applies it)
   {

@@ -53,6 +53,7 @@ struct ModelFacts {
   bool add_bos = false, add_eos = false, add_sep = false;
   std::int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_rep = -1, fim_sep = -1;
   bool reranker = false;          // rank pooling: /rerank scores documents with it
+  bool vision = false;            // a vision projector (umad --mmproj): prompts may carry images
   std::string rerank_template;    // "{query}" / "{document}"; "" builds the prompt from the specials
 };
 

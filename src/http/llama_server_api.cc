@@ -103,7 +103,7 @@ std::string props_body(const Context& ctx) {
                            {"model_alias", ctx.model_id},
                            {"model_path", f.path},
                            {"chat_template", f.chat_template},
-                           {"modalities", {{"vision", false}, {"audio", false}}},
+                           {"modalities", {{"vision", f.vision}, {"audio", false}}},
                            {"build_info", "umad"}});
 }
 

@@ -200,10 +200,12 @@ Reply show(std::string_view body, const Context& ctx) {
   const ModelFacts& f = *ctx.facts;
   json info = {{"general.parameter_count", f.n_params}, {"general.context_length", f.n_ctx_train},
                {"general.embedding_length", f.n_embd}, {"general.vocab_size", f.n_vocab}};
+  json capabilities = {"completion", "tools", "embedding"};
+  if (f.vision) capabilities.push_back("vision");
   return Reply{200, "application/json",
                to_json_text(json{{"license", ""}, {"modelfile", ""}, {"parameters", ""}, {"template", f.chat_template},
                                  {"details", details(f)}, {"model_info", info},
-                                 {"capabilities", {"completion", "tools", "embedding"}},
+                                 {"capabilities", capabilities},
                                  {"modified_at", rfc3339(std::chrono::system_clock::time_point(std::chrono::seconds(f.created)))}})};
 }
 

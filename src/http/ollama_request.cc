@@ -2,6 +2,7 @@
 #include "http/ollama_request.h"
 
 #include "common/json_text.h"
+#include "http/image_input.h"
 #include "http/openai_json.h"
 
 namespace uma::ollama {
@@ -66,9 +67,19 @@ Status think(const json& t, json* out) {
   return Status::Ok();
 }
 
-bool has_images(const json& o) {
+// Ollama's images (bare base64) as OpenAI image_url parts with data URLs, which the chat parser
+// checks (http/image_input.h); the images go before the text, as Ollama's own prompts put them.
+Status image_parts(const json& o, const char* field, json* parts, json* base64) {
   const json* images = member(o, "images");
-  return images != nullptr && !(images->is_array() && images->empty());
+  if (images == nullptr || images->is_null()) return Status::Ok();
+  if (!images->is_array()) return bad(field, "must be an array of base64 images");
+  for (const json& i : *images) {
+    if (!i.is_string()) return bad(field, "must be an array of base64 images");
+    parts->push_back({{"type", "image_url"},
+                      {"image_url", {{"url", "data:application/octet-stream;base64," + i.get<std::string>()}}}});
+    base64->push_back(i);
+  }
+  return Status::Ok();
 }
 
 // One Ollama message as an OpenAI one: tool_calls' arguments objects become JSON text, a tool
@@ -78,8 +89,13 @@ Status message(const json& m, std::size_t index, json* out) {
   if (role == nullptr || !role->is_string()) return bad("messages[].role", "must be a string");
   const json* content = member(m, "content");
   if (content != nullptr && !content->is_string()) return bad("messages[].content", "must be a string");
-  if (has_images(m)) return not_supported("messages[].images", "are not supported: this server has no vision projector");
+  json parts = json::array(), base64 = json::array();
+  if (Status st = image_parts(m, "messages[].images", &parts, &base64); !st.ok()) return st;
   json msg = {{"role", *role}, {"content", content != nullptr ? *content : json("")}};
+  if (!parts.empty()) {
+    if (content != nullptr && !content->get_ref<const std::string&>().empty()) parts.push_back({{"type", "text"}, {"text", *content}});
+    msg["content"] = std::move(parts);
+  }
   if (const json* calls = member(m, "tool_calls")) {
     if (!calls->is_array()) return bad("messages[].tool_calls", "must be an array");
     json openai_calls = json::array();
@@ -162,7 +178,8 @@ Status generate_body(std::string_view body, Generate* out, std::vector<std::stri
   if (Status st = parse_object(body, &j); !st.ok()) return st;
   json o = json::object();
   if (Status st = common(j, &o, ignored); !st.ok()) return st;
-  if (has_images(j)) return not_supported("images", "are not supported: this server has no vision projector");
+  json parts = json::array(), base64 = json::array();
+  if (Status st = image_parts(j, "images", &parts, &base64); !st.ok()) return st;
   const json* tmpl = member(j, "template");
   if (tmpl != nullptr && !(tmpl->is_string() && tmpl->get_ref<const std::string&>().empty())) {
     return not_supported("template", "is not supported: the model's own template renders the prompt");
@@ -182,12 +199,17 @@ Status generate_body(std::string_view body, Generate* out, std::vector<std::stri
   if (prompt != nullptr) out->prompt = prompt->get<std::string>();
   out->raw = raw != nullptr && raw->get<bool>();
   if (out->load_only) return Status::Ok();
-  if (out->raw) {
+  if (out->raw && base64.empty()) {
     o["prompt"] = *prompt;
+  } else if (out->raw) {  // llama-server's prompt object: the images' markers before the text
+    std::string text;
+    for (std::size_t i = 0; i < base64.size(); ++i) text += kImageMarker;
+    o["prompt"] = {{"prompt_string", text + prompt->get<std::string>()}, {"multimodal_data", std::move(base64)}};
   } else {
     json messages = json::array();
     if (system != nullptr && !system->get_ref<const std::string&>().empty()) messages.push_back({{"role", "system"}, {"content", *system}});
-    messages.push_back({{"role", "user"}, {"content", *prompt}});
+    if (!parts.empty()) parts.push_back({{"type", "text"}, {"text", *prompt}});
+    messages.push_back({{"role", "user"}, {"content", parts.empty() ? json(*prompt) : std::move(parts)}});
     o["messages"] = std::move(messages);
   }
   for (const auto& [key, value] : j.items()) {

@@ -52,9 +52,8 @@ TEST(OllamaRequest, ToolCallsArgumentsBecomeJsonTextAndToolTurnsKeepTheirName) {
 TEST(OllamaRequest, WhatUmadCannotTakeIsRefusedByName) {
   std::string out;
   std::vector<std::string> ignored;
-  Status st = chat_body(R"({"model":"m","messages":[{"role":"user","content":"hi","images":["aGk="]}]})", &out, &ignored);
-  EXPECT_EQ(st.code(), ErrorCode::kNotSupported);
-  EXPECT_EQ(st.param(), "messages[].images");
+  EXPECT_EQ(chat_body(R"({"model":"m","messages":[{"role":"user","content":"hi","images":"aGk="}]})", &out, &ignored).param(),
+            "messages[].images");
   EXPECT_EQ(chat_body(R"({"messages":[]})", &out, &ignored).param(), "model");
   EXPECT_EQ(chat_body(R"({"model":"m","messages":[],"options":{"num_predict":0}})", &out, &ignored).param(), "options.num_predict");
   EXPECT_EQ(chat_body(R"({"model":"m","messages":[],"format":"yaml"})", &out, &ignored).param(), "format");
@@ -67,7 +66,20 @@ TEST(OllamaRequest, WhatUmadCannotTakeIsRefusedByName) {
   EXPECT_FALSE(g.load_only);
   EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","suffix":3})", &g, &ignored).param(), "suffix");
   EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","template":"{{.Prompt}}"})", &g, &ignored).param(), "template");
-  EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","images":["aGk="]})", &g, &ignored).param(), "images");
+  EXPECT_EQ(generate_body(R"({"model":"m","prompt":"a","images":[7]})", &g, &ignored).param(), "images");
+}
+
+TEST(OllamaRequest, ImagesBecomeDataUrlPartsBeforeTheText) {
+  std::string out;
+  std::vector<std::string> ignored;
+  ASSERT_TRUE(chat_body(R"({"model":"m","messages":[{"role":"user","content":"what","images":["QUJD"]}]})", &out, &ignored).ok());
+  const json content = json::parse(out)["messages"][0]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0]["image_url"]["url"], "data:application/octet-stream;base64,QUJD");
+  EXPECT_EQ(content[1], json::parse(R"({"type":"text","text":"what"})"));
+  Generate g;
+  ASSERT_TRUE(generate_body(R"({"model":"m","prompt":"p","raw":true,"images":["QUJD"]})", &g, &ignored).ok());
+  EXPECT_EQ(json::parse(g.body)["prompt"], json::parse(R"({"prompt_string":"<__media__>p","multimodal_data":["QUJD"]})"));
 }
 
 TEST(OllamaRequest, GenerateIsChatAroundSystemAndPromptOrRawOrOnlyALoad) {

@@ -26,20 +26,40 @@ Status optional_string(const json& j, const char* key, std::string* out) {
   return Status::Ok();
 }
 
-Status text_content(const json& m, std::string* out) {
+// One image part: {"type":"image_url","image_url":{"url":"data:..."}} (or the URL as a string).
+Status image_part(const json& part, const ImageLimits& limits, std::vector<std::string>* images) {
+  const char* field = "messages[].content[].image_url";
+  const auto u = part.find("image_url");
+  const json* url = u == part.end() ? nullptr : u->is_object() ? member(*u, "url") : &*u;
+  if (url == nullptr || !url->is_string()) return bad(field, "must be {\"url\": \"data:image/...;base64,...\"}");
+  if (Status st = room_for_image(images->size(), field, limits); !st.ok()) return st;
+  std::string bytes;
+  if (Status st = image_from_url(url->get_ref<const std::string&>(), field, limits, &bytes); !st.ok()) return st;
+  images->push_back(std::move(bytes));
+  return Status::Ok();
+}
+
+// A message's content: a string, or parts: text, and images, each put in the text as kImageMarker
+// where it stood (the prepare stage puts its embeddings there).
+Status message_content(const json& m, const ImageLimits& limits, std::string* out, std::vector<std::string>* images) {
   auto it = m.find("content");
   if (it == m.end() || it->is_null()) return Status::Ok();
   if (it->is_string()) {
     *out = it->get<std::string>();
     return Status::Ok();
   }
-  if (!it->is_array()) return bad("messages[].content", "must be a string or an array of text parts");
-  for (const json& part : *it) {  // [{"type":"text","text":"..."}]
+  if (!it->is_array()) return bad("messages[].content", "must be a string or an array of text and image_url parts");
+  for (const json& part : *it) {  // [{"type":"text","text":"..."}, {"type":"image_url",...}]
     // Every read type-checked: a client's JSON must never reach a throwing accessor.
     const auto type = part.is_object() ? part.find("type") : part.end();
+    if (type != part.end() && type->is_string() && *type == "image_url") {
+      if (Status st = image_part(part, limits, images); !st.ok()) return st;
+      *out += kImageMarker;
+      continue;
+    }
     const auto text = part.is_object() ? part.find("text") : part.end();
     if (type == part.end() || !type->is_string() || *type != "text" || text == part.end() || !text->is_string()) {
-      return bad("messages[].content", "supports text parts only");
+      return bad("messages[].content", "supports text and image_url parts");
     }
     *out += text->get_ref<const std::string&>();
   }
@@ -209,9 +229,23 @@ Status gateway_options(const json& g, std::int32_t n, GatewayOptions* out) {
   return Status::Ok();
 }
 
+// llama-server's multimodal_data: base64 images, one per image marker in prompt_string.
+Status multimodal_data(const json& v, const ImageLimits& limits, std::vector<std::string>* images) {
+  const std::string field = "prompt.multimodal_data";
+  if (!v.is_array()) return bad(field, "must be an array of base64 images");
+  for (const json& e : v) {
+    if (Status st = room_for_image(images->size(), field, limits); !st.ok()) return st;
+    if (!e.is_string()) return bad(field, "must be an array of base64 images");
+    std::string bytes;
+    if (Status st = image_from_base64(e.get_ref<const std::string&>(), field, limits, &bytes); !st.ok()) return st;
+    images->push_back(std::move(bytes));
+  }
+  return Status::Ok();
+}
+
 // prompt: a string, token ids, or an array of either (one choice set each; OpenAI allows all four);
 // and llama-server's: token ids and strings mixed in one prompt, {"prompt_string": ...}.
-Status prompts(const json& v, std::vector<PromptInput>* out) {
+Status prompts(const json& v, const ImageLimits& limits, std::vector<PromptInput>* out) {
   const char* what = "must be a string, an array of token ids (strings may be mixed in), {\"prompt_string\": ...}, "
                      "or an array of those";
   auto text = [&](const json& e, std::string* t) -> Status {
@@ -244,11 +278,11 @@ Status prompts(const json& v, std::vector<PromptInput>* out) {
       const auto s = e.find("prompt_string");
       if (s == e.end() || !s->is_string()) return bad("prompt.prompt_string", "must be a string");
       for (const auto& [key, value] : e.items()) {
-        if (key == "multimodal_data" && !(value.is_array() && value.empty())) {
-          return Status(ErrorCode::kNotSupported, "multimodal_data: this server has no multimodal projector",
-                        "prompt.multimodal_data");
+        if (key == "multimodal_data") {
+          if (Status st = multimodal_data(value, limits, &p.images); !st.ok()) return st;
+        } else if (key != "prompt_string") {
+          return bad("prompt." + key, "is not a field of a prompt object");
         }
-        if (key != "prompt_string" && key != "multimodal_data") return bad("prompt." + key, "is not a field of a prompt object");
       }
       if (Status st = text(*s, &p.text); !st.ok()) return st;
     } else if (!e.is_array()) {
@@ -290,7 +324,7 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
       const auto role = m.is_object() ? m.find("role") : m.end();
       if (role == m.end() || !role->is_string()) return bad("messages[].role", "must be a string");
       ChatMessage msg{role->get<std::string>(), {}, {}, {}, {}, {}};
-      if (Status st = text_content(m, &msg.content); !st.ok()) return st;
+      if (Status st = message_content(m, limits.images, &msg.content, &r->images); !st.ok()) return st;
       if (const json* calls = member(m, "tool_calls")) {
         if (Status st = message_tool_calls(*calls, &msg.tool_calls); !st.ok()) return st;
       }
@@ -317,7 +351,7 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
   } else {
     auto it = j.find("prompt");
     if (it == j.end()) return bad("prompt", "is required");
-    if (Status st = prompts(*it, &r->prompts); !st.ok()) return st;
+    if (Status st = prompts(*it, limits.images, &r->prompts); !st.ok()) return st;
     for (const PromptInput& p : r->prompts) {
       bytes += p.text.size() + 4 * p.tokens.size();
       for (const PromptPiece& m : p.mixed) bytes += m.text.size() + 4 * m.tokens.size();

@@ -13,6 +13,7 @@
 
 #include "serve/chat_types.h"
 #include "common/status.h"
+#include "http/image_input.h"
 #include "httpkit/http_error.h"
 #include "serve/sampling.h"
 #include "serve/request.h"
@@ -42,6 +43,7 @@ struct CompletionRequest {
   // prompt i / n's.
   std::vector<PromptInput> prompts;
   std::vector<ChatMessage> messages;  // /v1/chat/completions
+  std::vector<std::string> images;    // chat: one per kImageMarker in the messages' text, in order
   std::optional<std::int32_t> max_tokens;
   SamplingParams sampling;            // starts as the daemon's defaults
   std::vector<std::string> stop;
@@ -101,6 +103,7 @@ inline constexpr std::size_t kMaxStops = 16;
 
 struct Limits {
   std::size_t max_prompt_bytes = 64 * 1024;
+  ImageLimits images;
   // --strict-fields: a field umad does not know is a 400 (by default it is ignored and named).
   bool strict_fields = false;
 };

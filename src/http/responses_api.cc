@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/json_text.h"
@@ -33,6 +34,34 @@ Status content_text(const json& c, std::string* out) {
   return Status::Ok();
 }
 
+// A message item's content for the chat body: its text parts, and input_image parts (image_url, a
+// data URL) as OpenAI image_url parts, which the chat parser checks.
+Status message_content(const json& c, json* out) {
+  const auto image = [](const json& part) {
+    const json* type = member(part, "type");
+    return type != nullptr && *type == "input_image";
+  };
+  if (!c.is_array() || std::none_of(c.begin(), c.end(), image)) {
+    std::string text;
+    if (Status st = content_text(c, &text); !st.ok()) return st;
+    *out = std::move(text);
+    return Status::Ok();
+  }
+  *out = json::array();
+  for (const json& part : c) {
+    if (!image(part)) {
+      std::string text;
+      if (Status st = content_text(json::array({part}), &text); !st.ok()) return st;
+      out->push_back({{"type", "text"}, {"text", std::move(text)}});
+      continue;
+    }
+    const json* url = member(part, "image_url");
+    if (url == nullptr || !url->is_string()) return bad("input[].content[].image_url", "must be a data URL (file_id is not supported)");
+    out->push_back({{"type", "image_url"}, {"image_url", {{"url", *url}}}});
+  }
+  return Status::Ok();
+}
+
 Status input_items(const json& input, json* msgs) {
   if (input.is_string()) {
     msgs->push_back({{"role", "user"}, {"content", input}});
@@ -46,10 +75,10 @@ Status input_items(const json& input, json* msgs) {
       const json* role = member(item, "role");
       const json* content = member(item, "content");
       if (role == nullptr || !role->is_string() || content == nullptr) return bad("input[]", "messages need a role and content");
-      std::string text;
-      if (Status st = content_text(*content, &text); !st.ok()) return st;
+      json parts;
+      if (Status st = message_content(*content, &parts); !st.ok()) return st;
       const std::string r = *role == "developer" ? std::string("system") : role->get<std::string>();
-      msgs->push_back({{"role", r}, {"content", text}});
+      msgs->push_back({{"role", r}, {"content", std::move(parts)}});
     } else if (t == "function_call") {
       const json* id = member(item, "call_id");
       const json* name = member(item, "name");

@@ -38,6 +38,9 @@ struct BatchEntry {
   std::int32_t pos = 0;   // position within its sequence
   std::int32_t seq = 0;   // sequence id
   bool logits = false;    // ask for this entry's logits row
+  // An image's position (serve/request.h's PromptImage): its input embedding, n_embd floats, read
+  // instead of the token (a stand-in). A sequence's entries in one decode are all images or all tokens.
+  const float* embd = nullptr;
 };
 
 // A sequence taken off the KV cache. Move-only in practice; the scheduler treats it as opaque.

@@ -156,6 +156,11 @@ std::int32_t LlamaRuntime::filler_pos(std::int32_t seq) const {
 }
 
 std::int32_t LlamaRuntime::row_of(std::int32_t batch_index) const {
+  if (!token_index_of_.empty()) {  // the last decode had images: its token entries went apart
+    if (batch_index < 0 || static_cast<std::size_t>(batch_index) >= token_index_of_.size()) return -1;
+    batch_index = token_index_of_[static_cast<std::size_t>(batch_index)];
+    if (batch_index < 0) return -1;
+  }
   if (!arrange_) return batch_index;
   if (batch_index < 0 || static_cast<std::size_t>(batch_index) >= arranged_.index_of.size()) return -1;
   return arranged_.index_of[static_cast<std::size_t>(batch_index)];
@@ -164,6 +169,13 @@ std::int32_t LlamaRuntime::row_of(std::int32_t batch_index) const {
 Status LlamaRuntime::decode(std::span<const BatchEntry> caller_batch) {
   if (caller_batch.empty()) return Status::Ok();
   if (static_cast<std::int32_t>(caller_batch.size()) > n_batch_) return Status(ErrorCode::kInternal, "batch over n_batch");
+  token_index_of_.clear();
+  held_.clear();
+  const bool images = std::any_of(caller_batch.begin(), caller_batch.end(), [](const BatchEntry& e) { return e.embd != nullptr; });
+  return images ? decode_images(caller_batch) : decode_tokens(caller_batch);
+}
+
+Status LlamaRuntime::decode_tokens(std::span<const BatchEntry> caller_batch) {
   std::span<const BatchEntry> batch = caller_batch;
   if (arrange_) {
     arrange_for_streams(caller_batch, stream_options_, arranged_);
@@ -231,6 +243,7 @@ Token LlamaRuntime::sample(std::int32_t seq, std::int32_t batch_index) {
 }
 
 Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t caller_index) {
+  if (const HeldRow* held = held_row(caller_index)) return sample_held(seq, *held);
   const auto s = static_cast<size_t>(seq);
   const std::int32_t batch_index = row_of(caller_index);
   if (batch_index < 0) {  // not an entry of the last decode (llama.cpp would read -1 as its last row)
@@ -264,6 +277,7 @@ Token LlamaRuntime::sample_row(std::int32_t seq, std::int32_t caller_index) {
 }
 
 std::span<const float> LlamaRuntime::logits(std::int32_t caller_index) {
+  if (const HeldRow* held = held_row(caller_index)) return held->logits;
   const std::int32_t batch_index = row_of(caller_index);
   if (batch_index < 0) return {};
   // A row sampled on the device never came to the host.

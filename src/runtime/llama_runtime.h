@@ -269,6 +269,24 @@ class LlamaRuntime final : public Decoder {
   void report_timing();
   std::int32_t timed_decode(const llama_batch& b, std::size_t n_tokens);  // llama_decode, synchronised and timed
   Token sample_row(std::int32_t seq, std::int32_t batch_index);
+
+  // Images in a decode (llama_runtime_images.cc): their entries go to llama.cpp first, as input
+  // embeddings in a llama_decode of their own (a llama_batch carries tokens or embeddings); the
+  // token entries follow in another. An image row that asked for logits (a prompt that ends in
+  // an image) is held here, as the second decode replaces llama.cpp's outputs.
+  struct HeldRow {
+    std::int32_t caller_index = 0;
+    Token token = -1;           // sampled on the device, or -1
+    std::vector<float> logits;  // empty: none came to the host
+  };
+  Status decode_tokens(std::span<const BatchEntry> batch);
+  Status decode_images(std::span<const BatchEntry> caller_batch);
+  const HeldRow* held_row(std::int32_t caller_index) const;
+  Token sample_held(std::int32_t seq, const HeldRow& row);
+  std::vector<float> image_embd_;                 // the image entries' embeddings, one row each
+  std::vector<BatchEntry> token_entries_;         // the token entries of a decode with images
+  std::vector<std::int32_t> token_index_of_;      // caller's index -> token_entries_ (-1: an image's); empty: none
+  std::vector<HeldRow> held_;
 };
 
 

@@ -34,14 +34,18 @@ void build_batch(const TickPlan& plan, std::span<Session* const> order, BuiltBat
       out.decoded.push_back(s);
       continue;
     }
-    const bool completes = item.prefill == s->prompt_remaining();
-    for (std::int32_t k = 0; k < item.prefill; ++k) {
-      const std::int32_t p = s->n_prefilled + k;
-      const bool want_logits = completes && k == item.prefill - 1;
+    // A chunk is all text or all one image's: cut at an image's edge (the rest goes next tick).
+    const std::int32_t from = s->n_prefilled;
+    const std::int32_t length = std::min(item.prefill, s->prefill_run_end(from) - from);
+    const PromptImage* image = s->image_at(from);
+    const bool completes = length == s->prompt_remaining();
+    for (std::int32_t k = 0; k < length; ++k) {
+      const std::int32_t p = from + k;
+      const bool want_logits = completes && k == length - 1;
       if (want_logits) out.rows.push_back({s, static_cast<std::int32_t>(out.entries.size())});
-      out.entries.push_back({s->tokens[static_cast<std::size_t>(p)], p, s->seq, want_logits});
+      out.entries.push_back({s->tokens[static_cast<std::size_t>(p)], p, s->seq, want_logits, image ? image->row(p) : nullptr});
     }
-    out.prefilled.push_back({s, item.prefill});
+    out.prefilled.push_back({s, length});
   }
 }
 

@@ -98,7 +98,9 @@ TEST_F(CgroupQuota, V2TakesTheSmallestCpuMaxUpTheTree) {
   ProcCpuMeter meter("/proc/stat", root_);
   EXPECT_EQ(meter.allowed_cores(), 1);
   EXPECT_EQ(meter.mask_cpus(), cpus());
-  if (cpus() > 1) EXPECT_NE(meter.describe().find("cgroup quota 0.5"), std::string::npos) << meter.describe();
+  if (cpus() > 1) {
+    EXPECT_NE(meter.describe().find("cgroup quota 0.5"), std::string::npos) << meter.describe();
+  }
 }
 
 TEST_F(CgroupQuota, V1ReadsTheCpuControllersQuotaAndNoQuotaLeavesTheMask) {

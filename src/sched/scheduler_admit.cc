@@ -44,9 +44,11 @@ Status Scheduler::read_prompt(Request& request, Session& s) {
   const auto not_in_vocabulary = [](Token t, const char* param) {
     return Status(ErrorCode::kBadRequest, "token " + std::to_string(t) + " is not in the vocabulary", param);
   };
+  s.images = std::move(request.prompt_images);
   if (!request.prompt_tokens.empty()) {
-    for (Token t : request.prompt_tokens) {
-      if (!decoder_.valid_token(t)) return not_in_vocabulary(t, "prompt");
+    for (std::size_t i = 0; i < request.prompt_tokens.size(); ++i) {
+      const Token t = request.prompt_tokens[i];
+      if (!decoder_.valid_token(t) && s.image_at(static_cast<std::int32_t>(i)) == nullptr) return not_in_vocabulary(t, "prompt");
     }
     s.tokens = std::move(request.prompt_tokens);
   } else if (Status st = decoder_.tokenize(request.prompt, s.tokens, request.parse_special); !st.ok()) {
@@ -122,7 +124,8 @@ void Scheduler::set_session_targets(Request& request, Session& s) {
   const double ttft_default = s.background() ? config_.background_max_wait_ms : config_.slo_ttft_ms;
   s.slo_ttft_ms = request.slo_ttft_ms > 0 ? request.slo_ttft_ms : ttft_default;
   s.slo_tbt_ms = request.slo_tbt_ms > 0 ? request.slo_tbt_ms : config_.slo_tbt_ms;
-  s.speculate = request.speculative.value_or(config_.speculate) && config_.draft_max > 0;
+  // Drafts are token ids: a prompt with images (stand-in ids) gives a drafter nothing to match.
+  s.speculate = request.speculative.value_or(config_.speculate) && config_.draft_max > 0 && s.images.empty();
   if (s.speculate && !request.prediction.empty()) take_prediction(s, request.prediction);
   s.accept = spec_.starting_acceptance();
 }

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace uma {
 
 const StateTable<SessionState, kSessionStates>& session_states() {
@@ -18,6 +20,22 @@ const StateTable<SessionState, kSessionStates>& session_states() {
 void Session::set_state(SessionState next) {
   spdlog::debug("session {}: {} -> {}", id, session_state_name(state), session_state_name(next));
   move_state(session_states(), state, next, id);
+}
+
+const PromptImage* Session::image_at(std::int32_t pos) const {
+  for (const PromptImage& im : images) {
+    if (im.holds(pos)) return &im;
+  }
+  return nullptr;
+}
+
+std::int32_t Session::prefill_run_end(std::int32_t from) const {
+  auto end = static_cast<std::int32_t>(tokens.size());
+  for (const PromptImage& im : images) {
+    if (im.holds(from)) return im.pos + im.n_tokens;
+    if (im.pos > from) return std::min(end, im.pos);
+  }
+  return end;
 }
 
 }  // namespace uma

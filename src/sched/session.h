@@ -98,6 +98,10 @@ struct Session {
   std::int32_t prediction_accepted = 0;
   std::int32_t prediction_rejected = 0;
 
+  // The prompt's images (serve/request.h), by position: their positions are prefilled from their
+  // embeddings, in chunks apart from text (a decoder feeds the two kinds to llama.cpp apart).
+  std::vector<PromptImage> images;
+
   // Preemption.
   ParkedSequence parked;               // while kPaused: sampler, and the KV when it was saved
   SessionState paused_from = SessionState::kQueued;
@@ -108,6 +112,11 @@ struct Session {
   Token last_token() const { return tokens.back(); }
   std::int32_t prompt_remaining() const { return static_cast<std::int32_t>(tokens.size()) - n_prefilled; }
   bool background() const { return priority == Priority::kBackground; }
+  // The image holding position `pos`, or null.
+  const PromptImage* image_at(std::int32_t pos) const;
+  // Where a prefill chunk starting at `from` must end at the latest: its image's end when `from` is
+  // in one, else the next image's start, else the end of the tokens.
+  std::int32_t prefill_run_end(std::int32_t from) const;
   // Asserts the transition is legal; traces it under UMA_DEBUG.
   void set_state(SessionState next);
 };

@@ -18,6 +18,7 @@ std::vector<Request> expand_choices(Request first, std::int32_t n, const std::ve
       const PromptInput& p = prompts[std::min<std::size_t>(k - 1, static_cast<std::size_t>(i / per_prompt))];
       q.prompt = p.text;
       q.prompt_tokens = p.tokens;
+      q.images = p.images;
     }
     if (q.sampling.seed != kRandomSeed) q.sampling.seed += static_cast<std::uint32_t>(i);
     out.push_back(std::move(q));

@@ -4,8 +4,8 @@
 
 namespace uma {
 
-PrepareStage::PrepareStage(Options options, Tokenize tokenize, WorkSubmit next)
-    : options_(options), tokenize_(std::move(tokenize)), next_(std::move(next)) {
+PrepareStage::PrepareStage(Options options, Tokenize tokenize, WorkSubmit next, PrepareImages images)
+    : options_(options), tokenize_(std::move(tokenize)), next_(std::move(next)), images_(std::move(images)) {
   for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { serve(); });
 }
 
@@ -18,7 +18,23 @@ PrepareStage::~PrepareStage() {
   for (std::thread& t : threads_) t.join();
 }
 
+void PrepareStage::prepare_images(Request& r) const {
+  std::vector<Token> tokens;
+  std::vector<PromptImage> placed;
+  Status st = images_ ? images_(r, &tokens, &placed)
+                      : Status(ErrorCode::kNotSupported, "image input: this server's model has no vision projector", "image");
+  r.images.clear();  // the bytes are done with either way
+  if (!st.ok()) {
+    r.prepare_status = std::move(st);
+    return;
+  }
+  r.prompt_tokens = std::move(tokens);
+  r.prompt_images = std::move(placed);
+  r.prompt.clear();
+}
+
 void PrepareStage::prepare(Request& r) const {
+  if (!r.images.empty()) return prepare_images(r);
   std::vector<Token> tokens;
   if (tokenize_(r.prompt, tokens, r.parse_special).ok() && !tokens.empty()) {
     r.prompt_tokens = std::move(tokens);
@@ -39,9 +55,10 @@ void PrepareStage::submit(WorkItem item) {
     return next_(std::move(item));
   }
   Request& r = std::get<Request>(item);
+  const bool images = !r.images.empty();
   const bool text = r.prompt_tokens.empty() && r.embed_inputs.empty() && !r.prompt.empty();
-  if (!text || threads_.empty() || r.prompt.size() < options_.pool_bytes) {
-    if (text) prepare(r);
+  if (threads_.empty() || (!images && (!text || r.prompt.size() < options_.pool_bytes))) {
+    if (text || images) prepare(r);
     return next_(std::move(item));
   }
   {

@@ -11,7 +11,9 @@
 // Order: a request's cancel never overtakes it (a cancel for a request still being prepared goes
 // right after it); requests may overtake each other (a short prompt is not held behind a long one).
 // A prompt that does not tokenize goes on as text: the scheduler tokenizes it and reports the
-// error as it reports every other.
+// error as it reports every other. A prompt with images always goes to the stage's threads (an
+// image's encoder pass is milliseconds to seconds); its errors go on in the request's
+// prepare_status, which the scheduler answers.
 //
 // Threading: submit() from any thread; `next` is called from the stage's threads and from
 // submit()'s callers, concurrently. Lifetime: the destructor drops what is still queued (their
@@ -38,11 +40,14 @@ namespace uma {
 class PrepareStage {
  public:
   using Tokenize = std::function<Status(std::string_view text, std::vector<Token>& out, bool parse_special)>;
+  // A prompt's text and images into token ids and placed embeddings (runtime/image_encoder.h).
+  // Empty: images are refused (kNotSupported).
+  using PrepareImages = std::function<Status(const Request& r, std::vector<Token>* tokens, std::vector<PromptImage>* placed)>;
   struct Options {
     int threads = 1;
     std::size_t pool_bytes = 1024;  // shorter prompts are tokenized on the submitting thread
   };
-  PrepareStage(Options options, Tokenize tokenize, WorkSubmit next);
+  PrepareStage(Options options, Tokenize tokenize, WorkSubmit next, PrepareImages images = {});
   ~PrepareStage();
   PrepareStage(const PrepareStage&) = delete;
   PrepareStage& operator=(const PrepareStage&) = delete;
@@ -54,10 +59,12 @@ class PrepareStage {
  private:
   void serve();  // a stage thread
   void prepare(Request& r) const;  // text -> token ids, where it tokenizes
+  void prepare_images(Request& r) const;
 
   Options options_;
   Tokenize tokenize_;
   WorkSubmit next_;
+  PrepareImages images_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::variant<Request, std::function<void()>>> queue_;  // guarded by mu_

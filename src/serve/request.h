@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -36,6 +38,23 @@ struct PromptInput {
   std::string text;
   std::vector<std::int32_t> tokens;
   std::vector<PromptPiece> mixed;  // set instead of text and tokens
+  std::vector<std::string> images;  // llama-server's multimodal_data: one per image marker in text
+};
+
+// The text put where an image goes in a prompt's text (libmtmd's default media marker): the
+// prepare stage puts each image's embeddings there, in order.
+inline constexpr std::string_view kImageMarker = "<__media__>";
+
+// An image of a prompt, made by the prepare stage from a client's bytes: its input embeddings, which
+// fill prompt positions [pos, pos + n_tokens) instead of token ids. The prompt's tokens there are
+// stand-ins derived from the image's hash (negative: never in a vocabulary), so a kept prefix that
+// holds the same image at the same place matches in the prefix cache and one with another does not.
+struct PromptImage {
+  std::int32_t pos = 0;
+  std::int32_t n_tokens = 0;
+  std::shared_ptr<const std::vector<float>> embd;  // n_tokens rows of the model's input width
+  const float* row(std::int32_t p) const { return embd->data() + (embd->size() / n_tokens) * (p - pos); }
+  bool holds(std::int32_t p) const { return p >= pos && p < pos + n_tokens; }
 };
 
 struct Request {
@@ -61,6 +80,12 @@ struct Request {
   // Tokens that follow the tokenized prompt: a stream resumed on this daemon after another one
   // generated them (the gateway's mid-stream failover). Part of the prompt for everything else.
   std::vector<std::int32_t> continuation;  // token ids (Token, runtime/decoder.h)
+  // Images, one per image marker (http/image_input.h) in `prompt`, as a client sent them (PNG, JPEG,
+  // ...): the prepare stage turns the prompt and them into `prompt_tokens` and `prompt_images`.
+  std::vector<std::string> images;
+  std::vector<PromptImage> prompt_images;  // sorted by position, apart
+  // Not ok: the prepare stage could not make the prompt (a bad image); the scheduler answers this.
+  Status prepare_status;
   // Not empty: an embeddings request (sched/embed_queue.h) of these inputs, each a whole token
   // sequence; nothing is generated, and the one kDone event carries a vector per input.
   std::vector<std::vector<std::int32_t>> embed_inputs;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -178,18 +179,27 @@ Status write_f32(const MkModelOptions& o, const std::string& path) {
     gguf_add_tensor(g.get(), t);
   }
 
+  std::vector<float> embd;
+  return write_gguf_f32(path, g.get(), plan.size(), [&](std::size_t i, std::vector<float>& data) {
+    fill_tensor(plan[i], o.seed, embd, o.agree, data);
+    if (plan[i].fill == Fill::kUnitRows) embd = data;  // the oracle's head is built from it
+  });
+}
+
+}  // namespace
+
+Status write_gguf_f32(const std::string& path, gguf_context* g, std::size_t n_tensors,
+                      const std::function<void(std::size_t, std::vector<float>&)>& fill) {
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return Status(ErrorCode::kIo, "cannot write '" + path + "'");
-  std::vector<char> header(gguf_get_meta_size(g.get()));
-  gguf_get_meta_data(g.get(), header.data());
+  std::vector<char> header(gguf_get_meta_size(g));
+  gguf_get_meta_data(g, header.data());
   bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  const size_t align = gguf_get_alignment(g.get());
-  std::vector<float> embd, data;
+  const size_t align = gguf_get_alignment(g);
+  std::vector<float> data;
   const std::vector<char> zeros(align, 0);
-  for (const TensorPlan& p : plan) {
-    if (!ok) break;
-    fill_tensor(p, o.seed, embd, o.agree, data);
-    if (p.fill == Fill::kUnitRows) embd = data;  // the oracle's head is built from it
+  for (std::size_t i = 0; i < n_tensors && ok; ++i) {
+    fill(i, data);
     const size_t bytes = data.size() * sizeof(float);
     ok = std::fwrite(data.data(), 1, bytes, f) == bytes;
     const size_t pad = GGML_PAD(bytes, align) - bytes;
@@ -198,8 +208,6 @@ Status write_f32(const MkModelOptions& o, const std::string& path) {
   ok = (std::fclose(f) == 0) && ok;
   return ok ? Status::Ok() : Status(ErrorCode::kIo, "short write to '" + path + "'");
 }
-
-}  // namespace
 
 bool find_preset(const std::string& name, ModelShape* out) {
   static const ModelShape kPresets[] = {

@@ -11,10 +11,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 #include <string>
 
 #include "common/status.h"
+
+struct gguf_context;
 
 namespace uma {
 
@@ -54,7 +57,24 @@ struct MkModelOptions {
   double agree = 1.0;
 };
 
-
 Status write_model(const MkModelOptions& options);
+
+// A GGUF of F32 tensors: `g`'s header (its tensors added), then tensor i's data as fill(i, data) gives it.
+Status write_gguf_f32(const std::string& path, gguf_context* g, std::size_t n_tensors,
+                      const std::function<void(std::size_t i, std::vector<float>& data)>& fill);
+
+// A vision projector for a text model of width n_embd_text (tools/mkmodel_projector.cc): a LLaVA
+// MLP projector over a small ViT, as llama.cpp's libmtmd loads (--mmproj). An image becomes
+// (image_size / patch_size)^2 embeddings.
+struct ProjectorShape {
+  std::int32_t image_size = 64;
+  std::int32_t patch_size = 16;
+  std::int32_t n_embd = 64;
+  std::int32_t n_head = 4;
+  std::int32_t n_ff = 128;
+  std::int32_t n_layer = 2;   // the last block is not used (LLaVA reads the one before)
+  std::int32_t n_mm = 128;    // the projector's hidden width
+};
+Status write_projector(const ProjectorShape& shape, std::int32_t n_embd_text, std::uint64_t seed, const std::string& path);
 
 }  // namespace uma

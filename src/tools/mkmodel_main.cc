@@ -41,6 +41,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--oracle", oracle, "the preset's shape built as the oracle (greedy next token = last + 1) at that "
                "shape's real cost");
+  std::string mmproj;
+  uma::ProjectorShape projector;
+  app.add_option("--mmproj", mmproj, "also write a vision projector for the model (a LLaVA MLP over a small ViT, as "
+                 "llama.cpp's libmtmd reads) to this path: umad --mmproj");
+  app.add_option("--mmproj-image-size", projector.image_size, "the projector's image side in pixels (an image becomes "
+                 "(side / 16)^2 embeddings)")->capture_default_str()->check(CLI::Range(16, 1024));
   CLI11_PARSE(app, argc, argv);
   if (!template_file.empty()) {
     std::ifstream f(template_file);
@@ -55,12 +61,14 @@ int main(int argc, char** argv) {
     if (level >= GGML_LOG_LEVEL_WARN) std::fputs(text, stderr);
   }, nullptr);
   llama_backend_init();
-  const uma::Status st = uma::write_model(o);
+  uma::Status st = uma::write_model(o);
+  if (st.ok() && !mmproj.empty()) st = uma::write_projector(projector, o.shape.n_embd, o.seed, mmproj);
   llama_backend_free();
   if (!st.ok()) {
     std::fprintf(stderr, "uma-mkmodel: %s\n", st.to_string().c_str());
     return 1;
   }
   std::printf("%s\n", o.out_path.c_str());
+  if (!mmproj.empty()) std::printf("%s\n", mmproj.c_str());
   return 0;
 }

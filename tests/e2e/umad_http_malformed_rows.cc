@@ -113,7 +113,7 @@ std::vector<Row> table() {
   bad("content part without text", kChat, R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})");
   bad("content part text as number", kChat, R"({"messages":[{"role":"user","content":[{"type":"text","text":1}]}]})");
   bad("content part image_url", kChat,
-      R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]})");
+      R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]})", 501);
   good("chat with two text parts",
        {post(kChat, R"({"messages":[{"role":"user","content":[{"type":"text","text":"hello "},)"
                     R"({"type":"text","text":"world"}]}],"max_tokens":8})")},

@@ -1,0 +1,130 @@
+#include "runtime/image_encoder.h"
+
+#include <llama.h>
+#include <mtmd-helper.h>
+#include <mtmd.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+
+namespace uma {
+namespace {
+
+struct ChunksFree { void operator()(mtmd_input_chunks* c) const { mtmd_input_chunks_free(c); } };
+struct BitmapFree { void operator()(mtmd_bitmap* b) const { mtmd_bitmap_free(b); } };
+
+// Stand-in token ids for an image's positions: negative (never in a vocabulary), from its hash.
+Token stand_in(std::uint64_t hash, std::int32_t i) {
+  const std::uint64_t mixed = (hash + static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
+  return -2 - static_cast<Token>(mixed >> 35);  // in [-2 - 2^29, -2]
+}
+
+std::uint64_t hash_of_id(const char* id) {  // the bitmap's id: its bytes' SHA-256 in hex
+  std::uint64_t h = 1469598103934665603ull;
+  for (const char* c = id; c != nullptr && *c != '\0'; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  return h;
+}
+
+// libmtmd's lines into our log: errors and warnings as they are, its loader's chatter at trace.
+void log_from_mtmd(ggml_log_level level, const char* text, void*) {
+  std::string_view line(text);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line.empty()) return;
+  if (level == GGML_LOG_LEVEL_ERROR) spdlog::error("mtmd: {}", line);
+  else if (level == GGML_LOG_LEVEL_WARN) spdlog::warn("mtmd: {}", line);
+  else spdlog::trace("mtmd: {}", line);
+}
+
+}  // namespace
+
+std::unique_ptr<ImageEncoder> ImageEncoder::open(const ImageEncoderOptions& options, const llama_model* model, Status* status) {
+  mtmd_helper_log_set(log_from_mtmd, nullptr);
+  mtmd_context_params p = mtmd_context_params_default();
+  p.use_gpu = options.use_gpu;
+  p.n_threads = options.threads;
+  p.print_timings = false;
+  p.media_marker = kImageMarker.data();
+  p.warmup = true;
+  std::unique_ptr<ImageEncoder> e(new ImageEncoder());
+  e->ctx_ = mtmd_init_from_file(options.mmproj_path.c_str(), model, p);
+  if (e->ctx_ == nullptr) {
+    *status = Status(ErrorCode::kInvalidArgument, "cannot load the vision projector '" + options.mmproj_path +
+                     "' (llama.cpp's log says why: a file that is no projector, or one for a model of another width)");
+    return nullptr;
+  }
+  if (!mtmd_support_vision(e->ctx_)) {
+    *status = Status(ErrorCode::kInvalidArgument, "'" + options.mmproj_path + "' has no vision encoder");
+    return nullptr;
+  }
+  if (mtmd_decode_use_mrope(e->ctx_)) {
+    *status = Status(ErrorCode::kInvalidArgument, "'" + options.mmproj_path + "' places images with M-RoPE, which umad "
+                     "does not serve (one position per embedding only)");
+    return nullptr;
+  }
+  e->n_embd_ = llama_model_n_embd_inp(model);
+  return e;
+}
+
+ImageEncoder::~ImageEncoder() {
+  if (ctx_ != nullptr) mtmd_free(ctx_);
+}
+
+Status ImageEncoder::prepare(std::string_view text, bool parse_special, const std::vector<std::string>& images,
+                             std::vector<Token>* tokens, std::vector<PromptImage>* placed) {
+  std::vector<std::unique_ptr<mtmd_bitmap, BitmapFree>> bitmaps;
+  std::vector<const mtmd_bitmap*> views;
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const auto* data = reinterpret_cast<const unsigned char*>(images[i].data());
+    mtmd_helper_bitmap_wrapper w = mtmd_helper_bitmap_init_from_buf(ctx_, data, images[i].size(), false,
+                                                                    mtmd_helper_init_opt_default());
+    if (w.bitmap == nullptr || mtmd_bitmap_is_audio(w.bitmap)) {
+      if (w.bitmap != nullptr) mtmd_bitmap_free(w.bitmap);
+      return Status(ErrorCode::kBadRequest, "image " + std::to_string(i + 1) + " does not decode as an image", "image");
+    }
+    bitmaps.emplace_back(w.bitmap);
+    views.push_back(w.bitmap);
+  }
+  mtmd_input_text input{};
+  input.text = text.data();
+  input.text_len = text.size();
+  input.add_special = true;
+  input.parse_special = parse_special;
+  std::unique_ptr<mtmd_input_chunks, ChunksFree> chunks(mtmd_input_chunks_init());
+  const int32_t rc = mtmd_tokenize(ctx_, chunks.get(), &input, views.data(), views.size());
+  if (rc == 1) {
+    return Status(ErrorCode::kBadRequest, "the prompt has " + std::to_string(images.size()) + " image(s) but another "
+                  "number of image places (" + std::string(kImageMarker) + " in its text)", "image");
+  }
+  if (rc != 0) return Status(ErrorCode::kBadRequest, "an image could not be prepared for the projector", "image");
+  tokens->clear();
+  placed->clear();
+  for (std::size_t c = 0; c < mtmd_input_chunks_size(chunks.get()); ++c) {
+    const mtmd_input_chunk* chunk = mtmd_input_chunks_get(chunks.get(), c);
+    if (mtmd_input_chunk_get_type(chunk) == MTMD_INPUT_CHUNK_TYPE_TEXT) {
+      std::size_t n = 0;
+      const llama_token* t = mtmd_input_chunk_get_tokens_text(chunk, &n);
+      tokens->insert(tokens->end(), t, t + n);
+      continue;
+    }
+    if (mtmd_decode_use_non_causal(ctx_, chunk)) {
+      return Status(ErrorCode::kNotSupported, "this projector's images need non-causal attention, which umad does not serve", "image");
+    }
+    const auto n = static_cast<std::int32_t>(mtmd_input_chunk_get_n_tokens(chunk));
+    auto embd = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n) * static_cast<std::size_t>(n_embd_));
+    {
+      std::lock_guard<std::mutex> lock(encode_mu_);
+      if (mtmd_encode_chunk(ctx_, chunk) != 0) return Status(ErrorCode::kInternal, "the vision projector failed to encode an image");
+      std::memcpy(embd->data(), mtmd_get_output_embd(ctx_), embd->size() * sizeof(float));
+    }
+    const std::uint64_t h = hash_of_id(mtmd_input_chunk_get_id(chunk));
+    const auto pos = static_cast<std::int32_t>(tokens->size());
+    for (std::int32_t i = 0; i < n; ++i) tokens->push_back(stand_in(h, i));
+    placed->push_back(PromptImage{pos, n, std::move(embd)});
+  }
+  return Status::Ok();
+}
+
+}  // namespace uma

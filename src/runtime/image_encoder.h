@@ -1,0 +1,56 @@
+// ImageEncoder: a prompt with images made ready for the scheduler, through llama.cpp's libmtmd and
+// a vision projector (--mmproj). The prompt's text holds one image marker (kImageMarker) per image;
+// prepare() tokenizes the text around them, decodes each image (PNG, JPEG, GIF, BMP), runs the
+// projector's encoder and gives its embeddings as a PromptImage at its place among the tokens.
+// The tokens there are stand-ins derived from the image's SHA-256 (serve/request.h says why).
+//
+// Projectors whose images need other than one position per embedding (M-RoPE) or attention that
+// is not causal are refused at open(): the scheduler prefills an image in chunks like text.
+//
+// Thread-safety: prepare() from any thread (the prepare stage's); encodes run one at a time.
+// Lifetime: within the LlamaRuntime whose model it was opened for.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "serve/request.h"
+#include "serve/token.h"
+
+struct llama_model;
+struct mtmd_context;
+
+namespace uma {
+
+struct ImageEncoderOptions {
+  std::string mmproj_path;
+  std::int32_t threads = 1;
+  bool use_gpu = false;
+};
+
+class ImageEncoder {
+ public:
+  static std::unique_ptr<ImageEncoder> open(const ImageEncoderOptions& options, const llama_model* model, Status* status);
+  ~ImageEncoder();
+  ImageEncoder(const ImageEncoder&) = delete;
+  ImageEncoder& operator=(const ImageEncoder&) = delete;
+
+  // `text` with one kImageMarker per image (the BOS added as the model wants, control tokens parsed
+  // when parse_special). kBadRequest for an image that does not decode or a marker count that
+  // does not match the images; kInternal when the encoder fails.
+  Status prepare(std::string_view text, bool parse_special, const std::vector<std::string>& images,
+                 std::vector<Token>* tokens, std::vector<PromptImage>* placed);
+  std::int32_t n_embd() const { return n_embd_; }
+
+ private:
+  ImageEncoder() = default;
+  mtmd_context* ctx_ = nullptr;
+  std::int32_t n_embd_ = 0;
+  std::mutex encode_mu_;  // one encode at a time: the projector's context is not reentrant
+};
+
+}  // namespace uma
