@@ -47,6 +47,92 @@ struct PartFile {
   }
 };
 
+// One fill's NVMe side: where the tier keeps the model (final, part and chunk-map files), its
+// open download, and what reading it found.
+struct NvmeFill {
+  const Manifest& m;
+  std::shared_ptr<ModelImage> image;
+  std::string final_path, part_path, map_path;
+  PartFile out;
+  bool from_part = false;  // a download resumed from its part file
+  std::vector<std::size_t> corrupt;
+  DirectReadStats ds;
+};
+
+// The tier's complete file read into the image; with corrupt chunks, opened to be repaired in place.
+Status read_nvme_copy(NvmeFill& f, VerifyPool& pool, const DirectReadOptions& direct) {
+  Status s = read_direct(f.final_path, f.image, pool, direct, {}, &f.corrupt, &f.ds);
+  if (s.ok() && !f.corrupt.empty()) {
+    f.out.data = ::open(f.final_path.c_str(), O_WRONLY | O_CLOEXEC);  // repaired in place
+    if (f.out.data < 0) s = io_error(f.final_path);
+  }
+  return s;
+}
+
+// A download to the tier: resumed from its part file where the chunk map matches, else started afresh.
+Status open_part_download(NvmeFill& f, VerifyPool& pool, const DirectReadOptions& direct) {
+  const Manifest& m = f.m;
+  std::vector<std::uint8_t> have(m.chunk_count(), 0);
+  if (file_size(f.part_path) == m.bytes && file_size(f.map_path) == m.chunk_count()) {
+    const int fd = ::open(f.map_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && ::pread(fd, have.data(), have.size(), 0) == static_cast<ssize_t>(have.size())) f.from_part = true;
+    if (fd >= 0) ::close(fd);
+  }
+  if (!f.from_part) {
+    ::unlink(f.map_path.c_str());
+    f.out.data = ::open(f.part_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    f.out.map = ::open(f.map_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (f.out.data < 0 || f.out.map < 0 || ::ftruncate(f.out.data, static_cast<off_t>(m.bytes)) != 0 ||
+        ::ftruncate(f.out.map, static_cast<off_t>(m.chunk_count())) != 0) {
+      return io_error(f.part_path);
+    }
+    return {};
+  }
+  // Chunks the map says were written are read and verified like any NVMe read; the rest, and
+  // any that fail, come from the remote tier.
+  Status s;
+  std::vector<std::uint8_t> want = have;
+  if (std::any_of(want.begin(), want.end(), [](std::uint8_t b) { return b; })) {
+    s = read_direct(f.part_path, f.image, pool, direct, want, &f.corrupt, &f.ds);
+  }
+  f.out.data = ::open(f.part_path.c_str(), O_WRONLY | O_CLOEXEC);
+  f.out.map = ::open(f.map_path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (f.out.data < 0 || f.out.map < 0) s = io_error(f.part_path);
+  return s;
+}
+
+// No tier holds what the image lacks.
+Status no_tier_error(const std::string& id, const std::vector<std::size_t>& corrupt) {
+  std::string which;
+  for (std::size_t k = 0; k < corrupt.size() && k < 8; ++k) which += (k ? ", " : "") + std::to_string(corrupt[k]);
+  if (corrupt.size() > 8) which += ", ...";
+  return {ErrorCode::kIo, id + (corrupt.empty() ? ": no tier holds it (no NVMe file, no URL)"
+                                                : ": " + std::to_string(corrupt.size()) + " corrupt chunks (" + which +
+                                                      ") and no remote tier to fetch them from")};
+}
+
+// What the image lacks, from the remote tier, each verified chunk written to the NVMe tier's file.
+void fetch_missing_chunks(NvmeFill& f, const std::string& url, VerifyPool& pool, const RemoteOptions& remote,
+                          FillRecord& rec) {
+  RemoteStats rs;
+  const ChunkCallback on_verified = [&out = f.out, &m = f.m](std::size_t i, std::span<const std::uint8_t> bytes) -> Status {
+    return out.data >= 0 ? out.write_chunk(m, i, bytes) : Status{};
+  };
+  rec.status = fetch_remote(url, f.image, pool, remote, on_verified, &rs);
+  rec.corrupt_chunks += rs.corrupt_chunks.load();
+  rec.resumed_transfers = rs.resumed_transfers.load();
+  if (rec.from == Tier::kNvme) rec.refetched_chunks = f.corrupt.size();
+  rec.mixed = rec.from == Tier::kNvme || f.from_part;
+}
+
+// The written file made durable; a download becomes the tier's file and its chunk map goes.
+Status keep_nvme_file(const NvmeFill& f, Tier from) {
+  if (::fdatasync(f.out.data) != 0) return io_error("syncing the NVMe tier");
+  if (from == Tier::kRemote && ::rename(f.part_path.c_str(), f.final_path.c_str()) != 0) return io_error(f.final_path);
+  ::unlink(f.map_path.c_str());
+  return {};
+}
+
 }  // namespace
 
 std::string_view tier_name(Tier t) {
@@ -369,79 +455,27 @@ FillRecord TierStore::fill(const Job& job) {
   }
   const bool nvme = !config_.nvme_dir.empty();
   const std::string final_path = nvme ? nvme_path(job.id) : "";
-  const std::string part_path = final_path + ".part";
-  const std::string map_path = nvme ? config_.nvme_dir + "/" + job.id + ".chunks" : "";
-  PartFile out;
-  bool from_part = false;
-  std::vector<std::size_t> corrupt;
-  DirectReadStats ds;
-  if (nvme && file_size(final_path) == m.bytes) {
+  NvmeFill f{m, image, final_path, final_path + ".part", nvme ? config_.nvme_dir + "/" + job.id + ".chunks" : ""};
+  if (nvme && file_size(f.final_path) == m.bytes) {
     rec.from = Tier::kNvme;
-    rec.status = read_direct(final_path, image, pool_, config_.direct, {}, &corrupt, &ds);
-    if (rec.status.ok() && !corrupt.empty()) {
-      out.data = ::open(final_path.c_str(), O_WRONLY | O_CLOEXEC);  // repaired in place
-      if (out.data < 0) rec.status = io_error(final_path);
-    }
+    rec.status = read_nvme_copy(f, pool_, config_.direct);
   } else if (nvme && !job.source.url.empty()) {
     rec.from = Tier::kRemote;
-    std::vector<std::uint8_t> have(m.chunk_count(), 0);
-    if (file_size(part_path) == m.bytes && file_size(map_path) == m.chunk_count()) {
-      const int fd = ::open(map_path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd >= 0 && ::pread(fd, have.data(), have.size(), 0) == static_cast<ssize_t>(have.size())) from_part = true;
-      if (fd >= 0) ::close(fd);
-    }
-    if (!from_part) {
-      ::unlink(map_path.c_str());
-      out.data = ::open(part_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      out.map = ::open(map_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (out.data < 0 || out.map < 0 || ::ftruncate(out.data, static_cast<off_t>(m.bytes)) != 0 ||
-          ::ftruncate(out.map, static_cast<off_t>(m.chunk_count())) != 0) {
-        rec.status = io_error(part_path);
-      }
-    } else {
-      // Chunks the map says were written are read and verified like any NVMe read; the rest, and
-      // any that fail, come from the remote tier.
-      std::vector<std::uint8_t> want = have;
-      if (std::any_of(want.begin(), want.end(), [](std::uint8_t b) { return b; })) {
-        rec.status = read_direct(part_path, image, pool_, config_.direct, want, &corrupt, &ds);
-      }
-      out.data = ::open(part_path.c_str(), O_WRONLY | O_CLOEXEC);
-      out.map = ::open(map_path.c_str(), O_WRONLY | O_CLOEXEC);
-      if (out.data < 0 || out.map < 0) rec.status = io_error(part_path);
-    }
+    rec.status = open_part_download(f, pool_, config_.direct);
   } else {
     rec.from = job.source.url.empty() ? Tier::kNone : Tier::kRemote;
   }
-  rec.corrupt_chunks = corrupt.size();
-  rec.direct = ds.direct;
-  rec.io_uring = ds.io_uring;
+  rec.corrupt_chunks = f.corrupt.size();
+  rec.direct = f.ds.direct;
+  rec.io_uring = f.ds.io_uring;
   if (rec.status.ok() && !image->complete()) {
     if (job.source.url.empty()) {
-      std::string which;
-      for (std::size_t k = 0; k < corrupt.size() && k < 8; ++k) which += (k ? ", " : "") + std::to_string(corrupt[k]);
-      if (corrupt.size() > 8) which += ", ...";
-      rec.status = {ErrorCode::kIo, job.id + (corrupt.empty() ? ": no tier holds it (no NVMe file, no URL)"
-                                                              : ": " + std::to_string(corrupt.size()) + " corrupt chunks (" + which +
-                                                                    ") and no remote tier to fetch them from")};
+      rec.status = no_tier_error(job.id, f.corrupt);
     } else {
-      RemoteStats rs;
-      const ChunkCallback on_verified = [&out, &m](std::size_t i, std::span<const std::uint8_t> bytes) -> Status {
-        return out.data >= 0 ? out.write_chunk(m, i, bytes) : Status{};
-      };
-      rec.status = fetch_remote(job.source.url, image, pool_, config_.remote, on_verified, &rs);
-      rec.corrupt_chunks += rs.corrupt_chunks.load();
-      rec.resumed_transfers = rs.resumed_transfers.load();
-      if (rec.from == Tier::kNvme) rec.refetched_chunks = corrupt.size();
-      rec.mixed = rec.from == Tier::kNvme || from_part;
+      fetch_missing_chunks(f, job.source.url, pool_, config_.remote, rec);
     }
   }
-  if (rec.status.ok() && out.data >= 0) {
-    if (::fdatasync(out.data) != 0) rec.status = io_error("syncing the NVMe tier");
-    if (rec.status.ok() && rec.from == Tier::kRemote && ::rename(part_path.c_str(), final_path.c_str()) != 0) {
-      rec.status = io_error(final_path);
-    }
-    if (rec.status.ok()) ::unlink(map_path.c_str());
-  }
+  if (rec.status.ok() && f.out.data >= 0) rec.status = keep_nvme_file(f, rec.from);
   if (!rec.status.ok()) image->fail(rec.status);
   rec.bytes = m.bytes;
   rec.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
