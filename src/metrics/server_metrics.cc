@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <span>
 #include <utility>
 
@@ -73,8 +74,9 @@ std::function<Json(const M&)> load(A M::*field) {
   return [field](const M& m) { return Json((m.*field).load()); };
 }
 
-const std::vector<Scalar>& scalars() {
-  static const std::vector<Scalar> table = {
+// The decodes, the tick's cost model and the compute threads.
+std::vector<Scalar> scalars_compute() {
+  return {
       {"tokens_generated_total", "generation_tokens_total", Type::kCounter, "Tokens generated.", load(&M::tokens_generated_total)},
       {"prompt_tokens_total", "prompt_tokens_total", Type::kCounter, "Prompt tokens admitted.", load(&M::prompt_tokens_total)},
       {"batch_calls_total", "decode_calls_total", Type::kCounter, "llama_decode calls.", load(&M::batch_calls_total)},
@@ -94,6 +96,12 @@ const std::vector<Scalar>& scalars() {
       {"decode_ms_ewma", "decode_ewma_seconds", Type::kGauge, "Moving average of llama_decode durations.", load(&M::decode_ms_ewma), 0.001},
       {"decode_step_ms", "decode_step_seconds", Type::kGauge, "Decode-only tick with the streams decoding now (0 when none decode): what each tick of a new prompt's prefill also pays.", load(&M::decode_step_ms), 0.001},
       {"ttft_ms_last", "time_to_first_token_last_seconds", Type::kGauge, "Time to first token of the last request (-0.001 before any).", load(&M::ttft_ms_last), 0.001},
+  };
+}
+
+// Who is running, waiting or draining, and the KV cache they hold.
+std::vector<Scalar> scalars_occupancy() {
+  return {
       {"active_sessions", "num_requests_running", Type::kGauge, "Requests prefilling or decoding.", load(&M::active_sessions)},
       {"queued_sessions", "num_requests_waiting", Type::kGauge, "Requests waiting for KV room.", load(&M::queued_sessions)},
       {"draining", "draining", Type::kGauge, "1 while draining (SIGTERM with --drain-sec): no new requests, those in flight end or move to other agents.", load(&M::draining)},
@@ -105,6 +113,12 @@ const std::vector<Scalar>& scalars() {
       {"kv_sequences_used", "kv_cache_sequences_used", Type::kGauge, "Sequences holding KV.", load(&M::kv_sequences_used)},
       {"kv_cells_total", "kv_cache_cells", Type::kGauge, "KV cells (n_ctx).", load(&M::kv_cells_total)},
       {"kv_cells_granted", "kv_cache_cells_granted", Type::kGauge, "KV cells granted to running requests (their tokens so far).", load(&M::kv_cells_granted)},
+  };
+}
+
+// What came in, and how the KV cache was kept for it (moves, restores, pauses).
+std::vector<Scalar> scalars_requests() {
+  return {
       {"requests_total", "requests_total", Type::kCounter, "Requests received.", load(&M::requests_total)},
       {"embedding_requests_total", "embedding_requests_total", Type::kCounter, "Embeddings requests received by the scheduler.", load(&M::embedding_requests_total)},
       {"embedding_tokens_total", "embedding_tokens_total", Type::kCounter, "Input tokens embedded.", load(&M::embedding_tokens_total)},
@@ -118,6 +132,12 @@ const std::vector<Scalar>& scalars() {
       {"kv_restore_fallbacks_total", "kv_restore_fallbacks_total", Type::kCounter, "Saved KV that did not fit back and was recomputed.", load(&M::kv_restore_fallbacks_total)},
       {"kv_exhausted_total", "kv_exhausted_total", Type::kCounter, "Decodes that found no KV cells (recovered by pausing).", load(&M::kv_exhausted_total)},
       {"parked_bytes", "parked_kv_bytes", Type::kGauge, "Host memory held by the KV of paused sessions.", load(&M::parked_bytes)},
+  };
+}
+
+// The prefix cache, as the JSON object "prefix_cache".
+std::vector<Scalar> scalars_prefix_cache() {
+  return {
       {"prefix_cache.lookups_total", "prefix_cache_queries_total", Type::kCounter, "Prefix cache lookups.", load(&M::prefix_lookups_total)},
       {"prefix_cache.hits_total", "prefix_cache_hits_total", Type::kCounter, "Prefix cache lookups that reused KV.", load(&M::prefix_hits_total)},
       {"prefix_cache.lookup_tokens_total", "prefix_cache_query_tokens_total", Type::kCounter, "Prompt tokens looked up in the prefix cache.", load(&M::prefix_lookup_tokens_total)},
@@ -134,6 +154,12 @@ const std::vector<Scalar>& scalars() {
       {"prefix_cache.kept_cells", "prefix_cache_kept_cells", Type::kGauge, "KV cells held by kept sequences (estimate).", load(&M::prefix_kept_cells)},
       {"prefix_cache.host_snapshots", "prefix_cache_host_snapshots", Type::kGauge, "Kept prefixes held as host snapshots.", load(&M::prefix_host_snapshots)},
       {"prefix_cache.host_bytes", "prefix_cache_host_bytes", Type::kGauge, "Host memory held by prefix snapshots.", load(&M::prefix_host_bytes)},
+  };
+}
+
+// How requests ended, speculative decoding, SLO misses and connections.
+std::vector<Scalar> scalars_outcomes() {
+  return {
       {"requests_completed_total", "request_success_total", Type::kCounter, "Requests finished (stop or length).", load(&M::requests_completed_total)},
       {"requests_cancelled_total", "requests_cancelled_total", Type::kCounter, "Requests cancelled or abandoned.", load(&M::requests_cancelled_total)},
       {"prefill_skipped_ticks_total", "prefill_skipped_ticks_total", Type::kCounter, "Ticks whose prefill the latency guard skipped.", load(&M::prefill_skipped_ticks_total)},
@@ -155,6 +181,18 @@ const std::vector<Scalar>& scalars() {
       {"disconnects_mid_stream_total", "disconnects_mid_stream_total", Type::kCounter, "Clients gone while their request ran.", load(&M::disconnects_mid_stream_total)},
       {"idle_timeouts_total", "idle_timeouts_total", Type::kCounter, "Connections closed for idling.", load(&M::idle_timeouts_total)},
   };
+}
+
+// Every scalar, in the order both outputs list them.
+const std::vector<Scalar>& scalars() {
+  static const std::vector<Scalar> table = [] {
+    std::vector<Scalar> all;
+    for (auto* group : {scalars_compute, scalars_occupancy, scalars_requests, scalars_prefix_cache, scalars_outcomes}) {
+      std::vector<Scalar> g = group();
+      all.insert(all.end(), std::make_move_iterator(g.begin()), std::make_move_iterator(g.end()));
+    }
+    return all;
+  }();
   return table;
 }
 
