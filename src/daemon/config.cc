@@ -184,6 +184,7 @@ Status derive_models(DaemonFlags& f) {
   }
   if (c.router() && !c.http.more_hosts.empty()) return bad("several models are served on one --host address");
   if (c.router() && !c.mmproj.empty()) return bad("--mmproj is one model's projector: give one --model with it");
+  c.image_cache_bytes = f.image_cache_mb << 20;
   if (rt.model_path.empty() && c.model_id.empty() && !c.router()) return bad("--model FILE, --models-dir DIR or --model-id ID is required");
   c.store_nvme_bytes = f.store_nvme_mb << 20;
   c.store_dram_bytes = f.store_dram_mb << 20;
@@ -207,7 +208,7 @@ nlohmann::ordered_json daemon_config_json(const DaemonConfig& c) {
   const bool per_seq = rt.kv_layout == KvLayout::kPerSeq;
   J j;
   j["model"] = {{"path", rt.model_path}, {"models", c.models}, {"models_dir", c.models_dir}, {"model_id", c.model_id},
-                {"mmproj", c.mmproj}, {"alias", c.alias}, {"chat_template", c.chat_template}, {"reasoning_format", c.reasoning_format},
+                {"mmproj", c.mmproj}, {"image_cache_mb", c.image_cache_bytes >> 20}, {"alias", c.alias}, {"chat_template", c.chat_template}, {"reasoning_format", c.reasoning_format},
                 {"reasoning", c.reasoning ? J(*c.reasoning ? "on" : "off") : J("auto")}, {"max_models", c.max_models},
                 {"models_mb", c.models_mb}, {"keep_alive", c.keep_alive}};
   j["store"] = {{"dir", c.store_dir}, {"nvme_mb", mib(c.store_nvme_bytes)}, {"dram_mb", mib(c.store_dram_bytes)}};

@@ -35,6 +35,7 @@ struct DaemonConfig {
   std::string chat_template;  // --chat-template: overrides the model's
   std::string draft_model;    // --draft-model: drafts for speculative decoding (runtime/draft_model.h)
   std::string mmproj;         // --mmproj: a vision projector; prompts may carry images (runtime/image_encoder.h)
+  std::size_t image_cache_bytes = std::size_t{256} << 20;  // --image-cache-mb: recent images' embeddings kept
   std::string reasoning_format = "auto";  // --reasoning-format: a thinking model's reasoning apart (ChatTemplates)
   std::optional<bool> reasoning;          // --reasoning on|off (auto: unset): whether thinking templates think
   // --agent: heartbeat this daemon's state to Redis for the cluster's gateways (cluster/).

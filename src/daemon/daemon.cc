@@ -99,9 +99,12 @@ int Daemon::run() {
         return rt->tokenize(text, out, parse_special);
       },
       [c = compute_.get()](WorkItem item) { c->submit(std::move(item)); },
-      images_ ? PrepareStage::PrepareImages([enc = images_.get()](const Request& r, std::vector<Token>* tokens,
-                                                                  std::vector<PromptImage>* placed) {
-        return enc->prepare(r.prompt, r.parse_special, r.images, tokens, placed);
+      images_ ? PrepareStage::PrepareImages([this](const Request& r, std::vector<Token>* tokens, std::vector<PromptImage>* placed) {
+        Status st = images_->prepare(r.prompt, r.parse_special, r.images, tokens, placed);
+        const ImageEncoder::Counts c = images_->counts();
+        metrics_.images_encoded_total = c.encoded;
+        metrics_.image_cache_hits_total = c.cache_hits;
+        return st;
       })
               : PrepareStage::PrepareImages());
   if (http_) {
@@ -189,12 +192,14 @@ int Daemon::load_model() {
   }
   spdlog::info("model: {}", runtime_->describe());
   if (!cfg_.mmproj.empty()) {
-    images_ = ImageEncoder::open({cfg_.mmproj, cfg_.runtime.n_threads, runtime_->on_gpu()}, runtime_->model(), &st);
+    images_ = ImageEncoder::open({cfg_.mmproj, cfg_.runtime.n_threads, runtime_->on_gpu(), cfg_.image_cache_bytes},
+                                 runtime_->model(), &st);
     if (!images_) {
       spdlog::error("{}", st.to_string());
       return 1;
     }
-    spdlog::info("vision projector: {} (images on the {})", cfg_.mmproj, runtime_->on_gpu() ? "GPU" : "CPU");
+    spdlog::info("vision projector: {} (images on the {}; recent images' embeddings kept up to {} MiB)", cfg_.mmproj,
+                 runtime_->on_gpu() ? "GPU" : "CPU", cfg_.image_cache_bytes >> 20);
   }
   // What the memory goes to, said once: nothing beyond this is reserved (prefix snapshots in host
   // memory are taken as prefixes are evicted, up to their cap).
@@ -398,7 +403,7 @@ int Daemon::join_cluster() {
     store::TierStore* ts = &catalog_model_->store();  // outlives the heartbeat (declared before it)
     ac.store_view = [ts, id = cfg_.model_id](cluster::AgentState& a) {
       // Loaded; `tier` says where its bytes would come from again (a restart, an unload).
-      if (!a.models.empty()) a.models.front().tier = std::string(store::tier_name(ts->tier(id)));
+      if (!a.models.empty()) a.models.front().tier = ts->tier(id);
       a.load_dram_bytes_s = ts->rate_bytes_s(store::Tier::kDram);
       a.load_nvme_bytes_s = ts->rate_bytes_s(store::Tier::kNvme);
       a.load_remote_bytes_s = ts->rate_bytes_s(store::Tier::kRemote);

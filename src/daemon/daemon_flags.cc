@@ -52,6 +52,9 @@ void add_model_flags(CLI::App& app, DaemonFlags& f) {
   CLI::Option* mmproj = app.add_option("--mmproj", c.mmproj, "a vision projector for the model (a GGUF that "
                  "llama.cpp's libmtmd reads, as llama-server's --mmproj): chat, Anthropic, Ollama and /completion "
                  "prompts may then carry images, as data URLs or base64")->envname("UMA_MMPROJ")->check(CLI::ExistingFile)->group(group);
+  app.add_option("--image-cache-mb", f.image_cache_mb, "with --mmproj: the embeddings of recent images kept, so an "
+                 "image sent again (a conversation's next turn) is not encoded again (MiB; 0: none)")
+      ->envname("UMA_IMAGE_CACHE_MB")->capture_default_str()->check(CLI::Range(0, 1 << 20))->group(group);
   model->excludes(model_id);
   models_dir->excludes(model_id);
   mmproj->excludes(models_dir);

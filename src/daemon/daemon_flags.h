@@ -39,6 +39,7 @@ struct DaemonFlags {
   int prefix_cache_mb = 0;
   std::int64_t kv_mb = -1;
   std::uint64_t store_nvme_mb = 0, store_dram_mb = 0;
+  std::uint64_t image_cache_mb = 256;
   bool mmap = true, mlock = false, prefix_cache = true, no_slots = false, no_metrics = false, no_webui = false;
   bool print_config = false;
   std::string debug_env;  // UMA_DEBUG: 1 debug traces, 2 llama.cpp's too

@@ -122,6 +122,8 @@ std::vector<Scalar> scalars_requests() {
       {"requests_total", "requests_total", Type::kCounter, "Requests received.", load(&M::requests_total)},
       {"embedding_requests_total", "embedding_requests_total", Type::kCounter, "Embeddings requests received by the scheduler.", load(&M::embedding_requests_total)},
       {"embedding_tokens_total", "embedding_tokens_total", Type::kCounter, "Input tokens embedded.", load(&M::embedding_tokens_total)},
+      {"images_encoded_total", "images_encoded_total", Type::kCounter, "Prompt images run through the vision projector's encoder (--mmproj).", load(&M::images_encoded_total)},
+      {"image_cache_hits_total", "image_cache_hits_total", Type::kCounter, "Prompt images whose embeddings came from the cache of recent images (--image-cache-mb).", load(&M::image_cache_hits_total)},
       {"ignored_fields_total", "ignored_fields_total", Type::kCounter, "Request fields no one defined, accepted and ignored (X-Uma-Ignored-Fields).", load(&M::ignored_fields_total)},
       {"inputs_prepared_off_io_total", "inputs_prepared_off_io_total", Type::kCounter, "Request bodies parsed and rendered on the prepare stage's thread, not the I/O thread.", load(&M::inputs_prepared_off_io_total)},
       {"requests_gathered_total", "requests_gathered_total", Type::kCounter, "Requests admitted while the compute thread waited for the rest of a burst before a prefill-only tick (--gather-ms).", load(&M::requests_gathered_total)},

@@ -133,7 +133,10 @@ class ServerMetrics {
   std::atomic<std::uint64_t> requests_gathered_total{0};  // admitted while the compute thread gathered a burst
   std::atomic<std::uint64_t> gateway_tokens_total{0};  // prompts a gateway sent as tokens (not tokenized here)
   std::atomic<std::uint64_t> embedding_requests_total{0};
-  std::atomic<std::uint64_t> embedding_tokens_total{0};       // request fields no one defined, accepted and ignored
+  std::atomic<std::uint64_t> embedding_tokens_total{0};
+  // Written by the prepare stage (the image encoder's counts).
+  std::atomic<std::uint64_t> images_encoded_total{0};
+  std::atomic<std::uint64_t> image_cache_hits_total{0};
   std::atomic<std::uint64_t> tx_drops_total{0};              // reader too slow: dropped
   std::atomic<std::uint64_t> disconnects_mid_stream_total{0};
   std::atomic<std::uint64_t> idle_timeouts_total{0};

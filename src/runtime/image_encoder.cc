@@ -48,7 +48,7 @@ std::unique_ptr<ImageEncoder> ImageEncoder::open(const ImageEncoderOptions& opti
   p.print_timings = false;
   p.media_marker = kImageMarker.data();
   p.warmup = true;
-  std::unique_ptr<ImageEncoder> e(new ImageEncoder());
+  std::unique_ptr<ImageEncoder> e(new ImageEncoder(options.cache_bytes));
   e->ctx_ = mtmd_init_from_file(options.mmproj_path.c_str(), model, p);
   if (e->ctx_ == nullptr) {
     *status = Status(ErrorCode::kInvalidArgument, "cannot load the vision projector '" + options.mmproj_path +
@@ -113,18 +113,58 @@ Status ImageEncoder::prepare(std::string_view text, bool parse_special, const st
       return Status(ErrorCode::kNotSupported, "this projector's images need non-causal attention, which umad does not serve", "image");
     }
     const auto n = static_cast<std::int32_t>(mtmd_input_chunk_get_n_tokens(chunk));
-    auto embd = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n) * static_cast<std::size_t>(n_embd_));
-    {
-      std::lock_guard<std::mutex> lock(encode_mu_);
-      if (mtmd_encode_chunk(ctx_, chunk) != 0) return Status(ErrorCode::kInternal, "the vision projector failed to encode an image");
-      std::memcpy(embd->data(), mtmd_get_output_embd(ctx_), embd->size() * sizeof(float));
-    }
+    Embeddings embd;
+    if (Status st = embeddings_of(chunk, n, &embd); !st.ok()) return st;
     const std::uint64_t h = hash_of_id(mtmd_input_chunk_get_id(chunk));
     const auto pos = static_cast<std::int32_t>(tokens->size());
     for (std::int32_t i = 0; i < n; ++i) tokens->push_back(stand_in(h, i));
     placed->push_back(PromptImage{pos, n, std::move(embd)});
   }
   return Status::Ok();
+}
+
+Status ImageEncoder::embeddings_of(const mtmd_input_chunk* chunk, std::int32_t n, Embeddings* out) {
+  const char* id = mtmd_input_chunk_get_id(chunk);
+  const std::string key = id != nullptr ? id : "";
+  if (!key.empty() && (*out = cached(key))) return Status::Ok();
+  auto embd = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n) * static_cast<std::size_t>(n_embd_));
+  {
+    std::lock_guard<std::mutex> lock(encode_mu_);
+    if (mtmd_encode_chunk(ctx_, chunk) != 0) return Status(ErrorCode::kInternal, "the vision projector failed to encode an image");
+    std::memcpy(embd->data(), mtmd_get_output_embd(ctx_), embd->size() * sizeof(float));
+  }
+  *out = std::move(embd);
+  keep(key, *out);
+  return Status::Ok();
+}
+
+ImageEncoder::Embeddings ImageEncoder::cached(const std::string& id) {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return nullptr;
+  recent_.splice(recent_.begin(), recent_, it->second);
+  ++hits_;
+  return it->second->second;
+}
+
+void ImageEncoder::keep(const std::string& id, const Embeddings& e) {
+  const std::size_t bytes = e->size() * sizeof(float);
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  ++encoded_;
+  if (id.empty() || bytes > cache_bytes_ || by_id_.count(id) != 0) return;
+  while (cached_bytes_ + bytes > cache_bytes_ && !recent_.empty()) {
+    cached_bytes_ -= recent_.back().second->size() * sizeof(float);
+    by_id_.erase(recent_.back().first);
+    recent_.pop_back();
+  }
+  recent_.emplace_front(id, e);
+  by_id_[id] = recent_.begin();
+  cached_bytes_ += bytes;
+}
+
+ImageEncoder::Counts ImageEncoder::counts() const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  return {encoded_, hits_, cached_bytes_};
 }
 
 }  // namespace uma

@@ -75,6 +75,9 @@ struct ProjectorShape {
   std::int32_t n_layer = 2;   // the last block is not used (LLaVA reads the one before)
   std::int32_t n_mm = 128;    // the projector's hidden width
 };
+// Presets: tiny, vit-b (ViT-B/16 at 224 px), clip-l (CLIP ViT-L/14 at 336 px, LLaVA-1.5's); the
+// projector's hidden width is the text model's. False for an unknown name.
+bool find_projector_preset(const std::string& name, std::int32_t n_embd_text, ProjectorShape* out);
 Status write_projector(const ProjectorShape& shape, std::int32_t n_embd_text, std::uint64_t seed, const std::string& path);
 
 }  // namespace uma

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   app.add_option("-t,--type", o.type, "f32 | f16 | q8_0 | q4_0")->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}));
   app.add_option("-s,--seed", o.seed, "weights seed")->capture_default_str();
-  app.add_option("-o,--out", o.out_path, "output .gguf path")->required();
+  app.add_option("-o,--out", o.out_path, "output .gguf path (without it, --mmproj writes the projector alone)");
   app.add_option("--vocab", o.vocab_path, "vocab-only GGUF to take the tokenizer from")->capture_default_str()
       ->check(CLI::ExistingFile);
   app.add_option("--threads", o.threads, "quantization threads (0: all)")->capture_default_str();
@@ -42,11 +42,12 @@ int main(int argc, char** argv) {
   app.add_flag("--oracle", oracle, "the preset's shape built as the oracle (greedy next token = last + 1) at that "
                "shape's real cost");
   std::string mmproj;
-  uma::ProjectorShape projector;
-  app.add_option("--mmproj", mmproj, "also write a vision projector for the model (a LLaVA MLP over a small ViT, as "
+  std::string projector_shape = "tiny";
+  app.add_option("--mmproj", mmproj, "also write a vision projector for the model (a LLaVA MLP over a ViT, as "
                  "llama.cpp's libmtmd reads) to this path: umad --mmproj");
-  app.add_option("--mmproj-image-size", projector.image_size, "the projector's image side in pixels (an image becomes "
-                 "(side / 16)^2 embeddings)")->capture_default_str()->check(CLI::Range(16, 1024));
+  app.add_option("--mmproj-shape", projector_shape, "the projector's ViT: tiny (64 px, 16 embeddings an image), vit-b "
+                 "(224 px, 196), clip-l (LLaVA-1.5's: 336 px, 576)")->capture_default_str()
+      ->check(CLI::IsMember({"tiny", "vit-b", "clip-l"}));
   CLI11_PARSE(app, argc, argv);
   if (!template_file.empty()) {
     std::ifstream f(template_file);
@@ -61,14 +62,20 @@ int main(int argc, char** argv) {
     if (level >= GGML_LOG_LEVEL_WARN) std::fputs(text, stderr);
   }, nullptr);
   llama_backend_init();
-  uma::Status st = uma::write_model(o);
+  if (o.out_path.empty() && mmproj.empty()) {
+    std::fprintf(stderr, "uma-mkmodel: --out is required (or --mmproj alone)\n");
+    return 2;
+  }
+  uma::Status st = o.out_path.empty() ? uma::Status::Ok() : uma::write_model(o);
+  uma::ProjectorShape projector;
+  uma::find_projector_preset(projector_shape, o.shape.n_embd, &projector);
   if (st.ok() && !mmproj.empty()) st = uma::write_projector(projector, o.shape.n_embd, o.seed, mmproj);
   llama_backend_free();
   if (!st.ok()) {
     std::fprintf(stderr, "uma-mkmodel: %s\n", st.to_string().c_str());
     return 1;
   }
-  std::printf("%s\n", o.out_path.c_str());
+  if (!o.out_path.empty()) std::printf("%s\n", o.out_path.c_str());
   if (!mmproj.empty()) std::printf("%s\n", mmproj.c_str());
   return 0;
 }

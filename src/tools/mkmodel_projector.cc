@@ -69,6 +69,14 @@ void set_projector_hparams(gguf_context* g, const ProjectorShape& p, std::int32_
 
 }  // namespace
 
+bool find_projector_preset(const std::string& name, std::int32_t n_embd_text, ProjectorShape* out) {
+  if (name == "tiny") *out = ProjectorShape{};
+  else if (name == "vit-b") *out = ProjectorShape{224, 16, 768, 12, 3072, 12, n_embd_text};
+  else if (name == "clip-l") *out = ProjectorShape{336, 14, 1024, 16, 4096, 24, n_embd_text};
+  else return false;
+  return true;
+}
+
 Status write_projector(const ProjectorShape& p, std::int32_t n_embd_text, std::uint64_t seed, const std::string& path) {
   if (p.patch_size <= 0 || p.image_size % p.patch_size != 0 || p.n_head <= 0 || p.n_embd % p.n_head != 0 || p.n_layer < 2) {
     return Status(ErrorCode::kInvalidArgument, "projector shape: image size a multiple of the patch, width of the heads, 2+ blocks");

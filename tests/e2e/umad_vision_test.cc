@@ -139,6 +139,9 @@ TEST(UmadVision, AnImageChangesTheAnswerAndComesBackFromThePrefixCache) {
   const json b3 = call(t, "/v1/chat/completions", image_chat(gradient()));
   EXPECT_GE(b3["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), text_tokens + kImageTokens - 1);
   EXPECT_LT(distance(first_top(b1), first_top(b3)), 1e-2);
+  const json m = metrics(d);
+  EXPECT_EQ(m["images_encoded_total"], 2) << "each image encoded once: sent again, it came from the image cache";
+  EXPECT_EQ(m["image_cache_hits_total"], 4);
 }
 
 // An image's rows in the same ticks as another stream's decode rows (two llama_decode calls a tick).
