@@ -14,7 +14,8 @@ UMA_BUNDLE=$(cd "${1:?usage: scripts/gpu_check.sh BUNDLE_DIR [build|tests|bench|
 export UMA_BUNDLE
 what=${2:-all}
 export UMA_GPU=cuda
-# A bundle-built machine may lack nginx and libcurl: the remote tier's tests skip there (not in CI).
+# A bundle-built machine may lack nginx, libcurl and systemd: the remote tier's tests and socket
+# activation skip there (not in CI).
 export UMA_ALLOW_SKIP_REMOTE=1
 # Tools some GPU images keep outside PATH.
 for d in /usr/local/cuda/bin /opt/torch/.venv/bin; do [ -d "$d" ] && PATH=$PATH:$d; done

@@ -70,6 +70,11 @@ TEST(UmadLifecycle, SigtermWithDrainSecKeepsTheStreamInFlightGoingRefusesNewConn
 // protocol): the service manager owns the socket file, umad starts on the first connection, serves
 // it on the socket it was handed, and leaves the file in place when it stops.
 TEST(UmadLifecycle, ASocketActivatedDaemonServesOnTheSocketItWasHandedAndLeavesItsFile) {
+  // A machine set up from the offline bundle may have no systemd (scripts/gpu_check.sh allows the skip).
+  const char* allow = std::getenv("UMA_ALLOW_SKIP_REMOTE");
+  if (allow != nullptr && std::string(allow) == "1" && ::access("/usr/bin/systemd-socket-activate", X_OK) != 0) {
+    GTEST_SKIP() << "no systemd-socket-activate on this machine";
+  }
   const std::string path = temp_dir() + "/activated.sock";
   const std::string log = temp_dir() + "/activated.log";
   ::unlink(path.c_str());
