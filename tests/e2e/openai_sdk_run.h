@@ -15,6 +15,8 @@ bool node_sdks_available();
 // The Anthropic SDK (Messages) and the OpenAI SDK's Responses API against `base_url` (no /v1).
 int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* out, bool through_gateway = false);
 // The official `ollama` library against `base_url` (Ollama's API), the model served as `model`.
+// Images through the OpenAI and Anthropic SDKs and the ollama library (a daemon with --mmproj).
+int run_vision_clients_test(const std::string& base_url, const std::string& model, int image_tokens, std::string* out);
 int run_ollama_client_test(const std::string& base_url, const std::string& model, std::string* out,
                            bool through_gateway = false);
 

@@ -16,6 +16,7 @@
 #include "e2e/daemon_harness.h"
 #include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
+#include "e2e/openai_sdk_run.h"
 
 namespace uma::test {
 namespace {
@@ -200,6 +201,15 @@ TEST(UmadVision, EveryApiTakesImagesAndBadOnesAreRefusedByName) {
   EXPECT_EQ(call(t, "/v1/chat/completions", remote, 501)["error"]["type"], "not_supported_error");
   const json after = call(t, "/v1/chat/completions", image_chat(red()));
   EXPECT_EQ(after["choices"][0]["finish_reason"], "length") << "still serving";
+}
+
+TEST(UmadVision, TheOfficialClientsSendImagesAsTheirUsersDo) {
+  if (!node_sdks_available()) GTEST_SKIP() << "no node or the SDKs here (scripts/npm_deps.sh)";
+  Daemon d(vision_args({"--alias", "vision"}), "tiny-vision-f16.gguf");
+  ASSERT_TRUE(d.started()) << d.log();
+  std::string out;
+  EXPECT_EQ(run_vision_clients_test("http://127.0.0.1:" + std::to_string(http_port(d)), "vision", kImageTokens, &out), 0) << out;
+  EXPECT_NE(out.find("vision clients: all passed"), std::string::npos) << out;
 }
 
 TEST(UmadVision, ADaemonWithoutAProjectorRefusesImagesWith501) {
