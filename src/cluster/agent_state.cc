@@ -18,7 +18,7 @@ std::string encode_agent_state(const AgentState& s) {
   j["ts_ms"] = s.ts_ms;
   j["models"] = nlohmann::ordered_json::array();
   for (const AgentModel& m : s.models) {
-    j["models"].push_back({{"name", m.name}, {"bytes", m.bytes}, {"state", model_state_name(m.state)}, {"tier", m.tier}});
+    j["models"].push_back({{"name", m.name}, {"bytes", m.bytes}, {"state", model_state_name(m.state)}, {"tier", store::tier_name(m.tier)}});
   }
   j["prefill_tok_s"] = s.prefill_tok_s;
   j["decode_tok_s"] = s.decode_tok_s;
@@ -73,11 +73,13 @@ Status decode_agent_state(std::string_view text, AgentState* out) {
     const JsonFields<json> model(m, "agent state");
     AgentModel ms;
     std::string state = model_state_name(ms.state);
+    std::string tier(store::tier_name(ms.tier));
     if (!(st = model.string("name", &ms.name)).ok() || !(st = model.number("bytes", &ms.bytes)).ok() ||
-        !(st = model.string("state", &state, false)).ok() || !(st = model.string("tier", &ms.tier, false)).ok()) {
+        !(st = model.string("state", &state, false)).ok() || !(st = model.string("tier", &tier, false)).ok()) {
       return in.bad("models[]." + st.param());
     }
     if (!parse_enum(kModelStateNames, state, &ms.state)) return in.bad("models[].state");
+    if (!parse_enum(store::kTierNames, tier, &ms.tier)) return in.bad("models[].tier");
     s.models.push_back(std::move(ms));
   }
   *out = std::move(s);

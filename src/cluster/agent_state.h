@@ -11,6 +11,7 @@
 
 #include "cluster/model_state.h"
 #include "common/status.h"
+#include "store/tier.h"
 
 namespace uma::cluster {
 
@@ -23,7 +24,7 @@ struct AgentModel {
   std::string name;
   std::int64_t bytes = 0;
   ModelState state = ModelState::kLoaded;  // a umad reports the model it serves (a loader's states: LoaderState)
-  std::string tier = "dram";               // where its weights are: dram | nvme | remote
+  store::Tier tier = store::Tier::kDram;   // where its weights are: dram | nvme | remote | none
 };
 
 struct AgentState {

@@ -13,7 +13,7 @@ TEST(AgentState, RoundTrips) {
   a.address = "http://10.0.0.3:8080";
   a.boot_id = "0123456789abcdef";
   a.ts_ms = 1795400099062;
-  a.models = {{"llama-8b.gguf", 8'500'000'000, ModelState::kLoaded, "dram"}, {"qwen.gguf", 1'000, ModelState::kRemote, "nvme"}};
+  a.models = {{"llama-8b.gguf", 8'500'000'000, ModelState::kLoaded, store::Tier::kDram}, {"qwen.gguf", 1'000, ModelState::kRemote, store::Tier::kNvme}};
   a.prefill_tok_s = 9123.5;
   a.decode_tok_s = 812.25;
   a.max_sessions = 16;
@@ -34,7 +34,7 @@ TEST(AgentState, RoundTrips) {
   EXPECT_EQ(b.ts_ms, a.ts_ms);
   ASSERT_EQ(b.models.size(), 2u);
   EXPECT_EQ(b.models[1].name, "qwen.gguf");
-  EXPECT_EQ(b.models[1].tier, "nvme");
+  EXPECT_EQ(b.models[1].tier, store::Tier::kNvme);
   EXPECT_EQ(b.models[0].bytes, 8'500'000'000);
   EXPECT_DOUBLE_EQ(b.prefill_tok_s, a.prefill_tok_s);
   EXPECT_EQ(b.prefill_backlog_tokens, 4096);
@@ -58,6 +58,7 @@ TEST(AgentState, SomethingElseUnderTheKeyIsATypedError) {
       {R"({"id":1,"address":"a","boot_id":"b","models":[]})", "id"},
       {R"({"id":"x","address":"a","boot_id":"b","models":{}})", "models"},
       {R"({"id":"x","address":"a","boot_id":"b","models":[{"bytes":1}]})", "models[].name"},
+      {R"({"id":"x","address":"a","boot_id":"b","models":[{"name":"m","tier":"tape"}]})", "models[].tier"},
       {R"({"id":"x","address":"a","boot_id":"b","models":[],"prefill_tok_s":"fast"})", "prefill_tok_s"},
   };
   for (const auto& [text, field] : cases) {

@@ -21,7 +21,7 @@ struct DirectoryTest : ::testing::Test {
     s.id = "a1";
     s.address = "http://127.0.0.1:1";
     s.boot_id = "b1";  // no event stream address: the test is its stream
-    s.models = {{"m.gguf", 1, cluster::ModelState::kLoaded, "dram"}};
+    s.models = {{"m.gguf", 1, cluster::ModelState::kLoaded, store::Tier::kDram}};
     s.max_sessions = 4;
     dir.update({s}, SteadyClock::now());
     link = dir.find("a1");
@@ -169,7 +169,7 @@ TEST_F(DirectoryTest, ADrainingAgentLeavesRoutingAtOnceAndLeavesTheViewAsNotHung
   s.id = "a2";
   s.address = "http://127.0.0.1:1";
   s.boot_id = "b1";
-  s.models = {{"m.gguf", 1, cluster::ModelState::kLoaded, "dram"}};
+  s.models = {{"m.gguf", 1, cluster::ModelState::kLoaded, store::Tier::kDram}};
   s.max_sessions = 4;
   d.update({s}, SteadyClock::now());
   AgentLink* a = d.find("a2");

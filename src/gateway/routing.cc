@@ -17,8 +17,8 @@ const cluster::AgentModel* model_of(const Candidate& c, const RouteRequest& r) {
 // The seed's cache level: 0 loaded, then by tier (where the weights must come from).
 int cache_level(const cluster::AgentModel& m) {
   if (m.state == cluster::ModelState::kLoaded) return 0;
-  if (m.tier == "dram") return 1;
-  if (m.tier == "nvme") return 2;
+  if (m.tier == store::Tier::kDram) return 1;
+  if (m.tier == store::Tier::kNvme) return 2;
   return 3;
 }
 

@@ -12,7 +12,7 @@ namespace {
 cluster::AgentState agent(const std::string& id, double prefill_tok_s, std::int64_t backlog, std::int64_t active = 0) {
   cluster::AgentState a;
   a.id = id;
-  a.models = {{"m.gguf", 4'000'000'000, cluster::ModelState::kLoaded, "dram"}};
+  a.models = {{"m.gguf", 4'000'000'000, cluster::ModelState::kLoaded, store::Tier::kDram}};
   a.prefill_tok_s = prefill_tok_s;
   a.prefill_backlog_tokens = backlog;
   a.active_sessions = active;
@@ -137,7 +137,7 @@ TEST(Routing, RoundRobinCyclesAndLeastLoadedPicksTheIdlest) {
 TEST(Routing, TheSeedFormulaWeighsCacheLevelHitRateQueueAndLoad) {
   cluster::AgentState loaded = agent("loaded", 1000.0, 2000), cold = agent("cold", 1000.0, 0);
   cold.models[0].state = cluster::ModelState::kRemote;
-  cold.models[0].tier = "nvme";  // cache level 2
+  cold.models[0].tier = store::Tier::kNvme;  // cache level 2
   std::vector<Candidate> cs = {{&loaded, 0, 0}, {&cold, 0, 0, 4e9}};
   std::uint64_t cursor = 0;
   RoutingParams p;

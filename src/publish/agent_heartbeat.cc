@@ -85,7 +85,7 @@ std::string AgentHeartbeat::state_json(std::chrono::system_clock::time_point now
   a.boot_id = boot_id_;
   a.events = config_.events;
   a.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  a.models = {cluster::AgentModel{config_.model_name, config_.model_bytes, cluster::ModelState::kLoaded, "dram"}};
+  a.models = {cluster::AgentModel{config_.model_name, config_.model_bytes, cluster::ModelState::kLoaded, store::Tier::kDram}};
   if (config_.store_view) config_.store_view(a);
   // The prefill rate the scheduler's cost model fitted (what a prompt costs while the agent works,
   // contention included); before it has one, the rate seen over the beats.

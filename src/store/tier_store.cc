@@ -135,16 +135,6 @@ Status keep_nvme_file(const NvmeFill& f, Tier from) {
 
 }  // namespace
 
-std::string_view tier_name(Tier t) {
-  switch (t) {
-    case Tier::kDram: return "dram";
-    case Tier::kNvme: return "nvme";
-    case Tier::kRemote: return "remote";
-    case Tier::kNone: break;
-  }
-  return "none";
-}
-
 bool TierStore::valid_id(std::string_view id) {
   if (id.empty() || id.size() > 128 || id[0] == '.') return false;
   return std::all_of(id.begin(), id.end(), [](char c) {

@@ -39,12 +39,10 @@
 #include "store/host_pool.h"
 #include "store/model_image.h"
 #include "store/remote_fetch.h"
+#include "store/tier.h"
 #include "store/verify_pool.h"
 
 namespace uma::store {
-
-enum class Tier : std::uint8_t { kDram = 0, kNvme = 1, kRemote = 2, kNone = 3 };
-std::string_view tier_name(Tier t);
 
 // A model as the catalog knows it: what it must be, and where it can be fetched from.
 struct ModelSource {

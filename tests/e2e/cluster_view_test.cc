@@ -23,7 +23,7 @@ std::vector<std::string> beat(const std::string& id, std::chrono::system_clock::
   a.address = "http://10.0.0.1:80";
   a.boot_id = "b";
   a.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count();
-  a.models = {{"m.gguf", 1, ModelState::kLoaded, "dram"}};
+  a.models = {{"m.gguf", 1, ModelState::kLoaded, store::Tier::kDram}};
   // Age is the view's to judge from ts_ms and the time it is given; the key outlives a slow test.
   return {"SET", agent_key(id), encode_agent_state(a), "PX", std::to_string(std::chrono::milliseconds(kHangGuard).count())};
 }

@@ -51,7 +51,7 @@ TEST(StoreDaemon, ServesACatalogModelFromTheRemoteTierThenFromItsNvmeTierExactly
     ASSERT_EQ(beat.models.size(), 1u);
     EXPECT_EQ(beat.models[0].name, "oracle-1");
     EXPECT_EQ(beat.models[0].bytes, static_cast<std::int64_t>(m.bytes));
-    EXPECT_EQ(beat.models[0].tier, "nvme") << "the fetch left it on the NVMe tier; no DRAM budget keeps the image";
+    EXPECT_EQ(beat.models[0].tier, store::Tier::kNvme) << "the fetch left it on the NVMe tier; no DRAM budget keeps the image";
     EXPECT_GT(std::string(from) == "from remote" ? beat.load_remote_bytes_s : beat.load_nvme_bytes_s, 0.0);
     EXPECT_EQ(beat.load_queue_bytes, 0);
     Client c(d.socket());

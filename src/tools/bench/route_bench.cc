@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     AgentState& a = states[static_cast<std::size_t>(i)];
     a.id = "agent-" + std::to_string(i);
     a.models = {{"m.gguf", 8'000'000'000, i % 8 == 7 ? uma::cluster::ModelState::kRemote : uma::cluster::ModelState::kLoaded,
-                 i % 2 ? "nvme" : "dram"}};
+                 i % 2 ? uma::store::Tier::kNvme : uma::store::Tier::kDram}};
     a.prefill_tok_s = 2000.0 + static_cast<double>(rng() % 20000);
     a.prefill_backlog_tokens = static_cast<std::int64_t>(rng() % 50000);
     a.active_sessions = static_cast<std::int64_t>(rng() % 64);
