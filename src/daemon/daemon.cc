@@ -13,6 +13,7 @@
 #include "chat/chat_templates.h"
 #include "chat/structured_output.h"
 #include "daemon/compute_spin.h"
+#include "http/image_input.h"
 #include "publish/agent_heartbeat.h"
 #include "publish/kv_event_server.h"
 #include "runtime/vocab_model.h"
@@ -302,7 +303,18 @@ int Daemon::set_up_chat() {
       [vocab](std::string_view text, bool add_special, bool parse_special, std::vector<std::int32_t>* out) {
         return tokenize_text(vocab, text, *out, parse_special, add_special);
       },
-      [vocab](std::int32_t token) { return token_piece(vocab, token); }, std::move(facts));
+      [vocab](std::int32_t token) { return token_piece(vocab, token); }, std::move(facts),
+      images_ ? http_route::CountWithImages([enc = images_.get()](std::string_view prompt, const std::vector<std::string>& images,
+                                                                  std::int32_t* n) {
+        std::vector<std::pair<std::int64_t, std::int64_t>> sizes;
+        for (const std::string& image : images) {
+          ImageSize size;
+          sniff_image_size(image, &size);  // the edge read every header already
+          sizes.emplace_back(size.width, size.height);
+        }
+        return enc->count(prompt, /*parse_special=*/true, sizes, n);
+      })
+              : http_route::CountWithImages());
   http_->set_ready(served_name_, std::move(render));
   return 0;
 }

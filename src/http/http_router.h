@@ -33,6 +33,9 @@ using ChatTemplate = std::function<Status(const ChatRequest&, ChatPrompt*)>;
 // written as text become theirs), and tokens back to text. Callable from any thread.
 using Tokenize = std::function<Status(std::string_view text, bool add_special, bool parse_special, std::vector<std::int32_t>* out)>;
 using TokenText = std::function<std::string(std::int32_t token)>;  // a token's bytes ("" when not in the vocabulary)
+// A prompt's tokens with its images (one kImageMarker each), as the prepare stage would make them,
+// without encoding an image (count_tokens).
+using CountWithImages = std::function<Status(std::string_view prompt, const std::vector<std::string>& images, std::int32_t* n)>;
 
 // What /v1/models, /props and /slots tell about the model and the daemon.
 struct ModelFacts {
@@ -70,6 +73,7 @@ struct Context {
   // need one are a 404.
   const Tokenize* tokenize = nullptr;
   const TokenText* token_text = nullptr;
+  const CountWithImages* count_with_images = nullptr;  // null or empty: no vision projector
   const ModelFacts* facts = nullptr;
   // llama-server's switches: an endpoint turned off answers 501 (not_supported_error).
   bool slots_endpoint = true, metrics_endpoint = true;

@@ -252,6 +252,7 @@ class HttpAdapter final : public ProtocolAdapter {
     ctx.metrics = &site_.metrics;
     ctx.tokenize = &site_.tokenize;
     ctx.token_text = &site_.token_text;
+    ctx.count_with_images = &site_.count_with_images;
     ctx.facts = &site_.facts;
     ctx.slots_endpoint = site_.config.slots_endpoint;
     ctx.metrics_endpoint = site_.config.metrics_endpoint;
@@ -427,8 +428,10 @@ void HttpServer::set_request_limits(std::size_t max_prompt_bytes, std::size_t ma
   site_.config.max_body_bytes = max_body_bytes;
 }
 
-void HttpServer::set_vocabulary(http_route::Tokenize tokenize, http_route::TokenText token_text, http_route::ModelFacts facts) {
+void HttpServer::set_vocabulary(http_route::Tokenize tokenize, http_route::TokenText token_text, http_route::ModelFacts facts,
+                                http_route::CountWithImages count_with_images) {
   site_.tokenize = std::move(tokenize);
+  site_.count_with_images = std::move(count_with_images);
   site_.token_text = std::move(token_text);
   site_.facts = std::move(facts);
 }

@@ -84,6 +84,7 @@ struct HttpSite {
   http_route::ChatTemplate chat_template;
   http_route::Tokenize tokenize;   // empty: /tokenize and the like are a 404
   http_route::TokenText token_text;
+  http_route::CountWithImages count_with_images;
   http_route::ModelFacts facts;
 };
 
@@ -105,7 +106,8 @@ class HttpServer final {
   void set_ready(std::string model_id, ChatTemplate chat_template);
   // The model's vocabulary on the I/O thread (/tokenize, /detokenize, count_tokens) and what
   // /v1/models, /props and /slots tell; before set_ready.
-  void set_vocabulary(http_route::Tokenize tokenize, http_route::TokenText token_text, http_route::ModelFacts facts);
+  void set_vocabulary(http_route::Tokenize tokenize, http_route::TokenText token_text, http_route::ModelFacts facts,
+                      http_route::CountWithImages count_with_images = {});
   // Stop accepting (/health says shutting down; the server ends what is open).
   void stop_accepting();
 

@@ -29,7 +29,7 @@ json generation_settings(const Context& ctx) {
 }
 
 // A chat body (OpenAI's) rendered with the model's template: the prompt text.
-Status render(std::string_view chat_body, const Context& ctx, std::string* prompt) {
+Status render(std::string_view chat_body, const Context& ctx, std::string* prompt, std::vector<std::string>* images = nullptr) {
   openai::CompletionRequest r;
   if (Status st = openai::parse_request(chat_body, true, *ctx.limits, *ctx.default_sampling, &r); !st.ok()) return st;
   if (ctx.chat_template == nullptr || !*ctx.chat_template) return Status(ErrorCode::kBadRequest, "chat is not available");
@@ -39,6 +39,7 @@ Status render(std::string_view chat_body, const Context& ctx, std::string* promp
                          r.add_generation_prompt, r.continuation};
   if (Status st = (*ctx.chat_template)(chat, &p); !st.ok()) return st;
   *prompt = std::move(p.text);
+  if (images != nullptr) *images = std::move(r.images);
   return Status::Ok();
 }
 
@@ -120,8 +121,14 @@ std::string slots_body(const Context& ctx) {
 Reply vocabulary_endpoint(const std::string& path, std::string_view body, const Context& ctx) {
   if (path == "/v1/messages/count_tokens") {
     std::string chat_body, prompt;
+    std::vector<std::string> images;
     if (Status st = anthropic::count_body_to_chat_body(body, &chat_body); !st.ok()) return error_reply(st);
-    if (Status st = render(chat_body, ctx, &prompt); !st.ok()) return error_reply(st);
+    if (Status st = render(chat_body, ctx, &prompt, &images); !st.ok()) return error_reply(st);
+    if (!images.empty() && ctx.count_with_images != nullptr && *ctx.count_with_images) {
+      std::int32_t n = 0;
+      if (Status st = (*ctx.count_with_images)(prompt, images, &n); !st.ok()) return error_reply(st);
+      return json_reply({{"input_tokens", n}});
+    }
     std::vector<std::int32_t> tokens;
     if (Status st = (*ctx.tokenize)(prompt, true, true, &tokens); !st.ok()) return error_reply(st);
     return json_reply({{"input_tokens", tokens.size()}});

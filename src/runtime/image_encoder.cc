@@ -123,6 +123,27 @@ Status ImageEncoder::prepare(std::string_view text, bool parse_special, const st
   return Status::Ok();
 }
 
+Status ImageEncoder::count(std::string_view text, bool parse_special,
+                           const std::vector<std::pair<std::int64_t, std::int64_t>>& sizes, std::int32_t* n) const {
+  std::vector<std::unique_ptr<mtmd_bitmap, BitmapFree>> bitmaps;
+  std::vector<const mtmd_bitmap*> views;
+  for (const auto& [w, h] : sizes) {  // placeholders: a size, no pixels
+    bitmaps.emplace_back(mtmd_bitmap_init(static_cast<uint32_t>(w), static_cast<uint32_t>(h), nullptr));
+    views.push_back(bitmaps.back().get());
+  }
+  mtmd_input_text input{};
+  input.text = text.data();
+  input.text_len = text.size();
+  input.add_special = true;
+  input.parse_special = parse_special;
+  std::unique_ptr<mtmd_input_chunks, ChunksFree> chunks(mtmd_input_chunks_init());
+  if (mtmd_tokenize(ctx_, chunks.get(), &input, views.data(), views.size()) != 0) {
+    return Status(ErrorCode::kBadRequest, "the prompt's image places (" + std::string(kImageMarker) + ") do not match its images", "image");
+  }
+  *n = static_cast<std::int32_t>(mtmd_helper_get_n_tokens(chunks.get()));
+  return Status::Ok();
+}
+
 Status ImageEncoder::embeddings_of(const mtmd_input_chunk* chunk, std::int32_t n, Embeddings* out) {
   const char* id = mtmd_input_chunk_get_id(chunk);
   const std::string key = id != nullptr ? id : "";

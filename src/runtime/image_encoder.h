@@ -51,6 +51,10 @@ class ImageEncoder {
   // does not match the images; kInternal when the encoder fails.
   Status prepare(std::string_view text, bool parse_special, const std::vector<std::string>& images,
                  std::vector<Token>* tokens, std::vector<PromptImage>* placed);
+  // The tokens prepare() would make, images of these sizes (width, height) in their places, without
+  // decoding or encoding an image (Anthropic's count_tokens).
+  Status count(std::string_view text, bool parse_special, const std::vector<std::pair<std::int64_t, std::int64_t>>& sizes,
+               std::int32_t* n) const;
   std::int32_t n_embd() const { return n_embd_; }
   struct Counts {
     std::uint64_t encoded = 0, cache_hits = 0;

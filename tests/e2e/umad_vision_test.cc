@@ -173,10 +173,12 @@ TEST(UmadVision, EveryApiTakesImagesAndBadOnesAreRefusedByName) {
   ASSERT_TRUE(d.started()) << d.log();
   Tcp t(http_port(d));
   const std::string b64 = base64_encode(gradient());
-  const json anthropic = call(t, "/v1/messages", {{"model", "m"}, {"max_tokens", 2},
-      {"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "what"}},
-          {{"type", "image"}, {"source", {{"type", "base64"}, {"media_type", "image/bmp"}, {"data", b64}}}}}}}}}});
+  const json anthropic_messages = {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "what"}},
+      {{"type", "image"}, {"source", {{"type", "base64"}, {"media_type", "image/bmp"}, {"data", b64}}}}}}}};
+  const json counted = call(t, "/v1/messages/count_tokens", {{"model", "m"}, {"messages", anthropic_messages}});
+  const json anthropic = call(t, "/v1/messages", {{"model", "m"}, {"max_tokens", 2}, {"messages", anthropic_messages}});
   EXPECT_GT(anthropic["usage"]["input_tokens"].get<int>(), kImageTokens) << anthropic.dump();
+  EXPECT_EQ(counted["input_tokens"], anthropic["usage"]["input_tokens"]) << "count_tokens counts an image as it is served";
   const json ollama = call(t, "/api/chat", {{"model", "tiny-vision-f16.gguf"}, {"stream", false},
       {"options", {{"num_predict", 2}}}, {"messages", {{{"role", "user"}, {"content", "what"}, {"images", {b64}}}}}});
   EXPECT_GT(ollama["prompt_eval_count"].get<int>(), kImageTokens) << ollama.dump();
