@@ -33,7 +33,7 @@ run_server() {  # NAME COMMAND...: start, probe, the three workloads, stop
   python3 bench/memory_probe.py "$name" "$port" "$out/$name.log" --keep -- "$@" >"$out/$name-start.json"
   local spid; spid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pid'])" "$out/$name-start.json")
   trap "kill $spid 2>/dev/null || true" EXIT
-  python3 bench/vision_client.py "$url" cold 1 >/dev/null  # warm: the projector's first graph
+  python3 bench/vision_client.py "$url" cold 1 99 >/dev/null  # warm: the projector's first graph (an image not used again)
   python3 bench/vision_client.py "$url" cold "$cold" | tee "$out/$name-cold.json"
   python3 bench/vision_client.py "$url" turns "$turns" | tee "$out/$name-turns.json"
   python3 bench/vision_client.py "$url" concurrent "$clients" "$each" | tee "$out/$name-concurrent.json"

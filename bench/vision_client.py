@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Image chats against an OpenAI-compatible server (umad --mmproj, llama-server --mmproj).
 
-  vision_client.py URL cold N            N chats, each with a new image, one at a time
+  vision_client.py URL cold N [SEED]     N chats, each with a new image (seeds SEED..), one at a time
   vision_client.py URL turns N           one conversation of N turns about one image
   vision_client.py URL concurrent C N    C clients, N chats each, every chat a new image
 
@@ -67,9 +67,10 @@ def main():
     url, mode = sys.argv[1], sys.argv[2]
     if mode == "cold":
         n = int(sys.argv[3])
+        seed = int(sys.argv[4]) if len(sys.argv) > 4 else 1000
         ttfts = []
         for i in range(n):
-            ttft, _, _, _ = chat(url, [{"role": "user", "content": [image_part(1000 + i), {"type": "text", "text": "Describe this picture."}]}], 8)
+            ttft, _, _, _ = chat(url, [{"role": "user", "content": [image_part(seed + i), {"type": "text", "text": "Describe this picture."}]}], 8)
             ttfts.append(ttft)
         print(json.dumps({"mode": "cold", "ttft_ms": [round(t, 1) for t in ttfts], "ttft_p50_ms": pct(ttfts, 50)}))
     elif mode == "turns":
