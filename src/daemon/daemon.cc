@@ -19,8 +19,9 @@
 #include "runtime/vocab_model.h"
 
 namespace uma {
-
 namespace {
+
+constexpr int kImagePrepareThreads = 4;
 
 // The host part of an advertised base URL (http://host:port/...), else `fallback`.
 std::string advertised_host(const std::string& url, const std::string& fallback) {
@@ -94,8 +95,12 @@ int Daemon::run() {
   if (int code = load_model()) return code;
   if (int code = build_scheduler()) return code;
   compute_ = std::make_unique<ComputeThread>(*scheduler_, serving_);
+  // With a projector, images are decoded and hashed on several threads at once (their encodes
+  // still take the projector one at a time), as llama-server decodes them on its HTTP threads.
+  PrepareStage::Options prepare_options;
+  if (images_) prepare_options.threads = kImagePrepareThreads;
   prepare_ = std::make_unique<PrepareStage>(
-      PrepareStage::Options{},
+      prepare_options,
       [rt = runtime_.get()](std::string_view text, std::vector<Token>& out, bool parse_special) {
         return rt->tokenize(text, out, parse_special);
       },

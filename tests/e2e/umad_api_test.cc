@@ -29,6 +29,7 @@ json completion(Tcp& t, const json& body, std::string* head = nullptr) {
 }
 
 TEST(UmadApi, TheAnthropicSdkAndTheResponsesApiGetExactText) {
+  if (!node_sdks_available()) GTEST_SKIP() << "no node or the SDKs here (scripts/npm_deps.sh)";
   Daemon d(http_args({}));
   ASSERT_TRUE(d.started()) << d.log();
   std::string out;
