@@ -306,61 +306,55 @@ Status prompts(const json& v, const ImageLimits& limits, std::vector<PromptInput
 
 }  // namespace
 
-Status parse_request(std::string_view body, bool chat, const Limits& limits, const SamplingParams& defaults,
-                     CompletionRequest* r) {
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status(ErrorCode::kInvalidJson, "the request body is not valid JSON");
-  if (!j.is_object()) return Status(ErrorCode::kBadRequest, "the request body must be a JSON object");
-  *r = CompletionRequest{};
-  if (Status st = check_fields(j, chat, limits.strict_fields, &r->ignored_fields); !st.ok()) return st;
-  r->chat = chat;
-  r->sampling = defaults;
-  if (Status st = optional_string(j, "model", &r->model); !st.ok()) return st;
-  std::size_t bytes = 0;
-  if (chat) {
-    auto it = j.find("messages");
-    if (it == j.end() || !it->is_array() || it->empty()) return bad("messages", "must be a non-empty array");
-    for (const json& m : *it) {
-      const auto role = m.is_object() ? m.find("role") : m.end();
-      if (role == m.end() || !role->is_string()) return bad("messages[].role", "must be a string");
-      ChatMessage msg{role->get<std::string>(), {}, {}, {}, {}, {}};
-      if (Status st = message_content(m, limits.images, &msg.content, &r->images); !st.ok()) return st;
-      if (const json* calls = member(m, "tool_calls")) {
-        if (Status st = message_tool_calls(*calls, &msg.tool_calls); !st.ok()) return st;
-      }
-      if (const json* id = member(m, "tool_call_id")) {
-        if (!id->is_string()) return bad("messages[].tool_call_id", "must be a string");
-        msg.tool_call_id = id->get<std::string>();
-      }
-      if (const json* name = member(m, "name")) {
-        if (!name->is_string()) return bad("messages[].name", "must be a string");
-        msg.name = name->get<std::string>();
-      }
-      // llama-server's and vLLM's: an assistant turn's thinking, given back for the template.
-      if (const json* reasoning = member(m, "reasoning_content")) {
-        if (!reasoning->is_string()) return bad("messages[].reasoning_content", "must be a string");
-        msg.reasoning = reasoning->get<std::string>();
-        bytes += msg.reasoning.size();
-      }
-      // A NUL would silently cut the message where the chat template copies C strings.
-      if (msg.role.find('\0') != std::string::npos) return nul_inside("messages[].role");
-      if (msg.content.find('\0') != std::string::npos) return nul_inside("messages[].content");
-      bytes += msg.content.size();
-      r->messages.push_back(std::move(msg));
+namespace {
+
+// messages: each turn's role, content (text and images), tool calls and results, reasoning.
+Status read_chat_messages(const json& j, const Limits& limits, CompletionRequest* r, std::size_t* bytes) {
+  auto it = j.find("messages");
+  if (it == j.end() || !it->is_array() || it->empty()) return bad("messages", "must be a non-empty array");
+  for (const json& m : *it) {
+    const auto role = m.is_object() ? m.find("role") : m.end();
+    if (role == m.end() || !role->is_string()) return bad("messages[].role", "must be a string");
+    ChatMessage msg{role->get<std::string>(), {}, {}, {}, {}, {}};
+    if (Status st = message_content(m, limits.images, &msg.content, &r->images); !st.ok()) return st;
+    if (const json* calls = member(m, "tool_calls")) {
+      if (Status st = message_tool_calls(*calls, &msg.tool_calls); !st.ok()) return st;
     }
-  } else {
-    auto it = j.find("prompt");
-    if (it == j.end()) return bad("prompt", "is required");
-    if (Status st = prompts(*it, limits.images, &r->prompts); !st.ok()) return st;
-    for (const PromptInput& p : r->prompts) {
-      bytes += p.text.size() + 4 * p.tokens.size();
-      for (const PromptPiece& m : p.mixed) bytes += m.text.size() + 4 * m.tokens.size();
+    if (const json* id = member(m, "tool_call_id")) {
+      if (!id->is_string()) return bad("messages[].tool_call_id", "must be a string");
+      msg.tool_call_id = id->get<std::string>();
     }
+    if (const json* name = member(m, "name")) {
+      if (!name->is_string()) return bad("messages[].name", "must be a string");
+      msg.name = name->get<std::string>();
+    }
+    // llama-server's and vLLM's: an assistant turn's thinking, given back for the template.
+    if (const json* reasoning = member(m, "reasoning_content")) {
+      if (!reasoning->is_string()) return bad("messages[].reasoning_content", "must be a string");
+      msg.reasoning = reasoning->get<std::string>();
+      *bytes += msg.reasoning.size();
+    }
+    // A NUL would silently cut the message where the chat template copies C strings.
+    if (msg.role.find('\0') != std::string::npos) return nul_inside("messages[].role");
+    if (msg.content.find('\0') != std::string::npos) return nul_inside("messages[].content");
+    *bytes += msg.content.size();
+    r->messages.push_back(std::move(msg));
   }
-  if (bytes > limits.max_prompt_bytes) {
-    return Status(ErrorCode::kPromptTooLarge, "prompt of " + std::to_string(bytes) + " bytes is over the limit of " +
-                                                  std::to_string(limits.max_prompt_bytes));
+  return Status::Ok();
+}
+
+Status read_prompt_field(const json& j, const Limits& limits, CompletionRequest* r, std::size_t* bytes) {
+  auto it = j.find("prompt");
+  if (it == j.end()) return bad("prompt", "is required");
+  if (Status st = prompts(*it, limits.images, &r->prompts); !st.ok()) return st;
+  for (const PromptInput& p : r->prompts) {
+    *bytes += p.text.size() + 4 * p.tokens.size();
+    for (const PromptPiece& m : p.mixed) *bytes += m.text.size() + 4 * m.tokens.size();
   }
+  return Status::Ok();
+}
+
+Status read_max_tokens(const json& j, CompletionRequest* r) {
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;
@@ -371,6 +365,11 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     }
     r->max_tokens = static_cast<std::int32_t>(it->get<std::int64_t>());
   }
+  return Status::Ok();
+}
+
+// The sampling numbers, the seed and n (choices of each prompt).
+Status read_sampling_numbers(const json& j, bool chat, CompletionRequest* r) {
   SamplingParams& s = r->sampling;
   Status st;
   if (!(st = number(j, "temperature", 0.0, 2.0, &s.temperature)).ok()) return st;
@@ -401,6 +400,11 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     return bad("prompt", "asks for " + std::to_string(r->n * r->prompts.size()) + " choices (prompts x n); at most " +
                              std::to_string(kMaxChoices));
   }
+  return Status::Ok();
+}
+
+// stop, stream and stream_options.
+Status read_stop_and_stream(const json& j, CompletionRequest* r) {
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {
       r->stop.push_back(it->get<std::string>());
@@ -427,8 +431,11 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
       r->include_usage = u->get<bool>();
     }
   }
-  if (Status st = optional_string(j, "user", &r->user); !st.ok()) return st;
-  if (Status st = logprobs(j, chat, &r->logprobs); !st.ok()) return st;
+  return Status::Ok();
+}
+
+// response_format, tools, tool_choice, parallel_tool_calls.
+Status read_output_shape(const json& j, CompletionRequest* r) {
   if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
     if (Status st = response_format(*it, &r->json_schema); !st.ok()) return st;
   }
@@ -444,10 +451,37 @@ Status parse_request(std::string_view body, bool chat, const Limits& limits, con
     if (!par->is_boolean()) return bad("parallel_tool_calls", "must be a boolean");
     r->parallel_tool_calls = par->get<bool>();
   }
-  if (const json* g = member(j, "uma")) {
-    if (Status st = gateway_options(*g, r->n, &r->uma); !st.ok()) return st;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status parse_request(std::string_view body, bool chat, const Limits& limits, const SamplingParams& defaults,
+                     CompletionRequest* r) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status(ErrorCode::kInvalidJson, "the request body is not valid JSON");
+  if (!j.is_object()) return Status(ErrorCode::kBadRequest, "the request body must be a JSON object");
+  *r = CompletionRequest{};
+  if (Status st = check_fields(j, chat, limits.strict_fields, &r->ignored_fields); !st.ok()) return st;
+  r->chat = chat;
+  r->sampling = defaults;
+  if (Status st = optional_string(j, "model", &r->model); !st.ok()) return st;
+  std::size_t bytes = 0;
+  Status st = chat ? read_chat_messages(j, limits, r, &bytes) : read_prompt_field(j, limits, r, &bytes);
+  if (!st.ok()) return st;
+  if (bytes > limits.max_prompt_bytes) {
+    return Status(ErrorCode::kPromptTooLarge, "prompt of " + std::to_string(bytes) + " bytes is over the limit of " +
+                                                  std::to_string(limits.max_prompt_bytes));
   }
-  if (Status st = read_extensions(j, chat, r); !st.ok()) return st;
+  if (!(st = read_max_tokens(j, r)).ok() || !(st = read_sampling_numbers(j, chat, r)).ok()) return st;
+  if (!(st = read_stop_and_stream(j, r)).ok()) return st;
+  if (!(st = optional_string(j, "user", &r->user)).ok()) return st;
+  if (!(st = logprobs(j, chat, &r->logprobs)).ok()) return st;
+  if (!(st = read_output_shape(j, r)).ok()) return st;
+  if (const json* g = member(j, "uma")) {
+    if (!(st = gateway_options(*g, r->n, &r->uma)).ok()) return st;
+  }
+  if (!(st = read_extensions(j, chat, r)).ok()) return st;
   r->sampling.logprobs = r->logprobs;
   const bool calls = !r->tools.empty() && r->tool_choice != ToolChoice::kNone;
   if (calls && !r->json_schema.empty()) {

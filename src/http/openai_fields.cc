@@ -209,7 +209,10 @@ Status check_fields(const json& j, bool chat, bool strict, std::vector<std::stri
   return Status::Ok();
 }
 
-Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
+namespace {
+
+// vLLM's and others' sampling extensions: ignore_eos, min_tokens, stop_token_ids, logit_bias, ...
+Status read_sampling_extensions(const json& j, CompletionRequest* r) {
   SamplingParams& s = r->sampling;
   Status st;
   if (!(st = boolean(j, "ignore_eos", &s.ignore_eos)).ok()) return st;
@@ -232,6 +235,11 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
   if (const json* b = member(j, "logit_bias")) {
     if (Status st2 = logit_bias(*b, &s); !st2.ok()) return st2;
   }
+  return Status::Ok();
+}
+
+// llama-server's: n_predict, n_probs, response_fields, verbose, return_progress.
+Status read_llama_server_fields(const json& j, CompletionRequest* r) {
   if (const json* np = member(j, "n_predict"); np != nullptr && !member(j, "max_tokens")) {
     // llama-server's max_tokens: -1 is "until the context ends" (not asked).
     if (!np->is_number_integer() || np->get<std::int64_t>() < -1 || np->get<std::int64_t>() > kMaxTokensField) {
@@ -261,6 +269,11 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
     if (!p->is_boolean()) return bad("return_progress", "must be a boolean");
     r->return_progress = p->get<bool>();
   }
+  return Status::Ok();
+}
+
+// A top-level GBNF grammar or JSON schema (one of them at most).
+Status read_grammar_fields(const json& j, CompletionRequest* r) {
   if (const json* g = member(j, "grammar")) {
     if (!g->is_string()) return bad("grammar", "must be a GBNF grammar (a string)");
     if (g->get_ref<const std::string&>().find('\0') != std::string::npos) return bad("grammar", "must not contain NUL");
@@ -272,7 +285,11 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
     r->json_schema = to_json_text(*js);
   }
   if (!r->grammar.empty() && !r->json_schema.empty()) return bad("grammar", "cannot be combined with a JSON schema");
-  if (!chat) return Status::Ok();
+  return Status::Ok();
+}
+
+// chat_template_kwargs, add_generation_prompt, continue_final_message, reasoning_effort.
+Status read_template_switches(const json& j, CompletionRequest* r) {
   if (const json* kw = member(j, "chat_template_kwargs")) {
     if (!kw->is_object()) return bad("chat_template_kwargs", "must be an object");
     for (const auto& [key, value] : kw->items()) {
@@ -324,6 +341,15 @@ Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
     if (!r->template_kwargs.contains("reasoning_effort")) r->template_kwargs["reasoning_effort"] = "\"" + e + "\"";
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status read_extensions(const json& j, bool chat, CompletionRequest* r) {
+  Status st;
+  if (!(st = read_sampling_extensions(j, r)).ok() || !(st = read_llama_server_fields(j, r)).ok()) return st;
+  if (!(st = read_grammar_fields(j, r)).ok()) return st;
+  return chat ? read_template_switches(j, r) : Status::Ok();
 }
 
 }  // namespace uma::openai::detail
