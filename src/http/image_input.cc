@@ -89,7 +89,8 @@ Status image_from_base64(std::string_view text, const std::string& field, const 
     return Status(ErrorCode::kBadRequest, "'" + field + "' is not a PNG, JPEG, GIF or BMP image", field);
   }
   if (size.width <= 0 || size.height <= 0) return Status(ErrorCode::kBadRequest, "'" + field + "' has an empty image", field);
-  if (size.width * size.height > limits.max_pixels) {
+  // Each side first: two 32-bit sides multiplied could overflow.
+  if (size.width > limits.max_pixels || size.height > limits.max_pixels || size.width * size.height > limits.max_pixels) {
     return too_big(field, "an image of " + std::to_string(size.width) + "x" + std::to_string(size.height) +
                               " pixels is over the limit of " + std::to_string(limits.max_pixels));
   }

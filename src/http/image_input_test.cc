@@ -59,6 +59,8 @@ TEST(ImageInput, TakesDataUrlsAndBase64AndRefusesWhatItCannotHold) {
   const Status bomb = image_from_base64(base64_encode(png_header(50000, 50000)), "images", limits, &bytes);
   EXPECT_EQ(bomb.code(), ErrorCode::kPromptTooLarge) << "refused from its header, before anything decodes";
   EXPECT_EQ(bomb.param(), "images");
+  EXPECT_EQ(image_from_base64(base64_encode(png_header(0xFFFFFFFF, 0xFFFFFFFF)), "f", limits, &bytes).code(),
+            ErrorCode::kPromptTooLarge) << "sides whose product overflows";
   EXPECT_EQ(image_from_base64(std::string(2 << 20, 'A'), "f", limits, &bytes).code(), ErrorCode::kPromptTooLarge);
   EXPECT_EQ(image_from_base64(base64_encode(png_header(0, 10)), "f", limits, &bytes).code(), ErrorCode::kBadRequest);
 }

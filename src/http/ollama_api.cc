@@ -134,14 +134,15 @@ class OllamaWriter final : public ReplyWriter {
   std::map<std::ptrdiff_t, Call> calls_;
 };
 
-std::unique_ptr<ReplyWriter> chat_writer(const openai::CompletionRequest& r, std::string, std::int64_t) {
-  return std::make_unique<OllamaWriter>(r, true);
-}
 std::unique_ptr<ReplyWriter> generate_writer(const openai::CompletionRequest& r, std::string, std::int64_t) {
   return std::make_unique<OllamaWriter>(r, false);
 }
 
 }  // namespace
+
+std::unique_ptr<ReplyWriter> ollama_chat_writer(const openai::CompletionRequest& r, std::string, std::int64_t) {
+  return std::make_unique<OllamaWriter>(r, true);
+}
 
 std::string ollama_embeddings_response(const std::string& model, const std::vector<std::vector<float>>& vectors,
                                        std::int32_t prompt_tokens, bool legacy) {
@@ -286,7 +287,7 @@ std::optional<Routed> ollama_route(http::verb method, std::string_view path, std
     std::string chat;
     Status st = ollama::chat_body(body, &chat, &ignored);
     if (!st.ok()) return Routed{false, ollama_error(st)};
-    auto result = in_ollama_shape(completion_request(true, chat, ctx), chat_writer, chat);
+    auto result = in_ollama_shape(completion_request(true, chat, ctx), ollama_chat_writer, chat);
     if (auto* c = std::get_if<Completion>(&result)) c->api.ignored_fields.insert(c->api.ignored_fields.end(), ignored.begin(), ignored.end());
     return Routed{serving, std::move(result)};
   }

@@ -6,8 +6,8 @@
 // at once (its file is here). `options` map to
 // sampling fields (num_predict, temperature, top_k, top_p, min_p, seed, stop, repeat_penalty, ...);
 // `format` ("json" or a schema) to a grammar; `think` to the template's thinking switch. Errors are
-// {"error": "..."} with their HTTP status. What umad cannot do is refused by name: images (no
-// projector), suffix, a template override; fields that change nothing here (keep_alive on a
+// {"error": "..."} with their HTTP status. What umad cannot do is refused by name: images without a
+// vision projector (--mmproj), a template override; fields that change nothing here (keep_alive on a
 // single-model daemon, num_ctx, num_gpu, ...) are named in X-Uma-Ignored-Fields.
 #pragma once
 
@@ -28,6 +28,10 @@ inline constexpr std::string_view kOllamaApiVersion = "0.12.0";
 
 // RFC 3339 in UTC with microseconds, as Ollama writes its times.
 std::string ollama_time(std::chrono::system_clock::time_point t);
+
+// The writer of /api/chat's answers: one JSON object per line, a tool call's pieces gathered into
+// one message whose arguments are an object (Ollama's shape).
+std::unique_ptr<ReplyWriter> ollama_chat_writer(const openai::CompletionRequest& r, std::string id, std::int64_t created);
 
 // The answer to /api/embed ({"embeddings": [...]}) or, legacy, /api/embeddings ({"embedding": [...]}).
 std::string ollama_embeddings_response(const std::string& model, const std::vector<std::vector<float>>& vectors,

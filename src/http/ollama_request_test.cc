@@ -125,3 +125,48 @@ TEST(OllamaPull, AModelWhoseFileIsHereIsPulledAtOnceAnyOtherIsNotFound) {
 
 }  // namespace
 }  // namespace uma::http_route
+
+namespace uma {
+namespace {
+
+using json = nlohmann::json;
+
+// The objects of an NDJSON stream, its HTTP chunk framing taken off.
+std::vector<json> ndjson_objects(const std::string& chunked) {
+  std::vector<json> out;
+  std::size_t at = 0;
+  while ((at = chunked.find('{', at)) != std::string::npos) {
+    const std::size_t end = chunked.find('\n', at);
+    out.push_back(json::parse(chunked.substr(at, end - at)));
+    at = end;
+  }
+  return out;
+}
+
+TEST(OllamaAnswer, AToolCallsPiecesBecomeOneMessageWithItsArgumentsAsAnObject) {
+  openai::CompletionRequest r;
+  r.model = "m";
+  auto w = ollama_chat_writer(r, "id", 0);
+  std::string out;
+  w->open(1, out);
+  w->delta(0, ChatDelta{"", 0, "call_1", "get_weather", R"({"city":)"}, {}, 0, out);
+  w->delta(0, ChatDelta{"", 0, "", "", R"("Paris"})"}, {}, 0, out);
+  w->finish(0, ChoiceEnd{"tool_calls", ""}, {}, 0, out);
+  w->close(openai::Usage{}, out);
+  const std::vector<json> lines = ndjson_objects(out);
+  ASSERT_EQ(lines.size(), 2u) << out;
+  EXPECT_EQ(lines[0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(lines[0]["message"]["tool_calls"][0]["function"]["arguments"], json::parse(R"({"city":"Paris"})"));
+  EXPECT_EQ(lines[0]["done"], false);
+  EXPECT_EQ(lines[1]["done"], true);
+  EXPECT_EQ(lines[1]["done_reason"], "stop");
+
+  const ToolCall call{"call_1", "get_weather", R"({"city":"Oslo"})"};
+  const WholeChoice whole{"", "", ChoiceEnd{"tool_calls", ""}, {}, std::span<const ToolCall>(&call, 1)};
+  const json j = json::parse(ollama_chat_writer(r, "id", 0)->whole(std::span<const WholeChoice>(&whole, 1), openai::Usage{}));
+  EXPECT_EQ(j["message"]["tool_calls"][0]["function"]["arguments"]["city"], "Oslo");
+  EXPECT_EQ(j["message"]["role"], "assistant");
+}
+
+}  // namespace
+}  // namespace uma

@@ -28,6 +28,16 @@ std::uint64_t hash_of_id(const char* id) {  // the bitmap's id: its bytes' SHA-2
   return h;
 }
 
+// A prompt's text as libmtmd takes it: the BOS as the model wants, control tokens when asked.
+mtmd_input_text input_of(std::string_view text, bool parse_special) {
+  mtmd_input_text input{};
+  input.text = text.data();
+  input.text_len = text.size();
+  input.add_special = true;
+  input.parse_special = parse_special;
+  return input;
+}
+
 // libmtmd's lines into our log: errors and warnings as they are, its loader's chatter at trace.
 void log_from_mtmd(ggml_log_level level, const char* text, void*) {
   std::string_view line(text);
@@ -87,11 +97,7 @@ Status ImageEncoder::prepare(std::string_view text, bool parse_special, const st
     bitmaps.emplace_back(w.bitmap);
     views.push_back(w.bitmap);
   }
-  mtmd_input_text input{};
-  input.text = text.data();
-  input.text_len = text.size();
-  input.add_special = true;
-  input.parse_special = parse_special;
+  const mtmd_input_text input = input_of(text, parse_special);
   std::unique_ptr<mtmd_input_chunks, ChunksFree> chunks(mtmd_input_chunks_init());
   const int32_t rc = mtmd_tokenize(ctx_, chunks.get(), &input, views.data(), views.size());
   if (rc == 1) {
@@ -131,11 +137,7 @@ Status ImageEncoder::count(std::string_view text, bool parse_special,
     bitmaps.emplace_back(mtmd_bitmap_init(static_cast<uint32_t>(w), static_cast<uint32_t>(h), nullptr));
     views.push_back(bitmaps.back().get());
   }
-  mtmd_input_text input{};
-  input.text = text.data();
-  input.text_len = text.size();
-  input.add_special = true;
-  input.parse_special = parse_special;
+  const mtmd_input_text input = input_of(text, parse_special);
   std::unique_ptr<mtmd_input_chunks, ChunksFree> chunks(mtmd_input_chunks_init());
   if (mtmd_tokenize(ctx_, chunks.get(), &input, views.data(), views.size()) != 0) {
     return Status(ErrorCode::kBadRequest, "the prompt's image places (" + std::string(kImageMarker) + ") do not match its images", "image");

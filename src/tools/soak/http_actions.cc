@@ -1,6 +1,7 @@
 // The HTTP side of a soak client: the OpenAI API (docs/PROTOCOL.md, "HTTP, OpenAI-compatible").
 #include <nlohmann/json.hpp>
 
+#include "httpkit/http_wire.h"
 #include "tools/soak/actions.h"
 #include "tools/soak/conn.h"
 
@@ -10,10 +11,7 @@ namespace {
 using json = nlohmann::json;
 
 std::string request_bytes(std::string_view method, std::string_view path, std::string_view body, bool close) {
-  std::string r = std::string(method) + " " + std::string(path) + " HTTP/1.1\r\nHost: soak\r\n";
-  if (!body.empty()) r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  if (close) r += "Connection: close\r\n";
-  return r + "\r\n" + std::string(body);
+  return http_request({.method = method, .target = path, .host = "soak", .body = body, .keep_alive = !close});
 }
 
 struct Completion {

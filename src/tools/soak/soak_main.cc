@@ -14,6 +14,7 @@
 #include <iostream>
 #include <thread>
 
+#include "httpkit/http_wire.h"
 #include "tools/soak/actions.h"
 #include "tools/soak/conn.h"
 #include "tools/soak/monitor.h"
@@ -41,7 +42,7 @@ bool http_healthy(const Settings& st) {
   Socket s = Socket::tcp(st.http_host, st.http_port, 0, &err);
   if (!s.valid()) return false;
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(5);
-  if (!s.send_all("GET /health HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n", deadline, &err)) return false;
+  if (!s.send_all(http_request({.target = "/health", .host = "soak", .keep_alive = false}), deadline, &err)) return false;
   HttpReader rd(s);
   std::string body;
   if (rd.header(deadline, &err) != Read::kData || rd.status() != 200 || rd.body(&body, deadline, &err) != Read::kData) return false;
