@@ -307,7 +307,13 @@ void Scheduler::publish_metrics() {
   metrics_.backlog_admitted = metrics_.requests_admitted_total.load();  // admit() runs on this thread too
   metrics_.kv_tokens_used = kv_tokens;
   metrics_.kv_sequences_used = kv_seqs;
-  metrics_.kv_cells_granted = cells_granted() - cache_.cells();
+  // What running requests claim; kept prefixes are the cache's, reported apart. Summed here for
+  // both layouts: per-sequence KV adds no pool up (cells_granted() is 0 there).
+  std::int64_t claimed = 0;
+  for (const auto& s : sessions_) {
+    if (s->seq >= 0) claimed += claim(*s);
+  }
+  metrics_.kv_cells_granted = claimed;
   metrics_.parked_bytes = static_cast<std::int64_t>(parked_bytes_);
   metrics_.publish_sessions(std::move(table));
 }
