@@ -80,6 +80,8 @@ std::string_view HttpRequest::header(std::string_view name, bool* present) const
   return it == headers.end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
 }
 
+constexpr std::size_t kLeastChunkedRest = 5;
+
 RequestReader::Result RequestReader::next(const HttpLimits& limits, HttpRequest* out, Status* error,
                                           bool* header_too_large) {
   if (in_.empty()) return Result::kNeedMore;
@@ -91,6 +93,9 @@ RequestReader::Result RequestReader::next(const HttpLimits& limits, HttpRequest*
   }
   boost::beast::error_code ec;
   while (!in_.empty() && !parser_->is_done()) {
+    // A chunked body's rest is never under 5 bytes (at least "0\r\n\r\n"), and Beast's chunk parser
+    // asserts it has that much once it has seen a final chunk's line: feed it no less.
+    if (parser_->is_header_done() && parser_->chunked() && in_.size() < kLeastChunkedRest) break;
     const std::size_t used = parser_->put(boost::asio::buffer(in_.data(), in_.size()), ec);
     in_.erase(0, used);
     if (ec == http::error::need_more) ec = {};
