@@ -175,6 +175,16 @@ Status LlamaRuntime::decode(std::span<const BatchEntry> caller_batch) {
   return images ? decode_images(caller_batch) : decode_tokens(caller_batch);
 }
 
+llama_batch LlamaRuntime::batch_view(std::int32_t n_tokens) {
+  llama_batch b{};
+  b.n_tokens = n_tokens;
+  b.pos = batch_pos_.data();
+  b.n_seq_id = batch_nseq_.data();
+  b.seq_id = batch_seq_ptr_.data();
+  b.logits = batch_logits_.data();
+  return b;
+}
+
 Status LlamaRuntime::decode_tokens(std::span<const BatchEntry> caller_batch) {
   std::span<const BatchEntry> batch = caller_batch;
   if (arrange_) {
@@ -187,13 +197,8 @@ Status LlamaRuntime::decode_tokens(std::span<const BatchEntry> caller_batch) {
     batch_seq_[i] = batch[i].seq;
     batch_logits_[i] = batch[i].logits ? 1 : 0;
   }
-  llama_batch b{};
-  b.n_tokens = static_cast<int32_t>(batch.size());
+  llama_batch b = batch_view(static_cast<int32_t>(batch.size()));
   b.token = batch_token_.data();
-  b.pos = batch_pos_.data();
-  b.n_seq_id = batch_nseq_.data();
-  b.seq_id = batch_seq_ptr_.data();
-  b.logits = batch_logits_.data();
   ++device_share_.decodes;  // the device samplers' inputs are this decode's
   const int32_t rc = timing_.on ? timed_decode(b, batch.size()) : llama_decode(ctx_, b);
   if (arrange_) {

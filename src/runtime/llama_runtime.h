@@ -279,6 +279,9 @@ class LlamaRuntime final : public Decoder {
     Token token = -1;           // sampled on the device, or -1
     std::vector<float> logits;  // empty: none came to the host
   };
+  // The batch storage's positions, sequences and logits flags as a llama_batch of n entries; the
+  // caller points it at tokens or embeddings.
+  llama_batch batch_view(std::int32_t n_tokens);
   Status decode_tokens(std::span<const BatchEntry> batch);
   Status decode_images(std::span<const BatchEntry> caller_batch);
   const HeldRow* held_row(std::int32_t caller_index) const;

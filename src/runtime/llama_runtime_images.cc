@@ -30,13 +30,8 @@ Status LlamaRuntime::decode_images(std::span<const BatchEntry> caller_batch) {
     batch_logits_[k] = e.logits ? 1 : 0;
     callers.push_back(static_cast<std::int32_t>(i));
   }
-  llama_batch b{};
-  b.n_tokens = static_cast<int32_t>(callers.size());
+  llama_batch b = batch_view(static_cast<int32_t>(callers.size()));
   b.embd = image_embd_.data();
-  b.pos = batch_pos_.data();
-  b.n_seq_id = batch_nseq_.data();
-  b.seq_id = batch_seq_ptr_.data();
-  b.logits = batch_logits_.data();
   const int32_t rc = llama_decode(ctx_, b);
   if (rc == 0 || rc == 1) std::fill(copy_pending_.begin(), copy_pending_.end(), 0);  // applied before it looked for cells
   if (rc == 1) return Status(ErrorCode::kKvExhausted, "no KV cells for the batch");
