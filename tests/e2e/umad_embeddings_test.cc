@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/base64.h"
 #include "e2e/daemon_harness.h"
 #include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
@@ -38,24 +39,8 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 std::vector<float> from_base64(const std::string& s) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    return c == '+' ? 62 : c == '/' ? 63 : -1;
-  };
   std::string bytes;
-  int bits = 0, acc = 0;
-  for (char c : s) {
-    const int v = value(c);
-    if (v < 0) break;
-    acc = (acc << 6) | v;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      bytes += static_cast<char>((acc >> bits) & 0xFF);
-    }
-  }
+  EXPECT_TRUE(base64_decode(s, &bytes));
   std::vector<float> out(bytes.size() / sizeof(float));
   std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
   return out;
