@@ -91,11 +91,12 @@ def agent_rounds(a, name, agent_flags, umad_flags):
     copies = []
     for f in sorted(os.listdir(run)):
         if f.endswith(".log"):
-            for m in re.finditer(r"copied from host memory: (\d+) MiB in ([\d.]+) s \((?:pinning its pages ([\d.]+) s|pinned ahead)\)",
-                                 open(os.path.join(run, f)).read()):
-                copies.append((float(m.group(2)), float(m.group(3) or 0)))
-    if copies:
-        for k, key in enumerate(("copy_s", "pin_s")): extra[key] = statistics.median(c[k] for c in copies)
+            for m in re.finditer(r"copied from host memory: (\d+) MiB in ([\d.]+) s \((?:pinning its pages ([\d.]+) s|pinned ahead)"
+                                 r"; its tensors (\d+) MiB in ([\d.]+) s\)", open(os.path.join(run, f)).read()):
+                t_mib, t_s = float(m.group(4)), float(m.group(5))
+                copies.append((float(m.group(2)), float(m.group(3) or 0), t_s, t_mib * 1048576 / t_s / 1e9 if t_s > 0 else 0))
+    if copies:  # the tensor phase: llama.cpp's copy of the weights, its setup before it left out
+        for k, key in enumerate(("copy_s", "pin_s", "tensor_s", "tensor_gb_s")): extra[key] = statistics.median(c[k] for c in copies)
     return rows, extra
 
 def llama_server_rounds(a):

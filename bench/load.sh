@@ -163,4 +163,8 @@ for m in models:
         elif label.startswith("dram"): ratio = f"load {size/load/1e9/limit:.2f} of {lname}" if lname == "h2d" else "(no read: mapped in place)"
         elif limit: ratio = f"{fill_gbs/limit:.2f} of {lname}"
         print(f"{label:<20}{load:>8.3f}{size/load/1e9:>7.2f}{first:>10.3f}{fill_gbs:>16.2f}  {ratio}  1st token {first/mm:.2f}x llama mmap")
+        tens = [r["tensor_bytes"] / r["tensor_s"] / 1e9 for r in by[key] if r.get("tensor_s", 0) > 0]
+        if tens:  # the copy of the weights alone: llama.cpp's metadata, vocabulary and allocations before it left out
+            t = statistics.median(tens)
+            print(f"{'':<20}its tensors {t:.2f} GB/s" + (f" = {t/limit:.2f} of {lname}" if limit == limit and limit else ""))
 PY

@@ -30,7 +30,19 @@ struct Cookie {
   std::uint64_t pos = 0;
   Status error;
   ImageLoadStats stats;
+  Clock::time_point first_tensor{};  // llama.cpp's first ask for a tensor's bytes
 };
+
+// Counts a tensor llama.cpp is about to copy out of caller memory.
+void note_tensor(Cookie& k, std::uint64_t n) {
+  if (k.stats.tensor_bytes == 0) k.first_tensor = Clock::now();
+  k.stats.tensor_bytes += n;
+}
+
+// The load's end: the tensor phase's length, where there was one.
+void end_tensors(Cookie& k, Clock::time_point end) {
+  if (k.stats.tensor_bytes > 0) k.stats.tensor_seconds = std::chrono::duration<double>(end - k.first_tensor).count();
+}
 
 // Waits until [offset, offset + n) of the image is ready, the time counted as waiting, and counts
 // the bytes; false (the error kept) when the image failed.
@@ -78,7 +90,17 @@ int cookie_seek(void* c, off64_t* offset, int whence) {
 int cookie_close(void*) { return 0; }
 
 // llama.cpp asks before it copies a tensor's bytes out of the image (the copy path).
-bool wait_for_bytes(size_t offset, size_t size, void* c) { return wait_ready(*static_cast<Cookie*>(c), offset, size); }
+bool wait_for_bytes(size_t offset, size_t size, void* c) {
+  Cookie& k = *static_cast<Cookie*>(c);
+  note_tensor(k, size);
+  return wait_ready(k, offset, size);
+}
+
+// A file already in host memory: nothing to wait for, only the tensor phase timed.
+bool bytes_in_memory(size_t, size_t size, void* c) {
+  note_tensor(*static_cast<Cookie*>(c), size);
+  return true;
+}
 
 ggml_backend_dev_t first_gpu() {
   for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
@@ -146,7 +168,9 @@ llama_model* load_model_from_image(const std::shared_ptr<store::ModelImage>& ima
                                                                      wait_for_bytes, &cookie, mp)
                            : llama_model_load_from_file_ptr(f, mp);
   std::fclose(f);
-  cookie.stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const auto t1 = Clock::now();
+  end_tensors(cookie, t1);
+  cookie.stats.seconds = std::chrono::duration<double>(t1 - t0).count();
   if (path == ImageLoadPath::kCopy) {  // llama.cpp copies as it goes: whatever was not waiting
     cookie.stats.copy_seconds = std::max(0.0, cookie.stats.seconds - cookie.stats.wait_seconds);
   }
@@ -225,8 +249,10 @@ llama_model* load_model_from_host_file(const std::string& path, const llama_mode
   std::setvbuf(f, nullptr, _IOFBF, 256 << 10);
   llama_model_params mp = params;
   mp.load_mode = LLAMA_LOAD_MODE_NONE;
-  llama_model* model = llama_model_load_from_file_ptr_and_data(f, file.data, file.size, nullptr, nullptr, mp);
+  Cookie timing;
+  llama_model* model = llama_model_load_from_file_ptr_and_data(f, file.data, file.size, bytes_in_memory, &timing, mp);
   std::fclose(f);
+  end_tensors(timing, Clock::now());
   if (pinned) r.remove(file.data);  // the weights are the GPU's now
   ::munmap(file.data, file.size);
   if (model == nullptr) *status = {ErrorCode::kModelLoad, "cannot load model '" + path + "' from host memory"};
@@ -236,6 +262,8 @@ llama_model* load_model_from_host_file(const std::string& path, const llama_mode
     stats->register_seconds = pinning;
     stats->pinned_ahead = pinned_ahead;
     stats->bytes_read = file.size;
+    stats->tensor_seconds = timing.stats.tensor_seconds;
+    stats->tensor_bytes = timing.stats.tensor_bytes;
     stats->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   return model;

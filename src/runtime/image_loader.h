@@ -44,6 +44,10 @@ struct ImageLoadStats {
   int path = 0;  // the ImageLoadPath taken
   double register_seconds = 0;  // a file in host memory: pinning its pages (part of seconds)
   bool pinned_ahead = false;      // a standby had pinned the file (runtime/host_pins.h)
+  // The copy path: from llama.cpp's first ask for a tensor's bytes to the load's end (the weights'
+  // copy, llama.cpp's metadata, vocabulary and allocations before it left out), and those bytes.
+  double tensor_seconds = 0;
+  std::uint64_t tensor_bytes = 0;
 };
 
 enum class ImageLoadPath { kAuto, kStream, kMap, kCopy };

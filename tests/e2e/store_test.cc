@@ -291,6 +291,14 @@ TEST_P(StoreFilling, TheModelLoadsWhileTheImageIsStillFilling) {
   EXPECT_EQ(ls.path, static_cast<int>(GetParam()));
   EXPECT_GT(ls.wait_seconds, 0.0) << "it waited for chunks on their way";
   EXPECT_GE(ls.bytes_read, m->bytes - m->data_offset);
+  if (GetParam() == ImageLoadPath::kCopy) {  // every tensor's bytes asked for once, the phase timed
+    EXPECT_GT(ls.tensor_bytes, 0u);
+    EXPECT_LE(ls.tensor_bytes, m->bytes - m->data_offset);
+    EXPECT_GT(ls.tensor_seconds, 0.0);
+    EXPECT_LE(ls.tensor_seconds, ls.seconds);
+  } else {
+    EXPECT_EQ(ls.tensor_bytes, 0u);
+  }
   llama_model_free(model);
   ts.release("tiny");
 }

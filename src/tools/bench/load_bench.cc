@@ -158,6 +158,7 @@ int fail(const Status& s) {
 // What the store's fills did, as the report's JSON fields.
 std::string fill_report(const store::TierStore& ts, const ImageLoadStats& ls, bool pinned, const LoadBenchFlags& f) {
   std::string extra = ",\"wait_s\":" + std::to_string(ls.wait_seconds) + ",\"copy_s\":" + std::to_string(ls.copy_seconds) +
+                      ",\"tensor_s\":" + std::to_string(ls.tensor_seconds) + ",\"tensor_bytes\":" + std::to_string(ls.tensor_bytes) +
                       ",\"pinned\":" + (pinned ? "true" : "false") + ",\"path\":\"" + f.path +
                       "\",\"path_taken\":" + std::to_string(ls.path) + ",\"prefault\":" + (f.prefault ? "true" : "false");
   extra += ",\"fills\":[";
