@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/json_text.h"
+#include "http/ollama_api.h"
 #include "serve/block_hash.h"
 #include "webui/webui.h"
 
@@ -45,6 +46,34 @@ bool asks_for_gateway_fields(const openai::GatewayOptions& g) {
   return g.token_ids || !g.resume.empty() || !g.id.empty() || g.created != 0 || !g.prompt_tokens.empty();
 }
 
+// What only a model's own server answers (the gateway holds no weights): relayed as it came to an
+// agent serving the named model, in the API of its path.
+enum class Relay : std::uint8_t { kNone, kOpenAi, kOllama };
+
+Relay relayed(std::string_view path) {
+  for (const char* p : {"/v1/embeddings", "/embeddings", "/rerank", "/v1/rerank", "/reranking", "/v1/reranking", "/infill"}) {
+    if (path == p) return Relay::kOpenAi;
+  }
+  for (const char* p : {"/api/embed", "/api/embeddings", "/api/show"}) {
+    if (path == p) return Relay::kOllama;
+  }
+  return Relay::kNone;
+}
+
+// The model a relayed body names ("": none, any agent answers), or why it is not one to relay.
+Status relayed_model(std::string_view body, Relay api, std::string* model) {
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_object()) return Status(ErrorCode::kInvalidJson, "the body is not a JSON object");
+  for (const char* field : {"model", "name"}) {  // "name": Ollama's older field
+    const auto it = j.find(field);
+    if (it == j.end() || it->is_null() || (api != Relay::kOllama && std::string_view(field) == "name")) continue;
+    if (!it->is_string()) return Status(ErrorCode::kBadRequest, std::string("'") + field + "' must be a string", field);
+    *model = it->get<std::string>();
+    break;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 struct GatewayServer::Prepared {
@@ -58,6 +87,8 @@ struct GatewayServer::Prepared {
   Status status;  // the vocabulary's or the tokenizer's
   std::vector<Token> tokens;
   std::vector<std::uint64_t> blocks;
+  Relay relay = Relay::kNone;  // relayed whole to an agent (its model named in relay_model)
+  std::string relay_model;
 };
 
 GatewayServer::GatewayServer(asio::io_context& io, GatewayConfig config, AgentDirectory& agents, VocabCache& vocabs,
@@ -217,6 +248,10 @@ http_route::Context GatewayServer::route_context(const ChatTemplate* chat_templa
 // On a tokenizer thread: the request checked as umad checks it, rendered with its model's template
 // and tokenized with its vocabulary (a vocabulary not yet resident is loaded here: gateway/vocab_cache.h).
 void GatewayServer::prepare(Prepared& p) {
+  if ((p.relay = relayed(std::string_view(p.target).substr(0, p.target.find('?')))) != Relay::kNone) {
+    p.status = relayed_model(p.body, p.relay, &p.relay_model);
+    return;
+  }
   std::shared_ptr<const Vocabulary> vocab;
   Status vocab_status;
   const ChatTemplate render = [&](const ChatRequest& request, ChatPrompt* out) {
@@ -265,6 +300,7 @@ void GatewayServer::prepared(HttpExchange* key, Prepared& p) {
   if (stopped_) return answer_error(Status(ErrorCode::kShuttingDown, "the gateway is stopping"));
   if (p.reply) return answer(p.reply->status, p.reply->content_type, p.reply->body);
   metrics_.requests_total++;
+  if (p.relay != Relay::kNone) return relay(it->second, p);
   const http_route::Completion& c = p.completion;
   const bool other_api = !c.chat_body.empty();  // Anthropic's, Responses': re-encoded (gateway/reencode.h)
   if (!other_api && c.id_prefix != "chatcmpl-" && c.id_prefix != "cmpl-") {
@@ -279,22 +315,13 @@ void GatewayServer::prepared(HttpExchange* key, Prepared& p) {
     return answer_error(Status(ErrorCode::kBadRequest, "'uma' is for the gateway's own use", "uma"));
   }
   if (!p.status.ok()) return answer_error(p.status);
-  switch (agents_.lookup(c.api.model)) {
-    case AgentDirectory::ModelLookup::kServed: break;
-    case AgentDirectory::ModelLookup::kUnknown:
-      return answer_error(Status(ErrorCode::kNotFound, "The model '" + c.api.model + "' does not exist", "model"));
-    case AgentDirectory::ModelLookup::kCatalogOnly:
-      if (loads_on_demand()) break;  // the proxy waits while it is loaded
-      return answer_error(Status(ErrorCode::kUnavailable, "The model '" + c.api.model + "' is in the catalog but no agent has it loaded", "model"));
-  }
-  if (cold_loads_ != nullptr && agents_.in_catalog(c.api.model)) fan_out_.arrived(c.api.model, SteadyClock::now());
+  if (Status st = servable(c.api.model); !st.ok()) return answer_error(st);
   ProxyJob job;
   job.chat = c.api.chat;
   job.stream = c.api.stream;
   job.resumable = c.api.n == 1 && (c.api.tools.empty() || c.api.tool_choice == ToolChoice::kNone) && c.api.logprobs < 0;
   job.max_tokens = c.api.max_tokens;
-  job.model = agents_.served_name(c.api.model);
-  if (job.model.empty() && agents_.lookup(c.api.model) == AgentDirectory::ModelLookup::kCatalogOnly) job.model = c.api.model;
+  job.model = dispatch_name(c.api.model);
   job.body = std::move(p.body);
   if (other_api) {
     // The agent runs it as OpenAI chat, with usage in its stream (what the client's API reports).
@@ -305,7 +332,9 @@ void GatewayServer::prepared(HttpExchange* key, Prepared& p) {
   job.prompt_tokens = static_cast<std::int64_t>(p.tokens.size());
   // The agent runs the tokens computed here rather than tokenizing again (the same vocabulary and
   // template: its own), when they fit any agent's smallest body cap with the body.
-  if (config_.forward_tokens && c.api.prompts.size() <= 1 && job.body.size() + 12 * p.tokens.size() < (std::size_t{1} << 20)) {
+  // Not with images: the agent puts their embeddings in their places of the text, and tokenizes it.
+  if (config_.forward_tokens && c.request.images.empty() && c.api.prompts.size() <= 1 &&
+      job.body.size() + 12 * p.tokens.size() < (std::size_t{1} << 20)) {
     job.prompt_ids = p.tokens;
   }
   job.blocks = std::move(p.blocks);
@@ -318,6 +347,53 @@ void GatewayServer::prepared(HttpExchange* key, Prepared& p) {
   job.received_at = p.received_at;
   it->second.proxy = std::make_unique<Proxy>(*this, ex, id, std::move(job));
   it->second.proxy->start();
+}
+
+}  // namespace uma::gateway
+
+namespace uma::gateway {
+
+// Whether a request for `model` can go to an agent (now, or once a loader has loaded it); else why not.
+Status GatewayServer::servable(const std::string& model) {
+  switch (agents_.lookup(model)) {
+    case AgentDirectory::ModelLookup::kServed: break;
+    case AgentDirectory::ModelLookup::kUnknown:
+      return Status(ErrorCode::kNotFound, "The model '" + model + "' does not exist", "model");
+    case AgentDirectory::ModelLookup::kCatalogOnly:
+      if (loads_on_demand()) break;  // the proxy waits while it is loaded
+      return Status(ErrorCode::kUnavailable, "The model '" + model + "' is in the catalog but no agent has it loaded", "model");
+  }
+  if (cold_loads_ != nullptr && agents_.in_catalog(model)) fan_out_.arrived(model, SteadyClock::now());
+  return Status::Ok();
+}
+
+// The name a dispatch routes by: the one agents serve it as, a catalog model's own, or "" (any agent).
+std::string GatewayServer::dispatch_name(const std::string& model) const {
+  std::string name = agents_.served_name(model);
+  if (name.empty() && agents_.lookup(model) == AgentDirectory::ModelLookup::kCatalogOnly) name = model;
+  return name;
+}
+
+// Embeddings, reranking, /api/show, /infill: sent as they came to an agent serving the model, its
+// answer passed back; errors written here keep the client's API (Ollama's {"error"}, or OpenAI's).
+void GatewayServer::relay(InFlight& entry, Prepared& p) {
+  const HttpExchangePtr ex = entry.exchange;
+  const bool ollama = p.relay == Relay::kOllama;
+  Status st = p.status.ok() ? servable(p.relay_model) : p.status;
+  if (!st.ok()) {
+    if (!p.status.ok()) metrics_.bad_requests_total++;
+    inflight_.erase(ex.get());
+    if (!ollama) return ex->reply_error(st);
+    return ex->reply(http_status(st.code()), "application/json", ollama_error_body(st));
+  }
+  ProxyJob job;
+  job.model = dispatch_name(p.relay_model);
+  job.body = std::move(p.body);
+  job.relay_target = p.target;
+  if (ollama) job.error_body = ollama_error_body;
+  job.received_at = p.received_at;
+  entry.proxy = std::make_unique<Proxy>(*this, ex, next_request_++, std::move(job));
+  entry.proxy->start();
 }
 
 }  // namespace uma::gateway

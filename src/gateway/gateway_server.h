@@ -1,5 +1,7 @@
 // GatewayServer: uma-gw's OpenAI-compatible front end (POST /v1/completions and
-// /v1/chat/completions, GET /v1/models (the cluster's models), /health, /metrics). Stateless: what
+// /v1/chat/completions, GET /v1/models (the cluster's models), /health, /metrics; what needs a
+// model's weights (embeddings, reranking, /infill, Ollama's /api/embed and /api/show) relayed
+// whole to an agent serving the model it names, routed as completions are). Stateless: what
 // it knows of the cluster is the AgentDirectory's (Redis view + the agents' KV-event streams), so
 // any number of gateways can run side by side.
 //
@@ -182,6 +184,9 @@ class GatewayServer final {
   http_route::Context route_context(const ChatTemplate* chat_template) const;
   void prepare(Prepared& p);                          // on a tokenizer thread
   void prepared(HttpExchange* ex, Prepared& p);  // back on the I/O thread: route and send it
+  void relay(InFlight& entry, Prepared& p);           // embeddings, reranking, /api/show, /infill
+  Status servable(const std::string& model);
+  std::string dispatch_name(const std::string& model) const;
   void retire(std::unique_ptr<Proxy> p);
   void sweep();  // every second: queue timeouts, loads to prefetch, and a retry of the queue
   void drain();

@@ -124,6 +124,12 @@ void Proxy::model_wait_expired(const std::string& why) {
 // completion's id; a resumed one also carries the tokens the client already has and what is left
 // of max_tokens.
 std::string Proxy::upstream_request(const AgentLink& a) const {
+  HostPort to;
+  parse_host_port(a.state().address, &to);  // the dispatch dialled it: it parses
+  if (!job_.relay_target.empty()) {
+    return http_request({.method = "POST", .target = job_.relay_target, .host = host_header(to), .body = job_.body,
+                         .bearer = gw_.config().agent_key});
+  }
   std::string body;
   if (emitted_.empty()) {
     nlohmann::json uma = {{"token_ids", true}, {"id", job_.completion_id}, {"created", job_.created}};
@@ -141,8 +147,6 @@ std::string Proxy::upstream_request(const AgentLink& a) const {
     }
     body = j.dump();
   }
-  HostPort to;
-  parse_host_port(a.state().address, &to);  // the dispatch dialled it: it parses
   return http_request({.method = "POST", .target = job_.chat ? "/v1/chat/completions" : "/v1/completions",
                        .host = host_header(to), .body = body, .bearer = gw_.config().agent_key});
 }
@@ -168,8 +172,9 @@ void Proxy::on_head(unsigned status, bool event_stream) {
     gw_.metrics().agent_full_total++;
     return dispatch();
   }
-  // An agent that cannot take it now (shutting down, broken) is one to try another for.
-  if (status >= 500) {
+  // An agent that cannot take it now (shutting down, broken) is one to try another for; 501 is its
+  // answer (what the model cannot do: images without a projector, reranking on a non-reranker).
+  if (status >= 500 && status != 501) {
     if (up_) up_->abort();
     return failover("the agent answered " + std::to_string(status));
   }
@@ -177,6 +182,7 @@ void Proxy::on_head(unsigned status, bool event_stream) {
 }
 
 void Proxy::on_body(std::string_view bytes) {
+  if (!job_.relay_target.empty() && status_ == 200 && agent_stream_) return relay_stream(bytes);
   if (!(status_ == 200 && agent_stream_ && job_.stream)) {
     whole_.append(bytes);
     return;
@@ -209,6 +215,21 @@ void Proxy::on_body(std::string_view bytes) {
   client_->send_raw(out);
 }
 
+// A relayed stream (llama-server's /infill): its events as they come, in the client's chunks.
+void Proxy::relay_stream(std::string_view bytes) {
+  std::string out;
+  if (!client_head_sent_) {
+    client_head_sent_ = true;
+    out = event_stream_head(client_->keep_alive(), client_->cors(), "text/event-stream");
+  }
+  if (!first_token_) {
+    first_token_ = true;
+    if (AgentLink* a = gw_.agents().find(agent_)) gw_.agents().first_byte(*a, id_);
+  }
+  out += http_chunk(bytes);
+  client_->send_raw(out);
+}
+
 // Predicted vs measured, for a first dispatch only (a retry's or a resume's clock started later).
 // The decision's parts go to the debug log: what the prediction error is made of.
 void Proxy::record_ttft() {
@@ -227,6 +248,11 @@ void Proxy::on_end() {
   up_.reset();
   AgentLink* a = gw_.agents().find(agent_);
   if (a != nullptr) gw_.agents().ended(*a, id_);
+  if (status_ == 200 && agent_stream_ && !job_.relay_target.empty()) {
+    if (a != nullptr) gw_.agents().succeeded(*a);
+    client_->send_raw(kLastChunk);
+    return done();
+  }
   if (status_ == 200 && agent_stream_ && job_.stream) {
     if (!done_seen_) return failover("the agent's stream ended before [DONE]");
     if (a != nullptr) gw_.agents().succeeded(*a);
@@ -333,7 +359,9 @@ void Proxy::end_with_error(const Status& st) {
     // Mid-stream: an SSE error event, then the stream's end (never a silently short stream).
     client_->send_raw(sse_chunk(http_error_body(st)) + sse_chunk("[DONE]") + std::string(kLastChunk));
   } else {
-    const std::string body = job_.reencoder ? job_.reencoder->error_body(st) : http_error_body(st);
+    const std::string body = job_.reencoder    ? job_.reencoder->error_body(st)
+                             : job_.error_body ? job_.error_body(st)
+                                               : http_error_body(st);
     const unsigned status = http_status(st.code());
     client_->send_raw(http_reply(status, "application/json", body, client_->keep_alive(), client_->cors()));
   }

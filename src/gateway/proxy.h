@@ -19,7 +19,9 @@
 //   what one agent would have written). A request that cannot resume (n > 1, tools, logprobs) ends
 //   with an SSE error event, never a silently short stream.
 // The agent's SSE is passed through event by event as it arrives (no buffering beyond one event),
-// umad's `: tokens` comments taken out; a reply that is not a stream is passed on whole.
+// umad's `: tokens` comments taken out; a reply that is not a stream is passed on whole. A relayed
+// request (ProxyJob::relay_target) is routed and retried the same way, its answer passed on as it
+// comes; it never resumes.
 //
 // Where a dispatch goes (send, queue, await its model, refuse) is decide_dispatch()'s
 // (gateway/dispatch_policy.h: pure, unit-tested); the proxy carries it out.
@@ -62,6 +64,12 @@ struct ProxyJob {
   // A client of another API (Anthropic's, Responses'): `body` is the OpenAI chat body it runs as,
   // and the answer is written in the client's API (gateway/reencode.h).
   std::shared_ptr<Reencoder> reencoder;
+  // What only a model's own server can answer (embeddings, reranking, /api/show, /infill): `body`
+  // goes as it came to this path of the agent, and its answer (whole or a stream) comes back as it
+  // is. Empty: a completion.
+  std::string relay_target;
+  // The client API's error body where it is not OpenAI's (Ollama's), for errors the gateway writes.
+  std::string (*error_body)(const Status&) = nullptr;
 };
 
 enum class ProxyState : std::uint8_t { kDispatching, kQueued, kAwaitingModel, kWaiting, kRelaying, kDone };
@@ -103,6 +111,7 @@ class Proxy final : private UpstreamSink {
   void on_sent() override;
   void on_head(unsigned status, bool event_stream) override;
   void on_body(std::string_view bytes) override;
+  void relay_stream(std::string_view bytes);
   void on_end() override;
   void record_ttft();
   void leave_agent();  // the directory forgets this request's dispatch to agent_

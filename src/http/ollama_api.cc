@@ -90,7 +90,7 @@ class OllamaWriter final : public ReplyWriter {
     return to_json_text(j);
   }
 
-  std::string error_body(const Status& st) const override { return to_json_text(json{{"error", st.message()}}); }
+  std::string error_body(const Status& st) const override { return ollama_error_body(st); }
 
  private:
   struct Call {
@@ -144,6 +144,8 @@ std::unique_ptr<ReplyWriter> ollama_chat_writer(const openai::CompletionRequest&
   return std::make_unique<OllamaWriter>(r, true);
 }
 
+std::string ollama_error_body(const Status& st) { return to_json_text(json{{"error", st.message()}}); }
+
 std::string ollama_embeddings_response(const std::string& model, const std::vector<std::vector<float>>& vectors,
                                        std::int32_t prompt_tokens, bool legacy) {
   if (legacy) return to_json_text(json{{"embedding", vectors.empty() ? std::vector<float>{} : vectors.front()}});
@@ -193,11 +195,15 @@ json model_entry(const Context& ctx, bool loaded) {
   return m;
 }
 
+// Whether a client's name is this server's model: its id, or a file name's stem (as uma-gw finds
+// an agent's model: `oracle` names `oracle.gguf`).
+bool names_model(const std::string& name, std::string_view id) { return name == id || name + ".gguf" == id; }
+
 Reply show(std::string_view body, const Context& ctx) {
   const json j = json::parse(body, nullptr, false);
   const json* model = j.is_object() && j.contains("model") ? &j["model"] : j.is_object() && j.contains("name") ? &j["name"] : nullptr;
   if (model == nullptr || !model->is_string()) return ollama_error(400, "'model' is required", ErrorCode::kBadRequest);
-  if (*model != ctx.model_id) return ollama_error(404, "model '" + model->get<std::string>() + "' not found", ErrorCode::kNotFound);
+  if (!names_model(model->get<std::string>(), ctx.model_id)) return ollama_error(404, "model '" + model->get<std::string>() + "' not found", ErrorCode::kNotFound);
   const ModelFacts& f = *ctx.facts;
   json info = {{"general.parameter_count", f.n_params}, {"general.context_length", f.n_ctx_train},
                {"general.embedding_length", f.n_embd}, {"general.vocab_size", f.n_vocab}};
@@ -322,7 +328,7 @@ std::optional<Routed> ollama_route(http::verb method, std::string_view path, std
     return Routed{serving, std::move(result)};
   }
   if (path == "/api/pull" && post && own_model) {
-    return Routed{false, ollama_pull_local(body, [&ctx](const std::string& m) { return m == ctx.model_id; })};
+    return Routed{false, ollama_pull_local(body, [&ctx](const std::string& m) { return names_model(m, ctx.model_id); })};
   }
   for (const char* p : {"/api/push", "/api/create", "/api/copy", "/api/delete", "/api/blobs"}) {
     if (path.starts_with(p)) {

@@ -33,6 +33,9 @@ std::string ollama_time(std::chrono::system_clock::time_point t);
 // one message whose arguments are an object (Ollama's shape).
 std::unique_ptr<ReplyWriter> ollama_chat_writer(const openai::CompletionRequest& r, std::string id, std::int64_t created);
 
+// Ollama's error body, {"error": "..."} (its status is the caller's: http_status(st.code())).
+std::string ollama_error_body(const Status& st);
+
 // The answer to /api/embed ({"embeddings": [...]}) or, legacy, /api/embeddings ({"embedding": [...]}).
 std::string ollama_embeddings_response(const std::string& model, const std::vector<std::vector<float>>& vectors,
                                        std::int32_t prompt_tokens, bool legacy);

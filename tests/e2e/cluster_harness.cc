@@ -98,18 +98,22 @@ int live_agents(const Gateway& g) {
   return j.is_discarded() ? -1 : j.value("live", -1);
 }
 
+bool LocalCluster::add_agent(const std::string& model, std::vector<std::string> extra) {
+  std::vector<std::string> a = {"--agent", "--redis", redis.address()};
+  a.insert(a.end(), extra.begin(), extra.end());
+  // One compute thread per agent unless the test chooses: several agents of two spinning
+  // threads beside another test on CI's two cores ran 20x slower (queued requests overran the
+  // client's 30 s).
+  if (std::find(a.begin(), a.end(), "--threads") == a.end()) a.insert(a.end(), {"--threads", "1"});
+  agents.push_back(std::make_unique<Daemon>(http_args(a), model));
+  return agents.back()->started();
+}
+
 bool LocalCluster::up(int n_agents, int n_gateways, std::vector<std::string> agent_extra,
                       std::vector<std::string> gateway_extra) {
   if (!redis.start()) return false;
   for (int i = 0; i < n_agents; ++i) {
-    std::vector<std::string> a = {"--agent", "--redis", redis.address()};
-    a.insert(a.end(), agent_extra.begin(), agent_extra.end());
-    // One compute thread per agent unless the test chooses: several agents of two spinning
-    // threads beside another test on CI's two cores ran 20x slower (queued requests overran the
-    // client's 30 s).
-    if (std::find(a.begin(), a.end(), "--threads") == a.end()) a.insert(a.end(), {"--threads", "1"});
-    agents.push_back(std::make_unique<Daemon>(http_args(a)));
-    if (!agents.back()->started()) return false;
+    if (!add_agent("oracle.gguf", agent_extra)) return false;
   }
   for (int i = 0; i < n_gateways; ++i) {
     gateways.push_back(std::make_unique<Gateway>(redis.address(), gateway_extra));

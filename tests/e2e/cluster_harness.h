@@ -56,6 +56,8 @@ std::vector<double> gw_series(const Gateway& g, const std::string& name);
 
 struct LocalCluster {
   bool up(int agents, int gateways, std::vector<std::string> agent_extra = {}, std::vector<std::string> gateway_extra = {});
+  // One more agent on `model` (build/models/), redis started: for a cluster of several models.
+  bool add_agent(const std::string& model, std::vector<std::string> extra = {});
   // Every gateway routes to `n` agents (their event streams are live).
   bool all_live(std::size_t n, std::chrono::milliseconds timeout = kHangGuard);
   int agent_port(std::size_t i) const;

@@ -1,7 +1,7 @@
 // Drives umad's Ollama API with the official `ollama` JavaScript library, as Ollama's clients do.
 //   node ollama_client_test.js BASE_URL EXPECTATIONS.json MODEL [gateway]
-// (gateway: uma-gw in front: chat and generate run on its agents; the model listings and
-// embeddings are umad's own, so they are left out)
+// (gateway: uma-gw in front: chat, generate, embeddings and show run on its agents; its model
+// listings are the cluster's, so their details are left out)
 // The expectations come from the oracle model (tests/e2e/openai_sdk_run.cc computes them): a raw
 // prompt's continuation, and the chatml prompt of a system and a user message.
 'use strict';
@@ -60,6 +60,21 @@ async function main() {
   assert.strictEqual(statuses[statuses.length - 1], 'success', statuses.join(', '));
   await assert.rejects(ollama.pull({ model: 'no-such-model' }), (err) => err.status_code === 404 && /no-such-model/.test(err.error));
 
+  // Embeddings, one input and several; the older endpoint.
+  const e = await ollama.embed({ model, input: ['hello world', 'goodbye'] });
+  assert.strictEqual(e.embeddings.length, 2);
+  assert.ok(e.embeddings[0].length > 0 && e.embeddings[0].length === e.embeddings[1].length);
+  const old = await ollama.embeddings({ model, prompt: 'hello world' });
+  assert.deepStrictEqual(old.embedding.map((x) => x.toFixed(5)), e.embeddings[0].map((x) => x.toFixed(5)));
+  // What the server (through a gateway: the agent) tells about its model.
+  const show = await ollama.show({ model });
+  assert.ok(show.capabilities.includes('completion'), JSON.stringify(show.capabilities));
+  assert.ok(show.model_info['general.embedding_length'] === e.embeddings[0].length, JSON.stringify(show.model_info));
+  // Errors: Ollama's {"error": ...} with their status.
+  await assert.rejects(ollama.show({ model: 'no-such-model' }), (err) => err.status_code === 404 && /no-such-model/.test(err.error));
+  // A gateway routes by the name (a single model's umad embeds whatever the name, as with chat).
+  if (gateway) await assert.rejects(ollama.embed({ model: 'no-such-model', input: 'x' }), (err) => err.status_code === 404);
+
   if (gateway) {
     // The agents' names (a file's, which `model` finds by its stem).
     const names = (await ollama.list()).models.map((m) => m.name);
@@ -67,24 +82,11 @@ async function main() {
     console.log('ollama client: all passed');
     return;
   }
-  // Embeddings, one input and several; the older endpoint.
-  const e = await ollama.embed({ model, input: ['hello world', 'goodbye'] });
-  assert.strictEqual(e.embeddings.length, 2);
-  assert.ok(e.embeddings[0].length > 0 && e.embeddings[0].length === e.embeddings[1].length);
-  const old = await ollama.embeddings({ model, prompt: 'hello world' });
-  assert.deepStrictEqual(old.embedding.map((x) => x.toFixed(5)), e.embeddings[0].map((x) => x.toFixed(5)));
-
-  // What the server tells about its model.
   const list = await ollama.list();
   assert.deepStrictEqual(list.models.map((m) => m.name), [model]);
   const ps = await ollama.ps();
   assert.strictEqual(ps.models[0].name, model);
-  const show = await ollama.show({ model });
-  assert.ok(show.capabilities.includes('completion'), JSON.stringify(show.capabilities));
   assert.strictEqual(typeof (await ollama.version()).version, 'string');
-
-  // Errors: Ollama's {"error": ...} with their status.
-  await assert.rejects(ollama.show({ model: 'no-such-model' }), (err) => err.status_code === 404);
   await assert.rejects(ollama.push({ model }), (err) => err.status_code === 501);
   await assert.rejects(ollama.chat({ model, messages: [{ role: 'user', content: 'hi', images: ['aGk='] }] }),
                        (err) => err.status_code === 501 && /images/.test(err.error));
