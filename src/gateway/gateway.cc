@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "chat/structured_output.h"
@@ -33,8 +34,11 @@ int Gateway::run() {
   }
   vocabs_ = std::make_unique<VocabCache>(setup_.vocab, setup_.redis, fallback);
   cold_loads_ = std::make_unique<ColdLoads>(io_, setup_.redis, setup_.loads);
+  DirectoryOptions directory;
+  // A request goes to its agent whole: the connection holds any body the gateway takes.
+  directory.upstream.max_tx_bytes = std::max(directory.upstream.max_tx_bytes, setup_.server.max_body_bytes + (std::size_t{1} << 20));
   agents_ = std::make_unique<AgentDirectory>(
-      io_, DirectoryOptions{},
+      io_, directory,
       [this](const std::string& id, bool hung) {
         if (server_) server_->agent_gone(id, hung);
       },

@@ -62,7 +62,7 @@ struct GatewayConfig {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8000;  // 0: any free one
   std::int32_t max_connections = 1024;
-  std::size_t max_body_bytes = 1 << 20;
+  std::size_t max_body_bytes = std::size_t{32} << 20;  // --http-max-body-kib: images of several MiB
   std::size_t max_header_bytes = 16 * 1024;
   std::size_t max_tx_bytes = 1 << 20;
   std::int32_t timeout_sec = 30;

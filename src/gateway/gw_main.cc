@@ -27,6 +27,7 @@ struct GatewayFlags {
   std::string agent_key_file, client_key_file;
   std::int64_t load_lock_ms = ColdLoadOptions{}.lock_ttl.count();
   int refresh_ms = 200;
+  int max_body_kib = 32 * 1024;  // a few images of several MiB each, as umad with a projector takes
   bool agents_tokenize = false, no_webui = false, debug = false;
   GatewaySetup setup;
 };
@@ -36,6 +37,9 @@ void add_http_flags(CLI::App& app, GatewayFlags& f) {
   const char* group = "HTTP";
   app.add_option("--listen", f.listen, "HOST:PORT to serve on (port 0: any free one)")->envname("UMA_GW_LISTEN")->capture_default_str()->group(group);
   app.add_option("--max-connections", gc.max_connections)->capture_default_str()->envname("UMA_GW_MAX_CONNECTIONS")->group(group);
+  app.add_option("--http-max-body-kib", f.max_body_kib, "largest request body (KiB; larger: 413): room for images, as umad's "
+                 "default with --mmproj")->capture_default_str()->check(CLI::Range(64, 1 << 20))
+      ->envname("UMA_GW_HTTP_MAX_BODY_KIB")->group(group);
   app.add_option("--drain-sec", f.setup.drain_sec, "SIGTERM: /health says 503, no new connections, the requests in flight are "
                  "carried to their end for up to this long, then the gateway exits (0: at once; a second signal too)")
       ->envname("UMA_GW_DRAIN_SEC")->capture_default_str()->check(CLI::Range(0, 86400))->group(group);
@@ -152,6 +156,7 @@ int derive(GatewayFlags& f) {
   s.loads.owner = "gw-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
   s.server.forward_tokens = !f.agents_tokenize;
   s.server.webui = !f.no_webui;
+  s.server.max_body_bytes = static_cast<std::size_t>(f.max_body_kib) * 1024;
   s.refresh = std::chrono::milliseconds(f.refresh_ms);
   s.policy_name = f.policy;
   return 0;

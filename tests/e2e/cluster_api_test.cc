@@ -14,6 +14,8 @@
 #include "common/base64.h"
 #include "e2e/cluster_harness.h"
 #include "e2e/http_client.h"
+#include "e2e/oracle.h"
+#include "e2e/test_images.h"
 
 namespace uma::test {
 namespace {
@@ -169,6 +171,90 @@ TEST(ClusterApi, RelayedRequestsErrorsKeepTheirApisShape) {
   EXPECT_TRUE(no_input.body["error"].is_string()) << no_input.raw;
   const GwAnswer ok = gw_call(gw, "/api/embed", R"({"model":"oracle","input":"still serving"})");
   EXPECT_EQ(ok.status, 200) << ok.raw;
+}
+
+
+// A photo's size: 1280 x 1024 pixels, 3.75 MiB as a BMP, 5 MiB as base64 (over the gateway's old
+// 1 MiB body cap and its 4 MiB of unsent bytes to an agent).
+const std::string& large_picture() {
+  static const std::string b = bmp(1280, 1024, [](int x, int y) {
+    return Rgb{static_cast<unsigned char>(x / 5), static_cast<unsigned char>(y / 4), static_cast<unsigned char>((x ^ y) & 0xFF)};
+  });
+  return b;
+}
+
+json picture_chat(const std::string& image, bool stream) {
+  return {{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "what is in the picture"}},
+                                                       {{"type", "image_url"}, {"image_url", {{"url", data_url(image)}}}}}}}}},
+          {"max_tokens", 8}, {"temperature", 0}, {"logprobs", true}, {"stream", stream}};
+}
+
+// The generated tokens' texts of a chat answer, whole or streamed (SSE).
+std::vector<std::string> chat_tokens(const GwAnswer& a) {
+  std::vector<std::string> out;
+  const auto take = [&](const json& choice) {
+    if (!choice.contains("logprobs") || !choice["logprobs"].is_object()) return;
+    for (const json& t : choice["logprobs"]["content"]) out.push_back(t["token"].get<std::string>());
+  };
+  if (a.body.is_object()) {
+    take(a.body["choices"][0]);
+    return out;
+  }
+  for (std::size_t at = a.raw.find("data: {"); at != std::string::npos; at = a.raw.find("data: {", at + 1)) {
+    const json ev = json::parse(a.raw.substr(at + 6, a.raw.find('\n', at) - at - 6), nullptr, false);
+    if (ev.is_object() && ev.contains("choices") && !ev["choices"].empty()) take(ev["choices"][0]);
+  }
+  return out;
+}
+
+// Greedy, one request at a time, no prefix cache (a cached prefix changes the prefill's batches):
+// what the agent answers through the gateway is token for token what it answers straight.
+TEST(ClusterApi, ImagesThroughTheGatewayGetTheAgentsOwnAnswer) {
+  LocalCluster c;
+  ASSERT_TRUE(cluster_of(c, {{"tiny-vision-f16.gguf", {"--mmproj", model_path("tiny-vision-mmproj.gguf"), "--no-prefix-cache"}}},
+                         {"--model", model_path("tiny-vision-f16.gguf")}))
+      << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  const int gw = c.gateways[0]->port(), agent = c.agent_port(0);
+  const std::string small = bmp(40, 30, [](int x, int y) { return Rgb{static_cast<unsigned char>(x * 6), static_cast<unsigned char>(y * 8), 128}; });
+  for (const std::string* image : {&small, &large_picture()}) {
+    const GwAnswer direct = gw_call(agent, "/v1/chat/completions", picture_chat(*image, false).dump());
+    ASSERT_EQ(direct.status, 200) << direct.raw.substr(0, 500);
+    const std::vector<std::string> tokens = chat_tokens(direct);
+    ASSERT_EQ(tokens.size(), 8u) << direct.raw.substr(0, 500);
+    const GwAnswer whole = gw_call(gw, "/v1/chat/completions", picture_chat(*image, false).dump());
+    ASSERT_EQ(whole.status, 200) << whole.raw.substr(0, 500);
+    EXPECT_EQ(whole.body["choices"][0]["message"]["content"], direct.body["choices"][0]["message"]["content"]);
+    EXPECT_EQ(chat_tokens(whole), tokens) << "image of " << image->size() << " bytes";
+    EXPECT_EQ(whole.body["usage"]["prompt_tokens"], direct.body["usage"]["prompt_tokens"]);
+    const GwAnswer streamed = gw_call(gw, "/v1/chat/completions", picture_chat(*image, true).dump());
+    ASSERT_EQ(streamed.status, 200) << streamed.raw.substr(0, 500);
+    EXPECT_EQ(chat_tokens(streamed), tokens) << "streamed, image of " << image->size() << " bytes";
+  }
+  // Ollama's chat with `images` (base64): the same reply through the gateway as straight.
+  const json ollama = {{"model", "tiny-vision-f16"}, {"stream", false}, {"options", {{"num_predict", 8}, {"temperature", 0}}},
+                       {"messages", {{{"role", "user"}, {"content", "what is in the picture"}, {"images", {base64_encode(large_picture())}}}}}};
+  const GwAnswer od = gw_call(agent, "/api/chat", ollama.dump()), og = gw_call(gw, "/api/chat", ollama.dump());
+  ASSERT_EQ(od.status, 200) << od.raw.substr(0, 500);
+  ASSERT_EQ(og.status, 200) << og.raw.substr(0, 500);
+  EXPECT_EQ(og.body["message"]["content"], od.body["message"]["content"]);
+  EXPECT_EQ(og.body["eval_count"], 8);
+  EXPECT_EQ(og.body["prompt_eval_count"], od.body["prompt_eval_count"]);
+}
+
+// Over the gateway's body cap (32 MiB by default): a typed 413 that says the cap, and the gateway
+// serves on.
+TEST(ClusterApi, ABodyOverTheGatewaysCapIsA413) {
+  LocalCluster c;
+  ASSERT_TRUE(c.up(1, 1)) << (c.gateways.empty() ? "" : c.gateways[0]->log());
+  const int gw = c.gateways[0]->port();
+  Tcp t(gw);
+  ASSERT_TRUE(t.send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                     std::to_string((std::size_t{32} << 20) + 1) + "\r\n\r\n"));
+  const std::string r = t.response();
+  EXPECT_EQ(status_of(r), 413) << r;
+  const json e = json::parse(body_of(r), nullptr, false);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("request body over the limit of 33554432 bytes"), std::string::npos) << r;
+  EXPECT_EQ(complete(gw, "the river", 4), oracle().expected_text("the river", 4)) << "still serving";
 }
 
 }  // namespace

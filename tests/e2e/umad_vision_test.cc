@@ -17,40 +17,13 @@
 #include "e2e/http_client.h"
 #include "e2e/json_helpers.h"
 #include "e2e/openai_sdk_run.h"
+#include "e2e/test_images.h"
 
 namespace uma::test {
 namespace {
 
 using json = nlohmann::json;
 constexpr int kImageTokens = 16;  // the test projector: 64x64 pixels in patches of 16
-
-struct Rgb {
-  unsigned char r, g, b;
-};
-
-// A 24-bit BMP, rows bottom-up and padded to 4 bytes (the decoder reads it as any PNG or JPEG).
-std::string bmp(int w, int h, const std::function<Rgb(int, int)>& pixel) {
-  const int row = (3 * w + 3) / 4 * 4;
-  std::string b(54 + static_cast<std::size_t>(row * h), '\0');
-  auto put32 = [&](std::size_t at, std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-  };
-  b[0] = 'B', b[1] = 'M';
-  put32(2, static_cast<std::uint32_t>(b.size()));
-  put32(10, 54);
-  put32(14, 40);
-  put32(18, static_cast<std::uint32_t>(w));
-  put32(22, static_cast<std::uint32_t>(h));
-  b[26] = 1, b[28] = 24;
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      const Rgb p = pixel(x, h - 1 - y);
-      const std::size_t at = 54 + static_cast<std::size_t>(y * row + 3 * x);
-      b[at] = static_cast<char>(p.b), b[at + 1] = static_cast<char>(p.g), b[at + 2] = static_cast<char>(p.r);
-    }
-  }
-  return b;
-}
 
 const std::string& red() {
   static const std::string b = bmp(40, 30, [](int, int) { return Rgb{255, 0, 0}; });
@@ -67,8 +40,6 @@ std::string cut_png() {
   std::string b("\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\0\x28\0\0\0\x1e\x08\x02\0\0\0", 29);
   return b + std::string(4, '\0');
 }
-
-std::string data_url(const std::string& bytes) { return "data:image/bmp;base64," + base64_encode(bytes); }
 
 json call(Tcp& t, const std::string& path, const json& body, int want = 200) {
   EXPECT_TRUE(t.send(post(path, body.dump())));
