@@ -1,6 +1,7 @@
-// The web page at / in headless Chromium (puppeteer-core): it loads, asks for the key when the
-// server wants one, streams a chat reply (the oracle's exact text), stops a stream, and its status
-// view shows the requests. Usage: node webui_test.js BASE_URL EXPECTATIONS CHROMIUM SCREENSHOT_DIR KEY [SERVERS]
+// The web page at / in headless Chromium (puppeteer-core): it loads, and when the server wants a
+// key says so, shows a prompt refused without it, takes it, sends it on every call and keeps it;
+// it streams a chat reply (the oracle's exact text), stops a stream, and its status view shows the
+// requests. Usage: node webui_test.js BASE_URL EXPECTATIONS CHROMIUM SCREENSHOT_DIR KEY [SERVERS]
 // KEY: "" when the server wants none. SERVERS: the umads whose metrics count a stopped request
 // (comma-separated base URLs; by default BASE_URL itself; a gateway's agents behind it).
 const puppeteer = require("puppeteer-core");
@@ -21,6 +22,35 @@ async function metric(name) {
   return sum;
 }
 
+// With a key on the server: the page loads and says a key is wanted; a prompt without it is refused
+// (401) and said; a wrong key is said to be refused; the right one is then entered, and the calls
+// from there on are recorded in `auth`.
+async function keyFlow(page, auth) {
+  await page.waitForSelector("#keybox:not(.hidden)");
+  const msg = await page.$eval("#key-msg", (e) => e.textContent);
+  check(/401/.test(msg) && /API key/.test(msg), "the page says the server wants its key: " + JSON.stringify(msg));
+  await page.type("#prompt", "hello");
+  await page.click("#send");
+  await page.waitForFunction(() => document.querySelector(".msg.assistant .err") && !document.querySelector("#send").disabled);
+  const refused = await page.$eval(".msg.assistant .err", (e) => e.textContent);
+  check(/401/.test(refused) && /API key/.test(refused), "a prompt without the key is refused and the page says so: " +
+        JSON.stringify(refused));
+  await page.type("#key", "not-the-key");
+  await page.click("#key-save");
+  await page.waitForFunction(() => /refused this API key/.test(document.querySelector("#key-msg").textContent) &&
+                                   !document.querySelector("#keybox").classList.contains("hidden"));
+  check(true, "a wrong key: the page says it was refused");
+  page.on("request", (r) => {
+    const u = new URL(r.url());
+    if (u.pathname !== "/") auth.push([u.pathname, r.headers()["authorization"]]);
+  });
+  await page.$eval("#key", (e) => { e.value = ""; });
+  await page.type("#key", key);
+  await page.click("#key-save");
+  await page.waitForSelector("#keybox.hidden");
+  await page.click("#clear");
+}
+
 async function main() {
   const browser = await puppeteer.launch({ executablePath: chromium, headless: true,
                                            args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
@@ -31,12 +61,8 @@ async function main() {
     const res = await page.goto(base + "/", { waitUntil: "load" });
     check(res.status() === 200, "GET / is the page (" + res.status() + ")");
     check((await page.title()) === "UMA Serve", "its title");
-    if (key) {
-      await page.waitForSelector("#keybox:not(.hidden)");
-      check(true, "the page asks for the key");
-      await page.type("#key", key);
-      await page.click("#key-save");
-    }
+    const auth = [];  // [path, Authorization] of every call the page makes once it has the key
+    if (key) await keyFlow(page, auth);
     await page.waitForFunction(() => document.querySelectorAll("#model option").length > 0);
     check(true, "the model picker lists the model");
 
@@ -79,6 +105,14 @@ async function main() {
     check(models >= 1, "the status view lists the model");
     check((await page.$$eval("#ttft-hist .bars div", (b) => b.length)) > 0, "the first-token histogram is drawn");
     await page.screenshot({ path: shots + "/webui-status.png", fullPage: true });
+    if (key) {
+      const bare = auth.filter(([, a]) => a !== "Bearer " + key);
+      check(auth.length >= 3 && bare.length === 0, "every call carries the key as a Bearer token (" + auth.length + " calls; without: " +
+            JSON.stringify(bare) + ")");
+      await page.reload({ waitUntil: "load" });
+      await page.waitForFunction(() => document.querySelectorAll("#model option").length > 0);
+      check(await page.$eval("#keybox", (e) => e.classList.contains("hidden")), "the key is kept: a reload does not ask again");
+    }
   } finally {
     await browser.close();
   }
