@@ -17,6 +17,13 @@ mkdir -p "$dir"
 templates=$(cd "$(dirname "${BASH_SOURCE[0]}")" && ./llama.sh --print-root)/src/models/templates
 [ -s "$dir/oracle-qwen25-template.gguf" ] || "$mk" --preset oracle --type f32 --seed 1 \
   --chat-template-file "$templates/Qwen-Qwen2.5-7B-Instruct.jinja" -o "$dir/oracle-qwen25-template.gguf" >/dev/null
+# The oracle whose chat reply is a tool call it makes unforced (Qwen 2.5's template and syntax): the
+# tokens after the generation prompt's last (<0x0A>, 13) made the pieces of a call, then the end of
+# the turn; without tools the same reply is text.
+[ -s "$dir/oracle-tool-call.gguf" ] || "$mk" --preset oracle --type f32 --seed 1 \
+  --chat-template-file "$templates/Qwen-Qwen2.5-7B-Instruct.jinja" --token-text '14=<tool_call>\n' \
+  --token-text '15={"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}' \
+  --token-text '16=\n</tool_call>' --token-text '17=<|im_end|>' -o "$dir/oracle-tool-call.gguf" >/dev/null
 # Another vocabulary altogether (GPT-2's): a draft model that cannot draft for the oracle.
 [ -s "$dir/tiny-gpt2-vocab-f16.gguf" ] || "$mk" --preset tiny --type f16 --seed 1 --vocab "$templates/../ggml-vocab-gpt-2.gguf" \
   -o "$dir/tiny-gpt2-vocab-f16.gguf" >/dev/null

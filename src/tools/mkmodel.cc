@@ -149,6 +149,28 @@ void set_hparams(gguf_context* g, const ModelShape& s, std::int64_t n_vocab, std
   }
 }
 
+// The vocabulary's tokens with `texts` in place of theirs, as user-defined tokens (text verbatim).
+Status replace_token_texts(gguf_context* g, const gguf_context* vocab, const std::map<std::int32_t, std::string>& texts) {
+  const int64_t words_key = gguf_find_key(vocab, "tokenizer.ggml.tokens");
+  const int64_t types_key = gguf_find_key(vocab, "tokenizer.ggml.token_type");
+  if (types_key < 0 || gguf_get_arr_type(vocab, types_key) != GGUF_TYPE_INT32) return Status(ErrorCode::kIo, "the vocab has no token types");
+  const auto n = static_cast<std::int64_t>(gguf_get_arr_n(vocab, words_key));
+  std::vector<std::string> words(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) words[static_cast<std::size_t>(i)] = gguf_get_arr_str(vocab, words_key, i);
+  const auto* type_data = static_cast<const std::int32_t*>(gguf_get_arr_data(vocab, types_key));
+  std::vector<std::int32_t> types(type_data, type_data + n);
+  for (const auto& [id, text] : texts) {
+    if (id < 0 || id >= n) return Status(ErrorCode::kBadRequest, "--token-text: no token " + std::to_string(id));
+    words[static_cast<std::size_t>(id)] = text;
+    types[static_cast<std::size_t>(id)] = 4;  // LLAMA_TOKEN_TYPE_USER_DEFINED
+  }
+  std::vector<const char*> ptrs;
+  for (const std::string& w : words) ptrs.push_back(w.c_str());
+  gguf_set_arr_str(g, "tokenizer.ggml.tokens", ptrs.data(), ptrs.size());
+  gguf_set_arr_data(g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types.data(), types.size());
+  return Status::Ok();
+}
+
 Status write_f32(const MkModelOptions& o, const std::string& path) {
   gguf_init_params vp{/*no_alloc=*/true, /*ctx=*/nullptr};
   GgufPtr vocab(gguf_init_from_file(o.vocab_path.c_str(), vp));
@@ -162,6 +184,9 @@ Status write_f32(const MkModelOptions& o, const std::string& path) {
   set_hparams(g.get(), o.shape, n_vocab, o.context_length, o.rerank);
   if (!o.chat_template.empty()) gguf_set_val_str(g.get(), "tokenizer.chat_template", o.chat_template.c_str());
   if (o.no_bos) gguf_set_val_bool(g.get(), "tokenizer.ggml.add_bos_token", false);
+  if (!o.token_texts.empty()) {
+    if (Status st = replace_token_texts(g.get(), vocab.get(), o.token_texts); !st.ok()) return st;
+  }
   static const char* const kFimKeys[] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
                                          "tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.fim_rep_token_id",
                                          "tokenizer.ggml.fim_sep_token_id"};

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 #include <string>
 
@@ -46,6 +47,9 @@ struct MkModelOptions {
   // Fill-in-the-middle tokens (tokenizer.ggml.fim_{pre,suf,mid,rep,sep}_token_id), ids of the
   // vocabulary; empty: none. Three (pre, suf, mid) or five.
   std::vector<std::int32_t> fim_tokens;
+  // Token texts replaced (id -> text), made user-defined tokens (their text verbatim): what the
+  // oracle says after a given token is then chosen (a tool call it makes unforced, for tests).
+  std::map<std::int32_t, std::string> token_texts;
   bool rerank = false;  // a reranker: Qwen3's architecture with a two-output classifier, rank pooling
   // llama.context_length: what servers take as the trained context (llama-server caps a slot's
   // context to it, so comparisons with longer rooms need a model that says more).

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <llama.h>
 
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -35,6 +36,9 @@ int main(int argc, char** argv) {
   app.add_flag("--rerank", o.rerank, "a reranking model (Qwen3's architecture, a classifier head, rank pooling): /rerank");
   app.add_option("--fim-tokens", o.fim_tokens, "fill-in-the-middle token ids: PRE,SUF,MID[,REP,SEP] (for /infill)")
       ->delimiter(',')->expected(3, 5)->check(CLI::NonNegativeNumber);
+  std::vector<std::string> token_texts;
+  app.add_option("--token-text", token_texts, "ID=TEXT: token ID's text becomes TEXT (\\n: a newline), a user-defined "
+                 "token; repeatable (an oracle whose reply is chosen: a tool call)");
   bool oracle = false;
   app.add_option("--agree", o.agree, "oracle: the share of tokens after which the model predicts last + 1 as the "
                  "oracle does (a draft for an oracle target; deterministic per token)")->capture_default_str()
@@ -49,6 +53,17 @@ int main(int argc, char** argv) {
                  "(224 px, 196), clip-l (LLaVA-1.5's: 336 px, 576)")->capture_default_str()
       ->check(CLI::IsMember({"tiny", "vit-b", "clip-l"}));
   CLI11_PARSE(app, argc, argv);
+  for (const std::string& t : token_texts) {
+    const std::size_t eq = t.find('=');
+    std::int32_t id = -1;
+    if (eq == std::string::npos || std::from_chars(t.data(), t.data() + eq, id).ptr != t.data() + eq || id < 0) {
+      std::fprintf(stderr, "uma-mkmodel: --token-text wants ID=TEXT, not '%s'\n", t.c_str());
+      return 2;
+    }
+    std::string text = t.substr(eq + 1);
+    for (std::size_t at = text.find("\\n"); at != std::string::npos; at = text.find("\\n", at + 1)) text.replace(at, 2, "\n");
+    o.token_texts[id] = text;
+  }
   if (!template_file.empty()) {
     std::ifstream f(template_file);
     std::stringstream text;

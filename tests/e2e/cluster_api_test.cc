@@ -14,6 +14,8 @@
 #include "common/base64.h"
 #include "e2e/cluster_harness.h"
 #include "e2e/http_client.h"
+#include "e2e/json_helpers.h"
+#include "e2e/openai_sdk_run.h"
 #include "e2e/oracle.h"
 #include "e2e/test_images.h"
 
@@ -239,6 +241,24 @@ TEST(ClusterApi, ImagesThroughTheGatewayGetTheAgentsOwnAnswer) {
   EXPECT_EQ(og.body["message"]["content"], od.body["message"]["content"]);
   EXPECT_EQ(og.body["eval_count"], 8);
   EXPECT_EQ(og.body["prompt_eval_count"], od.body["prompt_eval_count"]);
+}
+
+// An unforced tool call through the gateway: Ollama's chat re-encoded from the agent's OpenAI
+// stream, the model's own call seen by the official client as message.tool_calls.
+TEST(ClusterApi, TheOllamaNodeSdkSeesAnUnforcedToolCallThroughTheGateway) {
+  if (!node_sdks_available()) GTEST_SKIP() << "no node or the ollama library here (scripts/npm_deps.sh)";
+  LocalCluster c;
+  ASSERT_TRUE(c.redis.start());
+  // The model's own template (Qwen 2.5's) on both sides, not the harness's chatml.
+  c.agents.push_back(std::make_unique<Daemon>(args({"--agent", "--redis", c.redis.address(), "--threads", "1", "--http", "127.0.0.1:0"}),
+                                              "oracle-tool-call.gguf"));
+  ASSERT_TRUE(c.agents.back()->started()) << c.agents.back()->log();
+  c.gateways.push_back(std::make_unique<Gateway>(c.redis.address(), std::vector<std::string>{
+      "--model", model_path("oracle-tool-call.gguf"), "--chat-template", ""}));
+  ASSERT_TRUE(c.gateways.back()->started() && c.all_live(1)) << c.gateways.back()->log();
+  std::string out;
+  EXPECT_EQ(run_ollama_tools_test(c.gateways[0]->url(), "oracle-tool-call", &out), 0) << out;
+  EXPECT_NE(out.find("ollama tools: all passed"), std::string::npos) << out;
 }
 
 // Over the gateway's body cap (32 MiB by default): a typed 413 that says the cap, and the gateway

@@ -101,6 +101,11 @@ int run_ollama_client_test(const std::string& base_url, const std::string& model
                       base_url, exp_path, model, through_gateway ? "gateway" : "direct"}, out, kSdkRunGuardSec);
 }
 
+int run_ollama_tools_test(const std::string& base_url, const std::string& model, std::string* out) {
+  return run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node", UMA_SOURCE_DIR "/tests/http/ollama_tools_test.js",
+                      base_url, model}, out, kSdkRunGuardSec);
+}
+
 int run_vision_clients_test(const std::string& base_url, const std::string& model, int image_tokens, std::string* out) {
   return run_command({"/usr/bin/env", "NODE_PATH=" UMA_NODE_MODULES, "node", UMA_SOURCE_DIR "/tests/http/vision_clients_test.js",
                       base_url, model, std::to_string(image_tokens)}, out, kSdkRunGuardSec);

@@ -19,6 +19,9 @@ int run_anthropic_responses_sdk_test(const std::string& base_url, std::string* o
 int run_vision_clients_test(const std::string& base_url, const std::string& model, int image_tokens, std::string* out);
 int run_ollama_client_test(const std::string& base_url, const std::string& model, std::string* out,
                            bool through_gateway = false);
+// The ollama library's chat with tools, unforced, on oracle-tool-call.gguf served as `model`
+// (tests/http/ollama_tools_test.js): the model's call seen as message.tool_calls.
+int run_ollama_tools_test(const std::string& base_url, const std::string& model, std::string* out);
 
 // The web page at `base_url`/ in headless Chromium (tests/http/webui_test.js, puppeteer-core);
 // `key`: the server's API key ("" when none). Screenshots go to `shots_dir`. `servers`: the umads

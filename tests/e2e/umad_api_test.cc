@@ -48,6 +48,17 @@ TEST(UmadApi, TheOllamaNodeSdkGetsExactText) {
   EXPECT_NE(out.find("ollama client: all passed"), std::string::npos) << out;
 }
 
+// Tools and no forcing: the model's own reply is a call (oracle-tool-call.gguf), and the client
+// sees it as message.tool_calls.
+TEST(UmadApi, TheOllamaNodeSdkSeesAToolCallTheModelMadeUnforced) {
+  if (!node_sdks_available()) GTEST_SKIP() << "no node or the ollama library here (scripts/npm_deps.sh)";
+  Daemon d(args({"--http", "127.0.0.1:0", "--alias", "oracle"}), "oracle-tool-call.gguf");
+  ASSERT_TRUE(d.started()) << d.log();
+  std::string out;
+  EXPECT_EQ(run_ollama_tools_test("http://127.0.0.1:" + std::to_string(http_port(d)), "oracle", &out), 0) << out;
+  EXPECT_NE(out.find("ollama tools: all passed"), std::string::npos) << out;
+}
+
 TEST(UmadApi, FixedOutputLengthsIgnoreEosMinTokensAndStopTokenIds) {
   Daemon d(http_args({}));
   ASSERT_TRUE(d.started()) << d.log();

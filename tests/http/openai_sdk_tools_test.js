@@ -9,18 +9,7 @@ const kHangGuardMs = 120000;
 const OpenAI = require('openai');
 const assert = require('assert');
 
-const weather = {
-  type: 'function',
-  function: {
-    name: 'get_weather',
-    description: 'The weather in a city',
-    parameters: {
-      type: 'object',
-      properties: { city: { type: 'string', enum: ['Paris', 'Rome'] }, unit: { type: 'string', enum: ['c', 'f'] } },
-      required: ['city', 'unit'],
-    },
-  },
-};
+const { weather } = require('./weather_tool');
 const clock = { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } };
 
 function checkArguments(text) {
