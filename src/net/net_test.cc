@@ -60,6 +60,16 @@ TEST(TxQueue, TheCapCountsTheWriteInFlightToo) {
   EXPECT_FALSE(tx.can_start());
 }
 
+TEST(TxQueue, AWholeReplyOverTheCapIsTakenOntoNothingUnsentButNothingAfterIt) {
+  TxQueue tx(4);
+  EXPECT_TRUE(tx.push("0123456789")) << "one reply larger than the cap, nothing unsent before it";
+  EXPECT_FALSE(tx.push("a")) << "a reader behind by more than the cap";
+  EXPECT_EQ(tx.begin_write(), "0123456789");
+  EXPECT_FALSE(tx.push("b")) << "the write in flight counts";
+  tx.finish_write();
+  EXPECT_TRUE(tx.push("0123456789"));
+}
+
 struct FakeConn {
   std::uint64_t id() const { return conn_id; }
   std::uint64_t conn_id = 0;

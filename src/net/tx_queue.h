@@ -1,7 +1,10 @@
 // TxQueue: what one connection still has to send, in two buffers: the bytes queued (pending) and
 // the bytes handed to the one async_write in flight. The cap counts both, so a connection never
 // holds more than the cap however its writes interleave (a cap over the pending bytes alone lets
-// a slow reader hold twice of it). Front ends drop a connection whose push() fails.
+// a slow reader hold twice of it). Front ends drop a connection whose push() fails. One push onto
+// nothing unsent is taken whatever its size: a whole reply (a large batch of embeddings) is
+// already held by then, and what a request may ask for bounds it; the cap is on a reader who
+// falls behind.
 //
 // Thread-safety: none (one connection, one I/O thread). The in-flight buffer stays valid and
 // unchanged from begin_write() until finish_write().
@@ -17,9 +20,10 @@ class TxQueue {
  public:
   explicit TxQueue(std::size_t cap) : cap_(cap) {}
 
-  // Queues `bytes`; false, queuing nothing, when everything unsent would then exceed the cap.
+  // Queues `bytes`; false, queuing nothing, when something is unsent and everything unsent would
+  // then exceed the cap.
   bool push(std::string_view bytes) {
-    if (unsent() + bytes.size() > cap_) return false;
+    if (unsent() > 0 && unsent() + bytes.size() > cap_) return false;
     pending_.append(bytes);
     return true;
   }

@@ -83,6 +83,19 @@ TEST(UmadEmbeddings, UnitVectorsSameInputSameVectorBatchEqualsSingle) {
   EXPECT_EQ(metrics(d)["embedding_requests_total"].get<int>(), 8);
 }
 
+// --max-tx-kib bounds how far a reader may fall behind, not how large one whole reply may be.
+TEST(UmadEmbeddings, AReplyLargerThanTheTxCapIsSentWhole) {
+  Daemon d(http_args({"--max-tx-kib", "4"}));
+  ASSERT_TRUE(d.started()) << d.log();
+  Tcp t(http_port(d));
+  json inputs = json::array();
+  for (int i = 0; i < 8; ++i) inputs.push_back("text number " + std::to_string(i));
+  const json batch = embed(t, {{"input", inputs}});
+  ASSERT_EQ(batch["data"].size(), 8u);
+  EXPECT_GT(batch.dump().size(), 4u * 1024) << "the reply is over the cap";
+  EXPECT_EQ(vec(batch, 7).size(), 256u);
+}
+
 // An embeddings burst while a stream decodes: the stream stays exact and every embedding is
 // served (how long the stream's tokens wait is measured by bench/embeddings.sh, not asserted).
 TEST(UmadEmbeddings, ABurstBesideADecodeStreamLeavesTheStreamExact) {
