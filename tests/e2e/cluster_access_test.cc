@@ -4,8 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <iostream>
+
 #include "e2e/cluster_harness.h"
+#include "e2e/daemon_harness.h"
 #include "e2e/http_client.h"
+#include "e2e/openai_sdk_run.h"
 #include "e2e/oracle.h"
 
 namespace uma::test {
@@ -42,6 +46,15 @@ TEST(ClusterAccess, TheGatewaysKeyAndCorsCoverItsOwnAndRelayedAnswers) {
   EXPECT_NE(r.find("Access-Control-Allow-Headers: Authorization"), std::string::npos) << r;
   ASSERT_TRUE(t.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
   EXPECT_EQ(status_of(t.response()), 200) << "health is open";
+  // The gateway's page behind its key: a call without it refused and said so, a chat with it.
+  if (!webui_test_available()) {
+    std::cout << "(no puppeteer-core or chromium here: the keyed page is not driven)\n";
+    return;
+  }
+  std::string out;
+  EXPECT_EQ(run_webui_test(c.gateways[0]->url(), "sesame", temp_dir(), &out, {"http://127.0.0.1:" + std::to_string(c.agent_port(0))}), 0)
+      << out;
+  EXPECT_NE(out.find("webui: all passed"), std::string::npos) << out;
 }
 
 }  // namespace
