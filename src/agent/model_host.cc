@@ -244,6 +244,7 @@ void ModelHost::begin_fill(Entry& e) {
   if (!e.image) return finish_load(e, s);
   e.holds_image = true;
   set_state(e, ModelState::kFilling);
+  mark_overlaps(e);
   progress(e);
   const std::uint64_t gen = e.generation = next_generation_++;
   fill_waits_[gen] = std::thread([this, alive = alive_, image = e.image, id = e.id, gen] {
@@ -278,15 +279,19 @@ double ModelHost::start_s() const {
   return preferred > 0 ? preferred : std::max(standby_starts_.median, fresh_starts_.median);
 }
 
-void ModelHost::begin_start(Entry& e) {
-  // A start beside another (or beside a fill's hashing) shares the cores: the L term counts those
-  // apart (cluster::predicted_load_s), so only starts that ran alone are what start_s() measures.
+// A fill or start beside another's shares the cores and the disk: the L term counts queues apart
+// (cluster::predicted_load_s), so only phases that ran alone are what fill rates and start_s() measure.
+void ModelHost::mark_overlaps(Entry& e) {
   for (auto& [id, o] : entries_) {
     if (o.get() == &e || (o->state != ModelState::kStarting && o->state != ModelState::kFilling)) continue;
-    e.start_overlapped = true;
-    if (o->state == ModelState::kStarting) o->start_overlapped = true;
+    (e.state == ModelState::kStarting ? e.start_overlapped : e.fill_overlapped) = true;
+    (o->state == ModelState::kStarting ? o->start_overlapped : o->fill_overlapped) = true;
   }
+}
+
+void ModelHost::begin_start(Entry& e) {
   set_state(e, ModelState::kStarting);
+  mark_overlaps(e);
   e.start_began = Clock::now();
   ProcessSpec spec;
   spec.program = config_.umad;
@@ -335,13 +340,13 @@ void ModelHost::on_status(const std::string& id, const StatusLine& line) {
     e->loaded_at = e->last_used = Clock::now();
     counters_.loads++;
     const auto ewma = [](double& avg, double x) { avg = avg == 0 ? x : 0.7 * avg + 0.3 * x; };
-    if (e->from != store::Tier::kNone) {
-      const double fill = std::chrono::duration<double>(e->start_began - e->fill_started).count();
-      ewma(fill_rate_[static_cast<int>(e->from)], static_cast<double>(e->bytes) / std::max(fill, 1e-3));
-    }
+    const double fill = e->from != store::Tier::kNone ? std::chrono::duration<double>(e->start_began - e->fill_started).count() : 0.0;
+    if (e->from != store::Tier::kNone && !e->fill_overlapped) ewma(fill_rate_[static_cast<int>(e->from)], static_cast<double>(e->bytes) / std::max(fill, 1e-3));
     if (!e->start_overlapped) record_start(e->took_standby, std::chrono::duration<double>(e->loaded_at - e->start_began).count());
-    spdlog::info("model {}: loaded in {:.3f} s, serving at http://{}:{}", id,
-                 std::chrono::duration<double>(e->loaded_at - e->asked_at).count(), config_.http_host, e->http_port);
+    spdlog::info("model {}: loaded in {:.3f} s (fill {:.3f}, start {:.3f}{}), serving at http://{}:{}", id,
+                 std::chrono::duration<double>(e->loaded_at - e->asked_at).count(),
+                 fill, std::chrono::duration<double>(e->loaded_at - e->start_began).count(), e->fill_overlapped || e->start_overlapped ? ", overlapped" : "",
+                 config_.http_host, e->http_port);
     finish_load(*e, {});
     if (e->unload_when_idle && !e->busy) begin_unload(*e, UnloadReason::kRequest);
     return pump();

@@ -182,6 +182,7 @@ class ModelHost {
   void arm_reaper();
   void spawn_standby();
   void record_start(bool took_standby, double seconds);
+  void mark_overlaps(Entry& e);
   void on_standby_exit(int status);
   void sync_standby_pins();
   std::vector<Resident> residents(bool unloading_as_leaving) const;

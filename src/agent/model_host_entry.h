@@ -21,6 +21,7 @@ struct ModelHost::Entry {
   Clock::time_point fill_started{};
   Clock::time_point start_began{};
   bool start_overlapped = false;  // another model filled or started meanwhile (not a start alone)
+  bool fill_overlapped = false;   // likewise for its fill
   bool took_standby = false;      // its umad was the standby
   std::shared_ptr<store::ModelImage> image;
   bool holds_image = false;  // the store's hold (acquire) not yet released

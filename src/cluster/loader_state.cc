@@ -66,7 +66,8 @@ Status decode_loader_state(std::string_view text, LoaderState* out) {
   return {};
 }
 
-double predicted_load_s(const LoaderState& l, const std::string& model, std::uint64_t bytes, const LoadPriors& priors) {
+double predicted_load_s(const LoaderState& l, const std::string& model, std::uint64_t bytes, const LoadPriors& priors,
+                        LoadTerms* terms) {
   const LoaderModel* m = l.model(model);
   const ModelState state = m ? m->state : ModelState::kRemote;
   if (loading_or_loaded(state)) return 0.0;
@@ -79,8 +80,10 @@ double predicted_load_s(const LoaderState& l, const std::string& model, std::uin
   const bool make_room = l.budget_bytes > 0 && l.held_bytes + bytes > l.budget_bytes;
   // Other models starting there are not counted: charging each a whole start (as if starts ran one
   // after another) over-predicted overlapping loads by 0.7-2.8x (docs/BENCHMARKS.md "Serverless").
-  return static_cast<double>(bytes) / from + static_cast<double>(l.queue_bytes) / rate(l.nvme_bytes_s, priors.nvme_bytes_s) +
-         rate(l.start_s, priors.start_s) + (make_room ? rate(l.stop_s, priors.stop_s) : 0.0);
+  const LoadTerms t{static_cast<double>(bytes) / from, static_cast<double>(l.queue_bytes) / rate(l.nvme_bytes_s, priors.nvme_bytes_s),
+                    rate(l.start_s, priors.start_s), make_room ? rate(l.stop_s, priors.stop_s) : 0.0};
+  if (terms) *terms = t;
+  return t.fill_s + t.queue_s + t.start_s + t.stop_s;
 }
 
 int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes, const LoadPriors& priors) {

@@ -65,7 +65,12 @@ struct LoadPriors {
 // that holds them at that tier's measured rate, behind the store's queue, then a model server's
 // start, after an idle model's unload where the budget needs its room; 0 when it is loading there
 // already. Negative: it cannot be admitted there (its budget is held by models in use).
-double predicted_load_s(const LoaderState& l, const std::string& model, std::uint64_t bytes, const LoadPriors& priors);
+// `terms`, when given, gets the prediction's parts (for the gateway's log: which one was off).
+struct LoadTerms {
+  double fill_s = 0, queue_s = 0, start_s = 0, stop_s = 0;
+};
+double predicted_load_s(const LoaderState& l, const std::string& model, std::uint64_t bytes, const LoadPriors& priors,
+                        LoadTerms* terms = nullptr);
 // The loader with the lowest prediction (ties: the least held), or -1 when none can take it.
 int choose_loader(const std::vector<LoaderState>& loaders, const std::string& model, std::uint64_t bytes,
                   const LoadPriors& priors = {});

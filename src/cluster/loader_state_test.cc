@@ -47,6 +47,11 @@ TEST(LoaderState, TheFastestTierThatHoldsTheModelWinsBehindEachStoresQueue) {
   EXPECT_EQ(choose_loader(ls, "m", 4 * gb), 2);
   ls[2].queue_bytes = 4 * gb;  // its disk is busy for 2 s more
   EXPECT_EQ(choose_loader(ls, "m", 4 * gb), 1);
+  LoadTerms t;  // the parts the gateway logs sum to the prediction
+  const double dram = predicted_load_s(ls[2], "m", 4 * gb, {}, &t);
+  EXPECT_GT(t.fill_s, 0.0);
+  EXPECT_GT(t.queue_s, 0.0);
+  EXPECT_DOUBLE_EQ(t.fill_s + t.queue_s + t.start_s + t.stop_s, dram);
   // Loading already somewhere: there, at no cost.
   ls[0].models = {{"m", ModelState::kFilling}};
   EXPECT_EQ(choose_loader(ls, "m", 4 * gb), 0);

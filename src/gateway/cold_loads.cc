@@ -246,8 +246,10 @@ void ColdLoads::start_load(const std::string& model, const cluster::LoaderState&
   own_loads_[model] = {to.id, std::chrono::steady_clock::now()};
   m.bytes = bytes;
   inflight_[to.id] += bytes;
-  m.predicted_s = cluster::predicted_load_s(to, model, bytes, {});
-  spdlog::info("loading {} ({} MiB) on {} ({:.3f} s predicted)", model, bytes >> 20, to.id, m.predicted_s);
+  cluster::LoadTerms t;
+  m.predicted_s = cluster::predicted_load_s(to, model, bytes, {}, &t);
+  spdlog::info("loading {} ({} MiB) on {} ({:.3f} s predicted: fill {:.3f}, queue {:.3f}, start {:.3f}, stop {:.3f})", model,
+               bytes >> 20, to.id, m.predicted_s, t.fill_s, t.queue_s, t.start_s, t.stop_s);
   std::string req = loader_request(hp.host, "/load", "{\"model\":\"" + model + "\",\"stream\":false}");
   m.call = std::make_unique<Call>();
   m.call->done = [this, model](const Status& st) { finished(model, st); };
@@ -285,7 +287,7 @@ void ColdLoads::finished(const std::string& model, const Status& st) {
     counters_.succeeded++;
     m.last_error.clear();
     const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.started_at).count();
-    if (measured > 0) {
+    if (measured > 0 && m.predicted_s > 0) {  // 0: it was loading there already, joined, not predicted
       if (errors_.size() >= 1024) errors_.pop_front();
       errors_.push_back(m.predicted_s / measured - 1.0);
     }
