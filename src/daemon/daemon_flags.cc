@@ -142,7 +142,7 @@ void add_session_flags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--max-frame-bytes", f.max_frame_bytes, "largest JSON frame accepted (checked from "
                  "its header; default: from the prompt limit)")
       ->envname("UMA_MAX_FRAME_BYTES")->capture_default_str()->check(CLI::Range(64, 256 << 20))->group(group);
-  app.add_option("--max-tx-kib", f.max_tx_kib, "unsent reply bytes per session before a slow reader is dropped (KiB)")
+  app.add_option("--max-tx-kib", f.max_tx_kib, "unsent reply bytes per session before a slow reader is dropped (KiB; one whole reply onto nothing unsent is taken whatever its size)")
       ->envname("UMA_MAX_TX_KIB")->capture_default_str()->check(CLI::Range(4, 1 << 20))->group(group);
   app.add_option("--idle-timeout-sec", srv.idle_timeout_sec, "close idle connections after this long (0: never)")
       ->envname("UMA_IDLE_TIMEOUT_SEC")->capture_default_str()->check(CLI::Range(0, 1 << 24))->group(group);
