@@ -46,10 +46,10 @@ class ModelFront::Relay final : public UpstreamSink {
     finish();
   }
 
-  void on_head(unsigned status, bool event_stream) override {
+  void on_head(unsigned status, bool streamed) override {
     status_ = status;
-    streaming_ = event_stream && status == 200;
-    if (streaming_) ex_->start_events();
+    streaming_ = streamed && status == 200;
+    if (streaming_) ex_->start_events(upstream_ ? upstream_->content_type() : std::string_view{});
   }
   void on_body(std::string_view bytes) override {
     if (ex_->gone()) return cut();

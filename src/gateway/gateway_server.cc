@@ -60,6 +60,15 @@ Relay relayed(std::string_view path) {
   return Relay::kNone;
 }
 
+// Ollama's generate with a suffix (fill in the middle) is built from the model's own FIM tokens,
+// which only its server has: relayed too.
+bool fills_in_the_middle(std::string_view path, std::string_view body) {
+  if (path != "/api/generate" || body.find("\"suffix\"") == std::string_view::npos) return false;
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  const auto it = j.is_object() ? j.find("suffix") : j.end();
+  return j.is_object() && it != j.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
+}
+
 // The model a relayed body names ("": none, any agent answers), or why it is not one to relay.
 Status relayed_model(std::string_view body, Relay api, std::string* model) {
   const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
@@ -248,7 +257,10 @@ http_route::Context GatewayServer::route_context(const ChatTemplate* chat_templa
 // On a tokenizer thread: the request checked as umad checks it, rendered with its model's template
 // and tokenized with its vocabulary (a vocabulary not yet resident is loaded here: gateway/vocab_cache.h).
 void GatewayServer::prepare(Prepared& p) {
-  if ((p.relay = relayed(std::string_view(p.target).substr(0, p.target.find('?')))) != Relay::kNone) {
+  const std::string_view path = std::string_view(p.target).substr(0, p.target.find('?'));
+  p.relay = relayed(path);
+  if (p.relay == Relay::kNone && fills_in_the_middle(path, p.body)) p.relay = Relay::kOllama;
+  if (p.relay != Relay::kNone) {
     p.status = relayed_model(p.body, p.relay, &p.relay_model);
     return;
   }

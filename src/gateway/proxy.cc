@@ -215,12 +215,14 @@ void Proxy::on_body(std::string_view bytes) {
   client_->send_raw(out);
 }
 
-// A relayed stream (llama-server's /infill): its events as they come, in the client's chunks.
+// A relayed stream (llama-server's /infill, Ollama's generate with a suffix): its events or lines
+// as they come, in the client's chunks.
 void Proxy::relay_stream(std::string_view bytes) {
   std::string out;
   if (!client_head_sent_) {
     client_head_sent_ = true;
-    out = event_stream_head(client_->keep_alive(), client_->cors(), "text/event-stream");
+    const std::string_view type = up_ ? up_->content_type() : std::string_view{};
+    out = event_stream_head(client_->keep_alive(), client_->cors(), type.empty() ? "text/event-stream" : type);
   }
   if (!first_token_) {
     first_token_ = true;

@@ -101,6 +101,8 @@ class ResponseReader {
   bool keep_alive() const { return parser_->get().keep_alive(); }
   std::string_view header(std::string_view name) const;
   bool event_stream() const { return header("Content-Type").substr(0, 17) == "text/event-stream"; }
+  // An event stream or Ollama's NDJSON lines: a reply whose parts mean something as they come.
+  bool streamed() const { return event_stream() || header("Content-Type").substr(0, 20) == "application/x-ndjson"; }
   // The body has neither a length nor chunks: it ends when the connection does.
   bool reads_to_eof() const { return parser_->is_header_done() && parser_->need_eof(); }
   std::size_t buffered() const { return in_.size(); }  // fed, not yet parsed (the next response's)

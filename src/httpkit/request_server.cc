@@ -31,10 +31,10 @@ void HttpExchange::reply(unsigned status, std::string_view content_type, std::st
 
 void HttpExchange::reply_error(const Status& st) { reply_json(http_status(st.code()), http_error_body(st)); }
 
-void HttpExchange::start_events() {
+void HttpExchange::start_events(std::string_view content_type) {
   if (answered_ || streaming_) return;
   streaming_ = true;
-  conn_->send(event_stream_head(request_.keep_alive, cors_));
+  conn_->send(event_stream_head(request_.keep_alive, cors_, content_type.empty() ? "text/event-stream" : content_type));
 }
 
 void HttpExchange::event(std::string_view json) {

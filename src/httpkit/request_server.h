@@ -75,8 +75,8 @@ class HttpExchange {
   void reply_json(unsigned status, std::string_view json) { reply(status, "application/json", json); }
   void reply_error(const Status& st);  // OpenAI's error shape, the status its code maps to
   // An SSE stream: the head, then `data: JSON` events (or SSE text as it is: a relayed stream, a
-  // `: ping` comment), then end_events().
-  void start_events();
+  // `: ping` comment), then end_events(). A relayed NDJSON stream gives its own content type.
+  void start_events(std::string_view content_type = "text/event-stream");
   void event(std::string_view json);
   void event_bytes(std::string_view sse);
   void end_events();

@@ -252,7 +252,7 @@ void Upstream::parse() {
 void Upstream::note_head() {
   if (head_seen_ || !reader_.head_done()) return;
   head_seen_ = true;
-  if (sink_ != nullptr && !finished_) sink_->on_head(reader_.status(), reader_.event_stream());
+  if (sink_ != nullptr && !finished_) sink_->on_head(reader_.status(), reader_.streamed());
 }
 
 void Upstream::on_peer_eof(const ConnectionPtr&) {

@@ -39,7 +39,8 @@ class UpstreamSink {
  public:
   virtual ~UpstreamSink() = default;
   virtual void on_sent() {}  // connected, and the request is on its way
-  virtual void on_head(unsigned status, bool event_stream) = 0;
+  // streamed: an event stream or NDJSON lines (HttpReader::streamed), not one whole reply.
+  virtual void on_head(unsigned status, bool streamed) = 0;
   virtual void on_body(std::string_view bytes) = 0;
   virtual void on_end() = 0;  // the whole reply has arrived
   // The agent could not be reached, or the reply broke off: `before_head` says whether anything
@@ -107,6 +108,8 @@ class Upstream final : public std::enable_shared_from_this<Upstream>, private Co
   ~Upstream() override;
   void abort();  // closes; the sink hears nothing more
   bool head_seen() const { return head_seen_; }
+  // The reply's Content-Type, once its head was seen (a relay's stream keeps it).
+  std::string_view content_type() const { return head_seen_ ? reader_.header("Content-Type") : std::string_view{}; }
 
  private:
   void dial();

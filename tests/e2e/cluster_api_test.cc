@@ -28,6 +28,7 @@ struct GwAnswer {
   int status = -1;
   json body;
   std::string raw;  // the response's body as it came (dechunked)
+  std::string head;
 };
 
 GwAnswer gw_call(int port, const std::string& path, const std::string& body) {
@@ -36,6 +37,7 @@ GwAnswer gw_call(int port, const std::string& path, const std::string& body) {
   if (!t.send(post(path, body))) return a;
   const std::string r = t.response();
   a.status = status_of(r);
+  a.head = head_of(r);
   a.raw = head_of(r).find("chunked") != std::string::npos ? dechunk(body_of(r)) : body_of(r);
   a.body = json::parse(a.raw, nullptr, false);
   return a;
@@ -122,6 +124,32 @@ TEST(ClusterApi, EmbeddingsRerankInfillAndShowGoToTheAgentServingTheModel) {
     if (ev.is_object()) streamed += ev.value("content", "");
   }
   EXPECT_EQ(streamed, std::string("\x04\x05\x06\x07")) << is.raw;
+
+  // Ollama's generate with a suffix is the same fill in the middle (the model's FIM tokens are the
+  // agent's): the agent's own answer, whole and as NDJSON lines.
+  json gen = {{"model", "oracle-fim"}, {"prompt", "def area(r):\n    return"}, {"suffix", "\nprint(area(2))"},
+              {"stream", false}, {"options", {{"num_predict", 4}}}};
+  const GwAnswer gg = gw_call(gw, "/api/generate", gen.dump()), gd = gw_call(fim, "/api/generate", gen.dump());
+  ASSERT_EQ(gg.status, 200) << gg.raw;
+  EXPECT_EQ(gg.body["response"], std::string("\x04\x05\x06\x07")) << gg.raw;
+  EXPECT_EQ(gg.body["prompt_eval_count"], gd.body["prompt_eval_count"]);
+  gen["stream"] = true;
+  const GwAnswer gs = gw_call(gw, "/api/generate", gen.dump());
+  ASSERT_EQ(gs.status, 200) << gs.raw;
+  EXPECT_NE(gs.head.find("application/x-ndjson"), std::string::npos) << gs.head;
+  std::string lines;
+  bool done = false;
+  for (std::size_t at = 0; at < gs.raw.size();) {
+    const std::size_t end = std::min(gs.raw.find('\n', at), gs.raw.size());
+    const json line = json::parse(gs.raw.substr(at, end - at), nullptr, false);
+    if (line.is_object()) {
+      lines += line.value("response", "");
+      done = done || line.value("done", false);
+    }
+    at = end + 1;
+  }
+  EXPECT_EQ(lines, std::string("\x04\x05\x06\x07")) << gs.raw;
+  EXPECT_TRUE(done) << gs.raw;
 
   // Reranking goes to the reranker's agent (by its name): its own scores, best first.
   const std::string r = json{{"model", "tiny-rerank-f32"}, {"query", "what is a river"},
