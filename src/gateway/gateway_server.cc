@@ -386,7 +386,7 @@ std::string GatewayServer::dispatch_name(const std::string& model) const {
   return name;
 }
 
-// Embeddings, reranking, /api/show, /infill: sent as they came to an agent serving the model, its
+// Embeddings, reranking, /api/show, /infill, Ollama's generate with a suffix: sent as they came to an agent serving the model, its
 // answer passed back; errors written here keep the client's API (Ollama's {"error"}, or OpenAI's).
 void GatewayServer::relay(InFlight& entry, Prepared& p) {
   const HttpExchangePtr ex = entry.exchange;

@@ -357,6 +357,9 @@ void Proxy::failover(const std::string& why, bool planned, bool exclude) {
 void Proxy::end_with_error(const Status& st) {
   if (client_head_sent_ && job_.reencoder) {
     client_->send_raw(job_.reencoder->fail(st));
+  } else if (client_head_sent_ && !job_.relay_target.empty() && job_.error_body) {
+    // A relayed NDJSON stream (Ollama's): an error line, then its end.
+    client_->send_raw(http_chunk(job_.error_body(st) + "\n") + std::string(kLastChunk));
   } else if (client_head_sent_) {
     // Mid-stream: an SSE error event, then the stream's end (never a silently short stream).
     client_->send_raw(sse_chunk(http_error_body(st)) + sse_chunk("[DONE]") + std::string(kLastChunk));
