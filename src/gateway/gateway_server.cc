@@ -62,16 +62,13 @@ Relay relayed(std::string_view path) {
 
 // Ollama's generate with a suffix (fill in the middle) is built from the model's own FIM tokens,
 // which only its server has: relayed too.
-bool fills_in_the_middle(std::string_view path, std::string_view body) {
-  if (path != "/api/generate" || body.find("\"suffix\"") == std::string_view::npos) return false;
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-  const auto it = j.is_object() ? j.find("suffix") : j.end();
-  return j.is_object() && it != j.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
+bool fills_in_the_middle(const nlohmann::json& j) {
+  const auto it = j.find("suffix");
+  return it != j.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
 }
 
 // The model a relayed body names ("": none, any agent answers), or why it is not one to relay.
-Status relayed_model(std::string_view body, Relay api, std::string* model) {
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+Status relayed_model(const nlohmann::json& j, Relay api, std::string* model) {
   if (!j.is_object()) return Status(ErrorCode::kInvalidJson, "the body is not a JSON object");
   for (const char* field : {"model", "name"}) {  // "name": Ollama's older field
     const auto it = j.find(field);
@@ -259,10 +256,14 @@ http_route::Context GatewayServer::route_context(const ChatTemplate* chat_templa
 void GatewayServer::prepare(Prepared& p) {
   const std::string_view path = std::string_view(p.target).substr(0, p.target.find('?'));
   p.relay = relayed(path);
-  if (p.relay == Relay::kNone && fills_in_the_middle(path, p.body)) p.relay = Relay::kOllama;
-  if (p.relay != Relay::kNone) {
-    p.status = relayed_model(p.body, p.relay, &p.relay_model);
-    return;
+  const bool maybe_fim = path == "/api/generate" && p.body.find("\"suffix\"") != std::string::npos;  // one parse, only then
+  if (p.relay != Relay::kNone || maybe_fim) {
+    const nlohmann::json j = nlohmann::json::parse(p.body, nullptr, false);
+    if (p.relay == Relay::kNone && j.is_object() && fills_in_the_middle(j)) p.relay = Relay::kOllama;
+    if (p.relay != Relay::kNone) {
+      p.status = relayed_model(j, p.relay, &p.relay_model);
+      return;
+    }
   }
   std::shared_ptr<const Vocabulary> vocab;
   Status vocab_status;
@@ -360,10 +361,6 @@ void GatewayServer::prepared(HttpExchange* key, Prepared& p) {
   it->second.proxy = std::make_unique<Proxy>(*this, ex, id, std::move(job));
   it->second.proxy->start();
 }
-
-}  // namespace uma::gateway
-
-namespace uma::gateway {
 
 // Whether a request for `model` can go to an agent (now, or once a loader has loaded it); else why not.
 Status GatewayServer::servable(const std::string& model) {

@@ -159,9 +159,9 @@ void Proxy::on_sent() {
   }
 }
 
-void Proxy::on_head(unsigned status, bool event_stream) {
+void Proxy::on_head(unsigned status, bool streamed) {
   status_ = status;
-  agent_stream_ = event_stream;
+  agent_stream_ = streamed;
   // A full agent (another gateway filled it): elsewhere or back to the queue, not a failure.
   if (status == 429) {
     if (up_) up_->abort();

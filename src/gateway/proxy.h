@@ -109,7 +109,7 @@ class Proxy final : private UpstreamSink {
   void end_with_error(const Status& st);
   void done();
   void on_sent() override;
-  void on_head(unsigned status, bool event_stream) override;
+  void on_head(unsigned status, bool streamed) override;
   void on_body(std::string_view bytes) override;
   void relay_stream(std::string_view bytes);
   void on_end() override;
