@@ -12,7 +12,9 @@
 # Env: UMA_GPU (cuda), UMA_BUNDLE (offline setup), UMA_BENCH_MODEL (the 8B-shape Q4_0),
 #      UMA_GPU_MIXED_STREAMS (8), UMA_GPU_MIXED_LONG (3300), UMA_GPU_MIXED_SECONDS (12),
 #      UMA_GPU_MIXED_ROOM (4096 cells a slot), UMA_GPU_MIXED_RUNS (2: runs of each row, medians),
-#      UMA_BENCH_THREADS (8), UMA_BENCH_PORT (18080).
+#      UMA_BENCH_THREADS (8), UMA_BENCH_PORT (18080), UMA_GPU_MIXED_UMAD_LIBS (a folder of llama.cpp's
+#      shared libraries umad's rows load instead of the build's: an A/B of a llama.cpp patch of ours
+#      against llama-server as upstream builds it).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -69,7 +71,8 @@ row_llama_server() {
 row_umad() {  # $1 = row name, then umad flags
   local name=$1; shift
   log "umad ($name): --n-ctx $ctx --max-sessions $slots --threads $threads $*"
-  "$bdir/bin/umad" --model "$model" --socket "$out/umad.sock" --http "127.0.0.1:$port" --n-ctx "$ctx" \
+  env ${UMA_GPU_MIXED_UMAD_LIBS:+LD_LIBRARY_PATH=$UMA_GPU_MIXED_UMAD_LIBS} \
+    "$bdir/bin/umad" --model "$model" --socket "$out/umad.sock" --http "127.0.0.1:$port" --n-ctx "$ctx" \
     --max-sessions "$slots" --threads "$threads" "$@" 2>"$out/$name.log" &
   pid=$!
   wait_ready
