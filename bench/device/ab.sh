@@ -9,6 +9,7 @@
 #   3. bench/gpu_mixed.sh on the 8B, umad's rows with PATCH.
 #   bench/device/ab.sh [OUT_DIR]     (default build-cuda/ab/out; its summaries are copied to $OUT when
 #   set: the device tool brings back a few files only)
+# UMA_AB_STAGES: which of "c64 load mixed" to run (default all three).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -22,13 +23,17 @@ with=$root/build-cuda/ab/with
 without=$root/build-cuda/ab/without
 [ -d "$without" ] || without=$with
 log() { printf '\n== %s\n' "$*" >&2; }
+stages=" ${UMA_AB_STAGES:-c64 load mixed} "
+stage() { [[ "$stages" == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 m1=build-cuda/models/1b-q8_0.gguf
 m8=build-cuda/models/8b-q4_0.gguf
 [ -s "$m1" ] || "$B/uma-mkmodel" --preset 1b --type q8_0 --seed 1 -o "$m1" >/dev/null
 # build.sh may have started the 8B in the background (UMA_DEVICE_MAKE_8B=1).
-for _ in $(seq 600); do [ -s "$m8" ] || [ ! -e "$m8.making" ] && break; sleep 0.5; done
-[ -s "$m8" ] || "$B/uma-mkmodel" --preset 8b --type q4_0 --seed 1 -o "$m8" >/dev/null
+need_8b() {
+  for _ in $(seq 600); do [ -s "$m8" ] || [ ! -e "$m8.making" ] && break; sleep 0.5; done
+  [ -s "$m8" ] || "$B/uma-mkmodel" --preset 8b --type q4_0 --seed 1 -o "$m8" >/dev/null
+}
 
 port=18080 c=64 ctx=32768
 health="python3 -c 'import urllib.request,sys; sys.exit(urllib.request.urlopen(\"http://127.0.0.1:$port/health\").status != 200)'"
@@ -48,6 +53,7 @@ umad() {  # $1 = libraries, $2 = log name, then env
   wait_ready
 }
 
+if stage c64; then
 log "c=$c, 1B: llama-server"
 LD_LIBRARY_PATH=$without "$L/llama-server" -m "$m1" -ngl 999 -c $ctx -np $c --host 127.0.0.1 --port $port --no-webui \
   >"$out/llama-server.log" 2>&1 &
@@ -92,7 +98,10 @@ for v in ("with", "without"):
     p = os.path.join(out, f"timing-{v}.txt")
     if os.path.exists(p): print(v + ":", open(p).read().strip())
 PY
+fi
 
+if stage load; then
+need_8b
 log "loading: the pinned copy's limit, the DRAM tier, llama.cpp's own load"
 : >"$out/load.jsonl"
 for m in "$m1" "$m8"; do
@@ -143,6 +152,9 @@ for mid in sorted({r["label"].split(":")[1] for r in rows}):
               f"(goal 1.15 x bytes / disk + 0.3 = {goal:.3f} s); llama.cpp mmap cold first token "
               f"{med([r['first_token_s'] for r in lc]):.3f} s")
 PY
+fi
+stage mixed || exit 0
+need_8b
 
 log "mixed load, 8B (umad's rows with the patch)"
 UMA_GPU_MIXED_UMAD_LIBS=$with UMA_BENCH_MODEL=$m8 bench/gpu_mixed.sh "$out/mixed" 2>"$out/mixed.err" | tee "$res/mixed.txt"
