@@ -9,7 +9,7 @@
 #   3. bench/gpu_mixed.sh on the 8B, umad's rows with PATCH.
 #   bench/device/ab.sh [OUT_DIR]     (default build-cuda/ab/out; its summaries are copied to $OUT when
 #   set: the device tool brings back a few files only)
-# UMA_AB_STAGES: which of "c64 load mixed" to run (default all three).
+# UMA_AB_STAGES: which of "c64 load mixed" to run (default all three); UMA_AB_ROUNDS: c=64 rounds (2).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -59,7 +59,7 @@ LD_LIBRARY_PATH=$without "$L/llama-server" -m "$m1" -ngl 999 -c $ctx -np $c --ho
   >"$out/llama-server.log" 2>&1 &
 pid=$!
 wait_ready; bench llama-server; stop
-for r in 1 2; do
+for r in $(seq "${UMA_AB_ROUNDS:-2}"); do
   for v in with without; do
     log "c=$c, 1B: umad $v, run $r"
     umad "$root/build-cuda/ab/$v" "umad-$v-$r"; bench "umad-$v-$r"; stop
