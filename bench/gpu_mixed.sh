@@ -6,9 +6,12 @@
 # long prompt's TTFT, each umad row over llama-server's.
 #   bench/gpu_mixed.sh [OUT_DIR]      (default build-cuda/bench-gpu-mixed)
 # Rows: llama-server (-np S+1, -c (S+1) x ROOM, its defaults: n_batch 2048 over passes of 512),
-# umad with its defaults (per-sequence KV), umad with one KV pool (`--kv-layout unified`: a
-# prompt's tokens ride in the decode rows' pass), and umad as before ticks beside streams could
-# hold several passes (`--prefill-policy slo-balance --n-batch 512`).
+# then umad's rows named in UMA_GPU_MIXED_ROWS (default "umad umad-one-pass umad-unified"): umad
+# its defaults (per-sequence KV; a tick beside the streams may hold n_batch over several passes when
+# a long prompt is first in line), umad-one-pass `--n-batch 512` (such a tick is one pass long),
+# umad-balance `--prefill-policy slo-balance` (the least worst SLO ratio, not the fullest tick that
+# meets them), umad-unified `--kv-layout unified` (one KV pool: a prompt's tokens ride in the decode
+# rows' pass).
 # Env: UMA_GPU (cuda), UMA_BUNDLE (offline setup), UMA_BENCH_MODEL (the 8B-shape Q4_0),
 #      UMA_GPU_MIXED_STREAMS (8), UMA_GPU_MIXED_LONG (3300), UMA_GPU_MIXED_SECONDS (12),
 #      UMA_GPU_MIXED_ROOM (4096 cells a slot), UMA_GPU_MIXED_RUNS (2: runs of each row, medians),
@@ -80,13 +83,20 @@ row_umad() {  # $1 = row name, then umad flags
   stop
 }
 row_llama_server
-row_umad umad
-row_umad umad-unified --kv-layout unified
-row_umad umad-one-pass --prefill-policy slo-balance --n-batch 512
+rows=${UMA_GPU_MIXED_ROWS:-umad umad-one-pass umad-unified}
+for name in $rows; do
+  case $name in
+    umad) row_umad umad ;;
+    umad-balance) row_umad umad-balance --prefill-policy slo-balance ;;
+    umad-unified) row_umad umad-unified --kv-layout unified ;;
+    umad-one-pass) row_umad umad-one-pass --n-batch 512 ;;
+    *) echo "UMA_GPU_MIXED_ROWS: no row $name" >&2; exit 2 ;;
+  esac
+done
 
-python3 - "$out" "$runs" "$(cat "$out/gpu.txt")" <<'PY'
+python3 - "$out" "$runs" "$(cat "$out/gpu.txt")" "$rows" <<'PY'
 import json, statistics, sys
-out, runs, gpu = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, runs, gpu, rows = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split()
 def row(name):
     vals = []
     for r in range(1, runs + 1):
@@ -101,7 +111,7 @@ base = row("llama-server")
 print(f"GPU: {gpu}; medians of {runs} runs; ratios are the row over llama-server's")
 print(f"{'server':15} {'ITL p50':>8} {'p99':>7} {'max':>7} {'prefill p50/max (n)':>20} {'tok/s':>8} {'bg TTFT':>8} | "
       f"{'p99 x':>6} {'max x':>6} {'tok/s x':>7} {'TTFT x':>6} err")
-for name in ("llama-server", "umad", "umad-unified", "umad-one-pass"):
+for name in ["llama-server"] + rows:
     r = row(name)
     print(f"{name:15} {r['p50']:8.1f} {r['p99']:7.1f} {r['max']:7.1f} {r['du_p50']:8.1f}/{r['du_max']:.1f} ({r['du_n']:.0f})"
           f" {r['tok_s']:8.1f} {r['bg_ttft']:8.0f} | {r['p99'] / base['p99']:6.2f} {r['max'] / base['max']:6.2f}"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One GPU run after bench/device/build.sh, every row on the same machine and model files:
-#   1. c=64 on the 1B Q8_0 (bench/gpu.sh's workload): llama-server (the build without PATCH, as
-#      upstream), then umad with and without PATCH, alternated twice; then each again with every
-#      decode timed (UMA_DECODE_TIMING) and llama.cpp's debug log, whose CUDA-graph lines are counted.
+#   1. c=64 on the 1B Q8_0 (bench/gpu.sh's workload): llama-batched-bench (the workload's limit,
+#      S_PP + S_TG), llama-server (the build without PATCH, as upstream), then umad's variants
+#      alternated: with and without PATCH, and with each flag set of UMA_AB_FLAGS (';'-separated,
+#      on the libraries with it); then the first two again with every decode timed
+#      (UMA_DECODE_TIMING) and llama.cpp's debug log, whose CUDA-graph lines are counted.
 #   2. Loading: the pinned host->GPU copy (the limit), then for the 1B and the 8B Q4_0 the DRAM
 #      tier's load (first the tensor phase alone, then to the first token) and llama.cpp's own
 #      load of the same file from the page cache.
-#   3. bench/gpu_mixed.sh on the 8B, umad's rows with PATCH.
+#   3. bench/gpu_mixed.sh on the 8B, umad's rows with PATCH (UMA_GPU_MIXED_ROWS as there).
 #   bench/device/ab.sh [OUT_DIR]     (default build-cuda/ab/out; its summaries are copied to $OUT when
 #   set: the device tool brings back a few files only)
 # UMA_AB_STAGES: which of "c64 load mixed" to run (default all three); UMA_AB_ROUNDS: c=64 rounds (2).
@@ -45,58 +47,82 @@ bench() {  # $1 = file name; bench/gpu.sh's c=64 workload
   "$B/uma-bench" --target "http://127.0.0.1:$port" --json --workload random -c $c -n $((c * 4)) --seed $((100 + c)) \
     --prompt-tokens 128 --output-tokens 128 >"$out/$1.json"
 }
-umad() {  # $1 = libraries, $2 = log name, then env
-  local libs=$1 name=$2; shift 2
+umad() {  # $1 = libraries, $2 = log name, $3 = umad flags (words), then env
+  local libs=$1 name=$2 flags=$3; shift 3
+  # shellcheck disable=SC2086  # flags are words
   env LD_LIBRARY_PATH="$libs" "$@" "$B/umad" --model "$m1" --socket "$out/umad.sock" --n-ctx $ctx --max-sessions $c \
-    --http "127.0.0.1:$port" 2>"$out/$name.log" &
+    --http "127.0.0.1:$port" $flags 2>"$out/$name.log" &
   pid=$!
   wait_ready
 }
 
 if stage c64; then
+log "c=$c, 1B: llama-batched-bench (the workload's limit)"
+LD_LIBRARY_PATH=$without "$L/llama-batched-bench" -m "$m1" -ngl 999 -c $ctx -npp 128 -ntg 128 -npl $c \
+  --output-format jsonl 2>/dev/null | grep '^{' >"$out/batched-bench.jsonl" || true
 log "c=$c, 1B: llama-server"
 LD_LIBRARY_PATH=$without "$L/llama-server" -m "$m1" -ngl 999 -c $ctx -np $c --host 127.0.0.1 --port $port --no-webui \
   >"$out/llama-server.log" 2>&1 &
 pid=$!
 wait_ready; bench llama-server; stop
+# umad's variants, "libraries|flags": with PATCH, without it (when build.sh built both), and each
+# flag set of UMA_AB_FLAGS on the libraries with it.
+variants=("with|")
+[ "$without" != "$with" ] && variants+=("without|")
+IFS=';' read -ra flag_sets <<<"${UMA_AB_FLAGS:-}"
+for f in "${flag_sets[@]}"; do [ -n "$f" ] && variants+=("with|$f"); done
+: >"$out/variants.txt"
+for k in "${!variants[@]}"; do echo "v$k ${variants[$k]}" >>"$out/variants.txt"; done
 for r in $(seq "${UMA_AB_ROUNDS:-2}"); do
-  for v in with without; do
-    log "c=$c, 1B: umad $v, run $r"
-    umad "$root/build-cuda/ab/$v" "umad-$v-$r"; bench "umad-$v-$r"; stop
-    [ "$without" = "$with" ] && break
+  for k in "${!variants[@]}"; do
+    libs=${variants[$k]%%|*} flags=${variants[$k]#*|}
+    log "c=$c, 1B: umad v$k ($libs, flags: ${flags:-none}), run $r"
+    umad "$root/build-cuda/ab/$libs" "umad-v$k-$r" "$flags"; bench "umad-v$k-$r"; stop
   done
 done
-for v in with without; do
-  log "c=$c, 1B: umad $v, every decode timed, llama.cpp's debug log"
-  umad "$root/build-cuda/ab/$v" "timing-$v" UMA_DECODE_TIMING=1 UMA_DEBUG=2; bench "timing-$v"; stop
-  { grep 'decode timing' "$out/timing-$v.log" | tail -1
+for k in 0 1; do
+  [ "$k" -lt "${#variants[@]}" ] || break
+  libs=${variants[$k]%%|*} flags=${variants[$k]#*|}
+  log "c=$c, 1B: umad v$k, every decode timed, llama.cpp's debug log"
+  umad "$root/build-cuda/ab/$libs" "timing-v$k" "$flags" UMA_DECODE_TIMING=1 UMA_DEBUG=2; bench "timing-v$k"; stop
+  { grep 'decode timing' "$out/timing-v$k.log" | tail -1
     printf 'graph warm-ups complete %s, resets %s, slow decodes described %s\n' \
-      "$(grep -c 'CUDA graph warmup complete' "$out/timing-$v.log")" "$(grep -c 'CUDA graph warmup reset' "$out/timing-$v.log")" \
-      "$(grep -c 'slow decode' "$out/timing-$v.log")"; } >"$out/timing-$v.txt" || true
+      "$(grep -c 'CUDA graph warmup complete' "$out/timing-v$k.log")" "$(grep -c 'CUDA graph warmup reset' "$out/timing-v$k.log")" \
+      "$(grep -c 'slow decode' "$out/timing-v$k.log")"; } >"$out/timing-v$k.txt" || true
   # The debug log is large: keep its summary lines and its first slow launches.
-  { echo "== $v"; grep -E 'decode timing|slow decode' "$out/timing-$v.log" | head -60; } >>"$res/timing.txt" || true
-  rm -f "$out/timing-$v.log"
-  [ "$without" = "$with" ] && break
+  { echo "== v$k"; grep -E 'decode timing|slow decode' "$out/timing-v$k.log" | head -40; } >>"$res/timing.txt" || true
+  rm -f "$out/timing-v$k.log"
 done
 
 python3 - "$out" <<'PY' | tee "$res/c64.txt"
-import json, os, sys
+import glob, json, os, statistics, sys
 out = sys.argv[1]
 def run(n):
     p = os.path.join(out, n + ".json")
     return json.load(open(p))["runs"][0] if os.path.exists(p) else None
 print("GPU:", open(os.path.join(out, "gpu.txt")).read().strip())
 l = run("llama-server")
-print("| row | tok/s | ITL p50 | p99 | max | p99/p50 | x llama-server |")
-print("|---|---|---|---|---|---|---|")
-for n in ["llama-server", "umad-with-1", "umad-without-1", "umad-with-2", "umad-without-2", "timing-with", "timing-without"]:
+limit = float("nan")
+bb = os.path.join(out, "batched-bench.jsonl")
+if os.path.exists(bb) and os.path.getsize(bb) > 0:
+    j = json.loads(open(bb).readline())
+    # Each request's prompt at S_PP and its output at S_TG, one after the other (bench/gpu.sh).
+    limit = 1.0 / (l["prompt_tokens"] / l["output_tokens"] / j["speed_pp"] + 1.0 / j["speed_tg"])
+    print(f"llama-batched-bench B={j['pl']}: S_PP {j['speed_pp']:.0f}, S_TG {j['speed_tg']:.0f} t/s; workload limit {limit:.0f} tok/s")
+print("| row | tok/s | ITL p50 | p99 | max | p99/p50 | TTFT p50 | p99 | x llama-server | of limit |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+names = ["llama-server"] + sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(out, "umad-v*.json")))
+names += [f"timing-v{k}" for k in (0, 1)]
+for n in names:
     r = run(n)
     if r is None: continue
-    i = r["itl_ms"]
-    print(f"| {n} | {r['output_tok_s']:.0f} | {i['p50']:.2f} | {i['p99']:.2f} | {i['max']:.1f} | {i['p99'] / i['p50']:.2f} | {r['output_tok_s'] / l['output_tok_s']:.2f} |")
-for v in ("with", "without"):
-    p = os.path.join(out, f"timing-{v}.txt")
-    if os.path.exists(p): print(v + ":", open(p).read().strip())
+    i, t = r["itl_ms"], r["ttft_ms"]
+    print(f"| {n} | {r['output_tok_s']:.0f} | {i['p50']:.2f} | {i['p99']:.2f} | {i['max']:.1f} | {i['p99'] / i['p50']:.2f} | "
+          f"{t['p50']:.1f} | {t['p99']:.1f} | {r['output_tok_s'] / l['output_tok_s']:.2f} | {r['output_tok_s'] / limit:.2f} |")
+print(open(os.path.join(out, "variants.txt")).read().strip())
+for k in (0, 1):
+    p = os.path.join(out, f"timing-v{k}.txt")
+    if os.path.exists(p): print(f"v{k}:", open(p).read().strip())
 PY
 fi
 

@@ -16,7 +16,7 @@ for d in /usr/local/cuda/bin /opt/torch/.venv/bin; do [ -d "$d" ] && PATH=$PATH:
 logs=${OUT:-build-cuda}
 mkdir -p "$logs" build-cuda
 t0=$(date +%s)
-targets=(llama-server)
+targets=(llama-server llama-batched-bench)
 scripts/setup.sh "${targets[@]}" >"$logs/setup.log" 2>&1 || { tail -20 "$logs/setup.log"; exit 1; }
 echo "setup (llama.cpp with CUDA): $(( $(date +%s) - t0 )) s"
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUMA_BUILD_TESTS=OFF >/dev/null
