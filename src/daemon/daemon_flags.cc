@@ -119,6 +119,10 @@ void add_context_flags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--deep-pass-row-cells", rt.deep_pass_row_cells, "per-seq KV: a sequence deeper than the others by "
                  "this many cells times their number decodes in a pass of its own; -1: 2048 on a CPU, never on a GPU; 0: never")
       ->capture_default_str()->check(CLI::Range(static_cast<std::int64_t>(-1), static_cast<std::int64_t>(1) << 40))->envname("UMA_DEEP_PASS_ROW_CELLS")->group(group);
+  app.add_option("--pad-entries-per-pass", rt.pad_entries_per_pass, "per-seq KV: the most padding entries a decode "
+                 "spends to save one pass, where prompt chunks of consecutive sequence ids are padded to one length; "
+                 "-1: 64 on a GPU, never on a CPU; 0: never")
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 20))->envname("UMA_PAD_ENTRIES_PER_PASS")->group(group);
   // Tests only: the model load takes this much longer, so "loading" states can be observed.
   app.add_option("--test-load-delay-ms", c.test_load_delay_ms)->group("")->check(CLI::Range(0, 60000));
 }

@@ -131,9 +131,10 @@ std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_toke
       for (const auto& [seq, n] : per_seq) longest = std::max(longest, n);
       const llama_perf_context_data perf = llama_perf_context(ctx_);
       spdlog::info("slow decode: launch {:.2f} ms, device {:.2f} ms: {} tokens, {} sequences, longest run {}, graph reused {}, "
-                   "sampler switches {}, fillers {}", launch_ms, device_ms, n_tokens, per_seq.size(), longest,
+                   "sampler switches {}, fillers {}, padding {}, passes {}", launch_ms, device_ms, n_tokens, per_seq.size(), longest,
                    perf.n_reused > timing_.reused_before ? "yes" : "no", sampler_switches_ - timing_.switches_before,
-                   arrange_ ? arranged_.fillers.size() : 0);
+                   arrange_ ? arranged_.fillers.size() : 0, arrange_ ? arranged_.pad_entries : 0,
+                   arrange_ ? llama_passes(arranged_.entries, n_ubatch_).size() : 0);
     }
     timing_.gap_ms.push_back(static_cast<double>(t0 - timing_.prev_done_ns) / 1e6);
     timing_.launch_ms.push_back(static_cast<double>(t1 - t0) / 1e6);
@@ -205,7 +206,9 @@ Status LlamaRuntime::decode_tokens(std::span<const BatchEntry> caller_batch) {
     // The fillers' cells go again (on the host only: the next graph's mask no longer sees them).
     llama_memory_t mem = llama_get_memory(ctx_);
     for (const StreamFiller& f : arranged_.fillers) llama_memory_seq_rm(mem, f.seq, f.pos, -1);
+    for (const StreamFiller& f : arranged_.pads) llama_memory_seq_rm(mem, f.seq, f.pos, -1);
     fillers_total_ += arranged_.fillers.size();
+    pad_entries_total_ += static_cast<std::uint64_t>(arranged_.pad_entries);
     if (arranged_.deep_seq >= 0) ++deep_passes_total_;
   }
   // llama_decode applies queued stream copies before it looks for cells (0) or finds none (1).

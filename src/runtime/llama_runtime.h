@@ -68,6 +68,11 @@ struct RuntimeConfig {
   // number gets a pass of its own (runtime/stream_batch.h); -1: 2048 with the weights on the CPU,
   // 0 (never) on a GPU.
   std::int64_t deep_pass_row_cells = -1;
+  // Per-sequence KV: the most padding entries a decode spends to save one pass, where prompt chunks
+  // of consecutive ids are padded to one length (runtime/stream_batch.h); -1: 64 on a GPU (a pass
+  // there costs a few ms of host build and launch, a padded row a few us), 0 (never) on a CPU,
+  // where a row costs far more.
+  std::int32_t pad_entries_per_pass = -1;
   // unified: one KV pool shared by every sequence; per-seq: a private stream per sequence, whose
   // attention then spans only its own cells (see Decoder); auto: per-seq with more than one
   // sequence. With a unified KV every row's attention spans every cell in use: a prompt chunk
@@ -169,6 +174,7 @@ class LlamaRuntime final : public Decoder {
   std::int32_t graphs_reused() const;  // decodes that ran llama.cpp's last graph again (for tests)
   // Filler entries given to llama.cpp so far (stream_batch.h). For tests and diagnostics.
   std::uint64_t fillers_total() const { return fillers_total_; }
+  std::uint64_t pad_entries_total() const { return pad_entries_total_; }  // prompt chunks' padding (stream_batch.h)
   std::uint64_t deep_passes_total() const { return deep_passes_total_; }  // decodes that gave a deep sequence its own pass
   std::string describe() const;  // one line: model size, params, context shape
   // One line: what the weights, the KV (sessions x room) and the compute buffers take, and the
@@ -200,6 +206,7 @@ class LlamaRuntime final : public Decoder {
   std::int32_t filler_pos(std::int32_t seq) const;
   std::uint64_t fillers_total_ = 0;
   std::uint64_t deep_passes_total_ = 0;
+  std::uint64_t pad_entries_total_ = 0;
   std::shared_ptr<KvHostPool> kv_host_;  // page-locked snapshot memory (GPU); null: heap
   std::vector<llama_sampler*> samplers_;  // by sequence id; nullptr when idle
   std::int32_t n_batch_ = 0;

@@ -336,6 +336,9 @@ void LlamaRuntime::set_stream_options(const RuntimeConfig& config, bool per_seq,
   stream_options_.filler_token = bos >= 0 ? bos : 0;
   stream_options_.max_entries = n_ubatch_;  // a filler must not cost a pass
   stream_options_.n_ubatch = n_ubatch_;
+  stream_options_.pad_entries_per_pass = config.pad_entries_per_pass >= 0 ? config.pad_entries_per_pass : on_gpu ? 64 : 0;
+  stream_options_.max_batch = n_batch_;
+  stream_options_.seq_cells = n_ctx_seq_;
   // On a CPU a pass is one more read of the weights (a decode's worth of time: ~16 ms for the
   // 143 M-param Q8_0 model in docs/BENCHMARKS.md) and a deep stream's depth costs every row beside
   // it ~7 us per cell.

@@ -66,6 +66,49 @@ void order_as_passes(std::int32_t n_ubatch, StreamBatch& out) {
   }
 }
 
+// One sequence's entries after its first, by_seq[first, first + length), and the padding it gets.
+struct Rest {
+  std::int32_t seq = 0;
+  std::size_t first = 0;
+  std::int32_t length = 0;
+  std::int32_t pad = 0;
+};
+
+// Pads each run of consecutive ids in `rests` to its longest, where that saves passes at no more
+// than options.pad_entries_per_pass entries each and fits `room` and every sequence's cells.
+void plan_padding(std::span<const BatchEntry> in, const std::vector<std::int32_t>& by_seq,
+                  const StreamBatchOptions& options, std::int64_t room, std::vector<Rest>& rests) {
+  if (options.pad_entries_per_pass <= 0 || !options.filler_pos || options.seq_cells <= 0) return;
+  std::vector<BatchEntry> run_entries;
+  for (std::size_t a = 0; a < rests.size();) {
+    std::size_t b = a + 1;
+    while (b < rests.size() && rests[b].seq == rests[b - 1].seq + 1) ++b;
+    std::int32_t longest = 0;
+    for (std::size_t r = a; r < b; ++r) longest = std::max(longest, rests[r].length);
+    std::int64_t pad = 0;
+    bool fits = true;
+    run_entries.clear();
+    for (std::size_t r = a; r < b; ++r) {
+      pad += longest - rests[r].length;
+      const std::int32_t last = in[static_cast<std::size_t>(by_seq[rests[r].first + static_cast<std::size_t>(rests[r].length) - 1])].pos;
+      fits = fits && last + (longest - rests[r].length) < options.seq_cells;
+      for (std::int32_t k = 0; k < rests[r].length; ++k) run_entries.push_back({0, k, rests[r].seq, false});
+    }
+    const auto n = static_cast<std::int64_t>(b - a);
+    if (n > 1 && pad > 0 && fits && pad <= room) {
+      // Padded, the run's passes each take the same share of every sequence (llama_passes).
+      const std::int64_t share = options.n_ubatch > 0 ? std::max<std::int64_t>(1, options.n_ubatch / n) : longest;
+      const std::int64_t after = (longest + share - 1) / share;
+      const auto before = static_cast<std::int64_t>(llama_passes(run_entries, options.n_ubatch).size());
+      if (before > after && pad <= options.pad_entries_per_pass * (before - after)) {
+        for (std::size_t r = a; r < b; ++r) rests[r].pad = longest - rests[r].length;
+        room -= pad;
+      }
+    }
+    a = b;
+  }
+}
+
 }  // namespace
 
 std::vector<std::vector<std::int32_t>> llama_passes(std::span<const BatchEntry> entries, std::int32_t n_ubatch) {
@@ -111,6 +154,8 @@ std::vector<std::vector<std::int32_t>> llama_passes(std::span<const BatchEntry> 
 void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOptions& options, StreamBatch& out) {
   out.entries.clear();
   out.fillers.clear();
+  out.pads.clear();
+  out.pad_entries = 0;
   out.index_of.assign(in.size(), -1);
   // Caller's indices by sequence id, each sequence's in the caller's (position) order.
   std::vector<std::int32_t> by_seq(in.size());
@@ -157,10 +202,23 @@ void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOption
     place(by_seq[k]);
     prev_seq = e.seq;
   }
-  // Then every sequence's remaining entries, by id.
+  // Then every sequence's remaining entries, by id, runs of consecutive ids padded to one length.
+  std::vector<Rest> rests;
   for (std::size_t k = 1; k < by_seq.size(); ++k) {
-    const std::int32_t seq = in[static_cast<std::size_t>(by_seq[k])].seq;
-    if (seq != deep && in[static_cast<std::size_t>(by_seq[k - 1])].seq == seq) place(by_seq[k]);
+    const std::int32_t i = by_seq[k];
+    const std::int32_t seq = in[static_cast<std::size_t>(i)].seq;
+    if (seq == deep || in[static_cast<std::size_t>(by_seq[k - 1])].seq != seq) continue;
+    if (rests.empty() || rests.back().seq != seq) rests.push_back({seq, k, 0, 0});
+    rests.back().length++;
+  }
+  plan_padding(in, by_seq, options, options.max_batch - static_cast<std::int64_t>(in.size() + out.fillers.size()), rests);
+  for (const Rest& r : rests) {
+    for (std::size_t k = r.first; k < r.first + static_cast<std::size_t>(r.length); ++k) place(by_seq[k]);
+    if (r.pad == 0) continue;
+    const std::int32_t after = in[static_cast<std::size_t>(by_seq[r.first + static_cast<std::size_t>(r.length) - 1])].pos + 1;
+    out.pads.push_back({r.seq, after});
+    for (std::int32_t p = 0; p < r.pad; ++p) out.entries.push_back({options.filler_token, after + p, r.seq, false});
+    out.pad_entries += r.pad;
   }
   if (deep >= 0 && !deep_first) place_deep();
   order_as_passes(options.n_ubatch, out);

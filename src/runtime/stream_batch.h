@@ -19,6 +19,11 @@
 //   pass). It gets a filler: one entry, no output, at the position after its last one; the caller
 //   removes it from the KV again after the decode. A filler costs one row of the pass (~0.05 ms on
 //   that GPU), not a pass; runs longer than `max_filler_run` ids are left as gaps.
+// - Prompt chunks whose sequence ids are consecutive share their later passes only when their
+//   rests are equally long: the shorter ones are padded (entries with no output at the positions
+//   after their chunk, removed from the KV after the decode, as fillers are), where that costs
+//   fewer entries than the passes it saves are worth (pad_entries_per_pass). Three prompts of
+//   slightly unequal length beside 64 decode rows then take two passes, not four.
 // - Last, the entries go in the order the passes will output them (llama_passes): each pass's
 //   sequences' entries together. A verifying tick's rows (every sequence's decode row and drafts,
 //   all outputs, one pass) otherwise came out sequence by sequence from a batch ordered first
@@ -47,6 +52,8 @@ struct StreamBatch {
   std::vector<BatchEntry> entries;    // llama_decode's input
   std::vector<std::int32_t> index_of;  // caller's entry index -> index in `entries`
   std::vector<StreamFiller> fillers;   // filler entries in `entries`
+  std::vector<StreamFiller> pads;      // each padded chunk's first padding position (removed from there on)
+  std::int32_t pad_entries = 0;        // padding entries in `entries`, all chunks
   std::int32_t deep_seq = -1;          // the sequence given a pass of its own, or -1
 };
 
@@ -65,6 +72,12 @@ struct StreamBatchOptions {
   // (a GPU, where a pass costs more than attention; on a CPU a pass is a read of the weights).
   std::int64_t deep_pass_row_cells = 0;
   std::int32_t n_ubatch = 0;  // llama.cpp's, which bounds a pass (0: unbounded)
+  // Padding prompt chunks (needs filler_pos, whose rule a pad follows: a model whose KV it would
+  // alter has none): the most entries spent to save one pass (0: never), the most entries a batch
+  // may hold (n_batch), and a sequence's cells (a pad's position must be below it).
+  std::int32_t pad_entries_per_pass = 0;
+  std::int32_t max_batch = 0;
+  std::int32_t seq_cells = 0;
 };
 
 // llama.cpp's passes over `entries` (split_equal(n_ubatch, sequential=true) in the pinned

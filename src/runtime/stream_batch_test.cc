@@ -85,7 +85,7 @@ void expect_same_entries(std::span<const BatchEntry> in, const StreamBatch& out)
     targets.insert(out.index_of[i]);
   }
   EXPECT_EQ(targets.size(), in.size());
-  EXPECT_EQ(out.entries.size(), in.size() + out.fillers.size());
+  EXPECT_EQ(out.entries.size(), in.size() + out.fillers.size() + static_cast<std::size_t>(out.pad_entries));
   // Each sequence's positions still rise in batch order (llama.cpp rejects a batch otherwise).
   std::map<std::int32_t, std::int32_t> last_pos;
   for (const BatchEntry& e : out.entries) {
@@ -141,6 +141,82 @@ TEST(StreamBatch, PromptsAndGapsTogether) {
   // a pass each).
   EXPECT_EQ(model_passes(out.entries).size(), 3u);
   EXPECT_GT(model_passes(in).size(), 3u);
+}
+
+StreamBatchOptions pad_prompts() {
+  StreamBatchOptions o = fill_all();
+  o.pad_entries_per_pass = 64;
+  o.max_batch = 2048;
+  o.seq_cells = 4096;
+  o.n_ubatch = 512;
+  return o;
+}
+
+// Three prompts of unequal length arriving at consecutive ids beside decode rows: the shorter
+// rests are padded to the longest, so the three share one pass after the decode rows' pass.
+TEST(StreamBatch, PromptsAtConsecutiveIdsArePaddedToShareAPass) {
+  std::vector<std::pair<std::int32_t, std::int32_t>> seqs;
+  for (std::int32_t q = 0; q < 16; ++q) seqs.emplace_back(q, 1);
+  seqs[5].second = 128;
+  seqs[6].second = 126;
+  seqs[7].second = 131;
+  const auto in = batch_of(seqs);
+  StreamBatch plain;
+  arrange_for_streams(in, fill_all(), plain);
+  EXPECT_EQ(model_passes(plain.entries).size(), 4u) << "without padding: a pass for each prompt's rest";
+  StreamBatch out;
+  arrange_for_streams(in, pad_prompts(), out);
+  expect_same_entries(in, out);
+  EXPECT_EQ(out.pad_entries, 3 + 5);
+  EXPECT_EQ(model_passes(out.entries).size(), 2u);
+  EXPECT_EQ(llama_passes(out.entries, 512).size(), 2u);
+  EXPECT_TRUE(outputs_in_batch_order(out.entries));
+  // Each pad: after its chunk's last position, no output; removed from its first position on.
+  ASSERT_EQ(out.pads.size(), 2u);
+  EXPECT_EQ(out.pads[0].seq, 5);
+  EXPECT_EQ(out.pads[0].pos, 10 + 128);
+  EXPECT_EQ(out.pads[1].seq, 6);
+  EXPECT_EQ(out.pads[1].pos, 10 + 126);
+  std::int32_t pads_seen = 0;
+  for (const BatchEntry& e : out.entries) {
+    if (e.seq == 6 && e.pos >= 10 + 126) {
+      EXPECT_FALSE(e.logits);
+      EXPECT_LT(e.pos, 10 + 131);
+      ++pads_seen;
+    }
+  }
+  EXPECT_EQ(pads_seen, 5);
+}
+
+TEST(StreamBatch, PaddingStaysWithinItsBoundsOrIsNotDone) {
+  const auto in = batch_of({{0, 1}, {1, 40}, {2, 200}, {3, 1}});
+  StreamBatch out;
+  arrange_for_streams(in, pad_prompts(), out);  // 160 entries to save one pass: more than it is worth
+  expect_same_entries(in, out);
+  EXPECT_EQ(out.pad_entries, 0);
+  EXPECT_EQ(model_passes(out.entries).size(), 3u);
+  StreamBatchOptions o = pad_prompts();
+  o.pad_entries_per_pass = 200;
+  arrange_for_streams(in, o, out);
+  EXPECT_EQ(out.pad_entries, 160);
+  EXPECT_EQ(model_passes(out.entries).size(), 2u);
+  auto deep = in;  // sequence 1 deep in its stream: its padding would reach past its cells
+  for (BatchEntry& e : deep) e.pos += e.seq == 1 ? 3900 : 0;
+  arrange_for_streams(deep, o, out);
+  expect_same_entries(deep, out);
+  EXPECT_EQ(out.pad_entries, 0);
+  o.max_batch = static_cast<std::int32_t>(in.size()) + 159;  // no room in the batch
+  arrange_for_streams(in, o, out);
+  EXPECT_EQ(out.pad_entries, 0);
+  o.max_batch = 2048;
+  o.filler_pos = nullptr;  // a model whose KV a filler would alter
+  arrange_for_streams(in, o, out);
+  EXPECT_EQ(out.pad_entries, 0);
+  // Prompts two ids apart never share a pass: nothing is padded.
+  const auto apart = batch_of({{0, 1}, {1, 40}, {2, 1}, {3, 50}});
+  arrange_for_streams(apart, pad_prompts(), out);
+  expect_same_entries(apart, out);
+  EXPECT_EQ(out.pad_entries, 0);
 }
 
 TEST(StreamBatch, AGapIsFilledWholeOrNotAtAll) {

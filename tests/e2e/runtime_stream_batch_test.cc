@@ -1,8 +1,9 @@
 // Per-sequence KV batches arranged for llama.cpp's split (runtime/stream_batch.h) against the
 // same batches given to llama.cpp as they come: every output row's logits agree (within a
 // tolerance: the passes differ, so the arithmetic's grouping may), the fillers written into idle
-// streams come out again (those sequences carry on alike when they resume, and a leftover cell
-// would make llama.cpp reject their next position), and the arranged runtime really used fillers.
+// streams and the padding after prompt chunks come out again (those sequences carry on alike, and
+// a leftover cell would make llama.cpp reject their next position), and the arranged runtime
+// really used them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +19,7 @@ namespace uma::test {
 namespace {
 
 std::unique_ptr<LlamaRuntime> open_per_seq(bool stream_batches, std::int64_t deep_pass_row_cells = 0,
-                                           std::int32_t n_ctx = 2048) {
+                                           std::int32_t n_ctx = 2048, std::int32_t pad_entries_per_pass = 0) {
   return open_tiny_runtime([&](RuntimeConfig& cfg) {
     cfg.n_ctx = n_ctx;
     cfg.n_seq_max = 8;
@@ -26,6 +27,7 @@ std::unique_ptr<LlamaRuntime> open_per_seq(bool stream_batches, std::int64_t dee
     cfg.backend_sampling = DeviceSampling::kOff;
     cfg.stream_batches = stream_batches;
     cfg.deep_pass_row_cells = deep_pass_row_cells;
+    cfg.pad_entries_per_pass = pad_entries_per_pass;
   });
 }
 
@@ -118,6 +120,33 @@ TEST(StreamBatches, ArrangedBatchesGiveTheSameLogitsAndLeaveIdleStreamsAsTheyWer
   EXPECT_GT(arranged->fillers_total(), fillers) << "id 5 filled once the prompt at 6 came";
   EXPECT_EQ(plain->fillers_total(), 0u);
   EXPECT_EQ(run.rows(), 5 + 4 * 3 + 4 * 4 + 6 * 7);
+  EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
+}
+
+// Prompts of unequal length arriving at consecutive ids beside decode rows: their chunks are padded
+// to one length (one pass for the three), every output row's logits as the plain batches give, and
+// the padded sequences decode on from their own last position.
+TEST(StreamBatches, PaddedPromptChunksGiveTheSameLogitsAndLeaveNoCellsBehind) {
+  auto arranged = open_per_seq(true, 0, 2048, /*pad_entries_per_pass=*/64);
+  auto plain = open_per_seq(false);
+  ASSERT_TRUE(arranged && plain);
+  Lockstep run(*arranged, *plain);
+  for (std::int32_t seq : {0, 1, 5}) run.start(seq, tiny_prompt(6 + seq, seq));
+  run.step({0, 1, 5});
+  for (int i = 0; i < 2; ++i) run.step({0, 1, 5});
+  EXPECT_EQ(arranged->pad_entries_total(), 1u) << "the first prompts at 0 and 1: 5 and 6 tokens after the first";
+  run.start(2, tiny_prompt(20, 2));
+  run.start(3, tiny_prompt(15, 3));
+  run.start(4, tiny_prompt(24, 4));
+  run.step({0, 1, 2, 3, 4, 5});
+  EXPECT_EQ(arranged->pad_entries_total(), 1u + 4u + 9u) << "2 and 3 padded to 4's 23 tokens after the first";
+  EXPECT_EQ(arranged->kv_tokens(2), 20);
+  EXPECT_EQ(arranged->kv_tokens(3), 15);
+  EXPECT_EQ(arranged->kv_tokens(4), 24);
+  for (int i = 0; i < 6; ++i) run.step({0, 1, 2, 3, 4, 5});
+  EXPECT_EQ(arranged->kv_tokens(3), 15 + 6);
+  EXPECT_EQ(plain->pad_entries_total(), 0u);
+  EXPECT_EQ(run.rows(), 3 * 3 + 6 * 7);
   EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
 }
 
