@@ -149,6 +149,9 @@ class Decoder {
   // Whether a decode's work runs on the host's cores (its layers on the CPU): then its CPU time
   // over its wall time tells whether its threads had their cores.
   virtual bool computes_on_host() const { return false; }
+  // Per-sequence KV: prompt chunks of consecutive sequence ids share passes (padded to one length,
+  // runtime/stream_batch.h), so prompts that start together are worth placing at consecutive ids.
+  virtual bool pads_prompt_chunks() const { return false; }
   // What a token costs to move and compute (sched/tick_cost.h); zeros when unknown (fakes).
   struct Shape {
     double weight_bytes = 0, params = 0, n_layer = 0, n_embd = 0, kv_bytes_per_cell = 0;

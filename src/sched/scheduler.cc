@@ -135,6 +135,7 @@ void Scheduler::prepare_tick(std::vector<Event>& out) {
   resolve_followers();
   make_room_for_tick(time_.now());
   compact_sequences();
+  group_prompt_ids(out);
 }
 
 bool Scheduler::gather(Clock::time_point now) {

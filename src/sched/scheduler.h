@@ -240,6 +240,7 @@ class Scheduler {
   // has been reused, and is dropped otherwise (under churn most finished streams are never
   // reused, and moving them out of the way cost c=64 on a GPU 8% of its tokens).
   void compact_sequences();
+  void group_prompt_ids(std::vector<Event>& out);
   void reap();  // drops terminal sessions
   // scheduler_spec.cc: speculative decoding (its state and plans: spec_planner.h). Drafts for the
   // planned decode rows (then the batch is built again with them); the rows sampled, each

@@ -123,6 +123,55 @@ TEST_F(SchedulerTest, PerSequenceKvABurstGoesInAtOnceAndItsStreamsEndTogether) {
   EXPECT_EQ(decoder_->total_kv(), 0);
 }
 
+// Per-sequence KV on a device: prompts that start together get consecutive ids, whatever ids they
+// were given (the runtime then pads their chunks to one length and they share passes). Here two
+// streams of eight end, their ids scattered among the six still decoding, and two prompts arrive.
+class PromptIds : public SchedulerTest {
+ protected:
+  // The sequence ids of the prompt chunks each decode carried (entries beyond one).
+  std::vector<std::vector<std::int32_t>> prompt_ids_per_decode(bool on_host) {
+    SchedulerConfig cfg;
+    cfg.slo_tbt_ms = 1e9;
+    make(512, /*n_ctx=*/8 * 128, /*n_seq=*/8, cfg, /*per_seq=*/true);
+    decoder_->on_host_ = on_host;
+    const RequestId b = on_host ? 100 : 0;  // ids of their own per call
+    for (RequestId id = b + 1; id <= b + 8; ++id) submit(id, std::string(1, static_cast<char>('a' + id % 100)), id % 3 == 0 ? 4 : 40);
+    std::vector<std::vector<std::int32_t>> seen;
+    decoder_->on_decode_ = [&](std::span<const BatchEntry> batch) {
+      std::map<std::int32_t, int> n;
+      for (const BatchEntry& e : batch) ++n[e.seq];
+      std::vector<std::int32_t> prompts;
+      for (const auto& [seq, k] : n) {
+        if (k > 1) prompts.push_back(seq);
+      }
+      if (prompts.size() > 1) seen.push_back(prompts);
+    };
+    for (int i = 0; i < 8; ++i) scheduler_->tick(events_), collect();  // requests 3 and 6 ended
+    seen.clear();
+    for (RequestId id = b + 11; id <= b + 12; ++id) {
+      submit(id, std::string(8 + 3 * (id - b - 11), static_cast<char>('k' + id % 100)), 3);
+    }
+    run_until_idle();
+    for (RequestId id = b + 1; id <= b + 8; ++id) {
+      EXPECT_EQ(out_[id].text, expected(100 + 'a' + static_cast<Token>(id % 100), id % 3 == 0 ? 4 : 40)) << id;
+    }
+    for (RequestId id = b + 11; id <= b + 12; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'k' + static_cast<Token>(id % 100), 3)) << id;
+    EXPECT_EQ(decoder_->total_kv(), 0);
+    return seen;
+  }
+};
+
+TEST_F(PromptIds, PerSequenceKvPromptsStartingTogetherGetConsecutiveIdsOnADevice) {
+  const auto device = prompt_ids_per_decode(false);
+  ASSERT_FALSE(device.empty());
+  for (const auto& ids : device) EXPECT_EQ(ids.back() - ids.front() + 1, static_cast<std::int32_t>(ids.size()));
+  EXPECT_GT(metrics_.kv_sequence_moves_total.load(), 0u) << "a stream moved out of the way";
+  // On the host (no padding there: a padded row costs as much as a prompt token), they stay where they started.
+  const auto host = prompt_ids_per_decode(true);
+  ASSERT_FALSE(host.empty());
+  EXPECT_NE(host.front().back() - host.front().front() + 1, static_cast<std::int32_t>(host.front().size()));
+}
+
 TEST_F(SchedulerTest, PerSequenceKvLimitsARequestToOneSequencesCells) {
   make(64, /*n_ctx=*/4 * 64, /*n_seq=*/4, {}, /*per_seq=*/true);
   submit(1, "abc", 100);  // 4 prompt tokens + 100 > 64 cells of one sequence

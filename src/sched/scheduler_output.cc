@@ -211,6 +211,92 @@ void Scheduler::compact_sequences() {
   }
 }
 
+// Per-sequence KV where the runtime pads prompt chunks (a GPU): prompts that start together go in
+// at consecutive ids, where their chunks are padded to one length and share passes instead
+// of a pass each (three 128-token prompts beside 64 streams: four passes, every stream's worst
+// gap). Only prompts with nothing in KV yet are placed: one swaps ids with what holds a slot of the
+// window (a decoding stream or a kept prefix moves into its id, a stream copy; a free id is taken)
+// and starts afresh there.
+void Scheduler::group_prompt_ids(std::vector<Event>& out) {
+  if (!ledger_.per_seq() || !decoder_.pads_prompt_chunks() || inflight_) return;
+  SeqIdPool& ids = ledger_.ids();
+  std::vector<Session*> blank;
+  for (auto& s : sessions_) {
+    if (s->seq >= 0 && s->state == SessionState::kPrefill && s->n_prefilled == 0 && s->shared_prefix == 0 &&
+        s->follow == 0 && s->led == 0 && ids.owns(s->seq)) {
+      blank.push_back(s.get());
+    }
+  }
+  if (blank.size() < 2) return;
+  std::sort(blank.begin(), blank.end(), [](const Session* a, const Session* b) { return a->seq < b->seq; });
+  const auto n = static_cast<std::int32_t>(blank.size());
+  const auto holder = [&](std::int32_t id) -> Session* {
+    for (auto& s : sessions_) {
+      if (s->seq == id) return s.get();
+    }
+    return nullptr;
+  };
+  const auto is_blank = [&](std::int32_t id) {
+    return std::any_of(blank.begin(), blank.end(), [&](const Session* s) { return s->seq == id; });
+  };
+  // A slot can be had if it is free, a kept prefix's, or a decoding stream's.
+  const auto movable = [&](std::int32_t id) {
+    if (!ids.owns(id)) return false;
+    if (ids.is_free(id) || is_blank(id) || cache_.holds(id)) return true;
+    const Session* h = holder(id);
+    return h != nullptr && h->state == SessionState::kDecode;
+  };
+  // The window [w, w + n) that costs the fewest stream copies (slots neither free nor theirs),
+  // every slot movable; none when they are consecutive already.
+  std::int32_t best = -1, best_copies = n;
+  for (const Session* a : blank) {
+    for (const std::int32_t w : {a->seq, a->seq - n + 1}) {
+      std::int32_t copies = 0, theirs = 0;
+      bool ok = w >= 0;
+      for (std::int32_t id = w; ok && id < w + n; ++id) {
+        ok = movable(id);
+        theirs += is_blank(id) ? 1 : 0;
+        copies += is_blank(id) || ids.is_free(id) ? 0 : 1;
+      }
+      if (ok && theirs == n) return;
+      if (ok && (best < 0 || copies < best_copies)) best = w, best_copies = copies;
+    }
+  }
+  if (best < 0) return;
+  std::vector<Session*> outside;
+  for (Session* s : blank) {
+    if (s->seq < best || s->seq >= best + n) outside.push_back(s);
+  }
+  for (std::int32_t slot = best; slot < best + n; ++slot) {
+    if (is_blank(slot)) continue;
+    Session* q = outside.back();
+    outside.pop_back();
+    const std::int32_t from = q->seq;
+    decoder_.end_sequence(from);  // nothing in it yet: it starts again at the slot
+    if (ids.is_free(slot)) {
+      ids.give_back(from);
+      ids.take(slot);
+    } else {
+      decoder_.move_sequence(slot, from);  // what held the slot moves into q's id
+      if (cache_.holds(slot)) {
+        cache_.relocate(slot, from);
+      } else {
+        Session* h = holder(slot);
+        if (Drafter* d = spec_.drafter()) d->forget(slot);
+        h->seq = from;
+      }
+      metrics_.kv_sequence_moves_total++;
+    }
+    q->seq = slot;
+    if (const Status st = decoder_.start_sequence(slot, q->sampling); !st.ok()) {
+      spdlog::error("session {}: cannot start sequence: {}", q->id, st.to_string());
+      finish(*q, SessionState::kFailed);
+      metrics_.count_error(st.code());
+      out.push_back(error_event(q->id, st));
+    }
+  }
+}
+
 void Scheduler::reap() {
   std::erase_if(sessions_, [](const auto& s) { return is_terminal(*s); });
 }

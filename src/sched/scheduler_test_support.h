@@ -171,6 +171,7 @@ class FakeDecoder final : public Decoder {
   std::int32_t threads() const override { return threads_; }
   void set_threads(std::int32_t n) override { threads_ = n; }
   bool computes_on_host() const override { return on_host_; }
+  bool pads_prompt_chunks() const override { return per_seq_ && !on_host_; }  // as the runtime's default
   void synchronize() override {
     ++syncs_;
     if (on_synchronize_) on_synchronize_();

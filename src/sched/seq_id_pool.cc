@@ -44,6 +44,14 @@ std::int32_t SeqIdPool::take() {
   return id;
 }
 
+bool SeqIdPool::is_free(std::int32_t id) const { return owns(id) && state_[static_cast<std::size_t>(id)] == kFree; }
+
+void SeqIdPool::take(std::int32_t id) {
+  if (!is_free(id)) die("take(id) of an id that is not free in the pool");
+  free_.erase(std::find(free_.begin(), free_.end(), id));
+  state_[static_cast<std::size_t>(id)] = kTaken;
+}
+
 std::int32_t SeqIdPool::highest() const {
   if (free_.empty()) die("highest() of an empty pool");
   return free_.front();

@@ -25,6 +25,8 @@ class SeqIdPool {
   std::int32_t lowest() const;                          // !empty(), else aborts
   bool owns(std::int32_t id) const;                     // one of this pool's ids, free or taken
   std::int32_t take();                                  // the lowest free id; !empty(), else aborts
+  bool is_free(std::int32_t id) const;                  // one of this pool's ids, free
+  void take(std::int32_t id);                           // that free id; else aborts
   std::int32_t highest() const;                         // !empty(), else aborts
   std::int32_t take_highest();                          // the highest free id; !empty(), else aborts
   void give_back(std::int32_t id);                      // a taken id of this pool
