@@ -6,12 +6,10 @@
 # long prompt's TTFT, each umad row over llama-server's.
 #   bench/gpu_mixed.sh [OUT_DIR]      (default build-cuda/bench-gpu-mixed)
 # Rows: llama-server (-np S+1, -c (S+1) x ROOM, its defaults: n_batch 2048 over passes of 512),
-# then umad's rows named in UMA_GPU_MIXED_ROWS (default "umad umad-one-pass umad-unified"): umad
-# its defaults (per-sequence KV; a tick beside the streams may hold n_batch over several passes when
-# a long prompt is first in line), umad-one-pass `--n-batch 512` (such a tick is one pass long),
-# umad-balance `--prefill-policy slo-balance` (the least worst SLO ratio, not the fullest tick that
-# meets them), umad-unified `--kv-layout unified` (one KV pool: a prompt's tokens ride in the decode
-# rows' pass).
+# then umad's rows named in UMA_GPU_MIXED_ROWS (default "umad umad-unified"): umad its defaults
+# (per-sequence KV), umad-balance `--prefill-policy slo-balance` (the least worst SLO ratio, not the
+# fullest tick that meets them), umad-unified `--kv-layout unified` (one KV pool: a prompt's
+# tokens ride in the decode rows' pass).
 # Env: UMA_GPU (cuda), UMA_BUNDLE (offline setup), UMA_BENCH_MODEL (the 8B-shape Q4_0),
 #      UMA_GPU_MIXED_STREAMS (8), UMA_GPU_MIXED_LONG (3300), UMA_GPU_MIXED_SECONDS (12),
 #      UMA_GPU_MIXED_ROOM (4096 cells a slot), UMA_GPU_MIXED_RUNS (2: runs of each row, medians),
@@ -83,13 +81,12 @@ row_umad() {  # $1 = row name, then umad flags
   stop
 }
 row_llama_server
-rows=${UMA_GPU_MIXED_ROWS:-umad umad-one-pass umad-unified}
+rows=${UMA_GPU_MIXED_ROWS:-umad umad-unified}
 for name in $rows; do
   case $name in
     umad) row_umad umad ;;
     umad-balance) row_umad umad-balance --prefill-policy slo-balance ;;
     umad-unified) row_umad umad-unified --kv-layout unified ;;
-    umad-one-pass) row_umad umad-one-pass --n-batch 512 ;;
     *) echo "UMA_GPU_MIXED_ROWS: no row $name" >&2; exit 2 ;;
   esac
 done

@@ -68,7 +68,9 @@ void Scheduler::tick(std::vector<Event>& out) {
   if (!gather(now)) return;
   const auto n_decoding = static_cast<std::int32_t>(
       std::count_if(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.decoding; }));
-  PolicyInput in{budget_.prefill_budget(n_decoding), decode_capacity(n_decoding), prefill_floor(), guard_fired_last_,
+  // Beside decoding streams a tick is one pass long (n_ubatch), on a GPU too: a long prompt's
+  // chunk over several passes held every stream for all of them (docs/BENCHMARKS.md, mixed load).
+  PolicyInput in{budget_.prefill_budget(n_decoding), decoder_.n_ubatch(), prefill_floor(), guard_fired_last_,
                  budget_.tokens_in(config_.slo_ttft_ms)};  // an arrival waits about its TTFT target at most
   in.whole_prompts = ledger_.per_seq();
   in.idle_capacity = decoder_.n_batch();

@@ -280,11 +280,6 @@ class Scheduler {
   // The SLO-balanced prompt tokens for this tick (after gather), or -1 while the model is cold.
   std::int32_t slo_budget(Clock::time_point now, std::int32_t capacity);
   void observe_cost(double decode_ms);                      // the model learns; bytes per session
-  // The most tokens a tick with n_decoding streams carries: one pass, or on a device, when the
-  // prompt first in line is longer than what the pass leaves, n_batch (a pass costs a fixed few ms
-  // there, so a long prompt goes in in fewer gaps where the targets allow; short prompts still
-  // share one pass). On the host a longer tick only holds the streams longer.
-  std::int32_t decode_capacity(std::int32_t n_decoding) const;
   std::int32_t prefill_floor() const;  // min_prefill, the measured knee, the first prompt's share (after gather)
   static constexpr double kKneeSlack = 1.3;                 // "near the best per-token rate"
   // scheduler_calibrate.cc.

@@ -32,14 +32,6 @@ void Scheduler::add_decode_row(TickWork& w, const Session& s) const {
   w.kv_read_cells += kv_read_of(s.n_past);
 }
 
-std::int32_t Scheduler::decode_capacity(std::int32_t n_decoding) const {
-  const std::int32_t pass = decoder_.n_ubatch();
-  if (decoder_.computes_on_host() || n_decoding == 0 || decoder_.n_batch() <= pass) return pass;
-  const std::vector<std::size_t> prompts = prefill_order(candidates_);
-  const bool long_first = !prompts.empty() && candidates_[prompts.front()].prompt_remaining > pass - n_decoding;
-  return long_first ? decoder_.n_batch() : pass;
-}
-
 double Scheduler::gather_window_ms() const {
   if (config_.gather_max_ms <= 0.0 || inflight_ || !cost_.warm()) return 0.0;
   std::int64_t prompt = 0;

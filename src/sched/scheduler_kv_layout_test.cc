@@ -83,8 +83,7 @@ TEST_F(PrefillFloor, UnifiedKvKeepsTheSmallPrefillFloorBesideRunningStreams) {
 
 // n_batch above n_ubatch (the default, 2048 over passes of 512): a burst arriving while nobody
 // decodes goes in in one tick, so its streams decode in step and end on one tick (a closed loop's
-// next burst then arrives together too); with streams decoding on the host, a tick stays one
-// pass's worth (on a device it may take n_batch: the test after this one).
+// next burst then arrives together too); with streams decoding, a tick stays one pass's worth.
 TEST_F(SchedulerTest, PerSequenceKvABurstGoesInAtOnceAndItsStreamsEndTogether) {
   SchedulerConfig cfg;
   cfg.slo_tbt_ms = 1e9;
