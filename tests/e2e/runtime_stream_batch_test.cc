@@ -150,6 +150,71 @@ TEST(StreamBatches, PaddedPromptChunksGiveTheSameLogitsAndLeaveNoCellsBehind) {
   EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
 }
 
+// The scheduler's id swap for a prompt that starts together with others (Scheduler::
+// group_prompt_ids): the blank prompt's sequence ends, the decoding stream holding the slot moves
+// into its id, and the prompt starts afresh at the slot, all before one decode. Against a runtime
+// where nothing moved (the prompt at its own id), every row's logits agree, then and after.
+TEST(StreamBatches, APromptSwappedIntoADecodingStreamsIdGivesTheSameLogits) {
+  auto moved = open_per_seq(true, 0, 2048, /*pad_entries_per_pass=*/64);
+  auto still = open_per_seq(true, 0, 2048, 64);
+  ASSERT_TRUE(moved && still);
+  std::map<std::int32_t, std::int32_t> pos;  // by the unmoved runtime's ids
+  std::map<std::int32_t, Token> next;
+  for (std::int32_t seq : {0, 1, 2}) {
+    ASSERT_TRUE(moved->start_sequence(seq, SamplingParams{}).ok());
+    ASSERT_TRUE(still->start_sequence(seq, SamplingParams{}).ok());
+  }
+  float worst = 0.0f;
+  int rows = 0;
+  // One decode: `pending` by the unmoved ids; `id_of` maps them to the moved runtime's.
+  auto step = [&](const std::map<std::int32_t, std::vector<Token>>& pending, const std::map<std::int32_t, std::int32_t>& id_of) {
+    std::vector<BatchEntry> a, b;
+    std::map<std::int32_t, std::int32_t> row;
+    for (const auto& [seq, toks] : pending) {
+      for (std::size_t i = 0; i < toks.size(); ++i) {
+        const bool out = i + 1 == toks.size();
+        b.push_back({toks[i], pos[seq] + static_cast<std::int32_t>(i), seq, out});
+        a.push_back({toks[i], pos[seq] + static_cast<std::int32_t>(i), id_of.count(seq) ? id_of.at(seq) : seq, out});
+      }
+      row[seq] = static_cast<std::int32_t>(b.size()) - 1;
+      pos[seq] += static_cast<std::int32_t>(toks.size());
+    }
+    ASSERT_TRUE(moved->decode(a).ok());
+    ASSERT_TRUE(still->decode(b).ok());
+    for (const auto& [seq, r] : row) {
+      const std::span<const float> la = moved->logits(r), lb = still->logits(r);
+      ASSERT_EQ(la.size(), lb.size());
+      ASSERT_FALSE(la.empty());
+      float scale = 1.0f, diff = 0.0f;
+      for (std::size_t k = 0; k < la.size(); ++k) {
+        scale = std::max(scale, std::fabs(lb[k]));
+        diff = std::max(diff, std::fabs(la[k] - lb[k]));
+      }
+      worst = std::max(worst, diff / scale);
+      next[seq] = argmax_first(lb.data(), static_cast<std::int32_t>(lb.size()));
+      ++rows;
+    }
+  };
+  step({{0, tiny_prompt(9, 0)}, {1, tiny_prompt(12, 1)}, {2, tiny_prompt(7, 2)}}, {});
+  for (int i = 0; i < 3; ++i) step({{0, {next[0]}}, {1, {next[1]}}, {2, {next[2]}}}, {});
+  // Two prompts arrive: the unmoved runtime keeps them at 3 and 4; the moved one swaps the prompt
+  // at 4 with the stream at 1 (which goes on at 4), so its prompts sit at 3 and 1.
+  for (std::int32_t seq : {3, 4}) {
+    ASSERT_TRUE(moved->start_sequence(seq, SamplingParams{}).ok());
+    ASSERT_TRUE(still->start_sequence(seq, SamplingParams{}).ok());
+  }
+  moved->end_sequence(4);
+  moved->move_sequence(1, 4);
+  ASSERT_TRUE(moved->start_sequence(1, SamplingParams{}).ok());
+  const std::map<std::int32_t, std::int32_t> id_of = {{1, 4}, {4, 1}};
+  step({{0, {next[0]}}, {1, {next[1]}}, {2, {next[2]}}, {3, tiny_prompt(20, 3)}, {4, tiny_prompt(17, 4)}}, id_of);
+  EXPECT_EQ(moved->kv_tokens(4), still->kv_tokens(1)) << "the stream's cells moved with it";
+  EXPECT_EQ(moved->kv_tokens(1), 17) << "the prompt's own cells, nothing of the stream's";
+  for (int i = 0; i < 4; ++i) step({{0, {next[0]}}, {1, {next[1]}}, {2, {next[2]}}, {3, {next[3]}}, {4, {next[4]}}}, id_of);
+  EXPECT_EQ(rows, 3 * 4 + 5 * 5);
+  EXPECT_LT(worst, 1e-3f) << "largest logit difference, relative to the row's largest logit";
+}
+
 // A sequence far deeper than the rows beside it decodes in a pass of its own (its depth would
 // otherwise size every row's attention): the same logits as the plain batches, and it happened.
 TEST(StreamBatches, ADeepSequenceInAPassOfItsOwnGivesTheSameLogits) {
