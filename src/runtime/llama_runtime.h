@@ -165,7 +165,9 @@ class LlamaRuntime final : public Decoder {
   std::int32_t threads() const override { return n_threads_; }
   void set_threads(std::int32_t n) override;
   bool computes_on_host() const override { return !on_gpu_; }
-  bool pads_prompt_chunks() const override { return arrange_ && stream_options_.pad_entries_per_pass > 0; }
+  bool pads_prompt_chunks() const override {  // as arrange_for_streams does: not where fillers would alter the KV
+    return arrange_ && stream_options_.pad_entries_per_pass > 0 && stream_options_.filler_pos != nullptr;
+  }
 
   bool backend_sampling() const { return !backend_greedy_.empty(); }
   bool on_gpu() const { return on_gpu_; }  // some layers run on a GPU backend
