@@ -220,7 +220,7 @@ nlohmann::ordered_json daemon_config_json(const DaemonConfig& c) {
                   {"flash_attn", enum_name(kFlashAttentionNames, rt.flash_attn)},
                   {"backend_sampling", enum_name(kDeviceSamplingNames, rt.backend_sampling)}, {"mmap", rt.use_mmap},
                   {"mlock", rt.use_mlock}, {"host_copy", rt.host_copy}, {"deep_pass_row_cells", rt.deep_pass_row_cells},
-                  {"pad_entries_per_pass", rt.pad_entries_per_pass},
+                  {"pad_entries_per_pass", rt.pad_entries_per_pass}, {"graphs_kept", rt.graphs_kept},
                   {"kv_host_arena_mb", mib(rt.kv_host_arena_bytes)}};
   j["sessions"] = {{"socket", srv.socket_path}, {"protocol", enum_name(kProtocolNames, srv.protocol)},
                    {"max_sessions", srv.max_sessions}, {"max_connections", srv.max_connections},

@@ -152,6 +152,10 @@ class Decoder {
   // Per-sequence KV: prompt chunks of consecutive sequence ids share passes (padded to one length,
   // runtime/stream_batch.h), so prompts that start together are worth placing at consecutive ids.
   virtual bool pads_prompt_chunks() const { return false; }
+  // Per-sequence KV: passes of a recurring shape replay a kept graph (llama_set_graphs_kept), and
+  // a prompt pass's shape includes its sequence ids, so prompts starting are placed at the lowest
+  // ids: the same number of chunks of the same length is then the same graph.
+  virtual bool keeps_pass_graphs() const { return false; }
   // What a token costs to move and compute (sched/tick_cost.h); zeros when unknown (fakes).
   struct Shape {
     double weight_bytes = 0, params = 0, n_layer = 0, n_embd = 0, kv_bytes_per_cell = 0;

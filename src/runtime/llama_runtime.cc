@@ -79,7 +79,12 @@ void LlamaRuntime::set_chain(std::int32_t seq, llama_sampler* chain) {
   samplers_[s] = chain;
   greedy_[s] = chain != nullptr && greedy_only(chain);
   const bool ignore_end = chain != nullptr && s < device_share_.ignore_end.size() && device_share_.can_mask() && greedy_ignoring_end(chain);
-  if (s < device_share_.ignore_end.size()) device_share_.ignore_end[s] = ignore_end ? 1 : 0;
+  if (s < device_share_.ignore_end.size() && device_share_.ignore_end[s] != (ignore_end ? 1 : 0)) {
+    device_share_.ignore_end[s] = ignore_end ? 1 : 0;
+    // A graph writes its rows' end amounts only while it is the last one built (device_greedy.h):
+    // kept graphs are dropped, to be built again with the new flag.
+    if (graphs_kept_ > 0) llama_set_graphs_kept(ctx_, graphs_kept_);
+  }
   device_pick_[s] = greedy_[s] || ignore_end;
   if (chain != nullptr) attach_backend_sampler(seq, device_pick_[s]);
 }

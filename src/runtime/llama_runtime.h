@@ -73,6 +73,11 @@ struct RuntimeConfig {
   // there costs a few ms of host build and launch, a padded row a few us), 0 (never) on a CPU,
   // where a row costs far more.
   std::int32_t pad_entries_per_pass = -1;
+  // Built graphs llama.cpp keeps beside the last one (llama_set_graphs_kept), each with compute
+  // buffers of its own: a tick's decode rows and prompt chunks then both replay their graphs (a
+  // rebuilt pass costs ~7 ms of host work on a GPU, a replayed one under 1). -1: 4 on a GPU,
+  // 0 on a CPU.
+  std::int32_t graphs_kept = -1;
   // unified: one KV pool shared by every sequence; per-seq: a private stream per sequence, whose
   // attention then spans only its own cells (see Decoder); auto: per-seq with more than one
   // sequence. With a unified KV every row's attention spans every cell in use: a prompt chunk
@@ -168,6 +173,7 @@ class LlamaRuntime final : public Decoder {
   bool pads_prompt_chunks() const override {  // as arrange_for_streams does: not where fillers would alter the KV
     return arrange_ && stream_options_.pad_entries_per_pass > 0 && stream_options_.filler_pos != nullptr;
   }
+  bool keeps_pass_graphs() const override { return pads_prompt_chunks() && graphs_kept_ > 0; }
 
   bool backend_sampling() const { return !backend_greedy_.empty(); }
   bool on_gpu() const { return on_gpu_; }  // some layers run on a GPU backend
@@ -226,6 +232,7 @@ class LlamaRuntime final : public Decoder {
   bool per_seq_ = false;
   FlashAttention flash_attn_ = FlashAttention::kAuto;  // as asked of llama.cpp (describe())
   bool on_gpu_ = false;
+  std::int32_t graphs_kept_ = 0;  // llama_set_graphs_kept's
   std::int32_t outputs_per_seq_ = 1;  // with device sampling (RuntimeConfig::outputs_per_seq)
   std::int32_t outputs_reserved_ = 0;  // RuntimeConfig::verify_outputs as reserved (reserve_outputs)
   // One throwaway decode asking for `rows` logits rows (over sequences 0.. as device sampling

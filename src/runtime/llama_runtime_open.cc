@@ -164,6 +164,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   const bool per_seq = uma::kv_per_sequence(config.kv_layout, config.n_seq_max);
   if (!rt->size_context(config, on_gpu, per_seq, cp, status)) return nullptr;
   rt->on_gpu_ = on_gpu;
+  rt->graphs_kept_ = config.graphs_kept >= 0 ? config.graphs_kept : on_gpu ? 4 : 0;
   // KV snapshots (prefixes, paused requests) in page-locked memory where a GPU holds the KV.
   if (on_gpu) {
     rt->kv_host_ = shared_kv_host_pool(config.kv_host_arena_bytes);
@@ -181,6 +182,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   if (!rt->make_context(cp, config, status)) return nullptr;
   rt->per_seq_ = per_seq;
   rt->size_batch_storage();
+  llama_set_graphs_kept(rt->ctx_, rt->graphs_kept_);
   rt->set_stream_options(config, per_seq, on_gpu);
   if (on_gpu && config.verify_outputs > 0) {
     rt->reserve_outputs(std::clamp(config.verify_outputs, rt->n_seq_max_, rt->n_ubatch_));
@@ -282,7 +284,8 @@ void LlamaRuntime::add_device_samplers(const RuntimeConfig& config, bool output_
   cp.samplers = configs.data();
   cp.n_samplers = configs.size();
   outputs_per_seq_ = std::max(1, config.outputs_per_seq);
-  cp.n_outputs_max_per_seq = static_cast<std::uint32_t>(outputs_per_seq_);
+  // A first-pass entry asks for an output besides its chunk's last one (first_entries_output).
+  cp.n_outputs_max_per_seq = static_cast<std::uint32_t>(std::max(outputs_per_seq_, per_seq && graphs_kept_ > 0 ? 2 : 1));
 }
 
 // The context, with the sizes llama.cpp gave it and its buffers as it logged them.
@@ -339,6 +342,7 @@ void LlamaRuntime::set_stream_options(const RuntimeConfig& config, bool per_seq,
   stream_options_.pad_entries_per_pass = config.pad_entries_per_pass >= 0 ? config.pad_entries_per_pass : on_gpu ? 64 : 0;
   stream_options_.max_batch = n_batch_;
   stream_options_.seq_cells = n_ctx_seq_;
+  stream_options_.first_entries_output = graphs_kept_ > 0;
   // On a CPU a pass is one more read of the weights (a decode's worth of time: ~16 ms for the
   // 143 M-param Q8_0 model in docs/BENCHMARKS.md) and a deep stream's depth costs every row beside
   // it ~7 us per cell.

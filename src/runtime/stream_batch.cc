@@ -193,13 +193,14 @@ void arrange_for_streams(std::span<const BatchEntry> in, const StreamBatchOption
       }
       if (static_cast<std::int32_t>(gap.size()) == missing) {
         for (const StreamFiller& f : gap) {
-          out.entries.push_back({options.filler_token, f.pos, f.seq, false});
+          out.entries.push_back({options.filler_token, f.pos, f.seq, options.first_entries_output});
           out.fillers.push_back(f);
         }
         spare -= missing;
       }
     }
     place(by_seq[k]);
+    out.entries.back().logits = out.entries.back().logits || options.first_entries_output;
     prev_seq = e.seq;
   }
   // Then every sequence's remaining entries, by id, runs of consecutive ids padded to one length.

@@ -24,6 +24,7 @@
 //   after their chunk, removed from the KV after the decode, as fillers are), where that costs
 //   fewer entries than the passes it saves are worth (pad_entries_per_pass). Three prompts of
 //   slightly unequal length beside 64 decode rows then take two passes, not four.
+// - With first_entries_output, the first pass's entries all have outputs (see the option).
 // - Last, the entries go in the order the passes will output them (llama_passes): each pass's
 //   sequences' entries together. A verifying tick's rows (every sequence's decode row and drafts,
 //   all outputs, one pass) otherwise came out sequence by sequence from a batch ordered first
@@ -78,6 +79,11 @@ struct StreamBatchOptions {
   std::int32_t pad_entries_per_pass = 0;
   std::int32_t max_batch = 0;
   std::int32_t seq_cells = 0;
+  // Every first entry and filler asks for an output (which the caller never reads): the first
+  // pass over the same ids then has the same outputs whether or not prompts start in it, which
+  // llama.cpp needs to reuse its graph (it compares every row's output flag). An output row costs
+  // a row of the output matmul; a rebuilt graph ~7 ms of host time on a GPU.
+  bool first_entries_output = false;
 };
 
 // llama.cpp's passes over `entries` (split_equal(n_ubatch, sequential=true) in the pinned

@@ -219,6 +219,43 @@ TEST(StreamBatch, PaddingStaysWithinItsBoundsOrIsNotDone) {
   EXPECT_EQ(out.pad_entries, 0);
 }
 
+// With first_entries_output, a prompt tick's first pass has the outputs of a decode tick over the
+// same ids (llama.cpp then reuses its graph): every first entry and filler asks for one, the
+// caller's own outputs stay, and no sequence gets more than two (its first entry and its last).
+TEST(StreamBatch, FirstEntriesOutputGivesAPromptTicksFirstPassADecodeTicksOutputs) {
+  StreamBatchOptions o = pad_prompts();
+  o.first_entries_output = true;
+  const auto first_pass = [&](const std::vector<BatchEntry>& in, StreamBatch& out) {
+    arrange_for_streams(in, o, out);
+    std::vector<std::pair<std::int32_t, bool>> rows;
+    const auto passes = model_passes(out.entries);
+    for (std::int32_t i : passes.front()) {
+      rows.emplace_back(out.entries[static_cast<std::size_t>(i)].seq, out.entries[static_cast<std::size_t>(i)].logits);
+    }
+    return rows;
+  };
+  const auto decode_tick = batch_of({{0, 1}, {1, 1}, {2, 1}, {3, 1}, {5, 1}});
+  const auto prompt_tick = batch_of({{0, 1}, {1, 6}, {2, 1}, {3, 1}, {5, 3}});
+  StreamBatch d, p;
+  const auto d_rows = first_pass(decode_tick, d);
+  const auto p_rows = first_pass(prompt_tick, p);
+  ASSERT_EQ(d_rows.size(), 6u) << "ids 0 to 5, the gap at 4 filled";
+  EXPECT_EQ(p_rows, d_rows);
+  for (const auto& [seq, out] : p_rows) EXPECT_TRUE(out) << seq;
+  std::map<std::int32_t, int> outputs;
+  for (std::size_t i = 0; i < prompt_tick.size(); ++i) {
+    const BatchEntry& e = p.entries[static_cast<std::size_t>(p.index_of[i])];
+    EXPECT_TRUE(e.logits || !prompt_tick[i].logits) << "an output the caller asked for is kept";
+  }
+  for (const BatchEntry& e : p.entries) outputs[e.seq] += e.logits ? 1 : 0;
+  EXPECT_EQ(outputs[1], 2);
+  EXPECT_EQ(outputs[5], 2);
+  EXPECT_EQ(outputs[4], 1) << "the filler";
+  // Off, the prompts' first entries ask for none (the caller's flags, as before).
+  o.first_entries_output = false;
+  EXPECT_NE(first_pass(prompt_tick, p), d_rows);
+}
+
 TEST(StreamBatch, AGapIsFilledWholeOrNotAtAll) {
   const auto in = batch_of({{0, 1}, {4, 1}});
   StreamBatchOptions o = fill_all();

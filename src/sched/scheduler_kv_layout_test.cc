@@ -127,6 +127,18 @@ TEST_F(SchedulerTest, PerSequenceKvABurstGoesInAtOnceAndItsStreamsEndTogether) {
 // streams of eight end, their ids scattered among the six still decoding, and two prompts arrive.
 class PromptIds : public SchedulerTest {
  protected:
+  // Each decode's prompt-chunk ids (sequences with more than one entry), where there are `least`.
+  void record_prompt_ids(std::vector<std::vector<std::int32_t>>& seen, std::size_t least) {
+    decoder_->on_decode_ = [&seen, least](std::span<const BatchEntry> batch) {
+      std::map<std::int32_t, int> n;
+      for (const BatchEntry& e : batch) ++n[e.seq];
+      std::vector<std::int32_t> prompts;
+      for (const auto& [seq, k] : n) {
+        if (k > 1) prompts.push_back(seq);
+      }
+      if (prompts.size() >= least) seen.push_back(prompts);
+    };
+  }
   // The sequence ids of the prompt chunks each decode carried (entries beyond one).
   std::vector<std::vector<std::int32_t>> prompt_ids_per_decode(bool on_host) {
     SchedulerConfig cfg;
@@ -136,15 +148,7 @@ class PromptIds : public SchedulerTest {
     const RequestId b = on_host ? 100 : 0;  // ids of their own per call
     for (RequestId id = b + 1; id <= b + 8; ++id) submit(id, std::string(1, static_cast<char>('a' + id % 100)), id % 3 == 0 ? 4 : 40);
     std::vector<std::vector<std::int32_t>> seen;
-    decoder_->on_decode_ = [&](std::span<const BatchEntry> batch) {
-      std::map<std::int32_t, int> n;
-      for (const BatchEntry& e : batch) ++n[e.seq];
-      std::vector<std::int32_t> prompts;
-      for (const auto& [seq, k] : n) {
-        if (k > 1) prompts.push_back(seq);
-      }
-      if (prompts.size() > 1) seen.push_back(prompts);
-    };
+    record_prompt_ids(seen, 2);
     for (int i = 0; i < 8; ++i) scheduler_->tick(events_), collect();  // requests 3 and 6 ended
     seen.clear();
     for (RequestId id = b + 11; id <= b + 12; ++id) {
@@ -169,6 +173,34 @@ TEST_F(PromptIds, PerSequenceKvPromptsStartingTogetherGetConsecutiveIdsOnADevice
   const auto host = prompt_ids_per_decode(true);
   ASSERT_FALSE(host.empty());
   EXPECT_NE(host.front().back() - host.front().front() + 1, static_cast<std::int32_t>(host.front().size()));
+}
+
+// Where the runtime keeps pass graphs, prompts start at the lowest ids (one alone too): a prompt
+// pass's ids are part of its graph's shape.
+TEST_F(PromptIds, WithKeptPassGraphsPromptsStartAtTheLowestIds) {
+  SchedulerConfig cfg;
+  cfg.slo_tbt_ms = 1e9;
+  make(512, /*n_ctx=*/8 * 128, /*n_seq=*/8, cfg, /*per_seq=*/true);
+  decoder_->keeps_graphs_ = true;
+  for (RequestId id = 1; id <= 8; ++id) submit(id, std::string(1, static_cast<char>('a' + id)), id % 3 == 0 ? 4 : 40);
+  std::vector<std::vector<std::int32_t>> seen;
+  record_prompt_ids(seen, 1);
+  for (int i = 0; i < 8; ++i) scheduler_->tick(events_), collect();  // requests 3 and 6 ended
+  seen.clear();
+  submit(11, std::string(8, 'k'), 3);
+  submit(12, std::string(11, 'l'), 3);
+  for (int i = 0; i < 3; ++i) scheduler_->tick(events_), collect();
+  submit(13, std::string(9, 'm'), 3);  // alone
+  run_until_idle();
+  ASSERT_GE(seen.size(), 2u);
+  EXPECT_EQ(seen[0], (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(seen.back(), (std::vector<std::int32_t>{0}));
+  EXPECT_GT(metrics_.kv_sequence_moves_total.load(), 0u) << "streams moved out of the way";
+  for (RequestId id = 1; id <= 8; ++id) EXPECT_EQ(out_[id].text, expected(100 + 'a' + static_cast<Token>(id), id % 3 == 0 ? 4 : 40)) << id;
+  EXPECT_EQ(out_[11].text, expected(100 + 'k', 3));
+  EXPECT_EQ(out_[12].text, expected(100 + 'l', 3));
+  EXPECT_EQ(out_[13].text, expected(100 + 'm', 3));
+  EXPECT_EQ(decoder_->total_kv(), 0);
 }
 
 TEST_F(SchedulerTest, PerSequenceKvLimitsARequestToOneSequencesCells) {

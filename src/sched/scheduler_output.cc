@@ -227,7 +227,10 @@ void Scheduler::group_prompt_ids(std::vector<Event>& out) {
       blank.push_back(s.get());
     }
   }
-  if (blank.size() < 2) return;
+  // Where kept graphs replay prompt passes, a pass's ids are part of its shape: prompts go to the
+  // lowest ids (one alone too), so that the same number of chunks of one length recurs there.
+  const bool lowest = decoder_.keeps_pass_graphs();
+  if (blank.size() < (lowest ? 1u : 2u)) return;
   std::sort(blank.begin(), blank.end(), [](const Session* a, const Session* b) { return a->seq < b->seq; });
   const auto n = static_cast<std::int32_t>(blank.size());
   const auto holder = [&](std::int32_t id) -> Session* {
@@ -249,17 +252,25 @@ void Scheduler::group_prompt_ids(std::vector<Event>& out) {
   // The window [w, w + n) that costs the fewest stream copies (slots neither free nor theirs),
   // every slot movable; none when they are consecutive already.
   std::int32_t best = -1, best_copies = n;
-  for (const Session* a : blank) {
-    for (const std::int32_t w : {a->seq, a->seq - n + 1}) {
-      std::int32_t copies = 0, theirs = 0;
-      bool ok = w >= 0;
-      for (std::int32_t id = w; ok && id < w + n; ++id) {
-        ok = movable(id);
-        theirs += is_blank(id) ? 1 : 0;
-        copies += is_blank(id) || ids.is_free(id) ? 0 : 1;
+  if (lowest) {
+    bool ok = true, theirs = true;
+    for (std::int32_t id = 0; ok && id < n; ++id) ok = movable(id), theirs = theirs && is_blank(id);
+    if (ok && theirs) return;
+    if (ok) best = 0;
+  }
+  if (best < 0) {
+    for (const Session* a : blank) {
+      for (const std::int32_t w : {a->seq, a->seq - n + 1}) {
+        std::int32_t copies = 0, theirs = 0;
+        bool ok = w >= 0;
+        for (std::int32_t id = w; ok && id < w + n; ++id) {
+          ok = movable(id);
+          theirs += is_blank(id) ? 1 : 0;
+          copies += is_blank(id) || ids.is_free(id) ? 0 : 1;
+        }
+        if (ok && theirs == n) return;
+        if (ok && (best < 0 || copies < best_copies)) best = w, best_copies = copies;
       }
-      if (ok && theirs == n) return;
-      if (ok && (best < 0 || copies < best_copies)) best = w, best_copies = copies;
     }
   }
   if (best < 0) return;

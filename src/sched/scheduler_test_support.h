@@ -172,6 +172,7 @@ class FakeDecoder final : public Decoder {
   void set_threads(std::int32_t n) override { threads_ = n; }
   bool computes_on_host() const override { return on_host_; }
   bool pads_prompt_chunks() const override { return per_seq_ && !on_host_; }  // as the runtime's default
+  bool keeps_pass_graphs() const override { return pads_prompt_chunks() && keeps_graphs_; }
   void synchronize() override {
     ++syncs_;
     if (on_synchronize_) on_synchronize_();
@@ -275,6 +276,7 @@ class FakeDecoder final : public Decoder {
   int decodes_ = 0;
   std::int32_t threads_ = 0;  // threads(): 0, no host pool
   bool on_host_ = false;      // computes_on_host()
+  bool keeps_graphs_ = false;  // keeps_pass_graphs() where pads_prompt_chunks()
   std::vector<std::int32_t> decode_threads_;  // threads() at each decode
   bool async_ = false;  // decode_is_async(): the scheduler may pipeline
   int syncs_ = 0;

@@ -19,7 +19,8 @@ namespace uma::test {
 namespace {
 
 std::unique_ptr<LlamaRuntime> open_per_seq(bool stream_batches, std::int64_t deep_pass_row_cells = 0,
-                                           std::int32_t n_ctx = 2048, std::int32_t pad_entries_per_pass = 0) {
+                                           std::int32_t n_ctx = 2048, std::int32_t pad_entries_per_pass = 0,
+                                           std::int32_t graphs_kept = 0) {
   return open_tiny_runtime([&](RuntimeConfig& cfg) {
     cfg.n_ctx = n_ctx;
     cfg.n_seq_max = 8;
@@ -28,6 +29,7 @@ std::unique_ptr<LlamaRuntime> open_per_seq(bool stream_batches, std::int64_t dee
     cfg.stream_batches = stream_batches;
     cfg.deep_pass_row_cells = deep_pass_row_cells;
     cfg.pad_entries_per_pass = pad_entries_per_pass;
+    cfg.graphs_kept = graphs_kept;
   });
 }
 
@@ -148,6 +150,44 @@ TEST(StreamBatches, PaddedPromptChunksGiveTheSameLogitsAndLeaveNoCellsBehind) {
   EXPECT_EQ(plain->pad_entries_total(), 0u);
   EXPECT_EQ(run.rows(), 3 * 3 + 6 * 7);
   EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
+}
+
+// Kept graphs (llama_set_graphs_kept, our patch to llama.cpp): decode ticks and prompt ticks in
+// turn, each prompt a fresh one of one length at one id, so that the prompt ticks' second pass
+// recurs. Every output row's logits as the plain batches give; and the graphs were replayed: the
+// first pass of a prompt tick asks for every row's output (first_entries_output), so it is the
+// decode tick's graph, and the prompt's rest finds its own kept graph, where a runtime keeping
+// only the last graph builds all three passes of a round anew.
+TEST(StreamBatches, KeptGraphsGiveTheSameLogitsAndAreReplayedAcrossShapes) {
+  auto kept = open_per_seq(true, 0, 2048, /*pad_entries_per_pass=*/64, /*graphs_kept=*/3);
+  auto last_only = open_per_seq(true, 0, 2048, 64, 0);
+  auto plain = open_per_seq(false);
+  ASSERT_TRUE(kept && last_only && plain);
+  ASSERT_TRUE(kept->keeps_pass_graphs());
+  ASSERT_FALSE(last_only->keeps_pass_graphs());
+  std::int32_t reused[2] = {0, 0};
+  const int rounds = 6;
+  for (int which = 0; which < 2; ++which) {
+    LlamaRuntime& rt = which == 0 ? *kept : *last_only;
+    Lockstep run(rt, *plain);
+    for (std::int32_t seq : {0, 1, 2, 3}) run.start(seq, tiny_prompt(6 + seq, seq + 10 * which));
+    run.step({0, 1, 2, 3});
+    run.step({0, 1, 2, 3});
+    const std::int32_t before = rt.graphs_reused();
+    for (int r = 0; r < rounds; ++r) {
+      run.start(4, tiny_prompt(9, 20 + r));  // a fresh prompt at 4, as long as the last
+      run.step({0, 1, 2, 3, 4});
+      run.step({0, 1, 2, 3, 4});
+    }
+    reused[which] = rt.graphs_reused() - before;
+    EXPECT_EQ(run.rows(), 4 + 4 + rounds * 10);
+    EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
+    EXPECT_EQ(rt.kv_tokens(4), 10) << "the prompt's 9 and one decoded";
+  }
+  // Three passes a round; the kept runtime builds the prompt's rest once and the shared first
+  // pass once (the first round), then replays all three.
+  EXPECT_GE(reused[0], 3 * rounds - 2);
+  EXPECT_LE(reused[1], rounds) << "alternating shapes: only the last graph, rarely the next one's";
 }
 
 // The scheduler's id swap for a prompt that starts together with others (Scheduler::
