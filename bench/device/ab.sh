@@ -47,6 +47,10 @@ bench() {  # $1 = file name; bench/gpu.sh's c=64 workload
   "$B/uma-bench" --target "http://127.0.0.1:$port" --json --workload random -c $c -n $((c * 4)) --seed $((100 + c)) \
     --prompt-tokens 128 --output-tokens 128 >"$out/$1.json"
 }
+gpu_mem() {  # $1 = file name: the server's GPU memory (MiB) once its run is done, for the table
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
+    awk -F', ' -v p="$pid" '$1 == p { print $2 }' >"$out/$1.mem" || true
+}
 umad() {  # $1 = libraries, $2 = log name, $3 = umad flags (words), then env
   local libs=$1 name=$2 flags=$3; shift 3
   # shellcheck disable=SC2086  # flags are words
@@ -64,7 +68,7 @@ log "c=$c, 1B: llama-server"
 LD_LIBRARY_PATH=$without "$L/llama-server" -m "$m1" -ngl 999 -c $ctx -np $c --host 127.0.0.1 --port $port --no-webui \
   >"$out/llama-server.log" 2>&1 &
 pid=$!
-wait_ready; bench llama-server; stop
+wait_ready; bench llama-server; gpu_mem llama-server; stop
 # umad's variants, "libraries|flags": with PATCH, without it (when build.sh built both), and each
 # flag set of UMA_AB_FLAGS on the libraries with it.
 variants=("with|")
@@ -77,7 +81,7 @@ for r in $(seq "${UMA_AB_ROUNDS:-2}"); do
   for k in "${!variants[@]}"; do
     libs=${variants[$k]%%|*} flags=${variants[$k]#*|}
     log "c=$c, 1B: umad v$k ($libs, flags: ${flags:-none}), run $r"
-    umad "$root/build-cuda/ab/$libs" "umad-v$k-$r" "$flags"; bench "umad-v$k-$r"; stop
+    umad "$root/build-cuda/ab/$libs" "umad-v$k-$r" "$flags"; bench "umad-v$k-$r"; gpu_mem "umad-v$k-$r"; stop
   done
 done
 for k in 0 1; do
@@ -109,8 +113,12 @@ if os.path.exists(bb) and os.path.getsize(bb) > 0:
     # Each request's prompt at S_PP and its output at S_TG, one after the other (bench/gpu.sh).
     limit = 1.0 / (l["prompt_tokens"] / l["output_tokens"] / j["speed_pp"] + 1.0 / j["speed_tg"])
     print(f"llama-batched-bench B={j['pl']}: S_PP {j['speed_pp']:.0f}, S_TG {j['speed_tg']:.0f} t/s; workload limit {limit:.0f} tok/s")
-print("| row | tok/s | ITL p50 | p99 | max | p99/p50 | TTFT p50 | p99 | x llama-server | of limit |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| row | tok/s | ITL p50 | p99 | max | p99/p50 | TTFT p50 | p99 | x llama-server | of limit | GPU MiB |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+def mem(n):
+    p = os.path.join(out, n + ".mem")
+    return open(p).read().strip() or "?" if os.path.exists(p) else "-"
+
 names = ["llama-server"] + sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(out, "umad-v*.json")))
 names += [f"timing-v{k}" for k in (0, 1)]
 for n in names:
@@ -118,7 +126,7 @@ for n in names:
     if r is None: continue
     i, t = r["itl_ms"], r["ttft_ms"]
     print(f"| {n} | {r['output_tok_s']:.0f} | {i['p50']:.2f} | {i['p99']:.2f} | {i['max']:.1f} | {i['p99'] / i['p50']:.2f} | "
-          f"{t['p50']:.1f} | {t['p99']:.1f} | {r['output_tok_s'] / l['output_tok_s']:.2f} | {r['output_tok_s'] / limit:.2f} |")
+          f"{t['p50']:.1f} | {t['p99']:.1f} | {r['output_tok_s'] / l['output_tok_s']:.2f} | {r['output_tok_s'] / limit:.2f} | {mem(n)} |")
 print(open(os.path.join(out, "variants.txt")).read().strip())
 for k in (0, 1):
     p = os.path.join(out, f"timing-v{k}.txt")
