@@ -25,6 +25,10 @@
 // id without detaching its sampler, which would make llama.cpp re-reserve its graphs (40-50 ms on
 // an 8B model).
 //
+// The shared state is the last built graph's: a graph kept beside it (llama_set_graphs_kept) and
+// run again keeps the end amounts it last wrote. So the runtime drops the kept graphs whenever a
+// sequence's flag changes (LlamaRuntime::set_chain), and they are built again with it.
+//
 // Thread-safety: as the llama_context that uses them (compute thread only).
 // Ownership: make_device_greedy() returns a sampler chain the caller frees (after the context
 // that uses it); all of them point at one DeviceGreedyShare, which must outlive them.
