@@ -124,8 +124,8 @@ void add_context_flags(CLI::App& app, DaemonFlags& f) {
                  "-1: 64 on a GPU, never on a CPU; 0: never")
       ->capture_default_str()->check(CLI::Range(-1, 1 << 20))->envname("UMA_PAD_ENTRIES_PER_PASS")->group(group);
   app.add_option("--graphs-kept", rt.graphs_kept, "built graphs kept beside the last one (each with compute buffers of "
-                 "its own, reserved as the context's), so that decode and prompt passes replay theirs; -1: 3 on a GPU, 0 on a CPU")
-      ->capture_default_str()->check(CLI::Range(-1, 64))->envname("UMA_GRAPHS_KEPT")->group(group);
+                 "its own, reserved as the context's), so that decode and prompt passes replay theirs (per-seq KV)")
+      ->capture_default_str()->check(CLI::Range(0, 64))->envname("UMA_GRAPHS_KEPT")->group(group);
   // Tests only: the model load takes this much longer, so "loading" states can be observed.
   app.add_option("--test-load-delay-ms", c.test_load_delay_ms)->group("")->check(CLI::Range(0, 60000));
 }

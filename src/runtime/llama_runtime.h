@@ -75,9 +75,9 @@ struct RuntimeConfig {
   std::int32_t pad_entries_per_pass = -1;
   // Built graphs llama.cpp keeps beside the last one (llama_set_graphs_kept), each with compute
   // buffers of its own: a tick's decode rows and prompt chunks then both replay their graphs (a
-  // rebuilt pass costs ~7 ms of host work on a GPU, a replayed one under 1). -1: 3 on a GPU,
-  // 0 on a CPU.
-  std::int32_t graphs_kept = -1;
+  // rebuilt pass costs ~7 ms of host work on a GPU, a replayed one under 1). Off by default: on a
+  // GPU it helped a mixed load (8B) and cost c=64 (1B) its tail (docs/BENCHMARKS.md).
+  std::int32_t graphs_kept = 0;
   // unified: one KV pool shared by every sequence; per-seq: a private stream per sequence, whose
   // attention then spans only its own cells (see Decoder); auto: per-seq with more than one
   // sequence. With a unified KV every row's attention spans every cell in use: a prompt chunk

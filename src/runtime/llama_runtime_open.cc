@@ -164,7 +164,7 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   const bool per_seq = uma::kv_per_sequence(config.kv_layout, config.n_seq_max);
   if (!rt->size_context(config, on_gpu, per_seq, cp, status)) return nullptr;
   rt->on_gpu_ = on_gpu;
-  rt->graphs_kept_ = config.graphs_kept >= 0 ? config.graphs_kept : on_gpu ? 3 : 0;
+  rt->graphs_kept_ = std::max(0, config.graphs_kept);
   // KV snapshots (prefixes, paused requests) in page-locked memory where a GPU holds the KV.
   if (on_gpu) {
     rt->kv_host_ = shared_kv_host_pool(config.kv_host_arena_bytes);
