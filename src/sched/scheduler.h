@@ -244,6 +244,10 @@ class Scheduler {
   // reused, and moving them out of the way cost c=64 on a GPU 8% of its tokens).
   void compact_sequences();
   void group_prompt_ids(std::vector<Event>& out);
+  // Moves what holds KV sequence `from` (a kept prefix or a session's stream) to the unused id
+  // `to`, a stream copy; the ids' ownership is the caller's.
+  void move_holder(std::int32_t from, std::int32_t to);
+  Session* session_at(std::int32_t seq) const;
   void reap();  // drops terminal sessions
   // scheduler_spec.cc: speculative decoding (its state and plans: spec_planner.h). Drafts for the
   // planned decode rows (then the batch is built again with them); the rows sampled, each

@@ -190,25 +190,32 @@ void Scheduler::compact_sequences() {
     }
     if (const std::int32_t k = kept_hole(b); k >= 0 && ids.lowest() > b.second) {
       // The kept stream goes above the running ones (a copy); its id is then the hole to fill.
-      const std::int32_t to = ids.take_highest();
-      decoder_.move_sequence(k, to);
-      cache_.relocate(k, to);
+      move_holder(k, ids.take_highest());
       ids.give_back(k);
-      metrics_.kv_sequence_moves_total++;
       continue;
     }
     if (ids.lowest() > b.second) return;
-    Session* top = nullptr;
-    for (auto& s : sessions_) {
-      if (s->seq == b.second) top = s.get();
-    }
-    const std::int32_t to = ids.take();
-    decoder_.move_sequence(top->seq, to);
-    ids.give_back(top->seq);
-    if (Drafter* d = spec_.drafter()) d->forget(top->seq);
-    top->seq = to;
-    metrics_.kv_sequence_moves_total++;
+    move_holder(b.second, ids.take());
+    ids.give_back(b.second);
   }
+}
+
+void Scheduler::move_holder(std::int32_t from, std::int32_t to) {
+  decoder_.move_sequence(from, to);
+  if (cache_.holds(from)) {
+    cache_.relocate(from, to);
+  } else if (Session* s = session_at(from)) {
+    if (Drafter* d = spec_.drafter()) d->forget(from);
+    s->seq = to;
+  }
+  metrics_.kv_sequence_moves_total++;
+}
+
+Session* Scheduler::session_at(std::int32_t seq) const {
+  for (const auto& s : sessions_) {
+    if (s->seq == seq) return s.get();
+  }
+  return nullptr;
 }
 
 // Per-sequence KV where the runtime pads prompt chunks (a GPU): prompts that start together go in
@@ -233,12 +240,6 @@ void Scheduler::group_prompt_ids(std::vector<Event>& out) {
   if (blank.size() < (lowest ? 1u : 2u)) return;
   std::sort(blank.begin(), blank.end(), [](const Session* a, const Session* b) { return a->seq < b->seq; });
   const auto n = static_cast<std::int32_t>(blank.size());
-  const auto holder = [&](std::int32_t id) -> Session* {
-    for (auto& s : sessions_) {
-      if (s->seq == id) return s.get();
-    }
-    return nullptr;
-  };
   const auto is_blank = [&](std::int32_t id) {
     return std::any_of(blank.begin(), blank.end(), [&](const Session* s) { return s->seq == id; });
   };
@@ -246,7 +247,7 @@ void Scheduler::group_prompt_ids(std::vector<Event>& out) {
   const auto movable = [&](std::int32_t id) {
     if (!ids.owns(id)) return false;
     if (ids.is_free(id) || is_blank(id) || cache_.holds(id)) return true;
-    const Session* h = holder(id);
+    const Session* h = session_at(id);
     return h != nullptr && h->state == SessionState::kDecode;
   };
   // The window [w, w + n) that costs the fewest stream copies (slots neither free nor theirs),
@@ -288,15 +289,7 @@ void Scheduler::group_prompt_ids(std::vector<Event>& out) {
       ids.give_back(from);
       ids.take(slot);
     } else {
-      decoder_.move_sequence(slot, from);  // what held the slot moves into q's id
-      if (cache_.holds(slot)) {
-        cache_.relocate(slot, from);
-      } else {
-        Session* h = holder(slot);
-        if (Drafter* d = spec_.drafter()) d->forget(slot);
-        h->seq = from;
-      }
-      metrics_.kv_sequence_moves_total++;
+      move_holder(slot, from);  // what held the slot moves into q's id
     }
     q->seq = slot;
     if (const Status st = decoder_.start_sequence(slot, q->sampling); !st.ok()) {
