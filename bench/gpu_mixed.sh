@@ -10,8 +10,7 @@
 # (per-sequence KV), umad-balance `--prefill-policy slo-balance` (the least worst SLO ratio, not the
 # fullest tick that meets them), umad-unified `--kv-layout unified` (one KV pool: a prompt's
 # tokens ride in the decode rows' pass), umad-last-graph `--graphs-kept 0` (llama.cpp keeps only
-# its last built graph), umad-tick-ratio `--slo-tick-ratio 2` (a tick with prompt tokens at most
-# twice a decode-only one).
+# its last built graph).
 # Env: UMA_GPU (cuda), UMA_BUNDLE (offline setup), UMA_BENCH_MODEL (the 8B-shape Q4_0),
 #      UMA_GPU_MIXED_STREAMS (8), UMA_GPU_MIXED_LONG (3300), UMA_GPU_MIXED_SECONDS (12),
 #      UMA_GPU_MIXED_ROOM (4096 cells a slot), UMA_GPU_MIXED_RUNS (2: runs of each row, medians),
@@ -90,7 +89,6 @@ for name in $rows; do
     umad-balance) row_umad umad-balance --prefill-policy slo-balance ;;
     umad-unified) row_umad umad-unified --kv-layout unified ;;
     umad-last-graph) row_umad umad-last-graph --graphs-kept 0 ;;
-    umad-tick-ratio) row_umad umad-tick-ratio --slo-tick-ratio 2 ;;
     *) echo "UMA_GPU_MIXED_ROWS: no row $name" >&2; exit 2 ;;
   esac
 done

@@ -235,8 +235,7 @@ nlohmann::ordered_json daemon_config_json(const DaemonConfig& c) {
                               : sc.park == ParkPreference::kSave      ? PreemptMode::kSave
                               : sc.park == ParkPreference::kRecompute ? PreemptMode::kRecompute
                                                                       : PreemptMode::kAuto;
-  j["scheduling"] = {{"slo_ttft_ms", sc.slo_ttft_ms}, {"slo_tbt_ms", sc.slo_tbt_ms},
-                     {"slo_tick_ratio", sc.slo_tick_ratio}, {"max_queue", sc.max_queue},
+  j["scheduling"] = {{"slo_ttft_ms", sc.slo_ttft_ms}, {"slo_tbt_ms", sc.slo_tbt_ms}, {"max_queue", sc.max_queue},
                      {"max_queue_ms", sc.max_queue_ms}, {"background_max_wait_ms", sc.background_max_wait_ms},
                      {"tenant_max_requests", sc.tenant_max_requests}, {"kv_watermark", sc.kv_watermark},
                      {"preempt", enum_name(kPreemptNames, preempt)}, {"preempt_host_mb", mib(sc.park_host_bytes)},

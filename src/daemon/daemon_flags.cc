@@ -179,10 +179,6 @@ void add_scheduling_flags(CLI::App& app, DaemonFlags& f) {
       ->capture_default_str()->check(CLI::Range(1.0, 1e7))->group(group);
   app.add_option("--slo-tbt-ms", sc.slo_tbt_ms, "inter-token target (ms); the latency guard's deadline")
       ->envname("UMA_SLO_TBT_MS")->capture_default_str()->check(CLI::Range(1.0, 1e7))->group(group);
-  app.add_option("--slo-tick-ratio", sc.slo_tick_ratio, "a tick with prompt tokens beside interactive streams lasts "
-                 "at most this many decode-only ticks (predicted), traded against the prompts' TTFT like the other "
-                 "targets: flat inter-token gaps for fewer prompts a tick (0: no bound)")
-      ->envname("UMA_SLO_TICK_RATIO")->capture_default_str()->check(CLI::Range(0.0, 1000.0))->group(group);
   app.add_option("--max-queue", sc.max_queue, "requests waiting at most, for a session (more: E_LIMIT_SESSIONS, 429; none in an agent) and for KV room (more: E_OVERLOADED)")
       ->envname("UMA_MAX_QUEUE")->capture_default_str()->check(CLI::Range(0, 1 << 20))->group(group);
   app.add_option("--max-queue-ms", sc.max_queue_ms, "a request waiting longer for a session or for KV room is refused")

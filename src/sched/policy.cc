@@ -89,17 +89,7 @@ SloBudget slo_prefill_budget(const SloBudgetInput& in) {
   for (const PromptWait& w : in.prompts) total += std::max(w.remaining, 0);
   const std::int32_t most = std::min(total, in.capacity);
   if (most <= 0) return out;
-  const bool bounded = in.tick_over_decode_max > 0 && in.tbt_target_ms > 0;
-  const double flat_ms = bounded ? in.tick_over_decode_max * std::max(in.tick_ms(0), 0.0) : 0.0;
-  std::int32_t least = std::clamp(in.floor, 1, most);
-  if (bounded) {  // the floor gives way to the largest chunk within the bound (at least one token)
-    std::int32_t fits = 1;
-    for (double p = 1; p <= least; p = std::max(p + 1, p * 1.08)) {
-      if (in.tick_ms(static_cast<std::int32_t>(p)) > flat_ms) break;
-      fits = static_cast<std::int32_t>(p);
-    }
-    least = std::min(least, fits);
-  }
+  const std::int32_t least = std::clamp(in.floor, 1, most);
   // Candidates: a geometric grid from the floor to the most, plus every prompt boundary (the
   // exact amount that finishes a prompt this tick).
   std::vector<std::int32_t> candidates;
@@ -114,7 +104,6 @@ SloBudget slo_prefill_budget(const SloBudgetInput& in) {
     const double tick = std::max(in.tick_ms(p), 0.0);
     r.tokens = p;
     r.stream_ratio = in.tbt_target_ms > 0 ? (in.stream_waited_ms + tick) / in.tbt_target_ms : 0.0;
-    if (bounded && flat_ms > 0) r.stream_ratio = std::max(r.stream_ratio, tick / flat_ms);
     r.prompt_ratio = 0.0;
     std::int64_t c = 0;
     for (const PromptWait& w : in.prompts) {

@@ -90,10 +90,6 @@ struct SloBudgetInput {
   std::int32_t capacity = 0;      // most it can carry (n_batch less the decode rows)
   // When every ratio can be kept <= 1: the largest p that keeps them so, not the least worst.
   bool fill_when_met = false;
-  // The longest a tick with prompt tokens may last, over a decode-only tick (0: no bound): a third
-  // stream target, so the streams' gaps stay flat as well as under tbt_target_ms. Where the floor's
-  // chunk would break it, the floor gives way.
-  double tick_over_decode_max = 0.0;
 };
 struct SloBudget {
   std::int32_t tokens = 0;     // prompt tokens for this tick
@@ -107,8 +103,7 @@ struct SloBudget {
 // where cum_i is the prompt tokens up to and including i in service order (a prompt finishes after
 // those ahead of it, at p tokens a tick). Streams already past their target do not stop prefill
 // while a prompt is further past its own; a long prompt is not held to a short prompt's target
-// (its own compute is part of it). With tick_over_decode_max, the streams' ratio is also
-// tick(p) / (tick_over_decode_max * tick(0)). Ties go to the larger p (fuller ticks: fewer passes over the
+// (its own compute is part of it). Ties go to the larger p (fuller ticks: fewer passes over the
 // weights). With fill_when_met, every p that meets all targets is a tie: a long prompt then goes
 // in in as few gaps as the streams' target allows, done sooner. With no prompt waiting, 0.
 SloBudget slo_prefill_budget(const SloBudgetInput& in);

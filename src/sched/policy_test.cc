@@ -437,30 +437,6 @@ TEST(SloBudget, WithFillEveryChunkThatMeetsAllTargetsTiesAndTheFullestWins) {
   EXPECT_EQ(late_filled.tokens, slo_prefill_budget(in).tokens);
 }
 
-// A GPU-like tick: 5 ms for 64 decode rows, 1 ms a prompt pass, 0.025 ms a prompt token.
-double gpu_tick(std::int32_t p) { return 5.0 + (p > 0 ? 1.0 + 0.025 * p : 0.0); }
-
-TEST(SloBudget, ATickRatioBoundKeepsPromptTicksWithinItAndLowersTheFloor) {
-  // Three 128-token prompts with room in their TTFT; the 80 ms gap target alone takes all three.
-  const std::vector<PromptWait> w = {{0.0, 128, 150.0}, {0.0, 128, 150.0}, {0.0, 128, 150.0}};
-  SloBudgetInput in{gpu_tick, 0.0, 80.0, w, /*floor=*/512, 512};
-  in.fill_when_met = true;
-  EXPECT_EQ(slo_prefill_budget(in).tokens, 384);
-  in.tick_over_decode_max = 2.0;  // ticks of at most 10 ms: 160 prompt tokens
-  const SloBudget b = slo_prefill_budget(in);
-  EXPECT_GE(b.tokens, 128) << "one whole prompt fits the bound";
-  EXPECT_LE(gpu_tick(b.tokens), 10.0);
-  EXPECT_LE(b.stream_ratio, 1.0);
-  // A prompt past its TTFT target outweighs the bound, as it outweighs the gap target.
-  const std::vector<PromptWait> late = {{400.0, 128, 150.0}, {400.0, 128, 150.0}, {400.0, 128, 150.0}};
-  in.prompts = late;
-  EXPECT_GT(gpu_tick(slo_prefill_budget(in).tokens), 10.0);
-  // Without interactive streams decoding there is nothing to keep flat.
-  in.prompts = w;
-  in.tbt_target_ms = 0.0;
-  EXPECT_EQ(slo_prefill_budget(in).tokens, 384);
-}
-
 TEST(SloBudget, PromptsLaterInLineCountTheirWaitBehindTheOnesAhead) {
   // Two prompts: the second's TTFT includes the first's tokens; the floor and capacity hold.
   const std::vector<PromptWait> w = {{0.0, 100, 1e6}, {500.0, 100, 600.0}};

@@ -80,7 +80,6 @@ void Scheduler::tick(std::vector<Event>& out) {
   if (const std::int32_t slo = slo_budget(now, in.capacity - n_decoding); slo > 0) {
     // The SLO budget weighs the streams' gaps itself: the overdue guard would second-guess it.
     in.budget = slo;
-    if (config_.slo_tick_ratio > 0) in.min_prefill = std::min(in.min_prefill, slo);  // it lowered the floor
     for (Candidate& c : candidates_) c.overdue = false;
   }
   const TickPlan plan = plan_tick(candidates_, in);

@@ -76,9 +76,6 @@ struct SchedulerConfig {
   double max_queue_ms = 30000.0;       // a request waiting longer is rejected (kOverloaded)
   double slo_ttft_ms = 150.0;
   double slo_tbt_ms = 80.0;
-  // A tick with prompt tokens beside interactive streams lasts at most this many decode-only ticks
-  // (predicted; 0: no bound): flat gaps, traded against the prompts' TTFT (policy.h).
-  double slo_tick_ratio = 0.0;
   double tick_target_ms = 30.0;
   double gather_max_ms = 20.0;  // most wait for the rest of a burst (policy.h gather_window_ms; 0: never)
   std::int32_t start_budget = 64;

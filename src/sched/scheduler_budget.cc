@@ -135,7 +135,6 @@ std::int32_t Scheduler::slo_budget(Clock::time_point now, std::int32_t capacity)
   };
   SloBudgetInput in{tick_ms, waited, tbt, waits, std::max(prefill_floor(), 1), capacity};
   in.fill_when_met = config_.slo_fill;
-  in.tick_over_decode_max = config_.slo_tick_ratio;
   const SloBudget b = slo_prefill_budget(in);
   metrics_.slo_stream_ratio = b.stream_ratio;
   metrics_.slo_prompt_ratio = b.prompt_ratio;
