@@ -11,7 +11,8 @@
 #   3. bench/gpu_mixed.sh on the 8B, umad's rows with PATCH (UMA_GPU_MIXED_ROWS as there).
 #   bench/device/ab.sh [OUT_DIR]     (default build-cuda/ab/out; its summaries are copied to $OUT when
 #   set: the device tool brings back a few files only)
-# UMA_AB_STAGES: which of "c64 load mixed" to run (default all three); UMA_AB_ROUNDS: c=64 rounds (2).
+# UMA_AB_STAGES: which of "c64 load mixed" to run (default all three); UMA_AB_ROUNDS: c=64 rounds (2);
+# UMA_AB_TIMING: the timed runs' UMA_DECODE_TIMING (1: every decode waited for; pipelined: as it runs).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -88,13 +89,13 @@ for k in 0 1; do
   [ "$k" -lt "${#variants[@]}" ] || break
   libs=${variants[$k]%%|*} flags=${variants[$k]#*|}
   log "c=$c, 1B: umad v$k, every decode timed, llama.cpp's debug log"
-  umad "$root/build-cuda/ab/$libs" "timing-v$k" "$flags" UMA_DECODE_TIMING=1 UMA_DEBUG=2; bench "timing-v$k"; stop
+  umad "$root/build-cuda/ab/$libs" "timing-v$k" "$flags" UMA_DECODE_TIMING="${UMA_AB_TIMING:-1}" UMA_DEBUG=2; bench "timing-v$k"; stop
   { grep 'decode timing' "$out/timing-v$k.log" | tail -1
     printf 'graph warm-ups complete %s, resets %s, slow decodes described %s\n' \
       "$(grep -c 'CUDA graph warmup complete' "$out/timing-v$k.log")" "$(grep -c 'CUDA graph warmup reset' "$out/timing-v$k.log")" \
-      "$(grep -c 'slow decode' "$out/timing-v$k.log")"; } >"$out/timing-v$k.txt" || true
+      "$(grep -cE 'slow (decode|tick)' "$out/timing-v$k.log")"; } >"$out/timing-v$k.txt" || true
   # The debug log is large: keep its summary lines and its first slow launches.
-  { echo "== v$k"; grep -E 'decode timing|slow decode' "$out/timing-v$k.log" | head -40; } >>"$res/timing.txt" || true
+  { echo "== v$k"; grep -E 'decode timing|slow (decode|tick)' "$out/timing-v$k.log" | head -120; } >>"$res/timing.txt" || true
   rm -f "$out/timing-v$k.log"
 done
 
@@ -196,7 +197,7 @@ UMA_GPU_MIXED_UMAD_LIBS=$with UMA_BENCH_MODEL=$m8 bench/gpu_mixed.sh "$out/mixed
 # What the slow ticks of the mixed load are: umad's row once more, every decode timed.
 log "mixed load, 8B, umad with every decode timed"
 umad_8b_log=$out/mixed-timing.log
-LD_LIBRARY_PATH=$with UMA_DECODE_TIMING=1 "$B/umad" --model "$m8" --socket "$out/umad.sock" --http "127.0.0.1:$port" \
+LD_LIBRARY_PATH=$with UMA_DECODE_TIMING="${UMA_AB_TIMING:-1}" "$B/umad" --model "$m8" --socket "$out/umad.sock" --http "127.0.0.1:$port" \
   --n-ctx 36864 --max-sessions 9 --threads 8 2>"$umad_8b_log" &
 pid=$!
 wait_ready
@@ -204,5 +205,5 @@ wait_ready
   --prompt-tokens 32 --output-tokens 128 --ignore-eos --background-prompt-tokens 3300 --background-output-tokens 8 \
   --background-every-s 1000 --background-start-s 1 >"$out/mixed-timing.json"
 stop
-grep -E 'decode timing|slow decode' "$umad_8b_log" | head -80 >"$res/mixed-timing.txt" || true
+grep -E 'decode timing|slow (decode|tick)' "$umad_8b_log" | head -80 >"$res/mixed-timing.txt" || true
 rm -f "$umad_8b_log"

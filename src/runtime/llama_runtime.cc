@@ -114,44 +114,64 @@ void LlamaRuntime::end_sequence(std::int32_t seq) {
   s = nullptr;
 }
 
+namespace {
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double ms_of(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
+}  // namespace
+
+std::string LlamaRuntime::describe_decode(const llama_batch& b, std::size_t n_tokens) {
+  // Its shape (prompt chunks, sequences), whether llama.cpp reused its last graph, and the sampler
+  // switches since the last call (each a graph re-reserve).
+  std::map<std::int32_t, std::int32_t> per_seq;
+  for (std::size_t i = 0; i < n_tokens; ++i) ++per_seq[b.seq_id[i][0]];
+  std::int32_t longest = 0;
+  for (const auto& [seq, n] : per_seq) longest = std::max(longest, n);
+  const llama_perf_context_data perf = llama_perf_context(ctx_);
+  return fmt::format("{} tokens, {} sequences, longest run {}, graph reused {}, sampler switches {}, fillers {}, padding {}, "
+                     "passes {}", n_tokens, per_seq.size(), longest, perf.n_reused > timing_.reused_before ? "yes" : "no",
+                     sampler_switches_ - timing_.switches_before, arrange_ ? arranged_.fillers.size() : 0,
+                     arrange_ ? arranged_.pad_entries : 0, arrange_ ? llama_passes(arranged_.entries, n_ubatch_).size() : 0);
+}
+
+void LlamaRuntime::note_decode_shape() {
+  timing_.reused_before = llama_perf_context(ctx_).n_reused;
+  timing_.switches_before = sampler_switches_;
+}
+
 std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_tokens) {
-  const auto now_ns = [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  };
-  const std::int64_t t0 = now_ns();
+  const std::int64_t t0 = steady_ns();
   const int32_t rc = llama_decode(ctx_, b);
-  const std::int64_t t1 = now_ns();
+  const std::int64_t t1 = steady_ns();
+  if (timing_.pipelined) {  // synchronize() times the rest
+    timing_.pending = true;
+    timing_.launch_start_ns = t0;
+    timing_.launch_end_ns = t1;
+    timing_.pending_tokens = n_tokens;
+    timing_.pending_shape = describe_decode(b, n_tokens);
+    note_decode_shape();
+    return rc;
+  }
   llama_synchronize(ctx_);
-  const std::int64_t t2 = now_ns();
+  const std::int64_t t2 = steady_ns();
   if (timing_.prev_done_ns != 0) {
-    const double launch_ms = static_cast<double>(t1 - t0) / 1e6;
-    const double device_ms = static_cast<double>(t2 - t1) / 1e6;
+    const double launch_ms = ms_of(t1 - t0);
+    const double device_ms = ms_of(t2 - t1);
     if ((launch_ms > 5.0 || device_ms > 40.0) && timing_.slow_logged < 400) {
-      // What a slow call was: its shape (prompt chunks, sequences) and whether llama.cpp reused
-      // its last graph; the sampler switches since the last call show a graph re-reserve.
       ++timing_.slow_logged;
-      std::map<std::int32_t, std::int32_t> per_seq;
-      for (std::size_t i = 0; i < n_tokens; ++i) ++per_seq[b.seq_id[i][0]];
-      std::int32_t longest = 0;
-      for (const auto& [seq, n] : per_seq) longest = std::max(longest, n);
-      const llama_perf_context_data perf = llama_perf_context(ctx_);
-      spdlog::info("slow decode: launch {:.2f} ms, device {:.2f} ms: {} tokens, {} sequences, longest run {}, graph reused {}, "
-                   "sampler switches {}, fillers {}, padding {}, passes {}", launch_ms, device_ms, n_tokens, per_seq.size(), longest,
-                   perf.n_reused > timing_.reused_before ? "yes" : "no", sampler_switches_ - timing_.switches_before,
-                   arrange_ ? arranged_.fillers.size() : 0, arrange_ ? arranged_.pad_entries : 0,
-                   arrange_ ? llama_passes(arranged_.entries, n_ubatch_).size() : 0);
+      spdlog::info("slow decode: launch {:.2f} ms, device {:.2f} ms: {}", launch_ms, device_ms, describe_decode(b, n_tokens));
     }
-    timing_.gap_ms.push_back(static_cast<double>(t0 - timing_.prev_done_ns) / 1e6);
-    timing_.launch_ms.push_back(static_cast<double>(t1 - t0) / 1e6);
-    timing_.wait_ms.push_back(static_cast<double>(t2 - t1) / 1e6);
+    timing_.gap_ms.push_back(ms_of(t0 - timing_.prev_done_ns));
+    timing_.launch_ms.push_back(launch_ms);
+    timing_.wait_ms.push_back(device_ms);
     timing_.tokens.push_back(static_cast<double>(n_tokens));
-    timing_.sample_ms.push_back(static_cast<double>(timing_.sample_ns) / 1e6);
+    timing_.sample_ms.push_back(ms_of(timing_.sample_ns));
     if (timing_.gap_ms.size() >= 100) report_timing();
   }
   timing_.prev_done_ns = t2;
   timing_.sample_ns = 0;
-  timing_.reused_before = llama_perf_context(ctx_).n_reused;
-  timing_.switches_before = sampler_switches_;
+  note_decode_shape();
   return rc;
 }
 
@@ -227,7 +247,38 @@ Status LlamaRuntime::decode_tokens(std::span<const BatchEntry> caller_batch) {
   return Status(ErrorCode::kDecodeFailed, "llama_decode returned " + std::to_string(rc));
 }
 
-void LlamaRuntime::synchronize() { llama_synchronize(ctx_); }
+void LlamaRuntime::synchronize() {
+  if (!timing_.pipelined || !timing_.pending) {
+    llama_synchronize(ctx_);
+    return;
+  }
+  const std::int64_t t2 = steady_ns();
+  llama_synchronize(ctx_);
+  const std::int64_t t3 = steady_ns();
+  timing_.pending = false;
+  if (timing_.prev_done_ns != 0) {
+    const double launch_ms = ms_of(timing_.launch_end_ns - timing_.launch_start_ns);
+    const double until_ms = ms_of(t2 - timing_.launch_end_ns);  // host work between launch and need
+    const double wait_ms = ms_of(t3 - t2);
+    const double period_ms = ms_of(t3 - timing_.prev_done_ns);  // since the last results
+    const double before_ms = ms_of(timing_.launch_start_ns - timing_.prev_done_ns);  // negative: launched ahead
+    const bool idle = before_ms > 50.0;  // nothing to run, not a slow tick
+    if ((launch_ms > 5.0 || period_ms > 10.0) && !idle && timing_.slow_logged < 400) {
+      ++timing_.slow_logged;
+      spdlog::info("slow tick: period {:.2f} ms: host before launch {:.2f}, launch {:.2f}, host until needed {:.2f}, wait "
+                   "{:.2f}: {}", period_ms, before_ms, launch_ms, until_ms, wait_ms, timing_.pending_shape);
+    }
+    timing_.launch_ms.push_back(launch_ms);
+    timing_.gap_ms.push_back(until_ms);
+    timing_.wait_ms.push_back(wait_ms);
+    timing_.period_ms.push_back(period_ms);
+    timing_.tokens.push_back(static_cast<double>(timing_.pending_tokens));
+    timing_.sample_ms.push_back(ms_of(timing_.sample_ns));
+    if (timing_.gap_ms.size() >= 100) report_timing();
+  }
+  timing_.prev_done_ns = t3;
+  timing_.sample_ns = 0;
+}
 
 void LlamaRuntime::report_timing() {
   const auto pct = [](std::vector<double>& v, double q) {
@@ -235,12 +286,22 @@ void LlamaRuntime::report_timing() {
     return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
   };
   const llama_perf_context_data perf = llama_perf_context(ctx_);
-  spdlog::info("decode timing, {} calls: tokens p50 {:.0f}; launch ms p50 {:.2f} p90 {:.2f}; device wait ms p50 {:.2f} "
-               "p90 {:.2f}; host gap ms p50 {:.2f} p90 {:.2f} (sampling p50 {:.2f}); graphs reused so far {}",
-               timing_.gap_ms.size(), pct(timing_.tokens, 0.5), pct(timing_.launch_ms, 0.5), pct(timing_.launch_ms, 0.9),
-               pct(timing_.wait_ms, 0.5), pct(timing_.wait_ms, 0.9), pct(timing_.gap_ms, 0.5), pct(timing_.gap_ms, 0.9),
-               pct(timing_.sample_ms, 0.5), perf.n_reused);
+  if (timing_.pipelined) {
+    spdlog::info("decode timing (pipelined), {} calls: tokens p50 {:.0f}; launch ms p50 {:.2f} p90 {:.2f}; host until "
+                 "needed p50 {:.2f} p90 {:.2f}; wait p50 {:.2f} p90 {:.2f}; period p50 {:.2f} p90 {:.2f} p99 {:.2f}; graphs "
+                 "reused so far {}", timing_.gap_ms.size(), pct(timing_.tokens, 0.5), pct(timing_.launch_ms, 0.5),
+                 pct(timing_.launch_ms, 0.9), pct(timing_.gap_ms, 0.5), pct(timing_.gap_ms, 0.9), pct(timing_.wait_ms, 0.5),
+                 pct(timing_.wait_ms, 0.9), pct(timing_.period_ms, 0.5), pct(timing_.period_ms, 0.9),
+                 pct(timing_.period_ms, 0.99), perf.n_reused);
+  } else {
+    spdlog::info("decode timing, {} calls: tokens p50 {:.0f}; launch ms p50 {:.2f} p90 {:.2f}; device wait ms p50 {:.2f} "
+                 "p90 {:.2f}; host gap ms p50 {:.2f} p90 {:.2f} (sampling p50 {:.2f}); graphs reused so far {}",
+                 timing_.gap_ms.size(), pct(timing_.tokens, 0.5), pct(timing_.launch_ms, 0.5), pct(timing_.launch_ms, 0.9),
+                 pct(timing_.wait_ms, 0.5), pct(timing_.wait_ms, 0.9), pct(timing_.gap_ms, 0.5), pct(timing_.gap_ms, 0.9),
+                 pct(timing_.sample_ms, 0.5), perf.n_reused);
+  }
   timing_.launch_ms.clear();
+  timing_.period_ms.clear();
   timing_.wait_ms.clear();
   timing_.gap_ms.clear();
   timing_.tokens.clear();

@@ -273,18 +273,29 @@ class LlamaRuntime final : public Decoder {
 
   // UMA_DECODE_TIMING=1: every decode waits for the device (llama_synchronize) so that its launch,
   // its device time and the host gap before it can be told apart; a summary line every 100 calls.
+  // UMA_DECODE_TIMING=pipelined: nothing waits that would not: a decode's launch is timed, then at
+  // the synchronize() that needs its results the host time until then, the wait, and the period
+  // between two results (a stream's gap), so pipelined ticks are seen as they run.
   struct DecodeTiming {
     bool on = false;
+    bool pipelined = false;
     std::int64_t prev_done_ns = 0;
     std::int64_t sample_ns = 0;  // in sample() since the last decode
-    std::vector<double> launch_ms, wait_ms, gap_ms, sample_ms, tokens;
-    int slow_logged = 0;                 // launches over 5 ms described so far (at most 40)
+    std::vector<double> launch_ms, wait_ms, gap_ms, sample_ms, tokens, period_ms;
+    int slow_logged = 0;                 // slow calls described so far (at most 400)
     std::int32_t reused_before = 0;      // llama.cpp's graph reuse count after the last call
     std::uint64_t switches_before = 0;   // sampler_switches_ after the last call
+    // Pipelined: the decode launched and not yet synchronised.
+    bool pending = false;
+    std::int64_t launch_start_ns = 0, launch_end_ns = 0;
+    std::size_t pending_tokens = 0;
+    std::string pending_shape;
   };
   DecodeTiming timing_;
   void report_timing();
-  std::int32_t timed_decode(const llama_batch& b, std::size_t n_tokens);  // llama_decode, synchronised and timed
+  std::int32_t timed_decode(const llama_batch& b, std::size_t n_tokens);  // llama_decode, timed
+  std::string describe_decode(const llama_batch& b, std::size_t n_tokens);  // its shape, for a slow call's line
+  void note_decode_shape();  // the reuse and switch counts the next describe_decode compares with
   Token sample_row(std::int32_t seq, std::int32_t batch_index);
 
   // Images in a decode (llama_runtime_images.cc): their entries go to llama.cpp first, as input
