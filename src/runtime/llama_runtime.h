@@ -281,6 +281,7 @@ class LlamaRuntime final : public Decoder {
     bool pipelined = false;
     std::int64_t prev_done_ns = 0;
     std::int64_t sample_ns = 0;  // in sample() since the last decode
+    // gap_ms: the host time before a waited decode, or after a pipelined one's launch until needed.
     std::vector<double> launch_ms, wait_ms, gap_ms, sample_ms, tokens, period_ms;
     int slow_logged = 0;                 // slow calls described so far (at most 400)
     std::int32_t reused_before = 0;      // llama.cpp's graph reuse count after the last call
