@@ -144,13 +144,11 @@ std::int32_t LlamaRuntime::timed_decode(const llama_batch& b, std::size_t n_toke
   const std::int64_t t0 = steady_ns();
   const int32_t rc = llama_decode(ctx_, b);
   const std::int64_t t1 = steady_ns();
-  if (timing_.pipelined) {  // synchronize() times the rest
+  if (timing_.mode == DecodeTiming::Mode::kPipelined) {  // synchronize() times the rest
     timing_.pending = true;
     timing_.launch_start_ns = t0;
     timing_.launch_end_ns = t1;
     timing_.pending_tokens = n_tokens;
-    timing_.pending_shape = describe_decode(b, n_tokens);
-    note_decode_shape();
     return rc;
   }
   llama_synchronize(ctx_);
@@ -226,7 +224,7 @@ Status LlamaRuntime::decode_tokens(std::span<const BatchEntry> caller_batch) {
   llama_batch b = batch_view(static_cast<int32_t>(batch.size()));
   b.token = batch_token_.data();
   ++device_share_.decodes;  // the device samplers' inputs are this decode's
-  const int32_t rc = timing_.on ? timed_decode(b, batch.size()) : llama_decode(ctx_, b);
+  const int32_t rc = timing_.on() ? timed_decode(b, batch.size()) : llama_decode(ctx_, b);
   if (arrange_) {
     // The fillers' cells go again (on the host only: the next graph's mask no longer sees them).
     llama_memory_t mem = llama_get_memory(ctx_);
@@ -248,7 +246,7 @@ Status LlamaRuntime::decode_tokens(std::span<const BatchEntry> caller_batch) {
 }
 
 void LlamaRuntime::synchronize() {
-  if (!timing_.pipelined || !timing_.pending) {
+  if (!timing_.pending) {
     llama_synchronize(ctx_);
     return;
   }
@@ -265,8 +263,11 @@ void LlamaRuntime::synchronize() {
     const bool idle = before_ms > 50.0;  // nothing to run, not a slow tick
     if ((launch_ms > 5.0 || period_ms > 10.0) && !idle && timing_.slow_logged < 400) {
       ++timing_.slow_logged;
+      // No decode ran since this one: its batch and llama.cpp's counts are still its own.
+      const llama_batch b = batch_view(static_cast<std::int32_t>(timing_.pending_tokens));
       spdlog::info("slow tick: period {:.2f} ms: host before launch {:.2f}, launch {:.2f}, host until needed {:.2f}, wait "
-                   "{:.2f}: {}", period_ms, before_ms, launch_ms, until_ms, wait_ms, timing_.pending_shape);
+                   "{:.2f}: {}", period_ms, before_ms, launch_ms, until_ms, wait_ms,
+                   describe_decode(b, timing_.pending_tokens));
     }
     timing_.launch_ms.push_back(launch_ms);
     timing_.gap_ms.push_back(until_ms);
@@ -278,6 +279,7 @@ void LlamaRuntime::synchronize() {
   }
   timing_.prev_done_ns = t3;
   timing_.sample_ns = 0;
+  note_decode_shape();
 }
 
 void LlamaRuntime::report_timing() {
@@ -286,7 +288,7 @@ void LlamaRuntime::report_timing() {
     return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
   };
   const llama_perf_context_data perf = llama_perf_context(ctx_);
-  if (timing_.pipelined) {
+  if (timing_.mode == DecodeTiming::Mode::kPipelined) {
     spdlog::info("decode timing (pipelined), {} calls: tokens p50 {:.0f}; launch ms p50 {:.2f} p90 {:.2f}; host until "
                  "needed p50 {:.2f} p90 {:.2f}; wait p50 {:.2f} p90 {:.2f}; period p50 {:.2f} p90 {:.2f} p99 {:.2f}; graphs "
                  "reused so far {}", timing_.gap_ms.size(), pct(timing_.tokens, 0.5), pct(timing_.launch_ms, 0.5),
@@ -309,7 +311,7 @@ void LlamaRuntime::report_timing() {
 }
 
 Token LlamaRuntime::sample(std::int32_t seq, std::int32_t batch_index) {
-  if (!timing_.on) return sample_row(seq, batch_index);
+  if (!timing_.on()) return sample_row(seq, batch_index);
   const auto t0 = std::chrono::steady_clock::now();
   const Token t = sample_row(seq, batch_index);
   timing_.sample_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();

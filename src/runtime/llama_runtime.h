@@ -162,7 +162,7 @@ class LlamaRuntime final : public Decoder {
   Status unpark_sequence(std::int32_t seq, ParkedSequence& from) override;
   void trim_sequence(std::int32_t seq, std::int32_t n) override;
   // A GPU's decode is queued, not run, by llama_decode (a synchronised timing run is not).
-  bool decode_is_async() const override { return on_gpu_ && !timing_.on; }
+  bool decode_is_async() const override { return on_gpu_ && timing_.mode != DecodeTiming::Mode::kWaited; }
   void synchronize() override;
   std::int32_t outputs_per_sequence() const override { return backend_greedy_.empty() ? 0 : outputs_per_seq_; }
   std::int32_t outputs_reserved() const override { return outputs_reserved_; }
@@ -277,8 +277,9 @@ class LlamaRuntime final : public Decoder {
   // the synchronize() that needs its results the host time until then, the wait, and the period
   // between two results (a stream's gap), so pipelined ticks are seen as they run.
   struct DecodeTiming {
-    bool on = false;
-    bool pipelined = false;
+    enum class Mode : std::uint8_t { kOff, kWaited, kPipelined };
+    Mode mode = Mode::kOff;
+    bool on() const { return mode != Mode::kOff; }
     std::int64_t prev_done_ns = 0;
     std::int64_t sample_ns = 0;  // in sample() since the last decode
     // gap_ms: the host time before a waited decode, or after a pipelined one's launch until needed.
@@ -286,11 +287,10 @@ class LlamaRuntime final : public Decoder {
     int slow_logged = 0;                 // slow calls described so far (at most 400)
     std::int32_t reused_before = 0;      // llama.cpp's graph reuse count after the last call
     std::uint64_t switches_before = 0;   // sampler_switches_ after the last call
-    // Pipelined: the decode launched and not yet synchronised.
+    // Pipelined: the decode launched and not yet synchronised (its batch is still in the storage).
     bool pending = false;
     std::int64_t launch_start_ns = 0, launch_end_ns = 0;
     std::size_t pending_tokens = 0;
-    std::string pending_shape;
   };
   DecodeTiming timing_;
   void report_timing();

@@ -174,9 +174,11 @@ std::unique_ptr<LlamaRuntime> LlamaRuntime::open(const RuntimeConfig& config, St
   cp.flash_attn_type = rt->flash_attn_ == FlashAttention::kOn    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
                        : rt->flash_attn_ == FlashAttention::kOff ? LLAMA_FLASH_ATTN_TYPE_DISABLED
                                                                  : LLAMA_FLASH_ATTN_TYPE_AUTO;
-  rt->timing_.pipelined = env_is("UMA_DECODE_TIMING", "pipelined");
-  rt->timing_.on = env_is("UMA_DECODE_TIMING", "1") || rt->timing_.pipelined;
-  cp.no_perf = !rt->timing_.on;
+  using TimingMode = DecodeTiming::Mode;
+  rt->timing_.mode = env_is("UMA_DECODE_TIMING", "1")           ? TimingMode::kWaited
+                     : env_is("UMA_DECODE_TIMING", "pipelined") ? TimingMode::kPipelined
+                                                                : TimingMode::kOff;
+  cp.no_perf = !rt->timing_.on();
   const bool output_on_gpu = on_gpu && mp.n_gpu_layers > llama_model_n_layer(rt->model_);
   std::vector<llama_sampler_seq_config> sampler_configs;  // outlives the context's creation
   rt->add_device_samplers(config, output_on_gpu, per_seq, cp, sampler_configs);
