@@ -3,7 +3,7 @@
 #   1. c=64 on the 1B Q8_0 (bench/gpu.sh's workload): llama-batched-bench (the workload's limit,
 #      S_PP + S_TG), llama-server (the build without PATCH, as upstream), then umad's variants
 #      alternated: with and without PATCH, and with each flag set of UMA_AB_FLAGS (';'-separated,
-#      on the libraries with it); then the first two again with every decode timed
+#      on the libraries with it); then the first two (UMA_AB_TIMED) again with every decode timed
 #      (UMA_DECODE_TIMING) and llama.cpp's debug log, whose CUDA-graph lines are counted.
 #   2. Loading: the pinned host->GPU copy (the limit), then for the 1B and the 8B Q4_0 the DRAM
 #      tier's load (first the tensor phase alone, then to the first token) and llama.cpp's own
@@ -12,7 +12,8 @@
 #   bench/device/ab.sh [OUT_DIR]     (default build-cuda/ab/out; its summaries are copied to $OUT when
 #   set: the device tool brings back a few files only)
 # UMA_AB_STAGES: which of "c64 load mixed" to run (default all three); UMA_AB_ROUNDS: c=64 rounds (2);
-# UMA_AB_TIMING: the timed runs' UMA_DECODE_TIMING (1: every decode waited for; pipelined: as it runs).
+# UMA_AB_TIMING: the timed runs' UMA_DECODE_TIMING (1: every decode waited for; pipelined: as it runs);
+# UMA_AB_TIMED: which variants get a timed run (default "0 1").
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -48,6 +49,13 @@ bench() {  # $1 = file name; bench/gpu.sh's c=64 workload
   "$B/uma-bench" --target "http://127.0.0.1:$port" --json --workload random -c $c -n $((c * 4)) --seed $((100 + c)) \
     --prompt-tokens 128 --output-tokens 128 >"$out/$1.json"
 }
+metrics() {  # $1 = file name: the counters that say what a run's ticks did (umad only)
+  python3 -c 'import re, sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1]).read().decode()
+print(" ".join(l.split()[0][4:] + "=" + l.split()[1] for l in text.splitlines()
+               if re.match(r"uma_(batch_calls|kv_sequence_moves|pipelined_ticks|prefill_skipped_ticks)_total ", l)))' \
+    "http://127.0.0.1:$port/metrics" >"$out/$1.metrics" 2>/dev/null || true
+}
 gpu_mem() {  # $1 = file name: the server's GPU memory (MiB) once its run is done, for the table
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
     awk -F', ' -v p="$pid" '$1 == p { print $2 }' >"$out/$1.mem" || true
@@ -82,17 +90,19 @@ for r in $(seq "${UMA_AB_ROUNDS:-2}"); do
   for k in "${!variants[@]}"; do
     libs=${variants[$k]%%|*} flags=${variants[$k]#*|}
     log "c=$c, 1B: umad v$k ($libs, flags: ${flags:-none}), run $r"
-    umad "$root/build-cuda/ab/$libs" "umad-v$k-$r" "$flags"; bench "umad-v$k-$r"; gpu_mem "umad-v$k-$r"; stop
+    umad "$root/build-cuda/ab/$libs" "umad-v$k-$r" "$flags"; bench "umad-v$k-$r"; gpu_mem "umad-v$k-$r"; metrics "umad-v$k-$r"; stop
   done
 done
-for k in 0 1; do
-  [ "$k" -lt "${#variants[@]}" ] || break
+for k in ${UMA_AB_TIMED:-0 1}; do
+  [ "$k" -lt "${#variants[@]}" ] || continue
   libs=${variants[$k]%%|*} flags=${variants[$k]#*|}
   log "c=$c, 1B: umad v$k, every decode timed, llama.cpp's debug log"
-  umad "$root/build-cuda/ab/$libs" "timing-v$k" "$flags" UMA_DECODE_TIMING="${UMA_AB_TIMING:-1}" UMA_DEBUG=2; bench "timing-v$k"; stop
+  umad "$root/build-cuda/ab/$libs" "timing-v$k" "$flags" UMA_DECODE_TIMING="${UMA_AB_TIMING:-1}" UMA_DEBUG=2; bench "timing-v$k"
+  metrics "timing-v$k"; stop
   { grep 'decode timing' "$out/timing-v$k.log" | tail -1
-    printf 'graph warm-ups complete %s, resets %s, slow decodes described %s\n' \
+    printf 'graph warm-ups complete %s, resets %s, worst-case reserves %s, slow decodes described %s\n' \
       "$(grep -c 'CUDA graph warmup complete' "$out/timing-v$k.log")" "$(grep -c 'CUDA graph warmup reset' "$out/timing-v$k.log")" \
+      "$(grep -c 'reserving a graph for ubatch' "$out/timing-v$k.log")" \
       "$(grep -cE 'slow (decode|tick)' "$out/timing-v$k.log")"; } >"$out/timing-v$k.txt" || true
   # The debug log is large: keep its summary lines and its first slow launches.
   { echo "== v$k"; grep -E 'decode timing|slow (decode|tick)' "$out/timing-v$k.log" | head -120; } >>"$res/timing.txt" || true
@@ -121,7 +131,7 @@ def mem(n):
     return open(p).read().strip() or "?" if os.path.exists(p) else "-"
 
 names = ["llama-server"] + sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(out, "umad-v*.json")))
-names += [f"timing-v{k}" for k in (0, 1)]
+names += [f"timing-v{k}" for k in range(10)]
 for n in names:
     r = run(n)
     if r is None: continue
@@ -129,7 +139,10 @@ for n in names:
     print(f"| {n} | {r['output_tok_s']:.0f} | {i['p50']:.2f} | {i['p99']:.2f} | {i['max']:.1f} | {i['p99'] / i['p50']:.2f} | "
           f"{t['p50']:.1f} | {t['p99']:.1f} | {r['output_tok_s'] / l['output_tok_s']:.2f} | {r['output_tok_s'] / limit:.2f} | {mem(n)} |")
 print(open(os.path.join(out, "variants.txt")).read().strip())
-for k in (0, 1):
+for n in names:  # what the ticks did: passes (batch calls), stream moves, pipelined ticks
+    p = os.path.join(out, n + ".metrics")
+    if os.path.exists(p): print(f"{n}: {open(p).read().strip()}")
+for k in range(10):
     p = os.path.join(out, f"timing-v{k}.txt")
     if os.path.exists(p): print(f"v{k}:", open(p).read().strip())
 PY

@@ -273,6 +273,31 @@ TEST(StreamBatches, ADeepSequenceInAPassOfItsOwnGivesTheSameLogits) {
   EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
 }
 
+// A copy between KV streams computes no graph, so llama.cpp keeps its scheduler and last graph
+// (our patch 0004; it used to reserve the worst case and build the next graph anew, 15-25 ms of
+// host time on a GPU): an idle stream moved while two others decode, and the next decode of the
+// same shape runs the last graph again, with the logits of a runtime where nothing moved.
+TEST(StreamBatches, AMoveBetweenStreamsKeepsTheLastGraph) {
+  auto moved = open_per_seq(false);
+  auto still = open_per_seq(false);
+  ASSERT_TRUE(moved && still);
+  Lockstep run(*moved, *still);
+  for (std::int32_t seq : {0, 1, 5}) run.start(seq, tiny_prompt(6 + 3 * seq, seq));
+  run.step({0, 1, 5});
+  for (int i = 0; i < 3; ++i) run.step({0, 1});  // 5 sits idle: a kept prefix
+  const std::int32_t kv5 = moved->kv_tokens(5);
+  const std::int32_t reused = moved->graphs_reused();
+  moved->move_sequence(5, 6);
+  run.step({0, 1});
+  EXPECT_EQ(moved->graphs_reused(), reused + 1) << "the decode after the move ran the last graph";
+  for (int i = 0; i < 2; ++i) run.step({0, 1});
+  EXPECT_EQ(moved->graphs_reused(), reused + 3);
+  EXPECT_EQ(moved->kv_tokens(6), kv5) << "the stream's cells moved with it";
+  EXPECT_EQ(moved->kv_tokens(5), 0);
+  EXPECT_EQ(run.rows(), 3 + 6 * 2);
+  EXPECT_LT(run.worst(), 1e-3f) << "largest logit difference, relative to the row's largest logit";
+}
+
 // Verifying ticks: every sequence's next token and its drafts, each row an output, in one decode
 // (uneven where some sequences have no drafts): every row's logits as the plain batches give.
 // The arranged batch reorders the rows to the order llama.cpp's passes output them.
