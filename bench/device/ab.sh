@@ -53,7 +53,7 @@ metrics() {  # $1 = file name: the counters that say what a run's ticks did (uma
   python3 -c 'import re, sys, urllib.request
 text = urllib.request.urlopen(sys.argv[1]).read().decode()
 print(" ".join(l.split()[0][4:] + "=" + l.split()[1] for l in text.splitlines()
-               if re.match(r"uma_(batch_calls|kv_sequence_moves|pipelined_ticks|prefill_skipped_ticks)_total ", l)))' \
+               if re.match(r"uma_(decode_calls|kv_sequence_moves|pipelined_ticks|prefill_skipped_ticks)_total ", l)))' \
     "http://127.0.0.1:$port/metrics" >"$out/$1.metrics" 2>/dev/null || true
 }
 gpu_mem() {  # $1 = file name: the server's GPU memory (MiB) once its run is done, for the table
@@ -70,6 +70,8 @@ umad() {  # $1 = libraries, $2 = log name, $3 = umad flags (words), then env
 }
 
 if stage c64; then
+# UMA_AB_REFS=0: umad's variants only (an A/B short of device time; no limit or llama-server row).
+if [ "${UMA_AB_REFS:-1}" = 1 ]; then
 log "c=$c, 1B: llama-batched-bench (the workload's limit)"
 LD_LIBRARY_PATH=$without "$L/llama-batched-bench" -m "$m1" -ngl 999 -c $ctx -npp 128 -ntg 128 -npl $c \
   --output-format jsonl 2>/dev/null | grep '^{' >"$out/batched-bench.jsonl" || true
@@ -78,6 +80,7 @@ LD_LIBRARY_PATH=$without "$L/llama-server" -m "$m1" -ngl 999 -c $ctx -np $c --ho
   >"$out/llama-server.log" 2>&1 &
 pid=$!
 wait_ready; bench llama-server; gpu_mem llama-server; stop
+fi
 # umad's variants, "libraries|flags": with PATCH, without it (when build.sh built both), and each
 # flag set of UMA_AB_FLAGS on the libraries with it.
 variants=("with|")
@@ -116,7 +119,7 @@ def run(n):
     p = os.path.join(out, n + ".json")
     return json.load(open(p))["runs"][0] if os.path.exists(p) else None
 print("GPU:", open(os.path.join(out, "gpu.txt")).read().strip())
-l = run("llama-server")
+l = run("llama-server") or run("umad-v0-1")  # without references: ratios over umad's first variant
 limit = float("nan")
 bb = os.path.join(out, "batched-bench.jsonl")
 if os.path.exists(bb) and os.path.getsize(bb) > 0:
@@ -139,7 +142,7 @@ for n in names:
     print(f"| {n} | {r['output_tok_s']:.0f} | {i['p50']:.2f} | {i['p99']:.2f} | {i['max']:.1f} | {i['p99'] / i['p50']:.2f} | "
           f"{t['p50']:.1f} | {t['p99']:.1f} | {r['output_tok_s'] / l['output_tok_s']:.2f} | {r['output_tok_s'] / limit:.2f} | {mem(n)} |")
 print(open(os.path.join(out, "variants.txt")).read().strip())
-for n in names:  # what the ticks did: passes (batch calls), stream moves, pipelined ticks
+for n in names:  # what the ticks did: llama_decode calls, stream moves, pipelined ticks
     p = os.path.join(out, n + ".metrics")
     if os.path.exists(p): print(f"{n}: {open(p).read().strip()}")
 for k in range(10):
