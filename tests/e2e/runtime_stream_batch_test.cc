@@ -274,9 +274,10 @@ TEST(StreamBatches, ADeepSequenceInAPassOfItsOwnGivesTheSameLogits) {
 }
 
 // A copy between KV streams computes no graph, so llama.cpp keeps its scheduler and last graph
-// (our patch 0004; it used to reserve the worst case and build the next graph anew, 15-25 ms of
-// host time on a GPU): an idle stream moved while two others decode, and the next decode of the
-// same shape runs the last graph again, with the logits of a runtime where nothing moved.
+// (our patch 0004; without it the next decode reserves the worst case and builds its graph anew,
+// 15-25 ms of host time on a GPU): an idle stream moved while two others decode, and the next
+// decode of the same shape runs the last graph again, with the logits of a runtime where nothing
+// moved.
 TEST(StreamBatches, AMoveBetweenStreamsKeepsTheLastGraph) {
   auto moved = open_per_seq(false);
   auto still = open_per_seq(false);
